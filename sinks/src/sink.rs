@@ -1,0 +1,140 @@
+//! The `Sink` trait: the contract between the pipeline and a destination.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::Message;
+
+/// A destination for topology messages.
+///
+/// # Contract
+///
+/// - **`send` returns `Ok(())` only when the destination has durably accepted every message of
+///   the batch**, by that destination's own definition (Kafka: every record's delivery report
+///   succeeded under the configured `acks`; NATS JetStream: every PubAck arrived; NATS core:
+///   `flush()` returned, which is at-most-once across a server failure; stdout: the lines were
+///   written and flushed). After `Ok`, the pipeline forgets the batch.
+/// - **Order per key.** Messages of one key appear in a batch in the order they happened, and
+///   the pipeline never sends a newer change for a key before an older one is confirmed. A
+///   sink must keep batch order for messages of the same key (one Kafka partition per key with
+///   the idempotent producer; one NATS connection publishes in order).
+/// - **Errors are retried, never dropped.** Any `Err` makes the pipeline retry the messages
+///   that were not confirmed, with capped exponential backoff, for as long as it runs.
+///   [`SinkError::Partial`] names the messages that failed so only those are sent again;
+///   every other variant means "nothing of this batch counts as delivered", so a retry may
+///   duplicate messages the destination did accept. Consumers deduplicate with the message
+///   id (`id` header and field), which is identical on redelivery.
+///   [`SinkError::is_fatal`] errors (authorization, unknown topic or stream, bad TLS) are
+///   retried at the maximum backoff and logged as errors, because they need an operator.
+/// - **Oversize.** A message larger than the destination accepts is reported with
+///   [`SinkError::TooLarge`] (or avoided up front when [`Sink::max_message_bytes`] is known).
+///   The pipeline then applies the one oversize policy shared by all sinks: the message is
+///   re-encoded in its metadata-only form with `"truncated": true` (object reduced to
+///   `apiVersion`, `kind` and `metadata`), and if that is still too large, with no object at
+///   all. The change is never dropped and never retried forever; truncations are counted.
+/// - `send` must not hold messages after returning: on `Err`, the pipeline owns them again.
+/// - Cancellation: the pipeline may drop a `send` future when its shutdown deadline passes;
+///   the batch then counts as undelivered.
+#[async_trait]
+pub trait Sink: Send + Sync {
+    /// The sink's configured name, used in logs and errors.
+    fn name(&self) -> &str;
+
+    /// Delivers a batch (1..=`pipeline.max_batch_events` messages). See the trait contract.
+    ///
+    /// # Errors
+    /// [`SinkError`]; every variant leads to a retry of what was not confirmed.
+    async fn send(&self, batch: &[Message]) -> Result<(), SinkError>;
+
+    /// Whether the destination is reachable and ready (connected, stream or topic exists).
+    ///
+    /// # Errors
+    /// Why the sink is not ready, naming the destination.
+    async fn healthcheck(&self) -> Result<(), SinkError>;
+
+    /// Flushes whatever the client library still buffers and closes connections.
+    /// Called once at shutdown, after the last `send`.
+    ///
+    /// # Errors
+    /// What could not be flushed.
+    async fn close(&self) -> Result<(), SinkError>;
+
+    /// The largest payload in bytes the destination accepts, when known up front (NATS
+    /// `max_payload`, Kafka `message.max.bytes`). The pipeline shrinks larger messages before
+    /// sending them. `None` (the default) means no known limit.
+    fn max_message_bytes(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Why a [`Sink`] did not confirm a batch.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// A transient failure (connection lost, timeout, broker busy): retry the whole batch.
+    #[error("{sink}: transient error: {message}")]
+    Transient {
+        /// Sink name.
+        sink: String,
+        /// What happened, with the destination (server, topic, subject).
+        message: String,
+        /// Hint from the destination on when to retry (e.g. throttling), if any.
+        retry_after: Option<Duration>,
+    },
+    /// Only some messages failed: retry exactly those (indices into the batch).
+    #[error("{sink}: {} of the batch's messages failed: {message}", failed.len())]
+    Partial {
+        /// Sink name.
+        sink: String,
+        /// Indices (into the batch passed to `send`) of the messages not delivered, ascending.
+        failed: Vec<usize>,
+        /// The first failure's description.
+        message: String,
+    },
+    /// Message `index` of the batch is larger than the destination accepts (`limit` bytes,
+    /// when known). The pipeline applies the oversize policy and sends the batch again.
+    #[error("{sink}: message {index} of the batch is too large ({size} bytes, limit {limit:?})")]
+    TooLarge {
+        /// Sink name.
+        sink: String,
+        /// Index into the batch.
+        index: usize,
+        /// Payload size in bytes.
+        size: usize,
+        /// The destination's limit in bytes, when known.
+        limit: Option<usize>,
+    },
+    /// A failure that needs an operator (authorization denied, unknown topic or stream, TLS
+    /// misconfiguration). Still retried, at the maximum backoff, never dropped.
+    #[error("{sink}: {message}")]
+    Fatal {
+        /// Sink name.
+        sink: String,
+        /// What is wrong, naming the destination and what to check.
+        message: String,
+    },
+}
+
+impl SinkError {
+    /// Whether the error needs an operator rather than time.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, SinkError::Fatal { .. })
+    }
+
+    /// Builds a [`SinkError::Transient`] with no retry hint.
+    pub fn transient(sink: &str, message: impl Into<String>) -> Self {
+        SinkError::Transient {
+            sink: sink.to_owned(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// Builds a [`SinkError::Fatal`].
+    pub fn fatal(sink: &str, message: impl Into<String>) -> Self {
+        SinkError::Fatal {
+            sink: sink.to_owned(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Wiring: configuration → client → discovery → informers → pipeline → sinks, and the
+//! orderly shutdown (stop the watches, flush within `pipeline.shutdown_timeout`, close).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kubesink_sinks::Sink;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::{self, ClusterError};
+use crate::config::Config;
+use crate::informer::{Informer, InformerStats};
+use crate::pipeline::Pipeline;
+
+/// A running bridge: informers feeding the pipeline.
+pub struct Bridge {
+    pipeline: Pipeline,
+    informers: JoinSet<()>,
+    cancel: CancellationToken,
+    stats: Vec<(String, Arc<InformerStats>)>,
+    shutdown_timeout: Duration,
+}
+
+impl Bridge {
+    /// Resolves every configured resource and starts one informer per (resource, namespace)
+    /// into a pipeline over `sinks`.
+    ///
+    /// # Errors
+    /// [`ClusterError`] when a resource cannot be resolved.
+    pub async fn start(config: &Config, client: Client, sinks: Vec<Arc<dyn Sink>>) -> Result<Bridge, ClusterError> {
+        let mut resolved = Vec::new();
+        for (i, res) in config.resources.iter().enumerate() {
+            resolved.push((res, cluster::resolve(&client, &config.cluster.name, i, res).await?));
+        }
+        let pipeline = Pipeline::start(&config.pipeline, sinks);
+        let cancel = CancellationToken::new();
+        let mut informers = JoinSet::new();
+        let mut stats = Vec::new();
+        for (res, r) in resolved {
+            let scopes: Vec<Option<String>> = if res.namespaces.is_empty() {
+                vec![None]
+            } else {
+                res.namespaces.iter().cloned().map(Some).collect()
+            };
+            for ns in scopes {
+                let label = format!("{} ({})", res.display_name(), ns.as_deref().unwrap_or("all"));
+                let informer = Informer::new(r.kind.clone(), client.clone(), r.api_resource.clone(), ns, res, &config.cluster.label);
+                stats.push((label, informer.stats()));
+                informers.spawn(informer.run(pipeline.clone(), cancel.clone()));
+            }
+        }
+        Ok(Bridge {
+            pipeline,
+            informers,
+            cancel,
+            stats,
+            shutdown_timeout: config.pipeline.shutdown_timeout.get(),
+        })
+    }
+
+    /// The pipeline (queues and sink counters).
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// Each informer's name and counters.
+    pub fn informer_stats(&self) -> &[(String, Arc<InformerStats>)] {
+        &self.stats
+    }
+
+    /// Stops the watches, delivers what is pending within `pipeline.shutdown_timeout`, closes
+    /// the sinks. Returns the number of changes not delivered in time.
+    pub async fn shutdown(mut self) -> usize {
+        self.cancel.cancel();
+        while self.informers.join_next().await.is_some() {}
+        self.pipeline.shutdown(self.shutdown_timeout).await
+    }
+}
+
+/// Builds the configured sinks.
+///
+/// # Errors
+/// The first sink that cannot be built, naming its entry.
+pub async fn build_sinks(config: &Config) -> Result<Vec<Arc<dyn Sink>>, kubesink_sinks::SinkConfigError> {
+    let mut sinks = Vec::new();
+    for (i, s) in config.sinks.iter().enumerate() {
+        sinks.push(s.build(i).await?);
+    }
+    Ok(sinks)
+}
+
+/// Resolves when SIGINT (Ctrl-C) or SIGTERM arrives.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// `kubesink run`: runs the bridge until a signal, then shuts down cleanly.
+///
+/// # Errors
+/// Cluster connection, discovery or sink construction failures.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let client = cluster::client(&config.cluster).await?;
+    let sinks = build_sinks(&config).await?;
+    let bridge = Bridge::start(&config, client, sinks).await?;
+    tracing::info!(cluster = %config.cluster.name, resources = config.resources.len(), sinks = config.sinks.len(), "kubesink running");
+    shutdown_signal().await;
+    tracing::info!("shutting down: stopping watches, flushing sinks");
+    let left = bridge.shutdown().await;
+    if left == 0 {
+        tracing::info!("shutdown complete");
+    }
+    Ok(())
+}

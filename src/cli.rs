@@ -1,0 +1,71 @@
+//! The command line (clap): `run` (default), `check`, `demo`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// kubesink: streams Kubernetes topology changes into message brokers.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Cli {
+    /// Configuration file (TOML). Overridden by KUBESINK_… environment variables.
+    #[arg(long, global = true, env = "KUBESINK_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `kubesink=debug`. `RUST_LOG` wins.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+    /// What to do (default: run).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the bridge (the default).
+    Run,
+    /// Validate the configuration, print it with secrets masked; exit 1 listing every problem.
+    Check,
+    /// Start a built-in simulated cluster with a realistic workload and stream its topology
+    /// to stdout. Ctrl-C stops it.
+    Demo(DemoArgs),
+}
+
+/// `kubesink demo` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Pods in the simulated cluster.
+    #[arg(long, default_value_t = 200)]
+    pub pods: usize,
+    /// Changes per second applied by the simulated workload.
+    #[arg(long, default_value_t = 20.0)]
+    pub churn: f64,
+    /// Seed of the simulated workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the tracing subscriber writing to stderr.
+pub fn init_logging(format: LogFormat, level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}

@@ -1,0 +1,147 @@
+//! The connection to the Kubernetes API server and API discovery of configured resources.
+//!
+//! Client: `cluster.kubeconfig` (+ `cluster.context`) when set; else in-cluster service
+//! account when `KUBERNETES_SERVICE_HOST` is set; else `KUBECONFIG` / `~/.kube/config`
+//! (+ `cluster.context`). TLS verification stays as the kubeconfig says (on by default).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::{pinned_kind, Scope};
+use kube::{Client, Config};
+
+use crate::config::{ClusterConfig, ResourceConfig};
+use crate::message::KindInfo;
+
+/// Why the cluster could not be reached or a resource resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The kubeconfig could not be read or used.
+    #[error("cluster.kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file (or `KUBECONFIG / ~/.kube/config`).
+        path: String,
+        /// kube's error.
+        source: kube::config::KubeconfigError,
+    },
+    /// The in-cluster service account could not be used.
+    #[error("in-cluster configuration: {0}")]
+    InCluster(#[from] kube::config::InClusterError),
+    /// Building the HTTP client failed (TLS material...).
+    #[error("building the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// API discovery does not know the kind.
+    #[error("resources.{index} ({resource}): not served by the API server (API discovery: {source}); is the CRD installed and the apiVersion right?")]
+    UnknownKind {
+        /// Position in `resources`.
+        index: usize,
+        /// `apiVersion Kind`.
+        resource: String,
+        /// kube's error.
+        source: kube::Error,
+    },
+    /// Namespaces listed for a cluster-scoped kind.
+    #[error("resources.{index}.namespaces: {resource} is cluster-scoped; remove the namespaces list")]
+    ClusterScoped {
+        /// Position in `resources`.
+        index: usize,
+        /// `apiVersion Kind`.
+        resource: String,
+    },
+}
+
+/// Builds the kube client per the module rules.
+///
+/// # Errors
+/// [`ClusterError`] naming the kubeconfig path or the in-cluster problem.
+pub async fn client(cfg: &ClusterConfig) -> Result<Client, ClusterError> {
+    let options = KubeConfigOptions {
+        context: cfg.context.clone(),
+        ..Default::default()
+    };
+    let config = if let Some(path) = &cfg.kubeconfig {
+        let kc_err = |source| ClusterError::Kubeconfig {
+            path: path.display().to_string(),
+            source,
+        };
+        let kc = Kubeconfig::read_from(path).map_err(kc_err)?;
+        Config::from_custom_kubeconfig(kc, &options).await.map_err(kc_err)?
+    } else if cfg.context.is_none() && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        Config::incluster()?
+    } else {
+        Config::from_kubeconfig(&options).await.map_err(|source| ClusterError::Kubeconfig {
+            path: "KUBECONFIG / ~/.kube/config".to_owned(),
+            source,
+        })?
+    };
+    Client::try_from(config).map_err(ClusterError::Client)
+}
+
+/// A configured resource resolved through API discovery.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// Identity shared by every message of this resource.
+    pub kind: Arc<KindInfo>,
+    /// kube's type information for `Api<DynamicObject>`.
+    pub api_resource: kube::discovery::ApiResource,
+}
+
+/// Resolves `res` (entry `index`) with `/api/v1` or `/apis/{group}/{version}` discovery.
+/// Connection errors are retried with backoff (the API server may be starting); a kind the
+/// server does not serve is an error.
+///
+/// # Errors
+/// [`ClusterError::UnknownKind`] or [`ClusterError::ClusterScoped`].
+pub async fn resolve(client: &Client, cluster: &str, index: usize, res: &ResourceConfig) -> Result<Resolved, ClusterError> {
+    let (group, version) = match res.api_version.split_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (String::new(), res.api_version.clone()),
+    };
+    let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &res.kind);
+    let mut delay = Duration::from_millis(200);
+    let (ar, caps) = loop {
+        match pinned_kind(client, &gvk).await {
+            Ok(found) => break found,
+            Err(e) if is_transient(&e) => {
+                tracing::warn!(resource = %res.display_name(), error = %e, retry_in = ?delay, "API discovery failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            Err(source) => {
+                return Err(ClusterError::UnknownKind {
+                    index,
+                    resource: res.display_name(),
+                    source,
+                })
+            }
+        }
+    };
+    let namespaced = matches!(caps.scope, Scope::Namespaced);
+    if !namespaced && !res.namespaces.is_empty() {
+        return Err(ClusterError::ClusterScoped {
+            index,
+            resource: res.display_name(),
+        });
+    }
+    Ok(Resolved {
+        kind: Arc::new(KindInfo {
+            cluster: cluster.into(),
+            group: ar.group.as_str().into(),
+            version: ar.version.as_str().into(),
+            api_version: ar.api_version.as_str().into(),
+            kind: ar.kind.as_str().into(),
+            resource: ar.plural.as_str().into(),
+            namespaced,
+        }),
+        api_resource: ar,
+    })
+}
+
+fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::Discovery(_) => false,
+        _ => true,
+    }
+}

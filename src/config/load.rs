@@ -1,0 +1,362 @@
+//! Loading and checking: figment layers, per-section extraction (so one bad section does not
+//! hide the problems of another) and semantic checks serde cannot express.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::Value;
+use figment::{Figment, Metadata, Source};
+use serde::de::DeserializeOwned;
+
+use super::{ClusterConfig, Config, PayloadMode, PipelineConfig, ResourceConfig, SinkConfig};
+
+/// Prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "KUBESINK_";
+
+/// One configuration problem: the key, what is wrong, and where the value came from.
+///
+/// Displays as `pipeline.linger: invalid duration "5 parsecs" (from env KUBESINK_PIPELINE__LINGER)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key (`pipeline.linger`, `resources.2.kind`); empty for the file itself.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+    /// Where the value came from: `file PATH`, `env NAME` or `default`.
+    pub source: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{} (from {})", self.message, self.source)
+        } else {
+            write!(f, "{}: {} (from {})", self.key, self.message, self.source)
+        }
+    }
+}
+
+/// Every problem found while loading; never empty.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        writeln!(
+            f,
+            "{n} configuration problem{}:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for e in &self.0 {
+            writeln!(f, "  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Loads the configuration: defaults < `file` (TOML) < `KUBESINK_…` environment variables.
+///
+/// `file` is the path given with `--config` or `KUBESINK_CONFIG`; when given it must exist.
+///
+/// # Errors
+/// [`ConfigErrors`] with every problem found: unreadable or missing file, TOML syntax,
+/// unknown keys, bad types or units, and semantic problems (missing `cluster.name`, bad
+/// selectors or pointers, duplicate sink names...).
+pub fn load(file: Option<&Path>) -> Result<Config, ConfigErrors> {
+    load_with_env(file, Env::prefixed(ENV_PREFIX))
+}
+
+/// [`load`] with an explicit environment provider (tests use `Env` over a fixed map).
+pub(crate) fn load_with_env(file: Option<&Path>, env: Env) -> Result<Config, ConfigErrors> {
+    let mut figment = Figment::from(Serialized::defaults(Config::default()));
+    if let Some(path) = file {
+        if !path.is_file() {
+            return Err(ConfigErrors(vec![ConfigError {
+                key: String::new(),
+                message: format!("config file {} does not exist or is not a file", path.display()),
+                source: "--config / KUBESINK_CONFIG".to_owned(),
+            }]));
+        }
+        figment = figment.merge(Toml::file_exact(path));
+    }
+    let env = env
+        .split("__")
+        .filter(|k| k.as_str() != "config")
+        .map(|k| k.as_str().to_ascii_lowercase().into());
+    let figment = figment.merge(env);
+    let file: Option<PathBuf> = file.map(Path::to_path_buf);
+    Loader {
+        figment,
+        file,
+        errors: Vec::new(),
+    }
+    .run()
+}
+
+struct Loader {
+    figment: Figment,
+    file: Option<PathBuf>,
+    errors: Vec<ConfigError>,
+}
+
+/// Top-level keys only, to report unknown sections before looking inside known ones.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // read only for its unknown-field check
+struct Sections {
+    cluster: Option<Value>,
+    pipeline: Option<Value>,
+    resources: Option<Value>,
+    sinks: Option<Value>,
+}
+
+impl Loader {
+    fn run(mut self) -> Result<Config, ConfigErrors> {
+        if let Err(e) = self.figment.extract::<Sections>() {
+            self.push_figment(e);
+            return Err(ConfigErrors(self.errors));
+        }
+        let cluster = self.section::<ClusterConfig>("cluster");
+        let pipeline = self.section::<PipelineConfig>("pipeline");
+        let resources = self.section::<Vec<ResourceConfig>>("resources");
+        let sinks = self.section::<Vec<SinkConfig>>("sinks");
+        let (Some(cluster), Some(pipeline), Some(resources), Some(sinks)) =
+            (cluster, pipeline, resources, sinks)
+        else {
+            return Err(ConfigErrors(self.errors));
+        };
+        let config = Config {
+            cluster,
+            pipeline,
+            resources,
+            sinks,
+        };
+        self.check(&config);
+        if self.errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(self.errors))
+        }
+    }
+
+    fn section<T: DeserializeOwned>(&mut self, key: &str) -> Option<T> {
+        match self.figment.extract_inner::<T>(key) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.push_figment(e);
+                None
+            }
+        }
+    }
+
+    fn push_figment(&mut self, errors: figment::Error) {
+        for e in errors {
+            let mut path = e.path.clone();
+            if let figment::error::Kind::UnknownField(field, _) = &e.kind {
+                path.push(field.clone());
+            }
+            let key = path.join(".");
+            let message = match &e.kind {
+                figment::error::Kind::UnknownField(field, expected) => {
+                    format!("unknown key {field:?} (expected one of: {})", expected.join(", "))
+                }
+                figment::error::Kind::Message(m) => m.clone(),
+                other => other.to_string(),
+            };
+            let source = describe_source(e.metadata.as_ref(), &path, self.file.as_deref());
+            self.errors.push(ConfigError {
+                key,
+                message,
+                source,
+            });
+        }
+    }
+
+    /// Adds a semantic problem for `key`, finding where its value came from.
+    fn problem(&mut self, key: &str, message: impl Into<String>) {
+        let md = self.figment.find_metadata(key);
+        let path: Vec<String> = key.split('.').map(str::to_owned).collect();
+        let source = describe_source(md, &path, self.file.as_deref());
+        self.errors.push(ConfigError {
+            key: key.to_owned(),
+            message: message.into(),
+            source,
+        });
+    }
+
+    fn check(&mut self, c: &Config) {
+        if c.cluster.name.is_empty() {
+            self.problem(
+                "cluster.name",
+                "required: the cluster's name, carried by every message (set it in the file or KUBESINK_CLUSTER__NAME)",
+            );
+        } else if let Err(why) = check_label_value(&c.cluster.name) {
+            self.problem("cluster.name", format!("{:?} {why}", c.cluster.name));
+        } else if c.cluster.name.contains('/') {
+            self.problem("cluster.name", "must not contain '/' (it is part of the message key)");
+        }
+        if let Err(why) = check_label_key(&c.cluster.label) {
+            self.problem("cluster.label", format!("{:?} {why}", c.cluster.label));
+        }
+        let p = &c.pipeline;
+        for (key, v) in [
+            ("pipeline.max_pending", p.max_pending),
+            ("pipeline.max_batch_events", p.max_batch_events),
+            ("pipeline.max_pending_bytes", p.max_pending_bytes.bytes()),
+            ("pipeline.max_batch_bytes", p.max_batch_bytes.bytes()),
+        ] {
+            if v == 0 {
+                self.problem(key, "must be at least 1");
+            }
+        }
+        if p.retry_initial_backoff.0.is_zero() {
+            self.problem("pipeline.retry_initial_backoff", "must be greater than zero");
+        }
+        if p.retry_max_backoff < p.retry_initial_backoff {
+            self.problem(
+                "pipeline.retry_max_backoff",
+                "must not be shorter than pipeline.retry_initial_backoff",
+            );
+        }
+        if c.resources.is_empty() {
+            self.problem("resources", "at least one [[resources]] entry is required");
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in c.resources.iter().enumerate() {
+            self.check_resource(i, r);
+            if !seen.insert((r.api_version.clone(), r.kind.clone(), r.namespaces.clone())) {
+                self.problem(
+                    &format!("resources.{i}"),
+                    format!("{} is listed twice", r.display_name()),
+                );
+            }
+        }
+        if c.sinks.is_empty() {
+            self.problem("sinks", "at least one [[sinks]] entry is required");
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, s) in c.sinks.iter().enumerate() {
+            if !names.insert(s.name().to_owned()) {
+                self.problem(
+                    &format!("sinks.{i}.name"),
+                    format!("sink name {:?} is used twice; names must be unique", s.name()),
+                );
+            }
+            for e in s.validate(i) {
+                let kubesink_sinks::SinkConfigError::Invalid { key, message, .. } = e;
+                self.problem(&format!("sinks.{i}.{key}"), message);
+            }
+        }
+    }
+
+    fn check_resource(&mut self, i: usize, r: &ResourceConfig) {
+        let at = |k: &str| format!("resources.{i}.{k}");
+        let version = r.api_version.rsplit('/').next().unwrap_or("");
+        if r.api_version.is_empty() || r.api_version.matches('/').count() > 1 || version.is_empty() {
+            self.problem(
+                &at("api_version"),
+                format!("{:?} is not an apiVersion (expected \"v1\" or \"group/version\")", r.api_version),
+            );
+        }
+        if r.kind.is_empty() || !r.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+            self.problem(&at("kind"), format!("{:?} is not a Kind (expected e.g. \"Deployment\")", r.kind));
+        }
+        if r.payload == PayloadMode::Fields && r.fields.is_empty() {
+            self.problem(&at("fields"), "payload = \"fields\" needs at least one JSON pointer in fields");
+        }
+        if r.payload != PayloadMode::Fields && !r.fields.is_empty() {
+            self.problem(&at("fields"), "fields is only used with payload = \"fields\"");
+        }
+        for (j, ptr) in r.fields.iter().enumerate() {
+            if !ptr.starts_with('/') || ptr.len() < 2 {
+                self.problem(&format!("resources.{i}.fields.{j}"), format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/spec/nodeName\""));
+            }
+        }
+        for (j, ptr) in r.drop.iter().enumerate() {
+            if !ptr.starts_with('/') || ptr.len() < 2 {
+                self.problem(&format!("resources.{i}.drop.{j}"), format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/status/conditions\""));
+            }
+        }
+        for (j, ns) in r.namespaces.iter().enumerate() {
+            if let Err(why) = check_dns_label(ns) {
+                self.problem(&format!("resources.{i}.namespaces.{j}"), format!("{ns:?} {why}"));
+            }
+        }
+        if r.page_size == 0 {
+            self.problem(&at("page_size"), "must be at least 1");
+        }
+        if r.allow_secret_data && !(r.api_version == "v1" && r.kind == "Secret") {
+            self.problem(&at("allow_secret_data"), "only applies to v1 Secret");
+        }
+    }
+}
+
+/// Describes where the value at `path` came from: `file PATH`, `env KUBESINK_A__B`, `default`.
+fn describe_source(md: Option<&Metadata>, path: &[String], file: Option<&Path>) -> String {
+    let Some(md) = md else {
+        return match file {
+            Some(f) => format!("file {}", f.display()),
+            None => "default".to_owned(),
+        };
+    };
+    match &md.source {
+        Some(Source::File(p)) => format!("file {}", p.display()),
+        Some(other) => other.to_string(),
+        None if md.name.contains("environment") => {
+            format!("env {ENV_PREFIX}{}", path.join("__").to_ascii_uppercase())
+        }
+        None => md.name.to_string(),
+    }
+}
+
+/// Kubernetes label value syntax: at most 63 characters of `[A-Za-z0-9._-]`, starting and
+/// ending alphanumeric (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set).
+fn check_label_value(v: &str) -> Result<(), &'static str> {
+    if v.len() > 63 {
+        return Err("is longer than 63 characters (a label value)");
+    }
+    let ok_chars = v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let ends = v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric());
+    if ok_chars && ends {
+        Ok(())
+    } else {
+        Err("is not a valid label value: use [A-Za-z0-9._-], starting and ending alphanumeric")
+    }
+}
+
+/// Label key: optional DNS-subdomain prefix and `/`, then a name like a label value.
+fn check_label_key(k: &str) -> Result<(), &'static str> {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || p.len() > 253 || !p.split('.').all(|l| check_dns_label(l).is_ok()) {
+            return Err("has an invalid prefix: expected a DNS subdomain such as kubesink.io");
+        }
+    }
+    if name.is_empty() {
+        return Err("has an empty name part");
+    }
+    check_label_value(name).map_err(|_| "has an invalid name part: use [A-Za-z0-9._-], at most 63, alphanumeric at both ends")
+}
+
+/// RFC 1123 DNS label (namespace names).
+fn check_dns_label(v: &str) -> Result<(), &'static str> {
+    let ok = !v.is_empty()
+        && v.len() <= 63
+        && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !v.starts_with('-')
+        && !v.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err("is not a valid name: lowercase RFC 1123 label, at most 63 characters")
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,232 @@
+//! Configuration: the structs are the reference, `config/kubesink.toml` shows every option
+//! with the same words, and a test keeps the two in step.
+//!
+//! Layers, later wins: built-in defaults < TOML file (`--config PATH` or `KUBESINK_CONFIG`) <
+//! environment variables `KUBESINK_…` with `__` for nesting (`KUBESINK_CLUSTER__NAME=prod`,
+//! `KUBESINK_PIPELINE__LINGER=50ms`). Loading collects every problem it can find; each names
+//! the key and where its value came from (see [`ConfigError`]).
+//!
+//! This module never touches the network: it only reads and checks.
+
+mod load;
+pub mod units;
+
+use serde::{Deserialize, Serialize};
+
+pub use kubesink_sinks::SinkConfig;
+pub use load::{load, ConfigError, ConfigErrors};
+pub use units::{ByteSize, HumanDuration};
+
+/// The whole configuration.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Which cluster to watch and how it is labelled.
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+    /// The batching and backpressure stage between informers and sinks.
+    #[serde(default)]
+    pub pipeline: PipelineConfig,
+    /// The resources to watch, one `[[resources]]` entry each. Default: Pods, Deployments,
+    /// Nodes and Services (the topology core).
+    #[serde(default = "default_resources")]
+    pub resources: Vec<ResourceConfig>,
+    /// Destinations, one `[[sinks]]` entry each. Default: one stdout sink.
+    #[serde(default = "default_sinks")]
+    pub sinks: Vec<SinkConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cluster: ClusterConfig::default(),
+            pipeline: PipelineConfig::default(),
+            resources: default_resources(),
+            sinks: default_sinks(),
+        }
+    }
+}
+
+/// `[cluster]`: the connection and the label every message carries.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Required. The cluster's name: the `cluster` field of every message and the value of the
+    /// cluster label merged into every object. Must be a valid Kubernetes label value
+    /// (at most 63 characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric).
+    #[serde(default)]
+    pub name: String,
+    /// The label key merged into `object.metadata.labels` of every emitted object.
+    /// Default `kubesink.io/cluster`.
+    #[serde(default = "default_cluster_label")]
+    pub label: String,
+    /// Path to a kubeconfig file. Default: in-cluster service account when running in a Pod,
+    /// else `KUBECONFIG`, else `~/.kube/config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Kubeconfig context to use. Default: the kubeconfig's current context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            name: String::new(),
+            label: default_cluster_label(),
+            kubeconfig: None,
+            context: None,
+        }
+    }
+}
+
+fn default_cluster_label() -> String {
+    "kubesink.io/cluster".to_owned()
+}
+
+/// `[pipeline]`: the batching and backpressure stage (see `src/pipeline/mod.rs`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// While a key waits, a newer change replaces the older one (topology is state). `false`
+    /// keeps every change. Default `true`.
+    pub coalesce: bool,
+    /// Changes held per sink (waiting plus in flight) before the informers stop reading their
+    /// watch streams. With `coalesce = true` this is the number of distinct keys waiting.
+    /// Default 10000.
+    pub max_pending: usize,
+    /// Bytes (keys + payloads) held per sink before the informers stop reading. Default 64MiB.
+    pub max_pending_bytes: ByteSize,
+    /// A batch closes at this many messages. Default 500.
+    pub max_batch_events: usize,
+    /// A batch closes at this many bytes (keys + payloads). Default 1MiB.
+    pub max_batch_bytes: ByteSize,
+    /// A batch closes this long after its first message was queued, full or not. Default 100ms.
+    pub linger: HumanDuration,
+    /// First retry delay after a sink error; doubles per failure (with jitter). Default 100ms.
+    pub retry_initial_backoff: HumanDuration,
+    /// Cap of the retry delay. Default 30s.
+    pub retry_max_backoff: HumanDuration,
+    /// On SIGINT/SIGTERM, how long to keep delivering what is pending before exiting.
+    /// Default 10s.
+    pub shutdown_timeout: HumanDuration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        use std::time::Duration;
+        PipelineConfig {
+            coalesce: true,
+            max_pending: 10_000,
+            max_pending_bytes: ByteSize(64 * 1024 * 1024),
+            max_batch_events: 500,
+            max_batch_bytes: ByteSize(1024 * 1024),
+            linger: HumanDuration(Duration::from_millis(100)),
+            retry_initial_backoff: HumanDuration(Duration::from_millis(100)),
+            retry_max_backoff: HumanDuration(Duration::from_secs(30)),
+            shutdown_timeout: HumanDuration(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// How much of each object a message carries.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadMode {
+    /// The whole object without `metadata.managedFields` (and without the `drop` paths).
+    #[default]
+    Full,
+    /// Metadata only: the watch asks for `PartialObjectMetadata`, so nothing else crosses the
+    /// wire; the message's object is `{apiVersion, kind, metadata}`.
+    Metadata,
+    /// Only the JSON pointers in `fields` (plus `apiVersion`, `kind` and the identifying
+    /// metadata: name, namespace, uid, resourceVersion, labels).
+    Fields,
+}
+
+/// One `[[resources]]` entry: a kind to watch (built-in or custom), resolved through API
+/// discovery.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceConfig {
+    /// `apiVersion` of the kind: `v1`, `apps/v1`, `example.com/v1alpha1`.
+    pub api_version: String,
+    /// PascalCase kind: `Pod`, `Deployment`, a CRD's kind.
+    pub kind: String,
+    /// Namespaces to watch (one watch each). Empty (default): all namespaces, or the
+    /// cluster scope for cluster-scoped kinds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Label selector passed to the API server (`app=web,tier in (a,b)`). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+    /// Field selector passed to the API server (`metadata.name=web`). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_selector: Option<String>,
+    /// Payload mode: `full` (default), `metadata` or `fields`.
+    #[serde(default)]
+    pub payload: PayloadMode,
+    /// With `payload = "fields"`: JSON pointers (RFC 6901) to keep, e.g. `/spec/nodeName`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
+    /// JSON pointers removed from every emitted object, on top of `/metadata/managedFields`
+    /// which is always removed. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drop: Vec<String>,
+    /// Emit `updated` messages. `false` gives adds and deletes only (the seed's
+    /// `receiveUpdates=false`). Default `true`.
+    #[serde(default = "yes")]
+    pub updates: bool,
+    /// For core/v1 Secrets only: emit `data` and `stringData`. Default `false`: they are
+    /// removed before fingerprinting, so they never leave the process.
+    #[serde(default)]
+    pub allow_secret_data: bool,
+    /// Page size (`limit`) of the initial list and relists. Default 500.
+    #[serde(default = "default_page_size")]
+    pub page_size: u32,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_page_size() -> u32 {
+    500
+}
+
+impl ResourceConfig {
+    /// A resource with every option at its default.
+    pub fn new(api_version: &str, kind: &str) -> Self {
+        ResourceConfig {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            namespaces: Vec::new(),
+            label_selector: None,
+            field_selector: None,
+            payload: PayloadMode::Full,
+            fields: Vec::new(),
+            drop: Vec::new(),
+            updates: true,
+            allow_secret_data: false,
+            page_size: default_page_size(),
+        }
+    }
+
+    /// `apiVersion Kind`, used in logs and errors.
+    pub fn display_name(&self) -> String {
+        format!("{} {}", self.api_version, self.kind)
+    }
+}
+
+fn default_resources() -> Vec<ResourceConfig> {
+    vec![
+        ResourceConfig::new("v1", "Pod"),
+        ResourceConfig::new("apps/v1", "Deployment"),
+        ResourceConfig::new("v1", "Node"),
+        ResourceConfig::new("v1", "Service"),
+    ]
+}
+
+fn default_sinks() -> Vec<SinkConfig> {
+    vec![SinkConfig::Stdout(Default::default())]
+}

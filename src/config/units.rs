@@ -1,0 +1,123 @@
+//! Human units in configuration: durations (`250ms`, `5s`, `1m 30s`, via `humantime`) and
+//! sizes (`64KiB`, `1MiB`, `1.5 GB`, via `bytesize`), each also accepted as a bare integer
+//! (milliseconds for durations, bytes for sizes).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A duration written the human way in TOML or env (`"250ms"`, `"5s"`), or as an integer
+/// number of milliseconds. Serializes back as a human string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HumanDuration(pub Duration);
+
+/// A size in bytes written the human way (`"1MiB"`, `"64 KiB"`, `"2MB"`), or as an integer
+/// number of bytes. Serializes back as a human string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl HumanDuration {
+    /// The wrapped duration.
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+impl ByteSize {
+    /// The size in bytes, saturated to `usize`.
+    pub fn bytes(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl Serialize for HumanDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&bytesize::ByteSize::b(self.0).display().iec().to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = HumanDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"250ms\" or \"5s\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                humantime::parse_duration(v.trim())
+                    .map(HumanDuration)
+                    .map_err(|e| E::custom(format!("invalid duration {v:?}: {e}")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(HumanDuration(Duration::from_millis(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                u64::try_from(v)
+                    .map(|ms| HumanDuration(Duration::from_millis(ms)))
+                    .map_err(|_| E::custom(format!("invalid duration {v}: must not be negative")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size such as \"1MiB\" or \"64KiB\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                v.trim()
+                    .parse::<bytesize::ByteSize>()
+                    .map(|b| ByteSize(b.as_u64()))
+                    .map_err(|e| E::custom(format!("invalid size {v:?}: {e}")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format!("invalid size {v}: must not be negative")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_human_durations_and_sizes() {
+        let d: HumanDuration = serde_json::from_str("\"250ms\"").unwrap();
+        assert_eq!(d.0, Duration::from_millis(250));
+        let d: HumanDuration = serde_json::from_str("1500").unwrap();
+        assert_eq!(d.0, Duration::from_millis(1500));
+        let s: ByteSize = serde_json::from_str("\"1MiB\"").unwrap();
+        assert_eq!(s.0, 1024 * 1024);
+        let s: ByteSize = serde_json::from_str("\"64 KiB\"").unwrap();
+        assert_eq!(s.0, 64 * 1024);
+    }
+
+    #[test]
+    fn bad_units_name_the_value() {
+        let e = serde_json::from_str::<HumanDuration>("\"5 parsecs\"").unwrap_err();
+        assert!(e.to_string().contains("invalid duration \"5 parsecs\""), "{e}");
+        let e = serde_json::from_str::<ByteSize>("\"lots\"").unwrap_err();
+        assert!(e.to_string().contains("invalid size \"lots\""), "{e}");
+    }
+}

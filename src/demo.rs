@@ -1,0 +1,69 @@
+//! `kubesink demo`: the embedded Kubernetes API simulator with a realistic workload, and the
+//! bridge streaming its topology to stdout. Nothing to install, nothing to configure.
+
+use std::sync::Arc;
+
+use kubesink_sim::{Churn, SimConfig, Simulator, Workload};
+
+use crate::bridge::{shutdown_signal, Bridge};
+use crate::cli::DemoArgs;
+use crate::config::{ClusterConfig, Config, ResourceConfig};
+
+/// The demo's configuration: cluster `demo`, the topology kinds plus the simulator's custom
+/// kind (FooBar), one stdout sink.
+pub fn demo_config(kubeconfig: std::path::PathBuf) -> Config {
+    Config {
+        cluster: ClusterConfig {
+            name: "demo".to_owned(),
+            kubeconfig: Some(kubeconfig),
+            ..Default::default()
+        },
+        resources: vec![
+            ResourceConfig::new("v1", "Node"),
+            ResourceConfig::new("apps/v1", "Deployment"),
+            ResourceConfig::new("v1", "Pod"),
+            ResourceConfig::new("v1", "Service"),
+            ResourceConfig::new("v1", "ConfigMap"),
+            ResourceConfig::new("k8s-openapi-tests-custom-resource-definition.com/v1", "FooBar"),
+        ],
+        ..Default::default()
+    }
+}
+
+/// Runs the demo until Ctrl-C.
+///
+/// # Errors
+/// Simulator start-up, kubeconfig writing, or bridge start-up failures.
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let sim = Simulator::new(SimConfig::default());
+    let addr = sim.start(([127, 0, 0, 1], 0).into()).await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig)?;
+    let workload = Workload {
+        namespaces: 3,
+        pods: args.pods,
+        deployments: (args.pods / 10).max(1),
+        nodes: (args.pods / 40).max(1),
+        services: (args.pods / 10).max(1),
+        configmaps: (args.pods / 10).max(1),
+        foobars: (args.pods / 20).max(1),
+        seed: args.seed,
+    };
+    sim.populate(&workload)?;
+    tracing::info!(%addr, kubeconfig = %kubeconfig.display(), pods = args.pods, churn_per_sec = args.churn, "simulated cluster running (kubectl --kubeconfig works against it)");
+    let churn = sim.spawn_churn(Churn {
+        rate_per_sec: args.churn,
+        seed: args.seed,
+    });
+    let config = demo_config(kubeconfig);
+    let client = crate::cluster::client(&config.cluster).await?;
+    let sinks: Vec<Arc<dyn kubesink_sinks::Sink>> = crate::bridge::build_sinks(&config).await?;
+    let bridge = Bridge::start(&config, client, sinks).await?;
+    shutdown_signal().await;
+    tracing::info!("demo stopping");
+    drop(churn);
+    bridge.shutdown().await;
+    sim.shutdown();
+    Ok(())
+}
