@@ -29,10 +29,17 @@ impl Bridge {
     ///
     /// # Errors
     /// [`ClusterError`] when a resource cannot be resolved.
-    pub async fn start(config: &Config, client: Client, sinks: Vec<Arc<dyn Sink>>) -> Result<Bridge, ClusterError> {
+    pub async fn start(
+        config: &Config,
+        client: Client,
+        sinks: Vec<Arc<dyn Sink>>,
+    ) -> Result<Bridge, ClusterError> {
         let mut resolved = Vec::new();
         for (i, res) in config.resources.iter().enumerate() {
-            resolved.push((res, cluster::resolve(&client, &config.cluster.name, i, res).await?));
+            resolved.push((
+                res,
+                cluster::resolve(&client, &config.cluster.name, i, res).await?,
+            ));
         }
         let pipeline = Pipeline::start(&config.pipeline, sinks);
         let cancel = CancellationToken::new();
@@ -45,8 +52,19 @@ impl Bridge {
                 res.namespaces.iter().cloned().map(Some).collect()
             };
             for ns in scopes {
-                let label = format!("{} ({})", res.display_name(), ns.as_deref().unwrap_or("all"));
-                let informer = Informer::new(r.kind.clone(), client.clone(), r.api_resource.clone(), ns, res, &config.cluster.label);
+                let label = format!(
+                    "{} ({})",
+                    res.display_name(),
+                    ns.as_deref().unwrap_or("all")
+                );
+                let informer = Informer::new(
+                    r.kind.clone(),
+                    client.clone(),
+                    r.api_resource.clone(),
+                    ns,
+                    res,
+                    &config.cluster.label,
+                );
                 stats.push((label, informer.stats()));
                 informers.spawn(informer.run(pipeline.clone(), cancel.clone()));
             }
@@ -83,7 +101,9 @@ impl Bridge {
 ///
 /// # Errors
 /// The first sink that cannot be built, naming its entry.
-pub async fn build_sinks(config: &Config) -> Result<Vec<Arc<dyn Sink>>, kubesink_sinks::SinkConfigError> {
+pub async fn build_sinks(
+    config: &Config,
+) -> Result<Vec<Arc<dyn Sink>>, kubesink_sinks::SinkConfigError> {
     let mut sinks = Vec::new();
     for (i, s) in config.sinks.iter().enumerate() {
         sinks.push(s.build(i).await?);

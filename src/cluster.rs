@@ -42,7 +42,9 @@ pub enum ClusterError {
         source: kube::Error,
     },
     /// Namespaces listed for a cluster-scoped kind.
-    #[error("resources.{index}.namespaces: {resource} is cluster-scoped; remove the namespaces list")]
+    #[error(
+        "resources.{index}.namespaces: {resource} is cluster-scoped; remove the namespaces list"
+    )]
     ClusterScoped {
         /// Position in `resources`.
         index: usize,
@@ -66,14 +68,18 @@ pub async fn client(cfg: &ClusterConfig) -> Result<Client, ClusterError> {
             source,
         };
         let kc = Kubeconfig::read_from(path).map_err(kc_err)?;
-        Config::from_custom_kubeconfig(kc, &options).await.map_err(kc_err)?
+        Config::from_custom_kubeconfig(kc, &options)
+            .await
+            .map_err(kc_err)?
     } else if cfg.context.is_none() && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
         Config::incluster()?
     } else {
-        Config::from_kubeconfig(&options).await.map_err(|source| ClusterError::Kubeconfig {
-            path: "KUBECONFIG / ~/.kube/config".to_owned(),
-            source,
-        })?
+        Config::from_kubeconfig(&options)
+            .await
+            .map_err(|source| ClusterError::Kubeconfig {
+                path: "KUBECONFIG / ~/.kube/config".to_owned(),
+                source,
+            })?
     };
     Client::try_from(config).map_err(ClusterError::Client)
 }
@@ -93,7 +99,12 @@ pub struct Resolved {
 ///
 /// # Errors
 /// [`ClusterError::UnknownKind`] or [`ClusterError::ClusterScoped`].
-pub async fn resolve(client: &Client, cluster: &str, index: usize, res: &ResourceConfig) -> Result<Resolved, ClusterError> {
+pub async fn resolve(
+    client: &Client,
+    cluster: &str,
+    index: usize,
+    res: &ResourceConfig,
+) -> Result<Resolved, ClusterError> {
     let (group, version) = match res.api_version.split_once('/') {
         Some((g, v)) => (g.to_owned(), v.to_owned()),
         None => (String::new(), res.api_version.clone()),

@@ -24,7 +24,10 @@ pub fn demo_config(kubeconfig: std::path::PathBuf) -> Config {
             ResourceConfig::new("v1", "Pod"),
             ResourceConfig::new("v1", "Service"),
             ResourceConfig::new("v1", "ConfigMap"),
-            ResourceConfig::new("k8s-openapi-tests-custom-resource-definition.com/v1", "FooBar"),
+            ResourceConfig::new(
+                "k8s-openapi-tests-custom-resource-definition.com/v1",
+                "FooBar",
+            ),
         ],
         ..Default::default()
     }

@@ -84,7 +84,14 @@ struct Wire<'a> {
 /// (Kubernetes names and namespaces cannot; `cluster.name` is checked).
 pub fn message_key(k: &KindInfo, namespace: Option<&str>, name: &str) -> String {
     let group = if k.group.is_empty() { "core" } else { &k.group };
-    format!("{}/{}/{}/{}/{}", k.cluster, group, k.kind, namespace.unwrap_or(""), name)
+    format!(
+        "{}/{}/{}/{}/{}",
+        k.cluster,
+        group,
+        k.kind,
+        namespace.unwrap_or(""),
+        name
+    )
 }
 
 /// The deterministic message id: 32 lowercase hex digits of XXH3-128 over cluster, group,
@@ -119,7 +126,11 @@ pub fn now_rfc3339() -> String {
 /// # Errors
 /// Only if serde_json fails to write (non-string map keys cannot occur in a `Value`), which
 /// is reported rather than unwrapped.
-pub fn encode(k: &KindInfo, c: &Change<'_>, observed_at: &str) -> Result<Message, serde_json::Error> {
+pub fn encode(
+    k: &KindInfo,
+    c: &Change<'_>,
+    observed_at: &str,
+) -> Result<Message, serde_json::Error> {
     let id = message_id(k, c);
     let payload = serde_json::to_vec(&Wire {
         id: &id,

@@ -75,7 +75,10 @@ pub(crate) fn load_with_env(file: Option<&Path>, env: Env) -> Result<Config, Con
         if !path.is_file() {
             return Err(ConfigErrors(vec![ConfigError {
                 key: String::new(),
-                message: format!("config file {} does not exist or is not a file", path.display()),
+                message: format!(
+                    "config file {} does not exist or is not a file",
+                    path.display()
+                ),
                 source: "--config / KUBESINK_CONFIG".to_owned(),
             }]));
         }
@@ -115,7 +118,7 @@ struct Sections {
 impl Loader {
     fn run(mut self) -> Result<Config, ConfigErrors> {
         if let Err(e) = self.figment.extract::<Sections>() {
-            self.push_figment(e);
+            self.push_figment(e, None);
             return Err(ConfigErrors(self.errors));
         }
         let cluster = self.section::<ClusterConfig>("cluster");
@@ -145,22 +148,35 @@ impl Loader {
         match self.figment.extract_inner::<T>(key) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.push_figment(e);
+                self.push_figment(e, Some(key));
                 None
             }
         }
     }
 
-    fn push_figment(&mut self, errors: figment::Error) {
+    /// Records figment errors. `section` is the key passed to `extract_inner`: figment 0.10
+    /// appends it to the end of the error path instead of the front, so it is moved back.
+    fn push_figment(&mut self, errors: figment::Error, section: Option<&str>) {
         for e in errors {
             let mut path = e.path.clone();
+            if let Some(sec) = section {
+                if path.last().map(String::as_str) == Some(sec) {
+                    path.pop();
+                }
+                path.insert(0, sec.to_owned());
+            }
             if let figment::error::Kind::UnknownField(field, _) = &e.kind {
-                path.push(field.clone());
+                if path.last() != Some(field) {
+                    path.push(field.clone());
+                }
             }
             let key = path.join(".");
             let message = match &e.kind {
                 figment::error::Kind::UnknownField(field, expected) => {
-                    format!("unknown key {field:?} (expected one of: {})", expected.join(", "))
+                    format!(
+                        "unknown key {field:?} (expected one of: {})",
+                        expected.join(", ")
+                    )
                 }
                 figment::error::Kind::Message(m) => m.clone(),
                 other => other.to_string(),
@@ -195,7 +211,10 @@ impl Loader {
         } else if let Err(why) = check_label_value(&c.cluster.name) {
             self.problem("cluster.name", format!("{:?} {why}", c.cluster.name));
         } else if c.cluster.name.contains('/') {
-            self.problem("cluster.name", "must not contain '/' (it is part of the message key)");
+            self.problem(
+                "cluster.name",
+                "must not contain '/' (it is part of the message key)",
+            );
         }
         if let Err(why) = check_label_key(&c.cluster.label) {
             self.problem("cluster.label", format!("{:?} {why}", c.cluster.label));
@@ -212,7 +231,10 @@ impl Loader {
             }
         }
         if p.retry_initial_backoff.0.is_zero() {
-            self.problem("pipeline.retry_initial_backoff", "must be greater than zero");
+            self.problem(
+                "pipeline.retry_initial_backoff",
+                "must be greater than zero",
+            );
         }
         if p.retry_max_backoff < p.retry_initial_backoff {
             self.problem(
@@ -241,7 +263,10 @@ impl Loader {
             if !names.insert(s.name().to_owned()) {
                 self.problem(
                     &format!("sinks.{i}.name"),
-                    format!("sink name {:?} is used twice; names must be unique", s.name()),
+                    format!(
+                        "sink name {:?} is used twice; names must be unique",
+                        s.name()
+                    ),
                 );
             }
             for e in s.validate(i) {
@@ -254,34 +279,58 @@ impl Loader {
     fn check_resource(&mut self, i: usize, r: &ResourceConfig) {
         let at = |k: &str| format!("resources.{i}.{k}");
         let version = r.api_version.rsplit('/').next().unwrap_or("");
-        if r.api_version.is_empty() || r.api_version.matches('/').count() > 1 || version.is_empty() {
+        if r.api_version.is_empty() || r.api_version.matches('/').count() > 1 || version.is_empty()
+        {
             self.problem(
                 &at("api_version"),
-                format!("{:?} is not an apiVersion (expected \"v1\" or \"group/version\")", r.api_version),
+                format!(
+                    "{:?} is not an apiVersion (expected \"v1\" or \"group/version\")",
+                    r.api_version
+                ),
             );
         }
         if r.kind.is_empty() || !r.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
-            self.problem(&at("kind"), format!("{:?} is not a Kind (expected e.g. \"Deployment\")", r.kind));
+            self.problem(
+                &at("kind"),
+                format!("{:?} is not a Kind (expected e.g. \"Deployment\")", r.kind),
+            );
         }
         if r.payload == PayloadMode::Fields && r.fields.is_empty() {
-            self.problem(&at("fields"), "payload = \"fields\" needs at least one JSON pointer in fields");
+            self.problem(
+                &at("fields"),
+                "payload = \"fields\" needs at least one JSON pointer in fields",
+            );
         }
         if r.payload != PayloadMode::Fields && !r.fields.is_empty() {
-            self.problem(&at("fields"), "fields is only used with payload = \"fields\"");
+            self.problem(
+                &at("fields"),
+                "fields is only used with payload = \"fields\"",
+            );
         }
         for (j, ptr) in r.fields.iter().enumerate() {
             if !ptr.starts_with('/') || ptr.len() < 2 {
-                self.problem(&format!("resources.{i}.fields.{j}"), format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/spec/nodeName\""));
+                self.problem(
+                    &format!("resources.{i}.fields.{j}"),
+                    format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/spec/nodeName\""),
+                );
             }
         }
         for (j, ptr) in r.drop.iter().enumerate() {
             if !ptr.starts_with('/') || ptr.len() < 2 {
-                self.problem(&format!("resources.{i}.drop.{j}"), format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/status/conditions\""));
+                self.problem(
+                    &format!("resources.{i}.drop.{j}"),
+                    format!(
+                        "{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/status/conditions\""
+                    ),
+                );
             }
         }
         for (j, ns) in r.namespaces.iter().enumerate() {
             if let Err(why) = check_dns_label(ns) {
-                self.problem(&format!("resources.{i}.namespaces.{j}"), format!("{ns:?} {why}"));
+                self.problem(
+                    &format!("resources.{i}.namespaces.{j}"),
+                    format!("{ns:?} {why}"),
+                );
             }
         }
         if r.page_size == 0 {
@@ -317,7 +366,9 @@ fn check_label_value(v: &str) -> Result<(), &'static str> {
     if v.len() > 63 {
         return Err("is longer than 63 characters (a label value)");
     }
-    let ok_chars = v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let ok_chars = v
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     let ends = v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric());
     if ok_chars && ends {
@@ -341,14 +392,17 @@ fn check_label_key(k: &str) -> Result<(), &'static str> {
     if name.is_empty() {
         return Err("has an empty name part");
     }
-    check_label_value(name).map_err(|_| "has an invalid name part: use [A-Za-z0-9._-], at most 63, alphanumeric at both ends")
+    check_label_value(name).map_err(|_| {
+        "has an invalid name part: use [A-Za-z0-9._-], at most 63, alphanumeric at both ends"
+    })
 }
 
 /// RFC 1123 DNS label (namespace names).
 fn check_dns_label(v: &str) -> Result<(), &'static str> {
     let ok = !v.is_empty()
         && v.len() <= 63
-        && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !v.starts_with('-')
         && !v.ends_with('-');
     if ok {
@@ -357,6 +411,3 @@ fn check_dns_label(v: &str) -> Result<(), &'static str> {
         Err("is not a valid name: lowercase RFC 1123 label, at most 63 characters")
     }
 }
-
-#[cfg(test)]
-mod tests;

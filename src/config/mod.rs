@@ -9,6 +9,8 @@
 //! This module never touches the network: it only reads and checks.
 
 mod load;
+#[cfg(test)]
+mod tests;
 pub mod units;
 
 use serde::{Deserialize, Serialize};

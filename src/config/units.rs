@@ -116,7 +116,10 @@ mod tests {
     #[test]
     fn bad_units_name_the_value() {
         let e = serde_json::from_str::<HumanDuration>("\"5 parsecs\"").unwrap_err();
-        assert!(e.to_string().contains("invalid duration \"5 parsecs\""), "{e}");
+        assert!(
+            e.to_string().contains("invalid duration \"5 parsecs\""),
+            "{e}"
+        );
         let e = serde_json::from_str::<ByteSize>("\"lots\"").unwrap_err();
         assert!(e.to_string().contains("invalid size \"lots\""), "{e}");
     }

@@ -32,10 +32,10 @@ use std::time::Instant;
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::Client;
 use kubesink_sinks::Op;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -181,14 +181,20 @@ impl Informer {
     /// The watcher stream. In metadata mode the Api is over `PartialObjectMeta`, which makes
     /// kube send `Accept: application/json;as=PartialObjectMetadata…;g=meta.k8s.io;v=v1`, so
     /// only metadata crosses the wire.
-    fn events(&self) -> impl Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static {
+    fn events(
+        &self,
+    ) -> impl Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static {
         let wc = self.watcher_config.clone();
         match self.mode {
-            PayloadMode::Metadata => watcher::watcher(self.api::<PartialObjectMeta<DynamicObject>>(), wc)
-                .map_ok(|ev| map_event(ev, meta_to_dynamic))
+            PayloadMode::Metadata => {
+                watcher::watcher(self.api::<PartialObjectMeta<DynamicObject>>(), wc)
+                    .map_ok(|ev| map_event(ev, meta_to_dynamic))
+                    .default_backoff()
+                    .boxed()
+            }
+            _ => watcher::watcher(self.api::<DynamicObject>(), wc)
                 .default_backoff()
                 .boxed(),
-            _ => watcher::watcher(self.api::<DynamicObject>(), wc).default_backoff().boxed(),
         }
     }
 
@@ -238,7 +244,9 @@ impl Informer {
             }
             Event::InitApply(obj) => {
                 self.stats.events_received.fetch_add(1, Ordering::Relaxed);
-                if let Phase::InitialList { listed, started } | Phase::Relist { listed, started } = &mut self.phase {
+                if let Phase::InitialList { listed, started } | Phase::Relist { listed, started } =
+                    &mut self.phase
+                {
                     *listed += 1;
                     if *listed % 10_000 == 0 {
                         let (listed, elapsed) = (*listed, started.elapsed());
@@ -251,14 +259,18 @@ impl Informer {
             Event::InitDone => {
                 let vanished = self.store.end_list();
                 let (kind, started, listed) = match self.phase {
-                    Phase::InitialList { started, listed } => ("initial sync complete", started, listed),
+                    Phase::InitialList { started, listed } => {
+                        ("initial sync complete", started, listed)
+                    }
                     Phase::Relist { started, listed } => ("relist complete", started, listed),
                     _ => ("list complete", Instant::now(), 0),
                 };
                 tracing::info!(resource = %self.resource_name(), scope = %self.scope, objects = listed, vanished = vanished.len(), elapsed = ?started.elapsed(), "{kind}");
                 self.phase = Phase::Watching;
                 self.stats.synced.store(true, Ordering::Relaxed);
-                self.stats.objects.store(self.store.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .objects
+                    .store(self.store.len() as u64, Ordering::Relaxed);
                 for v in vanished {
                     self.stats.inferred_deletes.fetch_add(1, Ordering::Relaxed);
                     let change = Change {
@@ -291,7 +303,9 @@ impl Informer {
                 let uid = obj.metadata.uid.clone().unwrap_or_default();
                 let rv = obj.metadata.resource_version.clone().unwrap_or_default();
                 self.store.remove(ns.as_deref(), &name);
-                self.stats.objects.store(self.store.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .objects
+                    .store(self.store.len() as u64, Ordering::Relaxed);
                 let shaped = self.shaper.shape(obj);
                 let change = Change {
                     op: Op::Deleted,
@@ -327,7 +341,9 @@ impl Informer {
         let shaped: Value = self.shaper.shape(obj);
         let fp = fingerprint(&shaped);
         let observed = self.store.observe(ns.as_deref(), &name, &uid, &rv, fp);
-        self.stats.objects.store(self.store.len() as u64, Ordering::Relaxed);
+        self.stats
+            .objects
+            .store(self.store.len() as u64, Ordering::Relaxed);
         let op = match observed {
             Observed::New => Op::Added,
             Observed::Changed if self.updates => Op::Updated,

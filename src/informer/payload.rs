@@ -39,7 +39,9 @@ impl Shaper {
             mode: res.payload,
             fields: res.fields.clone(),
             drop: res.drop.clone(),
-            strip_secret_data: res.api_version == "v1" && res.kind == "Secret" && !res.allow_secret_data,
+            strip_secret_data: res.api_version == "v1"
+                && res.kind == "Secret"
+                && !res.allow_secret_data,
             label_key: label_key.to_owned(),
             label_value: label_value.to_owned(),
             api_version: res.api_version.clone(),
@@ -60,7 +62,9 @@ impl Shaper {
             .get_or_insert_with(Default::default)
             .insert(self.label_key.clone(), self.label_value.clone());
         let (api_version, kind) = match types {
-            Some(t) if !t.api_version.is_empty() && t.kind != "PartialObjectMetadata" => (t.api_version, t.kind),
+            Some(t) if !t.api_version.is_empty() && t.kind != "PartialObjectMetadata" => {
+                (t.api_version, t.kind)
+            }
             _ => (self.api_version.clone(), self.kind.clone()),
         };
         let mut out = Map::new();
@@ -220,7 +224,9 @@ fn copy_pointer(src: &Value, dst: &mut Value, ptr: &str) {
         let Value::Object(m) = cur else {
             return;
         };
-        cur = m.entry(t.clone()).or_insert_with(|| Value::Object(Map::new()));
+        cur = m
+            .entry(t.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
     }
     if let Value::Object(m) = cur {
         m.insert(last.clone(), found.clone());
@@ -246,7 +252,11 @@ mod tests {
 
     #[test]
     fn full_mode_drops_managed_fields_and_merges_cluster_label() {
-        let s = Shaper::new(&ResourceConfig::new("v1", "Pod"), "kubesink.io/cluster", "prod");
+        let s = Shaper::new(
+            &ResourceConfig::new("v1", "Pod"),
+            "kubesink.io/cluster",
+            "prod",
+        );
         let v = s.shape(pod());
         assert!(v.pointer("/metadata/managedFields").is_none());
         assert_eq!(v["metadata"]["labels"]["kubesink.io/cluster"], "prod");

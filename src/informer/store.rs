@@ -188,7 +188,14 @@ impl LightStore {
     }
 
     /// Records an object seen in a list or a watch event and classifies it.
-    pub fn observe(&mut self, ns: Option<&str>, name: &str, uid: &str, rv: &str, fingerprint: u64) -> Observed {
+    pub fn observe(
+        &mut self,
+        ns: Option<&str>,
+        name: &str,
+        uid: &str,
+        rv: &str,
+        fingerprint: u64,
+    ) -> Observed {
         let ns = self.ns_id(ns);
         let epoch = self.epoch;
         let hash = Self::hash(&self.hasher, ns, name);
@@ -241,7 +248,10 @@ impl LightStore {
             },
         };
         let hash = Self::hash(&self.hasher, ns_id, name);
-        match self.table.find_entry(hash, |e| e.ns == ns_id && &*e.name == name) {
+        match self
+            .table
+            .find_entry(hash, |e| e.ns == ns_id && &*e.name == name)
+        {
             Ok(o) => {
                 o.remove();
                 true
@@ -278,7 +288,11 @@ impl LightStore {
 
     /// Every known key as `(namespace, name)`, for tests and diagnostics.
     pub fn keys(&self) -> Vec<(Option<String>, String)> {
-        let mut v: Vec<_> = self.table.iter().map(|e| (self.ns_name(e.ns), e.name.to_string())).collect();
+        let mut v: Vec<_> = self
+            .table
+            .iter()
+            .map(|e| (self.ns_name(e.ns), e.name.to_string()))
+            .collect();
         v.sort();
         v
     }
@@ -317,9 +331,18 @@ mod tests {
     fn classifies_new_changed_unchanged_and_replaced() {
         let mut s = LightStore::new();
         s.begin_list();
-        assert_eq!(s.observe(Some("default"), "web", U1, "10", 7), Observed::New);
-        assert_eq!(s.observe(Some("default"), "web", U1, "11", 7), Observed::Unchanged);
-        assert_eq!(s.observe(Some("default"), "web", U1, "12", 8), Observed::Changed);
+        assert_eq!(
+            s.observe(Some("default"), "web", U1, "10", 7),
+            Observed::New
+        );
+        assert_eq!(
+            s.observe(Some("default"), "web", U1, "11", 7),
+            Observed::Unchanged
+        );
+        assert_eq!(
+            s.observe(Some("default"), "web", U1, "12", 8),
+            Observed::Changed
+        );
         assert_eq!(
             s.observe(Some("default"), "web", U2, "13", 8),
             Observed::Replaced {
@@ -363,8 +386,14 @@ mod tests {
         s.observe(None, "b", &U1.to_uppercase(), "007", 1);
         s.begin_list();
         let gone = s.end_list();
-        assert_eq!((gone[0].uid.as_str(), gone[0].rv.as_str()), ("not-a-uuid", "abc"));
-        assert_eq!((gone[1].uid.as_str(), gone[1].rv.as_str()), (U1.to_uppercase().as_str(), "007"));
+        assert_eq!(
+            (gone[0].uid.as_str(), gone[0].rv.as_str()),
+            ("not-a-uuid", "abc")
+        );
+        assert_eq!(
+            (gone[1].uid.as_str(), gone[1].rv.as_str()),
+            (U1.to_uppercase().as_str(), "007")
+        );
     }
 
     #[test]

@@ -82,7 +82,12 @@ impl Pipeline {
             .map(|sink| {
                 let queue = Arc::new(SinkQueue::new(limits.clone()));
                 let stats = Arc::new(SinkStats::default());
-                let worker = tokio::spawn(run_worker(sink.clone(), queue.clone(), stats.clone(), retry.clone()));
+                let worker = tokio::spawn(run_worker(
+                    sink.clone(),
+                    queue.clone(),
+                    stats.clone(),
+                    retry.clone(),
+                ));
                 SinkHandle {
                     sink,
                     queue,
@@ -133,7 +138,11 @@ impl Pipeline {
                 abort.abort();
                 let left = h.queue.held();
                 undelivered += left;
-                tracing::error!(sink = h.sink.name(), undelivered = left, "shutdown timeout: changes not delivered");
+                tracing::error!(
+                    sink = h.sink.name(),
+                    undelivered = left,
+                    "shutdown timeout: changes not delivered"
+                );
             }
             if let Err(e) = h.sink.close().await {
                 tracing::warn!(sink = h.sink.name(), error = %e, "closing sink");
@@ -160,7 +169,12 @@ impl RetryPolicy {
     }
 }
 
-async fn run_worker(sink: Arc<dyn Sink>, queue: Arc<SinkQueue>, stats: Arc<SinkStats>, retry: RetryPolicy) {
+async fn run_worker(
+    sink: Arc<dyn Sink>,
+    queue: Arc<SinkQueue>,
+    stats: Arc<SinkStats>,
+    retry: RetryPolicy,
+) {
     while let Some(mut batch) = queue.next_batch().await {
         deliver(&*sink, &mut batch.messages, &stats, &retry).await;
         queue.complete(batch);
@@ -168,7 +182,12 @@ async fn run_worker(sink: Arc<dyn Sink>, queue: Arc<SinkQueue>, stats: Arc<SinkS
 }
 
 /// Sends `batch` until the sink confirms all of it. Never returns early: at-least-once.
-async fn deliver(sink: &dyn Sink, batch: &mut Vec<Message>, stats: &SinkStats, retry: &RetryPolicy) {
+async fn deliver(
+    sink: &dyn Sink,
+    batch: &mut Vec<Message>,
+    stats: &SinkStats,
+    retry: &RetryPolicy,
+) {
     let total = batch.len() as u64;
     let mut todo: Vec<Message> = batch.clone();
     let mut levels: Vec<Option<TruncateLevel>> = vec![None; todo.len()];
@@ -235,8 +254,10 @@ fn retain_failed(
     levels: &[Option<TruncateLevel>],
     failed: &[usize],
 ) -> (Vec<Message>, Vec<Option<TruncateLevel>>) {
-    let failed: std::collections::HashSet<usize> = failed.iter().copied().filter(|i| *i < todo.len()).collect();
-    let mut last_delivered: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let failed: std::collections::HashSet<usize> =
+        failed.iter().copied().filter(|i| *i < todo.len()).collect();
+    let mut last_delivered: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::new();
     for (i, m) in todo.iter().enumerate() {
         if !failed.contains(&i) {
             last_delivered.insert(&m.key, i);
@@ -245,7 +266,9 @@ fn retain_failed(
     todo.iter()
         .zip(levels)
         .enumerate()
-        .filter(|(i, (m, _))| failed.contains(i) && last_delivered.get(&*m.key).is_none_or(|d| d < i))
+        .filter(|(i, (m, _))| {
+            failed.contains(i) && last_delivered.get(&*m.key).is_none_or(|d| d < i)
+        })
         .map(|(_, (m, l))| (m.clone(), *l))
         .unzip()
 }

@@ -215,7 +215,9 @@ impl SinkQueue {
             {
                 break;
             }
-            let Some(slot) = st.pending.pop_front() else { break };
+            let Some(slot) = st.pending.pop_front() else {
+                break;
+            };
             let seq = st.head_seq;
             st.head_seq += 1;
             if self.limits.coalesce && st.index.get(&slot.msg.key) == Some(&seq) {
@@ -306,7 +308,10 @@ mod tests {
     }
 
     fn payloads(b: &Batch) -> Vec<String> {
-        b.messages.iter().map(|m| String::from_utf8_lossy(&m.payload).into_owned()).collect()
+        b.messages
+            .iter()
+            .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+            .collect()
     }
 
     #[tokio::test]
@@ -354,7 +359,10 @@ mod tests {
         assert_eq!(batch.messages.len(), 2);
         assert!(!blocked.is_finished(), "in-flight changes still count");
         q.complete(batch);
-        assert!(tokio::time::timeout(Duration::from_secs(5), blocked).await.unwrap().unwrap());
+        assert!(tokio::time::timeout(Duration::from_secs(5), blocked)
+            .await
+            .unwrap()
+            .unwrap());
         assert_eq!(q.high_water(), 2);
     }
 

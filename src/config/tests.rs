@@ -1,0 +1,210 @@
+//! Configuration tests: layering, error reporting with key and source, and the reference
+//! file `config/kubesink.toml` kept in step with the structs.
+
+use std::path::Path;
+
+use figment::Jail;
+
+use super::*;
+
+fn errors_of(file: Option<&Path>) -> Vec<String> {
+    match load(file) {
+        Ok(c) => panic!("expected errors, got {c:?}"),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn env_overrides_file_and_file_overrides_defaults() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "k.toml",
+            "[cluster]\nname = \"from-file\"\n[pipeline]\nmax_pending = 7\nlinger = \"5s\"\n",
+        )?;
+        jail.set_env("KUBESINK_PIPELINE__LINGER", "250ms");
+        let c = load(Some(Path::new("k.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.cluster.name, "from-file");
+        assert_eq!(c.pipeline.max_pending, 7);
+        assert_eq!(
+            c.pipeline.linger.get(),
+            std::time::Duration::from_millis(250)
+        );
+        assert_eq!(c.pipeline.max_batch_events, 500, "default kept");
+        assert_eq!(c.resources.len(), 4, "default resources");
+        jail.set_env("KUBESINK_CLUSTER__NAME", "from-env");
+        let c = load(Some(Path::new("k.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.cluster.name, "from-env");
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_duration_from_env_names_key_and_variable() {
+    Jail::expect_with(|jail| {
+        jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
+        jail.set_env("KUBESINK_PIPELINE__LINGER", "5 parsecs");
+        let errs = errors_of(None);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("pipeline.linger: invalid duration \"5 parsecs\"")
+                && errs[0].ends_with("(from env KUBESINK_PIPELINE__LINGER)"),
+            "{}",
+            errs[0]
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_values_in_file_name_key_and_file() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "bad.toml",
+            "[cluster]\nname = \"prod\"\nlabl = \"x\"\n[pipeline]\nmax_pending_bytes = \"lots\"\n",
+        )?;
+        let errs = errors_of(Some(Path::new("bad.toml")));
+        let all = errs.join("\n");
+        assert!(
+            all.contains("pipeline.max_pending_bytes: invalid size \"lots\""),
+            "{all}"
+        );
+        assert!(all.contains("cluster.labl: unknown key \"labl\""), "{all}");
+        assert!(
+            all.contains("(from file ") && all.contains("bad.toml)"),
+            "{all}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "many.toml",
+            r#"
+[cluster]
+label = "bad label!"
+[pipeline]
+max_pending = 0
+[[resources]]
+api_version = "v1"
+kind = "Pod"
+payload = "fields"
+[[resources]]
+api_version = "a/b/c"
+kind = "Foo"
+drop = ["status"]
+[[sinks]]
+type = "stdout"
+[[sinks]]
+type = "stdout"
+"#,
+        )?;
+        let errs = errors_of(Some(Path::new("many.toml")));
+        let all = errs.join("\n");
+        for want in [
+            "cluster.name: required",
+            "cluster.label: \"bad label!\"",
+            "pipeline.max_pending: must be at least 1",
+            "resources.0.fields: payload = \"fields\" needs",
+            "resources.1.api_version: \"a/b/c\" is not an apiVersion",
+            "resources.1.drop.0: \"status\" is not a JSON pointer",
+            "sinks.1.name: sink name \"stdout\" is used twice",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        assert_eq!(errs.len(), 7, "{all}");
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_sink_type_and_unknown_top_level_key_are_errors() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "s.toml",
+            "[cluster]\nname = \"p\"\n[[sinks]]\ntype = \"carrier-pigeon\"\n",
+        )?;
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(all.contains("carrier-pigeon"), "{all}");
+        jail.create_file("t.toml", "[clustr]\nname = \"p\"\n")?;
+        let all = errors_of(Some(Path::new("t.toml"))).join("\n");
+        assert!(all.contains("clustr: unknown key"), "{all}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_named_config_file_that_is_missing_is_an_error() {
+    Jail::expect_with(|_| {
+        let all = errors_of(Some(Path::new("/nonexistent/kubesink.toml"))).join("\n");
+        assert!(
+            all.contains("/nonexistent/kubesink.toml does not exist"),
+            "{all}"
+        );
+        Ok(())
+    });
+}
+
+/// Every leaf key of the configuration, from a value with every optional field set.
+fn all_keys() -> Vec<String> {
+    let mut res = ResourceConfig::new("v1", "Pod");
+    res.namespaces = vec!["default".into()];
+    res.label_selector = Some("a=b".into());
+    res.field_selector = Some("metadata.name=x".into());
+    res.fields = vec!["/spec".into()];
+    res.drop = vec!["/status".into()];
+    let mut c = Config {
+        resources: vec![res],
+        ..Default::default()
+    };
+    c.cluster.kubeconfig = Some("/k".into());
+    c.cluster.context = Some("ctx".into());
+    let v = serde_json::to_value(&c).unwrap();
+    let mut keys = Vec::new();
+    fn walk(prefix: &str, v: &serde_json::Value, keys: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    walk(&format!("{prefix}.{k}"), x, keys)
+                }
+            }
+            serde_json::Value::Array(a) if a.first().is_some_and(|x| x.is_object()) => {
+                walk(prefix, &a[0], keys)
+            }
+            _ => keys.push(prefix.trim_start_matches('.').to_owned()),
+        }
+    }
+    walk("", &v, &mut keys);
+    keys
+}
+
+#[test]
+fn reference_file_parses_and_documents_every_option() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/kubesink.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    Jail::expect_with(|_| {
+        let c = load(Some(&path)).map_err(|e| e.to_string())?;
+        assert_eq!(
+            c.pipeline,
+            PipelineConfig::default(),
+            "the file shows the defaults"
+        );
+        Ok(())
+    });
+    // Each option appears as `key =` (set or commented out) in the file.
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| l.trim_start_matches(['#', ' ']).to_owned())
+        .collect();
+    for key in all_keys() {
+        let leaf = key.rsplit('.').next().unwrap();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("{leaf} =")) || l.starts_with(&format!("{leaf}="))),
+            "config/kubesink.toml does not document {key}"
+        );
+    }
+}
