@@ -1,0 +1,424 @@
+//! End-to-end informer semantics against the Kubernetes API simulator over real HTTP.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubesink::bridge::Bridge;
+use kubesink::config::{Config, PayloadMode, ResourceConfig};
+use kubesink::sinks::Sink;
+use kubesink_sim::{SimConfig, Workload};
+use support::*;
+
+const LONG: Duration = Duration::from_secs(60);
+
+async fn client(c: &Config) -> kube::Client {
+    kubesink::cluster::client(&c.cluster).await.expect("client")
+}
+
+async fn start(c: &Config, sink: &Arc<CaptureSink>) -> Bridge {
+    let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
+    Bridge::start(c, client(c).await, sinks)
+        .await
+        .expect("bridge starts")
+}
+
+fn synced(b: &Bridge) -> bool {
+    b.informer_stats()
+        .iter()
+        .all(|(_, s)| s.synced.load(Ordering::SeqCst))
+}
+
+fn three_kinds() -> Vec<ResourceConfig> {
+    vec![
+        ResourceConfig::new("v1", "Pod"),
+        ResourceConfig::new("v1", "Node"),
+        ResourceConfig::new(FOOBAR_API, "FooBar"),
+    ]
+}
+
+const KINDS: [(&str, &str); 3] = [("v1", "Pod"), ("v1", "Node"), (FOOBAR_API, "FooBar")];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_list_emits_one_added_per_object_with_cluster_label() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 4,
+            pods: 500,
+            nodes: 200,
+            foobars: 300,
+            seed: 7,
+            ..Default::default()
+        })
+        .unwrap();
+    let cfg = config(&c.kubeconfig, three_kinds());
+    let sink = CaptureSink::new();
+    let bridge = start(&cfg, &sink).await;
+    wait_for("1000 messages", LONG, || sink.len() >= 1000).await;
+    wait_for("initial sync", LONG, || synced(&bridge)).await;
+    bridge.shutdown().await;
+    let msgs = sink.messages();
+    assert_eq!(msgs.len(), 1000);
+    assert!(msgs
+        .iter()
+        .all(|m| m["op"] == "added" && m["initial"] == true && m["finalStateUnknown"] == false));
+    assert!(msgs
+        .iter()
+        .all(|m| m["object"]["metadata"]["labels"]["kubesink.io/cluster"] == "test"));
+    assert!(msgs.iter().all(|m| m["cluster"] == "test"));
+    let count = |k: &str| msgs.iter().filter(|m| m["kind"] == k).count();
+    assert_eq!(
+        (count("Pod"), count("Node"), count("FooBar")),
+        (500, 200, 300)
+    );
+    assert!(msgs
+        .iter()
+        .filter(|m| m["kind"] == "Node")
+        .all(|m| m.get("namespace").is_none()));
+    assert_eq!(fold(&msgs), sim_state(&c.sim, &KINDS));
+    assert_schema_valid(&schema(), &msgs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_is_followed_exactly_and_a_quiet_relist_emits_nothing() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 3,
+            pods: 200,
+            nodes: 20,
+            foobars: 50,
+            seed: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let sink = CaptureSink::new();
+    let bridge = start(&config(&c.kubeconfig, three_kinds()), &sink).await;
+    wait_for("initial sync", LONG, || {
+        synced(&bridge) && sink.len() == 270
+    })
+    .await;
+
+    let stats = c.sim.churn_steps(300, 42).unwrap();
+    let want = sim_state(&c.sim, &KINDS);
+    wait_for("fold equals the simulator after churn", LONG, || {
+        fold(&sink.messages()) == want
+    })
+    .await;
+    let msgs = sink.messages();
+    let ops = |op: &str| {
+        msgs.iter()
+            .filter(|m| m["op"] == op && m["initial"] == false)
+            .count()
+    };
+    assert!(
+        ops("updated") > 0 && ops("deleted") > 0 && ops("added") > 270 - 270,
+        "{stats:?}"
+    );
+    assert_schema_valid(&schema(), &msgs);
+
+    // Force a relist: the next watch answers 410 Gone; nothing changed, so nothing is sent.
+    let before = sink.len();
+    let lists = |b: &Bridge| {
+        b.informer_stats()
+            .iter()
+            .map(|(_, s)| s.lists.load(Ordering::SeqCst))
+            .sum::<u64>()
+    };
+    let lists_before = lists(&bridge);
+    c.sim.faults().fail_next_watches_with_gone(3);
+    c.sim.faults().close_all_watches();
+    wait_for("every informer relisted", LONG, || {
+        lists(&bridge) >= lists_before + 3 && synced(&bridge)
+    })
+    .await;
+    // Give any (wrong) relist output the time a batch needs to show up: linger is 10 ms.
+    wait_for("pipeline idle", LONG, || {
+        bridge
+            .pipeline()
+            .sinks()
+            .iter()
+            .all(|h| h.queue.held() == 0)
+    })
+    .await;
+    assert_eq!(
+        sink.len(),
+        before,
+        "a relist with nothing changed emitted messages"
+    );
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_missed_during_a_410_gap_are_emitted_as_final_state_unknown() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 120,
+            seed: 3,
+            ..Default::default()
+        })
+        .unwrap();
+    let sink = CaptureSink::new();
+    let bridge = start(
+        &config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]),
+        &sink,
+    )
+    .await;
+    wait_for("initial sync", LONG, || {
+        synced(&bridge) && sink.len() == 120
+    })
+    .await;
+    let lists = || bridge.informer_stats()[0].1.lists.load(Ordering::SeqCst);
+
+    // Open a gap: responses are delayed, the watch is cut, and the next watch gets 410 Gone.
+    c.sim.faults().set_delay(Duration::from_millis(1500));
+    c.sim.faults().fail_next_watches_with_gone(1);
+    c.sim.faults().close_all_watches();
+    wait_for("watch closed", LONG, || c.sim.open_watches() == 0).await;
+    let victims: Vec<_> = c.sim.objects("v1", "Pod").into_iter().take(50).collect();
+    for p in &victims {
+        let m = &p["metadata"];
+        c.sim
+            .delete(
+                "v1",
+                "Pod",
+                m["namespace"].as_str(),
+                m["name"].as_str().unwrap(),
+            )
+            .unwrap();
+    }
+    wait_for("relist done", LONG, || lists() == 2 && synced(&bridge)).await;
+    c.sim.faults().set_delay(Duration::ZERO);
+    wait_for("50 deletes", LONG, || sink.len() >= 170).await;
+    bridge.shutdown().await;
+
+    let msgs = sink.messages();
+    let deletes: Vec<_> = msgs.iter().skip(120).collect();
+    assert_eq!(
+        deletes.len(),
+        50,
+        "exactly the 50 missed deletes: {deletes:#?}"
+    );
+    assert!(deletes.iter().all(|m| m["op"] == "deleted"
+        && m["finalStateUnknown"] == true
+        && m.get("object").is_none()));
+    let mut got: Vec<_> = deletes
+        .iter()
+        .map(|m| m["uid"].as_str().unwrap().to_owned())
+        .collect();
+    let mut want: Vec<_> = victims
+        .iter()
+        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_owned())
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(fold(&msgs), sim_state(&c.sim, &[("v1", "Pod")]));
+    assert_schema_valid(&schema(), &msgs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_sink_bounds_pending_changes_and_stops_the_watch_being_read() {
+    let c = cluster(SimConfig {
+        retained_events: 100_000,
+        ..Default::default()
+    })
+    .await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 100,
+            seed: 5,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
+    cfg.pipeline.max_pending = 40;
+    cfg.pipeline.max_batch_events = 10;
+    let sink = CaptureSink::new();
+    let bridge = start(&cfg, &sink).await;
+    wait_for("initial sync", LONG, || {
+        synced(&bridge) && sink.len() == 100
+    })
+    .await;
+    let received = || {
+        bridge.informer_stats()[0]
+            .1
+            .events_received
+            .load(Ordering::SeqCst)
+    };
+    let base = received();
+    let sent_before = c.sim.watch_events_sent();
+
+    sink.blocked.store(true, Ordering::SeqCst);
+    // 3,000 changes (~8 KB each, ~24 MB) while the sink accepts nothing.
+    let churn = c.sim.churn_steps(3000, 9).unwrap();
+    let queue = &bridge.pipeline().sinks()[0].queue;
+    wait_for("queue full", LONG, || queue.held() >= 40).await;
+    // Observe for a while: the informer must not read on.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while tokio::time::Instant::now() < deadline {
+        assert!(
+            queue.held() <= 40,
+            "pending changes exceeded max_pending: {}",
+            queue.held()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let read_while_blocked = received() - base;
+    // Each key can coalesce, so a full queue may have absorbed more events than 40; but the
+    // informer stops once 40 distinct keys wait, far below the 3,000 changes made.
+    assert!(
+        read_while_blocked < 1500,
+        "informer kept reading: {read_while_blocked} events"
+    );
+    let sent = c.sim.watch_events_sent() - sent_before;
+    assert!(
+        sent < 3000,
+        "the simulator wrote every event ({sent}): the watch was read to the end"
+    );
+    assert!(queue.high_water() <= 40);
+
+    sink.unblock();
+    let want = sim_state(&c.sim, &[("v1", "Pod")]);
+    wait_for("fold equals the simulator after unblocking", LONG, || {
+        fold(&sink.messages()) == want
+    })
+    .await;
+    assert!(
+        queue.high_water() <= 40,
+        "high water {}",
+        queue.high_water()
+    );
+    bridge.shutdown().await;
+    eprintln!("churn: {churn:?}; read while blocked: {read_while_blocked}; sim wrote {sent}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_sink_eventually_gets_every_final_state_in_order_per_key() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 100,
+            foobars: 20,
+            seed: 11,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut cfg = config(
+        &c.kubeconfig,
+        vec![
+            ResourceConfig::new("v1", "Pod"),
+            ResourceConfig::new(FOOBAR_API, "FooBar"),
+        ],
+    );
+    cfg.pipeline.coalesce = false;
+    cfg.pipeline.max_batch_events = 25;
+    let sink = CaptureSink::new();
+    sink.fail_next.store(15, Ordering::SeqCst);
+    let bridge = start(&cfg, &sink).await;
+    c.sim.churn_steps(400, 12).unwrap();
+    let kinds = [("v1", "Pod"), (FOOBAR_API, "FooBar")];
+    let want = sim_state(&c.sim, &kinds);
+    wait_for("fold equals the simulator", LONG, || {
+        fold(&sink.messages()) == want
+    })
+    .await;
+    assert_eq!(
+        sink.failures.load(Ordering::SeqCst),
+        15,
+        "the sink really failed"
+    );
+    bridge.shutdown().await;
+    // Per key, resourceVersions only increase (coalescing is off: every change is sent).
+    let mut last: std::collections::HashMap<String, u64> = Default::default();
+    for m in sink.messages() {
+        let key = format!("{}/{}/{}", m["kind"], m["namespace"], m["name"]);
+        let rv: u64 = m["resourceVersion"].as_str().unwrap().parse().unwrap();
+        if let Some(prev) = last.insert(key.clone(), rv) {
+            assert!(
+                rv >= prev,
+                "{key}: resourceVersion went back from {prev} to {rv}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_mode_asks_for_partial_object_metadata_and_sends_no_spec() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 1,
+            pods: 30,
+            seed: 2,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut res = ResourceConfig::new("v1", "Pod");
+    res.payload = PayloadMode::Metadata;
+    let sink = CaptureSink::new();
+    let bridge = start(&config(&c.kubeconfig, vec![res]), &sink).await;
+    wait_for("initial sync", LONG, || synced(&bridge) && sink.len() == 30).await;
+    bridge.shutdown().await;
+    let reqs = c.sim.requests();
+    let pod_reqs: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.path_and_query.starts_with("/api/v1/pods"))
+        .collect();
+    assert!(!pod_reqs.is_empty());
+    for r in &pod_reqs {
+        let accept = r.accept.as_deref().unwrap_or("");
+        assert!(
+            accept.contains("as=PartialObjectMetadata") && accept.contains("g=meta.k8s.io"),
+            "{r:?}"
+        );
+    }
+    let msgs = sink.messages();
+    for m in &msgs {
+        let obj = m["object"].as_object().unwrap();
+        assert_eq!(
+            obj.keys().collect::<Vec<_>>(),
+            ["apiVersion", "kind", "metadata"]
+        );
+        assert_eq!(m["object"]["kind"], "Pod");
+        assert!(m["object"]["metadata"]["managedFields"].is_null());
+    }
+    assert_schema_valid(&schema(), &msgs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_false_sends_adds_and_deletes_only() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 1,
+            pods: 50,
+            seed: 4,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut res = ResourceConfig::new("v1", "Pod");
+    res.updates = false;
+    let sink = CaptureSink::new();
+    let bridge = start(&config(&c.kubeconfig, vec![res]), &sink).await;
+    wait_for("initial sync", LONG, || synced(&bridge) && sink.len() == 50).await;
+    c.sim.churn_steps(200, 5).unwrap();
+    let want: std::collections::BTreeSet<_> =
+        sim_state(&c.sim, &[("v1", "Pod")]).into_keys().collect();
+    wait_for("same keys as the simulator", LONG, || {
+        fold(&sink.messages())
+            .into_keys()
+            .collect::<std::collections::BTreeSet<_>>()
+            == want
+    })
+    .await;
+    bridge.shutdown().await;
+    assert!(sink.messages().iter().all(|m| m["op"] != "updated"));
+}

@@ -1,0 +1,213 @@
+//! Shared helpers of the end-to-end tests: a started simulator with a kubeconfig, a
+//! capturing sink with fault switches, condition waits with timeouts, the message schema.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kubesink::config::{ClusterConfig, Config, PipelineConfig, ResourceConfig};
+use kubesink::sinks::{Message, Sink, SinkError};
+use kubesink_sim::{SimConfig, Simulator};
+use serde_json::Value;
+
+/// The custom kind the simulator's workload generates.
+pub const FOOBAR_API: &str = "k8s-openapi-tests-custom-resource-definition.com/v1";
+
+/// A started simulator and the kubeconfig that points at it.
+pub struct Cluster {
+    pub sim: Simulator,
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.sim.shutdown();
+    }
+}
+
+pub async fn cluster(config: SimConfig) -> Cluster {
+    let sim = Simulator::new(config);
+    sim.start(([127, 0, 0, 1], 0).into())
+        .await
+        .expect("start simulator");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).expect("write kubeconfig");
+    Cluster {
+        sim,
+        kubeconfig,
+        _dir: dir,
+    }
+}
+
+/// A configuration for tests: cluster `test`, short linger, quick retries.
+pub fn config(kubeconfig: &std::path::Path, resources: Vec<ResourceConfig>) -> Config {
+    use kubesink::config::HumanDuration;
+    Config {
+        cluster: ClusterConfig {
+            name: "test".into(),
+            kubeconfig: Some(kubeconfig.to_path_buf()),
+            ..Default::default()
+        },
+        pipeline: PipelineConfig {
+            linger: HumanDuration(Duration::from_millis(10)),
+            retry_initial_backoff: HumanDuration(Duration::from_millis(20)),
+            retry_max_backoff: HumanDuration(Duration::from_millis(200)),
+            ..Default::default()
+        },
+        resources,
+        sinks: vec![],
+    }
+}
+
+/// A sink that keeps every confirmed message, with switches to block it or make it fail.
+#[derive(Default)]
+pub struct CaptureSink {
+    messages: Mutex<Vec<Value>>,
+    /// While true, `send` waits (a sink that blocks).
+    pub blocked: AtomicBool,
+    /// While > 0, `send` fails (and decrements it).
+    pub fail_next: AtomicUsize,
+    pub failures: AtomicUsize,
+    pub unblocked: tokio::sync::Notify,
+}
+
+impl CaptureSink {
+    pub fn new() -> Arc<Self> {
+        Arc::new(CaptureSink::default())
+    }
+    pub fn messages(&self) -> Vec<Value> {
+        self.messages.lock().unwrap().clone()
+    }
+    pub fn len(&self) -> usize {
+        self.messages.lock().unwrap().len()
+    }
+    pub fn unblock(&self) {
+        self.blocked.store(false, Ordering::SeqCst);
+        self.unblocked.notify_waiters();
+    }
+}
+
+#[async_trait]
+impl Sink for CaptureSink {
+    fn name(&self) -> &str {
+        "capture"
+    }
+    async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+        loop {
+            let n = self.unblocked.notified();
+            if !self.blocked.load(Ordering::SeqCst) {
+                break;
+            }
+            n.await;
+        }
+        if self
+            .fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            self.failures.fetch_add(1, Ordering::SeqCst);
+            return Err(SinkError::transient("capture", "injected failure"));
+        }
+        let mut out = self.messages.lock().unwrap();
+        for m in batch {
+            out.push(serde_json::from_slice(&m.payload).expect("payload is JSON"));
+        }
+        Ok(())
+    }
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    async fn close(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
+pub async fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !cond() {
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The topology message v1 schema validator.
+pub fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/topology-message-v1.schema.json"
+    ))
+    .expect("schema file");
+    let schema: Value = serde_json::from_str(&text).expect("schema is JSON");
+    jsonschema::validator_for(&schema).expect("schema compiles")
+}
+
+pub fn assert_schema_valid(validator: &jsonschema::Validator, msgs: &[Value]) {
+    for m in msgs {
+        if let Err(e) = validator.validate(m) {
+            panic!("message does not match the schema: {e}\n{m:#}");
+        }
+    }
+}
+
+/// Object identity as tests compare it: (kind, namespace, name) → resourceVersion.
+pub type Fold = BTreeMap<(String, String, String), String>;
+
+/// Folds messages by key in order: added/updated set, deleted removes.
+pub fn fold(msgs: &[Value]) -> Fold {
+    let mut state = Fold::new();
+    for m in msgs {
+        let key = (
+            m["kind"].as_str().unwrap_or_default().to_owned(),
+            m["namespace"].as_str().unwrap_or_default().to_owned(),
+            m["name"].as_str().unwrap_or_default().to_owned(),
+        );
+        match m["op"].as_str() {
+            Some("deleted") => {
+                state.remove(&key);
+            }
+            _ => {
+                state.insert(
+                    key,
+                    m["resourceVersion"].as_str().unwrap_or_default().to_owned(),
+                );
+            }
+        }
+    }
+    state
+}
+
+/// The simulator's current objects of the given (apiVersion, kind)s, folded the same way.
+pub fn sim_state(sim: &Simulator, kinds: &[(&str, &str)]) -> Fold {
+    let mut state = Fold::new();
+    for (api, kind) in kinds {
+        for o in sim.objects(api, kind) {
+            state.insert(
+                (
+                    kind.to_string(),
+                    o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    o["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                ),
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+    }
+    state
+}
