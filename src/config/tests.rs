@@ -1,6 +1,8 @@
 //! Configuration tests: layering, error reporting with key and source, and the reference
 //! file `config/kubesink.toml` kept in step with the structs.
 
+#![allow(clippy::result_large_err)] // figment::Jail fixes the closure type
+
 use std::path::Path;
 
 use figment::Jail;

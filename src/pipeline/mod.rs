@@ -175,21 +175,16 @@ async fn run_worker(
     stats: Arc<SinkStats>,
     retry: RetryPolicy,
 ) {
-    while let Some(mut batch) = queue.next_batch().await {
-        deliver(&*sink, &mut batch.messages, &stats, &retry).await;
+    while let Some(batch) = queue.next_batch().await {
+        deliver(&*sink, &batch.messages, &stats, &retry).await;
         queue.complete(batch);
     }
 }
 
 /// Sends `batch` until the sink confirms all of it. Never returns early: at-least-once.
-async fn deliver(
-    sink: &dyn Sink,
-    batch: &mut Vec<Message>,
-    stats: &SinkStats,
-    retry: &RetryPolicy,
-) {
+async fn deliver(sink: &dyn Sink, batch: &[Message], stats: &SinkStats, retry: &RetryPolicy) {
     let total = batch.len() as u64;
-    let mut todo: Vec<Message> = batch.clone();
+    let mut todo: Vec<Message> = batch.to_vec();
     let mut levels: Vec<Option<TruncateLevel>> = vec![None; todo.len()];
     if let Some(limit) = sink.max_message_bytes() {
         for i in 0..todo.len() {

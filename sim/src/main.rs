@@ -1,0 +1,106 @@
+//! The `kubesink-sim` binary: starts a simulator, optionally populated with a workload and
+//! churn, writes a kubeconfig, and serves until Ctrl-C. Faults are driven over `/_sim/…`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use kubesink_sim::{Churn, SimConfig, Simulator, Workload};
+
+/// A Kubernetes API server simulator for kubesink's tests, benchmarks and demo.
+#[derive(Debug, Parser)]
+#[command(name = "kubesink-sim", version)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Where to write a kubeconfig pointing at the simulator.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Pods to generate.
+    #[arg(long, default_value_t = 0)]
+    pods: usize,
+    /// Deployments to generate (each with one ReplicaSet).
+    #[arg(long, default_value_t = 0)]
+    deployments: usize,
+    /// Nodes to generate.
+    #[arg(long, default_value_t = 0)]
+    nodes: usize,
+    /// Services to generate.
+    #[arg(long, default_value_t = 0)]
+    services: usize,
+    /// ConfigMaps to generate.
+    #[arg(long, default_value_t = 0)]
+    configmaps: usize,
+    /// FooBar custom objects to generate (registers the FooBar CRD).
+    #[arg(long, default_value_t = 0)]
+    foobars: usize,
+    /// Namespaces to spread objects over.
+    #[arg(long, default_value_t = 1)]
+    namespaces: usize,
+    /// Churn rate in changes per second (0 = none).
+    #[arg(long, default_value_t = 0.0)]
+    churn: f64,
+    /// Seed for generated names and churn.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Interval between watch bookmarks (e.g. "1s", "500ms").
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    bookmark_interval: Duration,
+    /// Change events retained for watch resumption and consistent lists.
+    #[arg(long, default_value_t = 10_000)]
+    retained_events: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let sim = Simulator::new(SimConfig {
+        bookmark_interval: args.bookmark_interval,
+        retained_events: args.retained_events,
+    });
+    let workload = Workload {
+        namespaces: args.namespaces,
+        pods: args.pods,
+        deployments: args.deployments,
+        nodes: args.nodes,
+        services: args.services,
+        configmaps: args.configmaps,
+        foobars: args.foobars,
+        seed: args.seed,
+    };
+    sim.populate(&workload).context("populating the workload")?;
+    let addr = sim
+        .start(args.listen)
+        .await
+        .context("binding the listen address")?;
+    println!(
+        "kubesink-sim serving http://{addr} (resourceVersion {})",
+        sim.resource_version()
+    );
+    if let Some(path) = &args.kubeconfig {
+        sim.write_kubeconfig(path)
+            .with_context(|| format!("writing kubeconfig {}", path.display()))?;
+        println!("kubeconfig written to {}", path.display());
+    }
+    let _churn = (args.churn > 0.0).then(|| {
+        sim.spawn_churn(Churn {
+            rate_per_sec: args.churn,
+            seed: args.seed,
+        })
+    });
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    tracing::info!("shutting down");
+    sim.shutdown();
+    Ok(())
+}
