@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: set-up, formatting, lints, every test.
+# This is the README's test command, and what CI (.ci/run) runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Set-up. Rust (cargo, rustfmt, clippy) comes with the machine; add the components if a
+# minimal toolchain lacks them.
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+fi
+# kubectl is the real client the simulator is tested with (sim/tests/kubectl.rs).
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "note: kubectl not found; install it to run the kubectl conformance test (it is skipped otherwise)" >&2
+fi
+# The shared API-server recordings the conformance tests replay.
+if [ ! -d ../shared/fixtures/k8s-replays/v1-36 ]; then
+  echo "error: ../shared/fixtures/k8s-replays/v1-36 is missing (the recordings live beside the checkout)" >&2
+  exit 1
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace
