@@ -41,7 +41,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use payload::{fingerprint, Shaper};
-pub use store::{Entry as StoreEntry, LightStore, Observed, StoredRv, StoredUid, Vanished};
+pub use store::{Entry as StoreEntry, LightStore, Observed, Vanished};
 
 use crate::config::{PayloadMode, ResourceConfig};
 use crate::message::{encode, now_rfc3339, Change, KindInfo};

@@ -14,84 +14,52 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use hashbrown::{DefaultHashBuilder, HashTable};
 use uuid::Uuid;
 
-/// The compact resourceVersion: decimal versions fit a `u64`; anything else is kept as text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoredRv {
-    /// A decimal resourceVersion.
-    Num(u64),
-    /// An opaque, non-decimal resourceVersion.
-    Text(Box<str>),
+/// Flag in [`Entry::epoch_flags`]: the uid is not a canonical UUID; its text is in the
+/// overflow map.
+const UID_TEXT: u32 = 1 << 31;
+/// Flag in [`Entry::epoch_flags`]: the resourceVersion is not decimal; its text is in the
+/// overflow map.
+const RV_TEXT: u32 = 1 << 30;
+/// The list epoch occupies the low 30 bits and wraps.
+const EPOCH_MASK: u32 = RV_TEXT - 1;
+
+/// A canonical lowercase UUID (what the API server issues) as 16 bytes.
+fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
+    Uuid::try_parse(uid)
+        .ok()
+        .filter(|u| u.hyphenated().to_string() == uid)
+        .map(|u| *u.as_bytes())
 }
 
-impl StoredRv {
-    /// Parses a resourceVersion string.
-    pub fn parse(rv: &str) -> Self {
-        match rv.parse::<u64>() {
-            Ok(n) if n.to_string() == rv => StoredRv::Num(n),
-            _ => StoredRv::Text(rv.into()),
-        }
-    }
-
-    /// The resourceVersion as the server wrote it.
-    pub fn render(&self) -> String {
-        match self {
-            StoredRv::Num(n) => n.to_string(),
-            StoredRv::Text(t) => t.to_string(),
-        }
-    }
+/// A decimal resourceVersion (what etcd-backed servers issue) that renders back identically.
+fn decimal_rv(rv: &str) -> Option<u64> {
+    rv.parse::<u64>().ok().filter(|n| n.to_string() == rv)
 }
 
-/// The compact uid: a canonical lowercase UUID in 16 bytes, anything else as text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoredUid {
-    /// A UUID (what the API server issues).
-    Uuid([u8; 16]),
-    /// A uid that is not a canonical UUID string.
-    Text(Box<str>),
-}
-
-impl StoredUid {
-    /// Parses a uid string.
-    pub fn parse(uid: &str) -> Self {
-        match Uuid::try_parse(uid) {
-            Ok(u) if u.hyphenated().to_string() == uid => StoredUid::Uuid(*u.as_bytes()),
-            _ => StoredUid::Text(uid.into()),
-        }
-    }
-
-    /// Whether this is the same uid as `uid`.
-    pub fn matches(&self, uid: &str) -> bool {
-        match self {
-            StoredUid::Uuid(b) => Uuid::try_parse(uid).is_ok_and(|u| u.as_bytes() == b),
-            StoredUid::Text(t) => &**t == uid,
-        }
-    }
-
-    /// The uid as the server wrote it.
-    pub fn render(&self) -> String {
-        match self {
-            StoredUid::Uuid(b) => Uuid::from_bytes(*b).hyphenated().to_string(),
-            StoredUid::Text(t) => t.to_string(),
-        }
-    }
-}
-
-/// What the store keeps per object.
+/// What the store keeps per object: 56 bytes plus the name's heap allocation.
 #[derive(Debug)]
 pub struct Entry {
     /// Object name.
     pub name: Box<str>,
-    /// Object uid.
-    pub uid: StoredUid,
-    /// Last seen resourceVersion.
-    pub rv: StoredRv,
+    /// uid as UUID bytes (all zero when the uid is kept as text in the overflow map).
+    uid: [u8; 16],
+    /// resourceVersion as a number (0 when kept as text in the overflow map).
+    rv: u64,
     /// Fingerprint of the last emitted-or-suppressed payload (XXH3-64, without
     /// `metadata.resourceVersion`).
     pub fingerprint: u64,
     /// Interned namespace id (0 = cluster scope).
     pub ns: u32,
-    /// List epoch in which the object was last seen (see [`LightStore::begin_list`]).
-    pub epoch: u32,
+    /// List epoch in which the object was last seen (low 30 bits) and the text flags.
+    epoch_flags: u32,
+}
+
+/// uid and resourceVersion texts that do not fit the compact form (rare: only non-UUID uids
+/// and non-decimal resourceVersions, which real API servers do not issue).
+#[derive(Debug, Default)]
+struct Overflow {
+    uid: Option<Box<str>>,
+    rv: Option<Box<str>>,
 }
 
 /// The result of [`LightStore::observe`].
@@ -133,6 +101,7 @@ pub struct LightStore {
     hasher: DefaultHashBuilder,
     namespaces: Vec<Box<str>>,
     ns_ids: hashbrown::HashMap<Box<str>, u32>,
+    overflow: hashbrown::HashMap<(u32, Box<str>), Overflow>,
     epoch: u32,
 }
 
@@ -197,45 +166,73 @@ impl LightStore {
         fingerprint: u64,
     ) -> Observed {
         let ns = self.ns_id(ns);
-        let epoch = self.epoch;
+        let epoch = self.epoch & EPOCH_MASK;
         let hash = Self::hash(&self.hasher, ns, name);
         let hasher = &self.hasher;
-        match self.table.entry(
+        let (uid_bytes, rv_num) = (uuid_bytes(uid), decimal_rv(rv));
+        let mut flags = 0;
+        if uid_bytes.is_none() {
+            flags |= UID_TEXT;
+        }
+        if rv_num.is_none() {
+            flags |= RV_TEXT;
+        }
+        let slot = self.table.entry(
             hash,
             |e| e.ns == ns && &*e.name == name,
             |e| Self::hash(hasher, e.ns, &e.name),
-        ) {
+        );
+        let (result, old_flags) = match slot {
             hashbrown::hash_table::Entry::Occupied(mut o) => {
                 let e = o.get_mut();
-                e.epoch = epoch;
-                let result = if !e.uid.matches(uid) {
-                    let old = Observed::Replaced {
-                        old_uid: e.uid.render(),
-                        old_rv: e.rv.render(),
-                    };
-                    e.uid = StoredUid::parse(uid);
-                    old
+                let old_flags = e.epoch_flags & !EPOCH_MASK;
+                let same_uid = match uid_bytes {
+                    Some(b) => old_flags & UID_TEXT == 0 && e.uid == b,
+                    None => {
+                        old_flags & UID_TEXT != 0
+                            && self
+                                .overflow
+                                .get(&(ns, Box::<str>::from(name)))
+                                .and_then(|o| o.uid.as_deref())
+                                == Some(uid)
+                    }
+                };
+                let result = if !same_uid {
+                    Observed::Replaced {
+                        old_uid: render_uid(e, &self.overflow),
+                        old_rv: render_rv(e, &self.overflow),
+                    }
                 } else if e.fingerprint == fingerprint {
                     Observed::Unchanged
                 } else {
                     Observed::Changed
                 };
+                e.uid = uid_bytes.unwrap_or_default();
+                e.rv = rv_num.unwrap_or_default();
                 e.fingerprint = fingerprint;
-                e.rv = StoredRv::parse(rv);
-                result
+                e.epoch_flags = epoch | flags;
+                (result, old_flags)
             }
             hashbrown::hash_table::Entry::Vacant(v) => {
                 v.insert(Entry {
                     name: name.into(),
-                    uid: StoredUid::parse(uid),
-                    rv: StoredRv::parse(rv),
+                    uid: uid_bytes.unwrap_or_default(),
+                    rv: rv_num.unwrap_or_default(),
                     fingerprint,
                     ns,
-                    epoch,
+                    epoch_flags: epoch | flags,
                 });
-                Observed::New
+                (Observed::New, 0)
             }
+        };
+        if flags != 0 {
+            let o = self.overflow.entry((ns, name.into())).or_default();
+            o.uid = uid_bytes.is_none().then(|| uid.into());
+            o.rv = rv_num.is_none().then(|| rv.into());
+        } else if old_flags != 0 {
+            self.overflow.remove(&(ns, Box::<str>::from(name)));
         }
+        result
     }
 
     /// Forgets an object after a watch DELETED; returns whether it was known.
@@ -253,7 +250,10 @@ impl LightStore {
             .find_entry(hash, |e| e.ns == ns_id && &*e.name == name)
         {
             Ok(o) => {
-                o.remove();
+                let (e, _) = o.remove();
+                if e.epoch_flags & !EPOCH_MASK != 0 {
+                    self.overflow.remove(&(ns_id, e.name));
+                }
                 true
             }
             Err(_) => false,
@@ -264,11 +264,12 @@ impl LightStore {
     /// [`LightStore::begin_list`] (deleted while the watch was down: the deletes a Clutch-style
     /// informer loses).
     pub fn end_list(&mut self) -> Vec<Vanished> {
-        let epoch = self.epoch;
+        let epoch = self.epoch & EPOCH_MASK;
         let mut gone = Vec::new();
         let namespaces = &self.namespaces;
+        let overflow = &mut self.overflow;
         self.table.retain(|e| {
-            if e.epoch == epoch {
+            if e.epoch_flags & EPOCH_MASK == epoch {
                 return true;
             }
             gone.push(Vanished {
@@ -277,9 +278,12 @@ impl LightStore {
                     id => namespaces.get(id as usize).map(|s| s.to_string()),
                 },
                 name: e.name.to_string(),
-                uid: e.uid.render(),
-                rv: e.rv.render(),
+                uid: render_uid(e, overflow),
+                rv: render_rv(e, overflow),
             });
+            if e.epoch_flags & !EPOCH_MASK != 0 {
+                overflow.remove(&(e.ns, e.name.clone()));
+            }
             false
         });
         gone.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -297,27 +301,45 @@ impl LightStore {
         v
     }
 
-    /// Approximate heap bytes held: table slots plus names and interned namespaces.
+    /// Approximate heap bytes held: table slots, names, interned namespaces, overflow texts.
     pub fn heap_bytes(&self) -> usize {
         let slots = self.table.capacity() * (std::mem::size_of::<Entry>() + 1);
-        let names: usize = self
-            .table
+        let names: usize = self.table.iter().map(|e| e.name.len()).sum();
+        let ns: usize = self.namespaces.iter().map(|n| n.len() * 2 + 40).sum();
+        let overflow: usize = self
+            .overflow
             .iter()
-            .map(|e| {
-                e.name.len()
-                    + match &e.uid {
-                        StoredUid::Text(t) => t.len(),
-                        StoredUid::Uuid(_) => 0,
-                    }
-                    + match &e.rv {
-                        StoredRv::Text(t) => t.len(),
-                        StoredRv::Num(_) => 0,
-                    }
+            .map(|((_, n), o)| {
+                n.len()
+                    + o.uid.as_ref().map_or(0, |u| u.len())
+                    + o.rv.as_ref().map_or(0, |r| r.len())
+                    + 64
             })
             .sum();
-        let ns: usize = self.namespaces.iter().map(|n| n.len() * 2 + 40).sum();
-        slots + names + ns
+        slots + names + ns + overflow
     }
+}
+
+fn render_uid(e: &Entry, overflow: &hashbrown::HashMap<(u32, Box<str>), Overflow>) -> String {
+    if e.epoch_flags & UID_TEXT == 0 {
+        return Uuid::from_bytes(e.uid).hyphenated().to_string();
+    }
+    overflow
+        .get(&(e.ns, e.name.clone()))
+        .and_then(|o| o.uid.as_deref())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn render_rv(e: &Entry, overflow: &hashbrown::HashMap<(u32, Box<str>), Overflow>) -> String {
+    if e.epoch_flags & RV_TEXT == 0 {
+        return e.rv.to_string();
+    }
+    overflow
+        .get(&(e.ns, e.name.clone()))
+        .and_then(|o| o.rv.as_deref())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[cfg(test)]
@@ -394,6 +416,34 @@ mod tests {
             (gone[1].uid.as_str(), gone[1].rv.as_str()),
             (U1.to_uppercase().as_str(), "007")
         );
+    }
+
+    #[test]
+    fn text_uids_and_versions_are_compared_and_reported_exactly() {
+        let mut s = LightStore::new();
+        assert_eq!(s.observe(None, "a", "x1", "r1", 1), Observed::New);
+        assert_eq!(s.observe(None, "a", "x1", "r2", 1), Observed::Unchanged);
+        assert_eq!(
+            s.observe(None, "a", "x2", "r3", 1),
+            Observed::Replaced {
+                old_uid: "x1".into(),
+                old_rv: "r2".into()
+            }
+        );
+        assert_eq!(
+            s.observe(None, "a", U1, "4", 1),
+            Observed::Replaced {
+                old_uid: "x2".into(),
+                old_rv: "r3".into()
+            }
+        );
+        assert!(
+            s.overflow.is_empty(),
+            "compact again once the texts are gone"
+        );
+        s.observe(None, "b", "x3", "r5", 1);
+        assert!(s.remove(None, "b"));
+        assert!(s.overflow.is_empty());
     }
 
     #[test]
