@@ -14,6 +14,12 @@ pub enum SinkConfig {
     /// `type = "stdout"`: JSON Lines on standard output.
     #[cfg(feature = "stdout")]
     Stdout(crate::stdout::StdoutConfig),
+    /// `type = "nats"`: NATS core or JetStream.
+    #[cfg(feature = "nats")]
+    Nats(crate::nats::NatsConfig),
+    /// `type = "kafka"`: Kafka through librdkafka.
+    #[cfg(feature = "kafka")]
+    Kafka(crate::kafka::KafkaConfig),
 }
 
 /// Why a sink could not be built from its configuration.
@@ -39,15 +45,23 @@ impl SinkConfig {
         match self {
             #[cfg(feature = "stdout")]
             SinkConfig::Stdout(c) => &c.name,
+            #[cfg(feature = "nats")]
+            SinkConfig::Nats(c) => &c.name,
+            #[cfg(feature = "kafka")]
+            SinkConfig::Kafka(c) => &c.name,
         }
     }
 
     /// Checks settings that serde cannot (returns every problem found). `index` is the
     /// entry's position in `sinks`, used in messages.
-    pub fn validate(&self, _index: usize) -> Vec<SinkConfigError> {
+    pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
         match self {
             #[cfg(feature = "stdout")]
             SinkConfig::Stdout(_) => Vec::new(),
+            #[cfg(feature = "nats")]
+            SinkConfig::Nats(c) => c.validate(index),
+            #[cfg(feature = "kafka")]
+            SinkConfig::Kafka(c) => c.validate(index),
         }
     }
 
@@ -55,10 +69,14 @@ impl SinkConfig {
     ///
     /// # Errors
     /// A [`SinkConfigError`] naming the entry and key when the settings cannot work.
-    pub async fn build(&self, _index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
+    pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
         match self {
             #[cfg(feature = "stdout")]
             SinkConfig::Stdout(c) => Ok(Arc::new(c.build())),
+            #[cfg(feature = "nats")]
+            SinkConfig::Nats(c) => c.build(index).await,
+            #[cfg(feature = "kafka")]
+            SinkConfig::Kafka(c) => c.build(index).await,
         }
     }
 }

@@ -13,7 +13,11 @@
 //! the I/O with its error classification.
 
 mod config;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 mod message;
+#[cfg(feature = "nats")]
+pub mod nats;
 mod secret;
 mod sink;
 #[cfg(feature = "stdout")]
