@@ -1,4 +1,4 @@
-//! Conformance with real API-server recordings (Kubernetes 1.36, `../shared/fixtures`):
+//! Conformance with real API-server recordings (Kubernetes 1.36, vendored in `tests/fixtures/k8s-replays`):
 //! every recorded list item and watch event decodes and is emitted faithfully, both from the
 //! raw recorded bytes and after being served again by the simulator over HTTP.
 
@@ -21,7 +21,7 @@ use support::*;
 
 fn fixture(name: &str) -> Vec<Value> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/k8s-replays/v1-36")
+        .join("tests/fixtures/k8s-replays/v1-36")
         .join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()

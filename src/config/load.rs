@@ -8,6 +8,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use super::{ClusterConfig, Config, PayloadMode, PipelineConfig, ResourceConfig, SinkConfig};
 
@@ -123,8 +124,8 @@ impl Loader {
         }
         let cluster = self.section::<ClusterConfig>("cluster");
         let pipeline = self.section::<PipelineConfig>("pipeline");
-        let resources = self.section::<Vec<ResourceConfig>>("resources");
-        let sinks = self.section::<Vec<SinkConfig>>("sinks");
+        let resources = self.list::<ResourceConfig>("resources");
+        let sinks = self.list::<SinkConfig>("sinks");
         let (Some(cluster), Some(pipeline), Some(resources), Some(sinks)) =
             (cluster, pipeline, resources, sinks)
         else {
@@ -144,13 +145,66 @@ impl Loader {
         }
     }
 
-    fn section<T: DeserializeOwned>(&mut self, key: &str) -> Option<T> {
-        match self.figment.extract_inner::<T>(key) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                self.push_figment(e, Some(key));
-                None
+    /// Extracts a table section. serde stops at a section's first bad key, so on error every
+    /// key is probed alone (over the defaults) to report all of its problems.
+    fn section<T: DeserializeOwned + Serialize + Default>(&mut self, key: &str) -> Option<T> {
+        let first = match self.figment.extract_inner::<T>(key) {
+            Ok(v) => return Some(v),
+            Err(e) => e,
+        };
+        let before = self.errors.len();
+        if let Ok(Value::Dict(_, dict)) = self.figment.find_value(key) {
+            for (k, v) in dict {
+                let probe = Figment::from(Serialized::defaults(T::default()))
+                    .merge(Serialized::default(&k, v));
+                if let Err(e) = probe.extract::<T>() {
+                    let md = self.figment.find_metadata(&format!("{key}.{k}")).cloned();
+                    self.push_probe(e, &[key.to_owned()], md.as_ref());
+                }
             }
+        }
+        if self.errors.len() == before {
+            self.push_figment(first, Some(key));
+        }
+        None
+    }
+
+    /// Extracts an array-of-tables section, reporting the problems of every element.
+    fn list<T: DeserializeOwned>(&mut self, key: &str) -> Option<Vec<T>> {
+        let first = match self.figment.extract_inner::<Vec<T>>(key) {
+            Ok(v) => return Some(v),
+            Err(e) => e,
+        };
+        let before = self.errors.len();
+        if let Ok(Value::Array(_, items)) = self.figment.find_value(key) {
+            let md = self.figment.find_metadata(key).cloned();
+            for (i, item) in items.iter().enumerate() {
+                if let Err(e) = item.deserialize::<T>() {
+                    self.push_probe(e, &[key.to_owned(), i.to_string()], md.as_ref());
+                }
+            }
+        }
+        if self.errors.len() == before {
+            self.push_figment(first, Some(key));
+        }
+        None
+    }
+
+    /// Records the errors of a probe extraction under `prefix`, with the real value's source.
+    fn push_probe(&mut self, errors: figment::Error, prefix: &[String], md: Option<&Metadata>) {
+        for e in errors {
+            let mut path: Vec<String> = prefix.to_vec();
+            path.extend(e.path.iter().cloned());
+            if let figment::error::Kind::UnknownField(field, _) = &e.kind {
+                if path.last() != Some(field) {
+                    path.push(field.clone());
+                }
+            }
+            self.errors.push(ConfigError {
+                key: path.join("."),
+                message: describe_kind(&e.kind),
+                source: describe_source(md, &path, self.file.as_deref()),
+            });
         }
     }
 
@@ -342,6 +396,20 @@ impl Loader {
     }
 }
 
+/// The error without figment's own location suffix.
+fn describe_kind(kind: &figment::error::Kind) -> String {
+    match kind {
+        figment::error::Kind::UnknownField(field, expected) => {
+            format!(
+                "unknown key {field:?} (expected one of: {})",
+                expected.join(", ")
+            )
+        }
+        figment::error::Kind::Message(m) => m.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// Describes where the value at `path` came from: `file PATH`, `env KUBESINK_A__B`, `default`.
 fn describe_source(md: Option<&Metadata>, path: &[String], file: Option<&Path>) -> String {
     let Some(md) = md else {
@@ -352,6 +420,7 @@ fn describe_source(md: Option<&Metadata>, path: &[String], file: Option<&Path>) 
     };
     match &md.source {
         Some(Source::File(p)) => format!("file {}", p.display()),
+        Some(Source::Code(_)) => "default: not set in the file or the environment".to_owned(),
         Some(other) => other.to_string(),
         None if md.name.contains("environment") => {
             format!("env {ENV_PREFIX}{}", path.join("__").to_ascii_uppercase())

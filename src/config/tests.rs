@@ -80,6 +80,45 @@ fn bad_values_in_file_name_key_and_file() {
 }
 
 #[test]
+fn several_bad_keys_in_one_section_and_env_are_all_reported() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "two.toml",
+            "[cluster]\nname = \"p\"\nlabl = \"x\"\n[pipeline]\nlingr = \"1s\"\nmax_batch_bytes = \"huge\"\n[[resources]]\napi_version = \"v1\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"everything\"\n",
+        )?;
+        jail.set_env("KUBESINK_PIPELINE__LINGER", "5 parsecs");
+        jail.set_env("KUBESINK_PIPELINE__MAX_PENDING", "many");
+        let all = errors_of(Some(Path::new("two.toml"))).join("\n");
+        for want in [
+            "cluster.labl: unknown key",
+            "pipeline.lingr: unknown key",
+            "pipeline.max_batch_bytes: invalid size \"huge\"",
+            "pipeline.linger: invalid duration \"5 parsecs\"",
+            "(from env KUBESINK_PIPELINE__LINGER)",
+            "pipeline.max_pending: ",
+            "(from env KUBESINK_PIPELINE__MAX_PENDING)",
+            "resources.0: missing field `kind`",
+            "resources.1.payload: unknown variant: found `everything`",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn a_missing_cluster_name_says_it_is_not_set() {
+    Jail::expect_with(|_| {
+        let all = errors_of(None).join("\n");
+        assert!(
+            all.contains("cluster.name: required") && all.contains("(from default: not set"),
+            "{all}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
 fn every_problem_is_reported_at_once() {
     Jail::expect_with(|jail| {
         jail.create_file(

@@ -191,10 +191,10 @@ pub fn item_names(list: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A fixture recording from `shared/fixtures/k8s-replays/v1-36`, parsed.
+/// A fixture recording from `tests/fixtures/k8s-replays/v1-36` (vendored API-server recordings), parsed.
 pub fn fixture(name: &str) -> Value {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/k8s-replays/v1-36");
+        .join("../tests/fixtures/k8s-replays/v1-36");
     let path = dir.join(name);
     serde_json::from_str(
         &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
