@@ -422,3 +422,57 @@ async fn updates_false_sends_adds_and_deletes_only() {
     bridge.shutdown().await;
     assert!(sink.messages().iter().all(|m| m["op"] != "updated"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sinks_keep_separate_queues_and_a_dead_one_bounds_both() {
+    let c = cluster(SimConfig {
+        retained_events: 100_000,
+        ..Default::default()
+    })
+    .await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 60,
+            seed: 21,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
+    cfg.pipeline.max_pending = 30;
+    cfg.pipeline.max_batch_events = 10;
+    let (healthy, dead) = (CaptureSink::new(), CaptureSink::new());
+    dead.blocked.store(true, Ordering::SeqCst);
+    let sinks: Vec<Arc<dyn Sink>> = vec![healthy.clone(), dead.clone()];
+    let bridge = Bridge::start(&cfg, client(&cfg).await, sinks)
+        .await
+        .unwrap();
+    let queues: Vec<_> = bridge
+        .pipeline()
+        .sinks()
+        .iter()
+        .map(|h| h.queue.clone())
+        .collect();
+    // The healthy sink gets what fits in the dead sink's queue (the informer waits for room
+    // in every queue), then both stall with bounded queues.
+    wait_for("dead sink's queue full", LONG, || queues[1].held() >= 30).await;
+    wait_for("healthy sink caught up with what was queued", LONG, || {
+        healthy.len() >= 30
+    })
+    .await;
+    c.sim.churn_steps(500, 22).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while tokio::time::Instant::now() < deadline {
+        assert!(queues.iter().all(|q| q.held() <= 30));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(dead.len(), 0);
+    dead.unblock();
+    let want = sim_state(&c.sim, &[("v1", "Pod")]);
+    wait_for("both sinks hold the simulator's state", LONG, || {
+        fold(&healthy.messages()) == want && fold(&dead.messages()) == want
+    })
+    .await;
+    assert!(queues.iter().all(|q| q.high_water() <= 30));
+    bridge.shutdown().await;
+}
