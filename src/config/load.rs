@@ -225,16 +225,7 @@ impl Loader {
                 }
             }
             let key = path.join(".");
-            let message = match &e.kind {
-                figment::error::Kind::UnknownField(field, expected) => {
-                    format!(
-                        "unknown key {field:?} (expected one of: {})",
-                        expected.join(", ")
-                    )
-                }
-                figment::error::Kind::Message(m) => m.clone(),
-                other => other.to_string(),
-            };
+            let message = describe_kind(&e.kind);
             let source = describe_source(e.metadata.as_ref(), &path, self.file.as_deref());
             self.errors.push(ConfigError {
                 key,
