@@ -416,6 +416,7 @@ async fn user_password_connects_and_a_wrong_password_names_server_and_method_not
 
     cfg.auth.password = Some(Secret::new("wrong-pw-123"));
     let err = cfg.build_sink(0).await.err().expect("rejected").to_string();
+    eprintln!("the error an operator sees: {err}");
     assert!(err.contains(&server.url()), "{err}");
     assert!(err.contains("user/password"), "{err}");
     assert!(err.contains("authorization"), "{err}");
