@@ -224,7 +224,6 @@ impl NatsSink {
                 );
             }
         }
-        drop(note);
         let Some(err) = first else {
             return Ok(());
         };
