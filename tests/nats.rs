@@ -1,5 +1,6 @@
 //! End-to-end tests of the NATS sink against a real `nats-server` (each test starts its own
 //! on a free port) and the Kubernetes API simulator.
+#![cfg(feature = "nats")]
 
 #[path = "support/nats_server.rs"]
 mod nats_server;
