@@ -50,11 +50,7 @@ pub struct NatsSink {
 
 impl NatsSink {
     async fn connect(config: &NatsConfig) -> Result<NatsSink, NatsError> {
-        let subjects = SubjectTemplate::parse(&config.subject).map_err(|e| NatsError::Stream {
-            stream: config.stream.name.clone(),
-            servers: service::servers_text(config),
-            message: e.to_string(),
-        })?;
+        let subjects = SubjectTemplate::parse(&config.subject)?;
         let client = service::connect(config).await?;
         let jetstream = match config.mode {
             NatsMode::Core => None,

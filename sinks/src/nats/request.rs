@@ -88,9 +88,6 @@ impl SubjectTemplate {
             match field {
                 Some(f) => tokens.push(Token::Field(f)),
                 None if t.contains(['{', '}']) => {
-                    if t.starts_with('{') && t.ends_with('}') {
-                        return Err(TemplateError::BadToken(t.to_owned()));
-                    }
                     return Err(TemplateError::BadToken(t.to_owned()));
                 }
                 None if t == "*"

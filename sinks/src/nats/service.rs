@@ -41,6 +41,9 @@ pub enum NatsError {
         /// Why.
         source: std::io::Error,
     },
+    /// The subject template is invalid.
+    #[error("{0}")]
+    Template(#[from] super::request::TemplateError),
     /// The JetStream stream is missing (and `stream.create = false`) or could not be created.
     #[error("JetStream stream {stream:?} at {servers}: {message}")]
     Stream {
@@ -61,6 +64,7 @@ impl NatsError {
             NatsError::Connect { kind, .. } if kind.starts_with("TLS") => "tls",
             NatsError::Connect { .. } => "servers",
             NatsError::File { key, .. } => key,
+            NatsError::Template(_) => "subject",
             NatsError::Stream { .. } => "stream",
         }
     }
