@@ -222,11 +222,30 @@ async fn core_delivery_of_a_churning_cluster_folds_to_the_simulators_state() {
     })
     .await;
     churn.stop();
-    let want = sim_state(&c.sim, &KINDS);
-    wait_for("core fold equals the simulator", LONG, || {
-        fold(&received.lock().unwrap()) == want
-    })
-    .await;
+    // The simulator is read on every poll: the churn task may finish one last write after
+    // `stop()` returns.
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let want = sim_state(&c.sim, &KINDS);
+        let got = fold(&received.lock().unwrap());
+        if got == want {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let missing = want.iter().filter(|(k, v)| got.get(*k) != Some(*v)).count();
+            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+            let stats = &bridge.pipeline().sinks()[0].stats;
+            panic!(
+                "core fold != simulator after {LONG:?}: {missing} missing or stale, {extra} extra; \
+                 received {}, delivered {}, errors {}\nserver log:\n{}",
+                received.lock().unwrap().len(),
+                stats.delivered.load(Ordering::SeqCst),
+                stats.errors.load(Ordering::SeqCst),
+                server.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_schema_valid(&schema(), &received.lock().unwrap());
     bridge.shutdown().await;
     reader.abort();
