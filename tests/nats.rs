@@ -23,7 +23,7 @@ use nats_server::NatsServer;
 use serde_json::{json, Value};
 use support::*;
 
-const LONG: Duration = Duration::from_secs(90);
+const LONG: Duration = Duration::from_secs(120);
 
 const KINDS: [(&str, &str); 3] = [("v1", "Pod"), ("apps/v1", "Deployment"), ("v1", "Node")];
 
