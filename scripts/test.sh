@@ -14,6 +14,13 @@ fi
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "note: kubectl not found; install it to run the kubectl conformance test (it is skipped otherwise)" >&2
 fi
+# The NATS sink's tests start real servers (tests/nats.rs): nats-server (Debian package) and
+# openssl (TLS test certificates). Installed once; later runs find them on PATH.
+if ! command -v nats-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq nats-server openssl
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"

@@ -10,6 +10,7 @@ use crate::Sink;
 /// destination's own (see each variant's struct).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "type", rename_all = "lowercase")]
+#[allow(clippy::large_enum_variant)] // built once at start-up; size does not matter
 pub enum SinkConfig {
     /// `type = "stdout"`: JSON Lines on standard output.
     #[cfg(feature = "stdout")]

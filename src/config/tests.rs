@@ -218,6 +218,22 @@ fn all_keys() -> Vec<String> {
         }
     }
     walk("", &v, &mut keys);
+    #[cfg(feature = "nats")]
+    {
+        use kubesink_sinks::nats::NatsConfig;
+        let mut n = NatsConfig::default();
+        n.auth.user = Some("u".into());
+        n.auth.password = Some(kubesink_sinks::Secret::new("p"));
+        n.auth.token = Some(kubesink_sinks::Secret::new("t"));
+        n.auth.nkey_seed = Some(kubesink_sinks::Secret::new("s"));
+        n.auth.credentials_file = Some("/c".into());
+        n.tls.ca_file = Some("/ca".into());
+        n.tls.cert_file = Some("/cert".into());
+        n.tls.key_file = Some("/key".into());
+        n.stream.subjects = vec!["a.>".into()];
+        let v = serde_json::to_value(kubesink_sinks::SinkConfig::Nats(n)).unwrap();
+        walk("sinks", &v, &mut keys);
+    }
     keys
 }
 

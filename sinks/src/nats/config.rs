@@ -1,40 +1,469 @@
-//! `[[sinks]]` entry with `type = "nats"`.
+//! `[[sinks]]` entry with `type = "nats"`: the serde configuration, its validation and
+//! `build()`, which connects and (in JetStream mode) checks or creates the stream.
+//!
+//! Option names follow the NATS client and server documentation
+//! (<https://docs.nats.io/using-nats/developer/connecting>,
+//! <https://docs.nats.io/nats-concepts/jetstream/streams>). This module never logs a secret:
+//! passwords, tokens and nkey seeds are [`Secret`]s.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Sink, SinkConfigError};
+use super::request::SubjectTemplate;
+use super::NatsSink;
+use crate::{Secret, Sink, SinkConfigError};
 
-/// NATS sink configuration.
+/// The default subject template: one subject per object.
+pub const DEFAULT_SUBJECT: &str = "kubesink.{cluster}.{group}.{kind}.{namespace}.{name}";
+
+/// NATS sink configuration (`[[sinks]]` with `type = "nats"`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct NatsConfig {
     /// Name used in logs; unique among sinks. Default `"nats"`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// Server URLs (`nats://host:port`, `tls://host:port`). The client connects to one and
+    /// fails over to the others. Default `["nats://127.0.0.1:4222"]`.
+    #[serde(default = "default_servers")]
+    pub servers: Vec<String>,
+    /// Connection name shown by the server (`connz`). Default `"kubesink"`.
+    #[serde(default = "default_connection_name")]
+    pub connection_name: String,
+    /// Subject template; placeholders `{cluster}`, `{group}` (`core` for the core group),
+    /// `{version}`, `{kind}`, `{resource}`, `{namespace}` (`_` for cluster-scoped objects),
+    /// `{name}`, each a whole token. Values are escaped (see `docs/nats.md`).
+    /// Default [`DEFAULT_SUBJECT`].
+    #[serde(default = "default_subject")]
+    pub subject: String,
+    /// `core` (no server acknowledgement; at-most-once across a server failure) or
+    /// `jetstream` (every message's PubAck is awaited). Default `jetstream`.
+    #[serde(default)]
+    pub mode: NatsMode,
+    /// Bound on one publish, one flush and one PubAck wait. Default `5s`.
+    #[serde(default = "default_publish_timeout", with = "duration")]
+    pub publish_timeout: Duration,
+    /// Bound on establishing a connection (TCP, TLS, auth). Default `5s`.
+    #[serde(default = "default_publish_timeout", with = "duration")]
+    pub connect_timeout: Duration,
+    /// JetStream: PubAcks awaited concurrently within a batch. Default `256`.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// Commands the client library may queue while disconnected (async-nats
+    /// `client_capacity`); beyond it, publishing waits and times out, so the pipeline (not
+    /// the library) holds the backlog. Default `1024`.
+    #[serde(default = "default_client_capacity")]
+    pub client_capacity: usize,
+    /// Authentication; at most one method.
+    #[serde(default)]
+    pub auth: NatsAuth,
+    /// TLS.
+    #[serde(default)]
+    pub tls: NatsTls,
+    /// JetStream stream (used in `jetstream` mode only).
+    #[serde(default)]
+    pub stream: NatsStream,
+}
+
+/// Publishing mode.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NatsMode {
+    /// Core NATS: a batch counts as delivered when `flush()` returns.
+    Core,
+    /// JetStream: a batch counts as delivered when every PubAck arrived.
+    #[default]
+    Jetstream,
+}
+
+/// `[sinks.auth]`: at most one of user/password, token, nkey seed, credentials file.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NatsAuth {
+    /// User name (with `password`).
+    pub user: Option<String>,
+    /// Password (with `user`).
+    pub password: Option<Secret>,
+    /// Authentication token.
+    pub token: Option<Secret>,
+    /// NKey seed (`SU...`), the user's private key.
+    pub nkey_seed: Option<Secret>,
+    /// Credentials file (JWT and nkey seed, `.creds`).
+    pub credentials_file: Option<PathBuf>,
+}
+
+/// `[sinks.tls]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NatsTls {
+    /// PEM file of CA certificates that verify the server (in addition to the system roots).
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (mutual TLS; with `key_file`).
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// Refuse a connection without TLS (`tls_required`). Default `false`; `tls://` URLs
+    /// and the server's own `tls_required` turn TLS on regardless.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// `[sinks.stream]`: the JetStream stream the subjects belong to.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NatsStream {
+    /// Stream name. Default `"KUBESINK"`.
+    #[serde(default = "default_stream_name")]
+    pub name: String,
+    /// Create the stream at start-up when it does not exist (an existing stream is used as
+    /// it is). Default `false`: a missing stream is a start-up error.
+    #[serde(default)]
+    pub create: bool,
+    /// Subjects of a created stream. Default: the subject template with each placeholder
+    /// replaced by `*`.
+    #[serde(default)]
+    pub subjects: Vec<String>,
+    /// Storage of a created stream: `file` or `memory`. Default `file`.
+    #[serde(default)]
+    pub storage: NatsStorage,
+    /// Maximum age of messages of a created stream; `0s` keeps them forever. Default `0s`.
+    #[serde(default, with = "duration")]
+    pub max_age: Duration,
+    /// Window in which a repeated `Nats-Msg-Id` is stored once. Default `2m`.
+    #[serde(default = "default_duplicate_window", with = "duration")]
+    pub duplicate_window: Duration,
+    /// Messages kept per subject; `1` keeps only the current state of each object.
+    /// `-1` is unlimited. Default `-1`.
+    #[serde(default = "default_max_msgs_per_subject")]
+    pub max_msgs_per_subject: i64,
+}
+
+/// Stream storage type.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NatsStorage {
+    /// On disk.
+    #[default]
+    File,
+    /// In memory.
+    Memory,
+}
+
+impl Default for NatsStream {
+    fn default() -> Self {
+        NatsStream {
+            name: default_stream_name(),
+            create: false,
+            subjects: Vec::new(),
+            storage: NatsStorage::File,
+            max_age: Duration::ZERO,
+            duplicate_window: default_duplicate_window(),
+            max_msgs_per_subject: default_max_msgs_per_subject(),
+        }
+    }
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            name: default_name(),
+            servers: default_servers(),
+            connection_name: default_connection_name(),
+            subject: default_subject(),
+            mode: NatsMode::default(),
+            publish_timeout: default_publish_timeout(),
+            connect_timeout: default_publish_timeout(),
+            max_in_flight: default_max_in_flight(),
+            client_capacity: default_client_capacity(),
+            auth: NatsAuth::default(),
+            tls: NatsTls::default(),
+            stream: NatsStream::default(),
+        }
+    }
 }
 
 fn default_name() -> String {
     "nats".to_owned()
 }
+fn default_servers() -> Vec<String> {
+    vec!["nats://127.0.0.1:4222".to_owned()]
+}
+fn default_connection_name() -> String {
+    "kubesink".to_owned()
+}
+fn default_subject() -> String {
+    DEFAULT_SUBJECT.to_owned()
+}
+fn default_publish_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_max_in_flight() -> usize {
+    256
+}
+fn default_client_capacity() -> usize {
+    1024
+}
+fn default_stream_name() -> String {
+    "KUBESINK".to_owned()
+}
+fn default_duplicate_window() -> Duration {
+    Duration::from_secs(120)
+}
+fn default_max_msgs_per_subject() -> i64 {
+    -1
+}
 
-impl NatsConfig {
-    /// Problems serde cannot see.
-    pub fn validate(&self, _index: usize) -> Vec<SinkConfigError> {
-        Vec::new()
+impl NatsAuth {
+    /// The configured method's name, for messages (never the secret): `user/password`,
+    /// `token`, `nkey`, `credentials file`, or `none`.
+    pub fn method(&self) -> &'static str {
+        match self {
+            NatsAuth { user: Some(_), .. }
+            | NatsAuth {
+                password: Some(_), ..
+            } => "user/password",
+            NatsAuth { token: Some(_), .. } => "token",
+            NatsAuth {
+                nkey_seed: Some(_), ..
+            } => "nkey",
+            NatsAuth {
+                credentials_file: Some(_),
+                ..
+            } => "credentials file",
+            _ => "none",
+        }
     }
 
-    /// Builds the sink.
+    fn methods_set(&self) -> usize {
+        [
+            self.user.is_some() || self.password.is_some(),
+            self.token.is_some(),
+            self.nkey_seed.is_some(),
+            self.credentials_file.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count()
+    }
+}
+
+impl NatsConfig {
+    /// Problems serde cannot see, every one found. `index` is the entry's position.
+    pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
+        let mut errs = Vec::new();
+        let mut bad = |key: &str, message: String| {
+            errs.push(SinkConfigError::Invalid {
+                index,
+                name: self.name.clone(),
+                key: key.to_owned(),
+                message,
+            })
+        };
+        if self.servers.is_empty() {
+            bad("servers", "at least one server URL is needed".into());
+        }
+        for s in &self.servers {
+            if let Err(e) = s.parse::<async_nats::ServerAddr>() {
+                bad(
+                    "servers",
+                    format!("invalid server URL {:?}: {e}", super::redact_url(s)),
+                );
+            }
+        }
+        if let Err(e) = SubjectTemplate::parse(&self.subject) {
+            bad("subject", e.to_string());
+        }
+        if self.publish_timeout.is_zero() {
+            bad("publish_timeout", "must be greater than 0".into());
+        }
+        if self.connect_timeout.is_zero() {
+            bad("connect_timeout", "must be greater than 0".into());
+        }
+        if self.max_in_flight == 0 {
+            bad("max_in_flight", "must be at least 1".into());
+        }
+        if self.client_capacity == 0 {
+            bad("client_capacity", "must be at least 1".into());
+        }
+        if self.auth.methods_set() > 1 {
+            bad(
+                "auth",
+                "set at most one of user/password, token, nkey_seed, credentials_file".into(),
+            );
+        }
+        if self.auth.user.is_some() != self.auth.password.is_some() {
+            bad("auth.password", "user and password go together".into());
+        }
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            bad("tls.key_file", "cert_file and key_file go together".into());
+        }
+        if self.mode == NatsMode::Jetstream {
+            if self.stream.name.is_empty()
+                || self
+                    .stream
+                    .name
+                    .contains(|c: char| c == '.' || c == '*' || c == '>' || c.is_whitespace())
+            {
+                bad(
+                    "stream.name",
+                    format!(
+                        "invalid stream name {:?}: must be non-empty without '.', '*', '>' or whitespace",
+                        self.stream.name
+                    ),
+                );
+            }
+            if self.stream.max_msgs_per_subject == 0 || self.stream.max_msgs_per_subject < -1 {
+                bad(
+                    "stream.max_msgs_per_subject",
+                    "must be -1 (unlimited) or at least 1".into(),
+                );
+            }
+        }
+        errs
+    }
+
+    /// The stream subjects a created stream gets: `stream.subjects`, or the template with
+    /// each placeholder token replaced by `*`.
+    pub fn stream_subjects(&self) -> Vec<String> {
+        if !self.stream.subjects.is_empty() {
+            return self.stream.subjects.clone();
+        }
+        SubjectTemplate::parse(&self.subject)
+            .map(|t| vec![t.filter()])
+            .unwrap_or_default()
+    }
+
+    /// Connects (one attempt per server, bounded by `connect_timeout`), and in JetStream mode
+    /// checks the stream exists or creates it (`stream.create`).
     ///
     /// # Errors
-    /// Always, until the NATS sink is implemented.
+    /// A [`SinkConfigError`] naming the servers, the auth method (never the secret) and what
+    /// failed: invalid settings, unreachable servers, rejected credentials, TLS, a missing
+    /// stream.
     pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
-        Err(SinkConfigError::Invalid {
-            index,
-            name: self.name.clone(),
-            key: "type".into(),
-            message: "the NATS sink is not implemented yet".into(),
-        })
+        Ok(Arc::new(self.build_sink(index).await?))
+    }
+
+    /// [`NatsConfig::build`] returning the concrete sink (tests, benches).
+    ///
+    /// # Errors
+    /// As [`NatsConfig::build`].
+    pub async fn build_sink(&self, index: usize) -> Result<NatsSink, SinkConfigError> {
+        if let Some(e) = self.validate(index).into_iter().next() {
+            return Err(e);
+        }
+        NatsSink::connect(self)
+            .await
+            .map_err(|e| SinkConfigError::Invalid {
+                index,
+                name: self.name.clone(),
+                key: e.config_key().to_owned(),
+                message: e.to_string(),
+            })
+    }
+}
+
+/// Durations as human strings (`"5s"`, `"250ms"`, `"2m"`) or integer milliseconds.
+mod duration {
+    use std::time::Duration;
+
+    use serde::de::{self, Deserializer, Visitor};
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Duration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a duration such as \"250ms\" or \"5s\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
+                if v.trim() == "0" {
+                    return Ok(Duration::ZERO);
+                }
+                humantime::parse_duration(v.trim())
+                    .map_err(|e| E::custom(format!("invalid duration {v:?}: {e}")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Duration, E> {
+                Ok(Duration::from_millis(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Duration, E> {
+                u64::try_from(v)
+                    .map(Duration::from_millis)
+                    .map_err(|_| E::custom(format!("invalid duration {v}: must not be negative")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The sinks crate has no TOML parser; these tests write the equivalent JSON (the TOML
+    // forms are tested in the root crate: config/examples/nats.toml, config/kubesink.toml).
+    fn parse(json: &str) -> NatsConfig {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn defaults_are_jetstream_one_subject_per_object() {
+        let c = parse("{}");
+        assert_eq!(c, NatsConfig::default());
+        assert_eq!(c.mode, NatsMode::Jetstream);
+        assert_eq!(c.stream_subjects(), vec!["kubesink.*.*.*.*.*".to_owned()]);
+        assert!(c.validate(0).is_empty());
+    }
+
+    #[test]
+    fn durations_parse_as_text_or_milliseconds() {
+        let c = parse(
+            r#"{"publish_timeout": "250ms", "connect_timeout": 1500, "stream": {"max_age": "1h"}}"#,
+        );
+        assert_eq!(c.publish_timeout, Duration::from_millis(250));
+        assert_eq!(c.connect_timeout, Duration::from_millis(1500));
+        assert_eq!(c.stream.max_age, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn validation_reports_every_problem() {
+        let c = parse(
+            r#"{"servers": ["nats://a b"], "subject": "x.{nope}", "max_in_flight": 0,
+                "auth": {"user": "u", "token": "t"}, "tls": {"cert_file": "c"},
+                "stream": {"max_msgs_per_subject": 0}}"#,
+        );
+        let keys: Vec<String> = c
+            .validate(2)
+            .into_iter()
+            .map(|SinkConfigError::Invalid { key, .. }| key)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "servers",
+                "subject",
+                "max_in_flight",
+                "auth",
+                "auth.password",
+                "tls.key_file",
+                "stream.max_msgs_per_subject"
+            ]
+        );
+    }
+
+    #[test]
+    fn secrets_never_appear_in_debug_or_serialized_form() {
+        let c = parse(r#"{"auth": {"user": "u", "password": "hunter2"}}"#);
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert!(!serde_json::to_string(&c).unwrap().contains("hunter2"));
+        assert_eq!(c.auth.method(), "user/password");
     }
 }

@@ -1,0 +1,103 @@
+//! Messages/s through the NATS sink, core and JetStream side by side in one run.
+//!
+//! Starts its own `nats-server` (free port, JetStream, temp store), pre-encodes N topology
+//! messages of realistic size (one per object, ~1.3 KB), and sends them through
+//! `NatsSink::send` in batches of the pipeline's default size (500), in core mode and then in
+//! JetStream mode (file storage, `Nats-Msg-Id` dedup, every PubAck awaited). Prints both rates
+//! and their ratio.
+//!
+//! `cargo bench --bench nats` (`KUBESINK_BENCH_MESSAGES=200000` to change N).
+
+#[path = "../tests/support/nats_server.rs"]
+mod nats_server;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kubesink::sinks::nats::{NatsConfig, NatsMode};
+use kubesink::sinks::{Message, MessageMeta, Op, Sink};
+
+const BATCH: usize = 500;
+
+fn messages(n: usize) -> Vec<Message> {
+    let filler = "x".repeat(900);
+    (0..n)
+        .map(|i| {
+            let name = format!("web-{:05}-{:05}", i / 1000, i % 1000);
+            let ns = format!("ns-{}", i % 20);
+            let id = format!("{:032x}", i as u128 * 0x9e37_79b9_7f4a_7c15);
+            let payload = serde_json::json!({
+                "id": id, "op": "updated", "cluster": "bench", "apiVersion": "v1",
+                "kind": "Pod", "resource": "pods", "namespace": ns, "name": name,
+                "uid": format!("{i:08x}-0000-4000-8000-000000000000"),
+                "resourceVersion": (1000 + i).to_string(), "initial": false,
+                "finalStateUnknown": false, "observedAt": "2026-11-29T15:54:42.123Z",
+                "object": {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
+                    "spec": {"nodeName": format!("node-{}", i % 50), "filler": filler}}
+            });
+            Message {
+                key: format!("bench/core/Pod/{ns}/{name}").into(),
+                payload: Bytes::from(payload.to_string()),
+                meta: Arc::new(MessageMeta {
+                    id: id.into(),
+                    op: Op::Updated,
+                    cluster: "bench".into(),
+                    group: "".into(),
+                    version: "v1".into(),
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    resource: "pods".into(),
+                    namespace: Some(ns.into()),
+                    name: name.into(),
+                }),
+            }
+        })
+        .collect()
+}
+
+async fn run(server: &nats_server::NatsServer, mode: NatsMode, msgs: &[Message]) -> f64 {
+    let mut cfg = NatsConfig {
+        name: format!("{mode:?}"),
+        servers: vec![server.url()],
+        mode,
+        ..Default::default()
+    };
+    cfg.stream.create = true;
+    cfg.stream.duplicate_window = Duration::from_secs(120);
+    let sink = cfg.build_sink(0).await.expect("sink builds");
+    let start = Instant::now();
+    for batch in msgs.chunks(BATCH) {
+        sink.send(batch).await.expect("batch delivered");
+    }
+    sink.close().await.expect("flushed");
+    msgs.len() as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let n: usize = std::env::var("KUBESINK_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let server = nats_server::NatsServer::start("");
+    let msgs = messages(n);
+    let avg = msgs.iter().map(|m| m.payload.len()).sum::<usize>() / n.max(1);
+    println!(
+        "nats-server {} | {n} messages of {avg} B payload, batches of {BATCH}",
+        server.url()
+    );
+    rt.block_on(async {
+        // Warm-up (connection, stream creation) outside the measurement.
+        let _ = run(&server, NatsMode::Core, &msgs[..BATCH.min(n)]).await;
+        let core = run(&server, NatsMode::Core, &msgs).await;
+        println!("core      (flush per batch):            {core:>10.0} msg/s");
+        let js = run(&server, NatsMode::Jetstream, &msgs).await;
+        println!("jetstream (PubAck per message, file):   {js:>10.0} msg/s");
+        println!(
+            "core / jetstream:                       {:>10.2}",
+            core / js
+        );
+    });
+}

@@ -1,0 +1,644 @@
+//! End-to-end tests of the NATS sink against a real `nats-server` (each test starts its own
+//! on a free port) and the Kubernetes API simulator.
+#![cfg(feature = "nats")]
+
+#[path = "support/nats_server.rs"]
+mod nats_server;
+mod support;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use futures::StreamExt;
+use kubesink::bridge::Bridge;
+use kubesink::config::{Config, ResourceConfig};
+use kubesink::sinks::nats::{unescape_token, NatsConfig, NatsMode};
+use kubesink::sinks::{Message, MessageMeta, Op, Secret, Sink, SinkConfig};
+use kubesink_sim::{Churn, SimConfig, Workload};
+use nats_server::NatsServer;
+use serde_json::{json, Value};
+use support::*;
+
+const LONG: Duration = Duration::from_secs(120);
+
+const KINDS: [(&str, &str); 3] = [("v1", "Pod"), ("apps/v1", "Deployment"), ("v1", "Node")];
+
+fn workload(seed: u64) -> Workload {
+    Workload {
+        namespaces: 3,
+        pods: 300,
+        deployments: 20,
+        nodes: 10,
+        seed,
+        ..Default::default()
+    }
+}
+
+fn nats_config(server: &NatsServer, mode: NatsMode) -> NatsConfig {
+    let mut c = NatsConfig {
+        servers: vec![server.url()],
+        mode,
+        publish_timeout: Duration::from_secs(1),
+        connect_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    c.stream.create = true;
+    c
+}
+
+/// `config/examples/nats.toml` as written, but for the server address and the kubeconfig
+/// (the file uses the current context; here it is the simulator's).
+fn example_config(server: &NatsServer, kubeconfig: &Path) -> Config {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/nats.toml");
+    let mut cfg = kubesink::config::load(Some(&path)).expect("the example loads");
+    cfg.cluster.kubeconfig = Some(kubeconfig.to_path_buf());
+    for s in &mut cfg.sinks {
+        if let SinkConfig::Nats(n) = s {
+            n.servers = vec![server.url()];
+        }
+    }
+    cfg
+}
+
+async fn build_sinks(cfg: &Config) -> Vec<Arc<dyn Sink>> {
+    let mut sinks = Vec::new();
+    for (i, s) in cfg.sinks.iter().enumerate() {
+        sinks.push(s.build(i).await.expect("sink builds"));
+    }
+    sinks
+}
+
+async fn start(cfg: &Config, sinks: Vec<Arc<dyn Sink>>) -> Bridge {
+    let client = kubesink::cluster::client(&cfg.cluster)
+        .await
+        .expect("client");
+    Bridge::start(cfg, client, sinks)
+        .await
+        .expect("bridge starts")
+}
+
+async fn js_client(server: &NatsServer) -> jetstream::Context {
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    jetstream::new(client)
+}
+
+/// Every message the stream holds, in stream order (payloads as JSON).
+async fn stream_messages(js: &jetstream::Context, stream: &str) -> Vec<(String, Value)> {
+    let mut s = js.get_stream(stream).await.expect("stream exists");
+    let total = s.info().await.expect("info").state.messages as usize;
+    if total == 0 {
+        return Vec::new();
+    }
+    let consumer = s
+        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .expect("consumer");
+    let mut msgs = consumer.messages().await.expect("messages");
+    let mut out = Vec::with_capacity(total);
+    while out.len() < total {
+        let m = tokio::time::timeout(Duration::from_secs(10), msgs.next())
+            .await
+            .expect("stream delivers within 10 s")
+            .expect("not ended")
+            .expect("message");
+        out.push((
+            m.subject.to_string(),
+            serde_json::from_slice(&m.payload).expect("payload is JSON"),
+        ));
+    }
+    out
+}
+
+async fn stream_fold(js: &jetstream::Context, stream: &str) -> Fold {
+    let msgs: Vec<Value> = stream_messages(js, stream)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    fold(&msgs)
+}
+
+/// Polls the stream's fold until it equals the simulator's objects.
+async fn wait_stream_equals_sim(js: &jetstream::Context, stream: &str, c: &Cluster) {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let want = sim_state(&c.sim, &KINDS);
+        let got = stream_fold(js, stream).await;
+        if got == want {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let missing = want.iter().filter(|(k, v)| got.get(*k) != Some(*v)).count();
+            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+            panic!("stream fold != simulator after {LONG:?}: {missing} missing or stale, {extra} extra");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn message(name: &str, namespace: Option<&str>, id: &str, payload: Value) -> Message {
+    let meta = MessageMeta {
+        id: id.into(),
+        op: Op::Added,
+        cluster: "test".into(),
+        group: "".into(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        resource: "configmaps".into(),
+        namespace: namespace.map(Into::into),
+        name: name.into(),
+    };
+    Message {
+        key: format!("test/core/ConfigMap/{}/{name}", namespace.unwrap_or("")).into(),
+        payload: Bytes::from(payload.to_string()),
+        meta: Arc::new(meta),
+    }
+}
+
+#[test]
+fn example_config_loads_as_written() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/nats.toml");
+    let cfg = kubesink::config::load(Some(&path)).expect("the example loads");
+    let SinkConfig::Nats(n) = &cfg.sinks[0] else {
+        panic!("the example's sink is NATS");
+    };
+    assert_eq!(n.mode, NatsMode::Jetstream);
+    assert!(n.stream.create);
+    assert_eq!(n.stream.max_msgs_per_subject, 1);
+    assert!(n.validate(0).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_delivery_of_a_churning_cluster_folds_to_the_simulators_state() {
+    let server = NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(3)).unwrap();
+    let mut cfg = config(
+        &c.kubeconfig,
+        KINDS
+            .iter()
+            .map(|(a, k)| ResourceConfig::new(a, k))
+            .collect(),
+    );
+    cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Core))];
+
+    // The consumer subscribes before anything is published (core NATS keeps nothing).
+    let consumer = async_nats::connect(server.url()).await.unwrap();
+    let mut sub = consumer.subscribe("kubesink.>").await.unwrap();
+    consumer.flush().await.unwrap();
+    let received = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let r = received.clone();
+    let reader = tokio::spawn(async move {
+        while let Some(m) = sub.next().await {
+            let v: Value = serde_json::from_slice(&m.payload).expect("JSON");
+            let h = m.headers.expect("headers");
+            assert_eq!(h.get("op").map(|x| x.as_str()), v["op"].as_str());
+            assert_eq!(h.get("id").map(|x| x.as_str()), v["id"].as_str());
+            assert_eq!(
+                h.get("content-type").map(|x| x.as_str()),
+                Some("application/json")
+            );
+            r.lock().unwrap().push(v);
+        }
+    });
+
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    bridge.pipeline().sinks()[0]
+        .sink
+        .healthcheck()
+        .await
+        .expect("healthy");
+    let churn = c.sim.spawn_churn(Churn {
+        rate_per_sec: 200.0,
+        seed: 9,
+    });
+    wait_for("churn under way", LONG, || {
+        received.lock().unwrap().len() > 600
+    })
+    .await;
+    churn.stop();
+    // The simulator is read on every poll: the churn task may finish one last write after
+    // `stop()` returns.
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let want = sim_state(&c.sim, &KINDS);
+        let got = fold(&received.lock().unwrap());
+        if got == want {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let missing = want.iter().filter(|(k, v)| got.get(*k) != Some(*v)).count();
+            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+            let stats = &bridge.pipeline().sinks()[0].stats;
+            panic!(
+                "core fold != simulator after {LONG:?}: {missing} missing or stale, {extra} extra; \
+                 received {}, delivered {}, errors {}\nserver log:\n{}",
+                received.lock().unwrap().len(),
+                stats.delivered.load(Ordering::SeqCst),
+                stats.errors.load(Ordering::SeqCst),
+                server.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_schema_valid(&schema(), &received.lock().unwrap());
+    bridge.shutdown().await;
+    reader.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_delivery_with_the_example_config_holds_exactly_the_live_objects() {
+    let server = NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(4)).unwrap();
+    let cfg = example_config(&server, &c.kubeconfig);
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    bridge.pipeline().sinks()[0]
+        .sink
+        .healthcheck()
+        .await
+        .expect("healthy: connected and the stream exists");
+    let churn = c.sim.spawn_churn(Churn {
+        rate_per_sec: 200.0,
+        seed: 11,
+    });
+    wait_for("churn under way", LONG, || {
+        bridge.pipeline().sinks()[0]
+            .stats
+            .delivered
+            .load(Ordering::SeqCst)
+            > 700
+    })
+    .await;
+    churn.stop();
+    let js = js_client(&server).await;
+    wait_stream_equals_sim(&js, "KUBESINK", &c).await;
+    // max_msgs_per_subject = 1: one message per subject, so the stream is the topology
+    // (plus the delete markers of deleted objects).
+    let msgs = stream_messages(&js, "KUBESINK").await;
+    let subjects: std::collections::HashSet<&str> = msgs.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(subjects.len(), msgs.len());
+    let live = msgs.iter().filter(|(_, v)| v["op"] != "deleted").count();
+    assert_eq!(live, sim_state(&c.sim, &KINDS).len());
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ten_second_outage_mid_churn_loses_nothing_and_memory_stays_bounded() {
+    let mut server = NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(5)).unwrap();
+    let mut cfg = config(
+        &c.kubeconfig,
+        KINDS
+            .iter()
+            .map(|(a, k)| ResourceConfig::new(a, k))
+            .collect(),
+    );
+    cfg.pipeline.max_pending = 100;
+    cfg.pipeline.max_batch_events = 50;
+    cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let stats = bridge.pipeline().sinks()[0].stats.clone();
+    wait_for("initial list delivered", LONG, || {
+        stats.delivered.load(Ordering::SeqCst) >= 330
+    })
+    .await;
+    let churn = c.sim.spawn_churn(Churn {
+        rate_per_sec: 100.0,
+        seed: 12,
+    });
+    wait_for("churn delivered", LONG, || {
+        stats.delivered.load(Ordering::SeqCst) >= 400
+    })
+    .await;
+
+    server.stop();
+    let errors_before = stats.errors.load(Ordering::SeqCst);
+    // The outage itself: the scenario is "the server is gone for 10 s".
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        stats.errors.load(Ordering::SeqCst) > errors_before,
+        "sends failed during the outage"
+    );
+    let queue = &bridge.pipeline().sinks()[0].queue;
+    assert!(
+        queue.high_water() <= 100,
+        "high water {}",
+        queue.high_water()
+    );
+    server.restart();
+
+    wait_for("delivering again", LONG, || {
+        stats.delivered.load(Ordering::SeqCst) >= 600
+    })
+    .await;
+    churn.stop();
+    let js = js_client(&server).await;
+    wait_stream_equals_sim(&js, "KUBESINK", &c).await;
+    let queue = &bridge.pipeline().sinks()[0].queue;
+    assert!(
+        queue.high_water() <= 100,
+        "high water {}",
+        queue.high_water()
+    );
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_batch_with_the_same_msg_id_is_stored_once() {
+    let server = NatsServer::start("");
+    let sink = nats_config(&server, NatsMode::Jetstream)
+        .build_sink(0)
+        .await
+        .expect("sink");
+    let batch: Vec<Message> = (0..20)
+        .map(|i| {
+            message(
+                &format!("cm-{i}"),
+                Some("default"),
+                &format!("{i:032x}"),
+                json!({"n": i}),
+            )
+        })
+        .collect();
+    sink.send(&batch).await.expect("first delivery");
+    sink.send(&batch).await.expect("redelivery");
+    sink.send(&batch[5..10]).await.expect("partial redelivery");
+    let js = js_client(&server).await;
+    let mut stream = js.get_stream("KUBESINK").await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 20);
+    let last = stream
+        .get_last_raw_message_by_subject("kubesink.test.core.ConfigMap.default.cm-7")
+        .await
+        .unwrap();
+    let stored = last;
+    assert_eq!(
+        stored
+            .headers
+            .get(async_nats::header::NATS_MESSAGE_ID)
+            .map(|v| v.as_str()),
+        Some(format!("{:032x}", 7).as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_stream_is_a_clear_startup_error() {
+    let server = NatsServer::start("");
+    let mut cfg = nats_config(&server, NatsMode::Jetstream);
+    cfg.stream.create = false;
+    cfg.stream.name = "TOPOLOGY".into();
+    let err = cfg.build_sink(0).await.err().expect("fails").to_string();
+    assert!(
+        err.contains("TOPOLOGY") && err.contains("stream.create"),
+        "{err}"
+    );
+    assert!(err.contains(&server.url()), "{err}");
+}
+
+async fn delivers_one(cfg: &NatsConfig) {
+    let sink = cfg.build_sink(0).await.expect("connects");
+    sink.healthcheck().await.expect("healthy");
+    let mut sub = sink.client().subscribe("kubesink.>").await.unwrap();
+    sink.client().flush().await.unwrap();
+    let m = message(
+        "auth-check",
+        Some("default"),
+        &"a".repeat(32),
+        json!({"ok": true}),
+    );
+    sink.send(std::slice::from_ref(&m))
+        .await
+        .expect("delivered");
+    let got = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("received")
+        .expect("message");
+    assert_eq!(&got.payload[..], &m.payload[..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_password_connects_and_a_wrong_password_names_server_and_method_not_secret() {
+    let server = NatsServer::start("authorization { user: kubesink, password: \"s3cret-pw\" }\n");
+    let mut cfg = nats_config(&server, NatsMode::Core);
+    cfg.auth.user = Some("kubesink".into());
+    cfg.auth.password = Some(Secret::new("s3cret-pw"));
+    delivers_one(&cfg).await;
+
+    cfg.auth.password = Some(Secret::new("wrong-pw-123"));
+    let err = cfg.build_sink(0).await.err().expect("rejected").to_string();
+    eprintln!("the error an operator sees: {err}");
+    assert!(err.contains(&server.url()), "{err}");
+    assert!(err.contains("user/password"), "{err}");
+    assert!(err.contains("authorization"), "{err}");
+    assert!(
+        !err.contains("wrong-pw-123") && !err.contains("s3cret-pw"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nkey_authentication_connects() {
+    let user = nkeys::KeyPair::new_user();
+    let server = NatsServer::start(&format!(
+        "authorization {{ users = [ {{ nkey: {} }} ] }}\n",
+        user.public_key()
+    ));
+    let mut cfg = nats_config(&server, NatsMode::Core);
+    cfg.auth.nkey_seed = Some(Secret::new(user.seed().unwrap()));
+    delivers_one(&cfg).await;
+
+    let other = nkeys::KeyPair::new_user();
+    cfg.auth.nkey_seed = Some(Secret::new(other.seed().unwrap()));
+    let err = cfg.build_sink(0).await.err().expect("rejected").to_string();
+    assert!(err.contains("nkey") && err.contains(&server.url()), "{err}");
+    assert!(!err.contains(&other.seed().unwrap()), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_connects_with_generated_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    nats_server::generate_certs(dir.path());
+    let p = |f: &str| dir.path().join(f);
+    let conf = format!(
+        "tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", verify: true, timeout: 5 }}\n",
+        p("server.pem").display(),
+        p("server-key.pem").display(),
+        p("ca.pem").display()
+    );
+    let ca = p("ca.pem");
+    let (cert, key) = (p("client.pem"), p("client-key.pem"));
+    let server = NatsServer::start_in(dir, &conf);
+    let mut cfg = nats_config(&server, NatsMode::Core);
+    cfg.tls.required = true;
+    cfg.tls.ca_file = Some(ca.clone());
+    cfg.tls.cert_file = Some(cert);
+    cfg.tls.key_file = Some(key);
+    delivers_one(&cfg).await;
+
+    // Without the client certificate the server refuses the handshake.
+    cfg.tls.cert_file = None;
+    cfg.tls.key_file = None;
+    let err = cfg.build_sink(0).await.err().expect("rejected").to_string();
+    assert!(err.contains(&server.url()), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dotted_and_unusual_names_get_distinct_reversible_subjects() {
+    let server = NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    let names = [
+        "app.config.v2",
+        "app-config-v2",
+        "app.config-v2",
+        "a",
+        "a.b.c.d.e.f",
+        "x--y.z",
+        "0.0.1",
+    ];
+    for n in names {
+        c.sim
+            .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": n, "namespace": "default"}, "data": {"k": "v"}}))
+            .unwrap();
+    }
+    for n in ["node-1.eu-west-1.compute.internal", "node-1"] {
+        c.sim
+            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}))
+            .unwrap();
+    }
+    let mut cfg = config(
+        &c.kubeconfig,
+        vec![
+            ResourceConfig::new("v1", "ConfigMap"),
+            ResourceConfig::new("v1", "Node"),
+        ],
+    );
+    cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let js = js_client(&server).await;
+    let total = names.len() + 2;
+    wait_for("every object delivered", LONG, || {
+        bridge.pipeline().sinks()[0]
+            .stats
+            .delivered
+            .load(Ordering::SeqCst)
+            >= total as u64
+    })
+    .await;
+    let msgs = stream_messages(&js, "KUBESINK").await;
+    assert_eq!(msgs.len(), total);
+    let mut subjects = std::collections::HashSet::new();
+    for (subject, v) in &msgs {
+        assert!(subjects.insert(subject.clone()), "shared subject {subject}");
+        let tokens: Vec<&str> = subject.split('.').collect();
+        assert_eq!(tokens.len(), 6, "{subject}");
+        assert_eq!(unescape_token(tokens[5]).as_deref(), v["name"].as_str());
+        let ns = unescape_token(tokens[4]).unwrap();
+        assert_eq!(ns, v["namespace"].as_str().unwrap_or(""));
+    }
+    assert!(subjects.contains("kubesink.test.core.ConfigMap.default.app%2Econfig%2Ev2"));
+    assert!(subjects.contains("kubesink.test.core.Node._.node-1%2Eeu-west-1%2Ecompute%2Einternal"));
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_over_max_payload_is_sent_truncated_and_counted() {
+    let server = NatsServer::start("max_payload: 4096\n");
+    let c = cluster(SimConfig::default()).await;
+    let big = "x".repeat(20_000);
+    c.sim
+        .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "big", "namespace": "default"}, "data": {"blob": big}}))
+        .unwrap();
+    c.sim
+        .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "small", "namespace": "default"}, "data": {"k": "v"}}))
+        .unwrap();
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
+    for mode in [NatsMode::Jetstream, NatsMode::Core] {
+        let mut n = nats_config(&server, mode);
+        n.name = format!("nats-{mode:?}");
+        n.stream.name = "BIG".into();
+        cfg.sinks.push(SinkConfig::Nats(n));
+    }
+    let sinks = build_sinks(&cfg).await;
+    assert_eq!(sinks[0].max_message_bytes(), Some(4096));
+    let consumer = async_nats::connect(server.url()).await.unwrap();
+    let mut sub = consumer.subscribe("kubesink.>").await.unwrap();
+    consumer.flush().await.unwrap();
+    let bridge = start(&cfg, sinks).await;
+    let mut core = Vec::new();
+    while core.len() < 2 {
+        let m = tokio::time::timeout(LONG, sub.next())
+            .await
+            .expect("core messages arrive")
+            .expect("message");
+        core.push(serde_json::from_slice::<Value>(&m.payload).unwrap());
+    }
+    let js = js_client(&server).await;
+    wait_for("JetStream sink delivered all", LONG, || {
+        bridge.pipeline().sinks()[0]
+            .stats
+            .delivered
+            .load(Ordering::SeqCst)
+            >= 2
+    })
+    .await;
+    // Messages published by either sink on the same subjects: the JetStream stream has them.
+    let stored: Vec<Value> = stream_messages(&js, "BIG")
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    for msgs in [&core, &stored] {
+        let by_name = |n: &str| {
+            msgs.iter()
+                .find(|m| m["name"] == n)
+                .unwrap_or_else(|| panic!("{n} delivered"))
+        };
+        assert_eq!(by_name("big")["truncated"], true);
+        assert!(by_name("big")["object"]["data"].is_null());
+        assert_eq!(by_name("big")["object"]["metadata"]["name"], "big");
+        assert!(by_name("small").get("truncated").is_none());
+    }
+    for h in bridge.pipeline().sinks() {
+        assert_eq!(
+            h.stats.truncated.load(Ordering::SeqCst),
+            1,
+            "{}",
+            h.sink.name()
+        );
+    }
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_only_its_headers_push_over_max_payload_is_reported_too_large() {
+    let server = NatsServer::start("max_payload: 4096\n");
+    for mode in [NatsMode::Core, NatsMode::Jetstream] {
+        let sink = nats_config(&server, mode)
+            .build_sink(0)
+            .await
+            .expect("sink");
+        let fits = message("fits", Some("default"), &"1".repeat(32), json!({"a": 1}));
+        let mut edge = message("edge", Some("default"), &"2".repeat(32), json!({}));
+        edge.payload = Bytes::from(vec![b' '; 4096 - 10]);
+        let err = sink
+            .send(&[fits.clone(), edge.clone()])
+            .await
+            .expect_err("too large");
+        match err {
+            kubesink::sinks::SinkError::TooLarge { index, limit, .. } => {
+                assert_eq!((index, limit), (1, Some(4096)), "{mode:?}");
+            }
+            other => panic!("{mode:?}: {other}"),
+        }
+        sink.send(&[fits]).await.expect("the rest is deliverable");
+    }
+}

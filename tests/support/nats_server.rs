@@ -1,0 +1,174 @@
+//! A real `nats-server` for tests and benches: started on a free port (never 4222) with
+//! JetStream and a store in its own temp dir, killed on drop. Optional extra configuration
+//! (auth, TLS, `max_payload`) is written to a config file. Also generates TLS certificates
+//! with the `openssl` CLI.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct NatsServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    conf: PathBuf,
+}
+
+impl NatsServer {
+    /// Starts a server with JetStream; `extra_conf` is nats-server configuration text
+    /// (may be empty).
+    pub fn start(extra_conf: &str) -> NatsServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        NatsServer::start_in(dir, extra_conf)
+    }
+
+    /// Starts in an existing dir (where certificates were generated).
+    pub fn start_in(dir: tempfile::TempDir, extra_conf: &str) -> NatsServer {
+        let port = free_port();
+        let conf = dir.path().join("nats.conf");
+        std::fs::write(&conf, extra_conf).expect("write nats.conf");
+        let mut s = NatsServer {
+            child: None,
+            port,
+            dir,
+            conf,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("nats.log"))
+            .expect("log file");
+        let child = Command::new("nats-server")
+            .arg("-c")
+            .arg(&self.conf)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.dir.path().join("store"))
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("nats-server must be installed (scripts/test.sh installs it)");
+        self.child = Some(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if Instant::now() > deadline {
+                panic!(
+                    "nats-server did not listen on {addr} within 20 s: {}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (the store stays).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same store.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nats.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        if port != 4222 {
+            return port;
+        }
+    }
+}
+
+/// CA, server (SAN 127.0.0.1, localhost) and client certificates in `dir`:
+/// `ca.pem`, `server.pem`, `server-key.pem`, `client.pem`, `client-key.pem`.
+pub fn generate_certs(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl must be installed (scripts/test.sh installs it)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+        "-subj",
+        "/CN=kubesink test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+        ),
+        (
+            "client",
+            "subjectAltName=DNS:kubesink\nextendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
+        ),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).expect("ext");
+        run(&[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &format!("{name}-key.pem"),
+            "-out", &format!("{name}.csr"), "-subj", &format!("/CN={name}"),
+        ]);
+        run(&[
+            "x509", "-req", "-in", &format!("{name}.csr"), "-CA", "ca.pem", "-CAkey",
+            "ca-key.pem", "-CAcreateserial", "-days", "2", "-out", &format!("{name}.pem"),
+            "-extfile", &format!("{name}.ext"),
+        ]);
+    }
+}
