@@ -185,7 +185,7 @@ fn all_keys() -> Vec<String> {
         use kubesink_sinks::kafka::{KafkaConfig, KafkaSecurity, Protocol, SaslMechanism};
         use kubesink_sinks::Secret;
         let kafka = SinkConfig::Kafka(KafkaConfig {
-            security: KafkaSecurity {
+            security: Box::new(KafkaSecurity {
                 protocol: Protocol::SaslSsl,
                 sasl_mechanism: Some(SaslMechanism::Plain),
                 sasl_username: Some("u".into()),
@@ -194,7 +194,7 @@ fn all_keys() -> Vec<String> {
                 ssl_certificate_location: Some("/c".into()),
                 ssl_key_location: Some("/k".into()),
                 ssl_key_password: Some(Secret::new("p")),
-            },
+            }),
             ..Default::default()
         });
         walk("sinks", &serde_json::to_value(&kafka).unwrap(), &mut keys);

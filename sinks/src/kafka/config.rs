@@ -72,9 +72,9 @@ pub struct KafkaConfig {
     /// Timeout of the healthcheck's metadata request, in milliseconds. Default 10000.
     #[serde(default = "default_healthcheck_timeout_ms")]
     pub healthcheck_timeout_ms: u64,
-    /// Transport security and authentication.
+    /// Transport security and authentication (boxed: it is large and usually default).
     #[serde(default)]
-    pub security: KafkaSecurity,
+    pub security: Box<KafkaSecurity>,
     /// Any other librdkafka property, passed through as is (`"socket.keepalive.enable" =
     /// "true"`). A property kubesink manages is a configuration error.
     #[serde(default)]
@@ -219,7 +219,7 @@ impl Default for KafkaConfig {
             queue_max_messages: default_queue_max_messages(),
             flush_timeout_ms: default_flush_timeout_ms(),
             healthcheck_timeout_ms: default_healthcheck_timeout_ms(),
-            security: KafkaSecurity::default(),
+            security: Box::default(),
             librdkafka: BTreeMap::new(),
         }
     }

@@ -160,13 +160,13 @@ fn idempotence_requires_acks_all_and_sasl_requires_credentials() {
 fn sasl_config(servers: &str) -> KafkaConfig {
     KafkaConfig {
         bootstrap_servers: servers.into(),
-        security: KafkaSecurity {
+        security: Box::new(KafkaSecurity {
             protocol: Protocol::SaslPlaintext,
             sasl_mechanism: Some(SaslMechanism::ScramSha512),
             sasl_username: Some("kubesink".into()),
             sasl_password: Some(Secret::new("hunter2-very-secret")),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     }
 }
