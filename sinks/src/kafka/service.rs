@@ -175,6 +175,11 @@ impl KafkaSink {
         self.inner.queue_full_waits.load(Ordering::Relaxed)
     }
 
+    /// Records librdkafka holds (queued or awaiting their delivery report).
+    pub fn in_flight(&self) -> usize {
+        usize::try_from(self.inner.producer().in_flight_count()).unwrap_or(0)
+    }
+
     /// Starts a background task that runs the healthcheck with backoff (1 s doubling to
     /// 30 s) until it passes, logging each failure as "not ready", then logs "ready". It
     /// stops when the sink is dropped.

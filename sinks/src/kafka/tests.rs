@@ -552,3 +552,49 @@ async fn topic_authorization_failure_is_fatal_and_names_the_topic() {
     assert!(err.is_fatal(), "{err}");
     assert!(err.to_string().contains("topology"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn building_against_a_dead_broker_succeeds_and_reports_not_ready() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let c = KafkaConfig {
+        bootstrap_servers: format!("127.0.0.1:{port}"),
+        healthcheck_timeout_ms: 500,
+        ..Default::default()
+    };
+    let sink = crate::SinkConfig::Kafka(c)
+        .build(0)
+        .await
+        .expect("no connection is needed to build");
+    let err = sink.healthcheck().await.unwrap_err();
+    assert!(!err.is_fatal(), "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_reports_the_records_it_could_not_flush_before_its_deadline() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("topology", 1, 1).unwrap();
+    let sink = Arc::new(sink_for(&mock.bootstrap_servers(), |c| {
+        c.flush_timeout_ms = 300;
+        c.message_timeout_ms = 30_000;
+    }));
+    sink.send(&batch(2, 1)).await.unwrap();
+    mock.broker_down(1).unwrap();
+    let s = sink.clone();
+    let pending = tokio::spawn(async move { s.send(&batch(5, 2)).await });
+    wait_for("records queued", Duration::from_secs(10), || {
+        sink.in_flight() >= 5
+    })
+    .await;
+    let err = sink.close().await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not delivered within flush_timeout_ms"),
+        "{err}"
+    );
+    pending.abort();
+}
