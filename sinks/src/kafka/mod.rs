@@ -23,4 +23,6 @@ pub use config::{
     MANAGED_PROPERTIES,
 };
 pub use request::{escape, TemplateError, TopicTemplate, CLUSTER_SCOPE, MAX_TOPIC_LEN};
-pub use service::{classify, Failure, KafkaSink, KafkaSinkError, RECORD_OVERHEAD_BYTES};
+pub use service::{
+    classify, needs_new_producer, Failure, KafkaSink, KafkaSinkError, RECORD_OVERHEAD_BYTES,
+};

@@ -6,7 +6,7 @@
 //! (librdkafka's own log lines never contain property values).
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
@@ -60,8 +60,27 @@ pub fn classify(e: &KafkaError, topic: &str) -> Failure {
             "TLS error ({e}): check security.ssl_ca_location and the client certificate"
         )),
         Some(C::Fatal) => Failure::Fatal(format!("fatal producer error ({e}); the producer is recreated")),
+        Some(c) if needs_new_producer(c) => Failure::Transient(format!(
+            "{e} (topic {topic:?}): the broker lost or fenced this producer's id; the producer is recreated"
+        )),
         _ => Failure::Transient(format!("{e} (topic {topic:?})")),
     }
+}
+
+/// Errors after which the idempotent producer's id, epoch or sequence state is unusable:
+/// the sink replaces the producer (a fresh one gets a new producer id). Seen with brokers
+/// that lose producer state across an outage (tansu answers `PRODUCER_FENCED`).
+pub fn needs_new_producer(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::Fatal
+            | C::ProducerFenced
+            | C::InvalidProducerEpoch
+            | C::OutOfOrderSequenceNumber
+            | C::InvalidProducerIdMapping
+            | C::UnknownProducerId
+    )
 }
 
 /// librdkafka callbacks: its log lines and client errors go to `tracing`, tagged with the
@@ -106,6 +125,8 @@ struct Inner {
     topics: Mutex<BTreeSet<String>>,
     /// Times an enqueue met `QueueFull` and waited.
     queue_full_waits: AtomicU64,
+    /// A delivery report settled while waiting for queue room asked for a new producer.
+    reset_needed: AtomicBool,
 }
 
 /// The Kafka sink: one librdkafka producer (the idempotent producer by default), record key
@@ -160,6 +181,7 @@ impl KafkaSink {
                 producer: RwLock::new(Arc::new(producer)),
                 topics: Mutex::new(BTreeSet::new()),
                 queue_full_waits: AtomicU64::new(0),
+                reset_needed: AtomicBool::new(false),
             }),
         })
     }
@@ -217,13 +239,17 @@ impl Inner {
             .clone()
     }
 
-    /// After a fatal error librdkafka's producer is unusable (e.g. the idempotent
-    /// producer's sequence state is lost): replace it with a fresh one.
-    fn reset_if_fatal(&self, current: &Arc<Producer_>) {
-        let Some((code, reason)) = current.client().fatal_error() else {
+    /// After a fatal error, or a delivery error that means the broker no longer accepts
+    /// this producer's id or epoch ([`needs_new_producer`]), librdkafka's producer is
+    /// unusable: replace it with a fresh one.
+    fn reset_if_fatal(&self, current: &Arc<Producer_>, producer_state_lost: bool) {
+        if let Some((code, reason)) = current.client().fatal_error() {
+            tracing::error!(sink = %self.name, code = ?code, reason = %reason, "fatal producer error: recreating the producer");
+        } else if producer_state_lost {
+            tracing::warn!(sink = %self.name, "the broker rejected the producer's id or epoch: recreating the producer");
+        } else {
             return;
-        };
-        tracing::error!(sink = %self.name, code = ?code, reason = %reason, "fatal producer error: recreating the producer");
+        }
         match create_producer(&self.name, &self.rendered) {
             Ok(p) => {
                 let mut w = self
@@ -245,6 +271,7 @@ impl Inner {
         let mut failures: Vec<Option<(Failure, Arc<str>)>> = vec![None; batch.len()];
         let mut pending: VecDeque<Pending> = VecDeque::with_capacity(batch.len() * 2);
         let mut used: Vec<Arc<str>> = Vec::new();
+        let mut reset = false;
         for (i, m) in batch.iter().enumerate() {
             let rendered = self.template.render(&m.meta);
             let topic: Arc<str> = match used.iter().find(|t| ***t == *rendered) {
@@ -289,10 +316,11 @@ impl Inner {
             }
         }
         while let Some(p) = pending.pop_front() {
-            settle(p, &mut failures).await;
+            reset |= settle(p, &mut failures).await;
         }
         self.note_topics(&used);
-        self.reset_if_fatal(&producer);
+        reset |= self.reset_needed.swap(false, Ordering::Relaxed);
+        self.reset_if_fatal(&producer, reset);
         self.outcome(batch, failures)
     }
 
@@ -321,7 +349,11 @@ impl Inner {
                     record = r;
                     self.queue_full_waits.fetch_add(1, Ordering::Relaxed);
                     match pending.pop_front() {
-                        Some(p) => settle(p, failures).await,
+                        Some(p) => {
+                            if settle(p, failures).await {
+                                self.reset_needed.store(true, Ordering::Relaxed);
+                            }
+                        }
                         None => {
                             // Records of an earlier (cancelled) batch fill the queue: wait
                             // until librdkafka delivered some (flush returns once the
@@ -472,11 +504,16 @@ impl Inner {
     }
 }
 
-/// Waits for one delivery report and records a failure against its message.
-async fn settle(p: Pending, failures: &mut [Option<(Failure, Arc<str>)>]) {
+/// Waits for one delivery report and records a failure against its message. Returns
+/// whether the error means the producer must be replaced ([`needs_new_producer`]).
+async fn settle(p: Pending, failures: &mut [Option<(Failure, Arc<str>)>]) -> bool {
+    let mut reset = false;
     let failure = match p.future.await {
         Ok(Ok(_)) => None,
-        Ok(Err((e, _))) => Some(classify(&e, &p.topic)),
+        Ok(Err((e, _))) => {
+            reset = e.rdkafka_error_code().is_some_and(needs_new_producer);
+            Some(classify(&e, &p.topic))
+        }
         Err(_) => Some(Failure::Transient(
             "producer dropped before the delivery report".into(),
         )),
@@ -486,6 +523,7 @@ async fn settle(p: Pending, failures: &mut [Option<(Failure, Arc<str>)>]) {
             failures[p.index] = Some((f, p.topic));
         }
     }
+    reset
 }
 
 #[async_trait]
