@@ -21,6 +21,32 @@ if ! command -v nats-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq nats-server openssl
 fi
 
+# tansu, the Kafka-protocol broker the Kafka tests start (tests/support/kafka_server.rs).
+# Built once from crates.io (~7 minutes on 2 cores) and cached; skipped when present.
+KUBESINK_CACHE_DIR="${KUBESINK_CACHE_DIR:-$HOME/.cache/kubesink}"
+export KUBESINK_CACHE_DIR
+TANSU="$KUBESINK_CACHE_DIR/tansu/bin/tansu"
+if [ ! -x "$TANSU" ]; then
+  echo "== building tansu (Kafka-protocol test broker) into $KUBESINK_CACHE_DIR/tansu"
+  started=$(date +%s)
+  cargo install tansu --version 0.6.0 --features dynostore --locked --root "$KUBESINK_CACHE_DIR/tansu" \
+    || cargo install tansu --version 0.6.0 --features dynostore --root "$KUBESINK_CACHE_DIR/tansu"
+  echo "tansu built in $(( $(date +%s) - started )) s"
+fi
+# rdkafka builds librdkafka from source: it needs a C toolchain, make, and the OpenSSL and
+# zlib headers (zstd is vendored).
+if command -v dpkg >/dev/null 2>&1; then
+  missing=""
+  for p in build-essential libssl-dev zlib1g-dev pkg-config; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+  done
+  if [ -n "$missing" ]; then
+    echo "== installing$missing (for librdkafka)"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq $missing
+  fi
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"

@@ -234,6 +234,26 @@ fn all_keys() -> Vec<String> {
         let v = serde_json::to_value(kubesink_sinks::SinkConfig::Nats(n)).unwrap();
         walk("sinks", &v, &mut keys);
     }
+    // Every option of every sink type, from a fully populated entry.
+    #[cfg(feature = "kafka")]
+    {
+        use kubesink_sinks::kafka::{KafkaConfig, KafkaSecurity, Protocol, SaslMechanism};
+        use kubesink_sinks::Secret;
+        let kafka = SinkConfig::Kafka(KafkaConfig {
+            security: Box::new(KafkaSecurity {
+                protocol: Protocol::SaslSsl,
+                sasl_mechanism: Some(SaslMechanism::Plain),
+                sasl_username: Some("u".into()),
+                sasl_password: Some(Secret::new("p")),
+                ssl_ca_location: Some("/ca".into()),
+                ssl_certificate_location: Some("/c".into()),
+                ssl_key_location: Some("/k".into()),
+                ssl_key_password: Some(Secret::new("p")),
+            }),
+            ..Default::default()
+        });
+        walk("sinks", &serde_json::to_value(&kafka).unwrap(), &mut keys);
+    }
     keys
 }
 

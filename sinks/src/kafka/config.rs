@@ -1,40 +1,487 @@
-//! `[[sinks]]` entry with `type = "kafka"`.
+//! `[[sinks]]` entry with `type = "kafka"`: the serde configuration, its validation and its
+//! rendering into librdkafka properties.
+//!
+//! Owns the mapping from kubesink's option names to librdkafka's (`CONFIGURATION.md` of
+//! librdkafka): every property kubesink sets is listed in [`MANAGED_PROPERTIES`], and the
+//! `librdkafka` passthrough map may not set any of them. Must never log a secret: the
+//! rendered configuration is only ever printed through [`RenderedConfig::redacted`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Sink, SinkConfigError};
+use super::request::TopicTemplate;
+use crate::{Secret, Sink, SinkConfigError};
 
-/// Kafka sink configuration.
+/// Kafka sink configuration (`[[sinks]]` with `type = "kafka"`).
+///
+/// Defaults give the delivery guarantees of `docs/kafka.md`: the idempotent producer with
+/// `acks = all`, record key = message key, tombstones after deletes.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Name used in logs; unique among sinks. Default `"kafka"`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`). Required.
+    #[serde(default)]
+    pub bootstrap_servers: String,
+    /// Topic name template. Placeholders: `{cluster}`, `{group}` (`core` for the core
+    /// group), `{version}`, `{kind}`, `{resource}`, `{namespace}` (`_cluster` for
+    /// cluster-scoped objects). A substituted character outside `[A-Za-z0-9._-]` becomes `_`;
+    /// the literal text must use only those characters. Default `"kubesink.{cluster}"`.
+    #[serde(default = "default_topic")]
+    pub topic: String,
+    /// `compression.type`: `none`, `gzip`, `snappy`, `lz4` or `zstd`. Default `lz4`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// `acks`: `all` (every in-sync replica), `1` (the leader) or `0` (none: a batch is
+    /// confirmed once written to the socket). Default `all`; `idempotence` requires `all`.
+    #[serde(default)]
+    pub acks: Acks,
+    /// `enable.idempotence`: retries neither duplicate nor reorder records within a
+    /// partition. Default `true`.
+    #[serde(default = "yes")]
+    pub idempotence: bool,
+    /// After a `deleted` message, also send a tombstone (same key, null value), so a
+    /// compacted topic holds exactly the live objects. Default `true`.
+    #[serde(default = "yes")]
+    pub tombstones: bool,
+    /// `linger.ms`: how long librdkafka waits to fill a produce request, in milliseconds.
+    /// Default 5.
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
+    /// `message.timeout.ms`: how long librdkafka retries one record before reporting it
+    /// failed (the pipeline then retries it again), in milliseconds. Default 60000.
+    #[serde(default = "default_message_timeout_ms")]
+    pub message_timeout_ms: u64,
+    /// `message.max.bytes`: the largest record librdkafka sends, in bytes. Payloads larger
+    /// than this minus the key and headers go through the shared oversize policy. Keep it at
+    /// or below the topic's `max.message.bytes`. Default 1000000.
+    #[serde(default = "default_message_max_bytes")]
+    pub message_max_bytes: usize,
+    /// `queue.buffering.max.messages`: records librdkafka holds in memory. When it is full,
+    /// `send` waits for deliveries to drain (backpressure). Default 100000.
+    #[serde(default = "default_queue_max_messages")]
+    pub queue_max_messages: usize,
+    /// At shutdown, how long `close` waits for librdkafka to deliver what it holds, in
+    /// milliseconds. Default 30000.
+    #[serde(default = "default_flush_timeout_ms")]
+    pub flush_timeout_ms: u64,
+    /// Timeout of the healthcheck's metadata request, in milliseconds. Default 10000.
+    #[serde(default = "default_healthcheck_timeout_ms")]
+    pub healthcheck_timeout_ms: u64,
+    /// Transport security and authentication (boxed: it is large and usually default).
+    #[serde(default)]
+    pub security: Box<KafkaSecurity>,
+    /// Any other librdkafka property, passed through as is (`"socket.keepalive.enable" =
+    /// "true"`). A property kubesink manages is a configuration error.
+    #[serde(default)]
+    pub librdkafka: BTreeMap<String, String>,
+}
+
+/// `[sinks.security]` of a Kafka sink.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSecurity {
+    /// `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`. Default
+    /// `plaintext`.
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// `sasl.mechanism`: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`. Required with a
+    /// `sasl_*` protocol.
+    #[serde(default)]
+    pub sasl_mechanism: Option<SaslMechanism>,
+    /// `sasl.username`. Required with a `sasl_*` protocol.
+    #[serde(default)]
+    pub sasl_username: Option<String>,
+    /// `sasl.password`; never logged. Required with a `sasl_*` protocol.
+    #[serde(default)]
+    pub sasl_password: Option<Secret>,
+    /// `ssl.ca.location`: PEM file of the CA that signed the brokers' certificates.
+    /// Default: the system's CA store.
+    #[serde(default)]
+    pub ssl_ca_location: Option<String>,
+    /// `ssl.certificate.location`: PEM client certificate (mutual TLS).
+    #[serde(default)]
+    pub ssl_certificate_location: Option<String>,
+    /// `ssl.key.location`: PEM private key of the client certificate.
+    #[serde(default)]
+    pub ssl_key_location: Option<String>,
+    /// `ssl.key.password`: the private key's passphrase; never logged.
+    #[serde(default)]
+    pub ssl_key_password: Option<Secret>,
+}
+
+/// `compression.type`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// gzip.
+    Gzip,
+    /// Snappy.
+    Snappy,
+    /// LZ4 (the default).
+    #[default]
+    Lz4,
+    /// Zstandard.
+    Zstd,
+}
+
+/// `acks`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub enum Acks {
+    /// Every in-sync replica (the default).
+    #[default]
+    #[serde(rename = "all")]
+    All,
+    /// The partition leader only.
+    #[serde(rename = "1")]
+    Leader,
+    /// No acknowledgement.
+    #[serde(rename = "0")]
+    None,
+}
+
+/// `security.protocol`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// No TLS, no SASL (the default).
+    #[default]
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// SASL without TLS.
+    SaslPlaintext,
+    /// SASL over TLS.
+    SaslSsl,
+}
+
+/// `sasl.mechanism`.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub enum SaslMechanism {
+    /// `PLAIN`.
+    #[serde(rename = "PLAIN")]
+    Plain,
+    /// `SCRAM-SHA-256`.
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    /// `SCRAM-SHA-512`.
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
 }
 
 fn default_name() -> String {
     "kafka".to_owned()
 }
+fn default_topic() -> String {
+    "kubesink.{cluster}".to_owned()
+}
+fn yes() -> bool {
+    true
+}
+fn default_linger_ms() -> u64 {
+    5
+}
+fn default_message_timeout_ms() -> u64 {
+    60_000
+}
+fn default_message_max_bytes() -> usize {
+    1_000_000
+}
+fn default_queue_max_messages() -> usize {
+    100_000
+}
+fn default_flush_timeout_ms() -> u64 {
+    30_000
+}
+fn default_healthcheck_timeout_ms() -> u64 {
+    10_000
+}
 
-impl KafkaConfig {
-    /// Problems serde cannot see.
-    pub fn validate(&self, _index: usize) -> Vec<SinkConfigError> {
-        Vec::new()
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            name: default_name(),
+            bootstrap_servers: String::new(),
+            topic: default_topic(),
+            compression: Compression::default(),
+            acks: Acks::default(),
+            idempotence: true,
+            tombstones: true,
+            linger_ms: default_linger_ms(),
+            message_timeout_ms: default_message_timeout_ms(),
+            message_max_bytes: default_message_max_bytes(),
+            queue_max_messages: default_queue_max_messages(),
+            flush_timeout_ms: default_flush_timeout_ms(),
+            healthcheck_timeout_ms: default_healthcheck_timeout_ms(),
+            security: Box::default(),
+            librdkafka: BTreeMap::new(),
+        }
+    }
+}
+
+/// Every librdkafka property kubesink sets, with the kubesink option that sets it. Aliases
+/// (librdkafka `CONFIGURATION.md`) are listed too, so a passthrough cannot set the same
+/// property under another name.
+pub const MANAGED_PROPERTIES: &[(&str, &str)] = &[
+    ("bootstrap.servers", "bootstrap_servers"),
+    ("metadata.broker.list", "bootstrap_servers"),
+    ("compression.type", "compression"),
+    ("compression.codec", "compression"),
+    ("acks", "acks"),
+    ("request.required.acks", "acks"),
+    ("enable.idempotence", "idempotence"),
+    ("linger.ms", "linger_ms"),
+    ("queue.buffering.max.ms", "linger_ms"),
+    ("message.timeout.ms", "message_timeout_ms"),
+    ("delivery.timeout.ms", "message_timeout_ms"),
+    ("message.max.bytes", "message_max_bytes"),
+    ("queue.buffering.max.messages", "queue_max_messages"),
+    ("security.protocol", "security.protocol"),
+    ("sasl.mechanism", "security.sasl_mechanism"),
+    ("sasl.mechanisms", "security.sasl_mechanism"),
+    ("sasl.username", "security.sasl_username"),
+    ("sasl.password", "security.sasl_password"),
+    ("ssl.ca.location", "security.ssl_ca_location"),
+    (
+        "ssl.certificate.location",
+        "security.ssl_certificate_location",
+    ),
+    ("ssl.key.location", "security.ssl_key_location"),
+    ("ssl.key.password", "security.ssl_key_password"),
+];
+
+/// librdkafka properties whose values are never printed.
+const SECRET_PROPERTIES: &[&str] = &[
+    "sasl.password",
+    "ssl.key.password",
+    "sasl.oauthbearer.config",
+];
+
+/// The librdkafka properties a [`KafkaConfig`] renders to, in a stable order.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RenderedConfig(pub Vec<(String, String)>);
+
+impl RenderedConfig {
+    /// The properties with secret values replaced by `***`, for logs and `kubesink check`.
+    pub fn redacted(&self) -> Vec<(String, String)> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                let secret = SECRET_PROPERTIES.contains(&k.as_str())
+                    || k.contains("password")
+                    || k.contains("secret");
+                (k.clone(), if secret { "***".into() } else { v.clone() })
+            })
+            .collect()
     }
 
-    /// Builds the sink.
-    ///
-    /// # Errors
-    /// Always, until the Kafka sink is implemented.
-    pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
-        Err(SinkConfigError::Invalid {
+    /// The value of one property, if set.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl std::fmt::Debug for RenderedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.redacted()).finish()
+    }
+}
+
+impl KafkaConfig {
+    fn invalid(&self, index: usize, key: &str, message: impl Into<String>) -> SinkConfigError {
+        SinkConfigError::Invalid {
             index,
             name: self.name.clone(),
-            key: "type".into(),
-            message: "the Kafka sink is not implemented yet".into(),
-        })
+            key: key.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// Problems serde cannot see: a missing `bootstrap_servers`, a bad topic template,
+    /// `idempotence` without `acks = "all"`, incomplete SASL or TLS settings, and passthrough
+    /// properties kubesink manages (naming both keys). Returns every problem found.
+    pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
+        let mut errs = Vec::new();
+        if self.bootstrap_servers.trim().is_empty() {
+            errs.push(self.invalid(
+                index,
+                "bootstrap_servers",
+                "required: a comma-separated host:port list",
+            ));
+        }
+        if let Err(e) = TopicTemplate::parse(&self.topic) {
+            errs.push(self.invalid(index, "topic", e.to_string()));
+        }
+        if self.idempotence && self.acks != Acks::All {
+            errs.push(self.invalid(
+                index,
+                "acks",
+                "idempotence = true requires acks = \"all\" (set idempotence = false to use another acks)",
+            ));
+        }
+        if self.message_max_bytes < 1000 {
+            errs.push(self.invalid(index, "message_max_bytes", "must be at least 1000"));
+        }
+        if self.queue_max_messages == 0 {
+            errs.push(self.invalid(index, "queue_max_messages", "must be at least 1"));
+        }
+        let s = &self.security;
+        let sasl = matches!(s.protocol, Protocol::SaslPlaintext | Protocol::SaslSsl);
+        if sasl {
+            if s.sasl_mechanism.is_none() {
+                errs.push(self.invalid(
+                    index,
+                    "security.sasl_mechanism",
+                    "required with a sasl_* protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                ));
+            }
+            if s.sasl_username.as_deref().unwrap_or_default().is_empty() {
+                errs.push(self.invalid(
+                    index,
+                    "security.sasl_username",
+                    "required with a sasl_* protocol",
+                ));
+            }
+            if s.sasl_password.is_none() {
+                errs.push(self.invalid(
+                    index,
+                    "security.sasl_password",
+                    "required with a sasl_* protocol",
+                ));
+            }
+        } else if s.sasl_mechanism.is_some()
+            || s.sasl_username.is_some()
+            || s.sasl_password.is_some()
+        {
+            errs.push(self.invalid(
+                index,
+                "security.protocol",
+                "SASL settings are given but the protocol is not sasl_plaintext or sasl_ssl",
+            ));
+        }
+        if s.ssl_certificate_location.is_some() != s.ssl_key_location.is_some() {
+            errs.push(self.invalid(
+                index,
+                "security.ssl_key_location",
+                "ssl_certificate_location and ssl_key_location go together (mutual TLS)",
+            ));
+        }
+        for key in self.librdkafka.keys() {
+            if let Some((_, option)) = MANAGED_PROPERTIES.iter().find(|(p, _)| p == key) {
+                errs.push(self.invalid(
+                    index,
+                    &format!("librdkafka.\"{key}\""),
+                    format!(
+                        "conflicts with `{option}`, which kubesink manages; set `{option}` instead"
+                    ),
+                ));
+            }
+        }
+        errs
+    }
+
+    /// The librdkafka properties of this configuration: the managed ones, then the
+    /// passthrough map. Call after [`KafkaConfig::validate`].
+    pub fn render(&self) -> RenderedConfig {
+        let mut p: Vec<(String, String)> = Vec::new();
+        let mut set = |k: &str, v: String| p.push((k.to_owned(), v));
+        set("bootstrap.servers", self.bootstrap_servers.clone());
+        set(
+            "compression.type",
+            match self.compression {
+                Compression::None => "none",
+                Compression::Gzip => "gzip",
+                Compression::Snappy => "snappy",
+                Compression::Lz4 => "lz4",
+                Compression::Zstd => "zstd",
+            }
+            .into(),
+        );
+        set(
+            "acks",
+            match self.acks {
+                Acks::All => "all",
+                Acks::Leader => "1",
+                Acks::None => "0",
+            }
+            .into(),
+        );
+        set("enable.idempotence", self.idempotence.to_string());
+        set("linger.ms", self.linger_ms.to_string());
+        set("message.timeout.ms", self.message_timeout_ms.to_string());
+        set("message.max.bytes", self.message_max_bytes.to_string());
+        set(
+            "queue.buffering.max.messages",
+            self.queue_max_messages.to_string(),
+        );
+        let s = &self.security;
+        set(
+            "security.protocol",
+            match s.protocol {
+                Protocol::Plaintext => "plaintext",
+                Protocol::Ssl => "ssl",
+                Protocol::SaslPlaintext => "sasl_plaintext",
+                Protocol::SaslSsl => "sasl_ssl",
+            }
+            .into(),
+        );
+        if let Some(m) = s.sasl_mechanism {
+            set(
+                "sasl.mechanism",
+                match m {
+                    SaslMechanism::Plain => "PLAIN",
+                    SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+                    SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+                }
+                .into(),
+            );
+        }
+        if let Some(u) = &s.sasl_username {
+            set("sasl.username", u.clone());
+        }
+        if let Some(pw) = &s.sasl_password {
+            set("sasl.password", pw.expose().to_owned());
+        }
+        for (k, v) in [
+            ("ssl.ca.location", &s.ssl_ca_location),
+            ("ssl.certificate.location", &s.ssl_certificate_location),
+            ("ssl.key.location", &s.ssl_key_location),
+        ] {
+            if let Some(v) = v {
+                set(k, v.clone());
+            }
+        }
+        if let Some(pw) = &s.ssl_key_password {
+            set("ssl.key.password", pw.expose().to_owned());
+        }
+        for (k, v) in &self.librdkafka {
+            set(k, v.clone());
+        }
+        RenderedConfig(p)
+    }
+
+    /// Builds the sink: validates, creates the producer (which connects in the background)
+    /// and starts a readiness probe that logs until the brokers answer. A broker that is
+    /// down does not fail the build: kubesink keeps retrying and reports not ready.
+    ///
+    /// # Errors
+    /// A [`SinkConfigError`] for invalid settings, or a property librdkafka rejects.
+    pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
+        if let Some(e) = self.validate(index).into_iter().next() {
+            return Err(e);
+        }
+        let sink = super::service::KafkaSink::new(self)
+            .map_err(|e| self.invalid(index, "librdkafka", e.to_string()))?;
+        sink.spawn_readiness_probe();
+        Ok(Arc::new(sink))
     }
 }

@@ -1,0 +1,306 @@
+//! A real Kafka-protocol broker for tests: tansu (crates.io, `cargo install tansu --features
+//! dynostore`, built and cached by `scripts/test.sh`), started on a free port in a temp dir
+//! and killed on drop; an optional TCP proxy in front of it to take "the broker" off the
+//! network and back; topic creation through rdkafka's AdminClient; a background consumer.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// The cached tansu binary: `$KUBESINK_TANSU_BIN`, else
+/// `${KUBESINK_CACHE_DIR:-$HOME/.cache/kubesink}/tansu/bin/tansu`.
+pub fn tansu_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("KUBESINK_TANSU_BIN") {
+        return p.into();
+    }
+    let cache = std::env::var("KUBESINK_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/kubesink")
+        });
+    cache.join("tansu/bin/tansu")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind port 0")
+        .local_addr()
+        .expect("local addr")
+        .port()
+}
+
+/// A running tansu broker (memory storage engine).
+pub struct Tansu {
+    child: Child,
+    /// Where the broker itself listens.
+    pub broker_addr: SocketAddr,
+    /// What clients use (the proxy's address when there is one).
+    pub bootstrap: String,
+    proxy: Option<Proxy>,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Tansu {
+    /// Starts tansu on a free port and waits until it accepts connections.
+    pub async fn start() -> Tansu {
+        Self::start_inner(false).await
+    }
+
+    /// Starts tansu behind a TCP proxy: clients (and the advertised listener) use the
+    /// proxy, so [`Tansu::disconnect`] takes the broker off the network without losing its
+    /// in-memory log.
+    pub async fn start_behind_proxy() -> Tansu {
+        Self::start_inner(true).await
+    }
+
+    async fn start_inner(proxied: bool) -> Tansu {
+        let bin = tansu_bin();
+        assert!(
+            bin.exists(),
+            "tansu is not installed at {}: run scripts/test.sh (it builds and caches it) or \
+             `cargo install tansu --features dynostore --locked --root ~/.cache/kubesink/tansu`",
+            bin.display()
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let broker_addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let proxy = if proxied {
+            Some(Proxy::start(free_port(), broker_addr).await)
+        } else {
+            None
+        };
+        let advertised = proxy.as_ref().map_or(broker_addr, |p| p.addr);
+        let log = std::fs::File::create(dir.path().join("tansu.log")).expect("log file");
+        let child = Command::new(&bin)
+            .current_dir(dir.path())
+            .args([
+                "broker",
+                "--listener-url",
+                &format!("tcp://{broker_addr}"),
+                "--advertised-listener-url",
+                &format!("tcp://{advertised}"),
+                "--storage-engine",
+                "memory://tansu/",
+            ])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn tansu");
+        let t = Tansu {
+            child,
+            broker_addr,
+            bootstrap: advertised.to_string(),
+            proxy,
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(broker_addr).await.is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "tansu did not accept connections within 30 s; log: {}",
+                t.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        t
+    }
+
+    /// The broker's stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default()
+    }
+
+    /// Creates `topic` with `partitions` partitions (replication 1) through the admin API.
+    pub async fn create_topic(&self, topic: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("admin client");
+        let res = admin
+            .create_topics(
+                &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            )
+            .await
+            .expect("create_topics");
+        for r in res {
+            r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+        }
+    }
+
+    /// Takes the broker off the network: the proxy closes every connection and stops
+    /// listening (clients get "connection refused").
+    pub fn disconnect(&mut self) {
+        self.proxy.as_mut().expect("started behind a proxy").stop();
+    }
+
+    /// Puts the broker back on the network (same address).
+    pub async fn reconnect(&mut self) {
+        self.proxy
+            .as_mut()
+            .expect("started behind a proxy")
+            .resume()
+            .await;
+    }
+}
+
+struct Proxy {
+    addr: SocketAddr,
+    target: SocketAddr,
+    task: Option<JoinHandle<()>>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(port: u16, target: SocketAddr) -> Proxy {
+        let mut p = Proxy {
+            addr: ([127, 0, 0, 1], port).into(),
+            target,
+            task: None,
+            conns: Arc::default(),
+        };
+        p.resume().await;
+        p
+    }
+
+    async fn resume(&mut self) {
+        let listener = TcpListener::bind(self.addr).await.expect("proxy bind");
+        let target = self.target;
+        let conns = self.conns.clone();
+        self.task = Some(tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let h = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                conns.lock().unwrap().push(h);
+            }
+        }));
+    }
+
+    fn stop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One record as read back.
+#[derive(Debug, Clone)]
+pub struct Rec {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: String,
+    /// `None` for a tombstone.
+    pub value: Option<Vec<u8>>,
+    pub headers: HashMap<String, String>,
+}
+
+/// A consumer thread reading every partition of a topic from the beginning.
+pub struct Reader {
+    records: Arc<Mutex<Vec<Rec>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reader {
+    pub fn start(bootstrap: &str, topic: &str, partitions: i32) -> Reader {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "kubesink-test-reader")
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("partition");
+        }
+        consumer.assign(&tpl).expect("assign");
+        let records: Arc<Mutex<Vec<Rec>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s) = (records.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+                    continue;
+                };
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| {
+                                (
+                                    h.key.to_owned(),
+                                    String::from_utf8_lossy(h.value.unwrap_or_default())
+                                        .into_owned(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                r.lock().unwrap().push(Rec {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers,
+                });
+            }
+        });
+        Reader {
+            records,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn records(&self) -> Vec<Rec> {
+        self.records.lock().unwrap().clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.lock().unwrap().len()
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
