@@ -6,7 +6,7 @@
 //! JetStream mode (file storage, `Nats-Msg-Id` dedup, every PubAck awaited). Prints both rates
 //! and their ratio.
 //!
-//! `cargo bench --bench nats` (`KUBESINK_BENCH_MESSAGES=200000` to change N).
+//! `cargo bench --bench nats` (`BENCH_MESSAGES=200000` to change N).
 
 #[path = "../tests/support/nats_server.rs"]
 mod nats_server;
@@ -76,7 +76,7 @@ async fn run(server: &nats_server::NatsServer, mode: NatsMode, msgs: &[Message])
 }
 
 fn main() {
-    let n: usize = std::env::var("KUBESINK_BENCH_MESSAGES")
+    let n: usize = std::env::var("BENCH_MESSAGES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);

@@ -3,7 +3,7 @@
 //! (parse + write of the same objects) measured in the same run, so the ratio is what counts
 //! on a noisy machine.
 //!
-//! `cargo bench --bench throughput` (pods: `KUBESINK_BENCH_PODS`, default 20000)
+//! `cargo bench --bench throughput` (pods: `BENCH_PODS`, default 20000)
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use kubesink_sim::{SimConfig, Simulator, Workload};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let pods: usize = std::env::var("KUBESINK_BENCH_PODS")
+    let pods: usize = std::env::var("BENCH_PODS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);

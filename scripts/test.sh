@@ -23,14 +23,14 @@ fi
 
 # tansu, the Kafka-protocol broker the Kafka tests start (tests/support/kafka_server.rs).
 # Built once from crates.io (~7 minutes on 2 cores) and cached; skipped when present.
-KUBESINK_CACHE_DIR="${KUBESINK_CACHE_DIR:-$HOME/.cache/kubesink}"
-export KUBESINK_CACHE_DIR
-TANSU="$KUBESINK_CACHE_DIR/tansu/bin/tansu"
+TOOLS_CACHE_DIR="${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}"
+export TOOLS_CACHE_DIR
+TANSU="$TOOLS_CACHE_DIR/tansu/bin/tansu"
 if [ ! -x "$TANSU" ]; then
-  echo "== building tansu (Kafka-protocol test broker) into $KUBESINK_CACHE_DIR/tansu"
+  echo "== building tansu (Kafka-protocol test broker) into $TOOLS_CACHE_DIR/tansu"
   started=$(date +%s)
-  cargo install tansu --version 0.6.0 --features dynostore --locked --root "$KUBESINK_CACHE_DIR/tansu" \
-    || cargo install tansu --version 0.6.0 --features dynostore --root "$KUBESINK_CACHE_DIR/tansu"
+  cargo install tansu --version 0.6.0 --features dynostore --locked --root "$TOOLS_CACHE_DIR/tansu" \
+    || cargo install tansu --version 0.6.0 --features dynostore --root "$TOOLS_CACHE_DIR/tansu"
   echo "tansu built in $(( $(date +%s) - started )) s"
 fi
 # rdkafka builds librdkafka from source: it needs a C toolchain, make, and the OpenSSL and

@@ -19,6 +19,7 @@ fn errors_of(file: Option<&Path>) -> Vec<String> {
 #[test]
 fn env_overrides_file_and_file_overrides_defaults() {
     Jail::expect_with(|jail| {
+        jail.clear_env();
         jail.create_file(
             "k.toml",
             "[cluster]\nname = \"from-file\"\n[pipeline]\nmax_pending = 7\nlinger = \"5s\"\n",
@@ -43,6 +44,7 @@ fn env_overrides_file_and_file_overrides_defaults() {
 #[test]
 fn bad_duration_from_env_names_key_and_variable() {
     Jail::expect_with(|jail| {
+        jail.clear_env();
         jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
         jail.set_env("KUBESINK_PIPELINE__LINGER", "5 parsecs");
         let errs = errors_of(None);
@@ -60,6 +62,7 @@ fn bad_duration_from_env_names_key_and_variable() {
 #[test]
 fn bad_values_in_file_name_key_and_file() {
     Jail::expect_with(|jail| {
+        jail.clear_env();
         jail.create_file(
             "bad.toml",
             "[cluster]\nname = \"prod\"\nlabl = \"x\"\n[pipeline]\nmax_pending_bytes = \"lots\"\n",
@@ -82,6 +85,7 @@ fn bad_values_in_file_name_key_and_file() {
 #[test]
 fn several_bad_keys_in_one_section_and_env_are_all_reported() {
     Jail::expect_with(|jail| {
+        jail.clear_env();
         jail.create_file(
             "two.toml",
             "[cluster]\nname = \"p\"\nlabl = \"x\"\n[pipeline]\nlingr = \"1s\"\nmax_batch_bytes = \"huge\"\n[[resources]]\napi_version = \"v1\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"everything\"\n",
@@ -108,7 +112,8 @@ fn several_bad_keys_in_one_section_and_env_are_all_reported() {
 
 #[test]
 fn a_missing_cluster_name_says_it_is_not_set() {
-    Jail::expect_with(|_| {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
         let all = errors_of(None).join("\n");
         assert!(
             all.contains("cluster.name: required") && all.contains("(from default: not set"),
@@ -121,6 +126,7 @@ fn a_missing_cluster_name_says_it_is_not_set() {
 #[test]
 fn every_problem_is_reported_at_once() {
     Jail::expect_with(|jail| {
+        jail.clear_env();
         jail.create_file(
             "many.toml",
             r#"
@@ -163,6 +169,7 @@ type = "stdout"
 #[test]
 fn unknown_sink_type_and_unknown_top_level_key_are_errors() {
     Jail::expect_with(|jail| {
+        jail.clear_env();
         jail.create_file(
             "s.toml",
             "[cluster]\nname = \"p\"\n[[sinks]]\ntype = \"carrier-pigeon\"\n",
@@ -178,7 +185,8 @@ fn unknown_sink_type_and_unknown_top_level_key_are_errors() {
 
 #[test]
 fn a_named_config_file_that_is_missing_is_an_error() {
-    Jail::expect_with(|_| {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
         let all = errors_of(Some(Path::new("/nonexistent/kubesink.toml"))).join("\n");
         assert!(
             all.contains("/nonexistent/kubesink.toml does not exist"),
@@ -261,7 +269,8 @@ fn all_keys() -> Vec<String> {
 fn reference_file_parses_and_documents_every_option() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/kubesink.toml");
     let text = std::fs::read_to_string(&path).unwrap();
-    Jail::expect_with(|_| {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
         let c = load(Some(&path)).map_err(|e| e.to_string())?;
         assert_eq!(
             c.pipeline,

@@ -20,13 +20,13 @@ use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-/// The cached tansu binary: `$KUBESINK_TANSU_BIN`, else
-/// `${KUBESINK_CACHE_DIR:-$HOME/.cache/kubesink}/tansu/bin/tansu`.
+/// The cached tansu binary: `$TANSU_BIN`, else
+/// `${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}/tansu/bin/tansu`.
 pub fn tansu_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("KUBESINK_TANSU_BIN") {
+    if let Ok(p) = std::env::var("TANSU_BIN") {
         return p.into();
     }
-    let cache = std::env::var("KUBESINK_CACHE_DIR")
+    let cache = std::env::var("TOOLS_CACHE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
             PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/kubesink")
