@@ -24,6 +24,6 @@ mod sink;
 pub mod stdout;
 
 pub use config::{SinkConfig, SinkConfigError};
-pub use message::{Message, MessageMeta, Op, CONTENT_TYPE_JSON};
+pub use message::{Message, MessageMeta, Op, Placeholder, CONTENT_TYPE_JSON};
 pub use secret::Secret;
 pub use sink::{Sink, SinkError};

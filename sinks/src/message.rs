@@ -39,6 +39,59 @@ impl fmt::Display for Op {
     }
 }
 
+/// A placeholder of the sinks' destination templates (NATS subject, Kafka topic):
+/// `{cluster}`, `{group}`, `{version}`, `{kind}`, `{resource}`, `{namespace}`, `{name}`.
+/// One definition, so every sink resolves a placeholder the same way; each sink applies its own
+/// escaping rule to the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placeholder {
+    /// `{cluster}`: `cluster.name`.
+    Cluster,
+    /// `{group}`: the API group, `core` for the core group.
+    Group,
+    /// `{version}`: the API version (`v1`).
+    Version,
+    /// `{kind}`: the kind (`Deployment`).
+    Kind,
+    /// `{resource}`: the plural resource (`deployments`).
+    Resource,
+    /// `{namespace}`: the namespace; none for cluster-scoped objects.
+    Namespace,
+    /// `{name}`: the object name.
+    Name,
+}
+
+impl Placeholder {
+    /// Parses a placeholder name without braces (`"kind"`); `None` if unknown.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "cluster" => Placeholder::Cluster,
+            "group" => Placeholder::Group,
+            "version" => Placeholder::Version,
+            "kind" => Placeholder::Kind,
+            "resource" => Placeholder::Resource,
+            "namespace" => Placeholder::Namespace,
+            "name" => Placeholder::Name,
+            _ => return None,
+        })
+    }
+
+    /// The unescaped value for a message; `None` only for `{namespace}` of a cluster-scoped
+    /// object (each sink documents the token it writes instead).
+    pub fn value(self, m: &MessageMeta) -> Option<&str> {
+        Some(match self {
+            Placeholder::Cluster => &m.cluster,
+            Placeholder::Group if m.group.is_empty() => "core",
+            Placeholder::Group => &m.group,
+            Placeholder::Version => &m.version,
+            Placeholder::Kind => &m.kind,
+            Placeholder::Resource => &m.resource,
+            Placeholder::Namespace => return m.namespace.as_deref(),
+            Placeholder::Name => &m.name,
+        })
+    }
+}
+
 /// Routing and header facts about a message, so a sink never parses the payload.
 ///
 /// Sinks render these as headers (Kafka record headers, NATS headers): `op`, `kind`,

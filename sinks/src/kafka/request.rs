@@ -5,7 +5,7 @@
 
 use rdkafka::message::{Header, OwnedHeaders};
 
-use crate::{Message, MessageMeta};
+use crate::{Message, MessageMeta, Placeholder};
 
 /// Longest legal Kafka topic name.
 pub const MAX_TOPIC_LEN: usize = 249;
@@ -30,20 +30,10 @@ pub enum TemplateError {
     Empty,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Var {
-    Cluster,
-    Group,
-    Version,
-    Kind,
-    Resource,
-    Namespace,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Part {
     Lit(String),
-    Var(Var),
+    Var(Placeholder),
 }
 
 /// A parsed `topic` template.
@@ -88,14 +78,12 @@ impl TopicTemplate {
             }
             let after = &rest[open + 1..];
             let close = after.find('}').ok_or(TemplateError::Unclosed)?;
-            let var = match &after[..close] {
-                "cluster" => Var::Cluster,
-                "group" => Var::Group,
-                "version" => Var::Version,
-                "kind" => Var::Kind,
-                "resource" => Var::Resource,
-                "namespace" => Var::Namespace,
-                other => return Err(TemplateError::UnknownPlaceholder(other.to_owned())),
+            // `{name}` is not a topic placeholder: a topic per object would be unbounded.
+            let var = match Placeholder::parse(&after[..close]) {
+                Some(Placeholder::Name) | None => {
+                    return Err(TemplateError::UnknownPlaceholder(after[..close].to_owned()))
+                }
+                Some(p) => p,
             };
             parts.push(Part::Var(var));
             rest = &after[close + 1..];
@@ -119,7 +107,7 @@ impl TopicTemplate {
     pub fn is_static(&self) -> bool {
         self.parts
             .iter()
-            .all(|p| matches!(p, Part::Lit(_) | Part::Var(Var::Cluster)))
+            .all(|p| matches!(p, Part::Lit(_) | Part::Var(Placeholder::Cluster)))
     }
 
     /// The topic of a message. The result may exceed [`MAX_TOPIC_LEN`]; the caller checks.
@@ -128,18 +116,7 @@ impl TopicTemplate {
         for p in &self.parts {
             match p {
                 Part::Lit(s) => out.push_str(s),
-                Part::Var(v) => {
-                    let value: &str = match v {
-                        Var::Cluster => &m.cluster,
-                        Var::Group if m.group.is_empty() => "core",
-                        Var::Group => &m.group,
-                        Var::Version => &m.version,
-                        Var::Kind => &m.kind,
-                        Var::Resource => &m.resource,
-                        Var::Namespace => m.namespace.as_deref().unwrap_or(CLUSTER_SCOPE),
-                    };
-                    escape(value, &mut out);
-                }
+                Part::Var(v) => escape(v.value(m).unwrap_or(CLUSTER_SCOPE), &mut out),
             }
         }
         out

@@ -21,7 +21,7 @@ use std::fmt::{self, Write as _};
 
 use async_nats::HeaderMap;
 
-use crate::{Message, MessageMeta};
+use crate::{Message, MessageMeta, Placeholder};
 
 /// The token that stands for an empty value (the namespace of a cluster-scoped object).
 pub const EMPTY_TOKEN: &str = "_";
@@ -40,22 +40,10 @@ pub enum TemplateError {
     BadLiteral(String),
 }
 
-/// A placeholder of the subject template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
-    Cluster,
-    Group,
-    Version,
-    Kind,
-    Resource,
-    Namespace,
-    Name,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
     Literal(String),
-    Field(Field),
+    Field(Placeholder),
 }
 
 /// A parsed subject template, e.g. `kubesink.{cluster}.{group}.{kind}.{namespace}.{name}`.
@@ -75,16 +63,10 @@ impl SubjectTemplate {
             if t.is_empty() {
                 return Err(TemplateError::EmptyToken(template.to_owned()));
             }
-            let field = match t {
-                "{cluster}" => Some(Field::Cluster),
-                "{group}" => Some(Field::Group),
-                "{version}" => Some(Field::Version),
-                "{kind}" => Some(Field::Kind),
-                "{resource}" => Some(Field::Resource),
-                "{namespace}" => Some(Field::Namespace),
-                "{name}" => Some(Field::Name),
-                _ => None,
-            };
+            let field = t
+                .strip_prefix('{')
+                .and_then(|t| t.strip_suffix('}'))
+                .and_then(Placeholder::parse);
             match field {
                 Some(f) => tokens.push(Token::Field(f)),
                 None if t.contains(['{', '}']) => {
@@ -111,19 +93,8 @@ impl SubjectTemplate {
             }
             match t {
                 Token::Literal(s) => out.push_str(s),
-                Token::Field(f) => {
-                    let v: &str = match f {
-                        Field::Cluster => &m.cluster,
-                        Field::Group if m.group.is_empty() => "core",
-                        Field::Group => &m.group,
-                        Field::Version => &m.version,
-                        Field::Kind => &m.kind,
-                        Field::Resource => &m.resource,
-                        Field::Namespace => m.namespace.as_deref().unwrap_or(""),
-                        Field::Name => &m.name,
-                    };
-                    escape_token(v, &mut out);
-                }
+                // An empty value (cluster-scoped namespace) escapes to EMPTY_TOKEN.
+                Token::Field(f) => escape_token(f.value(m).unwrap_or(""), &mut out),
             }
         }
         out
