@@ -141,6 +141,19 @@ pub async fn shutdown_signal() {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let client = cluster::client(&config.cluster).await?;
     let sinks = build_sinks(&config).await?;
+    for sink in &sinks {
+        // A first readiness report in the log; delivery does not wait for it (the pipeline
+        // retries until the destination accepts).
+        let sink = sink.clone();
+        tokio::spawn(async move {
+            match sink.healthcheck().await {
+                Ok(()) => tracing::info!(sink = sink.name(), "sink ready"),
+                Err(e) => {
+                    tracing::warn!(sink = sink.name(), error = %e, "sink not ready yet; changes wait in the pipeline")
+                }
+            }
+        });
+    }
     let bridge = Bridge::start(&config, client, sinks).await?;
     tracing::info!(cluster = %config.cluster.name, resources = config.resources.len(), sinks = config.sinks.len(), "kubesink running");
     shutdown_signal().await;
