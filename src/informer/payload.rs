@@ -152,10 +152,19 @@ fn hash_value(h: &mut Xxh3, v: &Value) {
     match v {
         Value::Null => h.write_u8(b'n'),
         Value::Bool(b) => h.write_u8(if *b { b't' } else { b'f' }),
+        // Numbers by value and representation, without formatting them: integers and
+        // floats get different tags, so `1` and `1.0` differ as they do in the JSON.
         Value::Number(n) => {
-            h.write_u8(b'#');
-            // Numbers are hashed by their JSON text: exact for integers and floats alike.
-            hash_str(h, &n.to_string());
+            if let Some(u) = n.as_u64() {
+                h.write_u8(b'u');
+                h.write_u64(u);
+            } else if let Some(i) = n.as_i64() {
+                h.write_u8(b'i');
+                h.write_i64(i);
+            } else {
+                h.write_u8(b'f');
+                h.write_u64(n.as_f64().unwrap_or(f64::NAN).to_bits());
+            }
         }
         Value::String(s) => {
             h.write_u8(b's');
@@ -273,6 +282,16 @@ mod tests {
         assert_eq!(fingerprint(&a), fingerprint(&b));
         b["status"]["phase"] = json!("Failed");
         assert_ne!(fingerprint(&a), fingerprint(&b));
+    }
+
+    #[test]
+    fn fingerprint_tells_numbers_apart() {
+        let fp = |v: serde_json::Value| fingerprint(&v);
+        assert_ne!(fp(json!({"a": 1})), fp(json!({"a": 2})));
+        assert_ne!(fp(json!({"a": 1})), fp(json!({"a": 1.0})));
+        assert_ne!(fp(json!({"a": -1})), fp(json!({"a": 1})));
+        assert_ne!(fp(json!({"a": 1})), fp(json!({"a": "1"})));
+        assert_eq!(fp(json!({"a": 0.5})), fp(json!({"a": 0.5})));
     }
 
     #[test]
