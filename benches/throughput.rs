@@ -15,6 +15,10 @@ use kubesink::sinks::stdout::StdoutSink;
 use kubesink::sinks::Sink;
 use kubesink_sim::{SimConfig, Simulator, Workload};
 
+/// The allocator of the `kubesink` binary, so the figures are the product's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let pods: usize = std::env::var("BENCH_PODS")
