@@ -140,6 +140,12 @@ impl NatsSink {
                 }
             }
         }
+        self.flush().await
+    }
+
+    /// `flush()` bounded by `publish_timeout`; a failure or timeout is transient.
+    async fn flush(&self) -> Result<(), SinkError> {
+        let t = self.publish_timeout;
         match tokio::time::timeout(t, self.client.flush()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(service::transient(&self.name, &self.servers, "flush", e)),
@@ -285,16 +291,7 @@ impl Sink for NatsSink {
     }
 
     async fn close(&self) -> Result<(), SinkError> {
-        match tokio::time::timeout(self.publish_timeout, self.client.flush()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(service::transient(&self.name, &self.servers, "flush", e)),
-            Err(_) => Err(service::transient(
-                &self.name,
-                &self.servers,
-                "flush",
-                "timed out",
-            )),
-        }
+        self.flush().await
     }
 
     fn max_message_bytes(&self) -> Option<usize> {
