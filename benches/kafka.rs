@@ -14,9 +14,9 @@ mod kafka_server;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use kubesink::sinks::kafka::{KafkaConfig, KafkaSink};
-use kubesink::sinks::{Message, MessageMeta, Op, Sink};
+use kubesink::sinks::kafka::KafkaConfig;
+use kubesink::sinks::message::{encode, Change};
+use kubesink::sinks::{Message, Op, Resource, Sink};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -25,32 +25,27 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// `n` encoded `updated` messages of pods (20,000 distinct keys) of about `payload` bytes.
 fn messages(n: usize, payload: usize) -> Vec<Message> {
+    let pods = Arc::new(Resource::new("bench", "", "v1", "Pod", "pods", true));
+    // The envelope without the filler is ~330 bytes.
+    let filler = "x".repeat(payload.saturating_sub(330));
     (0..n)
         .map(|i| {
             let name = format!("pod-{}", i % 20_000);
-            let meta = MessageMeta {
-                id: format!("{i:032x}").into(),
+            let change = Change {
                 op: Op::Updated,
-                cluster: "bench".into(),
-                group: "".into(),
-                version: "v1".into(),
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-                resource: "pods".into(),
                 namespace: Some("default".into()),
-                name: name.as_str().into(),
+                name: name.clone(),
+                uid: format!("{i:08x}-0000-4000-8000-000000000000"),
+                resource_version: i.to_string(),
+                initial: false,
+                final_state_unknown: false,
+                object: Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"filler": filler}})),
             };
-            let head =
-                format!(r#"{{"op":"updated","name":"{name}","resourceVersion":"{i}","pad":""#);
-            let mut body = head.into_bytes();
-            body.resize(payload.saturating_sub(2).max(body.len()), b'x');
-            body.extend_from_slice(b"\"}");
-            Message {
-                key: format!("bench/core/Pod/default/{name}").into(),
-                payload: Bytes::from(body),
-                meta: Arc::new(meta),
-            }
+            encode(&pods, &change, "2026-11-29T15:54:42.123Z").expect("encodes")
         })
         .collect()
 }
@@ -68,7 +63,7 @@ async fn main() {
         bootstrap_servers: broker.bootstrap.clone(),
         ..Default::default()
     };
-    let sink = KafkaSink::new(&cfg).expect("sink");
+    let sink = cfg.build_sink(0).expect("sink");
     let msgs = messages(n, payload);
     // Warm-up: connection, metadata, producer id.
     sink.send(&msgs[..batch.min(n)]).await.expect("warm-up");

@@ -12,47 +12,35 @@
 mod nats_server;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bytes::Bytes;
+use kubesink::config::HumanDuration;
+use kubesink::sinks::message::{encode, Change};
 use kubesink::sinks::nats::{NatsConfig, NatsMode};
-use kubesink::sinks::{Message, MessageMeta, Op, Sink};
+use kubesink::sinks::{Message, Op, Resource, Sink};
 
 const BATCH: usize = 500;
 
 fn messages(n: usize) -> Vec<Message> {
     let filler = "x".repeat(900);
+    let pods = Arc::new(Resource::new("bench", "", "v1", "Pod", "pods", true));
     (0..n)
         .map(|i| {
             let name = format!("web-{:05}-{:05}", i / 1000, i % 1000);
             let ns = format!("ns-{}", i % 20);
-            let id = format!("{:032x}", i as u128 * 0x9e37_79b9_7f4a_7c15);
-            let payload = serde_json::json!({
-                "id": id, "op": "updated", "cluster": "bench", "apiVersion": "v1",
-                "kind": "Pod", "resource": "pods", "namespace": ns, "name": name,
-                "uid": format!("{i:08x}-0000-4000-8000-000000000000"),
-                "resourceVersion": (1000 + i).to_string(), "initial": false,
-                "finalStateUnknown": false, "observedAt": "2026-11-29T15:54:42.123Z",
-                "object": {"apiVersion": "v1", "kind": "Pod",
+            let change = Change {
+                op: Op::Updated,
+                namespace: Some(ns.clone()),
+                name: name.clone(),
+                uid: format!("{i:08x}-0000-4000-8000-000000000000"),
+                resource_version: (1000 + i).to_string(),
+                initial: false,
+                final_state_unknown: false,
+                object: Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
-                    "spec": {"nodeName": format!("node-{}", i % 50), "filler": filler}}
-            });
-            Message {
-                key: format!("bench/core/Pod/{ns}/{name}").into(),
-                payload: Bytes::from(payload.to_string()),
-                meta: Arc::new(MessageMeta {
-                    id: id.into(),
-                    op: Op::Updated,
-                    cluster: "bench".into(),
-                    group: "".into(),
-                    version: "v1".into(),
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    resource: "pods".into(),
-                    namespace: Some(ns.into()),
-                    name: name.into(),
-                }),
-            }
+                    "spec": {"nodeName": format!("node-{}", i % 50), "filler": filler}})),
+            };
+            encode(&pods, &change, "2026-11-29T15:54:42.123Z").expect("encodes")
         })
         .collect()
 }
@@ -65,7 +53,7 @@ async fn run(server: &nats_server::NatsServer, mode: NatsMode, msgs: &[Message])
         ..Default::default()
     };
     cfg.stream.create = true;
-    cfg.stream.duplicate_window = Duration::from_secs(120);
+    cfg.stream.duplicate_window = HumanDuration::from_secs(120);
     let sink = cfg.build_sink(0).await.expect("sink builds");
     let start = Instant::now();
     for batch in msgs.chunks(BATCH) {

@@ -7,7 +7,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kubesink::informer::LightStore;
+use kubesink::testing::LightStore;
 
 struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -50,7 +50,7 @@ fn main() {
     println!(
         "lightweight store: {N} objects, {bytes} bytes allocated, {:.1} bytes/object (entry {} bytes, mean name {avg_name:.1} bytes)",
         bytes as f64 / N as f64,
-        std::mem::size_of::<kubesink::informer::StoreEntry>(),
+        std::mem::size_of::<kubesink::testing::StoreEntry>(),
     );
     // For comparison, the naive keys-only cache: HashMap<"ns/name", (uid, rv)> as Strings.
     let before = LIVE.load(Ordering::Relaxed);

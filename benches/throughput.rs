@@ -73,7 +73,7 @@ async fn main() -> anyhow::Result<()> {
     let client = kubesink::cluster::client(&config.cluster).await?;
     let t = Instant::now();
     let bridge = Bridge::start(&config, client, vec![sink]).await?;
-    let stats = bridge.pipeline().sinks()[0].stats.clone();
+    let stats = bridge.pipeline().sinks()[0].stats().clone();
     while stats.delivered.load(Ordering::Relaxed) < pods as u64 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

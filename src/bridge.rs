@@ -5,14 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
+use kubesink_sinks::backoff::Backoff;
 use kubesink_sinks::Sink;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{self, ClusterError};
 use crate::config::Config;
-use crate::informer::{Informer, InformerStats};
+use crate::informer::{Informer, InformerStats, WatchPlan};
 use crate::pipeline::Pipeline;
+
+/// The readiness probe's retries: 1 s doubling to 30 s.
+const PROBE: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
 /// A running bridge: informers feeding the pipeline.
 pub struct Bridge {
@@ -24,8 +28,8 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// Resolves every configured resource and starts one informer per (resource, namespace)
-    /// into a pipeline over `sinks`.
+    /// Resolves every configured resource, plans one watch per (resource, namespace), starts
+    /// the pipeline over `sinks` with a readiness probe for each, and one informer per plan.
     ///
     /// # Errors
     /// [`ClusterError`] when a resource cannot be resolved.
@@ -34,40 +38,27 @@ impl Bridge {
         client: Client,
         sinks: Vec<Arc<dyn Sink>>,
     ) -> Result<Bridge, ClusterError> {
-        let mut resolved = Vec::new();
+        let mut plans = Vec::new();
         for (i, res) in config.resources.iter().enumerate() {
-            resolved.push((
+            let r = cluster::resolve(&client, &config.cluster.name, i, res).await?;
+            plans.extend(WatchPlan::expand(
                 res,
-                cluster::resolve(&client, &config.cluster.name, i, res).await?,
+                r.resource,
+                r.api_resource,
+                &config.cluster.label,
             ));
         }
-        let pipeline = Pipeline::start(&config.pipeline, sinks);
         let cancel = CancellationToken::new();
+        for sink in &sinks {
+            tokio::spawn(probe_until_ready(sink.clone(), cancel.clone()));
+        }
+        let pipeline = Pipeline::start(&config.pipeline, sinks);
         let mut informers = JoinSet::new();
         let mut stats = Vec::new();
-        for (res, r) in resolved {
-            let scopes: Vec<Option<String>> = if res.namespaces.is_empty() {
-                vec![None]
-            } else {
-                res.namespaces.iter().cloned().map(Some).collect()
-            };
-            for ns in scopes {
-                let label = format!(
-                    "{} ({})",
-                    res.display_name(),
-                    ns.as_deref().unwrap_or("all")
-                );
-                let informer = Informer::new(
-                    r.kind.clone(),
-                    client.clone(),
-                    r.api_resource.clone(),
-                    ns,
-                    res,
-                    &config.cluster.label,
-                );
-                stats.push((label, informer.stats()));
-                informers.spawn(informer.run(pipeline.clone(), cancel.clone()));
-            }
+        for plan in plans {
+            let informer = Informer::new(plan, client.clone());
+            stats.push((informer.label(), informer.stats()));
+            informers.spawn(informer.run(pipeline.publisher(), cancel.clone()));
         }
         Ok(Bridge {
             pipeline,
@@ -83,7 +74,7 @@ impl Bridge {
         &self.pipeline
     }
 
-    /// Each informer's name and counters.
+    /// Each informer's name (`apiVersion Kind (scope)`) and counters.
     pub fn informer_stats(&self) -> &[(String, Arc<InformerStats>)] {
         &self.stats
     }
@@ -94,6 +85,24 @@ impl Bridge {
         self.cancel.cancel();
         while self.informers.join_next().await.is_some() {}
         self.pipeline.shutdown(self.shutdown_timeout).await
+    }
+}
+
+/// Runs a sink's healthcheck at start-up until it passes (with [`PROBE`] backoff), logging
+/// each failure as "not ready", then "ready". Delivery does not wait for it: the pipeline
+/// retries until the destination accepts.
+async fn probe_until_ready(sink: Arc<dyn Sink>, cancel: CancellationToken) {
+    let probe = kubesink_sinks::backoff::retry(
+        PROBE,
+        || sink.healthcheck(),
+        |_| true,
+        |e, delay| tracing::warn!(sink = sink.name(), error = %e, retry_in = ?delay, "sink not ready yet; changes wait in the pipeline"),
+    );
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        res = probe => if res.is_ok() {
+            tracing::info!(sink = sink.name(), "sink ready");
+        },
     }
 }
 
@@ -141,19 +150,6 @@ pub async fn shutdown_signal() {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let client = cluster::client(&config.cluster).await?;
     let sinks = build_sinks(&config).await?;
-    for sink in &sinks {
-        // A first readiness report in the log; delivery does not wait for it (the pipeline
-        // retries until the destination accepts).
-        let sink = sink.clone();
-        tokio::spawn(async move {
-            match sink.healthcheck().await {
-                Ok(()) => tracing::info!(sink = sink.name(), "sink ready"),
-                Err(e) => {
-                    tracing::warn!(sink = sink.name(), error = %e, "sink not ready yet; changes wait in the pipeline")
-                }
-            }
-        });
-    }
     let bridge = Bridge::start(&config, client, sinks).await?;
     tracing::info!(cluster = %config.cluster.name, resources = config.resources.len(), sinks = config.sinks.len(), "kubesink running");
     shutdown_signal().await;

@@ -30,7 +30,8 @@ pub enum Command {
     /// Validate the configuration, print it with secrets masked; exit 1 listing every problem.
     Check,
     /// Start a built-in simulated cluster with a realistic workload and stream its topology
-    /// to stdout. Ctrl-C stops it.
+    /// to stdout. Ctrl-C stops it. (Cargo feature `sim`, on by default.)
+    #[cfg(feature = "sim")]
     Demo(DemoArgs),
 }
 

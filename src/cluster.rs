@@ -10,9 +10,13 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::{pinned_kind, Scope};
 use kube::{Client, Config};
+use kubesink_sinks::backoff::{self, Backoff};
+use kubesink_sinks::Resource;
 
 use crate::config::{ClusterConfig, ResourceConfig};
-use crate::message::KindInfo;
+
+/// Retries of API discovery while the API server is unreachable or overloaded.
+const DISCOVERY_RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
 
 /// Why the cluster could not be reached or a resource resolved.
 #[derive(Debug, thiserror::Error)]
@@ -88,14 +92,14 @@ pub async fn client(cfg: &ClusterConfig) -> Result<Client, ClusterError> {
 #[derive(Clone, Debug)]
 pub struct Resolved {
     /// Identity shared by every message of this resource.
-    pub kind: Arc<KindInfo>,
+    pub resource: Arc<Resource>,
     /// kube's type information for `Api<DynamicObject>`.
     pub api_resource: kube::discovery::ApiResource,
 }
 
-/// Resolves `res` (entry `index`) with `/api/v1` or `/apis/{group}/{version}` discovery.
-/// Connection errors are retried with backoff (the API server may be starting); a kind the
-/// server does not serve is an error.
+/// Resolves `res` (entry `index`) of cluster `cluster` with `/api/v1` or
+/// `/apis/{group}/{version}` discovery. Connection errors, 429 and 5xx are retried with
+/// backoff (the API server may be starting); a kind the server does not serve is an error.
 ///
 /// # Errors
 /// [`ClusterError::UnknownKind`] or [`ClusterError::ClusterScoped`].
@@ -110,24 +114,18 @@ pub async fn resolve(
         None => (String::new(), res.api_version.clone()),
     };
     let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &res.kind);
-    let mut delay = Duration::from_millis(200);
-    let (ar, caps) = loop {
-        match pinned_kind(client, &gvk).await {
-            Ok(found) => break found,
-            Err(e) if is_transient(&e) => {
-                tracing::warn!(resource = %res.display_name(), error = %e, retry_in = ?delay, "API discovery failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
-            Err(source) => {
-                return Err(ClusterError::UnknownKind {
-                    index,
-                    resource: res.display_name(),
-                    source,
-                })
-            }
-        }
-    };
+    let (ar, caps) = backoff::retry(
+        DISCOVERY_RETRY,
+        || pinned_kind(client, &gvk),
+        is_transient,
+        |e, delay| tracing::warn!(resource = %res.display_name(), error = %e, retry_in = ?delay, "API discovery failed; retrying"),
+    )
+    .await
+    .map_err(|source| ClusterError::UnknownKind {
+        index,
+        resource: res.display_name(),
+        source,
+    })?;
     let namespaced = matches!(caps.scope, Scope::Namespaced);
     if !namespaced && !res.namespaces.is_empty() {
         return Err(ClusterError::ClusterScoped {
@@ -136,15 +134,14 @@ pub async fn resolve(
         });
     }
     Ok(Resolved {
-        kind: Arc::new(KindInfo {
-            cluster: cluster.into(),
-            group: ar.group.as_str().into(),
-            version: ar.version.as_str().into(),
-            api_version: ar.api_version.as_str().into(),
-            kind: ar.kind.as_str().into(),
-            resource: ar.plural.as_str().into(),
+        resource: Arc::new(Resource::new(
+            cluster,
+            &ar.group,
+            &ar.version,
+            &ar.kind,
+            &ar.plural,
             namespaced,
-        }),
+        )),
         api_resource: ar,
     })
 }

@@ -1,28 +1,45 @@
 //! # kubesink: Kubernetes topology changes into message brokers
 //!
-//! The data path, one module each:
+//! The data path, in the order a change travels it:
 //!
-//! 1. [`cluster`]: the kube client and API discovery of each configured resource.
-//! 2. [`informer`]: lightweight informers. A kube-runtime watcher per resource (and
-//!    namespace); a [`informer::LightStore`] that keeps key, uid, resourceVersion and a 64-bit
-//!    payload fingerprint per object, never the object; the add/update/delete decisions,
-//!    including deletes inferred after a relist.
-//! 3. [`message`]: topology message v1 (the contract in `docs/message-contract.md`), its
-//!    partition key and deterministic id.
-//! 4. [`pipeline`]: per-sink keyed, coalescing, bounded queues with batching (events, bytes,
-//!    linger), at-least-once retries and backpressure that stops the informers reading.
-//! 5. `kubesink_sinks`: the `Sink` trait and the destinations.
+//! 1. `cluster`: the kube client ([`cluster::client`]) and API discovery, which turns each
+//!    configured resource into a [`sinks::Resource`] identity.
+//! 2. `informer`: lightweight informers. Each configured resource becomes one `WatchPlan`
+//!    per namespace (or one for all); an `Informer` runs a kube-runtime watcher for it and
+//!    hands every event to its `Decider`, the synchronous decision step that owns the
+//!    `LightStore` (key, uid, resourceVersion and a 64-bit payload fingerprint per object,
+//!    never the object) and returns the changes to emit: added, updated, deleted, and the
+//!    deletes inferred after a relist.
+//! 3. [`sinks::message`]: each change is encoded once into topology message v1 (the contract
+//!    in `docs/message-contract.md`: partition key, deterministic id, headers).
+//! 4. `pipeline`: the informers publish through a `Publisher` into one keyed, coalescing,
+//!    bounded queue per sink; a worker per sink batches (events, bytes, linger) and delivers
+//!    at-least-once with retries. A full queue stops the informers reading (backpressure).
+//! 5. [`sinks`]: the `Sink` trait and the destinations (stdout, NATS, Kafka).
 //!
-//! [`config`] loads and checks the configuration; [`bridge`] wires the path together;
-//! [`cli`] and [`demo`] are the binary's edge.
+//! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
+//! shuts it down; [`cli`] and `demo` (cargo feature `sim`, on by default) are the binary's
+//! edge. With the `test-util` feature, [`testing`] exposes the informer's parts to the
+//! benches and tests.
 
 pub mod bridge;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+#[cfg(feature = "sim")]
 pub mod demo;
-pub mod informer;
-pub mod message;
-pub mod pipeline;
+mod informer;
+mod pipeline;
 
+pub use informer::InformerStats;
 pub use kubesink_sinks as sinks;
+pub use pipeline::{Pipeline, SinkHandle, SinkStats};
+
+/// The informer's parts, for benches and tests (cargo feature `test-util`).
+#[cfg(feature = "test-util")]
+pub mod testing {
+    pub use crate::informer::{
+        fingerprint, Decider, InformerError, LightStore, Observed, Phase, Shaper, StoreEntry,
+        Vanished, WatchPlan,
+    };
+}

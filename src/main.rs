@@ -19,6 +19,7 @@ async fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Run);
     let result = match command {
         Command::Check => return check(cli.config.as_deref()),
+        #[cfg(feature = "sim")]
         Command::Demo(args) => kubesink::demo::run(args).await,
         Command::Run => match config::load(cli.config.as_deref()) {
             Ok(c) => kubesink::bridge::run(c).await,

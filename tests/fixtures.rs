@@ -12,9 +12,10 @@ use std::time::Duration;
 use kube::api::DynamicObject;
 use kubesink::bridge::Bridge;
 use kubesink::config::ResourceConfig;
-use kubesink::informer::{fingerprint, Shaper};
-use kubesink::message::{encode, Change, KindInfo};
+use kubesink::sinks::message::{encode, Change};
+use kubesink::sinks::Resource;
 use kubesink::sinks::{Op, Sink};
+use kubesink::testing::{fingerprint, Shaper};
 use kubesink_sim::SimConfig;
 use serde_json::Value;
 use support::*;
@@ -100,15 +101,10 @@ fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
             expect["metadata"]["labels"]["kubesink.io/cluster"] = Value::from("rec");
             assert_eq!(shaped, expect, "{rec}: {event} {}", obj["metadata"]["name"]);
             let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-            let kind = KindInfo {
-                cluster: "rec".into(),
-                group: group.into(),
-                version: version.into(),
-                api_version: api_version.as_str().into(),
-                kind: kind_name.as_str().into(),
-                resource: format!("{}s", kind_name.to_lowercase()).into(),
-                namespaced: true,
-            };
+            let plural = format!("{}s", kind_name.to_lowercase());
+            let resource = Arc::new(Resource::new(
+                "rec", group, version, &kind_name, &plural, true,
+            ));
             let m = &shaped["metadata"];
             let change = Change {
                 op: if event == "DELETED" {
@@ -116,15 +112,15 @@ fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
                 } else {
                     Op::Added
                 },
-                namespace: m["namespace"].as_str(),
-                name: m["name"].as_str().unwrap(),
-                uid: m["uid"].as_str().unwrap(),
-                resource_version: m["resourceVersion"].as_str().unwrap(),
+                namespace: m["namespace"].as_str().map(str::to_owned),
+                name: m["name"].as_str().unwrap().to_owned(),
+                uid: m["uid"].as_str().unwrap().to_owned(),
+                resource_version: m["resourceVersion"].as_str().unwrap().to_owned(),
                 initial: event == "LIST",
                 final_state_unknown: false,
-                object: Some(&shaped),
+                object: Some(shaped.clone()),
             };
-            let msg = encode(&kind, &change, "2026-06-15T04:16:00.000Z").unwrap();
+            let msg = encode(&resource, &change, "2026-06-15T04:16:00.000Z").unwrap();
             let v: Value = serde_json::from_slice(&msg.payload).unwrap();
             assert_schema_valid(&validator, std::slice::from_ref(&v));
             assert_ne!(fingerprint(&shaped), 0);

@@ -137,11 +137,7 @@ async fn churn_is_followed_exactly_and_a_quiet_relist_emits_nothing() {
     .await;
     // Give any (wrong) relist output the time a batch needs to show up: linger is 10 ms.
     wait_for("pipeline idle", LONG, || {
-        bridge
-            .pipeline()
-            .sinks()
-            .iter()
-            .all(|h| h.queue.held() == 0)
+        bridge.pipeline().sinks().iter().all(|h| h.held() == 0)
     })
     .await;
     assert_eq!(
@@ -258,7 +254,7 @@ async fn a_blocked_sink_bounds_pending_changes_and_stops_the_watch_being_read() 
     sink.blocked.store(true, Ordering::SeqCst);
     // 3,000 changes (~8 KB each, ~24 MB) while the sink accepts nothing.
     let churn = c.sim.churn_steps(3000, 9).unwrap();
-    let queue = &bridge.pipeline().sinks()[0].queue;
+    let queue = &bridge.pipeline().sinks()[0];
     wait_for("queue full", LONG, || queue.held() >= 40).await;
     // Observe for a while: the informer must not read on.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
@@ -447,12 +443,7 @@ async fn two_sinks_keep_separate_queues_and_a_dead_one_bounds_both() {
     let bridge = Bridge::start(&cfg, client(&cfg).await, sinks)
         .await
         .unwrap();
-    let queues: Vec<_> = bridge
-        .pipeline()
-        .sinks()
-        .iter()
-        .map(|h| h.queue.clone())
-        .collect();
+    let queues = bridge.pipeline().sinks().to_vec();
     // The healthy sink gets what fits in the dead sink's queue (the informer waits for room
     // in every queue), then both stall with bounded queues.
     wait_for("dead sink's queue full", LONG, || queues[1].held() >= 30).await;

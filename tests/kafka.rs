@@ -214,7 +214,7 @@ async fn a_six_partition_topic_folds_to_the_simulators_objects_under_churn() {
     });
     let h = &bridge.pipeline().sinks()[0];
     wait_for("churn delivered", LONG, || {
-        h.stats.delivered.load(Ordering::SeqCst) > 1200
+        h.stats().delivered.load(Ordering::SeqCst) > 1200
     })
     .await;
     drop(churn);
@@ -250,7 +250,7 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
         })
         .unwrap();
     let mut kafka = example_sink(&broker.bootstrap);
-    kafka.message_timeout_ms = 3000;
+    kafka.message_timeout = kubesink::config::HumanDuration::from_secs(3);
     let mut cfg = config(&c.kubeconfig, three_kinds());
     cfg.sinks = vec![SinkConfig::Kafka(kafka.clone())];
     let topic = "kubesink.test";
@@ -262,7 +262,7 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
     let bridge = start_bridge(&cfg, sink).await;
     let h = &bridge.pipeline().sinks()[0];
     wait_for("initial list delivered", LONG, || {
-        h.stats.delivered.load(Ordering::SeqCst) >= 230
+        h.stats().delivered.load(Ordering::SeqCst) >= 230
     })
     .await;
 
@@ -270,25 +270,25 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
         rate_per_sec: 200.0,
         seed: 21,
     });
-    let before = h.stats.delivered.load(Ordering::SeqCst);
+    let before = h.stats().delivered.load(Ordering::SeqCst);
     wait_for("churn flowing", LONG, || {
-        h.stats.delivered.load(Ordering::SeqCst) > before + 100
+        h.stats().delivered.load(Ordering::SeqCst) > before + 100
     })
     .await;
     broker.disconnect();
-    let errors = h.stats.errors.load(Ordering::SeqCst);
+    let errors = h.stats().errors.load(Ordering::SeqCst);
     // The outage itself: ten seconds with the broker unreachable while churn continues.
     tokio::time::sleep(Duration::from_secs(10)).await;
     broker.reconnect().await;
-    let after = h.stats.delivered.load(Ordering::SeqCst);
+    let after = h.stats().delivered.load(Ordering::SeqCst);
     wait_for("delivery resumed", LONG, || {
-        h.stats.delivered.load(Ordering::SeqCst) > after + 100
+        h.stats().delivered.load(Ordering::SeqCst) > after + 100
     })
     .await;
     // Counted after the fact: librdkafka may report records that were in flight at the
     // disconnect only once the broker is back (idempotent producer: possibly persisted).
     assert!(
-        h.stats.errors.load(Ordering::SeqCst) > errors,
+        h.stats().errors.load(Ordering::SeqCst) > errors,
         "the outage was noticed"
     );
     drop(churn);

@@ -15,9 +15,10 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use futures::StreamExt;
 use kubesink::bridge::Bridge;
+use kubesink::config::HumanDuration;
 use kubesink::config::{Config, ResourceConfig};
 use kubesink::sinks::nats::{unescape_token, NatsConfig, NatsMode};
-use kubesink::sinks::{Message, MessageMeta, Op, Secret, Sink, SinkConfig};
+use kubesink::sinks::{Message, MessageMeta, Op, Resource, Secret, Sink, SinkConfig};
 use kubesink_sim::{Churn, SimConfig, Workload};
 use nats_server::NatsServer;
 use serde_json::{json, Value};
@@ -42,8 +43,8 @@ fn nats_config(server: &NatsServer, mode: NatsMode) -> NatsConfig {
     let mut c = NatsConfig {
         servers: vec![server.url()],
         mode,
-        publish_timeout: Duration::from_secs(1),
-        connect_timeout: Duration::from_secs(2),
+        publish_timeout: HumanDuration::from_secs(1),
+        connect_timeout: HumanDuration::from_secs(2),
         ..Default::default()
     };
     c.stream.create = true;
@@ -144,12 +145,14 @@ fn message(name: &str, namespace: Option<&str>, id: &str, payload: Value) -> Mes
     let meta = MessageMeta {
         id: id.into(),
         op: Op::Added,
-        cluster: "test".into(),
-        group: "".into(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "ConfigMap".into(),
-        resource: "configmaps".into(),
+        resource: Arc::new(Resource::new(
+            "test",
+            "",
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            true,
+        )),
         namespace: namespace.map(Into::into),
         name: name.into(),
     };
@@ -209,7 +212,7 @@ async fn core_delivery_of_a_churning_cluster_folds_to_the_simulators_state() {
 
     let bridge = start(&cfg, build_sinks(&cfg).await).await;
     bridge.pipeline().sinks()[0]
-        .sink
+        .sink()
         .healthcheck()
         .await
         .expect("healthy");
@@ -234,7 +237,7 @@ async fn core_delivery_of_a_churning_cluster_folds_to_the_simulators_state() {
         if tokio::time::Instant::now() > deadline {
             let missing = want.iter().filter(|(k, v)| got.get(*k) != Some(*v)).count();
             let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
-            let stats = &bridge.pipeline().sinks()[0].stats;
+            let stats = &bridge.pipeline().sinks()[0].stats();
             panic!(
                 "core fold != simulator after {LONG:?}: {missing} missing or stale, {extra} extra; \
                  received {}, delivered {}, errors {}\nserver log:\n{}",
@@ -259,7 +262,7 @@ async fn jetstream_delivery_with_the_example_config_holds_exactly_the_live_objec
     let cfg = example_config(&server, &c.kubeconfig);
     let bridge = start(&cfg, build_sinks(&cfg).await).await;
     bridge.pipeline().sinks()[0]
-        .sink
+        .sink()
         .healthcheck()
         .await
         .expect("healthy: connected and the stream exists");
@@ -269,7 +272,7 @@ async fn jetstream_delivery_with_the_example_config_holds_exactly_the_live_objec
     });
     wait_for("churn under way", LONG, || {
         bridge.pipeline().sinks()[0]
-            .stats
+            .stats()
             .delivered
             .load(Ordering::SeqCst)
             > 700
@@ -304,7 +307,7 @@ async fn a_ten_second_outage_mid_churn_loses_nothing_and_memory_stays_bounded() 
     cfg.pipeline.max_batch_events = 50;
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
     let bridge = start(&cfg, build_sinks(&cfg).await).await;
-    let stats = bridge.pipeline().sinks()[0].stats.clone();
+    let stats = bridge.pipeline().sinks()[0].stats().clone();
     wait_for("initial list delivered", LONG, || {
         stats.delivered.load(Ordering::SeqCst) >= 330
     })
@@ -326,7 +329,7 @@ async fn a_ten_second_outage_mid_churn_loses_nothing_and_memory_stays_bounded() 
         stats.errors.load(Ordering::SeqCst) > errors_before,
         "sends failed during the outage"
     );
-    let queue = &bridge.pipeline().sinks()[0].queue;
+    let queue = &bridge.pipeline().sinks()[0];
     assert!(
         queue.high_water() <= 100,
         "high water {}",
@@ -341,7 +344,7 @@ async fn a_ten_second_outage_mid_churn_loses_nothing_and_memory_stays_bounded() 
     churn.stop();
     let js = js_client(&server).await;
     wait_stream_equals_sim(&js, "KUBESINK", &c).await;
-    let queue = &bridge.pipeline().sinks()[0].queue;
+    let queue = &bridge.pipeline().sinks()[0];
     assert!(
         queue.high_water() <= 100,
         "high water {}",
@@ -525,7 +528,7 @@ async fn dotted_and_unusual_names_get_distinct_reversible_subjects() {
     let total = names.len() + 2;
     wait_for("every object delivered", LONG, || {
         bridge.pipeline().sinks()[0]
-            .stats
+            .stats()
             .delivered
             .load(Ordering::SeqCst)
             >= total as u64
@@ -584,7 +587,7 @@ async fn an_object_over_max_payload_is_sent_truncated_and_counted() {
     let js = js_client(&server).await;
     wait_for("JetStream sink delivered all", LONG, || {
         bridge.pipeline().sinks()[0]
-            .stats
+            .stats()
             .delivered
             .load(Ordering::SeqCst)
             >= 2
@@ -609,10 +612,10 @@ async fn an_object_over_max_payload_is_sent_truncated_and_counted() {
     }
     for h in bridge.pipeline().sinks() {
         assert_eq!(
-            h.stats.truncated.load(Ordering::SeqCst),
+            h.stats().truncated.load(Ordering::SeqCst),
             1,
             "{}",
-            h.sink.name()
+            h.sink().name()
         );
     }
     bridge.shutdown().await;

@@ -11,13 +11,12 @@
 mod load;
 #[cfg(test)]
 mod tests;
-pub mod units;
 
 use serde::{Deserialize, Serialize};
 
+pub use kubesink_sinks::units::{ByteSize, HumanDuration};
 pub use kubesink_sinks::SinkConfig;
 pub use load::{load, ConfigError, ConfigErrors};
-pub use units::{ByteSize, HumanDuration};
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]

@@ -255,11 +255,6 @@ impl SinkQueue {
         self.lock().held()
     }
 
-    /// Changes pending now (not in flight).
-    pub fn pending(&self) -> usize {
-        self.lock().pending.len()
-    }
-
     /// The most changes ever held at once.
     pub fn high_water(&self) -> usize {
         self.high_water.load(Ordering::Relaxed)
@@ -275,7 +270,7 @@ impl SinkQueue {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use kubesink_sinks::{MessageMeta, Op};
+    use kubesink_sinks::{MessageMeta, Op, Resource};
 
     fn msg(key: &str, payload: &str) -> Message {
         Message {
@@ -284,12 +279,7 @@ mod tests {
             meta: Arc::new(MessageMeta {
                 id: "0".into(),
                 op: Op::Added,
-                cluster: "c".into(),
-                group: "".into(),
-                version: "v1".into(),
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-                resource: "pods".into(),
+                resource: Arc::new(Resource::new("c", "", "v1", "Pod", "pods", true)),
                 namespace: None,
                 name: key.into(),
             }),

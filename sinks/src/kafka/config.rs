@@ -1,17 +1,20 @@
-//! `[[sinks]]` entry with `type = "kafka"`: the serde configuration, its validation and its
-//! rendering into librdkafka properties.
+//! `[[sinks]]` entry with `type = "kafka"`: the serde configuration, its validation, its
+//! rendering into librdkafka properties and `build()`.
 //!
 //! Owns the mapping from kubesink's option names to librdkafka's (`CONFIGURATION.md` of
 //! librdkafka): every property kubesink sets is listed in [`MANAGED_PROPERTIES`], and the
 //! `librdkafka` passthrough map may not set any of them. Must never log a secret: the
-//! rendered configuration is only ever printed through [`RenderedConfig::redacted`].
+//! rendered properties are only ever printed through [`Properties::redacted`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::request::TopicTemplate;
+use super::request::topic_template;
+use super::service::{KafkaService, Properties, Settings};
+use super::KafkaSink;
+use crate::units::HumanDuration;
 use crate::{Secret, Sink, SinkConfigError};
 
 /// Kafka sink configuration (`[[sinks]]` with `type = "kafka"`).
@@ -48,14 +51,14 @@ pub struct KafkaConfig {
     /// compacted topic holds exactly the live objects. Default `true`.
     #[serde(default = "yes")]
     pub tombstones: bool,
-    /// `linger.ms`: how long librdkafka waits to fill a produce request, in milliseconds.
-    /// Default 5.
-    #[serde(default = "default_linger_ms")]
-    pub linger_ms: u64,
+    /// `linger.ms`: how long librdkafka waits to fill a produce request (millisecond
+    /// resolution). Default `5ms`.
+    #[serde(default = "default_linger")]
+    pub linger: HumanDuration,
     /// `message.timeout.ms`: how long librdkafka retries one record before reporting it
-    /// failed (the pipeline then retries it again), in milliseconds. Default 60000.
-    #[serde(default = "default_message_timeout_ms")]
-    pub message_timeout_ms: u64,
+    /// failed (the pipeline then retries it again; millisecond resolution). Default `60s`.
+    #[serde(default = "default_message_timeout")]
+    pub message_timeout: HumanDuration,
     /// `message.max.bytes`: the largest record librdkafka sends, in bytes. Payloads larger
     /// than this minus the key and headers go through the shared oversize policy. Keep it at
     /// or below the topic's `max.message.bytes`. Default 1000000.
@@ -65,13 +68,13 @@ pub struct KafkaConfig {
     /// `send` waits for deliveries to drain (backpressure). Default 100000.
     #[serde(default = "default_queue_max_messages")]
     pub queue_max_messages: usize,
-    /// At shutdown, how long `close` waits for librdkafka to deliver what it holds, in
-    /// milliseconds. Default 30000.
-    #[serde(default = "default_flush_timeout_ms")]
-    pub flush_timeout_ms: u64,
-    /// Timeout of the healthcheck's metadata request, in milliseconds. Default 10000.
-    #[serde(default = "default_healthcheck_timeout_ms")]
-    pub healthcheck_timeout_ms: u64,
+    /// At shutdown, how long `close` waits for librdkafka to deliver what it holds.
+    /// Default `30s`.
+    #[serde(default = "default_flush_timeout")]
+    pub flush_timeout: HumanDuration,
+    /// Timeout of the healthcheck's metadata request. Default `10s`.
+    #[serde(default = "default_healthcheck_timeout")]
+    pub healthcheck_timeout: HumanDuration,
     /// Transport security and authentication (boxed: it is large and usually default).
     #[serde(default)]
     pub security: Box<KafkaSecurity>,
@@ -184,11 +187,11 @@ fn default_topic() -> String {
 fn yes() -> bool {
     true
 }
-fn default_linger_ms() -> u64 {
-    5
+fn default_linger() -> HumanDuration {
+    HumanDuration::from_millis(5)
 }
-fn default_message_timeout_ms() -> u64 {
-    60_000
+fn default_message_timeout() -> HumanDuration {
+    HumanDuration::from_secs(60)
 }
 fn default_message_max_bytes() -> usize {
     1_000_000
@@ -196,11 +199,11 @@ fn default_message_max_bytes() -> usize {
 fn default_queue_max_messages() -> usize {
     100_000
 }
-fn default_flush_timeout_ms() -> u64 {
-    30_000
+fn default_flush_timeout() -> HumanDuration {
+    HumanDuration::from_secs(30)
 }
-fn default_healthcheck_timeout_ms() -> u64 {
-    10_000
+fn default_healthcheck_timeout() -> HumanDuration {
+    HumanDuration::from_secs(10)
 }
 
 impl Default for KafkaConfig {
@@ -213,12 +216,12 @@ impl Default for KafkaConfig {
             acks: Acks::default(),
             idempotence: true,
             tombstones: true,
-            linger_ms: default_linger_ms(),
-            message_timeout_ms: default_message_timeout_ms(),
+            linger: default_linger(),
+            message_timeout: default_message_timeout(),
             message_max_bytes: default_message_max_bytes(),
             queue_max_messages: default_queue_max_messages(),
-            flush_timeout_ms: default_flush_timeout_ms(),
-            healthcheck_timeout_ms: default_healthcheck_timeout_ms(),
+            flush_timeout: default_flush_timeout(),
+            healthcheck_timeout: default_healthcheck_timeout(),
             security: Box::default(),
             librdkafka: BTreeMap::new(),
         }
@@ -236,10 +239,10 @@ pub const MANAGED_PROPERTIES: &[(&str, &str)] = &[
     ("acks", "acks"),
     ("request.required.acks", "acks"),
     ("enable.idempotence", "idempotence"),
-    ("linger.ms", "linger_ms"),
-    ("queue.buffering.max.ms", "linger_ms"),
-    ("message.timeout.ms", "message_timeout_ms"),
-    ("delivery.timeout.ms", "message_timeout_ms"),
+    ("linger.ms", "linger"),
+    ("queue.buffering.max.ms", "linger"),
+    ("message.timeout.ms", "message_timeout"),
+    ("delivery.timeout.ms", "message_timeout"),
     ("message.max.bytes", "message_max_bytes"),
     ("queue.buffering.max.messages", "queue_max_messages"),
     ("security.protocol", "security.protocol"),
@@ -255,46 +258,6 @@ pub const MANAGED_PROPERTIES: &[(&str, &str)] = &[
     ("ssl.key.location", "security.ssl_key_location"),
     ("ssl.key.password", "security.ssl_key_password"),
 ];
-
-/// librdkafka properties whose values are never printed.
-const SECRET_PROPERTIES: &[&str] = &[
-    "sasl.password",
-    "ssl.key.password",
-    "sasl.oauthbearer.config",
-];
-
-/// The librdkafka properties a [`KafkaConfig`] renders to, in a stable order.
-#[derive(Clone, PartialEq, Eq)]
-pub struct RenderedConfig(pub Vec<(String, String)>);
-
-impl RenderedConfig {
-    /// The properties with secret values replaced by `***`, for logs and `kubesink check`.
-    pub fn redacted(&self) -> Vec<(String, String)> {
-        self.0
-            .iter()
-            .map(|(k, v)| {
-                let secret = SECRET_PROPERTIES.contains(&k.as_str())
-                    || k.contains("password")
-                    || k.contains("secret");
-                (k.clone(), if secret { "***".into() } else { v.clone() })
-            })
-            .collect()
-    }
-
-    /// The value of one property, if set.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-impl std::fmt::Debug for RenderedConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.redacted()).finish()
-    }
-}
 
 impl KafkaConfig {
     fn invalid(&self, index: usize, key: &str, message: impl Into<String>) -> SinkConfigError {
@@ -318,7 +281,7 @@ impl KafkaConfig {
                 "required: a comma-separated host:port list",
             ));
         }
-        if let Err(e) = TopicTemplate::parse(&self.topic) {
+        if let Err(e) = topic_template(&self.topic) {
             errs.push(self.invalid(index, "topic", e.to_string()));
         }
         if self.idempotence && self.acks != Acks::All {
@@ -391,7 +354,7 @@ impl KafkaConfig {
 
     /// The librdkafka properties of this configuration: the managed ones, then the
     /// passthrough map. Call after [`KafkaConfig::validate`].
-    pub fn render(&self) -> RenderedConfig {
+    pub fn render(&self) -> Properties {
         let mut p: Vec<(String, String)> = Vec::new();
         let mut set = |k: &str, v: String| p.push((k.to_owned(), v));
         set("bootstrap.servers", self.bootstrap_servers.clone());
@@ -416,8 +379,11 @@ impl KafkaConfig {
             .into(),
         );
         set("enable.idempotence", self.idempotence.to_string());
-        set("linger.ms", self.linger_ms.to_string());
-        set("message.timeout.ms", self.message_timeout_ms.to_string());
+        set("linger.ms", self.linger.get().as_millis().to_string());
+        set(
+            "message.timeout.ms",
+            self.message_timeout.get().as_millis().to_string(),
+        );
         set("message.max.bytes", self.message_max_bytes.to_string());
         set(
             "queue.buffering.max.messages",
@@ -466,22 +432,49 @@ impl KafkaConfig {
         for (k, v) in &self.librdkafka {
             set(k, v.clone());
         }
-        RenderedConfig(p)
+        Properties(p)
     }
 
-    /// Builds the sink: validates, creates the producer (which connects in the background)
-    /// and starts a readiness probe that logs until the brokers answer. A broker that is
-    /// down does not fail the build: kubesink keeps retrying and reports not ready.
+    /// Builds the sink: validates and creates the producer, which connects in the
+    /// background. A broker that is down does not fail the build: the sink reports not ready
+    /// and delivery retries until the brokers answer.
     ///
     /// # Errors
     /// A [`SinkConfigError`] for invalid settings, or a property librdkafka rejects.
     pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
+        Ok(Arc::new(self.build_sink(index)?))
+    }
+
+    /// [`KafkaConfig::build`] returning the concrete sink (tests, benches).
+    ///
+    /// # Errors
+    /// As [`KafkaConfig::build`].
+    pub fn build_sink(&self, index: usize) -> Result<KafkaSink, SinkConfigError> {
         if let Some(e) = self.validate(index).into_iter().next() {
             return Err(e);
         }
-        let sink = super::service::KafkaSink::new(self)
-            .map_err(|e| self.invalid(index, "librdkafka", e.to_string()))?;
-        sink.spawn_readiness_probe();
-        Ok(Arc::new(sink))
+        let topics =
+            topic_template(&self.topic).map_err(|e| self.invalid(index, "topic", e.to_string()))?;
+        let service = KafkaService::new(Settings {
+            sink: self.name.clone(),
+            properties: self.render(),
+            bootstrap_servers: self.bootstrap_servers.clone(),
+            message_max_bytes: self.message_max_bytes,
+            flush_timeout: self.flush_timeout.get(),
+            healthcheck_timeout: self.healthcheck_timeout.get(),
+        })
+        .map_err(|e| {
+            self.invalid(
+                index,
+                "librdkafka",
+                format!("librdkafka rejected the configuration: {e}"),
+            )
+        })?;
+        Ok(KafkaSink::new(
+            self.name.clone(),
+            topics,
+            self.tombstones,
+            service,
+        ))
     }
 }

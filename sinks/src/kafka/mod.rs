@@ -1,28 +1,28 @@
 //! The Kafka sink (rdkafka over librdkafka).
 //!
-//! - `config`: the `[[sinks]]` entry, its validation and rendering into librdkafka
-//!   properties (passthrough map, managed properties, secrets masked).
-//! - `request`: message → record: topic template with its escaping rule, key, headers,
-//!   tombstones.
-//! - `service`: the producer, delivery reports, `QueueFull` backpressure, error
+//! - `config.rs`: the `[[sinks]]` entry, its validation, its rendering into librdkafka
+//!   properties (passthrough map, managed properties, secrets masked) and `build()`.
+//! - `request.rs`: message → records: the topic dialect of the shared template engine, key,
+//!   headers, tombstones.
+//! - `service.rs`: the producer, delivery reports, `QueueFull` backpressure, error
 //!   classification, healthcheck and flush.
+//! - `sink.rs`: the [`Sink`](crate::Sink) implementation.
 //!
 //! Delivery: record key = message key (one partition per object, in order), the idempotent
 //! producer with `acks = all` by default, a batch confirmed only when every record's
-//! delivery report succeeded. See `docs/kafka.md`. This module never decides to drop a
+//! delivery report succeeded. See `docs/kafka.md`. This sink never decides to drop a
 //! message: failures go back to the pipeline.
 
 mod config;
 mod request;
 mod service;
+mod sink;
 #[cfg(test)]
 mod tests;
 
 pub use config::{
-    Acks, Compression, KafkaConfig, KafkaSecurity, Protocol, RenderedConfig, SaslMechanism,
-    MANAGED_PROPERTIES,
+    Acks, Compression, KafkaConfig, KafkaSecurity, Protocol, SaslMechanism, MANAGED_PROPERTIES,
 };
-pub use request::{escape, TemplateError, TopicTemplate, CLUSTER_SCOPE, MAX_TOPIC_LEN};
-pub use service::{
-    classify, needs_new_producer, Failure, KafkaSink, KafkaSinkError, RECORD_OVERHEAD_BYTES,
-};
+pub use request::{escape, topic_template, CLUSTER_SCOPE, MAX_TOPIC_LEN, TOPIC};
+pub use service::{classify, needs_new_producer, Failure, Properties};
+pub use sink::{KafkaSink, RECORD_OVERHEAD_BYTES};

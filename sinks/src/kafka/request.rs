@@ -1,11 +1,16 @@
-//! Request building: message → Kafka record parts (topic, key, headers).
+//! Request building: message → Kafka records (topic, key, headers, tombstone).
 //!
-//! Owns the topic template and its escaping rule. Must never look inside the payload: every
-//! routing fact comes from [`MessageMeta`].
+//! Owns the topic [`Dialect`] of the shared template engine and its escaping rule. Must never
+//! look inside the payload: every routing fact comes from
+//! [`MessageMeta`](crate::MessageMeta).
+
+use std::sync::Arc;
 
 use rdkafka::message::{Header, OwnedHeaders};
 
-use crate::{Message, MessageMeta, Placeholder};
+use crate::message::Placeholder;
+use crate::template::{Dialect, Template, TemplateError};
+use crate::{Message, Op};
 
 /// Longest legal Kafka topic name.
 pub const MAX_TOPIC_LEN: usize = 249;
@@ -13,33 +18,36 @@ pub const MAX_TOPIC_LEN: usize = 249;
 /// What the `{namespace}` placeholder becomes for a cluster-scoped object.
 pub const CLUSTER_SCOPE: &str = "_cluster";
 
-/// Why a topic template is invalid.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum TemplateError {
-    /// `{name}` is not one of the placeholders.
-    #[error("unknown placeholder {{{0}}} (known: {{cluster}}, {{group}}, {{version}}, {{kind}}, {{resource}}, {{namespace}})")]
-    UnknownPlaceholder(String),
-    /// A `{` without its `}`.
-    #[error("unclosed `{{` in topic template")]
-    Unclosed,
-    /// Literal text with a character Kafka does not allow in topic names.
-    #[error("character {0:?} is not allowed in a Kafka topic name (allowed: A-Z a-z 0-9 . _ -)")]
-    IllegalChar(char),
-    /// The template is empty.
-    #[error("topic template is empty")]
-    Empty,
+/// Topic templates: placeholders anywhere except `{name}` (a topic per object would be
+/// unbounded); literal text of `[A-Za-z0-9._-]` only; values escaped by [`escape`];
+/// `{namespace}` of a cluster-scoped object is [`CLUSTER_SCOPE`].
+pub static TOPIC: Dialect = Dialect {
+    what: "topic",
+    separator: None,
+    excluded: &[Placeholder::Name],
+    check_literal,
+    escape: |value, out| match value {
+        Some(v) => escape(v, out),
+        None => out.push_str(CLUSTER_SCOPE),
+    },
+};
+
+fn check_literal(text: &str) -> Result<(), String> {
+    match text.chars().find(|c| !legal_topic_char(*c)) {
+        Some(c) => Err(format!(
+            "has character {c:?}, not allowed in a Kafka topic name (allowed: A-Z a-z 0-9 . _ -)"
+        )),
+        None => Ok(()),
+    }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Part {
-    Lit(String),
-    Var(Placeholder),
-}
-
-/// A parsed `topic` template.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopicTemplate {
-    parts: Vec<Part>,
+/// Parses a `topic` template, e.g. `kubesink.{cluster}` or `k8s.{cluster}.{resource}`.
+///
+/// # Errors
+/// [`TemplateError`] for an unknown placeholder, an unclosed `{`, illegal literal
+/// characters, or an empty template.
+pub fn topic_template(text: &str) -> Result<Template, TemplateError> {
+    Template::parse(text, &TOPIC)
 }
 
 /// Whether Kafka allows `c` in a topic name (`[A-Za-z0-9._-]`).
@@ -58,68 +66,29 @@ pub fn escape(value: &str, out: &mut String) {
     );
 }
 
-impl TopicTemplate {
-    /// Parses `template`.
-    ///
-    /// # Errors
-    /// [`TemplateError`] for an unknown placeholder, an unclosed `{`, illegal literal
-    /// characters, or an empty template.
-    pub fn parse(template: &str) -> Result<Self, TemplateError> {
-        if template.is_empty() {
-            return Err(TemplateError::Empty);
-        }
-        let mut parts = Vec::new();
-        let mut rest = template;
-        while let Some(open) = rest.find('{') {
-            let lit = &rest[..open];
-            Self::check_literal(lit)?;
-            if !lit.is_empty() {
-                parts.push(Part::Lit(lit.to_owned()));
-            }
-            let after = &rest[open + 1..];
-            let close = after.find('}').ok_or(TemplateError::Unclosed)?;
-            // `{name}` is not a topic placeholder: a topic per object would be unbounded.
-            let var = match Placeholder::parse(&after[..close]) {
-                Some(Placeholder::Name) | None => {
-                    return Err(TemplateError::UnknownPlaceholder(after[..close].to_owned()))
-                }
-                Some(p) => p,
-            };
-            parts.push(Part::Var(var));
-            rest = &after[close + 1..];
-        }
-        Self::check_literal(rest)?;
-        if !rest.is_empty() {
-            parts.push(Part::Lit(rest.to_owned()));
-        }
-        Ok(TopicTemplate { parts })
-    }
+/// One message as Kafka records: its `deleted`/`added`/`updated` record and, after a
+/// `deleted` with tombstones on, the tombstone (same key, null value).
+pub struct Record<'a> {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The record key: the message key.
+    pub key: &'a [u8],
+    /// The payload.
+    pub payload: &'a [u8],
+    /// The record headers ([`headers`]).
+    pub headers: OwnedHeaders,
+    /// The tombstone's headers, when a tombstone follows.
+    pub tombstone: Option<OwnedHeaders>,
+}
 
-    fn check_literal(lit: &str) -> Result<(), TemplateError> {
-        match lit.chars().find(|c| !legal_topic_char(*c)) {
-            Some(c) => Err(TemplateError::IllegalChar(c)),
-            None => Ok(()),
-        }
-    }
-
-    /// Whether the topic is the same for every message of one cluster (no per-object
-    /// placeholder), so the healthcheck can name it once the cluster is known.
-    pub fn is_static(&self) -> bool {
-        self.parts
-            .iter()
-            .all(|p| matches!(p, Part::Lit(_) | Part::Var(Placeholder::Cluster)))
-    }
-
-    /// The topic of a message. The result may exceed [`MAX_TOPIC_LEN`]; the caller checks.
-    pub fn render(&self, m: &MessageMeta) -> String {
-        let mut out = String::with_capacity(64);
-        for p in &self.parts {
-            match p {
-                Part::Lit(s) => out.push_str(s),
-                Part::Var(v) => escape(v.value(m).unwrap_or(CLUSTER_SCOPE), &mut out),
-            }
-        }
-        out
+/// The records of `m` on `topic`.
+pub fn build(m: &Message, topic: Arc<str>, tombstones: bool) -> Record<'_> {
+    Record {
+        topic,
+        key: m.key.as_bytes(),
+        payload: &m.payload,
+        headers: headers(m),
+        tombstone: (tombstones && m.meta.op == Op::Deleted).then(|| tombstone_headers(m)),
     }
 }
 

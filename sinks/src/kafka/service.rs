@@ -3,26 +3,79 @@
 //!
 //! Owns the rule "a batch is confirmed only when every record's delivery report is a
 //! success". Must never drop a record silently, busy-loop on `QueueFull`, or log a secret
-//! (librdkafka's own log lines never contain property values).
+//! (librdkafka's own log lines never contain property values; the properties are printed
+//! through [`Properties::redacted`] only). It knows nothing of kubesink's configuration:
+//! `config.rs` hands it rendered [`Properties`] and [`Settings`].
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientContext;
 
-use super::config::{KafkaConfig, RenderedConfig};
-use super::request::{self, TopicTemplate, MAX_TOPIC_LEN};
-use crate::{Message, Op, Sink, SinkError};
+use super::request::{Record, MAX_TOPIC_LEN};
+use crate::SinkError;
 
-/// Bytes of `message.max.bytes` kept for the key, the headers and the record overhead; the
-/// payload limit declared to the pipeline is the rest.
-pub const RECORD_OVERHEAD_BYTES: usize = 2048;
+/// librdkafka properties whose values are never printed (any property whose name contains
+/// `password` or `secret` is masked too).
+const SECRET_PROPERTIES: &[&str] = &[
+    "sasl.password",
+    "ssl.key.password",
+    "sasl.oauthbearer.config",
+];
+
+/// librdkafka properties (`CONFIGURATION.md` of librdkafka), in a stable order.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Properties(pub Vec<(String, String)>);
+
+impl Properties {
+    /// The properties with secret values replaced by `***`, for logs and `kubesink check`.
+    pub fn redacted(&self) -> Vec<(String, String)> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                let secret = SECRET_PROPERTIES.contains(&k.as_str())
+                    || k.contains("password")
+                    || k.contains("secret");
+                (k.clone(), if secret { "***".into() } else { v.clone() })
+            })
+            .collect()
+    }
+
+    /// The value of one property, if set.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl std::fmt::Debug for Properties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.redacted()).finish()
+    }
+}
+
+/// What [`KafkaService::new`] needs, resolved by `config.rs`.
+pub struct Settings {
+    /// Sink name (logs, errors).
+    pub sink: String,
+    /// The producer's librdkafka properties.
+    pub properties: Properties,
+    /// `bootstrap.servers`, for messages.
+    pub bootstrap_servers: String,
+    /// `message.max.bytes`.
+    pub message_max_bytes: usize,
+    /// How long `close` waits for deliveries.
+    pub flush_timeout: Duration,
+    /// Timeout of the healthcheck's metadata request.
+    pub healthcheck_timeout: Duration,
+}
 
 /// How one failed record is classified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,11 +168,10 @@ impl ClientContext for KafkaContext {
 
 type Producer_ = FutureProducer<KafkaContext>;
 
-struct Inner {
-    name: String,
-    config: KafkaConfig,
-    rendered: RenderedConfig,
-    template: TopicTemplate,
+/// One librdkafka producer (the idempotent producer by default) with its delivery
+/// bookkeeping; replaced by a fresh one when librdkafka or the broker makes it unusable.
+pub struct KafkaService {
+    s: Settings,
     producer: RwLock<Arc<Producer_>>,
     /// Topics this sink produced to, checked by the healthcheck.
     topics: Mutex<BTreeSet<String>>,
@@ -129,26 +181,9 @@ struct Inner {
     reset_needed: AtomicBool,
 }
 
-/// The Kafka sink: one librdkafka producer (the idempotent producer by default), record key
-/// = message key, headers from [`Message::headers`], a tombstone after each `deleted`.
-pub struct KafkaSink {
-    inner: Arc<Inner>,
-}
-
-/// Why the producer could not be created.
-#[derive(Debug, thiserror::Error)]
-pub enum KafkaSinkError {
-    /// librdkafka rejected a property (its message names the property).
-    #[error("librdkafka rejected the configuration: {0}")]
-    Client(#[from] KafkaError),
-    /// The topic template is invalid.
-    #[error("topic: {0}")]
-    Template(#[from] super::request::TemplateError),
-}
-
-fn create_producer(name: &str, rendered: &RenderedConfig) -> Result<Producer_, KafkaError> {
+fn create_producer(name: &str, properties: &Properties) -> Result<Producer_, KafkaError> {
     let mut cc = ClientConfig::new();
-    for (k, v) in &rendered.0 {
+    for (k, v) in &properties.0 {
         cc.set(k, v);
     }
     cc.create_with_context(KafkaContext {
@@ -162,76 +197,43 @@ struct Pending {
     future: DeliveryFuture,
 }
 
-impl KafkaSink {
-    /// Creates the producer from a validated configuration. Does not wait for the brokers.
+impl KafkaService {
+    /// Creates the producer. Does not wait for the brokers.
     ///
     /// # Errors
-    /// [`KafkaSinkError`] when librdkafka rejects the configuration.
-    pub fn new(config: &KafkaConfig) -> Result<Self, KafkaSinkError> {
-        let rendered = config.render();
-        let template = TopicTemplate::parse(&config.topic)?;
-        let producer = create_producer(&config.name, &rendered)?;
-        tracing::info!(sink = %config.name, config = ?rendered, "kafka producer created");
-        Ok(KafkaSink {
-            inner: Arc::new(Inner {
-                name: config.name.clone(),
-                config: config.clone(),
-                rendered,
-                template,
-                producer: RwLock::new(Arc::new(producer)),
-                topics: Mutex::new(BTreeSet::new()),
-                queue_full_waits: AtomicU64::new(0),
-                reset_needed: AtomicBool::new(false),
-            }),
+    /// The [`KafkaError`] when librdkafka rejects a property (its message names it).
+    pub fn new(s: Settings) -> Result<Self, KafkaError> {
+        let producer = create_producer(&s.sink, &s.properties)?;
+        tracing::info!(sink = %s.sink, config = ?s.properties, "kafka producer created");
+        Ok(KafkaService {
+            s,
+            producer: RwLock::new(Arc::new(producer)),
+            topics: Mutex::new(BTreeSet::new()),
+            queue_full_waits: AtomicU64::new(0),
+            reset_needed: AtomicBool::new(false),
         })
     }
 
-    /// The rendered librdkafka configuration (print it with `{:?}`: secrets are masked).
-    pub fn rendered_config(&self) -> &RenderedConfig {
-        &self.inner.rendered
+    /// The producer's properties (print them with `{:?}`: secrets are masked).
+    pub fn properties(&self) -> &Properties {
+        &self.s.properties
     }
 
-    /// How many times an enqueue met librdkafka's `QueueFull` and waited for deliveries
-    /// (backpressure from `queue_max_messages`).
+    /// `message.max.bytes`.
+    pub fn message_max_bytes(&self) -> usize {
+        self.s.message_max_bytes
+    }
+
+    /// How many times an enqueue met librdkafka's `QueueFull` and waited.
     pub fn queue_full_waits(&self) -> u64 {
-        self.inner.queue_full_waits.load(Ordering::Relaxed)
+        self.queue_full_waits.load(Ordering::Relaxed)
     }
 
     /// Records librdkafka holds (queued or awaiting their delivery report).
     pub fn in_flight(&self) -> usize {
-        usize::try_from(self.inner.producer().in_flight_count()).unwrap_or(0)
+        usize::try_from(self.producer().in_flight_count()).unwrap_or(0)
     }
 
-    /// Starts a background task that runs the healthcheck with backoff (1 s doubling to
-    /// 30 s) until it passes, logging each failure as "not ready", then logs "ready". It
-    /// stops when the sink is dropped.
-    pub fn spawn_readiness_probe(&self) {
-        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            let mut delay = Duration::from_secs(1);
-            loop {
-                let Some(inner) = weak.upgrade() else { return };
-                match inner.healthcheck().await {
-                    Ok(()) => {
-                        tracing::info!(sink = %inner.name, servers = %inner.config.bootstrap_servers, "kafka sink ready");
-                        return;
-                    }
-                    Err(e) => tracing::warn!(
-                        sink = %inner.name,
-                        error = %e,
-                        retry_in = ?delay,
-                        "kafka sink not ready: brokers unreachable or refusing; retrying (messages wait in the pipeline)"
-                    ),
-                }
-                drop(inner);
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
-        });
-    }
-}
-
-impl Inner {
     fn producer(&self) -> Arc<Producer_> {
         self.producer
             .read()
@@ -244,13 +246,13 @@ impl Inner {
     /// unusable: replace it with a fresh one.
     fn reset_if_fatal(&self, current: &Arc<Producer_>, producer_state_lost: bool) {
         if let Some((code, reason)) = current.client().fatal_error() {
-            tracing::error!(sink = %self.name, code = ?code, reason = %reason, "fatal producer error: recreating the producer");
+            tracing::error!(sink = %self.s.sink, code = ?code, reason = %reason, "fatal producer error: recreating the producer");
         } else if producer_state_lost {
-            tracing::warn!(sink = %self.name, "the broker rejected the producer's id or epoch: recreating the producer");
+            tracing::warn!(sink = %self.s.sink, "the broker rejected the producer's id or epoch: recreating the producer");
         } else {
             return;
         }
-        match create_producer(&self.name, &self.rendered) {
+        match create_producer(&self.s.sink, &self.s.properties) {
             Ok(p) => {
                 let mut w = self
                     .producer
@@ -261,27 +263,25 @@ impl Inner {
                 }
             }
             Err(e) => {
-                tracing::error!(sink = %self.name, error = %e, "recreating the producer failed")
+                tracing::error!(sink = %self.s.sink, error = %e, "recreating the producer failed")
             }
         }
     }
 
-    async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+    /// Produces `records` (one per message of the batch, in order) and waits for every
+    /// delivery report.
+    ///
+    /// # Errors
+    /// [`SinkError::TooLarge`] for a record over a size limit, [`SinkError::Fatal`] for
+    /// authorization, unknown topic or TLS, [`SinkError::Partial`] naming the failed
+    /// messages, or [`SinkError::Transient`] when none was delivered.
+    pub async fn send(&self, records: &[Record<'_>]) -> Result<(), SinkError> {
         let producer = self.producer();
-        let mut failures: Vec<Option<(Failure, Arc<str>)>> = vec![None; batch.len()];
-        let mut pending: VecDeque<Pending> = VecDeque::with_capacity(batch.len() * 2);
-        let mut used: Vec<Arc<str>> = Vec::new();
+        let mut failures: Vec<Option<(Failure, Arc<str>)>> = vec![None; records.len()];
+        let mut pending: VecDeque<Pending> = VecDeque::with_capacity(records.len() * 2);
         let mut reset = false;
-        for (i, m) in batch.iter().enumerate() {
-            let rendered = self.template.render(&m.meta);
-            let topic: Arc<str> = match used.iter().find(|t| ***t == *rendered) {
-                Some(t) => t.clone(),
-                None => {
-                    let t: Arc<str> = rendered.into();
-                    used.push(t.clone());
-                    t
-                }
-            };
+        for (i, r) in records.iter().enumerate() {
+            let topic = &r.topic;
             if topic.len() > MAX_TOPIC_LEN {
                 failures[i] = Some((
                     Failure::Fatal(format!(
@@ -291,37 +291,35 @@ impl Inner {
                 ));
                 continue;
             }
-            let tombstone = self.config.tombstones && m.meta.op == Op::Deleted;
-            let value = FutureRecord::to(&topic)
-                .key(m.key.as_bytes())
-                .payload(&m.payload[..])
-                .headers(request::headers(m));
+            let value = FutureRecord::to(topic)
+                .key(r.key)
+                .payload(r.payload)
+                .headers(r.headers.clone());
             if let Err(e) = self
-                .enqueue(&producer, value, i, &topic, &mut pending, &mut failures)
+                .enqueue(&producer, value, i, topic, &mut pending, &mut failures)
                 .await
             {
-                failures[i] = Some((classify(&e, &topic), topic.clone()));
+                failures[i] = Some((classify(&e, topic), topic.clone()));
                 continue;
             }
-            if tombstone {
-                let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic)
-                    .key(m.key.as_bytes())
-                    .headers(request::tombstone_headers(m));
+            if let Some(headers) = &r.tombstone {
+                let record: FutureRecord<'_, [u8], [u8]> =
+                    FutureRecord::to(topic).key(r.key).headers(headers.clone());
                 if let Err(e) = self
-                    .enqueue(&producer, record, i, &topic, &mut pending, &mut failures)
+                    .enqueue(&producer, record, i, topic, &mut pending, &mut failures)
                     .await
                 {
-                    failures[i] = Some((classify(&e, &topic), topic.clone()));
+                    failures[i] = Some((classify(&e, topic), topic.clone()));
                 }
             }
         }
         while let Some(p) = pending.pop_front() {
             reset |= settle(p, &mut failures).await;
         }
-        self.note_topics(&used);
+        self.note_topics(records);
         reset |= self.reset_needed.swap(false, Ordering::Relaxed);
         self.reset_if_fatal(&producer, reset);
-        self.outcome(batch, failures)
+        self.outcome(records, failures)
     }
 
     /// Enqueues one record; on `QueueFull` waits for the oldest outstanding delivery of this
@@ -371,18 +369,18 @@ impl Inner {
         }
     }
 
-    fn note_topics(&self, used: &[Arc<str>]) {
+    fn note_topics(&self, records: &[Record<'_>]) {
         let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
-        for t in used {
-            if !topics.contains(&**t) {
-                topics.insert(t.to_string());
+        for r in records {
+            if !topics.contains(&*r.topic) {
+                topics.insert(r.topic.to_string());
             }
         }
     }
 
     fn outcome(
         &self,
-        batch: &[Message],
+        batch: &[Record<'_>],
         failures: Vec<Option<(Failure, Arc<str>)>>,
     ) -> Result<(), SinkError> {
         let failed: Vec<usize> = (0..failures.len())
@@ -397,10 +395,10 @@ impl Inner {
             .find(|i| matches!(failures[*i], Some((Failure::TooLarge, _))))
         {
             return Err(SinkError::TooLarge {
-                sink: self.name.clone(),
+                sink: self.s.sink.clone(),
                 index: i,
                 size: batch[i].payload.len(),
-                limit: Some(self.config.message_max_bytes),
+                limit: Some(self.s.message_max_bytes),
             });
         }
         if let Some(Some((Failure::Fatal(msg), _))) = failed
@@ -408,7 +406,7 @@ impl Inner {
             .map(|i| &failures[*i])
             .find(|f| matches!(f, Some((Failure::Fatal(_), _))))
         {
-            return Err(SinkError::fatal(&self.name, msg.clone()));
+            return Err(SinkError::fatal(&self.s.sink, msg.clone()));
         }
         let message = match &failures[first] {
             Some((Failure::Transient(m), _)) => m.clone(),
@@ -416,39 +414,45 @@ impl Inner {
         };
         if failed.len() == batch.len() {
             return Err(SinkError::transient(
-                &self.name,
+                &self.s.sink,
                 format!("no record of the batch was delivered: {message}"),
             ));
         }
         Err(SinkError::Partial {
-            sink: self.name.clone(),
+            sink: self.s.sink.clone(),
             failed,
             message,
         })
     }
 
-    async fn healthcheck(&self) -> Result<(), SinkError> {
+    /// Fetches the cluster metadata (brokers reachable, authenticated) and checks that every
+    /// topic this sink produced to is present with partitions.
+    ///
+    /// # Errors
+    /// [`SinkError::Transient`] while the brokers do not answer; [`SinkError::Fatal`] for a
+    /// fatal producer error, authentication, or a topic missing from the metadata.
+    pub async fn healthcheck(&self) -> Result<(), SinkError> {
         let producer = self.producer();
         if let Some((code, reason)) = producer.client().fatal_error() {
             return Err(SinkError::fatal(
-                &self.name,
+                &self.s.sink,
                 format!("fatal producer error {code:?}: {reason}"),
             ));
         }
-        let timeout = Duration::from_millis(self.config.healthcheck_timeout_ms);
+        let timeout = self.s.healthcheck_timeout;
         let p = producer.clone();
         let metadata =
             tokio::task::spawn_blocking(move || p.client().fetch_metadata(None, timeout))
                 .await
-                .map_err(|e| SinkError::transient(&self.name, format!("metadata task: {e}")))?
+                .map_err(|e| SinkError::transient(&self.s.sink, format!("metadata task: {e}")))?
                 .map_err(|e| {
-                    let servers = &self.config.bootstrap_servers;
+                    let servers = &self.s.bootstrap_servers;
                     match classify(&e, "") {
                         Failure::Fatal(m) => {
-                            SinkError::fatal(&self.name, format!("{servers}: {m}"))
+                            SinkError::fatal(&self.s.sink, format!("{servers}: {m}"))
                         }
                         _ => SinkError::transient(
-                            &self.name,
+                            &self.s.sink,
                             format!("metadata request to {servers} failed: {e}"),
                         ),
                     }
@@ -464,13 +468,13 @@ impl Inner {
             match metadata.topics().iter().find(|m| m.name() == t) {
                 None => {
                     return Err(SinkError::fatal(
-                        &self.name,
+                        &self.s.sink,
                         format!("topic {t:?} is not in the cluster's metadata"),
                     ))
                 }
                 Some(m) if m.error().is_some() || m.partitions().is_empty() => {
                     return Err(SinkError::transient(
-                        &self.name,
+                        &self.s.sink,
                         format!("topic {t:?}: metadata error {:?}", m.error()),
                     ))
                 }
@@ -480,23 +484,27 @@ impl Inner {
         Ok(())
     }
 
-    async fn close(&self) -> Result<(), SinkError> {
+    /// Flushes librdkafka's queue, waiting at most `flush_timeout`.
+    ///
+    /// # Errors
+    /// [`SinkError::Transient`] naming how many records were left undelivered.
+    pub async fn close(&self) -> Result<(), SinkError> {
         let producer = self.producer();
-        let timeout = Duration::from_millis(self.config.flush_timeout_ms);
+        let timeout = self.s.flush_timeout;
         let p = producer.clone();
         let res = tokio::task::spawn_blocking(move || p.flush(timeout))
             .await
-            .map_err(|e| SinkError::transient(&self.name, format!("flush task: {e}")))?;
+            .map_err(|e| SinkError::transient(&self.s.sink, format!("flush task: {e}")))?;
         match res {
             Ok(()) => Ok(()),
             Err(e) => {
                 let left = producer.in_flight_count();
-                tracing::error!(sink = %self.name, undelivered = left, error = %e, "kafka flush deadline passed with records undelivered");
+                tracing::error!(sink = %self.s.sink, undelivered = left, error = %e, "kafka flush deadline passed with records undelivered");
                 Err(SinkError::transient(
-                    &self.name,
+                    &self.s.sink,
                     format!(
-                        "{left} records not delivered within flush_timeout_ms = {}: {e}",
-                        self.config.flush_timeout_ms
+                        "{left} records not delivered within flush_timeout = {}: {e}",
+                        humantime::format_duration(self.s.flush_timeout)
                     ),
                 ))
             }
@@ -524,36 +532,4 @@ async fn settle(p: Pending, failures: &mut [Option<(Failure, Arc<str>)>]) -> boo
         }
     }
     reset
-}
-
-#[async_trait]
-impl Sink for KafkaSink {
-    fn name(&self) -> &str {
-        &self.inner.name
-    }
-
-    async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
-        self.inner.send(batch).await
-    }
-
-    /// Fetches the cluster metadata (brokers reachable, authenticated) and checks that every
-    /// topic this sink produced to is present with partitions.
-    async fn healthcheck(&self) -> Result<(), SinkError> {
-        self.inner.healthcheck().await
-    }
-
-    /// Flushes librdkafka's queue, waiting at most `flush_timeout_ms`.
-    async fn close(&self) -> Result<(), SinkError> {
-        self.inner.close().await
-    }
-
-    fn max_message_bytes(&self) -> Option<usize> {
-        Some(
-            self.inner
-                .config
-                .message_max_bytes
-                .saturating_sub(RECORD_OVERHEAD_BYTES)
-                .max(1),
-        )
-    }
 }

@@ -15,23 +15,24 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
 
 use super::*;
-use crate::{Message, MessageMeta, Op, Secret, Sink, SinkError};
+use crate::template::TemplateError;
+use crate::units::HumanDuration;
+use crate::{Message, MessageMeta, Op, Resource, Secret, Sink, SinkError};
 
 fn meta(op: Op, kind: &str, ns: Option<&str>, name: &str, id: &str) -> MessageMeta {
+    let group = if kind == "Deployment" { "apps" } else { "" };
+    let plural = format!("{}s", kind.to_lowercase());
     MessageMeta {
         id: id.into(),
         op,
-        cluster: "prod-eu-1".into(),
-        group: if kind == "Deployment" { "apps" } else { "" }.into(),
-        version: "v1".into(),
-        api_version: if kind == "Deployment" {
-            "apps/v1"
-        } else {
-            "v1"
-        }
-        .into(),
-        kind: kind.into(),
-        resource: format!("{}s", kind.to_lowercase()).into(),
+        resource: Arc::new(Resource::new(
+            "prod-eu-1",
+            group,
+            "v1",
+            kind,
+            &plural,
+            ns.is_some(),
+        )),
         namespace: ns.map(Into::into),
         name: name.into(),
     }
@@ -52,8 +53,8 @@ fn msg(op: Op, name: &str, rv: u64) -> Message {
 
 #[test]
 fn template_substitutes_every_placeholder() {
-    let t = TopicTemplate::parse("k8s.{cluster}.{group}.{version}.{kind}.{resource}.{namespace}")
-        .unwrap();
+    let t =
+        topic_template("k8s.{cluster}.{group}.{version}.{kind}.{resource}.{namespace}").unwrap();
     let dep = meta(Op::Added, "Deployment", Some("web"), "x", "1");
     assert_eq!(
         t.render(&dep),
@@ -61,27 +62,25 @@ fn template_substitutes_every_placeholder() {
     );
     let node = meta(Op::Added, "Node", None, "n1", "1");
     assert_eq!(t.render(&node), "k8s.prod-eu-1.core.v1.Node.nodes._cluster");
-    assert!(!t.is_static());
-    assert!(TopicTemplate::parse("kubesink.{cluster}")
-        .unwrap()
-        .is_static());
 }
 
 #[test]
 fn template_rejects_unknown_placeholders_and_illegal_literals() {
-    assert_eq!(
-        TopicTemplate::parse("a.{name}"),
-        Err(TemplateError::UnknownPlaceholder("name".into()))
-    );
-    assert_eq!(
-        TopicTemplate::parse("a.{kind"),
-        Err(TemplateError::Unclosed)
-    );
-    assert_eq!(
-        TopicTemplate::parse("a/{kind}"),
-        Err(TemplateError::IllegalChar('/'))
-    );
-    assert_eq!(TopicTemplate::parse(""), Err(TemplateError::Empty));
+    assert!(matches!(
+        topic_template("a.{name}"),
+        Err(TemplateError::UnknownPlaceholder { name, .. }) if name == "name"
+    ));
+    assert!(matches!(
+        topic_template("a.{kind"),
+        Err(TemplateError::Unclosed { .. })
+    ));
+    let e = topic_template("a/{kind}").unwrap_err();
+    assert!(matches!(e, TemplateError::BadLiteral { .. }));
+    assert!(e.to_string().contains("'/'"), "{e}");
+    assert!(matches!(
+        topic_template(""),
+        Err(TemplateError::Empty { .. })
+    ));
 }
 
 #[test]
@@ -124,7 +123,7 @@ fn a_passthrough_property_kubesink_manages_is_an_error_naming_both() {
     );
     assert!(
         errs[1].contains("librdkafka.\"delivery.timeout.ms\"")
-            && errs[1].contains("`message_timeout_ms`"),
+            && errs[1].contains("`message_timeout`"),
         "{errs:?}"
     );
     assert!(errs[0].starts_with("sinks[2] (kafka): "), "{errs:?}");
@@ -215,17 +214,16 @@ async fn the_sasl_password_appears_in_no_log_line() {
     // Global, because librdkafka logs from its own threads.
     tracing::subscriber::set_global_default(subscriber).unwrap();
     let mut c = sasl_config(&format!("127.0.0.1:{port}"));
-    c.healthcheck_timeout_ms = 500;
-    let sink = Arc::new(KafkaSink::new(&c).unwrap());
-    sink.spawn_readiness_probe();
+    c.healthcheck_timeout = HumanDuration::from_millis(500);
+    let sink = Arc::new(c.build_sink(0).unwrap());
     let text = || String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    // What the bridge's readiness probe does: run the healthcheck, log the error.
+    let err = sink.healthcheck().await.expect_err("no broker");
+    tracing::warn!(error = %err, "sink not ready");
     wait_for(
-        "a not-ready line and a client error",
+        "a client error from librdkafka",
         Duration::from_secs(20),
-        || {
-            let t = text();
-            t.contains("kafka sink not ready") && t.contains("kafka client error")
-        },
+        || text().contains("kafka client error"),
     )
     .await;
     let t = text();
@@ -287,12 +285,12 @@ fn sink_for(servers: &str, tweak: impl FnOnce(&mut KafkaConfig)) -> KafkaSink {
     let mut c = KafkaConfig {
         bootstrap_servers: servers.into(),
         topic: "topology".into(),
-        message_timeout_ms: 3000,
+        message_timeout: HumanDuration::from_millis(3000),
         ..Default::default()
     };
     tweak(&mut c);
     assert!(c.validate(0).is_empty(), "{:?}", c.validate(0));
-    KafkaSink::new(&c).unwrap()
+    c.build_sink(0).unwrap()
 }
 
 /// (partition, key, value, op header) of every record in `topic`, read from the start.
@@ -398,8 +396,8 @@ async fn broker_down_fails_the_batch_and_broker_up_lets_the_retry_succeed() {
     mock.create_topic("topology", 1, 1).unwrap();
     let servers = mock.bootstrap_servers();
     let sink = sink_for(&servers, |c| {
-        c.message_timeout_ms = 1500;
-        c.healthcheck_timeout_ms = 1000;
+        c.message_timeout = HumanDuration::from_millis(1500);
+        c.healthcheck_timeout = HumanDuration::from_millis(1000);
     });
     sink.send(&batch(5, 1)).await.unwrap();
     mock.broker_down(1).unwrap();
@@ -542,7 +540,9 @@ async fn a_record_over_message_max_bytes_is_reported_too_large_with_its_index() 
 async fn topic_authorization_failure_is_fatal_and_names_the_topic() {
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("topology", 1, 1).unwrap();
-    let sink = sink_for(&mock.bootstrap_servers(), |c| c.message_timeout_ms = 2000);
+    let sink = sink_for(&mock.bootstrap_servers(), |c| {
+        c.message_timeout = HumanDuration::from_millis(2000)
+    });
     mock.topic_error(
         "topology",
         RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
@@ -562,7 +562,7 @@ async fn building_against_a_dead_broker_succeeds_and_reports_not_ready() {
         .port();
     let c = KafkaConfig {
         bootstrap_servers: format!("127.0.0.1:{port}"),
-        healthcheck_timeout_ms: 500,
+        healthcheck_timeout: HumanDuration::from_millis(500),
         ..Default::default()
     };
     let sink = crate::SinkConfig::Kafka(c)
@@ -579,8 +579,8 @@ async fn close_reports_the_records_it_could_not_flush_before_its_deadline() {
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("topology", 1, 1).unwrap();
     let sink = Arc::new(sink_for(&mock.bootstrap_servers(), |c| {
-        c.flush_timeout_ms = 300;
-        c.message_timeout_ms = 30_000;
+        c.flush_timeout = HumanDuration::from_millis(300);
+        c.message_timeout = HumanDuration::from_secs(30);
     }));
     sink.send(&batch(2, 1)).await.unwrap();
     mock.broker_down(1).unwrap();
@@ -593,7 +593,7 @@ async fn close_reports_the_records_it_could_not_flush_before_its_deadline() {
     let err = sink.close().await.unwrap_err();
     assert!(
         err.to_string()
-            .contains("not delivered within flush_timeout_ms"),
+            .contains("not delivered within flush_timeout"),
         "{err}"
     );
     pending.abort();

@@ -1,5 +1,6 @@
 //! `[[sinks]]` entry with `type = "nats"`: the serde configuration, its validation and
-//! `build()`, which connects and (in JetStream mode) checks or creates the stream.
+//! `build()`, which resolves the options into the service's settings, connects and (in
+//! JetStream mode) checks or creates the stream.
 //!
 //! Option names follow the NATS client and server documentation
 //! (<https://docs.nats.io/using-nats/developer/connecting>,
@@ -8,12 +9,15 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
+use async_nats::jetstream::stream;
+use async_nats::ServerAddr;
 use serde::{Deserialize, Serialize};
 
-use super::request::SubjectTemplate;
+use super::request::subject_template;
+use super::service::{self, redact_url, Mode, NatsError, NatsService, Settings, StreamSetup};
 use super::NatsSink;
+use crate::units::HumanDuration;
 use crate::{Secret, Sink, SinkConfigError};
 
 /// The default subject template: one subject per object.
@@ -44,11 +48,11 @@ pub struct NatsConfig {
     #[serde(default)]
     pub mode: NatsMode,
     /// Bound on one publish, one flush and one PubAck wait. Default `5s`.
-    #[serde(default = "default_publish_timeout", with = "duration")]
-    pub publish_timeout: Duration,
+    #[serde(default = "default_publish_timeout")]
+    pub publish_timeout: HumanDuration,
     /// Bound on establishing a connection (TCP, TLS, auth). Default `5s`.
-    #[serde(default = "default_publish_timeout", with = "duration")]
-    pub connect_timeout: Duration,
+    #[serde(default = "default_publish_timeout")]
+    pub connect_timeout: HumanDuration,
     /// JetStream: PubAcks awaited concurrently within a batch. Default `256`.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
@@ -130,11 +134,11 @@ pub struct NatsStream {
     #[serde(default)]
     pub storage: NatsStorage,
     /// Maximum age of messages of a created stream; `0s` keeps them forever. Default `0s`.
-    #[serde(default, with = "duration")]
-    pub max_age: Duration,
+    #[serde(default = "zero")]
+    pub max_age: HumanDuration,
     /// Window in which a repeated `Nats-Msg-Id` is stored once. Default `2m`.
-    #[serde(default = "default_duplicate_window", with = "duration")]
-    pub duplicate_window: Duration,
+    #[serde(default = "default_duplicate_window")]
+    pub duplicate_window: HumanDuration,
     /// Messages kept per subject; `1` keeps only the current state of each object.
     /// `-1` is unlimited. Default `-1`.
     #[serde(default = "default_max_msgs_per_subject")]
@@ -159,7 +163,7 @@ impl Default for NatsStream {
             create: false,
             subjects: Vec::new(),
             storage: NatsStorage::File,
-            max_age: Duration::ZERO,
+            max_age: zero(),
             duplicate_window: default_duplicate_window(),
             max_msgs_per_subject: default_max_msgs_per_subject(),
         }
@@ -197,8 +201,11 @@ fn default_connection_name() -> String {
 fn default_subject() -> String {
     DEFAULT_SUBJECT.to_owned()
 }
-fn default_publish_timeout() -> Duration {
-    Duration::from_secs(5)
+fn default_publish_timeout() -> HumanDuration {
+    HumanDuration::from_secs(5)
+}
+fn zero() -> HumanDuration {
+    HumanDuration::from_secs(0)
 }
 fn default_max_in_flight() -> usize {
     256
@@ -209,8 +216,8 @@ fn default_client_capacity() -> usize {
 fn default_stream_name() -> String {
     "KUBESINK".to_owned()
 }
-fn default_duplicate_window() -> Duration {
-    Duration::from_secs(120)
+fn default_duplicate_window() -> HumanDuration {
+    HumanDuration::from_secs(120)
 }
 fn default_max_msgs_per_subject() -> i64 {
     -1
@@ -269,17 +276,17 @@ impl NatsConfig {
             if let Err(e) = s.parse::<async_nats::ServerAddr>() {
                 bad(
                     "servers",
-                    format!("invalid server URL {:?}: {e}", super::redact_url(s)),
+                    format!("invalid server URL {:?}: {e}", redact_url(s)),
                 );
             }
         }
-        if let Err(e) = SubjectTemplate::parse(&self.subject) {
+        if let Err(e) = subject_template(&self.subject) {
             bad("subject", e.to_string());
         }
-        if self.publish_timeout.is_zero() {
+        if self.publish_timeout.get().is_zero() {
             bad("publish_timeout", "must be greater than 0".into());
         }
-        if self.connect_timeout.is_zero() {
+        if self.connect_timeout.get().is_zero() {
             bad("connect_timeout", "must be greater than 0".into());
         }
         if self.max_in_flight == 0 {
@@ -331,9 +338,93 @@ impl NatsConfig {
         if !self.stream.subjects.is_empty() {
             return self.stream.subjects.clone();
         }
-        SubjectTemplate::parse(&self.subject)
-            .map(|t| vec![t.filter()])
+        subject_template(&self.subject)
+            .map(|t| vec![t.pattern("*")])
             .unwrap_or_default()
+    }
+
+    /// The server list for messages: URLs joined by `,`, user info removed.
+    fn servers_text(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| redact_url(s))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The service settings: connection options with auth and TLS, the publishing mode and
+    /// its stream setup.
+    async fn settings(&self) -> Result<Settings, NatsError> {
+        let mut opts = service::base_options(
+            &self.name,
+            &self.connection_name,
+            self.connect_timeout.get(),
+            self.publish_timeout.get(),
+            self.client_capacity,
+        )
+        .require_tls(self.tls.required);
+        let auth = &self.auth;
+        if let (Some(user), Some(pass)) = (&auth.user, &auth.password) {
+            opts = opts.user_and_password(user.clone(), pass.expose().to_owned());
+        }
+        if let Some(token) = &auth.token {
+            opts = opts.token(token.expose().to_owned());
+        }
+        if let Some(seed) = &auth.nkey_seed {
+            opts = opts.nkey(seed.expose().to_owned());
+        }
+        if let Some(path) = &auth.credentials_file {
+            opts = opts
+                .credentials_file(path)
+                .await
+                .map_err(|source| NatsError::File {
+                    key: "auth.credentials_file",
+                    path: path.display().to_string(),
+                    source,
+                })?;
+        }
+        if let Some(ca) = &self.tls.ca_file {
+            opts = opts.add_root_certificates(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&self.tls.cert_file, &self.tls.key_file) {
+            opts = opts.add_client_certificate(cert.clone(), key.clone());
+        }
+        let s = &self.stream;
+        let mode = match self.mode {
+            NatsMode::Core => Mode::Core,
+            NatsMode::Jetstream if s.create => {
+                Mode::JetStream(StreamSetup::Create(Box::new(stream::Config {
+                    name: s.name.clone(),
+                    subjects: self.stream_subjects(),
+                    storage: match s.storage {
+                        NatsStorage::File => stream::StorageType::File,
+                        NatsStorage::Memory => stream::StorageType::Memory,
+                    },
+                    max_age: s.max_age.get(),
+                    duplicate_window: s.duplicate_window.get(),
+                    max_messages_per_subject: s.max_msgs_per_subject,
+                    ..Default::default()
+                })))
+            }
+            NatsMode::Jetstream => Mode::JetStream(StreamSetup::Require {
+                name: s.name.clone(),
+                subjects: self.stream_subjects(),
+            }),
+        };
+        Ok(Settings {
+            sink: self.name.clone(),
+            servers: self
+                .servers
+                .iter()
+                .filter_map(|s| s.parse::<ServerAddr>().ok())
+                .collect(),
+            servers_text: self.servers_text(),
+            auth_method: self.auth.method(),
+            options: opts,
+            mode,
+            publish_timeout: self.publish_timeout.get(),
+            max_in_flight: self.max_in_flight,
+        })
     }
 
     /// Connects (one attempt per server, bounded by `connect_timeout`), and in JetStream mode
@@ -355,57 +446,31 @@ impl NatsConfig {
         if let Some(e) = self.validate(index).into_iter().next() {
             return Err(e);
         }
-        NatsSink::connect(self)
+        let invalid = |e: NatsError| SinkConfigError::Invalid {
+            index,
+            name: self.name.clone(),
+            key: e.config_key().to_owned(),
+            message: e.to_string(),
+        };
+        let subjects = subject_template(&self.subject).map_err(|e| invalid(e.into()))?;
+        let service = NatsService::connect(self.settings().await.map_err(invalid)?)
             .await
-            .map_err(|e| SinkConfigError::Invalid {
-                index,
-                name: self.name.clone(),
-                key: e.config_key().to_owned(),
-                message: e.to_string(),
-            })
-    }
-}
-
-/// Durations as human strings (`"5s"`, `"250ms"`, `"2m"`) or integer milliseconds.
-mod duration {
-    use std::time::Duration;
-
-    use serde::de::{self, Deserializer, Visitor};
-    use serde::Serializer;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Duration;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a duration such as \"250ms\" or \"5s\"")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
-                if v.trim() == "0" {
-                    return Ok(Duration::ZERO);
-                }
-                humantime::parse_duration(v.trim())
-                    .map_err(|e| E::custom(format!("invalid duration {v:?}: {e}")))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Duration, E> {
-                Ok(Duration::from_millis(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Duration, E> {
-                u64::try_from(v)
-                    .map(Duration::from_millis)
-                    .map_err(|_| E::custom(format!("invalid duration {v}: must not be negative")))
-            }
-        }
-        d.deserialize_any(V)
+            .map_err(invalid)?;
+        tracing::info!(
+            sink = %self.name,
+            servers = %self.servers_text(),
+            mode = ?self.mode,
+            max_payload = service.max_payload(),
+            "NATS sink ready"
+        );
+        Ok(NatsSink::new(self.name.clone(), subjects, service))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     // The sinks crate has no TOML parser; these tests write the equivalent JSON (the TOML
@@ -428,9 +493,9 @@ mod tests {
         let c = parse(
             r#"{"publish_timeout": "250ms", "connect_timeout": 1500, "stream": {"max_age": "1h"}}"#,
         );
-        assert_eq!(c.publish_timeout, Duration::from_millis(250));
-        assert_eq!(c.connect_timeout, Duration::from_millis(1500));
-        assert_eq!(c.stream.max_age, Duration::from_secs(3600));
+        assert_eq!(c.publish_timeout.get(), Duration::from_millis(250));
+        assert_eq!(c.connect_timeout.get(), Duration::from_millis(1500));
+        assert_eq!(c.stream.max_age.get(), Duration::from_secs(3600));
     }
 
     #[test]

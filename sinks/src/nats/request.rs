@@ -1,8 +1,11 @@
-//! Message → NATS publish: the subject (template plus token escaping) and the headers.
+//! Request building: message → NATS publish (subject, headers, payload).
 //!
-//! Owns the one escaping rule of subject tokens; it must never produce a token NATS treats
-//! specially (`.` separates tokens, `*` and `>` are wildcards, whitespace ends the subject;
+//! Owns the subject [`Dialect`] of the shared template engine and its one escaping rule of
+//! subject tokens; it must never produce a token NATS treats specially (`.` separates tokens,
+//! `*` and `>` are wildcards, whitespace ends the subject;
 //! <https://docs.nats.io/nats-concepts/subjects#characters-allowed-and-recommended-for-subject-names>).
+//! Never looks inside the payload: every routing fact comes from
+//! [`MessageMeta`](crate::MessageMeta).
 //!
 //! # Escaping rule (reversible)
 //!
@@ -17,108 +20,85 @@
 //! placeholders are whole tokens, two objects differing in any placeholder never share a
 //! subject.
 
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 
 use async_nats::HeaderMap;
+use bytes::Bytes;
 
-use crate::{Message, MessageMeta, Placeholder};
+use crate::template::{Dialect, Template};
+use crate::{Message, SinkError};
 
 /// The token that stands for an empty value (the namespace of a cluster-scoped object).
 pub const EMPTY_TOKEN: &str = "_";
 
-/// Why a subject template is invalid.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TemplateError {
-    /// The template is empty or has an empty token (`a..b`, leading or trailing `.`).
-    #[error("subject template {0:?} has an empty token")]
-    EmptyToken(String),
-    /// A token mixes a placeholder with other text, or has an unknown placeholder.
-    #[error("subject template token {0:?} must be a literal or exactly one of {{cluster}}, {{group}}, {{version}}, {{kind}}, {{resource}}, {{namespace}}, {{name}}")]
-    BadToken(String),
-    /// A literal token contains a wildcard or whitespace.
-    #[error("subject template token {0:?} contains '*', '>', braces or whitespace")]
-    BadLiteral(String),
-}
+/// Subject templates: `.`-separated tokens, each a literal or exactly one placeholder;
+/// literals without wildcards or whitespace; values escaped by [`escape_token`].
+pub static SUBJECT: Dialect = Dialect {
+    what: "subject",
+    separator: Some('.'),
+    excluded: &[],
+    check_literal,
+    escape: |value, out| escape_token(value.unwrap_or(""), out),
+};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Token {
-    Literal(String),
-    Field(Placeholder),
-}
-
-/// A parsed subject template, e.g. `kubesink.{cluster}.{group}.{kind}.{namespace}.{name}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubjectTemplate {
-    tokens: Vec<Token>,
-}
-
-impl SubjectTemplate {
-    /// Parses a template: `.`-separated tokens, each a literal or exactly one placeholder.
-    ///
-    /// # Errors
-    /// [`TemplateError`] naming the offending token.
-    pub fn parse(template: &str) -> Result<Self, TemplateError> {
-        let mut tokens = Vec::new();
-        for t in template.split('.') {
-            if t.is_empty() {
-                return Err(TemplateError::EmptyToken(template.to_owned()));
-            }
-            let field = t
-                .strip_prefix('{')
-                .and_then(|t| t.strip_suffix('}'))
-                .and_then(Placeholder::parse);
-            match field {
-                Some(f) => tokens.push(Token::Field(f)),
-                None if t.contains(['{', '}']) => {
-                    return Err(TemplateError::BadToken(t.to_owned()));
-                }
-                None if t == "*"
-                    || t == ">"
-                    || t.chars().any(|c| c.is_whitespace() || c.is_control()) =>
-                {
-                    return Err(TemplateError::BadLiteral(t.to_owned()));
-                }
-                None => tokens.push(Token::Literal(t.to_owned())),
-            }
-        }
-        Ok(SubjectTemplate { tokens })
+fn check_literal(token: &str) -> Result<(), String> {
+    if token == "*" || token == ">" {
+        return Err("is a wildcard".into());
     }
-
-    /// The subject of a message.
-    pub fn render(&self, m: &MessageMeta) -> String {
-        let mut out = String::with_capacity(96);
-        for (i, t) in self.tokens.iter().enumerate() {
-            if i > 0 {
-                out.push('.');
-            }
-            match t {
-                Token::Literal(s) => out.push_str(s),
-                // An empty value (cluster-scoped namespace) escapes to EMPTY_TOKEN.
-                Token::Field(f) => escape_token(f.value(m).unwrap_or(""), &mut out),
-            }
-        }
-        out
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("contains whitespace or control characters".into());
     }
+    Ok(())
+}
 
-    /// The stream filter matching every subject this template renders: each placeholder
-    /// replaced by `*`.
-    pub fn filter(&self) -> String {
-        let parts: Vec<&str> = self
-            .tokens
-            .iter()
-            .map(|t| match t {
-                Token::Literal(s) => s.as_str(),
-                Token::Field(_) => "*",
-            })
-            .collect();
-        parts.join(".")
+/// Parses a subject template, e.g. `kubesink.{cluster}.{group}.{kind}.{namespace}.{name}`.
+///
+/// # Errors
+/// [`crate::template::TemplateError`] naming the offending token.
+pub fn subject_template(text: &str) -> Result<Template, crate::template::TemplateError> {
+    Template::parse(text, &SUBJECT)
+}
+
+/// One publish: subject, headers and the shared payload bytes.
+#[derive(Debug)]
+pub struct Publish {
+    /// The subject.
+    pub subject: String,
+    /// The headers ([`headers`]).
+    pub headers: HeaderMap,
+    /// The payload (a reference to the message's bytes, not a copy).
+    pub payload: Bytes,
+}
+
+/// The publish of `m` on the subject `subjects` renders.
+pub fn build(m: &Message, subjects: &Template, jetstream: bool) -> Publish {
+    Publish {
+        subject: subjects.render(&m.meta),
+        headers: headers(m, jetstream),
+        payload: m.payload.clone(),
     }
 }
 
-impl fmt::Display for SubjectTemplate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.filter())
+/// The first message of `batch` that exceeds the server's `max_payload` (`limit`, 0 = none)
+/// with its headers, as [`SinkError::TooLarge`].
+pub fn too_large(
+    sink: &str,
+    batch: &[Message],
+    limit: usize,
+    jetstream: bool,
+) -> Option<SinkError> {
+    if limit == 0 {
+        return None;
     }
+    batch.iter().enumerate().find_map(|(index, m)| {
+        let size = m.payload.len() + headers_wire_len(m, jetstream);
+        (size > limit).then(|| SinkError::TooLarge {
+            sink: sink.to_owned(),
+            index,
+            size,
+            limit: Some(limit),
+        })
+    })
 }
 
 /// Appends `value` as one subject token, escaped by the module's rule.
@@ -200,29 +180,22 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::Op;
+    use crate::message::{MessageMeta, Op, Resource};
+    use crate::template::TemplateError;
 
     fn meta(group: &str, kind: &str, ns: Option<&str>, name: &str) -> MessageMeta {
+        let plural = format!("{}s", kind.to_lowercase());
         MessageMeta {
             id: "0123456789abcdef0123456789abcdef".into(),
             op: Op::Added,
-            cluster: "prod-eu-1".into(),
-            group: group.into(),
-            version: "v1".into(),
-            api_version: if group.is_empty() {
-                "v1".into()
-            } else {
-                format!("{group}/v1").into()
-            },
-            kind: kind.into(),
-            resource: format!("{}s", kind.to_lowercase()).into(),
+            resource: Arc::new(Resource::new("prod-eu-1", group, "v1", kind, &plural, true)),
             namespace: ns.map(Into::into),
             name: name.into(),
         }
     }
 
-    fn default_template() -> SubjectTemplate {
-        SubjectTemplate::parse(super::super::DEFAULT_SUBJECT).unwrap()
+    fn default_template() -> Template {
+        subject_template(super::super::DEFAULT_SUBJECT).unwrap()
     }
 
     #[test]
@@ -327,27 +300,27 @@ mod tests {
 
     #[test]
     fn template_placeholders_must_be_whole_tokens() {
-        assert!(SubjectTemplate::parse("k8s.{kind}.{name}").is_ok());
+        assert!(subject_template("k8s.{kind}.{name}").is_ok());
         assert!(matches!(
-            SubjectTemplate::parse("k8s.{kind}-{name}"),
-            Err(TemplateError::BadToken(_))
+            subject_template("k8s.{kind}-{name}"),
+            Err(TemplateError::NotWholeToken { .. })
         ));
         assert!(matches!(
-            SubjectTemplate::parse("k8s.{uid}"),
-            Err(TemplateError::BadToken(_))
+            subject_template("k8s.{uid}"),
+            Err(TemplateError::UnknownPlaceholder { .. })
         ));
         assert!(matches!(
-            SubjectTemplate::parse("k8s..{name}"),
-            Err(TemplateError::EmptyToken(_))
+            subject_template("k8s..{name}"),
+            Err(TemplateError::EmptyToken { .. })
         ));
         assert!(matches!(
-            SubjectTemplate::parse("k8s.>"),
-            Err(TemplateError::BadLiteral(_))
+            subject_template("k8s.>"),
+            Err(TemplateError::BadLiteral { .. })
         ));
         assert_eq!(
-            SubjectTemplate::parse("k8s.{resource}.{version}.{name}")
+            subject_template("k8s.{resource}.{version}.{name}")
                 .unwrap()
-                .filter(),
+                .pattern("*"),
             "k8s.*.*.*"
         );
     }

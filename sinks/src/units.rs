@@ -1,6 +1,10 @@
 //! Human units in configuration: durations (`250ms`, `5s`, `1m 30s`, via `humantime`) and
 //! sizes (`64KiB`, `1MiB`, `1.5 GB`, via `bytesize`), each also accepted as a bare integer
 //! (milliseconds for durations, bytes for sizes).
+//!
+//! The one duration type and the one size type of the whole configuration: `[pipeline]`,
+//! `[[sinks]]` of every kind and whatever comes next use these, so every duration key reads
+//! and prints the same way.
 
 use std::fmt;
 use std::time::Duration;
@@ -22,6 +26,28 @@ impl HumanDuration {
     /// The wrapped duration.
     pub fn get(self) -> Duration {
         self.0
+    }
+
+    /// A duration of `ms` milliseconds.
+    pub const fn from_millis(ms: u64) -> Self {
+        HumanDuration(Duration::from_millis(ms))
+    }
+
+    /// A duration of `s` seconds.
+    pub const fn from_secs(s: u64) -> Self {
+        HumanDuration(Duration::from_secs(s))
+    }
+}
+
+impl From<Duration> for HumanDuration {
+    fn from(d: Duration) -> Self {
+        HumanDuration(d)
+    }
+}
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
     }
 }
 
@@ -53,6 +79,9 @@ impl<'de> Deserialize<'de> for HumanDuration {
                 f.write_str("a duration such as \"250ms\" or \"5s\"")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                if v.trim() == "0" {
+                    return Ok(HumanDuration(Duration::ZERO));
+                }
                 humantime::parse_duration(v.trim())
                     .map(HumanDuration)
                     .map_err(|e| E::custom(format!("invalid duration {v:?}: {e}")))
@@ -111,6 +140,9 @@ mod tests {
         assert_eq!(s.0, 1024 * 1024);
         let s: ByteSize = serde_json::from_str("\"64 KiB\"").unwrap();
         assert_eq!(s.0, 64 * 1024);
+        let z: HumanDuration = serde_json::from_str("\"0\"").unwrap();
+        assert_eq!(z.0, Duration::ZERO);
+        assert_eq!(HumanDuration::from_secs(90).to_string(), "1m 30s");
     }
 
     #[test]

@@ -1,10 +1,26 @@
-//! The encoded message a sink receives. Built once by the pipeline and shared by every sink
-//! (payload and strings are reference-counted), so fan-out to N sinks does not copy payloads.
+//! Topology message v1: the contract downstream teams code against
+//! (`docs/message-contract.md`, schema `docs/topology-message-v1.schema.json`), in one module.
+//!
+//! - [`Resource`] (`resource.rs`): the identity of a watched resource and its partition key.
+//! - [`Op`], [`MessageMeta`], [`Message`] and the headers (this file): what a sink receives.
+//! - [`Placeholder`] (this file): the routing values destination templates may use.
+//! - [`encode`], [`message_id`], [`truncate`] (`encode.rs`): the JSON payload, the
+//!   deterministic id and the oversize forms.
+//!
+//! A message is built once and shared by every sink (payload and identity are
+//! reference-counted), so fan-out to N sinks does not copy payloads. This module never decides
+//! what to emit: that is the informer's job.
+
+mod encode;
+mod resource;
 
 use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
+
+pub use encode::{encode, message_id, now_rfc3339, truncate, Change, TruncateLevel};
+pub use resource::Resource;
 
 /// The `content-type` header value of every kubesink payload: UTF-8 JSON, one topology
 /// message v1 (see `docs/message-contract.md`).
@@ -41,8 +57,8 @@ impl fmt::Display for Op {
 
 /// A placeholder of the sinks' destination templates (NATS subject, Kafka topic):
 /// `{cluster}`, `{group}`, `{version}`, `{kind}`, `{resource}`, `{namespace}`, `{name}`.
-/// One definition, so every sink resolves a placeholder the same way; each sink applies its own
-/// escaping rule to the value.
+/// One definition, so every sink resolves a placeholder the same way; each sink's template
+/// dialect applies its own escaping rule to the value (see `crate::template`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placeholder {
     /// `{cluster}`: `cluster.name`.
@@ -62,30 +78,45 @@ pub enum Placeholder {
 }
 
 impl Placeholder {
+    /// Every placeholder, in documentation order.
+    pub const ALL: [Placeholder; 7] = [
+        Placeholder::Cluster,
+        Placeholder::Group,
+        Placeholder::Version,
+        Placeholder::Kind,
+        Placeholder::Resource,
+        Placeholder::Namespace,
+        Placeholder::Name,
+    ];
+
     /// Parses a placeholder name without braces (`"kind"`); `None` if unknown.
     pub fn parse(name: &str) -> Option<Self> {
-        Some(match name {
-            "cluster" => Placeholder::Cluster,
-            "group" => Placeholder::Group,
-            "version" => Placeholder::Version,
-            "kind" => Placeholder::Kind,
-            "resource" => Placeholder::Resource,
-            "namespace" => Placeholder::Namespace,
-            "name" => Placeholder::Name,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The name without braces (`"kind"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Placeholder::Cluster => "cluster",
+            Placeholder::Group => "group",
+            Placeholder::Version => "version",
+            Placeholder::Kind => "kind",
+            Placeholder::Resource => "resource",
+            Placeholder::Namespace => "namespace",
+            Placeholder::Name => "name",
+        }
     }
 
     /// The unescaped value for a message; `None` only for `{namespace}` of a cluster-scoped
-    /// object (each sink documents the token it writes instead).
+    /// object (each template dialect documents the token it writes instead).
     pub fn value(self, m: &MessageMeta) -> Option<&str> {
+        let r = &*m.resource;
         Some(match self {
-            Placeholder::Cluster => &m.cluster,
-            Placeholder::Group if m.group.is_empty() => "core",
-            Placeholder::Group => &m.group,
-            Placeholder::Version => &m.version,
-            Placeholder::Kind => &m.kind,
-            Placeholder::Resource => &m.resource,
+            Placeholder::Cluster => &r.cluster,
+            Placeholder::Group => r.group_or_core(),
+            Placeholder::Version => &r.version,
+            Placeholder::Kind => &r.kind,
+            Placeholder::Resource => &r.plural,
             Placeholder::Namespace => return m.namespace.as_deref(),
             Placeholder::Name => &m.name,
         })
@@ -100,25 +131,15 @@ impl Placeholder {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessageMeta {
     /// Deterministic message id (32 lowercase hex digits); identical on redelivery.
-    pub id: Arc<str>,
+    pub id: Box<str>,
     /// The change kind.
     pub op: Op,
-    /// `cluster.name` from the configuration.
-    pub cluster: Arc<str>,
-    /// API group, empty for the core group.
-    pub group: Arc<str>,
-    /// API version without the group (`v1`).
-    pub version: Arc<str>,
-    /// `apiVersion` as Kubernetes writes it (`apps/v1`, `v1`).
-    pub api_version: Arc<str>,
-    /// PascalCase kind (`Deployment`).
-    pub kind: Arc<str>,
-    /// Plural resource name (`deployments`).
-    pub resource: Arc<str>,
+    /// The watched resource, shared by every message of it.
+    pub resource: Arc<Resource>,
     /// Namespace; `None` for cluster-scoped objects.
-    pub namespace: Option<Arc<str>>,
+    pub namespace: Option<Box<str>>,
     /// Object name.
-    pub name: Arc<str>,
+    pub name: Box<str>,
 }
 
 /// One encoded topology message: key, payload bytes and header facts.
@@ -126,9 +147,8 @@ pub struct MessageMeta {
 /// Cloning is cheap (reference counts only).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
-    /// The partition key: `{cluster}/{group or "core"}/{Kind}/{namespace}/{name}` (namespace
-    /// empty for cluster-scoped objects). Every sink uses it for partitioning, ordering and
-    /// compaction; see `docs/message-contract.md`.
+    /// The partition key ([`Resource::key`]). Every sink uses it for partitioning, ordering
+    /// and compaction; see `docs/message-contract.md`.
     pub key: Arc<str>,
     /// The JSON payload: one topology message v1, UTF-8, no trailing newline.
     pub payload: Bytes,
@@ -146,11 +166,12 @@ impl Message {
     /// The headers every sink attaches, as `(name, value)` pairs in a fixed order.
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, &str)> {
         let m = &*self.meta;
+        let r = &*m.resource;
         [
             Some(("op", m.op.as_str())),
-            Some(("kind", &*m.kind)),
-            Some(("apiVersion", &*m.api_version)),
-            Some(("cluster", &*m.cluster)),
+            Some(("kind", r.kind.as_str())),
+            Some(("apiVersion", r.api_version.as_str())),
+            Some(("cluster", r.cluster.as_str())),
             m.namespace.as_deref().map(|ns| ("namespace", ns)),
             Some(("name", &*m.name)),
             Some(("content-type", CONTENT_TYPE_JSON)),

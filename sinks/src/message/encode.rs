@@ -1,0 +1,260 @@
+//! The payload of topology message v1: field order, the deterministic id and the oversize
+//! forms (metadata-only, then no object). See `docs/message-contract.md`.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::{Message, MessageMeta, Op, Resource};
+
+/// One change the informer decided to emit, before encoding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// What happened.
+    pub op: Op,
+    /// Namespace, `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Object name.
+    pub name: String,
+    /// Object uid.
+    pub uid: String,
+    /// resourceVersion of the observed state (for inferred deletes: the last one seen).
+    pub resource_version: String,
+    /// Emitted during the informer's first list.
+    pub initial: bool,
+    /// A delete inferred after a relist or a uid change; the final state is unknown.
+    pub final_state_unknown: bool,
+    /// The shaped object; `None` when `final_state_unknown`.
+    pub object: Option<Value>,
+}
+
+/// The wire form (serde field order is the documented order).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire<'a> {
+    id: &'a str,
+    op: Op,
+    cluster: &'a str,
+    api_version: &'a str,
+    kind: &'a str,
+    resource: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a str>,
+    name: &'a str,
+    uid: &'a str,
+    resource_version: &'a str,
+    initial: bool,
+    final_state_unknown: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
+    observed_at: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    object: Option<&'a Value>,
+}
+
+/// The deterministic message id: 32 lowercase hex digits of XXH3-128 over cluster, group
+/// (empty for core), kind, namespace, name, uid, resourceVersion, op and `finalStateUnknown`,
+/// each followed by a NUL byte. The same change observed again (redelivery, a restart
+/// replaying it) gets the same id.
+pub fn message_id(r: &Resource, c: &Change) -> String {
+    let mut buf = String::with_capacity(160);
+    for part in [
+        r.cluster.as_str(),
+        r.group.as_str(),
+        r.kind.as_str(),
+        c.namespace.as_deref().unwrap_or(""),
+        &c.name,
+        &c.uid,
+        &c.resource_version,
+        c.op.as_str(),
+        if c.final_state_unknown { "fsu" } else { "" },
+    ] {
+        buf.push_str(part);
+        buf.push('\u{0}');
+    }
+    format!("{:032x}", xxh3_128(buf.as_bytes()))
+}
+
+/// RFC 3339 UTC with milliseconds (`2026-11-29T15:54:42.123Z`), the form of `observedAt`.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// Encodes a change of `resource` into the sink [`Message`], observed at `observed_at`
+/// (RFC 3339, see [`now_rfc3339`]).
+///
+/// # Errors
+/// Only if serde_json fails to write (non-string map keys cannot occur in a `Value`), which
+/// is reported rather than unwrapped.
+pub fn encode(
+    resource: &Arc<Resource>,
+    c: &Change,
+    observed_at: &str,
+) -> Result<Message, serde_json::Error> {
+    let r = &**resource;
+    let id = message_id(r, c);
+    let payload = serde_json::to_vec(&Wire {
+        id: &id,
+        op: c.op,
+        cluster: &r.cluster,
+        api_version: &r.api_version,
+        kind: &r.kind,
+        resource: &r.plural,
+        namespace: c.namespace.as_deref(),
+        name: &c.name,
+        uid: &c.uid,
+        resource_version: &c.resource_version,
+        initial: c.initial,
+        final_state_unknown: c.final_state_unknown,
+        truncated: false,
+        observed_at,
+        object: c.object.as_ref(),
+    })?;
+    Ok(Message {
+        key: r.key(c.namespace.as_deref(), &c.name).into(),
+        payload: Bytes::from(payload),
+        meta: Arc::new(MessageMeta {
+            id: id.into(),
+            op: c.op,
+            resource: resource.clone(),
+            namespace: c.namespace.as_deref().map(Into::into),
+            name: c.name.as_str().into(),
+        }),
+    })
+}
+
+/// How far [`truncate`] reduces a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TruncateLevel {
+    /// Keep `apiVersion`, `kind` and `metadata` of the object.
+    MetadataOnly,
+    /// Drop the object entirely.
+    NoObject,
+}
+
+/// The shared oversize policy: re-encodes `msg` with `"truncated": true` and its object
+/// reduced per `level` (`{apiVersion, kind, metadata}`, or no object at all); returns `None`
+/// when nothing can be removed any more. Same key, id and headers.
+pub fn truncate(msg: &Message, level: TruncateLevel) -> Option<Message> {
+    let mut v: Value = serde_json::from_slice(&msg.payload).ok()?;
+    let map = v.as_object_mut()?;
+    map.insert("truncated".into(), Value::Bool(true));
+    match level {
+        TruncateLevel::MetadataOnly => {
+            let obj = map.get_mut("object")?.as_object_mut()?;
+            obj.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
+        }
+        TruncateLevel::NoObject => {
+            map.remove("object");
+        }
+    }
+    let payload = serde_json::to_vec(&v).ok()?;
+    Some(Message {
+        key: msg.key.clone(),
+        payload: Bytes::from(payload),
+        meta: msg.meta.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn change(op: Op, object: Option<Value>) -> Change {
+        Change {
+            op,
+            namespace: Some("default".into()),
+            name: "web".into(),
+            uid: "ef5a35d5-973f-4ec9-9925-a67e7648ea58".into(),
+            resource_version: "17".into(),
+            initial: false,
+            final_state_unknown: object.is_none(),
+            object,
+        }
+    }
+
+    #[test]
+    fn payload_fields_key_and_meta_follow_the_contract() {
+        let r = Arc::new(Resource::new(
+            "prod",
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            true,
+        ));
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 2}});
+        let m = encode(
+            &r,
+            &change(Op::Updated, Some(obj)),
+            "2026-11-30T00:00:00.000Z",
+        )
+        .unwrap();
+        let text = std::str::from_utf8(&m.payload).unwrap();
+        let order = [
+            "id",
+            "op",
+            "cluster",
+            "apiVersion",
+            "kind",
+            "resource",
+            "namespace",
+            "name",
+            "uid",
+            "resourceVersion",
+            "initial",
+            "finalStateUnknown",
+            "observedAt",
+            "object",
+        ];
+        let at: Vec<usize> = order
+            .iter()
+            .map(|f| {
+                text.find(&format!("\"{f}\":"))
+                    .unwrap_or_else(|| panic!("{f} in {text}"))
+            })
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "field order: {text}");
+        let v: Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), order.len());
+        assert_eq!(&*m.key, "prod/apps/Deployment/default/web");
+        assert_eq!(v["id"], &*m.meta.id);
+        assert_eq!(m.meta.id.len(), 32);
+        assert!(Arc::ptr_eq(&m.meta.resource, &r));
+    }
+
+    #[test]
+    fn the_id_is_stable_and_depends_on_every_input() {
+        let r = Resource::new("prod", "", "v1", "Pod", "pods", true);
+        let a = change(Op::Added, Some(json!({})));
+        assert_eq!(message_id(&r, &a), message_id(&r, &a.clone()));
+        let mut b = a.clone();
+        b.resource_version = "18".into();
+        assert_ne!(message_id(&r, &a), message_id(&r, &b));
+        let mut c = a.clone();
+        c.final_state_unknown = true;
+        assert_ne!(message_id(&r, &a), message_id(&r, &c));
+    }
+
+    #[test]
+    fn truncation_keeps_metadata_then_drops_the_object() {
+        let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+        let obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+                         "spec": {"big": "x".repeat(1000)}});
+        let m = encode(&r, &change(Op::Added, Some(obj)), "t").unwrap();
+        let meta_only = truncate(&m, TruncateLevel::MetadataOnly).unwrap();
+        let v: Value = serde_json::from_slice(&meta_only.payload).unwrap();
+        assert_eq!(v["truncated"], true);
+        assert!(v["object"].get("spec").is_none());
+        assert_eq!(v["object"]["metadata"]["name"], "web");
+        let none = truncate(&meta_only, TruncateLevel::NoObject).unwrap();
+        let v: Value = serde_json::from_slice(&none.payload).unwrap();
+        assert!(v.get("object").is_none());
+        assert_eq!((none.key.clone(), none.meta.clone()), (m.key, m.meta));
+    }
+}

@@ -1,0 +1,74 @@
+//! The [`Sink`] implementation of NATS: request building (`request.rs`) wired to the
+//! client (`service.rs`). Nothing else lives here.
+
+use async_trait::async_trait;
+
+use super::request;
+use super::service::NatsService;
+use crate::template::Template;
+use crate::{Message, Sink, SinkError};
+
+/// Publishes topology messages to NATS, core or JetStream. Built by
+/// [`NatsConfig::build`](super::NatsConfig::build).
+pub struct NatsSink {
+    name: String,
+    subjects: Template,
+    service: NatsService,
+}
+
+impl NatsSink {
+    pub(super) fn new(name: String, subjects: Template, service: NatsService) -> Self {
+        NatsSink {
+            name,
+            subjects,
+            service,
+        }
+    }
+
+    /// The subject a message is published on.
+    pub fn subject(&self, m: &Message) -> String {
+        self.subjects.render(&m.meta)
+    }
+
+    /// The underlying client (tests and benches subscribe with it).
+    pub fn client(&self) -> &async_nats::Client {
+        self.service.client()
+    }
+}
+
+#[async_trait]
+impl Sink for NatsSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Refuses a batch with a message over the server's `max_payload` before publishing
+    /// anything ([`SinkError::TooLarge`]); otherwise publishes and waits for the
+    /// confirmation of the mode (flush, or every PubAck).
+    async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+        let js = self.service.is_jetstream();
+        if let Some(e) = request::too_large(&self.name, batch, self.service.max_payload(), js) {
+            return Err(e);
+        }
+        let publishes: Vec<request::Publish> = batch
+            .iter()
+            .map(|m| request::build(m, &self.subjects, js))
+            .collect();
+        self.service.send(&publishes).await
+    }
+
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        self.service.healthcheck().await
+    }
+
+    async fn close(&self) -> Result<(), SinkError> {
+        self.service.flush().await
+    }
+
+    fn max_message_bytes(&self) -> Option<usize> {
+        match self.service.max_payload() {
+            0 => None,
+            n => Some(n),
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! One sink's worker: take a batch, deliver it until the sink confirms all of it, hand it
+//! back. Owns the delivery policy every sink shares: retries with the one [`Backoff`],
+//! partial retries that never move a key backwards, and the oversize shrink.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+
+use kubesink_sinks::backoff::Backoff;
+use kubesink_sinks::message::{truncate, TruncateLevel};
+use kubesink_sinks::{Message, Sink, SinkError};
+
+use super::{SinkHandle, SinkStats};
+
+/// Delivers batches until the queue is closed and drained.
+pub(super) async fn run_worker(h: SinkHandle, retry: Backoff) {
+    while let Some(batch) = h.queue.next_batch().await {
+        deliver(&*h.sink, &batch.messages, &h.stats, retry).await;
+        h.queue.complete(batch);
+    }
+}
+
+/// Sends `batch` until the sink confirms all of it. Never returns early: at-least-once. (The
+/// shutdown deadline cancels this future from outside; the batch then counts as
+/// undelivered.)
+pub(super) async fn deliver(sink: &dyn Sink, batch: &[Message], stats: &SinkStats, retry: Backoff) {
+    let total = batch.len() as u64;
+    let mut todo: Vec<Message> = batch.to_vec();
+    let mut levels: Vec<Option<TruncateLevel>> = vec![None; todo.len()];
+    if let Some(limit) = sink.max_message_bytes() {
+        for (m, level) in todo.iter_mut().zip(levels.iter_mut()) {
+            while m.payload.len() > limit {
+                if !shrink(m, level, stats) {
+                    break;
+                }
+            }
+        }
+    }
+    let mut delays = retry.delays();
+    loop {
+        let err = match sink.send(&todo).await {
+            Ok(()) => break,
+            Err(e) => e,
+        };
+        stats.errors.fetch_add(1, Ordering::Relaxed);
+        let mut delay = delays.next().unwrap_or(retry.max);
+        match &err {
+            SinkError::TooLarge { index, .. } => {
+                let i = *index;
+                if i < todo.len() && shrink(&mut todo[i], &mut levels[i], stats) {
+                    tracing::warn!(sink = sink.name(), key = %todo[i].key, "message too large for the destination: sending it truncated");
+                    continue;
+                }
+                tracing::error!(sink = sink.name(), error = %err, "message too large even without its object; retrying");
+            }
+            SinkError::Partial { failed, .. } => {
+                let (keep, keep_levels) = retain_failed(&todo, &levels, failed);
+                tracing::warn!(sink = sink.name(), error = %err, retrying = keep.len(), "partial delivery");
+                todo = keep;
+                levels = keep_levels;
+                if todo.is_empty() {
+                    break;
+                }
+            }
+            SinkError::Fatal { .. } => {
+                delay = retry.max;
+                tracing::error!(sink = sink.name(), error = %err, retry_in = ?delay, "sink needs attention; retrying");
+            }
+            SinkError::Transient { retry_after, .. } => {
+                if let Some(after) = retry_after {
+                    delay = delay.max(*after);
+                }
+                tracing::warn!(sink = sink.name(), error = %err, retry_in = ?delay, "sink error; retrying");
+            }
+        }
+        tokio::time::sleep(delay).await;
+    }
+    stats.delivered.fetch_add(total, Ordering::Relaxed);
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Keeps the failed messages, in order, except those superseded by a later message of the
+/// same key that was delivered (re-sending them would move that key backwards).
+fn retain_failed(
+    todo: &[Message],
+    levels: &[Option<TruncateLevel>],
+    failed: &[usize],
+) -> (Vec<Message>, Vec<Option<TruncateLevel>>) {
+    let failed: HashSet<usize> = failed.iter().copied().filter(|i| *i < todo.len()).collect();
+    let mut last_delivered: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in todo.iter().enumerate() {
+        if !failed.contains(&i) {
+            last_delivered.insert(&m.key, i);
+        }
+    }
+    todo.iter()
+        .zip(levels)
+        .enumerate()
+        .filter(|(i, (m, _))| {
+            failed.contains(i) && last_delivered.get(&*m.key).is_none_or(|d| d < i)
+        })
+        .map(|(_, (m, l))| (m.clone(), *l))
+        .unzip()
+}
+
+/// Applies the next truncation level; `false` when nothing more can be removed.
+fn shrink(msg: &mut Message, level: &mut Option<TruncateLevel>, stats: &SinkStats) -> bool {
+    let next = match level {
+        None => TruncateLevel::MetadataOnly,
+        Some(TruncateLevel::MetadataOnly) => TruncateLevel::NoObject,
+        Some(TruncateLevel::NoObject) => return false,
+    };
+    let Some(smaller) = truncate(msg, next) else {
+        return false;
+    };
+    if level.is_none() {
+        stats.truncated.fetch_add(1, Ordering::Relaxed);
+    }
+    *msg = smaller;
+    *level = Some(next);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use kubesink_sinks::message::{encode, Change};
+    use kubesink_sinks::{Op, Resource};
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    /// What the scripted sink answers to one `send`.
+    enum Reply {
+        Ok,
+        Transient,
+        /// Fail these indices of the batch.
+        Partial(Vec<usize>),
+        /// Message `index` is over `limit` bytes.
+        TooLarge(usize),
+        Fatal,
+        /// Never answer (a broker that hangs).
+        Hang,
+    }
+
+    /// A sink that answers from a script and records every batch it was given.
+    #[derive(Default)]
+    struct Scripted {
+        replies: Mutex<VecDeque<Reply>>,
+        calls: Mutex<Vec<Vec<Value>>>,
+        limit: Option<usize>,
+    }
+
+    impl Scripted {
+        fn new(replies: Vec<Reply>) -> Self {
+            Scripted {
+                replies: Mutex::new(replies.into()),
+                ..Default::default()
+            }
+        }
+        /// The (name, resourceVersion, truncated) of each message of each call.
+        fn calls(&self) -> Vec<Vec<(String, String, bool)>> {
+            self.calls
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|batch| {
+                    batch
+                        .iter()
+                        .map(|m| {
+                            (
+                                m["name"].as_str().unwrap().to_owned(),
+                                m["resourceVersion"].as_str().unwrap().to_owned(),
+                                m["truncated"] == true,
+                            )
+                        })
+                        .collect()
+                })
+                .collect()
+        }
+    }
+
+    #[async_trait]
+    impl Sink for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+        async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+            let seen = batch
+                .iter()
+                .map(|m| serde_json::from_slice(&m.payload).unwrap())
+                .collect();
+            self.calls.lock().unwrap().push(seen);
+            let reply = self
+                .replies
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Reply::Ok);
+            match reply {
+                Reply::Ok => Ok(()),
+                Reply::Transient => Err(SinkError::transient("scripted", "down")),
+                Reply::Partial(failed) => Err(SinkError::Partial {
+                    sink: "scripted".into(),
+                    failed,
+                    message: "some failed".into(),
+                }),
+                Reply::TooLarge(index) => Err(SinkError::TooLarge {
+                    sink: "scripted".into(),
+                    index,
+                    size: batch[index].payload.len(),
+                    limit: None,
+                }),
+                Reply::Fatal => Err(SinkError::fatal("scripted", "not authorized")),
+                Reply::Hang => std::future::pending().await,
+            }
+        }
+        async fn healthcheck(&self) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn close(&self) -> Result<(), SinkError> {
+            Ok(())
+        }
+        fn max_message_bytes(&self) -> Option<usize> {
+            self.limit
+        }
+    }
+
+    fn msg(name: &str, rv: u64, spec_bytes: usize) -> Message {
+        let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": name, "namespace": "ns"},
+                            "spec": {"blob": "x".repeat(spec_bytes)}});
+        let change = Change {
+            op: Op::Updated,
+            namespace: Some("ns".into()),
+            name: name.into(),
+            uid: "u".into(),
+            resource_version: rv.to_string(),
+            initial: false,
+            final_state_unknown: false,
+            object: Some(object),
+        };
+        encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()
+    }
+
+    fn policy() -> Backoff {
+        Backoff::new(Duration::from_millis(100), Duration::from_secs(30))
+    }
+
+    fn entry(name: &str, rv: u64) -> (String, String, bool) {
+        (name.into(), rv.to_string(), false)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_errors_are_retried_until_the_whole_batch_is_confirmed() {
+        let sink = Scripted::new(vec![Reply::Transient, Reply::Transient, Reply::Ok]);
+        let stats = SinkStats::default();
+        let batch = [msg("a", 1, 10), msg("b", 2, 10)];
+        deliver(&sink, &batch, &stats, policy()).await;
+        let calls = sink.calls();
+        assert_eq!(calls.len(), 3);
+        assert!(calls.iter().all(|c| *c == [entry("a", 1), entry("b", 2)]));
+        assert_eq!(stats.errors.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.delivered.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_failure_resends_only_the_failed_messages_never_moving_a_key_back() {
+        // a@1 and a@2 are the same key: a@1 failed but a@2 was delivered, so a@1 must not be
+        // sent again (it would overwrite a@2 downstream). c@4 failed and is re-sent.
+        let sink = Scripted::new(vec![Reply::Partial(vec![0, 3]), Reply::Ok]);
+        let stats = SinkStats::default();
+        let batch = [
+            msg("a", 1, 0),
+            msg("a", 2, 0),
+            msg("b", 3, 0),
+            msg("c", 4, 0),
+        ];
+        deliver(&sink, &batch, &stats, policy()).await;
+        assert_eq!(sink.calls()[1], [entry("c", 4)]);
+        assert_eq!(stats.delivered.load(Ordering::Relaxed), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn too_large_shrinks_to_metadata_then_to_no_object() {
+        let sink = Scripted::new(vec![Reply::TooLarge(1), Reply::TooLarge(1), Reply::Ok]);
+        let stats = SinkStats::default();
+        let batch = [msg("a", 1, 0), msg("big", 2, 5000)];
+        let started = tokio::time::Instant::now();
+        deliver(&sink, &batch, &stats, policy()).await;
+        let calls = sink.calls.lock().unwrap();
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[1][1]["truncated"], true);
+        assert!(calls[1][1]["object"].get("spec").is_none());
+        assert_eq!(calls[1][1]["object"]["metadata"]["name"], "big");
+        assert!(calls[2][1].get("object").is_none());
+        assert_eq!(
+            calls[2][0]["truncated"],
+            Value::Null,
+            "the others stay whole"
+        );
+        assert_eq!(stats.truncated.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "a shrink is retried at once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_known_limit_shrinks_before_the_first_send() {
+        let mut sink = Scripted::new(vec![]);
+        sink.limit = Some(1000);
+        let stats = SinkStats::default();
+        deliver(&sink, &[msg("big", 1, 5000)], &stats, policy()).await;
+        let calls = sink.calls();
+        assert_eq!(calls, [vec![("big".into(), "1".into(), true)]]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fatal_errors_are_retried_at_the_maximum_backoff() {
+        let sink = Scripted::new(vec![Reply::Fatal, Reply::Ok]);
+        let stats = SinkStats::default();
+        let started = tokio::time::Instant::now();
+        deliver(&sink, &[msg("a", 1, 0)], &stats, policy()).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        assert_eq!(sink.calls().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_grows_and_never_exceeds_the_cap() {
+        let replies = (0..12)
+            .map(|_| Reply::Transient)
+            .chain([Reply::Ok])
+            .collect();
+        let sink = Scripted::new(replies);
+        let stats = SinkStats::default();
+        let retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        let started = tokio::time::Instant::now();
+        deliver(&sink, &[msg("a", 1, 0)], &stats, retry).await;
+        // 12 waits, each at most 2 s, the first ones short.
+        assert!(
+            started.elapsed() <= Duration::from_secs(24),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(100 + 200 + 400 + 800),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_shutdown_deadline_cancels_a_hanging_send_and_nothing_counts_as_delivered() {
+        let sink = Scripted::new(vec![Reply::Hang]);
+        let stats = SinkStats::default();
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(5),
+            deliver(&sink, &[msg("a", 1, 0)], &stats, policy()),
+        )
+        .await;
+        assert!(outcome.is_err(), "the deadline ended delivery");
+        assert_eq!(stats.delivered.load(Ordering::Relaxed), 0);
+        assert_eq!(sink.calls().len(), 1);
+    }
+}
