@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kubesink::sinks::kafka::KafkaConfig;
-use kubesink::sinks::message::{encode, Change};
+use kubesink::sinks::message::{encode, Change, ObjectJson};
 use kubesink::sinks::{Message, Op, Resource, Sink};
 
 fn env(name: &str, default: usize) -> usize {
@@ -41,9 +41,11 @@ fn messages(n: usize, payload: usize) -> Vec<Message> {
                 resource_version: i.to_string(),
                 initial: false,
                 final_state_unknown: false,
-                object: Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                object: Some(ObjectJson::from_value(
+                    &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": "default"},
-                    "spec": {"filler": filler}})),
+                    "spec": {"filler": filler}}),
+                )),
             };
             encode(&pods, &change, "2026-11-29T15:54:42.123Z").expect("encodes")
         })

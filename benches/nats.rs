@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kubesink::config::HumanDuration;
-use kubesink::sinks::message::{encode, Change};
+use kubesink::sinks::message::{encode, Change, ObjectJson};
 use kubesink::sinks::nats::{NatsConfig, NatsMode};
 use kubesink::sinks::{Message, Op, Resource, Sink};
 
@@ -36,9 +36,11 @@ fn messages(n: usize) -> Vec<Message> {
                 resource_version: (1000 + i).to_string(),
                 initial: false,
                 final_state_unknown: false,
-                object: Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                object: Some(ObjectJson::from_value(
+                    &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
-                    "spec": {"nodeName": format!("node-{}", i % 50), "filler": filler}})),
+                    "spec": {"nodeName": format!("node-{}", i % 50), "filler": filler}}),
+                )),
             };
             encode(&pods, &change, "2026-11-29T15:54:42.123Z").expect("encodes")
         })

@@ -56,7 +56,7 @@ impl Bridge {
         let mut informers = JoinSet::new();
         let mut stats = Vec::new();
         for plan in plans {
-            let informer = Informer::new(plan, client.clone());
+            let informer = Informer::new(plan, client.clone(), &config.watch);
             stats.push((informer.label(), informer.stats()));
             informers.spawn(informer.run(pipeline.publisher(), cancel.clone()));
         }

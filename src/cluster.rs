@@ -85,6 +85,10 @@ pub async fn client(cfg: &ClusterConfig) -> Result<Client, ClusterError> {
                 source,
             })?
     };
+    // kubesink handles 429 and 5xx itself: counted, logged once, `Retry-After` honoured,
+    // backed off per watch. kube's own retry layer would hide them.
+    let mut config = config;
+    config.default_retry = false;
     Client::try_from(config).map_err(ClusterError::Client)
 }
 

@@ -39,7 +39,7 @@ pub use pipeline::{Pipeline, SinkHandle, SinkStats};
 #[cfg(feature = "test-util")]
 pub mod testing {
     pub use crate::informer::{
-        fingerprint, Decider, InformerError, LightStore, Observed, Phase, Shaper, StoreEntry,
-        Vanished, WatchPlan,
+        Decider, Event, InformerError, LightStore, MinimalMeta, Observed, Phase, RawObject,
+        ShapeError, Shaped, Shaper, StoreEntry, Vanished, WatchPlan,
     };
 }

@@ -43,7 +43,7 @@ impl Backoff {
 
     /// The delays of successive failures, forever: each in `[initial, max]` (`[0, max]`
     /// when `initial` is zero).
-    pub fn delays(&self) -> impl Iterator<Item = Duration> + Send + 'static {
+    pub fn delays(&self) -> impl Iterator<Item = Duration> + Send + Sync + 'static {
         let mut b = ExponentialBuilder::default()
             .with_min_delay(self.initial)
             .with_max_delay(self.max.max(self.initial))

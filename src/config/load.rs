@@ -10,7 +10,9 @@ use figment::{Figment, Metadata, Source};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{ClusterConfig, Config, PayloadMode, PipelineConfig, ResourceConfig, SinkConfig};
+use super::{
+    ClusterConfig, Config, PayloadMode, PipelineConfig, ResourceConfig, SinkConfig, WatchConfig,
+};
 
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "KUBESINK_";
@@ -112,6 +114,7 @@ struct Loader {
 struct Sections {
     cluster: Option<Value>,
     pipeline: Option<Value>,
+    watch: Option<Value>,
     resources: Option<Value>,
     sinks: Option<Value>,
 }
@@ -124,16 +127,18 @@ impl Loader {
         }
         let cluster = self.section::<ClusterConfig>("cluster");
         let pipeline = self.section::<PipelineConfig>("pipeline");
+        let watch = self.section::<WatchConfig>("watch");
         let resources = self.list::<ResourceConfig>("resources");
         let sinks = self.list::<SinkConfig>("sinks");
-        let (Some(cluster), Some(pipeline), Some(resources), Some(sinks)) =
-            (cluster, pipeline, resources, sinks)
+        let (Some(cluster), Some(pipeline), Some(watch), Some(resources), Some(sinks)) =
+            (cluster, pipeline, watch, resources, sinks)
         else {
             return Err(ConfigErrors(self.errors));
         };
         let config = Config {
             cluster,
             pipeline,
+            watch,
             resources,
             sinks,
         };
@@ -285,6 +290,19 @@ impl Loader {
             self.problem(
                 "pipeline.retry_max_backoff",
                 "must not be shorter than pipeline.retry_initial_backoff",
+            );
+        }
+        let w = &c.watch;
+        if w.idle_timeout.0 < std::time::Duration::from_secs(1) {
+            self.problem("watch.idle_timeout", "must be at least 1s");
+        }
+        if w.retry_initial_backoff.0.is_zero() {
+            self.problem("watch.retry_initial_backoff", "must be greater than zero");
+        }
+        if w.retry_max_backoff < w.retry_initial_backoff {
+            self.problem(
+                "watch.retry_max_backoff",
+                "must not be shorter than watch.retry_initial_backoff",
             );
         }
         if c.resources.is_empty() {

@@ -28,6 +28,9 @@ pub struct Config {
     /// The batching and backpressure stage between informers and sinks.
     #[serde(default)]
     pub pipeline: PipelineConfig,
+    /// How informers keep their lists and watches going.
+    #[serde(default)]
+    pub watch: WatchConfig,
     /// The resources to watch, one `[[resources]]` entry each. Default: Pods, Deployments,
     /// Nodes and Services (the topology core).
     #[serde(default = "default_resources")]
@@ -42,6 +45,7 @@ impl Default for Config {
         Config {
             cluster: ClusterConfig::default(),
             pipeline: PipelineConfig::default(),
+            watch: WatchConfig::default(),
             resources: default_resources(),
             sinks: default_sinks(),
         }
@@ -126,6 +130,34 @@ impl Default for PipelineConfig {
             retry_initial_backoff: HumanDuration(Duration::from_millis(100)),
             retry_max_backoff: HumanDuration(Duration::from_secs(30)),
             shutdown_timeout: HumanDuration(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// `[watch]`: how each informer keeps its list and watch going (`src/informer/mod.rs`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchConfig {
+    /// A watch that delivers neither an event nor a bookmark for this long is presumed dead
+    /// (a middlebox that dropped the connection silently, a server that stopped sending) and
+    /// re-established from its last resourceVersion. API servers send a bookmark about every
+    /// minute on a healthy watch. Default 3m.
+    pub idle_timeout: HumanDuration,
+    /// First delay after a failed list or watch (or a watch that ended empty at once);
+    /// doubles per consecutive failure, with jitter inside the cap; reset only after a list
+    /// completed or a watch delivered something. Default 500ms.
+    pub retry_initial_backoff: HumanDuration,
+    /// Cap of that delay, `Retry-After` excepted (a server asking for longer is obeyed).
+    /// Default 15s.
+    pub retry_max_backoff: HumanDuration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            idle_timeout: HumanDuration::from_secs(180),
+            retry_initial_backoff: HumanDuration::from_millis(500),
+            retry_max_backoff: HumanDuration::from_secs(15),
         }
     }
 }

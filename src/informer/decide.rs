@@ -4,56 +4,67 @@
 //!
 //! # Semantics (the Lyft Clutch lightweight informer, done right)
 //!
-//! | watcher event | store | emitted |
+//! | [`Event`] | store | emitted |
 //! |---|---|---|
-//! | `Init` (a list starts: first sync, or relist after 410 Gone / desync) | new list epoch | — |
-//! | `InitApply(obj)` / `Apply(obj)`, key unknown | insert | `added` |
+//! | `ListStart` (a list starts: first sync, or relist after 410 Gone / desync) | new list epoch | — |
+//! | `Listed(obj)` / `Applied(obj)`, key unknown | insert | `added` |
 //! | same, key known, fingerprint differs | update | `updated` (unless `updates = false`) |
 //! | same, key known, fingerprint equal | update rv | nothing (relist duplicates, dropped-field changes) |
 //! | same, key known, uid differs | replace | `deleted` (old uid, `finalStateUnknown`), then `added` |
-//! | `Delete(obj)` | remove | `deleted` with the final object |
-//! | `InitDone` | sweep keys not seen in this list | `deleted`, `finalStateUnknown: true`, each |
+//! | `Deleted(obj)` | remove | `deleted` with the final object |
+//! | `ListedUnreadable` (a list item that did not decode, key known) | keep, mark seen | nothing |
+//! | `ListDone { sweep: true }` | sweep keys not seen in this list | `deleted`, `finalStateUnknown: true`, each |
+//! | `ListDone { sweep: false }` (an unreadable item without a key: a half list) | keep all | nothing |
 //! | any object without `metadata.name` | — | nothing; [`InformerError::MissingName`] |
+//! | an object a pointer cannot shape | keep the last state (mark seen in a list) | nothing; [`InformerError::Shape`] |
 //!
 //! `initial` is true for changes emitted during the informer's first list ([`Phase`]).
 //!
 //! The decider owns the [`LightStore`]; it never keeps an object after returning its change.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kube::api::DynamicObject;
-use kube::runtime::watcher::Event;
 use kubesink_sinks::message::Change;
 use kubesink_sinks::{Op, Resource};
 
-use super::payload::{fingerprint, Shaper};
+use super::object::RawObject;
+use super::payload::{ShapeError, Shaper};
+use super::stats::InformerStats;
 use super::store::{LightStore, Observed, Vanished};
 
-/// Counters of one informer, readable while it runs.
-#[derive(Debug, Default)]
-pub struct InformerStats {
-    /// Watch and list events read from the API server.
-    pub events_received: AtomicU64,
-    /// Changes emitted into the pipeline.
-    pub emitted: AtomicU64,
-    /// Events that changed nothing in the emitted payload.
-    pub suppressed: AtomicU64,
-    /// Deletes inferred after a relist or uid change.
-    pub inferred_deletes: AtomicU64,
-    /// Lists started (1 = initial sync only; more = relists).
-    pub lists: AtomicU64,
-    /// Objects currently known.
-    pub objects: AtomicU64,
-    /// The first list has completed.
-    pub synced: AtomicBool,
-    /// Watcher errors (each retried with backoff).
-    pub errors: AtomicU64,
+/// What the list/watch loop saw, in the order it saw it.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A list starts.
+    ListStart,
+    /// An object of the current list.
+    Listed(RawObject<'a>),
+    /// An item of the current list that did not decode but whose key is known: it stays
+    /// (and is not swept).
+    ListedUnreadable {
+        /// Its namespace.
+        namespace: Option<String>,
+        /// Its name.
+        name: String,
+    },
+    /// The list is complete; `sweep: false` when an item without a readable key was skipped
+    /// (a half list proves no deletes).
+    ListDone {
+        /// Infer deletes for keys not seen.
+        sweep: bool,
+    },
+    /// A watch ADDED or MODIFIED.
+    Applied(RawObject<'a>),
+    /// A watch DELETED, with the object's final state.
+    Deleted(RawObject<'a>),
 }
 
-/// Where an informer is in the list/watch protocol. Transitions: `Starting` —`Init`→
-/// `InitialList` —`InitDone`→ `Watching` —`Init` (relist)→ `Relist` —`InitDone`→ `Watching`.
+/// Where an informer is in the list/watch protocol. Transitions: `Starting` —`ListStart`→
+/// `InitialList` —`ListDone`→ `Watching` —`ListStart` (relist)→ `Relist` —`ListDone`→
+/// `Watching`. A list that fails half-way starts again with `ListStart` in the same phase
+/// kind (the first list stays initial until it completes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// Before the first `Init`.
@@ -90,6 +101,16 @@ pub enum InformerError {
         namespace: Option<String>,
         /// The object's uid, if any.
         uid: Option<String>,
+    },
+    /// A `fields` or `drop` pointer could not be applied to the object.
+    #[error("{resource} {key}: object skipped: {source}")]
+    Shape {
+        /// `apiVersion Kind`.
+        resource: String,
+        /// The object's key (`namespace/name`).
+        key: String,
+        /// Why.
+        source: ShapeError,
     },
 }
 
@@ -134,45 +155,56 @@ impl Decider {
         &self.store
     }
 
-    /// Applies one watcher event; returns the changes to emit, in order.
+    /// Applies one event; returns the changes to emit, in order.
     ///
     /// # Errors
-    /// [`InformerError::MissingName`] for an object without `metadata.name`: nothing is
-    /// emitted or stored for it.
-    pub fn on_event(&mut self, event: Event<DynamicObject>) -> Result<Vec<Change>, InformerError> {
+    /// [`InformerError::MissingName`] for an object without `metadata.name`, and
+    /// [`InformerError::Shape`] for one a pointer cannot shape: nothing is emitted for it
+    /// and its last known state stays.
+    pub fn on_event(&mut self, event: Event<'_>) -> Result<Vec<Change>, InformerError> {
         match event {
-            Event::Init => {
+            Event::ListStart => {
                 self.begin_list();
                 Ok(Vec::new())
             }
-            Event::InitApply(obj) => {
+            Event::Listed(obj) => {
                 self.stats.events_received.fetch_add(1, Ordering::Relaxed);
                 self.count_listed();
                 let initial = matches!(self.phase, Phase::InitialList { .. });
                 self.apply(obj, initial)
             }
-            Event::InitDone => Ok(self.end_list()),
-            Event::Apply(obj) => {
+            Event::ListedUnreadable { namespace, name } => {
+                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                self.store.touch(namespace.as_deref(), &name);
+                Ok(Vec::new())
+            }
+            Event::ListDone { sweep } => Ok(self.end_list(sweep)),
+            Event::Applied(obj) => {
                 self.stats.events_received.fetch_add(1, Ordering::Relaxed);
                 self.apply(obj, false)
             }
-            Event::Delete(obj) => {
+            Event::Deleted(obj) => {
                 self.stats.events_received.fetch_add(1, Ordering::Relaxed);
                 self.delete(obj)
             }
         }
     }
 
+    /// Whether a list is in progress.
+    pub fn listing(&self) -> bool {
+        matches!(self.phase, Phase::InitialList { .. } | Phase::Relist { .. })
+    }
+
     fn begin_list(&mut self) {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         self.store.begin_list();
         let started = Instant::now();
-        let (resource, scope) = (&self.resource, &self.scope);
-        self.phase = if self.stats.synced.load(Ordering::Relaxed) {
-            tracing::info!(cluster = %resource.cluster, %resource, %scope, "relist started");
+        let first = matches!(self.phase, Phase::Starting | Phase::InitialList { .. });
+        self.phase = if !first {
+            tracing::info!("relist started");
             Phase::Relist { started, listed: 0 }
         } else {
-            tracing::info!(cluster = %resource.cluster, %resource, %scope, "initial list started");
+            tracing::info!("initial list started");
             Phase::InitialList { started, listed: 0 }
         };
     }
@@ -184,22 +216,29 @@ impl Decider {
             *listed += 1;
             if *listed % 10_000 == 0 {
                 let (listed, elapsed) = (*listed, started.elapsed());
-                let (resource, scope) = (&self.resource, &self.scope);
-                tracing::info!(cluster = %resource.cluster, %resource, %scope, listed, ?elapsed, "listing");
+                tracing::info!(listed, ?elapsed, "listing");
             }
         }
     }
 
-    /// `InitDone`: every key of an older epoch vanished while the watch was down.
-    fn end_list(&mut self) -> Vec<Change> {
-        let vanished = self.store.end_list();
+    /// `ListDone`: every key of an older epoch vanished while the watch was down (unless
+    /// the list was incomplete: then nothing is inferred).
+    fn end_list(&mut self, sweep: bool) -> Vec<Change> {
+        let vanished = if sweep {
+            self.store.end_list()
+        } else {
+            tracing::warn!("list had unreadable items without a key: no deletes inferred from it");
+            Vec::new()
+        };
         let (what, started, listed) = match self.phase {
             Phase::InitialList { started, listed } => ("initial sync complete", started, listed),
             Phase::Relist { started, listed } => ("relist complete", started, listed),
             Phase::Starting | Phase::Watching => ("list complete", Instant::now(), 0),
         };
-        let (resource, scope) = (&self.resource, &self.scope);
-        tracing::info!(cluster = %resource.cluster, %resource, %scope, objects = listed, vanished = vanished.len(), elapsed = ?started.elapsed(), "{what}");
+        tracing::info!(objects = listed, vanished = vanished.len(), elapsed = ?started.elapsed(), "{what}");
+        if what == "initial sync complete" {
+            self.stats.note_initial_sync(started.elapsed());
+        }
         self.phase = Phase::Watching;
         self.stats.synced.store(true, Ordering::Relaxed);
         self.note_size();
@@ -219,27 +258,40 @@ impl Decider {
             .store(self.store.len() as u64, Ordering::Relaxed);
     }
 
-    fn missing_name(&self, obj: &DynamicObject) -> InformerError {
+    fn missing_name(&self, obj: &RawObject<'_>) -> InformerError {
+        self.stats.skipped.fetch_add(1, Ordering::Relaxed);
         InformerError::MissingName {
             resource: self.resource.to_string(),
             scope: self.scope.clone(),
-            namespace: obj.metadata.namespace.clone(),
-            uid: obj.metadata.uid.clone(),
+            namespace: obj.namespace().map(str::to_owned),
+            uid: Some(obj.uid()).filter(|u| !u.is_empty()).map(str::to_owned),
         }
     }
 
-    fn apply(&mut self, obj: DynamicObject, initial: bool) -> Result<Vec<Change>, InformerError> {
-        let Some(name) = obj.metadata.name.clone() else {
+    fn apply(&mut self, obj: RawObject<'_>, initial: bool) -> Result<Vec<Change>, InformerError> {
+        let Some(name) = obj.name().map(str::to_owned) else {
             return Err(self.missing_name(&obj));
         };
-        let namespace = obj.metadata.namespace.clone();
-        let uid = obj.metadata.uid.clone().unwrap_or_default();
-        let rv = obj.metadata.resource_version.clone().unwrap_or_default();
-        let shaped = self.shaper.shape(obj);
-        let fp = fingerprint(&shaped);
-        let observed = self
-            .store
-            .observe(namespace.as_deref(), &name, &uid, &rv, fp);
+        let namespace = obj.namespace().map(str::to_owned);
+        let shaped = match self.shaper.shape(&obj) {
+            Ok(s) => s,
+            Err(source) => {
+                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                if self.listing() {
+                    self.store.touch(namespace.as_deref(), &name);
+                }
+                return Err(InformerError::Shape {
+                    resource: self.resource.to_string(),
+                    key: format!("{}/{name}", namespace.as_deref().unwrap_or("")),
+                    source,
+                });
+            }
+        };
+        let uid = obj.uid().to_owned();
+        let rv = obj.resource_version().to_owned();
+        let observed =
+            self.store
+                .observe(namespace.as_deref(), &name, &uid, &rv, shaped.fingerprint);
         self.note_size();
         let mut changes = Vec::with_capacity(1);
         let op = match observed {
@@ -268,7 +320,7 @@ impl Decider {
             resource_version: rv,
             initial,
             final_state_unknown: false,
-            object: Some(shaped),
+            object: Some(shaped.object),
         });
         self.stats
             .emitted
@@ -276,25 +328,31 @@ impl Decider {
         Ok(changes)
     }
 
-    fn delete(&mut self, obj: DynamicObject) -> Result<Vec<Change>, InformerError> {
-        let Some(name) = obj.metadata.name.clone() else {
+    fn delete(&mut self, obj: RawObject<'_>) -> Result<Vec<Change>, InformerError> {
+        let Some(name) = obj.name().map(str::to_owned) else {
             return Err(self.missing_name(&obj));
         };
-        let namespace = obj.metadata.namespace.clone();
-        let uid = obj.metadata.uid.clone().unwrap_or_default();
-        let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+        let namespace = obj.namespace().map(str::to_owned);
         self.store.remove(namespace.as_deref(), &name);
         self.note_size();
         self.stats.emitted.fetch_add(1, Ordering::Relaxed);
+        // The delete is emitted even when the final state cannot be shaped: without it.
+        let object = match self.shaper.shape(&obj) {
+            Ok(s) => Some(s.object),
+            Err(e) => {
+                tracing::warn!(name, error = %e, "deleted object's final state cannot be shaped; emitting the delete without it");
+                None
+            }
+        };
         Ok(vec![Change {
             op: Op::Deleted,
             namespace,
             name,
-            uid,
-            resource_version: rv,
+            uid: obj.uid().to_owned(),
+            resource_version: obj.resource_version().to_owned(),
             initial: false,
-            final_state_unknown: false,
-            object: Some(self.shaper.shape(obj)),
+            final_state_unknown: object.is_none(),
+            object,
         }])
     }
 }
@@ -315,7 +373,7 @@ fn inferred_delete(v: Vanished) -> Change {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
     use crate::config::ResourceConfig;
@@ -329,14 +387,34 @@ mod tests {
         Decider::new(resource, "all namespaces".into(), shaper, res.updates)
     }
 
-    fn pod(name: &str, uid: &str, rv: u64, image: &str) -> DynamicObject {
-        serde_json::from_value(json!({
+    /// A pod's JSON text.
+    fn pod(name: &str, uid: &str, rv: u64, image: &str) -> String {
+        json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ns", "uid": uid,
                          "resourceVersion": rv.to_string()},
             "spec": {"containers": [{"name": "c", "image": image}]}
-        }))
-        .unwrap()
+        })
+        .to_string()
+    }
+
+    fn obj(text: &str) -> RawObject<'_> {
+        RawObject::parse(text).unwrap()
+    }
+
+    fn listed(d: &mut Decider, text: &str) -> Vec<Change> {
+        d.on_event(Event::Listed(obj(text))).unwrap()
+    }
+
+    fn applied(d: &mut Decider, text: &str) -> Vec<Change> {
+        d.on_event(Event::Applied(obj(text))).unwrap()
+    }
+
+    fn object(c: &Change) -> Value {
+        c.object
+            .as_ref()
+            .map(|o| o.to_value())
+            .unwrap_or(Value::Null)
     }
 
     /// (op, name, initial, finalStateUnknown) of each change.
@@ -348,62 +426,63 @@ mod tests {
     }
 
     /// A decider that has listed `pods` and is watching.
-    fn synced(pods: Vec<DynamicObject>) -> Decider {
+    fn synced(pods: &[String]) -> Decider {
         let mut d = decider(ResourceConfig::new("v1", "Pod"));
-        d.on_event(Event::Init).unwrap();
+        d.on_event(Event::ListStart).unwrap();
         for p in pods {
-            d.on_event(Event::InitApply(p)).unwrap();
+            listed(&mut d, p);
         }
-        d.on_event(Event::InitDone).unwrap();
+        d.on_event(Event::ListDone { sweep: true }).unwrap();
         d
     }
 
     #[test]
     fn a_new_key_is_added_and_initial_only_during_the_first_list() {
         let mut d = decider(ResourceConfig::new("v1", "Pod"));
-        assert_eq!(d.on_event(Event::Init).unwrap(), vec![]);
-        let c = d.on_event(Event::InitApply(pod("a", U1, 1, "i"))).unwrap();
+        assert_eq!(d.on_event(Event::ListStart).unwrap(), vec![]);
+        let c = listed(&mut d, &pod("a", U1, 1, "i"));
         assert_eq!(summary(&c), [(Op::Added, "a", true, false)]);
         assert_eq!(c[0].uid, U1);
         assert_eq!(c[0].resource_version, "1");
         assert_eq!(
-            c[0].object.as_ref().unwrap()["metadata"]["labels"]["kubesink.io/cluster"],
+            object(&c[0])["metadata"]["labels"]["kubesink.io/cluster"],
             "test"
         );
-        assert_eq!(d.on_event(Event::InitDone).unwrap(), vec![]);
+        // A first list that fails half-way and starts again is still the initial list.
+        d.on_event(Event::ListStart).unwrap();
+        assert!(matches!(d.phase(), Phase::InitialList { .. }));
+        assert_eq!(listed(&mut d, &pod("a", U1, 1, "i")), vec![]);
+        assert_eq!(d.on_event(Event::ListDone { sweep: true }).unwrap(), vec![]);
         assert_eq!(d.phase(), Phase::Watching);
-        let c = d.on_event(Event::Apply(pod("b", U2, 2, "i"))).unwrap();
+        let c = applied(&mut d, &pod("b", U2, 2, "i"));
         assert_eq!(summary(&c), [(Op::Added, "b", false, false)]);
         // A relist is not the first list: nothing it emits is initial.
-        d.on_event(Event::Init).unwrap();
+        d.on_event(Event::ListStart).unwrap();
         assert!(matches!(d.phase(), Phase::Relist { .. }));
-        let c = d.on_event(Event::InitApply(pod("c", U1, 3, "i"))).unwrap();
+        let c = listed(&mut d, &pod("c", U1, 3, "i"));
         assert_eq!(summary(&c), [(Op::Added, "c", false, false)]);
     }
 
     #[test]
     fn a_changed_fingerprint_is_an_update() {
-        let mut d = synced(vec![pod("a", U1, 1, "v1")]);
-        let c = d.on_event(Event::Apply(pod("a", U1, 2, "v2"))).unwrap();
+        let mut d = synced(&[pod("a", U1, 1, "v1")]);
+        let c = applied(&mut d, &pod("a", U1, 2, "v2"));
         assert_eq!(summary(&c), [(Op::Updated, "a", false, false)]);
         assert_eq!(c[0].resource_version, "2");
     }
 
     #[test]
     fn an_equal_fingerprint_is_suppressed() {
-        let mut d = synced(vec![pod("a", U1, 1, "v1")]);
+        let mut d = synced(&[pod("a", U1, 1, "v1")]);
         // Only the resourceVersion moved (a relist duplicate, or a change to managedFields).
-        assert_eq!(
-            d.on_event(Event::Apply(pod("a", U1, 2, "v1"))).unwrap(),
-            vec![]
-        );
+        assert_eq!(applied(&mut d, &pod("a", U1, 2, "v1")), vec![]);
         assert_eq!(d.stats().suppressed.load(Ordering::Relaxed), 1);
     }
 
     #[test]
     fn a_replaced_uid_is_a_delete_of_the_old_object_then_an_add() {
-        let mut d = synced(vec![pod("a", U1, 1, "v1")]);
-        let c = d.on_event(Event::Apply(pod("a", U2, 5, "v1"))).unwrap();
+        let mut d = synced(&[pod("a", U1, 1, "v1")]);
+        let c = applied(&mut d, &pod("a", U2, 5, "v1"));
         assert_eq!(
             summary(&c),
             [
@@ -421,31 +500,30 @@ mod tests {
 
     #[test]
     fn a_watch_delete_carries_the_final_object_and_forgets_the_key() {
-        let mut d = synced(vec![pod("a", U1, 1, "v1")]);
-        let c = d.on_event(Event::Delete(pod("a", U1, 9, "v1"))).unwrap();
+        let mut d = synced(&[pod("a", U1, 1, "v1")]);
+        let c = d
+            .on_event(Event::Deleted(obj(&pod("a", U1, 9, "v1"))))
+            .unwrap();
         assert_eq!(summary(&c), [(Op::Deleted, "a", false, false)]);
         assert_eq!(c[0].resource_version, "9");
-        assert!(c[0].object.is_some());
+        assert_eq!(object(&c[0])["metadata"]["name"], "a");
         assert!(d.store().is_empty());
         // The same name again is new.
-        let c = d.on_event(Event::Apply(pod("a", U2, 10, "v1"))).unwrap();
+        let c = applied(&mut d, &pod("a", U2, 10, "v1"));
         assert_eq!(summary(&c), [(Op::Added, "a", false, false)]);
     }
 
     #[test]
     fn the_relist_sweep_infers_deletes_for_vanished_keys() {
-        let mut d = synced(vec![
+        let mut d = synced(&[
             pod("a", U1, 1, "v"),
             pod("b", U2, 2, "v"),
             pod("c", U1, 3, "v"),
         ]);
-        d.on_event(Event::Init).unwrap();
+        d.on_event(Event::ListStart).unwrap();
         // "b" is listed again unchanged: nothing; "a" and "c" vanished while the watch was down.
-        assert_eq!(
-            d.on_event(Event::InitApply(pod("b", U2, 7, "v"))).unwrap(),
-            vec![]
-        );
-        let c = d.on_event(Event::InitDone).unwrap();
+        assert_eq!(listed(&mut d, &pod("b", U2, 7, "v")), vec![]);
+        let c = d.on_event(Event::ListDone { sweep: true }).unwrap();
         assert_eq!(
             summary(&c),
             [
@@ -463,30 +541,54 @@ mod tests {
     }
 
     #[test]
+    fn a_half_list_infers_no_deletes_and_an_unreadable_item_with_a_key_is_kept() {
+        let mut d = synced(&[pod("a", U1, 1, "v"), pod("b", U2, 2, "v")]);
+        d.on_event(Event::ListStart).unwrap();
+        d.on_event(Event::ListedUnreadable {
+            namespace: Some("ns".into()),
+            name: "a".into(),
+        })
+        .unwrap();
+        // "b" is missing from this list, but an item without a key was skipped too.
+        assert_eq!(
+            d.on_event(Event::ListDone { sweep: false }).unwrap(),
+            vec![]
+        );
+        assert_eq!(d.store().len(), 2);
+        d.on_event(Event::ListStart).unwrap();
+        d.on_event(Event::ListedUnreadable {
+            namespace: Some("ns".into()),
+            name: "a".into(),
+        })
+        .unwrap();
+        let c = d.on_event(Event::ListDone { sweep: true }).unwrap();
+        assert_eq!(summary(&c), [(Op::Deleted, "b", false, true)]);
+    }
+
+    #[test]
     fn without_updates_only_adds_and_deletes_are_emitted() {
         let mut res = ResourceConfig::new("v1", "Pod");
         res.updates = false;
         let mut d = decider(res);
-        d.on_event(Event::Init).unwrap();
-        d.on_event(Event::InitApply(pod("a", U1, 1, "v1"))).unwrap();
-        d.on_event(Event::InitDone).unwrap();
-        assert_eq!(
-            d.on_event(Event::Apply(pod("a", U1, 2, "v2"))).unwrap(),
-            vec![]
-        );
-        let c = d.on_event(Event::Delete(pod("a", U1, 3, "v2"))).unwrap();
+        d.on_event(Event::ListStart).unwrap();
+        listed(&mut d, &pod("a", U1, 1, "v1"));
+        d.on_event(Event::ListDone { sweep: true }).unwrap();
+        assert_eq!(applied(&mut d, &pod("a", U1, 2, "v2")), vec![]);
+        let c = d
+            .on_event(Event::Deleted(obj(&pod("a", U1, 3, "v2"))))
+            .unwrap();
         assert_eq!(summary(&c), [(Op::Deleted, "a", false, false)]);
     }
 
     #[test]
     fn an_object_without_a_name_is_skipped_with_an_error_naming_it() {
-        let mut d = synced(vec![]);
-        let nameless: DynamicObject = serde_json::from_value(json!({
+        let mut d = synced(&[]);
+        let nameless = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"namespace": "ns", "uid": U1, "resourceVersion": "4"}
-        }))
-        .unwrap();
-        let e = d.on_event(Event::Apply(nameless.clone())).unwrap_err();
+        })
+        .to_string();
+        let e = d.on_event(Event::Applied(obj(&nameless))).unwrap_err();
         assert_eq!(
             e,
             InformerError::MissingName {
@@ -496,7 +598,32 @@ mod tests {
                 uid: Some(U1.into()),
             }
         );
-        assert!(d.on_event(Event::Delete(nameless)).is_err());
+        assert!(d.on_event(Event::Deleted(obj(&nameless))).is_err());
         assert!(d.store().is_empty());
+    }
+
+    #[test]
+    fn an_object_a_pointer_cannot_shape_keeps_its_last_state() {
+        let mut res = ResourceConfig::new("v1", "Pod");
+        res.drop = vec!["/spec/deep/x".into()];
+        let mut d = decider(res);
+        d.on_event(Event::ListStart).unwrap();
+        listed(&mut d, &pod("a", U1, 1, "v1"));
+        d.on_event(Event::ListDone { sweep: true }).unwrap();
+        let deep = format!(
+            r#"{{"metadata":{{"name":"a","namespace":"ns","uid":"{U1}"}},"spec":{{"deep":{}1{}}}}}"#,
+            "[".repeat(500),
+            "]".repeat(500)
+        );
+        let e = d.on_event(Event::Applied(obj(&deep))).unwrap_err();
+        assert!(
+            matches!(e, InformerError::Shape { ref key, .. } if key == "ns/a"),
+            "{e}"
+        );
+        // In a relist it is kept (not swept) though it could not be shaped.
+        d.on_event(Event::ListStart).unwrap();
+        assert!(d.on_event(Event::Listed(obj(&deep))).is_err());
+        assert_eq!(d.on_event(Event::ListDone { sweep: true }).unwrap(), vec![]);
+        assert_eq!(d.store().len(), 1);
     }
 }

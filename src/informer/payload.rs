@@ -1,23 +1,55 @@
-//! Payload shaping: from the object the watch delivered to the object a message carries, and
-//! its fingerprint.
+//! Payload shaping: from the object the watch delivered ([`RawObject`]) to the object a
+//! message carries, serialized once, and its fingerprint taken while it is written.
 //!
-//! Order of operations (each resource's [`Shaper`]): drop `metadata.managedFields`; for a
-//! core/v1 Secret without `allow_secret_data`, drop `data` and `stringData`; apply the
-//! payload mode (`full`, `metadata`, `fields`) and the extra `drop` pointers; merge the
-//! cluster label into `metadata.labels`. The fingerprint is then taken over the result,
-//! skipping `metadata.resourceVersion`, so a change confined to dropped fields (or a relist
-//! returning the same object) produces the same fingerprint and is suppressed.
+//! Order of operations (each resource's [`Shaper`]): `metadata.managedFields` is never read
+//! (see `object.rs`); for a core/v1 Secret without `allow_secret_data`, `data`, `stringData`
+//! and the `kubectl.kubernetes.io/last-applied-configuration` annotation (which holds the
+//! whole applied manifest, data included) are removed; the payload mode (`full`, `metadata`,
+//! `fields`) and the extra `drop` pointers apply; the cluster label is merged into
+//! `metadata.labels`. Fields no pointer touches are copied as the raw JSON the API server
+//! sent; a field a pointer reaches into is parsed (serde_json's default depth limit of 128
+//! applies there, and an object too deep for it is reported, not emitted half-shaped).
 //!
-//! Never emits Secret data by accident: the data fields are removed before anything else
-//! looks at the object.
+//! The fingerprint is XXH3-64 over the serialized object with the value of
+//! `metadata.resourceVersion` left out, so a relist returning the same object, or a change
+//! confined to dropped fields, produces the same fingerprint and is suppressed.
+//!
+//! Never emits Secret data by accident: those fields are removed before anything else looks
+//! at the object.
 
-use std::hash::Hasher;
+use std::borrow::Cow;
 
-use kube::api::DynamicObject;
+use kubesink_sinks::message::ObjectJson;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::Xxh3;
 
+use super::object::RawObject;
 use crate::config::{PayloadMode, ResourceConfig};
+
+/// The annotation `kubectl apply` writes: the last applied manifest, Secret data included.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A shaped object: its JSON and fingerprint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shaped {
+    /// The emitted object.
+    pub object: ObjectJson,
+    /// XXH3-64 of `object` without the value of `metadata.resourceVersion`.
+    pub fingerprint: u64,
+}
+
+/// Why an object could not be shaped.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("field {field:?} could not be read for the pointer {pointer:?}: {reason}")]
+pub struct ShapeError {
+    /// The top-level field.
+    pub field: String,
+    /// The configured pointer that reaches into it.
+    pub pointer: String,
+    /// serde_json's message (e.g. the recursion limit of deeply nested data).
+    pub reason: String,
+}
 
 /// Shapes objects of one resource.
 #[derive(Clone, Debug)]
@@ -31,6 +63,16 @@ pub struct Shaper {
     api_version: String,
     kind: String,
 }
+
+/// One top-level field of the shaped object: raw as received, or parsed because a pointer
+/// reaches into it.
+enum Field<'a> {
+    Raw(&'a RawValue),
+    Parsed(Value),
+}
+
+/// The shaped object's top-level fields after `metadata`, in order.
+type Body<'a> = Vec<(Cow<'a, str>, Field<'a>)>;
 
 impl Shaper {
     /// A shaper for `res`, labelling objects with `label_key = label_value`.
@@ -49,143 +91,221 @@ impl Shaper {
         }
     }
 
-    /// Turns a watched object into the emitted object.
-    pub fn shape(&self, obj: DynamicObject) -> Value {
-        let DynamicObject {
-            types,
-            mut metadata,
-            data,
-        } = obj;
-        metadata.managed_fields = None;
-        metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(self.label_key.clone(), self.label_value.clone());
-        let (api_version, kind) = match types {
-            Some(t) if !t.api_version.is_empty() && t.kind != "PartialObjectMetadata" => {
-                (t.api_version, t.kind)
-            }
-            _ => (self.api_version.clone(), self.kind.clone()),
-        };
-        let mut out = Map::new();
-        out.insert("apiVersion".into(), Value::String(api_version));
-        out.insert("kind".into(), Value::String(kind));
-        out.insert(
-            "metadata".into(),
-            serde_json::to_value(&metadata).unwrap_or_else(|_| Value::Object(Map::new())),
-        );
-        if self.mode != PayloadMode::Metadata {
-            if let Value::Object(body) = data {
-                for (k, v) in body {
-                    if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                        continue;
-                    }
-                    if self.strip_secret_data && (k == "data" || k == "stringData") {
-                        continue;
-                    }
-                    out.insert(k, v);
-                }
+    /// Turns a watched object into the emitted object and its fingerprint.
+    ///
+    /// # Errors
+    /// [`ShapeError`] when a `fields` or `drop` pointer reaches into a field that cannot be
+    /// parsed (nested deeper than serde_json's limit).
+    pub fn shape(&self, obj: &RawObject<'_>) -> Result<Shaped, ShapeError> {
+        let mut metadata = obj.metadata.clone();
+        if self.strip_secret_data {
+            if let Some(Value::Object(a)) = metadata.get_mut("annotations") {
+                a.remove(LAST_APPLIED);
             }
         }
-        let mut out = Value::Object(out);
+        let mut body: Body<'_> = match self.mode {
+            PayloadMode::Metadata => Vec::new(),
+            PayloadMode::Full | PayloadMode::Fields => obj
+                .body
+                .iter()
+                .filter(|(k, _)| !(self.strip_secret_data && (k == "data" || k == "stringData")))
+                .map(|(k, v)| (k.clone(), Field::Raw(v)))
+                .collect(),
+        };
         if self.mode == PayloadMode::Fields {
-            out = self.keep_fields(out);
+            (metadata, body) = self.keep_fields(metadata, body)?;
         }
         for ptr in &self.drop {
-            remove_pointer(&mut out, ptr);
+            drop_pointer(&mut metadata, &mut body, ptr)?;
         }
-        out
+        metadata
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .map(|l| {
+                l.insert(
+                    self.label_key.clone(),
+                    Value::String(self.label_value.clone()),
+                )
+            });
+        let (api_version, kind) = match (&obj.api_version, &obj.kind) {
+            (Some(a), Some(k)) if !a.is_empty() && k != "PartialObjectMetadata" => {
+                (a.as_str(), k.as_str())
+            }
+            _ => (self.api_version.as_str(), self.kind.as_str()),
+        };
+        Ok(write(api_version, kind, &metadata, &body))
     }
 
-    fn keep_fields(&self, full: Value) -> Value {
-        let mut kept = Value::Object(Map::new());
-        copy_pointer(&full, &mut kept, "/apiVersion");
-        copy_pointer(&full, &mut kept, "/kind");
-        for p in ["name", "namespace", "uid", "resourceVersion", "labels"] {
-            copy_pointer(&full, &mut kept, &format!("/metadata/{p}"));
+    /// `fields` mode: identity metadata and the listed pointers only.
+    fn keep_fields<'a>(
+        &self,
+        metadata: Map<String, Value>,
+        body: Body<'a>,
+    ) -> Result<(Map<String, Value>, Body<'a>), ShapeError> {
+        let mut meta_out = Map::new();
+        for k in ["name", "namespace", "uid", "resourceVersion", "labels"] {
+            if let Some(v) = metadata.get(k) {
+                meta_out.insert(k.to_owned(), v.clone());
+            }
         }
+        let meta_value = Value::Object(metadata);
+        let mut kept: Vec<(Cow<'a, str>, Value)> = Vec::new();
         for ptr in &self.fields {
-            copy_pointer(&full, &mut kept, ptr);
-        }
-        kept
-    }
-}
-
-/// XXH3-64 over the structure of `v`, skipping `metadata.resourceVersion` at the top level.
-/// Structural (no serialization): types, keys and values are fed in order, with tags and
-/// lengths so that different structures never feed the same byte stream.
-pub fn fingerprint(v: &Value) -> u64 {
-    let mut h = Xxh3::new();
-    match v {
-        Value::Object(map) => {
-            h.write_u8(b'o');
-            h.write_usize(map.len());
-            for (k, val) in map {
-                hash_str(&mut h, k);
-                if k == "metadata" {
-                    if let Value::Object(meta) = val {
-                        h.write_u8(b'o');
-                        for (mk, mv) in meta {
-                            if mk == "resourceVersion" {
-                                continue;
-                            }
-                            hash_str(&mut h, mk);
-                            hash_value(&mut h, mv);
-                        }
-                        continue;
-                    }
+            let Some((first, rest)) = split_pointer(ptr) else {
+                continue;
+            };
+            if first == "metadata" {
+                let mut wrapped = Value::Object(std::mem::take(&mut meta_out));
+                copy_pointer(&meta_value, &mut wrapped, rest);
+                meta_out = into_map(wrapped);
+                continue;
+            }
+            let Some((key, field)) = body.iter().find(|(k, _)| *k == first) else {
+                continue;
+            };
+            let src = parse_field(key, field, ptr)?;
+            let i = match kept.iter().position(|(k, _)| k == key) {
+                Some(i) => i,
+                None => {
+                    kept.push((key.clone(), Value::Object(Map::new())));
+                    kept.len() - 1
                 }
-                hash_value(&mut h, val);
-            }
-        }
-        other => hash_value(&mut h, other),
-    }
-    h.finish()
-}
-
-fn hash_str(h: &mut Xxh3, s: &str) {
-    h.write_usize(s.len());
-    h.write(s.as_bytes());
-}
-
-fn hash_value(h: &mut Xxh3, v: &Value) {
-    match v {
-        Value::Null => h.write_u8(b'n'),
-        Value::Bool(b) => h.write_u8(if *b { b't' } else { b'f' }),
-        // Numbers by value and representation, without formatting them: integers and
-        // floats get different tags, so `1` and `1.0` differ as they do in the JSON.
-        Value::Number(n) => {
-            if let Some(u) = n.as_u64() {
-                h.write_u8(b'u');
-                h.write_u64(u);
-            } else if let Some(i) = n.as_i64() {
-                h.write_u8(b'i');
-                h.write_i64(i);
+            };
+            if rest.is_empty() {
+                kept[i].1 = src;
             } else {
-                h.write_u8(b'f');
-                h.write_u64(n.as_f64().unwrap_or(f64::NAN).to_bits());
+                copy_pointer(&src, &mut kept[i].1, rest);
             }
         }
-        Value::String(s) => {
-            h.write_u8(b's');
-            hash_str(h, s);
+        let body = kept
+            .into_iter()
+            .map(|(k, v)| (k, Field::Parsed(v)))
+            .collect();
+        Ok((meta_out, body))
+    }
+}
+
+fn into_map(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// `/a/b/c` → (`a`, `/b/c`), the first token unescaped (RFC 6901).
+fn split_pointer(ptr: &str) -> Option<(String, &str)> {
+    let rest = ptr.strip_prefix('/')?;
+    let (first, rest) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    Some((unescape(first), rest))
+}
+
+fn parse_field(key: &str, field: &Field<'_>, ptr: &str) -> Result<Value, ShapeError> {
+    match field {
+        Field::Parsed(v) => Ok(v.clone()),
+        Field::Raw(raw) => serde_json::from_str(raw.get()).map_err(|e| ShapeError {
+            field: key.to_owned(),
+            pointer: ptr.to_owned(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Applies one `drop` pointer to metadata or body.
+fn drop_pointer(
+    metadata: &mut Map<String, Value>,
+    body: &mut Body<'_>,
+    ptr: &str,
+) -> Result<(), ShapeError> {
+    let Some((first, rest)) = split_pointer(ptr) else {
+        return Ok(());
+    };
+    if first == "metadata" {
+        let mut wrapped = Value::Object(std::mem::take(metadata));
+        remove_pointer(&mut wrapped, rest);
+        *metadata = into_map(wrapped);
+        return Ok(());
+    }
+    let Some(i) = body.iter().position(|(k, _)| *k == first) else {
+        return Ok(());
+    };
+    if rest.is_empty() {
+        body.remove(i);
+        return Ok(());
+    }
+    let mut v = parse_field(&body[i].0, &body[i].1, ptr)?;
+    remove_pointer(&mut v, rest);
+    body[i].1 = Field::Parsed(v);
+    Ok(())
+}
+
+/// Serializes the shaped object and fingerprints it without the resourceVersion's value.
+fn write(
+    api_version: &str,
+    kind: &str,
+    metadata: &Map<String, Value>,
+    body: &[(Cow<'_, str>, Field<'_>)],
+) -> Shaped {
+    let size: usize = body
+        .iter()
+        .map(|(k, f)| {
+            k.len()
+                + match f {
+                    Field::Raw(r) => r.get().len(),
+                    Field::Parsed(_) => 64,
+                }
+        })
+        .sum();
+    let mut out: Vec<u8> = Vec::with_capacity(size + 512);
+    let mut rv_span = (0, 0);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    push_json(&mut out, api_version);
+    out.extend_from_slice(b",\"kind\":");
+    push_json(&mut out, kind);
+    out.extend_from_slice(b",\"metadata\":{");
+    for (i, (k, v)) in metadata.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
         }
-        Value::Array(a) => {
-            h.write_u8(b'a');
-            h.write_usize(a.len());
-            for x in a {
-                hash_value(h, x);
-            }
-        }
-        Value::Object(m) => {
-            h.write_u8(b'o');
-            h.write_usize(m.len());
-            for (k, x) in m {
-                hash_str(h, k);
-                hash_value(h, x);
-            }
+        push_json(&mut out, k);
+        out.push(b':');
+        let start = out.len();
+        push_json(&mut out, v);
+        if k == "resourceVersion" {
+            rv_span = (start, out.len());
         }
     }
+    out.push(b'}');
+    for (k, f) in body {
+        out.push(b',');
+        push_json(&mut out, k);
+        out.push(b':');
+        match f {
+            Field::Raw(r) => out.extend_from_slice(r.get().as_bytes()),
+            Field::Parsed(v) => push_json(&mut out, v),
+        }
+    }
+    out.push(b'}');
+    let mut h = Xxh3::new();
+    h.update(&out[..rv_span.0]);
+    h.update(&out[rv_span.1..]);
+    let fingerprint = h.digest();
+    // Every part written is JSON: strings and values by serde_json, raw fields as the API
+    // server sent them (already validated when they were scanned).
+    let text = String::from_utf8(out)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    Shaped {
+        object: ObjectJson::from_trusted(text),
+        fingerprint,
+    }
+}
+
+fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    // Writing a `str` or a `Value` into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, v);
 }
 
 /// Decodes one RFC 6901 reference token (`~1` → `/`, `~0` → `~`).
@@ -247,95 +367,130 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod() -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "5",
-                         "labels": {"app": "web"},
-                         "managedFields": [{"manager": "kubelet"}]},
-            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
-            "status": {"phase": "Running"}
-        }))
-        .unwrap()
+    const POD: &str = r#"{"apiVersion":"v1","kind":"Pod",
+        "metadata":{"name":"p","namespace":"ns","uid":"u","resourceVersion":"5",
+                    "labels":{"app":"web"},"managedFields":[{"manager":"kubelet"}]},
+        "spec":{"nodeName":"n1","containers":[{"name":"c","image":"i"}]},
+        "status":{"phase":"Running"}}"#;
+
+    fn shape(res: &ResourceConfig, text: &str) -> (Value, u64) {
+        let s = Shaper::new(res, "kubesink.io/cluster", "prod")
+            .shape(&RawObject::parse(text).unwrap())
+            .unwrap();
+        (s.object.to_value(), s.fingerprint)
     }
 
     #[test]
     fn full_mode_drops_managed_fields_and_merges_cluster_label() {
-        let s = Shaper::new(
-            &ResourceConfig::new("v1", "Pod"),
-            "kubesink.io/cluster",
-            "prod",
-        );
-        let v = s.shape(pod());
+        let (v, _) = shape(&ResourceConfig::new("v1", "Pod"), POD);
         assert!(v.pointer("/metadata/managedFields").is_none());
         assert_eq!(v["metadata"]["labels"]["kubesink.io/cluster"], "prod");
         assert_eq!(v["metadata"]["labels"]["app"], "web");
         assert_eq!(v["spec"]["nodeName"], "n1");
+        assert_eq!(v["status"]["phase"], "Running");
     }
 
     #[test]
     fn fingerprint_ignores_resource_version_only() {
-        let s = Shaper::new(&ResourceConfig::new("v1", "Pod"), "l", "c");
-        let a = s.shape(pod());
-        let mut b = a.clone();
-        b["metadata"]["resourceVersion"] = json!("6");
-        assert_eq!(fingerprint(&a), fingerprint(&b));
-        b["status"]["phase"] = json!("Failed");
-        assert_ne!(fingerprint(&a), fingerprint(&b));
+        let res = ResourceConfig::new("v1", "Pod");
+        let (_, a) = shape(&res, POD);
+        let (_, b) = shape(
+            &res,
+            &POD.replace(r#""resourceVersion":"5""#, r#""resourceVersion":"6""#),
+        );
+        assert_eq!(a, b);
+        let (_, c) = shape(&res, &POD.replace("Running", "Failed"));
+        assert_ne!(a, c);
+        let (_, d) = shape(
+            &res,
+            &POD.replace(r#""manager":"kubelet""#, r#""manager":"other""#),
+        );
+        assert_eq!(a, d, "managedFields are not part of the payload");
     }
 
     #[test]
-    fn fingerprint_tells_numbers_apart() {
-        let fp = |v: serde_json::Value| fingerprint(&v);
-        assert_ne!(fp(json!({"a": 1})), fp(json!({"a": 2})));
-        assert_ne!(fp(json!({"a": 1})), fp(json!({"a": 1.0})));
-        assert_ne!(fp(json!({"a": -1})), fp(json!({"a": 1})));
-        assert_ne!(fp(json!({"a": 1})), fp(json!({"a": "1"})));
-        assert_eq!(fp(json!({"a": 0.5})), fp(json!({"a": 0.5})));
+    fn metadata_mode_keeps_identity_and_uses_the_resource_kind() {
+        let mut r = ResourceConfig::new("v1", "Pod");
+        r.payload = PayloadMode::Metadata;
+        let partial = r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1",
+            "metadata":{"name":"p","namespace":"ns"}}"#;
+        let (v, _) = shape(&r, partial);
+        assert_eq!(v["kind"], "Pod");
+        assert_eq!(v["apiVersion"], "v1");
+        assert!(v.get("spec").is_none());
     }
 
     #[test]
     fn fields_mode_keeps_only_listed_pointers_and_identity() {
         let mut r = ResourceConfig::new("v1", "Pod");
         r.payload = PayloadMode::Fields;
-        r.fields = vec!["/spec/nodeName".into()];
-        let v = Shaper::new(&r, "l", "c").shape(pod());
+        r.fields = vec!["/spec/nodeName".into(), "/metadata/namespace".into()];
+        let (v, _) = shape(&r, POD);
         assert_eq!(
             v,
             json!({"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "5",
-                                "labels": {"app": "web", "l": "c"}},
+                                "labels": {"app": "web", "kubesink.io/cluster": "prod"}},
                    "spec": {"nodeName": "n1"}})
         );
     }
 
     #[test]
-    fn secret_data_is_removed_unless_allowed() {
-        let secret: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "s", "namespace": "ns"},
-            "type": "Opaque", "data": {"password": "aHVudGVyMg=="}, "stringData": {"x": "y"}
-        }))
-        .unwrap();
+    fn secret_data_and_the_applied_manifest_are_removed_unless_allowed() {
+        let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"ns",
+            "annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"data\":{\"password\":\"aHVudGVyMg==\"}}","team":"a"}},
+            "type":"Opaque","data":{"password":"aHVudGVyMg=="},"stringData":{"x":"y"}}"#;
         let mut r = ResourceConfig::new("v1", "Secret");
-        let v = Shaper::new(&r, "l", "c").shape(secret.clone());
+        let (v, _) = shape(&r, secret);
         assert!(v.get("data").is_none() && v.get("stringData").is_none());
+        assert!(!v.to_string().contains("aHVudGVyMg"));
+        assert_eq!(v["metadata"]["annotations"]["team"], "a");
         assert_eq!(v["type"], "Opaque");
         r.allow_secret_data = true;
-        let v = Shaper::new(&r, "l", "c").shape(secret);
+        let (v, _) = shape(&r, secret);
         assert_eq!(v["data"]["password"], "aHVudGVyMg==");
     }
 
     #[test]
     fn drop_pointers_remove_paths_with_escapes() {
         let mut r = ResourceConfig::new("v1", "Pod");
-        r.drop = vec!["/status".into(), "/metadata/labels/app".into()];
-        let v = Shaper::new(&r, "a/b", "c").shape(pod());
+        r.drop = vec![
+            "/status".into(),
+            "/metadata/labels/app".into(),
+            "/spec/containers/0/image".into(),
+        ];
+        let (v, _) = shape(&r, POD);
         assert!(v.get("status").is_none());
         assert!(v.pointer("/metadata/labels/app").is_none());
+        assert!(v.pointer("/spec/containers/0/image").is_none());
+        assert_eq!(v["spec"]["containers"][0]["name"], "c");
         let mut v2 = v.clone();
-        remove_pointer(&mut v2, "/metadata/labels/a~1b");
-        assert!(v2.pointer("/metadata/labels/a~1b").is_none());
-        assert!(v.pointer("/metadata/labels/a~1b").is_some());
+        remove_pointer(&mut v2, "/metadata/labels/kubesink.io~1cluster");
+        assert!(v2
+            .pointer("/metadata/labels/kubesink.io~1cluster")
+            .is_none());
+    }
+
+    #[test]
+    fn a_pointer_into_a_too_deep_field_is_an_error_not_a_crash() {
+        let deep = format!(
+            r#"{{"metadata":{{"name":"d"}},"spec":{{"a":{}1{}}}}}"#,
+            "[".repeat(5000),
+            "]".repeat(5000)
+        );
+        let mut r = ResourceConfig::new("v1", "Pod");
+        let full = Shaper::new(&r, "l", "c")
+            .shape(&RawObject::parse(&deep).unwrap())
+            .unwrap();
+        assert!(
+            full.object.as_str().contains(&"[".repeat(5000)),
+            "full mode copies it raw"
+        );
+        r.drop = vec!["/spec/b".into()];
+        let e = Shaper::new(&r, "l", "c")
+            .shape(&RawObject::parse(&deep).unwrap())
+            .unwrap_err();
+        assert_eq!((e.field.as_str(), e.pointer.as_str()), ("spec", "/spec/b"));
+        assert!(e.reason.contains("recursion"), "{e}");
     }
 }

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use kube::api::ApiResource;
-use kube::runtime::watcher;
 use kubesink_sinks::Resource;
 
 use super::payload::Shaper;
@@ -20,8 +19,12 @@ pub struct WatchPlan {
     pub api_resource: ApiResource,
     /// The namespace to watch; `None`: all namespaces, or the cluster scope.
     pub namespace: Option<String>,
-    /// Page size and selectors of the list/watch requests.
-    pub watcher_config: watcher::Config,
+    /// `limit` of each list page.
+    pub page_size: u32,
+    /// Label selector of the list and watch requests.
+    pub label_selector: Option<String>,
+    /// Field selector of the list and watch requests.
+    pub field_selector: Option<String>,
     /// Payload mode; `metadata` makes the watch ask for `PartialObjectMetadata`.
     pub mode: PayloadMode,
     /// From watched object to emitted object.
@@ -39,13 +42,6 @@ impl WatchPlan {
         api_resource: ApiResource,
         label_key: &str,
     ) -> Vec<WatchPlan> {
-        let mut wc = watcher::Config::default().page_size(res.page_size);
-        if let Some(l) = &res.label_selector {
-            wc = wc.labels(l);
-        }
-        if let Some(f) = &res.field_selector {
-            wc = wc.fields(f);
-        }
         let namespaces: Vec<Option<String>> = if res.namespaces.is_empty() {
             vec![None]
         } else {
@@ -58,7 +54,9 @@ impl WatchPlan {
                 resource: resource.clone(),
                 api_resource: api_resource.clone(),
                 namespace,
-                watcher_config: wc.clone(),
+                page_size: res.page_size,
+                label_selector: res.label_selector.clone(),
+                field_selector: res.field_selector.clone(),
                 mode: res.payload,
                 shaper: shaper.clone(),
                 updates: res.updates,

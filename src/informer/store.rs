@@ -235,14 +235,39 @@ impl LightStore {
         result
     }
 
+    /// Marks a known object as seen in the current list without changing it (a list item
+    /// that could not be read: it must not be swept as vanished). Returns whether it was
+    /// known.
+    pub fn touch(&mut self, ns: Option<&str>, name: &str) -> bool {
+        let Some(ns_id) = self.known_ns(ns) else {
+            return false;
+        };
+        let epoch = self.epoch & EPOCH_MASK;
+        let hash = Self::hash(&self.hasher, ns_id, name);
+        match self
+            .table
+            .find_mut(hash, |e| e.ns == ns_id && &*e.name == name)
+        {
+            Some(e) => {
+                e.epoch_flags = (e.epoch_flags & !EPOCH_MASK) | epoch;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The id of an already interned namespace (0 for cluster scope); `None` if unknown.
+    fn known_ns(&self, ns: Option<&str>) -> Option<u32> {
+        match ns.filter(|n| !n.is_empty()) {
+            None => Some(0),
+            Some(n) => self.ns_ids.get(n).copied(),
+        }
+    }
+
     /// Forgets an object after a watch DELETED; returns whether it was known.
     pub fn remove(&mut self, ns: Option<&str>, name: &str) -> bool {
-        let ns_id = match ns.filter(|n| !n.is_empty()) {
-            None => 0,
-            Some(n) => match self.ns_ids.get(n) {
-                Some(id) => *id,
-                None => return false,
-            },
+        let Some(ns_id) = self.known_ns(ns) else {
+            return false;
         };
         let hash = Self::hash(&self.hasher, ns_id, name);
         match self

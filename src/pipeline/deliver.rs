@@ -127,7 +127,7 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use kubesink_sinks::message::{encode, Change};
+    use kubesink_sinks::message::{encode, Change, ObjectJson};
     use kubesink_sinks::{Op, Resource};
     use serde_json::{json, Value};
 
@@ -242,7 +242,7 @@ mod tests {
             resource_version: rv.to_string(),
             initial: false,
             final_state_unknown: false,
-            object: Some(object),
+            object: Some(ObjectJson::from_value(&object)),
         };
         encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()
     }

@@ -60,6 +60,7 @@ pub fn config(kubeconfig: &std::path::Path, resources: Vec<ResourceConfig>) -> C
             retry_max_backoff: HumanDuration(Duration::from_millis(200)),
             ..Default::default()
         },
+        watch: Default::default(),
         resources,
         sinks: vec![],
     }

@@ -1,15 +1,48 @@
 //! The payload of topology message v1: field order, the deterministic id and the oversize
 //! forms (metadata-only, then no object). See `docs/message-contract.md`.
 
+use std::borrow::Cow;
+use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use serde::Serialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::{Message, MessageMeta, Op, Resource};
+
+/// A serialized JSON object: the shaped object a message carries, written verbatim into the
+/// payload (so the informer serializes each object once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectJson(Box<str>);
+
+impl ObjectJson {
+    /// Wraps text the caller produced as one JSON object (the informer's shaper, which writes
+    /// it with serde_json and raw fields the API server sent). Not checked: invalid text would
+    /// make invalid payloads.
+    pub fn from_trusted(text: String) -> Self {
+        ObjectJson(text.into_boxed_str())
+    }
+
+    /// Serializes a `Value`.
+    pub fn from_value(v: &Value) -> Self {
+        ObjectJson(v.to_string().into_boxed_str())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The object parsed back (for tests and diagnostics; `Null` if it does not parse).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
 
 /// One change the informer decided to emit, before encoding.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,7 +62,7 @@ pub struct Change {
     /// A delete inferred after a relist or a uid change; the final state is unknown.
     pub final_state_unknown: bool,
     /// The shaped object; `None` when `final_state_unknown`.
-    pub object: Option<Value>,
+    pub object: Option<ObjectJson>,
 }
 
 /// The wire form (serde field order is the documented order).
@@ -52,8 +85,6 @@ struct Wire<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    object: Option<&'a Value>,
 }
 
 /// The deterministic message id: 32 lowercase hex digits of XXH3-128 over cluster, group
@@ -97,23 +128,34 @@ pub fn encode(
 ) -> Result<Message, serde_json::Error> {
     let r = &**resource;
     let id = message_id(r, c);
-    let payload = serde_json::to_vec(&Wire {
-        id: &id,
-        op: c.op,
-        cluster: &r.cluster,
-        api_version: &r.api_version,
-        kind: &r.kind,
-        resource: &r.plural,
-        namespace: c.namespace.as_deref(),
-        name: &c.name,
-        uid: &c.uid,
-        resource_version: &c.resource_version,
-        initial: c.initial,
-        final_state_unknown: c.final_state_unknown,
-        truncated: false,
-        observed_at,
-        object: c.object.as_ref(),
-    })?;
+    let object_len = c.object.as_ref().map_or(0, |o| o.as_str().len() + 12);
+    let mut payload = Vec::with_capacity(384 + object_len);
+    serde_json::to_writer(
+        &mut payload,
+        &Wire {
+            id: &id,
+            op: c.op,
+            cluster: &r.cluster,
+            api_version: &r.api_version,
+            kind: &r.kind,
+            resource: &r.plural,
+            namespace: c.namespace.as_deref(),
+            name: &c.name,
+            uid: &c.uid,
+            resource_version: &c.resource_version,
+            initial: c.initial,
+            final_state_unknown: c.final_state_unknown,
+            truncated: false,
+            observed_at,
+        },
+    )?;
+    // `object` comes last: splice the shaped object's text in before the closing brace.
+    if let Some(object) = &c.object {
+        payload.pop();
+        payload.extend_from_slice(b",\"object\":");
+        payload.extend_from_slice(object.as_str().as_bytes());
+        payload.push(b'}');
+    }
     Ok(Message {
         key: r.key(c.namespace.as_deref(), &c.name).into(),
         payload: Bytes::from(payload),
@@ -138,26 +180,89 @@ pub enum TruncateLevel {
 
 /// The shared oversize policy: re-encodes `msg` with `"truncated": true` and its object
 /// reduced per `level` (`{apiVersion, kind, metadata}`, or no object at all); returns `None`
-/// when nothing can be removed any more. Same key, id and headers.
+/// when nothing can be removed any more. Same key, id and headers. Works on the raw JSON
+/// text of the envelope and the object, so an object of any depth can be truncated.
 pub fn truncate(msg: &Message, level: TruncateLevel) -> Option<Message> {
-    let mut v: Value = serde_json::from_slice(&msg.payload).ok()?;
-    let map = v.as_object_mut()?;
-    map.insert("truncated".into(), Value::Bool(true));
+    let text = std::str::from_utf8(&msg.payload).ok()?;
+    let RawMap(mut fields) = serde_json::from_str(text).ok()?;
+    let truncated = RawValue::from_string("true".to_owned()).ok()?;
+    let object_at = fields.iter().position(|(k, _)| k == "object")?;
     match level {
         TruncateLevel::MetadataOnly => {
-            let obj = map.get_mut("object")?.as_object_mut()?;
-            obj.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
+            let RawMap(obj) = serde_json::from_str(fields[object_at].1.get()).ok()?;
+            let kept: Vec<_> = obj
+                .into_iter()
+                .filter(|(k, _)| matches!(&**k, "apiVersion" | "kind" | "metadata"))
+                .collect();
+            let reduced = RawValue::from_string(write_map(&kept)).ok()?;
+            fields[object_at].1 = Cow::Owned(reduced);
         }
         TruncateLevel::NoObject => {
-            map.remove("object");
+            fields.remove(object_at);
         }
     }
-    let payload = serde_json::to_vec(&v).ok()?;
+    match fields.iter().position(|(k, _)| k == "truncated") {
+        Some(i) => fields[i].1 = Cow::Owned(truncated),
+        None => {
+            let at = fields
+                .iter()
+                .position(|(k, _)| k == "observedAt")
+                .unwrap_or(fields.len());
+            fields.insert(at, (Cow::Borrowed("truncated"), Cow::Owned(truncated)));
+        }
+    }
     Some(Message {
         key: msg.key.clone(),
-        payload: Bytes::from(payload),
+        payload: Bytes::from(write_map(&fields)),
         meta: msg.meta.clone(),
     })
+}
+
+type RawField<'a> = (Cow<'a, str>, Cow<'a, RawValue>);
+
+/// A JSON object's top-level fields in order, values as raw text.
+struct RawMap<'a>(Vec<RawField<'a>>);
+
+impl<'de> Deserialize<'de> for RawMap<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawMap<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawMap<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = map.next_key::<Cow<'de, str>>()? {
+                    let v: &'de RawValue = map.next_value()?;
+                    out.push((k, Cow::Borrowed(v)));
+                }
+                Ok(RawMap(out))
+            }
+        }
+        d.deserialize_map(V).map_err(de::Error::custom)
+    }
+}
+
+fn write_map(fields: &[RawField<'_>]) -> String {
+    let mut out = String::with_capacity(
+        fields
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum::<usize>()
+            + 2,
+    );
+    out.push('{');
+    for (i, (k, v)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::String(k.to_string()).to_string());
+        out.push(':');
+        out.push_str(v.get());
+    }
+    out.push('}');
+    out
 }
 
 #[cfg(test)]
@@ -166,6 +271,7 @@ mod tests {
     use serde_json::json;
 
     fn change(op: Op, object: Option<Value>) -> Change {
+        let object = object.as_ref().map(ObjectJson::from_value);
         Change {
             op,
             namespace: Some("default".into()),
@@ -248,6 +354,8 @@ mod tests {
                          "spec": {"big": "x".repeat(1000)}});
         let m = encode(&r, &change(Op::Added, Some(obj)), "t").unwrap();
         let meta_only = truncate(&m, TruncateLevel::MetadataOnly).unwrap();
+        let text = std::str::from_utf8(&meta_only.payload).unwrap();
+        assert!(text.find("\"truncated\":true").unwrap() < text.find("\"observedAt\"").unwrap());
         let v: Value = serde_json::from_slice(&meta_only.payload).unwrap();
         assert_eq!(v["truncated"], true);
         assert!(v["object"].get("spec").is_none());
@@ -256,5 +364,23 @@ mod tests {
         let v: Value = serde_json::from_slice(&none.payload).unwrap();
         assert!(v.get("object").is_none());
         assert_eq!((none.key.clone(), none.meta.clone()), (m.key, m.meta));
+    }
+
+    #[test]
+    fn an_object_nested_thousands_of_levels_deep_can_be_truncated() {
+        let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+        let deep = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"d"}},"spec":{}1{}}}"#,
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        let mut c = change(Op::Added, None);
+        c.final_state_unknown = false;
+        c.object = Some(ObjectJson::from_trusted(deep));
+        let m = encode(&r, &c, "t").unwrap();
+        let small = truncate(&m, TruncateLevel::MetadataOnly).unwrap();
+        let v: Value = serde_json::from_slice(&small.payload).unwrap();
+        assert_eq!(v["object"]["metadata"]["name"], "d");
+        assert_eq!(v["truncated"], true);
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use encode::{encode, message_id, now_rfc3339, truncate, Change, TruncateLevel};
+pub use encode::{encode, message_id, now_rfc3339, truncate, Change, ObjectJson, TruncateLevel};
 pub use resource::Resource;
 
 /// The `content-type` header value of every kubesink payload: UTF-8 JSON, one topology

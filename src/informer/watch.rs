@@ -1,0 +1,287 @@
+//! The HTTP side of one watch: list-page and watch requests over kube's client, the watch
+//! body split into event lines, and every failure classified into a [`Failure`] the informer
+//! can act on (relist, back off, honour `Retry-After`, re-watch).
+//!
+//! Requests follow the API concepts
+//! (<https://kubernetes.io/docs/reference/using-api/api-concepts/>): paged lists with `limit`
+//! and `continue`, then a watch from the list's resourceVersion with
+//! `allowWatchBookmarks=true` and `timeoutSeconds`. In metadata mode both ask for
+//! `PartialObjectMetadata`, so only metadata crosses the wire.
+//!
+//! This module decides nothing about objects and never retries: the informer does.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use kube::api::{ApiResource, DynamicObject, ListParams, WatchParams};
+use kube::core::Request;
+use kube::Client;
+
+use super::decode::{DecodeError, Status};
+use super::plan::WatchPlan;
+use crate::config::PayloadMode;
+
+/// The `timeoutSeconds` of every watch request: the API server ends the watch after it (and
+/// kubesink watches again from the last resourceVersion). kube-runtime and client-go use
+/// values around 5 minutes too.
+pub const WATCH_TIMEOUT_SECS: u32 = 290;
+
+/// At most this many bytes of an error response are read (a `Status` is small; a proxy's
+/// error page need not be read whole).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// The longest watch event line accepted (a line is one object; Kubernetes objects are
+/// limited to ~1.5 MiB by etcd, custom servers may send more): a body that never sends a
+/// newline must not grow memory without bound.
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Why a list or watch request did not give what was asked.
+#[derive(Debug)]
+pub enum Failure {
+    /// The resourceVersion or continue token is too old (410 Gone / `Expired`): relist.
+    Gone(Status),
+    /// The API server answered an error status (401, 403, 404, 429, 5xx...).
+    Api {
+        /// The `Status` (reconstructed from the HTTP status when the body is not one).
+        status: Status,
+        /// The `Retry-After` header, when given.
+        retry_after: Option<Duration>,
+    },
+    /// No connection, or the connection broke (refused, reset, TLS, too many open files).
+    Transport(String),
+    /// A response that does not decode.
+    Decode(DecodeError),
+    /// Neither an event nor a bookmark arrived for this long: the watch is presumed dead.
+    Idle(Duration),
+    /// The request could not be built (an invalid selector).
+    Request(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Gone(s) => write!(f, "resourceVersion expired ({s})"),
+            Failure::Api { status, .. } => write!(f, "{status}"),
+            Failure::Transport(cause) => write!(f, "{cause}"),
+            Failure::Decode(e) => write!(f, "{e}"),
+            Failure::Idle(d) => write!(
+                f,
+                "no event or bookmark for {}",
+                humantime::format_duration(*d)
+            ),
+            Failure::Request(e) => write!(f, "invalid request: {e}"),
+        }
+    }
+}
+
+/// The requests of one [`WatchPlan`].
+#[derive(Clone)]
+pub struct Requests {
+    client: Client,
+    request: Request,
+    metadata: bool,
+    list: ListParams,
+    watch: WatchParams,
+}
+
+impl Requests {
+    /// Requests for `plan` through `client`.
+    pub fn new(plan: &WatchPlan, client: Client) -> Self {
+        let path = <DynamicObject as kube::Resource>::url_path(
+            &plan.api_resource as &ApiResource,
+            plan.namespace.as_deref(),
+        );
+        let mut list = ListParams::default().limit(plan.page_size);
+        // kubesink handles 429/5xx itself (counted, logged once, Retry-After honoured).
+        let mut watch = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
+        if let Some(l) = &plan.label_selector {
+            list = list.labels(l);
+            watch = watch.labels(l);
+        }
+        if let Some(f) = &plan.field_selector {
+            list = list.fields(f);
+            watch = watch.fields(f);
+        }
+        Requests {
+            client,
+            request: Request::new(path),
+            metadata: plan.mode == PayloadMode::Metadata,
+            list,
+            watch,
+        }
+    }
+
+    /// One list page (`continue_token` for the pages after the first), read whole.
+    ///
+    /// # Errors
+    /// [`Failure`] for any error status (410 as [`Failure::Gone`]) or transport failure.
+    pub async fn list_page(&self, continue_token: Option<&str>) -> Result<Bytes, Failure> {
+        let mut lp = self.list.clone();
+        lp.continue_token = continue_token.map(str::to_owned);
+        let req = if self.metadata {
+            self.request.list_metadata(&lp)
+        } else {
+            self.request.list(&lp)
+        }
+        .map_err(|e| Failure::Request(e.to_string()))?;
+        let body = self.send(req).await?;
+        body.collect()
+            .await
+            .map(|c| c.to_bytes())
+            .map_err(|e| Failure::Transport(cause(&e)))
+    }
+
+    /// A watch from `resource_version`, as a stream of event lines.
+    ///
+    /// # Errors
+    /// [`Failure`] for any error status (410 as [`Failure::Gone`]) or transport failure.
+    pub async fn watch(
+        &self,
+        resource_version: &str,
+        idle_timeout: Duration,
+    ) -> Result<Lines, Failure> {
+        let req = if self.metadata {
+            self.request.watch_metadata(&self.watch, resource_version)
+        } else {
+            self.request.watch(&self.watch, resource_version)
+        }
+        .map_err(|e| Failure::Request(e.to_string()))?;
+        let body = self.send(req).await?;
+        Ok(Lines {
+            body,
+            buf: BytesMut::new(),
+            idle_timeout,
+            ended: false,
+        })
+    }
+
+    async fn send(&self, req: http::Request<Vec<u8>>) -> Result<kube::client::Body, Failure> {
+        let (mut parts, body) = req.into_parts();
+        // A watch is a stream of small events; compression would only add latency (and
+        // kube's decompression handles only one gzip member per body).
+        parts.headers.insert(
+            http::header::ACCEPT_ENCODING,
+            http::HeaderValue::from_static("identity"),
+        );
+        let req = http::Request::from_parts(parts, kube::client::Body::from(body));
+        let res = self
+            .client
+            .send(req)
+            .await
+            .map_err(|e| Failure::Transport(cause(&e)))?;
+        let code = res.status();
+        if code.is_success() {
+            return Ok(res.into_body());
+        }
+        let retry_after = res
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = read_limited(res.into_body(), MAX_ERROR_BODY).await;
+        let status = Status::from_body(&body).unwrap_or_else(|| Status {
+            code: code.as_u16(),
+            reason: code.canonical_reason().unwrap_or("").to_owned(),
+            message: super::decode::excerpt(&body),
+        });
+        let status = Status {
+            code: code.as_u16(),
+            ..status
+        };
+        if code == http::StatusCode::GONE {
+            return Err(Failure::Gone(status));
+        }
+        Err(Failure::Api {
+            status,
+            retry_after,
+        })
+    }
+}
+
+/// Reads at most `limit` bytes of a body (errors end the read).
+async fn read_limited(mut body: kube::client::Body, limit: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() < limit {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    let take = data.len().min(limit - out.len());
+                    out.extend_from_slice(&data[..take]);
+                }
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// The cause of a transport error in words: the innermost I/O error's message (`Connection
+/// refused`, `Too many open files`), prefixed by kube's description.
+pub fn cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut innermost: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = innermost.source() {
+        innermost = next;
+    }
+    let top = e.to_string();
+    let inner = innermost.to_string();
+    if top.contains(&inner) {
+        top
+    } else {
+        format!("{top}: {inner}")
+    }
+}
+
+/// A watch response body split into event lines.
+pub struct Lines {
+    body: kube::client::Body,
+    buf: BytesMut,
+    idle_timeout: Duration,
+    ended: bool,
+}
+
+impl Lines {
+    /// The next complete line (without its newline); `None` when the server ended the
+    /// watch. A last line without newline is returned too (it may be cut; decoding says).
+    ///
+    /// # Errors
+    /// [`Failure::Idle`] when nothing arrived for the idle timeout, [`Failure::Transport`]
+    /// when the connection broke, [`Failure::Decode`] for a line over [`MAX_LINE_BYTES`].
+    pub async fn next_line(&mut self) -> Result<Option<Bytes>, Failure> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let mut line = self.buf.split_to(i + 1);
+                line.truncate(i);
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Some(line.freeze()));
+            }
+            if self.ended {
+                if self.buf.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(None);
+                }
+                return Ok(Some(self.buf.split().freeze()));
+            }
+            if self.buf.len() > MAX_LINE_BYTES {
+                return Err(Failure::Decode(DecodeError {
+                    what: "watch event",
+                    reason: format!("no newline within {MAX_LINE_BYTES} bytes"),
+                    excerpt: super::decode::excerpt(&self.buf),
+                }));
+            }
+            match tokio::time::timeout(self.idle_timeout, self.body.frame()).await {
+                Err(_) => return Err(Failure::Idle(self.idle_timeout)),
+                Ok(None) => self.ended = true,
+                Ok(Some(Err(e))) => return Err(Failure::Transport(cause(&e))),
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        self.buf.extend_from_slice(data);
+                    }
+                }
+            }
+        }
+    }
+}
