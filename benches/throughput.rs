@@ -63,6 +63,10 @@ async fn main() -> anyhow::Result<()> {
         },
         resources: vec![ResourceConfig::new("v1", "Pod")],
         sinks: vec![],
+        server: kubesink::config::ServerConfig {
+            enabled: false,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let devnull = tokio::fs::OpenOptions::new()

@@ -1,11 +1,11 @@
 //! Wiring: configuration → client → discovery → informers → pipeline → sinks, and the
 //! orderly shutdown (stop the watches, flush within `pipeline.shutdown_timeout`, close).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kubesink_sinks::backoff::Backoff;
 use kubesink_sinks::Sink;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -13,31 +13,43 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::{self, ClusterError};
 use crate::config::Config;
 use crate::informer::{Informer, InformerStats, WatchPlan};
+use crate::observe::{self, Observed, SinkEntry, WatchEntry};
 use crate::pipeline::Pipeline;
 
-/// The readiness probe's retries: 1 s doubling to 30 s.
-const PROBE: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+/// Why the bridge could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A resource could not be resolved.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The HTTP server could not listen.
+    #[error(transparent)]
+    Serve(#[from] observe::ServeError),
+}
 
-/// A running bridge: informers feeding the pipeline.
+/// A running bridge: informers feeding the pipeline, observed.
 pub struct Bridge {
     pipeline: Pipeline,
     informers: JoinSet<()>,
     cancel: CancellationToken,
     stats: Vec<(String, Arc<InformerStats>)>,
+    observed: Arc<Observed>,
+    server: Option<SocketAddr>,
     shutdown_timeout: Duration,
 }
 
 impl Bridge {
     /// Resolves every configured resource, plans one watch per (resource, namespace), starts
-    /// the pipeline over `sinks` with a readiness probe for each, and one informer per plan.
+    /// the pipeline over `sinks` with a continuous readiness probe for each, one informer per
+    /// plan, the HTTP server (`[server]`) and the periodic summary (`[log]`).
     ///
     /// # Errors
-    /// [`ClusterError`] when a resource cannot be resolved.
+    /// [`StartError`] when a resource cannot be resolved or the server cannot listen.
     pub async fn start(
         config: &Config,
         client: Client,
         sinks: Vec<Arc<dyn Sink>>,
-    ) -> Result<Bridge, ClusterError> {
+    ) -> Result<Bridge, StartError> {
         let mut plans = Vec::new();
         for (i, res) in config.resources.iter().enumerate() {
             let r = cluster::resolve(&client, &config.cluster.name, i, res).await?;
@@ -49,22 +61,65 @@ impl Bridge {
             ));
         }
         let cancel = CancellationToken::new();
-        for sink in &sinks {
-            tokio::spawn(probe_until_ready(sink.clone(), cancel.clone()));
-        }
         let pipeline = Pipeline::start(&config.pipeline, sinks);
+        for h in pipeline.sinks() {
+            tokio::spawn(observe::probe_sink(
+                h.clone(),
+                config.server.sink_check_interval.get(),
+                cancel.clone(),
+            ));
+        }
         let mut informers = JoinSet::new();
         let mut stats = Vec::new();
+        let mut watches = Vec::new();
         for plan in plans {
+            watches.push(WatchEntry {
+                resource: plan.resource.clone(),
+                namespace: plan.namespace.clone(),
+                stats: Arc::new(InformerStats::default()),
+            });
             let informer = Informer::new(plan, client.clone(), &config.watch);
+            if let Some(w) = watches.last_mut() {
+                w.stats = informer.stats();
+            }
             stats.push((informer.label(), informer.stats()));
             informers.spawn(informer.run(pipeline.publisher(), cancel.clone()));
+        }
+        let sink_entries = pipeline
+            .sinks()
+            .iter()
+            .map(|h| SinkEntry { handle: h.clone() })
+            .collect();
+        let observed = Arc::new(Observed::new(
+            watches,
+            sink_entries,
+            config.server.watch_failure_timeout.get(),
+        ));
+        let server = if config.server.enabled {
+            let addr: SocketAddr =
+                config
+                    .server
+                    .listen
+                    .parse()
+                    .map_err(|e| observe::ServeError {
+                        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+                        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+                    })?;
+            Some(observe::serve(addr, observed.clone(), cancel.clone()).await?)
+        } else {
+            None
+        };
+        let every = config.log.summary_interval.get();
+        if !every.is_zero() {
+            tokio::spawn(observed.clone().log_summaries(every, cancel.clone()));
         }
         Ok(Bridge {
             pipeline,
             informers,
             cancel,
             stats,
+            observed,
+            server,
             shutdown_timeout: config.pipeline.shutdown_timeout.get(),
         })
     }
@@ -79,30 +134,22 @@ impl Bridge {
         &self.stats
     }
 
+    /// Metrics and health.
+    pub fn observed(&self) -> &Arc<Observed> {
+        &self.observed
+    }
+
+    /// Where the HTTP server listens, when enabled.
+    pub fn server_addr(&self) -> Option<SocketAddr> {
+        self.server
+    }
+
     /// Stops the watches, delivers what is pending within `pipeline.shutdown_timeout`, closes
     /// the sinks. Returns the number of changes not delivered in time.
     pub async fn shutdown(mut self) -> usize {
         self.cancel.cancel();
         while self.informers.join_next().await.is_some() {}
         self.pipeline.shutdown(self.shutdown_timeout).await
-    }
-}
-
-/// Runs a sink's healthcheck at start-up until it passes (with [`PROBE`] backoff), logging
-/// each failure as "not ready", then "ready". Delivery does not wait for it: the pipeline
-/// retries until the destination accepts.
-async fn probe_until_ready(sink: Arc<dyn Sink>, cancel: CancellationToken) {
-    let probe = kubesink_sinks::backoff::retry(
-        PROBE,
-        || sink.healthcheck(),
-        |_| true,
-        |e, delay| tracing::warn!(sink = sink.name(), error = %e, retry_in = ?delay, "sink not ready yet; changes wait in the pipeline"),
-    );
-    tokio::select! {
-        _ = cancel.cancelled() => {}
-        res = probe => if res.is_ok() {
-            tracing::info!(sink = sink.name(), "sink ready");
-        },
     }
 }
 

@@ -47,6 +47,9 @@ pub struct DemoArgs {
     /// Seed of the simulated workload.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Where kubesink serves /metrics, /healthz and /readyz during the demo.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub listen: String,
 }
 
 /// Log output format.
@@ -58,14 +61,19 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the tracing subscriber writing to stderr.
+/// Installs the tracing subscriber writing to stderr. Colours (ANSI escape codes) only when
+/// stderr is a terminal and `NO_COLOR` is unset (<https://no-color.org>): in a Pod, stderr is
+/// never a terminal, and `kubectl logs` would show the codes.
 pub fn init_logging(format: LogFormat, level: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Human => builder.try_init(),

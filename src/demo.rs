@@ -59,7 +59,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         rate_per_sec: args.churn,
         seed: args.seed,
     });
-    let config = demo_config(kubeconfig);
+    let mut config = demo_config(kubeconfig);
+    config.server.listen = args.listen.clone();
     let client = crate::cluster::client(&config.cluster).await?;
     let sinks: Vec<Arc<dyn kubesink_sinks::Sink>> = crate::bridge::build_sinks(&config).await?;
     let bridge = Bridge::start(&config, client, sinks).await?;

@@ -23,6 +23,8 @@ fn kubesink() -> Command {
         }
     }
     c.env_remove("RUST_LOG");
+    // Tests run in parallel: the HTTP server on a free port.
+    c.env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0");
     c.kill_on_drop(true);
     c
 }
@@ -182,7 +184,15 @@ async fn run_streams_schema_valid_json_lines_and_exits_0_on_sigterm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_shows_messages_within_seconds_and_stops_on_ctrl_c() {
     let mut child = kubesink()
-        .args(["demo", "--pods", "20", "--churn", "50"])
+        .args([
+            "demo",
+            "--pods",
+            "20",
+            "--churn",
+            "50",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -5,7 +5,6 @@
 mod support;
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -164,13 +163,7 @@ async fn recorded_pods_served_by_the_simulator_are_emitted_with_their_recorded_c
         sink.len() >= want.len()
     })
     .await;
-    assert!(
-        bridge.informer_stats()[0]
-            .1
-            .events_received
-            .load(Ordering::SeqCst)
-            >= want.len() as u64
-    );
+    assert!(bridge.informer_stats()[0].1.received() >= want.len() as u64);
     bridge.shutdown().await;
     let msgs = sink.messages();
     assert_eq!(msgs.len(), want.len());

@@ -242,12 +242,7 @@ async fn a_blocked_sink_bounds_pending_changes_and_stops_the_watch_being_read() 
         synced(&bridge) && sink.len() == 100
     })
     .await;
-    let received = || {
-        bridge.informer_stats()[0]
-            .1
-            .events_received
-            .load(Ordering::SeqCst)
-    };
+    let received = || bridge.informer_stats()[0].1.received();
     let base = received();
     let sent_before = c.sim.watch_events_sent();
 

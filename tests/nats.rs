@@ -57,6 +57,7 @@ fn example_config(server: &NatsServer, kubeconfig: &Path) -> Config {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/nats.toml");
     let mut cfg = kubesink::config::load(Some(&path)).expect("the example loads");
     cfg.cluster.kubeconfig = Some(kubeconfig.to_path_buf());
+    cfg.server.listen = "127.0.0.1:0".into();
     for s in &mut cfg.sinks {
         if let SinkConfig::Nats(n) = s {
             n.servers = vec![server.url()];

@@ -11,7 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{
-    ClusterConfig, Config, PayloadMode, PipelineConfig, ResourceConfig, SinkConfig, WatchConfig,
+    ClusterConfig, Config, LogConfig, PayloadMode, PipelineConfig, ResourceConfig, ServerConfig,
+    SinkConfig, WatchConfig,
 };
 
 /// Prefix of the environment variables that override the file.
@@ -115,6 +116,8 @@ struct Sections {
     cluster: Option<Value>,
     pipeline: Option<Value>,
     watch: Option<Value>,
+    server: Option<Value>,
+    log: Option<Value>,
     resources: Option<Value>,
     sinks: Option<Value>,
 }
@@ -128,10 +131,19 @@ impl Loader {
         let cluster = self.section::<ClusterConfig>("cluster");
         let pipeline = self.section::<PipelineConfig>("pipeline");
         let watch = self.section::<WatchConfig>("watch");
+        let server = self.section::<ServerConfig>("server");
+        let log = self.section::<LogConfig>("log");
         let resources = self.list::<ResourceConfig>("resources");
         let sinks = self.list::<SinkConfig>("sinks");
-        let (Some(cluster), Some(pipeline), Some(watch), Some(resources), Some(sinks)) =
-            (cluster, pipeline, watch, resources, sinks)
+        let (
+            Some(cluster),
+            Some(pipeline),
+            Some(watch),
+            Some(server),
+            Some(log),
+            Some(resources),
+            Some(sinks),
+        ) = (cluster, pipeline, watch, server, log, resources, sinks)
         else {
             return Err(ConfigErrors(self.errors));
         };
@@ -139,6 +151,8 @@ impl Loader {
             cluster,
             pipeline,
             watch,
+            server,
+            log,
             resources,
             sinks,
         };
@@ -304,6 +318,20 @@ impl Loader {
                 "watch.retry_max_backoff",
                 "must not be shorter than watch.retry_initial_backoff",
             );
+        }
+        if c.server.enabled {
+            if let Err(e) = c.server.listen.parse::<std::net::SocketAddr>() {
+                self.problem(
+                    "server.listen",
+                    format!(
+                        "{:?} is not an address:port ({e}), e.g. \"0.0.0.0:9090\"",
+                        c.server.listen
+                    ),
+                );
+            }
+        }
+        if c.server.sink_check_interval.0.is_zero() {
+            self.problem("server.sink_check_interval", "must be greater than zero");
         }
         if c.resources.is_empty() {
             self.problem("resources", "at least one [[resources]] entry is required");

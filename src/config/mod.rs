@@ -31,6 +31,12 @@ pub struct Config {
     /// How informers keep their lists and watches going.
     #[serde(default)]
     pub watch: WatchConfig,
+    /// The HTTP server: metrics and health.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Logging beyond the command line's format and level.
+    #[serde(default)]
+    pub log: LogConfig,
     /// The resources to watch, one `[[resources]]` entry each. Default: Pods, Deployments,
     /// Nodes and Services (the topology core).
     #[serde(default = "default_resources")]
@@ -46,6 +52,8 @@ impl Default for Config {
             cluster: ClusterConfig::default(),
             pipeline: PipelineConfig::default(),
             watch: WatchConfig::default(),
+            server: ServerConfig::default(),
+            log: LogConfig::default(),
             resources: default_resources(),
             sinks: default_sinks(),
         }
@@ -158,6 +166,51 @@ impl Default for WatchConfig {
             idle_timeout: HumanDuration::from_secs(180),
             retry_initial_backoff: HumanDuration::from_millis(500),
             retry_max_backoff: HumanDuration::from_secs(15),
+        }
+    }
+}
+
+/// `[server]`: the HTTP server with `/metrics`, `/healthz` and `/readyz`
+/// (`docs/operations.md`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Serve at all. Default `true`.
+    pub enabled: bool,
+    /// Address and port to listen on. Default `0.0.0.0:9090`.
+    pub listen: String,
+    /// `/healthz` fails when a watch could not be re-established for this long (connection
+    /// failures, dead or undecodable watches, server errors; not 401/403/404, which a restart
+    /// cannot cure). Default 5m.
+    pub watch_failure_timeout: HumanDuration,
+    /// How often each sink's healthcheck runs once it passed (readiness). Default 10s.
+    pub sink_check_interval: HumanDuration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            enabled: true,
+            listen: "0.0.0.0:9090".to_owned(),
+            watch_failure_timeout: HumanDuration::from_secs(300),
+            sink_check_interval: HumanDuration::from_secs(10),
+        }
+    }
+}
+
+/// `[log]`: logging beyond `--log-format` and `--log-level`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Interval of the one-line summary at info level (objects, events/s, messages/s,
+    /// pending and delivered/s per sink); `0s` turns it off. Default 60s.
+    pub summary_interval: HumanDuration,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            summary_interval: HumanDuration::from_secs(60),
         }
     }
 }

@@ -168,7 +168,7 @@ impl Decider {
                 Ok(Vec::new())
             }
             Event::Listed(obj) => {
-                self.stats.events_received.fetch_add(1, Ordering::Relaxed);
+                self.stats.listed.fetch_add(1, Ordering::Relaxed);
                 self.count_listed();
                 let initial = matches!(self.phase, Phase::InitialList { .. });
                 self.apply(obj, initial)
@@ -179,14 +179,8 @@ impl Decider {
                 Ok(Vec::new())
             }
             Event::ListDone { sweep } => Ok(self.end_list(sweep)),
-            Event::Applied(obj) => {
-                self.stats.events_received.fetch_add(1, Ordering::Relaxed);
-                self.apply(obj, false)
-            }
-            Event::Deleted(obj) => {
-                self.stats.events_received.fetch_add(1, Ordering::Relaxed);
-                self.delete(obj)
-            }
+            Event::Applied(obj) => self.apply(obj, false),
+            Event::Deleted(obj) => self.delete(obj),
         }
     }
 
@@ -246,10 +240,19 @@ impl Decider {
             .inferred_deletes
             .fetch_add(vanished.len() as u64, Ordering::Relaxed);
         let changes: Vec<Change> = vanished.into_iter().map(inferred_delete).collect();
-        self.stats
-            .emitted
-            .fetch_add(changes.len() as u64, Ordering::Relaxed);
+        self.count_emitted(&changes);
         changes
+    }
+
+    fn count_emitted(&self, changes: &[Change]) {
+        for c in changes {
+            let counter = match c.op {
+                Op::Added => &self.stats.emitted_added,
+                Op::Updated => &self.stats.emitted_updated,
+                Op::Deleted => &self.stats.emitted_deleted,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn note_size(&self) {
@@ -322,9 +325,7 @@ impl Decider {
             final_state_unknown: false,
             object: Some(shaped.object),
         });
-        self.stats
-            .emitted
-            .fetch_add(changes.len() as u64, Ordering::Relaxed);
+        self.count_emitted(&changes);
         Ok(changes)
     }
 
@@ -335,7 +336,7 @@ impl Decider {
         let namespace = obj.namespace().map(str::to_owned);
         self.store.remove(namespace.as_deref(), &name);
         self.note_size();
-        self.stats.emitted.fetch_add(1, Ordering::Relaxed);
+        self.stats.emitted_deleted.fetch_add(1, Ordering::Relaxed);
         // The delete is emitted even when the final state cannot be shaped: without it.
         let object = match self.shaper.shape(&obj) {
             Ok(s) => Some(s.object),

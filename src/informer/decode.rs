@@ -94,8 +94,10 @@ impl ListMeta {
 /// One watch event line, the object still raw.
 #[derive(Debug)]
 pub enum WatchLine<'a> {
-    /// ADDED or MODIFIED.
-    Applied(&'a RawValue),
+    /// ADDED.
+    Added(&'a RawValue),
+    /// MODIFIED.
+    Modified(&'a RawValue),
     /// DELETED (the object's final state).
     Deleted(&'a RawValue),
     /// BOOKMARK: a resourceVersion to resume from.
@@ -180,7 +182,8 @@ pub fn watch_line(line: &[u8]) -> Result<WatchLine<'_>, DecodeError> {
         ));
     };
     match kind {
-        "ADDED" | "MODIFIED" => Ok(WatchLine::Applied(object)),
+        "ADDED" => Ok(WatchLine::Added(object)),
+        "MODIFIED" => Ok(WatchLine::Modified(object)),
         "DELETED" => Ok(WatchLine::Deleted(object)),
         "BOOKMARK" => bookmark(object.get()).map_err(|e| err(&e)),
         "ERROR" => serde_json::from_str(object.get())
@@ -213,7 +216,7 @@ mod tests {
     #[test]
     fn watch_lines_of_every_type_decode() {
         let l = watch_line(br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#).unwrap();
-        assert!(matches!(l, WatchLine::Applied(o) if o.get() == r#"{"metadata":{"name":"a"}}"#));
+        assert!(matches!(l, WatchLine::Added(o) if o.get() == r#"{"metadata":{"name":"a"}}"#));
         assert!(matches!(
             watch_line(br#"{"type":"DELETED","object":{}}"#).unwrap(),
             WatchLine::Deleted(_)

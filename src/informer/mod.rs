@@ -68,7 +68,7 @@ pub use decide::{Decider, Event, InformerError, Phase};
 pub use object::{MinimalMeta, RawObject};
 pub use payload::{ShapeError, Shaped, Shaper};
 pub use plan::WatchPlan;
-pub use stats::InformerStats;
+pub use stats::{FailureKind, InformerStats};
 pub use store::{Entry as StoreEntry, LightStore, Observed, Vanished};
 
 use crate::config::WatchConfig;
@@ -190,6 +190,15 @@ impl Informer {
             resource = %self.resource,
             scope = %self.scope
         );
+        /// Clears `running` however the loop ends (a panic included).
+        struct Running(Arc<InformerStats>);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                self.0.running.store(false, Ordering::Relaxed);
+            }
+        }
+        self.stats.running.store(true, Ordering::Relaxed);
+        let _running = Running(self.stats.clone());
         async move {
             tokio::select! {
                 _ = cancel.cancelled() => {}
@@ -267,9 +276,10 @@ impl Informer {
             *since = Instant::now();
             *n = 0;
         }
-        self.stats.set_failure(format!(
-            "watch ends early without events (after {elapsed:?})"
-        ));
+        self.stats.set_failure(
+            FailureKind::Broken,
+            format!("watch ends early without events (after {elapsed:?})"),
+        );
         wait
     }
 
@@ -282,7 +292,12 @@ impl Informer {
         } else {
             "watch failed"
         };
-        self.stats.set_failure(format!("{what}: {failure}"));
+        let kind = match failure.code() {
+            Some(401 | 403) => FailureKind::Forbidden,
+            Some(404) => FailureKind::NotFound,
+            _ => FailureKind::Broken,
+        };
+        self.stats.set_failure(kind, format!("{what}: {failure}"));
         let resume = || self.last_rv.clone().map(Next::Watch);
         match failure {
             Failure::Gone(_) => {
@@ -466,10 +481,13 @@ impl Informer {
                 Ok(d) => d,
                 Err(e) => return failed(Failure::Decode(e)),
             };
-            let (event, rv) = match decoded {
-                WatchLine::Bookmark {
-                    resource_version, ..
-                } => (None, resource_version),
+            let (raw, kind) = match decoded {
+                WatchLine::Bookmark { resource_version } => {
+                    self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
+                    self.note_line(resource_version);
+                    count += 1;
+                    continue;
+                }
                 WatchLine::Error(status) if status.code == 410 => {
                     return failed(Failure::Gone(status))
                 }
@@ -479,39 +497,42 @@ impl Informer {
                         retry_after: None,
                     })
                 }
-                WatchLine::Applied(raw) | WatchLine::Deleted(raw) => {
-                    let deleted = matches!(decoded, WatchLine::Deleted(_));
-                    let obj = match RawObject::parse(raw.get()) {
-                        Ok(o) => o,
-                        Err(e) => {
-                            return failed(Failure::Decode(decode::DecodeError {
-                                what: "watch event object",
-                                reason: e.to_string(),
-                                excerpt: decode::excerpt(raw.get().as_bytes()),
-                            }))
-                        }
-                    };
-                    let rv = obj.resource_version().to_owned();
-                    let event = if deleted {
-                        Event::Deleted(obj)
-                    } else {
-                        Event::Applied(obj)
-                    };
-                    (Some(event), rv)
+                WatchLine::Added(raw) => (raw, &self.stats.added_events),
+                WatchLine::Modified(raw) => (raw, &self.stats.modified_events),
+                WatchLine::Deleted(raw) => (raw, &self.stats.deleted_events),
+            };
+            kind.fetch_add(1, Ordering::Relaxed);
+            let obj = match RawObject::parse(raw.get()) {
+                Ok(o) => o,
+                Err(e) => {
+                    return failed(Failure::Decode(decode::DecodeError {
+                        what: "watch event object",
+                        reason: e.to_string(),
+                        excerpt: decode::excerpt(raw.get().as_bytes()),
+                    }))
                 }
             };
+            let rv = obj.resource_version().to_owned();
+            let event = if matches!(decoded, WatchLine::Deleted(_)) {
+                Event::Deleted(obj)
+            } else {
+                Event::Applied(obj)
+            };
             count += 1;
-            self.stats.note_event();
-            if let Some(event) = event {
-                if let Err(step) = self.decide(event, publisher).await {
-                    return step;
-                }
+            if let Err(step) = self.decide(event, publisher).await {
+                return step;
             }
-            if !rv.is_empty() {
-                self.last_rv = Some(rv);
-            }
-            self.decode_failures = None;
+            self.note_line(rv);
         }
+    }
+
+    /// An event or bookmark was processed: it is the new resume point.
+    fn note_line(&mut self, rv: String) {
+        self.stats.note_event();
+        if !rv.is_empty() {
+            self.last_rv = Some(rv);
+        }
+        self.decode_failures = None;
     }
 
     /// Applies one event and publishes what it decides; `Err(Step::Closed)` when the

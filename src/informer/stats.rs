@@ -2,17 +2,29 @@
 //! by the bridge (readiness), the tests and the metrics exporter. Atomics only on the hot
 //! path; the last failure's description behind a mutex, touched only when something fails.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Counters of one informer, readable while it runs.
 #[derive(Debug, Default)]
 pub struct InformerStats {
-    /// Objects read from lists and watch events (not bookmarks).
-    pub events_received: AtomicU64,
-    /// Changes handed to encoding and the pipeline.
-    pub emitted: AtomicU64,
+    /// Objects read from lists.
+    pub listed: AtomicU64,
+    /// Watch ADDED events.
+    pub added_events: AtomicU64,
+    /// Watch MODIFIED events.
+    pub modified_events: AtomicU64,
+    /// Watch DELETED events.
+    pub deleted_events: AtomicU64,
+    /// Watch BOOKMARK events.
+    pub bookmarks: AtomicU64,
+    /// `added` changes emitted.
+    pub emitted_added: AtomicU64,
+    /// `updated` changes emitted.
+    pub emitted_updated: AtomicU64,
+    /// `deleted` changes emitted (watch deletes and inferred ones).
+    pub emitted_deleted: AtomicU64,
     /// Events that changed nothing in the emitted payload.
     pub suppressed: AtomicU64,
     /// Deletes inferred after a relist or uid change.
@@ -23,6 +35,8 @@ pub struct InformerStats {
     pub objects: AtomicU64,
     /// The first list has completed.
     pub synced: AtomicBool,
+    /// The informer's loop is running (false before it starts and after it stopped).
+    pub running: AtomicBool,
     /// Failures of any kind (each followed by a retry).
     pub errors: AtomicU64,
     /// Objects skipped because they could not be decoded or shaped.
@@ -53,8 +67,24 @@ pub struct InformerStats {
     pub last_event_ms: AtomicU64,
     /// Duration of the initial sync in milliseconds (0 until it completed).
     pub initial_sync_ms: AtomicU64,
+    /// Unix time in milliseconds since which the informer has been failing (0: it is not).
+    pub failing_since_ms: AtomicU64,
+    /// The kind of the current failure ([`FailureKind`] as a number).
+    failure_kind: AtomicU8,
     /// The failure the informer is recovering from, if any (cleared on success).
     last_failure: Mutex<Option<String>>,
+}
+
+/// What kind of failure an informer is recovering from: the health rules treat a refusal
+/// by the API server (which a restart cannot cure) apart from a broken watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// 401 or 403: not allowed (RBAC).
+    Forbidden,
+    /// 404: the resource is not served (a CRD removed).
+    NotFound,
+    /// Anything else: connection, server errors, undecodable responses, dead watches.
+    Broken,
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -88,17 +118,52 @@ impl InformerStats {
         );
     }
 
-    /// Records the failure being recovered from.
-    pub fn set_failure(&self, what: String) {
+    /// All changes emitted.
+    pub fn emitted(&self) -> u64 {
+        self.emitted_added.load(Ordering::Relaxed)
+            + self.emitted_updated.load(Ordering::Relaxed)
+            + self.emitted_deleted.load(Ordering::Relaxed)
+    }
+
+    /// Objects and events read (lists and watch events, bookmarks excluded).
+    pub fn received(&self) -> u64 {
+        self.listed.load(Ordering::Relaxed)
+            + self.added_events.load(Ordering::Relaxed)
+            + self.modified_events.load(Ordering::Relaxed)
+            + self.deleted_events.load(Ordering::Relaxed)
+    }
+
+    /// Records the failure being recovered from (the first one of a streak sets the start).
+    pub fn set_failure(&self, kind: FailureKind, what: String) {
+        let now = unix_ms(SystemTime::now());
+        let _ =
+            self.failing_since_ms
+                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        self.failure_kind.store(kind as u8, Ordering::Relaxed);
         *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(what);
     }
 
     /// Clears the failure after a success.
     pub fn clear_failure(&self) {
-        let mut f = self.last_failure.lock().unwrap_or_else(|p| p.into_inner());
-        if f.is_some() {
-            *f = None;
+        if self.failing_since_ms.swap(0, Ordering::Relaxed) == 0 {
+            return;
         }
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// How long the current failure streak has lasted, and its kind; `None` when healthy.
+    pub fn failing_for(&self) -> Option<(Duration, FailureKind)> {
+        let since = self.failing_since_ms.load(Ordering::Relaxed);
+        if since == 0 {
+            return None;
+        }
+        let kind = match self.failure_kind.load(Ordering::Relaxed) {
+            k if k == FailureKind::Forbidden as u8 => FailureKind::Forbidden,
+            k if k == FailureKind::NotFound as u8 => FailureKind::NotFound,
+            _ => FailureKind::Broken,
+        };
+        let now = unix_ms(SystemTime::now());
+        Some((Duration::from_millis(now.saturating_sub(since)), kind))
     }
 
     /// The failure being recovered from, if any.

@@ -76,6 +76,16 @@ impl fmt::Display for Failure {
     }
 }
 
+impl Failure {
+    /// The HTTP status, when the API server answered one.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            Failure::Gone(s) | Failure::Api { status: s, .. } => Some(s.code),
+            _ => None,
+        }
+    }
+}
+
 /// The requests of one [`WatchPlan`].
 #[derive(Clone)]
 pub struct Requests {

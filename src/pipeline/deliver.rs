@@ -28,26 +28,41 @@ pub(super) async fn deliver(sink: &dyn Sink, batch: &[Message], stats: &SinkStat
     let mut levels: Vec<Option<TruncateLevel>> = vec![None; todo.len()];
     if let Some(limit) = sink.max_message_bytes() {
         for (m, level) in todo.iter_mut().zip(levels.iter_mut()) {
+            let size = m.payload.len();
             while m.payload.len() > limit {
                 if !shrink(m, level, stats) {
                     break;
                 }
             }
+            if level.is_some() {
+                tracing::warn!(sink = sink.name(), key = %m.key, size, limit, truncated_to = m.payload.len(), "message larger than the destination accepts: sending it truncated");
+            }
         }
     }
     let mut delays = retry.delays();
+    let mut attempt = 0u64;
     loop {
-        let err = match sink.send(&todo).await {
+        if attempt > 0 {
+            stats
+                .retried
+                .fetch_add(todo.len() as u64, Ordering::Relaxed);
+        }
+        attempt += 1;
+        let started = std::time::Instant::now();
+        let sent = sink.send(&todo).await;
+        stats.send_seconds.observe(started.elapsed().as_secs_f64());
+        let err = match sent {
             Ok(()) => break,
             Err(e) => e,
         };
-        stats.errors.fetch_add(1, Ordering::Relaxed);
+        stats.note_error(&err);
         let mut delay = delays.next().unwrap_or(retry.max);
         match &err {
             SinkError::TooLarge { index, .. } => {
                 let i = *index;
+                let size = todo.get(i).map_or(0, |m| m.payload.len());
                 if i < todo.len() && shrink(&mut todo[i], &mut levels[i], stats) {
-                    tracing::warn!(sink = sink.name(), key = %todo[i].key, "message too large for the destination: sending it truncated");
+                    tracing::warn!(sink = sink.name(), key = %todo[i].key, size, limit = ?err_limit(&err), truncated_to = todo[i].payload.len(), "message too large for the destination: sending it truncated");
                     continue;
                 }
                 tracing::error!(sink = sink.name(), error = %err, "message too large even without its object; retrying");
@@ -76,6 +91,15 @@ pub(super) async fn deliver(sink: &dyn Sink, batch: &[Message], stats: &SinkStat
     }
     stats.delivered.fetch_add(total, Ordering::Relaxed);
     stats.batches.fetch_add(1, Ordering::Relaxed);
+    stats.batch_size.observe(total as f64);
+    stats.note_success();
+}
+
+fn err_limit(e: &SinkError) -> Option<usize> {
+    match e {
+        SinkError::TooLarge { limit, .. } => *limit,
+        _ => None,
+    }
 }
 
 /// Keeps the failed messages, in order, except those superseded by a later message of the

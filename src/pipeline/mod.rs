@@ -23,29 +23,135 @@
 mod deliver;
 mod queue;
 
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kubesink_sinks::backoff::Backoff;
-use kubesink_sinks::{Message, Sink};
+use kubesink_sinks::{Message, Sink, SinkError};
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::task::JoinHandle;
 
 use queue::{QueueLimits, SinkQueue};
 
 use crate::config::PipelineConfig;
 
-/// Counters of one sink's worker.
-#[derive(Debug, Default)]
+/// Counters and health of one sink's worker.
+#[derive(Debug)]
 pub struct SinkStats {
     /// Messages the sink confirmed.
     pub delivered: AtomicU64,
     /// Batches confirmed.
     pub batches: AtomicU64,
-    /// Failed `send` calls (each followed by a retry).
+    /// Failed `send` calls (each followed by a retry), all kinds.
     pub errors: AtomicU64,
+    /// Failed sends by kind: transient, partial, too large, fatal.
+    pub errors_by_kind: [AtomicU64; 4],
+    /// Messages sent again after a failure.
+    pub retried: AtomicU64,
     /// Messages reduced by the oversize policy.
     pub truncated: AtomicU64,
+    /// Messages per confirmed batch.
+    pub batch_size: Histogram,
+    /// Duration of each `send` call, in seconds (failed ones included).
+    pub send_seconds: Histogram,
+    /// Unix time in milliseconds since which sends have been failing (0: the last one
+    /// succeeded).
+    pub failing_since_ms: AtomicU64,
+    /// The last healthcheck passed (updated by the bridge's probe).
+    pub healthy: AtomicBool,
+    /// Why the last healthcheck or send failed, while it does.
+    problem: Mutex<Option<String>>,
+}
+
+/// Names of [`SinkStats::errors_by_kind`], in order.
+pub const ERROR_KINDS: [&str; 4] = ["transient", "partial", "too_large", "fatal"];
+
+impl Default for SinkStats {
+    fn default() -> Self {
+        SinkStats {
+            delivered: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            errors_by_kind: Default::default(),
+            retried: AtomicU64::new(0),
+            truncated: AtomicU64::new(0),
+            // 1 .. 4096 messages.
+            batch_size: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                1.0, 4.0, 7,
+            )),
+            // 1 ms .. ~65 s.
+            send_seconds: Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.001, 4.0, 9),
+            ),
+            failing_since_ms: AtomicU64::new(0),
+            healthy: AtomicBool::new(false),
+            problem: Mutex::new(None),
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl SinkStats {
+    /// Records a failed send.
+    pub fn note_error(&self, e: &SinkError) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let kind = match e {
+            SinkError::Transient { .. } => 0,
+            SinkError::Partial { .. } => 1,
+            SinkError::TooLarge { .. } => 2,
+            SinkError::Fatal { .. } => 3,
+        };
+        self.errors_by_kind[kind].fetch_add(1, Ordering::Relaxed);
+        let _ = self.failing_since_ms.compare_exchange(
+            0,
+            now_ms(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        self.set_problem(Some(e.to_string()));
+    }
+
+    /// Records a confirmed send.
+    pub fn note_success(&self) {
+        if self.failing_since_ms.swap(0, Ordering::Relaxed) != 0
+            && self.healthy.load(Ordering::Relaxed)
+        {
+            self.set_problem(None);
+        }
+    }
+
+    /// Records a healthcheck result.
+    pub fn note_health(&self, result: Result<(), String>) {
+        let ok = result.is_ok();
+        self.healthy.store(ok, Ordering::Relaxed);
+        if !ok || self.failing_since_ms.load(Ordering::Relaxed) == 0 {
+            self.set_problem(result.err());
+        }
+    }
+
+    /// Whether the sink is ready: its healthcheck passes and sends are not failing.
+    pub fn ready(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed) && self.failing_since_ms.load(Ordering::Relaxed) == 0
+    }
+
+    /// What is wrong with the sink, if anything.
+    pub fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_problem(&self, p: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = p;
+    }
 }
 
 /// One sink as the pipeline sees it: the sink, its queue and its counters. Cheap to clone.
@@ -75,6 +181,11 @@ impl SinkHandle {
     /// The most changes ever held at once.
     pub fn high_water(&self) -> usize {
         self.queue.high_water()
+    }
+
+    /// Bytes held now (pending + in flight).
+    pub fn held_bytes(&self) -> usize {
+        self.queue.held_bytes()
     }
 
     /// Changes replaced by a newer change for the same key while waiting.

@@ -255,6 +255,11 @@ impl SinkQueue {
         self.lock().held()
     }
 
+    /// Bytes held now (pending + in flight).
+    pub fn held_bytes(&self) -> usize {
+        self.lock().held_bytes()
+    }
+
     /// The most changes ever held at once.
     pub fn high_water(&self) -> usize {
         self.high_water.load(Ordering::Relaxed)

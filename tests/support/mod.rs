@@ -61,6 +61,14 @@ pub fn config(kubeconfig: &std::path::Path, resources: Vec<ResourceConfig>) -> C
             ..Default::default()
         },
         watch: Default::default(),
+        // Tests run in parallel: each server on a free port, no summaries.
+        server: kubesink::config::ServerConfig {
+            listen: "127.0.0.1:0".into(),
+            ..Default::default()
+        },
+        log: kubesink::config::LogConfig {
+            summary_interval: HumanDuration(Duration::ZERO),
+        },
         resources,
         sinks: vec![],
     }

@@ -171,6 +171,8 @@ pub fn base_options(
                     Event::ClientError(e) => {
                         tracing::error!(sink = %sink, error = %e, "NATS client error")
                     }
+                    // The connection closed because the sink closed it (shutdown).
+                    Event::Closed => tracing::info!(sink = %sink, "NATS connection closed"),
                     other => tracing::warn!(sink = %sink, event = %other, "NATS connection event"),
                 }
             }

@@ -1,0 +1,414 @@
+//! Prometheus metrics (`prometheus-client`), read at scrape time from the counters the
+//! informers and sink workers keep anyway ([`InformerStats`], [`SinkStats`]), so the hot path
+//! pays nothing for them. Names and units follow the Prometheus conventions
+//! (<https://prometheus.io/docs/practices/naming/>): `kubesink_…_total` counters, `_seconds`,
+//! `_bytes`. Every metric is listed with its meaning in `docs/operations.md`.
+//!
+//! Labels: `cluster`, `api_version`, `kind`, `scope` (`all`, or the namespace) per watch;
+//! `sink` per sink.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::{SinkEntry, WatchEntry};
+use crate::informer::InformerStats;
+use crate::pipeline::{SinkStats, ERROR_KINDS};
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The registry of one bridge: build info, the sinks' histograms, and the collector.
+pub fn registry(watches: Arc<[WatchEntry]>, sinks: Arc<[SinkEntry]>) -> Registry {
+    let mut r = Registry::with_prefix("kubesink");
+    r.register(
+        "build",
+        "kubesink's version",
+        Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+    );
+    r.register_collector(Box::new(BridgeCollector { watches, sinks }));
+    r
+}
+
+struct BridgeCollector {
+    watches: Arc<[WatchEntry]>,
+    sinks: Arc<[SinkEntry]>,
+}
+
+impl std::fmt::Debug for BridgeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BridgeCollector")
+            .field("watches", &self.watches.len())
+            .field("sinks", &self.sinks.len())
+            .finish()
+    }
+}
+
+/// A counter of [`InformerStats`], by name.
+type Get = fn(&InformerStats) -> u64;
+
+fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// One metric family: name, help, unit, type, and its (labels, value) samples.
+fn family<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    samples: impl IntoIterator<Item = (Labels, M)>,
+) -> Result<(), std::fmt::Error> {
+    let mut samples = samples.into_iter().peekable();
+    let Some((_, first)) = samples.peek() else {
+        return Ok(());
+    };
+    let mut fam = encoder.encode_descriptor(name, help, unit, first.metric_type())?;
+    for (labels, metric) in samples {
+        metric.encode(fam.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl WatchEntry {
+    fn labels(&self) -> Labels {
+        vec![
+            ("cluster", self.resource.cluster.clone()),
+            ("api_version", self.resource.api_version.clone()),
+            ("kind", self.resource.kind.clone()),
+            (
+                "scope",
+                self.namespace.clone().unwrap_or_else(|| "all".into()),
+            ),
+        ]
+    }
+}
+
+fn with(mut labels: Labels, key: &'static str, value: &str) -> Labels {
+    labels.push((key, value.to_owned()));
+    labels
+}
+
+impl BridgeCollector {
+    fn watch_counter(
+        &self,
+        e: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        get: impl Fn(&InformerStats) -> u64,
+    ) -> Result<(), std::fmt::Error> {
+        family(
+            e,
+            name,
+            help,
+            None,
+            self.watches
+                .iter()
+                .map(|w| (w.labels(), ConstCounter::new(get(&w.stats)))),
+        )
+    }
+
+    fn sink_counter(
+        &self,
+        e: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        get: impl Fn(&SinkStats, &SinkEntry) -> u64,
+    ) -> Result<(), std::fmt::Error> {
+        family(
+            e,
+            name,
+            help,
+            None,
+            self.sinks.iter().map(|s| {
+                (
+                    vec![("sink", s.handle.sink().name().to_owned())],
+                    ConstCounter::new(get(s.handle.stats(), s)),
+                )
+            }),
+        )
+    }
+
+    fn encode_watches(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let events: [(&str, Get); 5] = [
+            ("listed", |s| load(&s.listed)),
+            ("added", |s| load(&s.added_events)),
+            ("modified", |s| load(&s.modified_events)),
+            ("deleted", |s| load(&s.deleted_events)),
+            ("bookmark", |s| load(&s.bookmarks)),
+        ];
+        family(
+            e,
+            "watch_events",
+            "Objects read from lists and watch events received, by type",
+            None,
+            self.watches.iter().flat_map(|w| {
+                events.iter().map(|(t, get)| {
+                    (
+                        with(w.labels(), "type", t),
+                        ConstCounter::new(get(&w.stats)),
+                    )
+                })
+            }),
+        )?;
+        let ops: [(&str, Get); 3] = [
+            ("added", |s| load(&s.emitted_added)),
+            ("updated", |s| load(&s.emitted_updated)),
+            ("deleted", |s| load(&s.emitted_deleted)),
+        ];
+        family(
+            e,
+            "messages",
+            "Messages emitted into the pipeline, by op",
+            None,
+            self.watches.iter().flat_map(|w| {
+                ops.iter()
+                    .map(|(op, get)| (with(w.labels(), "op", op), ConstCounter::new(get(&w.stats))))
+            }),
+        )?;
+        self.watch_counter(
+            e,
+            "suppressed",
+            "Events that changed nothing in the emitted payload (no message)",
+            |s| load(&s.suppressed),
+        )?;
+        self.watch_counter(
+            e,
+            "inferred_deletes",
+            "Deletes inferred after a relist or a uid change (finalStateUnknown)",
+            |s| load(&s.inferred_deletes),
+        )?;
+        self.watch_counter(
+            e,
+            "skipped_objects",
+            "Objects skipped because they could not be decoded or shaped",
+            |s| load(&s.skipped),
+        )?;
+        self.watch_counter(
+            e,
+            "lists",
+            "Lists started: the initial sync, relists, and retried lists",
+            |s| load(&s.lists),
+        )?;
+        self.watch_counter(e, "list_requests", "List page requests sent", |s| {
+            load(&s.list_requests)
+        })?;
+        self.watch_counter(
+            e,
+            "watch_requests",
+            "Watch requests sent (each re-watch counts)",
+            |s| load(&s.watch_requests),
+        )?;
+        self.watch_counter(
+            e,
+            "watch_gone",
+            "410 Gone / Expired answers (resourceVersion or continue token too old)",
+            |s| load(&s.gone),
+        )?;
+        self.watch_counter(
+            e,
+            "watch_idle_restarts",
+            "Watches re-established after watch.idle_timeout without event or bookmark",
+            |s| load(&s.idle_restarts),
+        )?;
+        self.watch_counter(
+            e,
+            "watch_early_ends",
+            "Watches that ended empty long before their timeoutSeconds (backed off)",
+            |s| load(&s.early_ends),
+        )?;
+        self.watch_counter(
+            e,
+            "decode_errors",
+            "Responses, events or list items that did not decode",
+            |s| load(&s.decode_errors),
+        )?;
+        let classes: [(&str, Get); 5] = [
+            ("forbidden", |s| load(&s.forbidden)),
+            ("not_found", |s| load(&s.not_found)),
+            ("throttled", |s| load(&s.throttled)),
+            ("server", |s| load(&s.server_errors)),
+            ("transport", |s| load(&s.transport_errors)),
+        ];
+        family(
+            e,
+            "api_errors",
+            "Failed list and watch requests, by class (forbidden: 401/403, not_found: 404, throttled: 429, server: 5xx, transport: no connection)",
+            None,
+            self.watches.iter().flat_map(|w| {
+                classes
+                    .iter()
+                    .map(|(c, get)| (with(w.labels(), "class", c), ConstCounter::new(get(&w.stats))))
+            }),
+        )?;
+        family(
+            e,
+            "watch_last_event_age",
+            "Seconds since the last event or bookmark of the watch (-1 before the first)",
+            Some(&Unit::Seconds),
+            self.watches.iter().map(|w| {
+                let age = w.stats.since_last_event().map_or(-1.0, |d| d.as_secs_f64());
+                (w.labels(), ConstGauge::new(age))
+            }),
+        )?;
+        family(
+            e,
+            "objects",
+            "Objects known to the watch (its lightweight store)",
+            None,
+            self.watches
+                .iter()
+                .map(|w| (w.labels(), ConstGauge::new(load(&w.stats.objects) as i64))),
+        )?;
+        family(
+            e,
+            "synced",
+            "1 once the watch's initial sync completed",
+            None,
+            self.watches.iter().map(|w| {
+                (
+                    w.labels(),
+                    ConstGauge::new(i64::from(w.stats.synced.load(Ordering::Relaxed))),
+                )
+            }),
+        )?;
+        family(
+            e,
+            "initial_sync_duration",
+            "How long the initial list took (0 until it completed)",
+            Some(&Unit::Seconds),
+            self.watches.iter().map(|w| {
+                let secs = load(&w.stats.initial_sync_ms) as f64 / 1000.0;
+                (w.labels(), ConstGauge::new(secs))
+            }),
+        )?;
+        family(
+            e,
+            "watch_failing",
+            "Seconds the watch has been failing without a successful list or watch (0 when healthy)",
+            Some(&Unit::Seconds),
+            self.watches.iter().map(|w| {
+                let secs = w.stats.failing_for().map_or(0.0, |(d, _)| d.as_secs_f64());
+                (w.labels(), ConstGauge::new(secs))
+            }),
+        )
+    }
+
+    fn encode_sinks(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let name = |s: &SinkEntry| vec![("sink", s.handle.sink().name().to_owned())];
+        family(
+            e,
+            "sink_pending_messages",
+            "Changes held for the sink: waiting plus in flight (bounded by pipeline.max_pending)",
+            None,
+            self.sinks
+                .iter()
+                .map(|s| (name(s), ConstGauge::new(s.handle.held() as i64))),
+        )?;
+        family(
+            e,
+            "sink_pending",
+            "Bytes (keys + payloads) held for the sink (bounded by pipeline.max_pending_bytes)",
+            Some(&Unit::Bytes),
+            self.sinks
+                .iter()
+                .map(|s| (name(s), ConstGauge::new(s.handle.held_bytes() as i64))),
+        )?;
+        self.sink_counter(
+            e,
+            "sink_coalesced",
+            "Changes replaced while waiting by a newer change of the same key",
+            |_, s| s.handle.coalesced() as u64,
+        )?;
+        self.sink_counter(
+            e,
+            "sink_delivered_messages",
+            "Messages the sink confirmed",
+            |st, _| load(&st.delivered),
+        )?;
+        self.sink_counter(e, "sink_batches", "Batches the sink confirmed", |st, _| {
+            load(&st.batches)
+        })?;
+        self.sink_counter(
+            e,
+            "sink_retried_messages",
+            "Messages sent again after a failed send",
+            |st, _| load(&st.retried),
+        )?;
+        self.sink_counter(
+            e,
+            "sink_truncated_messages",
+            "Messages reduced by the oversize policy (metadata only, or no object)",
+            |st, _| load(&st.truncated),
+        )?;
+        family(
+            e,
+            "sink_errors",
+            "Failed sends, by kind (transient, partial, too_large, fatal); each is retried",
+            None,
+            self.sinks.iter().flat_map(|s| {
+                ERROR_KINDS.iter().enumerate().map(move |(i, k)| {
+                    (
+                        with(name(s), "kind", k),
+                        ConstCounter::new(load(&s.handle.stats().errors_by_kind[i])),
+                    )
+                })
+            }),
+        )?;
+        family(
+            e,
+            "sink_ready",
+            "1 while the sink's healthcheck passes and its sends succeed",
+            None,
+            self.sinks.iter().map(|s| {
+                (
+                    name(s),
+                    ConstGauge::new(i64::from(s.handle.stats().ready())),
+                )
+            }),
+        )?;
+        family(
+            e,
+            "sink_batch_size",
+            "Messages per confirmed batch",
+            None,
+            self.sinks
+                .iter()
+                .map(|s| (name(s), s.handle.stats().batch_size.clone())),
+        )?;
+        family(
+            e,
+            "sink_send_duration",
+            "Duration of each send to the sink, failed ones included",
+            Some(&Unit::Seconds),
+            self.sinks
+                .iter()
+                .map(|s| (name(s), s.handle.stats().send_seconds.clone())),
+        )
+    }
+}
+
+impl Collector for BridgeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.encode_watches(&mut encoder)?;
+        self.encode_sinks(&mut encoder)
+    }
+}
+
+/// Encodes `registry` in the Prometheus text format (version 0.0.4).
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail; a collector error would be a bug, reported inline.
+    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, registry) {
+        out.push_str(&format!("# encoding failed: {e}\n"));
+    }
+    out
+}
+
+/// The `Content-Type` of [`encode`]'s output.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

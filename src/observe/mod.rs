@@ -1,0 +1,295 @@
+//! What an operator sees of a running bridge: Prometheus metrics (`metrics.rs`), the health
+//! rules behind `/healthz` and `/readyz` (this file), the HTTP server that serves them
+//! (`server.rs`), the continuous sink readiness probe and the periodic summary log line.
+//!
+//! # Health rules
+//!
+//! - **Liveness** (`/healthz`) fails only when restarting the process could help: a watch
+//!   that could not be re-established (connection failures, dead or undecodable watches,
+//!   server errors) for longer than `server.watch_failure_timeout`, or an informer that
+//!   stopped. A sink outage never fails it (the pipeline holds the backlog and retries), nor
+//!   does an API server refusing (401/403: RBAC; 404: the CRD is gone): a restart cures
+//!   neither, and the informer keeps retrying on its own.
+//! - **Readiness** (`/readyz`): every watch finished its initial sync and every sink is
+//!   ready (its healthcheck passes and its sends succeed).
+//!
+//! Both answer `200` or `503` with a JSON body naming every watch and sink and what is
+//! wrong with it. This module reads counters; it never changes the data path.
+
+mod metrics;
+mod server;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubesink_sinks::backoff::Backoff;
+use kubesink_sinks::Resource;
+use prometheus_client::registry::Registry;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+pub use server::{serve, ServeError};
+
+use crate::informer::{FailureKind, InformerStats};
+use crate::pipeline::SinkHandle;
+
+/// One watch as the observers see it.
+pub struct WatchEntry {
+    /// Its resource.
+    pub resource: Arc<Resource>,
+    /// Its namespace (`None`: all, or the cluster scope).
+    pub namespace: Option<String>,
+    /// Its counters.
+    pub stats: Arc<InformerStats>,
+}
+
+/// One sink as the observers see it.
+pub struct SinkEntry {
+    /// The sink with its queue and counters.
+    pub handle: SinkHandle,
+}
+
+/// A health answer: whether it passes, and the JSON body that says why.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Passes.
+    pub ok: bool,
+    /// `{"status": "ok"|"failing", "problems": [...], "watches": [...], "sinks": [...]}`.
+    pub body: Value,
+}
+
+/// The observable state of one bridge.
+pub struct Observed {
+    watches: Arc<[WatchEntry]>,
+    sinks: Arc<[SinkEntry]>,
+    registry: Registry,
+    watch_failure_timeout: Duration,
+}
+
+impl Observed {
+    /// Observers over `watches` and `sinks`.
+    pub fn new(
+        watches: Vec<WatchEntry>,
+        sinks: Vec<SinkEntry>,
+        watch_failure_timeout: Duration,
+    ) -> Self {
+        let watches: Arc<[WatchEntry]> = watches.into();
+        let sinks: Arc<[SinkEntry]> = sinks.into();
+        Observed {
+            registry: metrics::registry(watches.clone(), sinks.clone()),
+            watches,
+            sinks,
+            watch_failure_timeout,
+        }
+    }
+
+    /// The metrics in the Prometheus text format, and its content type.
+    pub fn metrics(&self) -> (String, &'static str) {
+        (metrics::encode(&self.registry), metrics::CONTENT_TYPE)
+    }
+
+    fn watch_json(w: &WatchEntry) -> Value {
+        let failing = w.stats.failing_for();
+        json!({
+            "cluster": w.resource.cluster,
+            "resource": w.resource.to_string(),
+            "scope": w.namespace.as_deref().unwrap_or("all"),
+            "synced": w.stats.synced.load(Ordering::Relaxed),
+            "running": w.stats.running.load(Ordering::Relaxed),
+            "objects": w.stats.objects.load(Ordering::Relaxed),
+            "failing_seconds": failing.map(|(d, _)| d.as_secs()),
+            "failure": w.stats.failure(),
+        })
+    }
+
+    fn sink_json(s: &SinkEntry) -> Value {
+        let st = s.handle.stats();
+        json!({
+            "sink": s.handle.sink().name(),
+            "ready": st.ready(),
+            "pending": s.handle.held(),
+            "problem": st.problem(),
+        })
+    }
+
+    fn report(&self, problems: Vec<String>) -> Report {
+        let ok = problems.is_empty();
+        Report {
+            ok,
+            body: json!({
+                "status": if ok { "ok" } else { "failing" },
+                "problems": problems,
+                "watches": self.watches.iter().map(Self::watch_json).collect::<Vec<_>>(),
+                "sinks": self.sinks.iter().map(Self::sink_json).collect::<Vec<_>>(),
+            }),
+        }
+    }
+
+    fn name(w: &WatchEntry) -> String {
+        format!(
+            "{} {} ({})",
+            w.resource.cluster,
+            w.resource,
+            w.namespace.as_deref().unwrap_or("all")
+        )
+    }
+
+    /// `/healthz`: see the module's health rules.
+    pub fn liveness(&self) -> Report {
+        let mut problems = Vec::new();
+        for w in self.watches.iter() {
+            if !w.stats.running.load(Ordering::Relaxed) {
+                problems.push(format!("{}: informer stopped", Self::name(w)));
+            }
+            if let Some((d, FailureKind::Broken)) = w.stats.failing_for() {
+                if d > self.watch_failure_timeout {
+                    problems.push(format!(
+                        "{}: watch not re-established for {}s: {}",
+                        Self::name(w),
+                        d.as_secs(),
+                        w.stats.failure().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        self.report(problems)
+    }
+
+    /// `/readyz`: see the module's health rules.
+    pub fn readiness(&self) -> Report {
+        let mut problems = Vec::new();
+        for w in self.watches.iter() {
+            if !w.stats.synced.load(Ordering::Relaxed) {
+                let why = w.stats.failure().map_or_else(
+                    || "initial sync in progress".to_owned(),
+                    |f| format!("initial sync not done: {f}"),
+                );
+                problems.push(format!("{}: {why}", Self::name(w)));
+            }
+        }
+        for s in self.sinks.iter() {
+            let st = s.handle.stats();
+            if !st.ready() {
+                problems.push(format!(
+                    "sink {}: {}",
+                    s.handle.sink().name(),
+                    st.problem().unwrap_or_else(|| "not ready yet".to_owned())
+                ));
+            }
+        }
+        self.report(problems)
+    }
+
+    /// Logs one summary line: objects, events/s, messages/s, and per sink pending and
+    /// delivered/s, every `every` until `cancel`.
+    pub async fn log_summaries(self: Arc<Self>, every: Duration, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        let mut last = self.totals();
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let now = self.totals();
+            let rate = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / every.as_secs_f64();
+            let sinks: Vec<String> = self
+                .sinks
+                .iter()
+                .zip(&now.delivered)
+                .zip(&last.delivered)
+                .map(|((s, d1), d0)| {
+                    format!(
+                        "{}: {} pending, {:.1}/s delivered{}",
+                        s.handle.sink().name(),
+                        s.handle.held(),
+                        rate(*d1, *d0),
+                        if s.handle.stats().ready() {
+                            ""
+                        } else {
+                            " (not ready)"
+                        }
+                    )
+                })
+                .collect();
+            tracing::info!(
+                objects = now.objects,
+                events_per_sec = format!("{:.1}", rate(now.events, last.events)),
+                messages_per_sec = format!("{:.1}", rate(now.messages, last.messages)),
+                sinks = %sinks.join("; "),
+                "summary"
+            );
+            last = now;
+        }
+    }
+
+    fn totals(&self) -> Totals {
+        Totals {
+            objects: self
+                .watches
+                .iter()
+                .map(|w| w.stats.objects.load(Ordering::Relaxed))
+                .sum(),
+            events: self.watches.iter().map(|w| w.stats.received()).sum(),
+            messages: self.watches.iter().map(|w| w.stats.emitted()).sum(),
+            delivered: self
+                .sinks
+                .iter()
+                .map(|s| s.handle.stats().delivered.load(Ordering::Relaxed))
+                .collect(),
+        }
+    }
+}
+
+struct Totals {
+    objects: u64,
+    events: u64,
+    messages: u64,
+    delivered: Vec<u64>,
+}
+
+/// The readiness probe's retries at start-up: 1 s doubling to 30 s; afterwards every
+/// `interval`.
+const PROBE: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+
+/// Runs a sink's healthcheck until `cancel`: with backoff until it first passes, then every
+/// `interval`; each result goes to the sink's stats (readiness), and each change between
+/// ready and not ready is logged once.
+pub async fn probe_sink(handle: SinkHandle, interval: Duration, cancel: CancellationToken) {
+    let sink = handle.sink().clone();
+    let stats = handle.stats().clone();
+    let mut delays = PROBE.delays();
+    let mut was_ready: Option<bool> = None;
+    loop {
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = tokio::time::timeout(interval.max(Duration::from_secs(1)) * 3, sink.healthcheck()) => r,
+        };
+        let result = match result {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("healthcheck did not answer".to_owned()),
+        };
+        let ready = result.is_ok();
+        // Until it first passes: backoff; afterwards: the regular interval.
+        let wait = if ready || was_ready == Some(true) {
+            interval
+        } else {
+            delays.next().unwrap_or(PROBE.max)
+        };
+        match (&result, was_ready) {
+            (Ok(()), Some(true)) | (Err(_), Some(false)) => {}
+            (Ok(()), _) => tracing::info!(sink = sink.name(), "sink ready"),
+            (Err(e), _) => {
+                tracing::warn!(sink = sink.name(), error = %e, retry_in = ?wait, "sink not ready; changes wait in the pipeline")
+            }
+        }
+        was_ready = Some(ready);
+        stats.note_health(result);
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
