@@ -4,8 +4,11 @@
 //! fields the API conventions assign (`uid`, `resourceVersion`, `creationTimestamp`,
 //! `generation` bumped when `spec` changes; see
 //! <https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#metadata>)
-//! and publish each change to live watchers through a broadcast channel.
-//! This module never speaks HTTP and never renders list or watch bodies.
+//! and publish each change to live watchers through a broadcast channel. Deleting a
+//! CustomResourceDefinition deletes its objects, stops serving its resource and tells that
+//! resource's watchers it is gone; a recreated CRD serves its resource anew, readable only
+//! from the recreation on. Objects of any nesting depth are handled on a big enough stack
+//! (see `crate::json`). This module never speaks HTTP and never renders list or watch bodies.
 
 mod object;
 mod snapshot;
@@ -20,6 +23,7 @@ pub use object::{now_rfc3339, StoredObject};
 pub use snapshot::PageRequest;
 
 use crate::error::ApiError;
+use crate::json;
 use crate::resources::{Registry, ResourceKey, ResourceType};
 use crate::validation;
 
@@ -32,6 +36,9 @@ pub enum StoreError {
     /// The object has no `metadata` object.
     #[error("object has no metadata")]
     MissingMetadata,
+    /// The object is not a JSON object.
+    #[error("the object is not a JSON object")]
+    NotAnObject,
     /// JSON (de)serialization failed.
     #[error("json: {0}")]
     Serialize(#[from] serde_json::Error),
@@ -54,6 +61,18 @@ pub enum EventType {
     Modified,
     /// Object deleted.
     Deleted,
+    /// The resource itself stopped being served (its CustomResourceDefinition was deleted);
+    /// sent to live watchers after the DELETED events of its objects, never logged.
+    ResourceRemoved,
+}
+
+/// What `metadata.resourceVersion` a raw insert ([`Store::insert_raw`]) stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawResourceVersion {
+    /// The store's next decimal resourceVersion, as for any write.
+    Assigned,
+    /// Whatever the body says, e.g. the opaque "abc-17", or nothing at all.
+    AsGiven,
 }
 
 /// One change, as kept in the log and sent to live watchers.
@@ -79,6 +98,9 @@ pub struct Store {
     /// Served resource types (CRD writes change it).
     pub registry: Registry,
     objects: HashMap<ResourceKey, BTreeMap<ObjKey, Arc<StoredObject>>>,
+    /// The resourceVersion at which each custom resource started being served (its CRD's
+    /// creation): versions before it are not readable for that resource (410 Expired).
+    served_since: HashMap<ResourceKey, u64>,
     log: VecDeque<Arc<Event>>,
     tx: broadcast::Sender<Arc<Event>>,
 }
@@ -106,6 +128,7 @@ impl Store {
             retained,
             registry: Registry::default(),
             objects: HashMap::new(),
+            served_since: HashMap::new(),
             log: VecDeque::new(),
             tx,
         }
@@ -116,10 +139,13 @@ impl Store {
         self.rv
     }
 
-    /// The oldest resourceVersion that can still be read or watched from: versions below it
-    /// have been compacted out of the log (→ 410 Expired).
-    pub fn oldest_readable_rv(&self) -> u64 {
+    /// The oldest resourceVersion of `resource` that can still be read or watched from:
+    /// versions below it have been compacted out of the log, or come before the creation of
+    /// the CRD that serves the resource, so a watch or `continue` from before a CRD was
+    /// (re)created gets 410 Expired, as from a real API server's fresh watch cache.
+    pub fn oldest_readable_rv_for(&self, resource: &ResourceKey) -> u64 {
         self.compacted_rv
+            .max(self.served_since.get(resource).copied().unwrap_or(0))
     }
 
     /// A live-event receiver; subscribe while holding the lock, then read the backlog, so no
@@ -200,6 +226,16 @@ impl Store {
         &mut self,
         rt: &ResourceType,
         path_ns: Option<&str>,
+        obj: Value,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let depth = json::depth_of_value(&obj);
+        json::with_stack_for(depth, move || self.create_now(rt, path_ns, obj))
+    }
+
+    fn create_now(
+        &mut self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
         mut obj: Value,
     ) -> Result<Arc<StoredObject>, ApiError> {
         let namespace = Self::resolve_namespace(rt, path_ns, &obj)?;
@@ -267,6 +303,7 @@ impl Store {
             .or_default()
             .insert(key, stored.clone());
         if let Some(t) = new_type {
+            self.served_since.insert(t.key(), rv);
             self.registry.register(t);
         }
         self.record(EventType::Added, rt.key(), stored.clone(), None);
@@ -279,6 +316,17 @@ impl Store {
     /// an empty one replaces unconditionally. 404 if absent; 400 if `path_name` differs from
     /// the body's name.
     pub fn replace(
+        &mut self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
+        path_name: Option<&str>,
+        obj: Value,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let depth = json::depth_of_value(&obj);
+        json::with_stack_for(depth, move || self.replace_now(rt, path_ns, path_name, obj))
+    }
+
+    fn replace_now(
         &mut self,
         rt: &ResourceType,
         path_ns: Option<&str>,
@@ -296,6 +344,20 @@ impl Store {
             }
         }
         let old = self.get(rt, &namespace, &name)?;
+        json::with_stack_for(old.depth, move || {
+            self.replace_existing(rt, namespace, name, old, obj)
+        })
+    }
+
+    /// The rest of [`Store::replace`] once the current object `old` is known.
+    fn replace_existing(
+        &mut self,
+        rt: &ResourceType,
+        namespace: String,
+        name: String,
+        old: Arc<StoredObject>,
+        mut obj: Value,
+    ) -> Result<Arc<StoredObject>, ApiError> {
         let sent_rv = str_field(&obj, "/metadata/resourceVersion").unwrap_or_default();
         if !sent_rv.is_empty() && sent_rv != old.rv.to_string() {
             return Err(ApiError::Conflict {
@@ -342,7 +404,9 @@ impl Store {
 
     /// Deletes an object immediately (no finalizers or grace periods); returns the deleted
     /// object stamped with the deletion's resourceVersion. Deleting a CRD also deletes its
-    /// custom objects and stops serving its resource. 404 if absent.
+    /// custom objects (each a DELETED event), stops serving its resource (discovery and paths
+    /// answer 404) and sends the resource's live watchers a `ResourceRemoved` event after
+    /// those DELETED events. 404 if absent.
     pub fn delete(
         &mut self,
         rt: &ResourceType,
@@ -350,14 +414,25 @@ impl Store {
         name: &str,
     ) -> Result<Arc<StoredObject>, ApiError> {
         let old = self.get(rt, namespace, name)?;
-        if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
-            if let Ok(t) = ResourceType::from_crd(&old.to_value()?) {
-                let keys = self.keys(&t);
-                for (ns, n) in keys {
-                    self.delete(&t, &ns, &n)?;
-                }
-                self.registry.unregister(&t.group, &t.version, &t.plural);
+        json::with_stack_for(old.depth, || self.delete_existing(rt, old))
+    }
+
+    fn delete_existing(
+        &mut self,
+        rt: &ResourceType,
+        old: Arc<StoredObject>,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let removed =
+            if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
+                ResourceType::from_crd(&old.to_value()?).ok()
+            } else {
+                None
+            };
+        if let Some(t) = &removed {
+            for (ns, n) in self.keys(t) {
+                self.delete(t, &ns, &n)?;
             }
+            self.registry.unregister(&t.group, &t.version, &t.plural);
         }
         let rv = self.rv + 1;
         let mut value = old.to_value()?;
@@ -365,10 +440,63 @@ impl Store {
         let stored = Arc::new(StoredObject::from_value(&value, rv)?);
         self.rv = rv;
         if let Some(m) = self.objects.get_mut(&rt.key()) {
-            m.remove(&(namespace.to_owned(), name.to_owned()));
+            m.remove(&(old.namespace.clone(), old.name.clone()));
+        }
+        if let Some(t) = removed {
+            // Not logged: it only tells live watchers to end (or, with the fault, go silent).
+            let _ = self.tx.send(Arc::new(Event {
+                rv,
+                event_type: EventType::ResourceRemoved,
+                resource: t.key(),
+                object: stored.clone(),
+                prev: None,
+            }));
         }
         self.record(EventType::Deleted, rt.key(), stored.clone(), Some(old));
         Ok(stored)
+    }
+
+    /// Stores `obj` without validation or defaulting (see `Simulator::insert_raw`): keyed by
+    /// `metadata.namespace`/`metadata.name` ("" when missing), recorded as ADDED or MODIFIED.
+    /// With [`RawResourceVersion::Assigned`] `metadata.resourceVersion` (and `metadata` if
+    /// missing) is set to the new decimal version. Errors: 400 if `obj` is not an object.
+    pub fn insert_raw(
+        &mut self,
+        rt: &ResourceType,
+        obj: Value,
+        resource_version: RawResourceVersion,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let depth = json::depth_of_value(&obj);
+        json::with_stack_for(depth, move || {
+            let mut obj = obj;
+            let map = obj
+                .as_object_mut()
+                .ok_or_else(|| ApiError::bad_request("the body is not a JSON object"))?;
+            let rv = self.rv + 1;
+            if resource_version == RawResourceVersion::Assigned {
+                let meta = map
+                    .entry("metadata")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+                }
+            }
+            let stored = Arc::new(StoredObject::from_value(&obj, rv)?);
+            self.rv = rv;
+            let key = (stored.namespace.clone(), stored.name.clone());
+            let prev = self
+                .objects
+                .entry(rt.key())
+                .or_default()
+                .insert(key, stored.clone());
+            let event_type = if prev.is_some() {
+                EventType::Modified
+            } else {
+                EventType::Added
+            };
+            self.record(event_type, rt.key(), stored.clone(), prev);
+            Ok(stored)
+        })
     }
 
     fn record(
