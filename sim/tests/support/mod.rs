@@ -282,3 +282,39 @@ pub fn fixture(name: &str) -> Value {
     )
     .unwrap()
 }
+
+/// A kube-rs watcher stream driven in a background task (so it keeps watching while the
+/// test waits); items are forwarded with errors as text.
+pub type WatcherItems<K> =
+    tokio::sync::mpsc::UnboundedReceiver<Result<kube::runtime::watcher::Event<K>, String>>;
+
+/// Drives `stream` in a background task; see [`WatcherItems`].
+pub fn spawn_watcher<K: Send + 'static>(
+    stream: impl futures::Stream<
+            Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>,
+        > + Send
+        + 'static,
+) -> WatcherItems<K> {
+    use futures::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if tx.send(item.map_err(|e| e.to_string())).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The next watcher item within `timeout` (panics if none arrives or the stream ended).
+pub async fn next_item<K>(
+    items: &mut WatcherItems<K>,
+    timeout: Duration,
+) -> Result<kube::runtime::watcher::Event<K>, String> {
+    tokio::time::timeout(timeout, items.recv())
+        .await
+        .expect("watcher item in time")
+        .expect("watcher stream open")
+}
