@@ -10,7 +10,9 @@
 //! from the recreation on. Objects of any nesting depth are handled on a big enough stack
 //! (see `crate::json`). This module never speaks HTTP and never renders list or watch bodies.
 
+mod crd;
 mod object;
+mod raw;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -19,7 +21,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
+use crd::add_crd_status;
 pub use object::{now_rfc3339, StoredObject};
+pub use raw::RawResourceVersion;
 pub use snapshot::PageRequest;
 
 use crate::error::ApiError;
@@ -64,15 +68,6 @@ pub enum EventType {
     /// The resource itself stopped being served (its CustomResourceDefinition was deleted);
     /// sent to live watchers after the DELETED events of its objects, never logged.
     ResourceRemoved,
-}
-
-/// What `metadata.resourceVersion` a raw insert ([`Store::insert_raw`]) stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RawResourceVersion {
-    /// The store's next decimal resourceVersion, as for any write.
-    Assigned,
-    /// Whatever the body says, e.g. the opaque "abc-17", or nothing at all.
-    AsGiven,
 }
 
 /// One change, as kept in the log and sent to live watchers.
@@ -456,50 +451,7 @@ impl Store {
         Ok(stored)
     }
 
-    /// Stores `obj` without validation or defaulting (see `Simulator::insert_raw`): keyed by
-    /// `metadata.namespace`/`metadata.name` ("" when missing), recorded as ADDED or MODIFIED.
-    /// With [`RawResourceVersion::Assigned`] `metadata.resourceVersion` (and `metadata` if
-    /// missing) is set to the new decimal version. Errors: 400 if `obj` is not an object.
-    pub fn insert_raw(
-        &mut self,
-        rt: &ResourceType,
-        obj: Value,
-        resource_version: RawResourceVersion,
-    ) -> Result<Arc<StoredObject>, ApiError> {
-        let depth = json::depth_of_value(&obj);
-        json::with_stack_for(depth, move || {
-            let mut obj = obj;
-            let map = obj
-                .as_object_mut()
-                .ok_or_else(|| ApiError::bad_request("the body is not a JSON object"))?;
-            let rv = self.rv + 1;
-            if resource_version == RawResourceVersion::Assigned {
-                let meta = map
-                    .entry("metadata")
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if let Some(meta) = meta.as_object_mut() {
-                    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-                }
-            }
-            let stored = Arc::new(StoredObject::from_value(&obj, rv)?);
-            self.rv = rv;
-            let key = (stored.namespace.clone(), stored.name.clone());
-            let prev = self
-                .objects
-                .entry(rt.key())
-                .or_default()
-                .insert(key, stored.clone());
-            let event_type = if prev.is_some() {
-                EventType::Modified
-            } else {
-                EventType::Added
-            };
-            self.record(event_type, rt.key(), stored.clone(), prev);
-            Ok(stored)
-        })
-    }
-
-    fn record(
+    pub(super) fn record(
         &mut self,
         event_type: EventType,
         resource: ResourceKey,
@@ -533,42 +485,5 @@ fn not_found(rt: &ResourceType, name: &str) -> ApiError {
         group: rt.group.clone(),
         resource: rt.plural.clone(),
         name: name.to_owned(),
-    }
-}
-
-/// Applies the apiextensions defaults (`spec.names.listKind`, `spec.conversion`) and sets the
-/// status a real server reports once a CRD is established.
-fn add_crd_status(obj: &mut Value) {
-    if let Some(names) = obj
-        .pointer_mut("/spec/names")
-        .and_then(Value::as_object_mut)
-    {
-        if !names.contains_key("listKind") {
-            let list_kind = names
-                .get("kind")
-                .and_then(Value::as_str)
-                .map(|k| format!("{k}List"))
-                .unwrap_or_default();
-            names.insert("listKind".into(), Value::String(list_kind));
-        }
-    }
-    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.entry("conversion")
-            .or_insert_with(|| json!({"strategy": "None"}));
-    }
-    let names = obj.pointer("/spec/names").cloned().unwrap_or(Value::Null);
-    let now = now_rfc3339();
-    if let Some(map) = obj.as_object_mut() {
-        map.insert(
-            "status".into(),
-            json!({
-                "acceptedNames": names,
-                "conditions": [
-                    {"type": "NamesAccepted", "status": "True", "lastTransitionTime": now, "reason": "NoConflicts", "message": "no conflicts found"},
-                    {"type": "Established", "status": "True", "lastTransitionTime": now, "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"}
-                ],
-                "storedVersions": ["v1"]
-            }),
-        );
     }
 }
