@@ -8,12 +8,12 @@
 //!   (how the API server signals overload, see
 //!   <https://kubernetes.io/docs/concepts/cluster-administration/flow-control/>), a delay
 //!   before every response;
-//! - [`status`]: `Status` answers by path prefix or resource until cleared (401, 403, 404,
+//! - `status`: `Status` answers by path prefix or resource until cleared (401, 403, 404,
 //!   429, 500, 503, …);
-//! - [`watches`]: close, 410, silence, empty and damaged watch streams, watches that outlive
+//! - `watches`: close, 410, silence, empty and damaged watch streams, watches that outlive
 //!   their CustomResourceDefinition;
-//! - [`lists`]: expired `continue` tokens and an explicit empty `continue` on the last page;
-//! - [`transport`]: slow bodies (dribble) and an unreachable server (a network cut).
+//! - `lists`: expired `continue` tokens and an explicit empty `continue` on the last page;
+//! - `transport`: slow bodies (dribble) and an unreachable server (a network cut).
 
 mod lists;
 mod status;

@@ -290,10 +290,8 @@ mod tests {
             .join("\n");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build();
-        let Ok(rt) = rt else {
-            panic!("a runtime for the unreachable timer");
-        };
+            .build()
+            .expect("a runtime for the unreachable endpoint's timer");
         let _enter = rt.enter();
         for e in ADMIN_ENDPOINTS {
             let sim = Simulator::new(SimConfig::default());

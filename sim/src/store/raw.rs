@@ -12,7 +12,7 @@ use crate::error::ApiError;
 use crate::json;
 use crate::resources::ResourceType;
 
-/// What `metadata.resourceVersion` a raw insert ([`Store::insert_raw`]) stores.
+/// What `metadata.resourceVersion` a raw insert (`Simulator::insert_raw`) stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RawResourceVersion {
     /// The store's next decimal resourceVersion, as for any write.
