@@ -95,7 +95,41 @@ pub enum ApiError {
         /// Seconds for the `Retry-After` header.
         retry_after_secs: u64,
     },
+    /// 401 `Unauthorized` (injected faults): the credentials were not accepted.
+    #[error("Unauthorized")]
+    Unauthorized,
+    /// 403 `Forbidden` (injected faults): the authorizer denied the request; `message` is the
+    /// RBAC wording (`pods is forbidden: User "…" cannot list resource "pods" …`).
+    #[error("{message}")]
+    Forbidden {
+        /// API group ("" for core or a non-resource path).
+        group: String,
+        /// Plural resource name ("" for a non-resource path).
+        resource: String,
+        /// Object name ("" for collections).
+        name: String,
+        /// Human-readable message (the `Status.message`).
+        message: String,
+    },
+    /// 503 `ServiceUnavailable` (injected faults), e.g. an aggregated API that is down.
+    #[error("{message}")]
+    ServiceUnavailable {
+        /// Human-readable message (the `Status.message`).
+        message: String,
+    },
+    /// 410 `Expired` for a `continue` token whose snapshot is gone; `continue_token` (the
+    /// Status's `metadata.continue`) continues the list inconsistently at the latest
+    /// resourceVersion, per
+    /// <https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>.
+    #[error("{EXPIRED_CONTINUE_MESSAGE}")]
+    ExpiredContinue {
+        /// The inconsistent-continue token.
+        continue_token: String,
+    },
 }
+
+/// The message of a 410 for an expired `continue` token, as the API server words it.
+pub const EXPIRED_CONTINUE_MESSAGE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
 fn qualified(group: &str, resource: &str) -> String {
     if group.is_empty() {
@@ -113,11 +147,14 @@ impl ApiError {
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
             ApiError::BadRequest { .. } => 400,
             ApiError::Invalid { .. } => 422,
-            ApiError::Expired { .. } => 410,
+            ApiError::Expired { .. } | ApiError::ExpiredContinue { .. } => 410,
             ApiError::Timeout { .. } => 504,
             ApiError::MethodNotAllowed => 405,
             ApiError::Internal { .. } => 500,
             ApiError::TooManyRequests { .. } => 429,
+            ApiError::Unauthorized => 401,
+            ApiError::Forbidden { .. } => 403,
+            ApiError::ServiceUnavailable { .. } => 503,
         }
     }
 
@@ -129,11 +166,14 @@ impl ApiError {
             ApiError::Conflict { .. } => "Conflict",
             ApiError::BadRequest { .. } => "BadRequest",
             ApiError::Invalid { .. } => "Invalid",
-            ApiError::Expired { .. } => "Expired",
+            ApiError::Expired { .. } | ApiError::ExpiredContinue { .. } => "Expired",
             ApiError::Timeout { .. } => "Timeout",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::Internal { .. } => "InternalError",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
+            ApiError::Unauthorized => "Unauthorized",
+            ApiError::Forbidden { .. } => "Forbidden",
+            ApiError::ServiceUnavailable { .. } => "ServiceUnavailable",
         }
     }
 
@@ -180,6 +220,28 @@ impl ApiError {
             }
             ApiError::TooManyRequests { retry_after_secs } => {
                 Some(json!({"retryAfterSeconds": retry_after_secs}))
+            }
+            ApiError::Forbidden {
+                group,
+                resource,
+                name,
+                ..
+            } => {
+                let mut d = json!({});
+                if !resource.is_empty() {
+                    d["kind"] = json!(resource);
+                }
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                if !name.is_empty() {
+                    d["name"] = json!(name);
+                }
+                Some(d)
+            }
+            ApiError::ExpiredContinue { continue_token } => {
+                status["metadata"] = json!({"continue": continue_token});
+                None
             }
             _ => None,
         };

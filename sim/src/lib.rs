@@ -5,8 +5,12 @@
 //! selectors, create/replace/delete and CustomResourceDefinitions over plain HTTP, following
 //! the API concepts (<https://kubernetes.io/docs/reference/using-api/api-concepts/>). A
 //! [`Workload`] generator fills it with realistic objects and a seeded churn changes them;
-//! [`Faults`] inject failures. This crate root owns the [`Simulator`] handle and must never
-//! contain HTTP or storage logic itself.
+//! [`Faults`] inject the misbehaviour of real servers and networks (status answers, silent,
+//! empty and damaged watches, expired `continue` tokens, slow bodies, an unreachable
+//! server); [`RequestCounts`] count list and watch requests. Objects may be nested 10,000
+//! levels deep or weigh megabytes, and [`Simulator::insert_raw`] stores objects that break
+//! the conventions. This crate root owns the [`Simulator`] handle and must never contain
+//! HTTP or storage logic itself.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -22,10 +26,12 @@
 
 mod error;
 mod faults;
+mod json;
 mod kubeconfig;
 mod resources;
 mod selector;
 mod server;
+mod stats;
 mod store;
 mod validation;
 pub mod workload;
@@ -34,15 +40,19 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use error::ApiError;
-pub use faults::{FailureKind, Faults};
+pub use error::{ApiError, EXPIRED_CONTINUE_MESSAGE};
+pub use faults::{DamageKind, FailureKind, FaultError, Faults, RequestMatch, INJECTABLE_STATUSES};
 pub use resources::ResourceType;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
+pub use server::admin::{admin_help, AdminEndpoint, ADMIN_ENDPOINTS};
+pub use server::SIM_USER;
+pub use stats::{RequestCounts, VerbCounts};
+pub use store::RawResourceVersion;
 pub use workload::{Churn, ChurnHandle, ChurnStats, Workload};
 
 use store::Store;
@@ -70,7 +80,7 @@ impl Default for SimConfig {
     }
 }
 
-/// One request as received: method, path with query, and `Accept` header.
+/// One request as received: method, path with query, `Accept` header and arrival time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedRequest {
     /// HTTP method ("GET").
@@ -79,6 +89,9 @@ pub struct RecordedRequest {
     pub path_and_query: String,
     /// The `Accept` header, if any.
     pub accept: Option<String>,
+    /// When the request arrived (before any injected delay), e.g. to check that a client
+    /// waited out a `Retry-After`.
+    pub at: Instant,
 }
 
 pub(crate) struct Inner {
@@ -86,6 +99,7 @@ pub(crate) struct Inner {
     store: Mutex<Store>,
     pub(crate) faults: Faults,
     requests: Mutex<VecDeque<RecordedRequest>>,
+    request_counts: Mutex<RequestCounts>,
     pub(crate) watch_events_sent: AtomicU64,
     pub(crate) open_watches: AtomicUsize,
     addr: Mutex<Option<SocketAddr>>,
@@ -111,6 +125,13 @@ impl Inner {
             log.pop_front();
         }
         log.push_back(req);
+    }
+
+    pub(crate) fn count_request(&self, path: &str, group: &str, plural: &str, verb: &str) {
+        self.request_counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .count(path, group, plural, verb);
     }
 }
 
@@ -142,6 +163,7 @@ impl Simulator {
                 store: Mutex::new(store),
                 faults: Faults::default(),
                 requests: Mutex::new(VecDeque::new()),
+                request_counts: Mutex::new(RequestCounts::default()),
                 watch_events_sent: AtomicU64::new(0),
                 open_watches: AtomicUsize::new(0),
                 addr: Mutex::new(None),
@@ -157,20 +179,13 @@ impl Simulator {
         let bound = listener.local_addr()?;
         *self.inner.addr.lock().unwrap_or_else(|p| p.into_inner()) = Some(bound);
         let app = server::router(self.inner.clone());
-        let token = self.inner.shutdown.clone();
-        tokio::spawn(async move {
-            let result = axum::serve(listener, app)
-                .with_graceful_shutdown(token.cancelled_owned())
-                .await;
-            if let Err(e) = result {
-                tracing::error!(error = %e, "simulator server stopped");
-            }
-        });
+        tokio::spawn(server::serve(listener, app, self.inner.clone()));
         tracing::info!(%bound, "kubesink-sim listening");
         Ok(bound)
     }
 
-    /// Stops the server: ends watch streams and stops accepting connections.
+    /// Stops the server: ends watch streams, stops accepting connections and closes the open
+    /// ones once their current response is written.
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
     }
@@ -247,6 +262,8 @@ impl Simulator {
     }
 
     /// Current objects of a kind, sorted by namespace/name (empty for an unknown kind).
+    /// Objects nested deeper than a few hundred levels come back as deep `Value`s, which
+    /// `serde_json` drops recursively: read those over HTTP instead.
     pub fn objects(&self, api_version: &str, kind: &str) -> Vec<Value> {
         let Ok(rt) = self.resource(api_version, kind) else {
             return Vec::new();
@@ -315,6 +332,46 @@ impl Simulator {
     /// Watch streams currently open.
     pub fn open_watches(&self) -> usize {
         self.inner.open_watches.load(Ordering::Relaxed)
+    }
+
+    /// List and watch requests per resource and per path since start or the last
+    /// [`Simulator::reset_request_counts`], counted on arrival (also those a fault rejected).
+    pub fn request_counts(&self) -> RequestCounts {
+        self.inner
+            .request_counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets every request count back to zero.
+    pub fn reset_request_counts(&self) {
+        *self
+            .inner
+            .request_counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = RequestCounts::default();
+    }
+
+    /// Stores `obj` as an object of `api_version` `kind` WITHOUT validation or defaulting, to
+    /// test clients against objects that break the API conventions: `metadata.name` or all
+    /// of `metadata` may be missing, `kind`/`apiVersion` may be absent or wrong, and with
+    /// [`RawResourceVersion::AsGiven`] `metadata.resourceVersion` keeps whatever the body
+    /// says (e.g. the opaque "abc-17", or nothing). The object is keyed by
+    /// `metadata.namespace` and `metadata.name` ("" when missing: one nameless object per
+    /// namespace, a second replaces it) and appears in lists and as an ADDED (or MODIFIED)
+    /// watch event like any write; the store's own resourceVersion counter still advances.
+    /// Errors: 404 for an unknown kind, 400 if `obj` is not a JSON object.
+    pub fn insert_raw(
+        &self,
+        api_version: &str,
+        kind: &str,
+        obj: Value,
+        resource_version: RawResourceVersion,
+    ) -> Result<(), ApiError> {
+        let rt = self.resource(api_version, kind)?;
+        self.inner.store().insert_raw(&rt, obj, resource_version)?;
+        Ok(())
     }
 
     /// Makes a CRD's kind servable without an HTTP round trip (used by the workload).

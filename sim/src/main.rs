@@ -1,5 +1,6 @@
 //! The `kubesink-sim` binary: starts a simulator, optionally populated with a workload and
-//! churn, writes a kubeconfig, and serves until Ctrl-C. Faults are driven over `/_sim/…`.
+//! churn, writes a kubeconfig, and serves until Ctrl-C. Faults are driven over `/_sim/…`;
+//! `--help` lists every admin endpoint.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,8 +11,11 @@ use clap::Parser;
 use kubesink_sim::{Churn, SimConfig, Simulator, Workload};
 
 /// A Kubernetes API server simulator for kubesink's tests, benchmarks and demo.
+///
+/// Faults are switched over HTTP with the admin endpoints listed below, e.g.
+/// `curl -X POST 'http://ADDR/_sim/set-status?status=403&path_prefix=/api/v1/pods'`.
 #[derive(Debug, Parser)]
-#[command(name = "kubesink-sim", version)]
+#[command(name = "kubesink-sim", version, after_help = kubesink_sim::admin_help())]
 struct Args {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]

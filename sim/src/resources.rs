@@ -144,7 +144,13 @@ impl ResourceType {
     }
 }
 
-const BUILTIN_GROUPS: &[&str] = &["", "apps", "apiextensions.k8s.io"];
+const BUILTIN_GROUPS: &[&str] = &[
+    "",
+    "apps",
+    "apiextensions.k8s.io",
+    "coordination.k8s.io",
+    "events.k8s.io",
+];
 
 /// The set of served resources, in registration order.
 #[derive(Debug, Clone)]
@@ -153,8 +159,10 @@ pub struct Registry {
 }
 
 impl Default for Registry {
-    /// The built-in resources: v1 pods, services, configmaps, secrets, nodes, namespaces;
-    /// apps/v1 deployments, replicasets; apiextensions.k8s.io/v1 customresourcedefinitions.
+    /// The built-in resources: v1 pods, services, configmaps, secrets, nodes, namespaces,
+    /// events; apps/v1 deployments, replicasets; apiextensions.k8s.io/v1
+    /// customresourcedefinitions; coordination.k8s.io/v1 leases (leader election);
+    /// events.k8s.io/v1 events (the newer Event API beside core v1 events).
     fn default() -> Self {
         let b = ResourceType::builtin;
         let types = vec![
@@ -164,6 +172,7 @@ impl Default for Registry {
             b("", "v1", "secrets", "Secret", true, &[]),
             b("", "v1", "nodes", "Node", false, &["no"]),
             b("", "v1", "namespaces", "Namespace", false, &["ns"]),
+            b("", "v1", "events", "Event", true, &["ev"]),
             b("apps", "v1", "deployments", "Deployment", true, &["deploy"]),
             b("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"]),
             b(
@@ -174,6 +183,8 @@ impl Default for Registry {
                 false,
                 &["crd", "crds"],
             ),
+            b("coordination.k8s.io", "v1", "leases", "Lease", true, &[]),
+            b("events.k8s.io", "v1", "events", "Event", true, &["ev"]),
         ];
         Registry {
             types: types.into_iter().map(Arc::new).collect(),

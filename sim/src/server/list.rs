@@ -3,8 +3,11 @@
 //! `resourceVersionMatch` semantics of
 //! <https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions>
 //! (unset = most recent, "0" = any, NotOlderThan = at least, Exact = that snapshot; too new
-//! → 504 Timeout, older than the retained window → 410 Expired). The body is written by
-//! concatenating stored bytes. This module never writes to the store.
+//! → 504 Timeout, older than the retained window → 410 Expired). A `continue` token whose
+//! snapshot is gone (or that the `expire_next_continue` fault expires) answers 410 with an
+//! inconsistent-continue token (rv -1: continue at the latest version), as in
+//! <https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>.
+//! The body is written by concatenating stored bytes. This module never writes to the store.
 
 use std::collections::HashMap;
 
@@ -20,12 +23,20 @@ use crate::store::{ObjKey, PageRequest};
 use crate::Inner;
 
 /// The opaque continue token: base64 of this JSON (like the real server's
-/// `{"v":"meta.k8s.io/v1","rv":N,"start":"key"}`).
+/// `{"v":"meta.k8s.io/v1","rv":N,"start":"key"}`). `rv` -1 continues inconsistently at the
+/// latest resourceVersion.
 #[derive(Serialize, Deserialize)]
 struct ContinueToken {
     v: String,
-    rv: u64,
+    rv: i64,
     start: ObjKey,
+}
+
+/// The 410 for an expired `token`, carrying the inconsistent-continue token.
+fn expired_continue(token: ContinueToken) -> ApiError {
+    ApiError::ExpiredContinue {
+        continue_token: encode(&ContinueToken { rv: -1, ..token }),
+    }
 }
 
 fn encode(token: &ContinueToken) -> String {
@@ -73,15 +84,17 @@ pub fn list(
     let key = rt.key();
     let store = inner.store();
     let current = store.resource_version();
-    let oldest = store.oldest_readable_rv();
+    let oldest = store.oldest_readable_rv_for(&key);
     let (at_rv, after) = if let Some(c) = param("continue") {
         let token = decode(c)?;
-        if token.rv < oldest {
-            return Err(ApiError::Expired {
-                message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response to serve later items.".into(),
-            });
+        if inner.faults.take_expired_continue() {
+            return Err(expired_continue(token));
         }
-        (token.rv, Some(token.start))
+        match u64::try_from(token.rv) {
+            Err(_) => (current, Some(token.start)),
+            Ok(rv) if rv < oldest => return Err(expired_continue(token)),
+            Ok(rv) => (rv, Some(token.start)),
+        }
     } else {
         let rv = param("resourceVersion");
         match (rv, param("resourceVersionMatch")) {
@@ -131,10 +144,12 @@ pub fn list(
     if let Some(start) = page.next_start {
         meta["continue"] = json!(encode(&ContinueToken {
             v: "meta.k8s.io/v1".into(),
-            rv: at_rv,
+            rv: i64::try_from(at_rv).unwrap_or(i64::MAX),
             start
         }));
         meta["remainingItemCount"] = json!(page.remaining);
+    } else if inner.faults.empty_continue_on_last_page() {
+        meta["continue"] = json!("");
     }
     let (kind, api_version) = if meta_only {
         (

@@ -3,14 +3,22 @@
 //! `namespaces/{ns}/{plural}/{name}`) and dispatches to discovery, list, watch, get and the
 //! writes, answering errors as `Status` objects
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#standard-api-terminology>).
+//! Submodules: `connection` (accept loop, unreachable server), `dribble` (slow bodies),
+//! `request_info` (what a request is about), `admin` (`/_sim/`), and one per kind of answer.
 //! This module never mutates objects itself; the store does.
 
-mod admin;
+pub(crate) mod admin;
+mod connection;
 mod discovery;
+mod dribble;
 mod list;
 mod openapi;
 mod patch;
+mod request_info;
 mod watch;
+
+pub(crate) use connection::serve;
+pub use request_info::SIM_USER;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,10 +32,12 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::json;
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
 use crate::store::StoredObject;
 use crate::{Inner, RecordedRequest};
+use request_info::RequestInfo;
 
 /// Largest request body accepted (bytes).
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -57,11 +67,28 @@ pub(crate) fn json_response_stream(body: Body) -> Response {
 }
 
 fn error_response(e: &ApiError) -> Response {
-    let mut resp = json_response(e.status_code(), e.to_status().to_string().into());
-    if let ApiError::TooManyRequests { retry_after_secs } = e {
-        if let Ok(v) = HeaderValue::from_str(&retry_after_secs.to_string()) {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
+    let retry_after = match e {
+        ApiError::TooManyRequests { retry_after_secs } => Some(*retry_after_secs),
+        _ => None,
+    };
+    status_response(e, retry_after)
+}
+
+/// `e` as a `Status` answer; `retry_after` (seconds) adds the `Retry-After` header and
+/// `details.retryAfterSeconds`, as the API server does for 429 and 503.
+fn status_response(e: &ApiError, retry_after: Option<u64>) -> Response {
+    let mut status = e.to_status();
+    if let Some(secs) = retry_after {
+        if let Some(map) = status.as_object_mut() {
+            let details = map
+                .entry("details")
+                .or_insert_with(|| Value::Object(Default::default()));
+            details["retryAfterSeconds"] = json!(secs);
         }
+    }
+    let mut resp = json_response(e.status_code(), status.to_string().into());
+    if let Some(v) = retry_after.and_then(|s| HeaderValue::from_str(&s.to_string()).ok()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
     resp
 }
@@ -110,7 +137,31 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         Err(e) => return error_response(&e),
     };
     if let Some(action) = path.strip_prefix("/_sim/") {
-        return admin::handle(&inner, action, &query).unwrap_or_else(|e| error_response(&e));
+        let body = match axum::body::to_bytes(body, MAX_BODY).await {
+            Ok(b) => b,
+            Err(e) => return error_response(&ApiError::bad_request(format!("reading body: {e}"))),
+        };
+        return admin::handle(&inner, &parts.method, action, &query, &body)
+            .unwrap_or_else(|e| error_response(&e));
+    }
+    let response = serve_api(&inner, parts, body, &path, &query).await;
+    match inner.faults.dribble_setting() {
+        Some(_) => dribble::dribble(inner.clone(), response),
+        None => response,
+    }
+}
+
+/// Serves one API request: record, count, injected faults, then [`dispatch`].
+async fn serve_api(
+    inner: &Arc<Inner>,
+    parts: axum::http::request::Parts,
+    body: Body,
+    path: &str,
+    query: &HashMap<String, String>,
+) -> Response {
+    let info = RequestInfo::parse(&parts.method, path, query);
+    if let Some(r) = &info.resource {
+        inner.count_request(path, r.group, r.plural, info.verb);
     }
     let accept = parts
         .headers
@@ -122,15 +173,16 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         path_and_query: parts
             .uri
             .path_and_query()
-            .map_or(path.clone(), |p| p.to_string()),
+            .map_or(path.to_owned(), |p| p.to_string()),
         accept,
+        at: std::time::Instant::now(),
     });
     tracing::debug!(method = %parts.method, uri = %parts.uri, "request");
     let delay = inner.faults.delay();
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    if let Some(kind) = inner.faults.take_failure(&path) {
+    if let Some(kind) = inner.faults.take_failure(path) {
         let e = match kind {
             crate::FailureKind::Internal => ApiError::Internal {
                 message: "injected failure".into(),
@@ -141,24 +193,31 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         };
         return error_response(&e);
     }
+    if let Some((code, retry_after)) = inner.faults.status_override(path, info.group_plural()) {
+        return status_response(&info.injected_error(code, retry_after), retry_after);
+    }
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => return error_response(&ApiError::bad_request(format!("reading body: {e}"))),
     };
     let meta_only = wants_metadata(&parts.headers);
     let ctx = Ctx {
-        inner: &inner,
+        inner,
         method: &parts.method,
-        query: &query,
+        path,
+        query,
         body: &body,
         meta_only,
     };
-    dispatch(&ctx, &path).unwrap_or_else(|e| error_response(&e))
+    // A deep body is parsed, stored and dropped on a stack big enough for it.
+    json::with_stack_for(json::depth_of_bytes(&body), || dispatch(&ctx, path))
+        .unwrap_or_else(|e| error_response(&e))
 }
 
 struct Ctx<'a> {
     inner: &'a Arc<Inner>,
     method: &'a Method,
+    path: &'a str,
     query: &'a HashMap<String, String>,
     body: &'a Bytes,
     meta_only: bool,
@@ -250,8 +309,7 @@ fn resource_request(
 }
 
 fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+    json::parse(body).map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
 }
 
 fn collection(
@@ -266,6 +324,7 @@ fn collection(
     match *ctx.method {
         Method::GET if watching => watch::watch(
             ctx.inner,
+            ctx.path,
             rt,
             ns.map(str::to_owned),
             ctx.query,

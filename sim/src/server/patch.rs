@@ -9,6 +9,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::json;
 use crate::resources::ResourceType;
 use crate::store::{Store, StoredObject};
 
@@ -29,6 +30,7 @@ fn merge(target: &mut Value, patch: &Value) {
 
 /// Applies a merge patch to the current object and stores it like a PUT (a
 /// `metadata.resourceVersion` in the patch is a precondition). 404 if absent, 400 on bad JSON.
+/// Patches and objects of any nesting depth are merged on a big enough stack.
 pub fn patch(
     store: &mut Store,
     rt: &ResourceType,
@@ -36,14 +38,25 @@ pub fn patch(
     name: &str,
     body: &Bytes,
 ) -> Result<Arc<StoredObject>, ApiError> {
-    let p: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid patch: {e}")))?;
+    let current = store.get(rt, namespace, name)?;
+    let depth = json::depth_of_bytes(body).max(current.depth);
+    json::with_stack_for(depth, || patch_existing(store, rt, current, body))
+}
+
+fn patch_existing(
+    store: &mut Store,
+    rt: &ResourceType,
+    current: Arc<StoredObject>,
+    body: &Bytes,
+) -> Result<Arc<StoredObject>, ApiError> {
+    let (namespace, name) = (current.namespace.as_str(), current.name.as_str());
+    let p: Value =
+        json::parse(body).map_err(|e| ApiError::bad_request(format!("invalid patch: {e}")))?;
     if !p.is_object() {
         return Err(ApiError::bad_request(
             "only merge patches (a JSON object) are supported",
         ));
     }
-    let current = store.get(rt, namespace, name)?;
     let mut obj = current.to_value()?;
     let precondition = p.pointer("/metadata/resourceVersion").cloned();
     merge(&mut obj, &p);

@@ -4,10 +4,15 @@
 //! fields the API conventions assign (`uid`, `resourceVersion`, `creationTimestamp`,
 //! `generation` bumped when `spec` changes; see
 //! <https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#metadata>)
-//! and publish each change to live watchers through a broadcast channel.
-//! This module never speaks HTTP and never renders list or watch bodies.
+//! and publish each change to live watchers through a broadcast channel. Deleting a
+//! CustomResourceDefinition deletes its objects, stops serving its resource and tells that
+//! resource's watchers it is gone; a recreated CRD serves its resource anew, readable only
+//! from the recreation on. Objects of any nesting depth are handled on a big enough stack
+//! (see `crate::json`). This module never speaks HTTP and never renders list or watch bodies.
 
+mod crd;
 mod object;
+mod raw;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -16,10 +21,13 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
+use crd::add_crd_status;
 pub use object::{now_rfc3339, StoredObject};
+pub use raw::RawResourceVersion;
 pub use snapshot::PageRequest;
 
 use crate::error::ApiError;
+use crate::json;
 use crate::resources::{Registry, ResourceKey, ResourceType};
 use crate::validation;
 
@@ -32,6 +40,9 @@ pub enum StoreError {
     /// The object has no `metadata` object.
     #[error("object has no metadata")]
     MissingMetadata,
+    /// The object is not a JSON object.
+    #[error("the object is not a JSON object")]
+    NotAnObject,
     /// JSON (de)serialization failed.
     #[error("json: {0}")]
     Serialize(#[from] serde_json::Error),
@@ -54,6 +65,9 @@ pub enum EventType {
     Modified,
     /// Object deleted.
     Deleted,
+    /// The resource itself stopped being served (its CustomResourceDefinition was deleted);
+    /// sent to live watchers after the DELETED events of its objects, never logged.
+    ResourceRemoved,
 }
 
 /// One change, as kept in the log and sent to live watchers.
@@ -79,6 +93,9 @@ pub struct Store {
     /// Served resource types (CRD writes change it).
     pub registry: Registry,
     objects: HashMap<ResourceKey, BTreeMap<ObjKey, Arc<StoredObject>>>,
+    /// The resourceVersion at which each custom resource started being served (its CRD's
+    /// creation): versions before it are not readable for that resource (410 Expired).
+    served_since: HashMap<ResourceKey, u64>,
     log: VecDeque<Arc<Event>>,
     tx: broadcast::Sender<Arc<Event>>,
 }
@@ -106,6 +123,7 @@ impl Store {
             retained,
             registry: Registry::default(),
             objects: HashMap::new(),
+            served_since: HashMap::new(),
             log: VecDeque::new(),
             tx,
         }
@@ -116,10 +134,13 @@ impl Store {
         self.rv
     }
 
-    /// The oldest resourceVersion that can still be read or watched from: versions below it
-    /// have been compacted out of the log (→ 410 Expired).
-    pub fn oldest_readable_rv(&self) -> u64 {
+    /// The oldest resourceVersion of `resource` that can still be read or watched from:
+    /// versions below it have been compacted out of the log, or come before the creation of
+    /// the CRD that serves the resource, so a watch or `continue` from before a CRD was
+    /// (re)created gets 410 Expired, as from a real API server's fresh watch cache.
+    pub fn oldest_readable_rv_for(&self, resource: &ResourceKey) -> u64 {
         self.compacted_rv
+            .max(self.served_since.get(resource).copied().unwrap_or(0))
     }
 
     /// A live-event receiver; subscribe while holding the lock, then read the backlog, so no
@@ -200,6 +221,16 @@ impl Store {
         &mut self,
         rt: &ResourceType,
         path_ns: Option<&str>,
+        obj: Value,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let depth = json::depth_of_value(&obj);
+        json::with_stack_for(depth, move || self.create_now(rt, path_ns, obj))
+    }
+
+    fn create_now(
+        &mut self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
         mut obj: Value,
     ) -> Result<Arc<StoredObject>, ApiError> {
         let namespace = Self::resolve_namespace(rt, path_ns, &obj)?;
@@ -267,6 +298,7 @@ impl Store {
             .or_default()
             .insert(key, stored.clone());
         if let Some(t) = new_type {
+            self.served_since.insert(t.key(), rv);
             self.registry.register(t);
         }
         self.record(EventType::Added, rt.key(), stored.clone(), None);
@@ -279,6 +311,17 @@ impl Store {
     /// an empty one replaces unconditionally. 404 if absent; 400 if `path_name` differs from
     /// the body's name.
     pub fn replace(
+        &mut self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
+        path_name: Option<&str>,
+        obj: Value,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let depth = json::depth_of_value(&obj);
+        json::with_stack_for(depth, move || self.replace_now(rt, path_ns, path_name, obj))
+    }
+
+    fn replace_now(
         &mut self,
         rt: &ResourceType,
         path_ns: Option<&str>,
@@ -296,6 +339,20 @@ impl Store {
             }
         }
         let old = self.get(rt, &namespace, &name)?;
+        json::with_stack_for(old.depth, move || {
+            self.replace_existing(rt, namespace, name, old, obj)
+        })
+    }
+
+    /// The rest of [`Store::replace`] once the current object `old` is known.
+    fn replace_existing(
+        &mut self,
+        rt: &ResourceType,
+        namespace: String,
+        name: String,
+        old: Arc<StoredObject>,
+        mut obj: Value,
+    ) -> Result<Arc<StoredObject>, ApiError> {
         let sent_rv = str_field(&obj, "/metadata/resourceVersion").unwrap_or_default();
         if !sent_rv.is_empty() && sent_rv != old.rv.to_string() {
             return Err(ApiError::Conflict {
@@ -342,7 +399,9 @@ impl Store {
 
     /// Deletes an object immediately (no finalizers or grace periods); returns the deleted
     /// object stamped with the deletion's resourceVersion. Deleting a CRD also deletes its
-    /// custom objects and stops serving its resource. 404 if absent.
+    /// custom objects (each a DELETED event), stops serving its resource (discovery and paths
+    /// answer 404) and sends the resource's live watchers a `ResourceRemoved` event after
+    /// those DELETED events. 404 if absent.
     pub fn delete(
         &mut self,
         rt: &ResourceType,
@@ -350,14 +409,25 @@ impl Store {
         name: &str,
     ) -> Result<Arc<StoredObject>, ApiError> {
         let old = self.get(rt, namespace, name)?;
-        if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
-            if let Ok(t) = ResourceType::from_crd(&old.to_value()?) {
-                let keys = self.keys(&t);
-                for (ns, n) in keys {
-                    self.delete(&t, &ns, &n)?;
-                }
-                self.registry.unregister(&t.group, &t.version, &t.plural);
+        json::with_stack_for(old.depth, || self.delete_existing(rt, old))
+    }
+
+    fn delete_existing(
+        &mut self,
+        rt: &ResourceType,
+        old: Arc<StoredObject>,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let removed =
+            if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
+                ResourceType::from_crd(&old.to_value()?).ok()
+            } else {
+                None
+            };
+        if let Some(t) = &removed {
+            for (ns, n) in self.keys(t) {
+                self.delete(t, &ns, &n)?;
             }
+            self.registry.unregister(&t.group, &t.version, &t.plural);
         }
         let rv = self.rv + 1;
         let mut value = old.to_value()?;
@@ -365,13 +435,23 @@ impl Store {
         let stored = Arc::new(StoredObject::from_value(&value, rv)?);
         self.rv = rv;
         if let Some(m) = self.objects.get_mut(&rt.key()) {
-            m.remove(&(namespace.to_owned(), name.to_owned()));
+            m.remove(&(old.namespace.clone(), old.name.clone()));
+        }
+        if let Some(t) = removed {
+            // Not logged: it only tells live watchers to end (or, with the fault, go silent).
+            let _ = self.tx.send(Arc::new(Event {
+                rv,
+                event_type: EventType::ResourceRemoved,
+                resource: t.key(),
+                object: stored.clone(),
+                prev: None,
+            }));
         }
         self.record(EventType::Deleted, rt.key(), stored.clone(), Some(old));
         Ok(stored)
     }
 
-    fn record(
+    pub(super) fn record(
         &mut self,
         event_type: EventType,
         resource: ResourceKey,
@@ -405,42 +485,5 @@ fn not_found(rt: &ResourceType, name: &str) -> ApiError {
         group: rt.group.clone(),
         resource: rt.plural.clone(),
         name: name.to_owned(),
-    }
-}
-
-/// Applies the apiextensions defaults (`spec.names.listKind`, `spec.conversion`) and sets the
-/// status a real server reports once a CRD is established.
-fn add_crd_status(obj: &mut Value) {
-    if let Some(names) = obj
-        .pointer_mut("/spec/names")
-        .and_then(Value::as_object_mut)
-    {
-        if !names.contains_key("listKind") {
-            let list_kind = names
-                .get("kind")
-                .and_then(Value::as_str)
-                .map(|k| format!("{k}List"))
-                .unwrap_or_default();
-            names.insert("listKind".into(), Value::String(list_kind));
-        }
-    }
-    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.entry("conversion")
-            .or_insert_with(|| json!({"strategy": "None"}));
-    }
-    let names = obj.pointer("/spec/names").cloned().unwrap_or(Value::Null);
-    let now = now_rfc3339();
-    if let Some(map) = obj.as_object_mut() {
-        map.insert(
-            "status".into(),
-            json!({
-                "acceptedNames": names,
-                "conditions": [
-                    {"type": "NamesAccepted", "status": "True", "lastTransitionTime": now, "reason": "NoConflicts", "message": "no conflicts found"},
-                    {"type": "Established", "status": "True", "lastTransitionTime": now, "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"}
-                ],
-                "storedVersions": ["v1"]
-            }),
-        );
     }
 }

@@ -1,6 +1,7 @@
 //! One stored object: its serialized JSON bytes, its `metadata` bytes (for
 //! `PartialObjectMetadata` answers) and the parsed fields lists and selectors need. Objects are
-//! immutable once built; a write builds a new one. Never holds a `serde_json::Value` tree.
+//! immutable once built; a write builds a new one. Never holds a `serde_json::Value` tree, so
+//! serving an object never recurses into it, however deep it is.
 
 use std::collections::BTreeMap;
 
@@ -25,14 +26,21 @@ pub struct StoredObject {
     pub uid: String,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
-    /// `metadata.resourceVersion` as a number.
+    /// The resourceVersion of the write that stored it (`metadata.resourceVersion` in the
+    /// body, unless a raw insert kept an opaque one).
     pub rv: u64,
+    /// Nesting depth of `body` (see `json::depth_of_bytes`): deep objects are parsed and
+    /// changed on a big stack.
+    pub depth: usize,
 }
 
 impl StoredObject {
-    /// Serializes `obj` (which must have server fields already set) into a stored object.
+    /// Serializes `obj` (which must have server fields already set) into a stored object. A
+    /// missing `metadata` (raw inserts only) reads as `{}`. Errors: `obj` is not an object.
+    /// A deep `obj` must be passed inside `json::with_stack_for`.
     pub fn from_value(obj: &Value, rv: u64) -> Result<Self, StoreError> {
-        let meta = obj.get("metadata").ok_or(StoreError::MissingMetadata)?;
+        let empty = Value::Object(Default::default());
+        let meta = obj.get("metadata").unwrap_or(&empty);
         let text = |k: &str| {
             meta.get(k)
                 .and_then(Value::as_str)
@@ -49,6 +57,7 @@ impl StoredObject {
             })
             .unwrap_or_default();
         let (body, metadata) = serialize(obj)?;
+        let depth = crate::json::depth_of_bytes(&body);
         Ok(StoredObject {
             body,
             metadata,
@@ -57,21 +66,23 @@ impl StoredObject {
             uid: text("uid"),
             labels,
             rv,
+            depth,
         })
     }
 
-    /// Parses the stored body back into a JSON value.
+    /// Parses the stored body back into a JSON value, with no nesting limit. A deep result
+    /// must be used and dropped inside `json::with_stack_for(self.depth, …)`.
     pub fn to_value(&self) -> Result<Value, StoreError> {
-        serde_json::from_slice(&self.body).map_err(StoreError::Serialize)
+        crate::json::parse_with_depth(&self.body, self.depth).map_err(StoreError::Serialize)
     }
 }
 
 /// Serializes `obj` compactly into exactly-sized bytes and returns them with a zero-copy
 /// slice covering the `metadata` value, so metadata-only answers cost no extra memory.
 fn serialize(obj: &Value) -> Result<(Bytes, Bytes), StoreError> {
-    let map = obj.as_object().ok_or(StoreError::MissingMetadata)?;
+    let map = obj.as_object().ok_or(StoreError::NotAnObject)?;
     let mut out = Vec::with_capacity(4096);
-    let mut range = 0..0;
+    let mut range = usize::MAX..usize::MAX;
     out.push(b'{');
     for (i, (k, v)) in map.iter().enumerate() {
         if i > 0 {
@@ -88,7 +99,11 @@ fn serialize(obj: &Value) -> Result<(Bytes, Bytes), StoreError> {
     out.push(b'}');
     // Copy so the stored allocation is exactly the JSON's size (a grown Vec may be 2x).
     let body = Bytes::copy_from_slice(&out);
-    let metadata = body.slice(range);
+    let metadata = if range.start == usize::MAX {
+        Bytes::from_static(b"{}")
+    } else {
+        body.slice(range)
+    };
     Ok((body, metadata))
 }
 

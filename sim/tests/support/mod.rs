@@ -46,7 +46,17 @@ async fn send(
     accept: Option<&str>,
     body: Option<&str>,
 ) -> BufReader<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    try_send(addr, method, path, accept, body).await.unwrap()
+}
+
+async fn try_send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+    body: Option<&str>,
+) -> std::io::Result<BufReader<TcpStream>> {
+    let mut stream = TcpStream::connect(addr).await?;
     let mut req = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n");
     if let Some(a) = accept {
         req.push_str(&format!("Accept: {a}\r\n"));
@@ -60,13 +70,19 @@ async fn send(
     }
     req.push_str("\r\n");
     req.push_str(body);
-    stream.write_all(req.as_bytes()).await.unwrap();
-    BufReader::new(stream)
+    stream.write_all(req.as_bytes()).await?;
+    Ok(BufReader::new(stream))
 }
 
 async fn read_head(reader: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
+    try_read_head(reader).await.unwrap()
+}
+
+async fn try_read_head(
+    reader: &mut BufReader<TcpStream>,
+) -> std::io::Result<(u16, Vec<(String, String)>)> {
     let mut line = String::new();
-    reader.read_line(&mut line).await.unwrap();
+    reader.read_line(&mut line).await?;
     let status = line
         .split_whitespace()
         .nth(1)
@@ -75,7 +91,9 @@ async fn read_head(reader: &mut BufReader<TcpStream>) -> (u16, Vec<(String, Stri
     let mut headers = Vec::new();
     loop {
         line.clear();
-        reader.read_line(&mut line).await.unwrap();
+        if reader.read_line(&mut line).await? == 0 {
+            break;
+        }
         let l = line.trim_end();
         if l.is_empty() {
             break;
@@ -84,7 +102,53 @@ async fn read_head(reader: &mut BufReader<TcpStream>) -> (u16, Vec<(String, Stri
             headers.push((k.trim().to_owned(), v.trim().to_owned()));
         }
     }
-    (status, headers)
+    Ok((status, headers))
+}
+
+/// Like [`request`], but I/O errors (a refused, reset or closed connection) come back as
+/// `Err` instead of panicking; a connection closed before any response reads as status 0.
+pub async fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> std::io::Result<Response> {
+    let mut reader = try_send(addr, method, path, None, body).await?;
+    let (status, headers) = try_read_head(&mut reader).await?;
+    let mut bytes = Vec::new();
+    reader.read_to_end(&mut bytes).await?;
+    Ok(Response {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    })
+}
+
+/// The kube-rs config read from the kubeconfig the simulator writes. Note that kube-rs
+/// retries 429, 503 and 504 answers by default (up to 15 times, honouring `Retry-After`);
+/// set `default_retry = false` to see them.
+pub async fn kube_config(sim: &Simulator) -> kube::Config {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&path).unwrap();
+    kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&path).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap()
+}
+
+/// A kube-rs client for the simulator (with kube-rs's default retries).
+pub async fn kube_client(sim: &Simulator) -> kube::Client {
+    kube::Client::try_from(kube_config(sim).await).unwrap()
+}
+
+/// A kube-rs client that does not retry 429, 503 and 504 answers.
+pub async fn kube_client_without_retries(sim: &Simulator) -> kube::Client {
+    let mut config = kube_config(sim).await;
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
 }
 
 /// Sends one request and reads the whole response.
@@ -128,6 +192,23 @@ impl Watch {
             ),
             Ok(Err(e)) => panic!("read error: {e}"),
         }
+    }
+
+    /// The next raw line (with its `\n`), or None at end of stream or after `timeout`.
+    pub async fn next_line(&mut self, timeout: Duration) -> Option<Vec<u8>> {
+        let mut line = Vec::new();
+        match tokio::time::timeout(timeout, self.reader.read_until(b'\n', &mut line)).await {
+            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => None,
+            Ok(Ok(_)) => Some(line),
+        }
+    }
+
+    /// Whether nothing at all (no byte, no end of stream) arrives for `window`.
+    pub async fn silent_for(&mut self, window: Duration) -> bool {
+        let mut byte = [0u8; 1];
+        tokio::time::timeout(window, self.reader.read(&mut byte))
+            .await
+            .is_err()
     }
 
     /// Whether the stream ends (EOF) within `timeout`.
@@ -200,4 +281,40 @@ pub fn fixture(name: &str) -> Value {
         &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
     )
     .unwrap()
+}
+
+/// A kube-rs watcher stream driven in a background task (so it keeps watching while the
+/// test waits); items are forwarded with errors as text.
+pub type WatcherItems<K> =
+    tokio::sync::mpsc::UnboundedReceiver<Result<kube::runtime::watcher::Event<K>, String>>;
+
+/// Drives `stream` in a background task; see [`WatcherItems`].
+pub fn spawn_watcher<K: Send + 'static>(
+    stream: impl futures::Stream<
+            Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>,
+        > + Send
+        + 'static,
+) -> WatcherItems<K> {
+    use futures::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if tx.send(item.map_err(|e| e.to_string())).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The next watcher item within `timeout` (panics if none arrives or the stream ended).
+pub async fn next_item<K>(
+    items: &mut WatcherItems<K>,
+    timeout: Duration,
+) -> Result<kube::runtime::watcher::Event<K>, String> {
+    tokio::time::timeout(timeout, items.recv())
+        .await
+        .expect("watcher item in time")
+        .expect("watcher stream open")
 }

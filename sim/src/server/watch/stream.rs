@@ -1,0 +1,259 @@
+//! One open watch stream: the state machine that turns the backlog (initial ADDED events,
+//! replayed events, a 410 ERROR) and then live store events into newline-delimited
+//! `{"type":…,"object":…}` lines, adds BOOKMARKs, applies selectors to events (an object that
+//! stops matching is sent as DELETED), and obeys the watch faults: end, go silent, damage
+//! the next events, end (or go silent) when the resource's CRD is deleted. Polled lazily:
+//! nothing is produced while the client is not reading, and a watcher that lags more than the
+//! live channel holds is closed. Never writes to the store.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio_util::sync::CancellationToken;
+
+use crate::faults::WatchControl;
+use crate::json;
+use crate::resources::{ResourceKey, ResourceType};
+use crate::selector::Selectors;
+use crate::server::render_object;
+use crate::store::{Event, EventType, StoredObject};
+use crate::Inner;
+
+/// One entry of the backlog written before live events.
+pub(super) enum Item {
+    Object(&'static str, Arc<StoredObject>),
+    Live(Arc<Event>),
+    InitialEnd(u64),
+    Error(Value),
+}
+
+/// Counts the stream in `open_watches` and in the fault registry while it lives.
+pub(super) struct OpenWatch {
+    pub inner: Arc<Inner>,
+    pub id: u64,
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.inner.open_watches.fetch_sub(1, Ordering::Relaxed);
+        self.inner.faults.unregister_watch(self.id);
+    }
+}
+
+pub(super) struct WatchStream {
+    pub guard: OpenWatch,
+    /// The request's URL path, which damage rules match.
+    pub path: String,
+    pub rt: Arc<ResourceType>,
+    pub key: ResourceKey,
+    pub namespace: Option<String>,
+    pub selectors: Selectors,
+    pub meta_only: bool,
+    pub backlog: VecDeque<Item>,
+    pub rx: Option<broadcast::Receiver<Arc<Event>>>,
+    pub last_rv: u64,
+    pub bookmarks: Option<tokio::time::Interval>,
+    pub deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    pub end: CancellationToken,
+    pub silence: CancellationToken,
+    pub shutdown: CancellationToken,
+    /// Sends nothing more; only `end` or shutdown finish it.
+    pub silent: bool,
+    pub done: bool,
+}
+
+impl WatchStream {
+    pub fn new(
+        inner: &Arc<Inner>,
+        path: &str,
+        rt: Arc<ResourceType>,
+        control: WatchControl,
+    ) -> Self {
+        inner.open_watches.fetch_add(1, Ordering::Relaxed);
+        WatchStream {
+            guard: OpenWatch {
+                inner: inner.clone(),
+                id: control.id,
+            },
+            path: path.to_owned(),
+            key: rt.key(),
+            rt,
+            namespace: None,
+            selectors: Selectors::default(),
+            meta_only: false,
+            backlog: VecDeque::new(),
+            rx: None,
+            last_rv: 0,
+            bookmarks: None,
+            deadline: None,
+            end: control.end,
+            silence: control.silence,
+            shutdown: inner.shutdown.clone(),
+            silent: control.silent_from_start,
+            done: false,
+        }
+    }
+
+    fn visible(&self, o: &StoredObject) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == o.namespace)
+            && self.selectors.matches(&o.namespace, &o.name, &o.labels)
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let (kind, api_version) = if self.meta_only {
+            (
+                "PartialObjectMetadata".to_owned(),
+                "meta.k8s.io/v1".to_owned(),
+            )
+        } else {
+            (self.rt.kind.clone(), self.rt.api_version())
+        };
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": kind, "apiVersion": api_version, "metadata": meta});
+        line("BOOKMARK", obj.to_string().as_bytes())
+    }
+
+    /// A real event's line, damaged if a damage rule takes it.
+    fn event(&self, event_type: &str, obj: &StoredObject) -> Bytes {
+        let intact = line(event_type, &render_object(obj, self.meta_only));
+        match self.guard.inner.faults.take_damage(&self.path) {
+            Some(kind) => kind.apply(&intact),
+            None => intact,
+        }
+    }
+
+    fn render(&self, item: Item) -> Option<Bytes> {
+        match item {
+            Item::Object(t, o) => Some(self.event(t, &o)),
+            Item::InitialEnd(rv) => Some(self.bookmark(rv, true)),
+            Item::Error(status) => Some(line("ERROR", status.to_string().as_bytes())),
+            Item::Live(ev) => {
+                let now = self.visible(&ev.object);
+                let before = ev.prev.as_ref().is_some_and(|p| self.visible(p));
+                let (t, obj) = match ev.event_type {
+                    EventType::Added if now => ("ADDED", ev.object.clone()),
+                    EventType::Deleted if before => ("DELETED", ev.object.clone()),
+                    EventType::Modified if now && before => ("MODIFIED", ev.object.clone()),
+                    EventType::Modified if now => ("ADDED", ev.object.clone()),
+                    EventType::Modified if before => {
+                        let prev = ev.prev.as_ref()?;
+                        (
+                            "DELETED",
+                            Arc::new(restamp(prev, ev.rv).unwrap_or_else(|| (**prev).clone())),
+                        )
+                    }
+                    _ => return None,
+                };
+                Some(self.event(t, &obj))
+            }
+        }
+    }
+
+    /// Waits, sending nothing, until the stream must end.
+    async fn stay_silent(&mut self) -> Option<Bytes> {
+        tokio::select! {
+            _ = self.end.cancelled() => {}
+            _ = self.shutdown.cancelled() => {}
+        }
+        None
+    }
+
+    /// The next chunk to write, or None to end the response body.
+    pub async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if self.silence.is_cancelled() {
+                self.silent = true;
+            }
+            if self.silent {
+                return self.stay_silent().await;
+            }
+            let expired = self.deadline.as_ref().is_some_and(|d| d.is_elapsed());
+            if self.end.is_cancelled() || self.shutdown.is_cancelled() || expired {
+                return None;
+            }
+            if let Some(item) = self.backlog.pop_front() {
+                if matches!(item, Item::Error(_)) {
+                    self.done = true;
+                }
+                match self.render(item) {
+                    Some(b) => return Some(b),
+                    None => continue,
+                }
+            }
+            let rx = self.rx.as_mut()?;
+            let bookmarks = self.bookmarks.as_mut();
+            let deadline = self.deadline.as_mut();
+            tokio::select! {
+                biased;
+                _ = self.end.cancelled() => return None,
+                _ = self.shutdown.cancelled() => return None,
+                _ = self.silence.cancelled() => continue,
+                _ = async { match deadline { Some(d) => d.await, None => std::future::pending().await } } => return None,
+                received = rx.recv() => match received {
+                    Ok(ev) if ev.event_type == EventType::ResourceRemoved => {
+                        if ev.resource != self.key {
+                            continue;
+                        }
+                        if self.guard.inner.faults.keeps_watches_after_crd_delete() {
+                            self.silent = true;
+                            continue;
+                        }
+                        return None;
+                    }
+                    Ok(ev) => {
+                        if ev.rv <= self.last_rv {
+                            continue;
+                        }
+                        self.last_rv = ev.rv;
+                        if ev.resource == self.key {
+                            if let Some(b) = self.render(Item::Live(ev)) {
+                                return Some(b);
+                            }
+                        }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::info!(lagged = n, resource = %self.key, "closing watch that fell behind");
+                        return None;
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
+                _ = async { match bookmarks { Some(i) => { i.tick().await; } None => std::future::pending::<()>().await } } => {
+                    return Some(self.bookmark(self.last_rv, false));
+                }
+            }
+        }
+    }
+}
+
+/// `{"type":"<event_type>","object":<object>}\n`.
+pub(super) fn line(event_type: &str, object: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(object.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(event_type.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(object);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
+/// Re-serializes `obj` with `metadata.resourceVersion = rv` (for DELETED-by-selector events).
+fn restamp(obj: &StoredObject, rv: u64) -> Option<StoredObject> {
+    json::with_stack_for(obj.depth, || {
+        let mut v = obj.to_value().ok()?;
+        v.pointer_mut("/metadata")?
+            .as_object_mut()?
+            .insert("resourceVersion".into(), Value::String(rv.to_string()));
+        StoredObject::from_value(&v, rv).ok()
+    })
+}
