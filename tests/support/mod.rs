@@ -64,6 +64,7 @@ pub fn config(kubeconfig: &std::path::Path, resources: Vec<ResourceConfig>) -> C
         // Tests run in parallel: each server on a free port, no summaries.
         server: kubesink::config::ServerConfig {
             listen: "127.0.0.1:0".into(),
+            sink_check_interval: HumanDuration(Duration::from_millis(200)),
             ..Default::default()
         },
         log: kubesink::config::LogConfig {
@@ -82,6 +83,8 @@ pub struct CaptureSink {
     pub blocked: AtomicBool,
     /// While > 0, `send` fails (and decrements it).
     pub fail_next: AtomicUsize,
+    /// While true, the destination is down: `send` and `healthcheck` fail.
+    pub down: AtomicBool,
     pub failures: AtomicUsize,
     pub unblocked: tokio::sync::Notify,
 }
@@ -115,6 +118,10 @@ impl Sink for CaptureSink {
             }
             n.await;
         }
+        if self.down.load(Ordering::SeqCst) {
+            self.failures.fetch_add(1, Ordering::SeqCst);
+            return Err(SinkError::transient("capture", "destination down"));
+        }
         if self
             .fail_next
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -130,11 +137,33 @@ impl Sink for CaptureSink {
         Ok(())
     }
     async fn healthcheck(&self) -> Result<(), SinkError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(SinkError::transient("capture", "destination down"));
+        }
         Ok(())
     }
     async fn close(&self) -> Result<(), SinkError> {
         Ok(())
     }
+}
+
+/// `GET path` on `addr` over plain HTTP/1.0: (status code, body).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .expect("write request");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.expect("read response");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, body.to_owned())
 }
 
 /// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
