@@ -1,90 +1,163 @@
-//! Wiring: configuration → client → discovery → informers → pipeline → sinks, and the
-//! orderly shutdown (stop the watches, flush within `pipeline.shutdown_timeout`, close).
+//! Wiring: configuration → clients → discovery → informers → pipeline → sinks, the
+//! observers (metrics, health, summaries), leader election, and the orderly shutdown (stop
+//! the watches, flush within `pipeline.shutdown_timeout`, close).
+//!
+//! Start-up never waits for an API server: each configured resource of each cluster is
+//! resolved (API discovery) by its own task, retried with backoff while the server is
+//! unreachable or the kind is not served, and its informers start when it resolves. So one
+//! cluster that is down, or one CRD not installed yet, delays nothing else; each shows in
+//! `/readyz` and the metrics until it works.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
+use kubesink_sinks::backoff::Backoff;
 use kubesink_sinks::Sink;
-use tokio::task::JoinSet;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::cluster::{self, ClusterError};
-use crate::config::Config;
-use crate::informer::{Informer, InformerStats, WatchPlan};
-use crate::observe::{self, Observed, SinkEntry, WatchEntry};
-use crate::pipeline::Pipeline;
+use crate::config::{ClusterSpec, Config, ResourceConfig, WatchConfig};
+use crate::informer::{FailureKind, Informer, InformerStats, WatchPlan};
+use crate::leader::{Elector, Fence, Lost};
+use crate::observe::{self, Leadership, Observed, SinkEntry, WatchEntry};
+use crate::pipeline::{Pipeline, Publisher};
+
+/// Retries of API discovery: 500 ms doubling to 30 s.
+const DISCOVERY_RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// A resource could not be resolved.
+    /// A cluster's client could not be built.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     /// The HTTP server could not listen.
     #[error(transparent)]
     Serve(#[from] observe::ServeError),
+    /// `server.listen` is not an address.
+    #[error("server.listen {0:?} is not an address:port")]
+    Listen(String),
+    /// Not one client per configured cluster.
+    #[error("{clusters} clusters configured but {clients} clients given")]
+    Clients {
+        /// Configured clusters.
+        clusters: usize,
+        /// Clients given.
+        clients: usize,
+    },
 }
 
 /// A running bridge: informers feeding the pipeline, observed.
 pub struct Bridge {
     pipeline: Pipeline,
-    informers: JoinSet<()>,
+    tasks: TaskTracker,
     cancel: CancellationToken,
     stats: Vec<(String, Arc<InformerStats>)>,
     observed: Arc<Observed>,
     server: Option<SocketAddr>,
     shutdown_timeout: Duration,
+    lost: Option<oneshot::Receiver<Lost>>,
+    /// Cancelled after the pipeline drained: the leader then gives its lease up.
+    release: CancellationToken,
+}
+
+/// One configured resource of one cluster, and the stats of its watches (one per namespace).
+struct Target {
+    cluster: ClusterSpec,
+    client: Client,
+    resource: ResourceConfig,
+    stats: Vec<Arc<InformerStats>>,
 }
 
 impl Bridge {
-    /// Resolves every configured resource, plans one watch per (resource, namespace), starts
-    /// the pipeline over `sinks` with a continuous readiness probe for each, one informer per
-    /// plan, the HTTP server (`[server]`) and the periodic summary (`[log]`).
+    /// [`Bridge::start_with`] for the single cluster of `config` through `client`, without
+    /// leader election.
     ///
     /// # Errors
-    /// [`StartError`] when a resource cannot be resolved or the server cannot listen.
+    /// As [`Bridge::start_with`].
     pub async fn start(
         config: &Config,
         client: Client,
         sinks: Vec<Arc<dyn Sink>>,
     ) -> Result<Bridge, StartError> {
-        let mut plans = Vec::new();
-        for (i, res) in config.resources.iter().enumerate() {
-            let r = cluster::resolve(&client, &config.cluster.name, i, res).await?;
-            plans.extend(WatchPlan::expand(
-                res,
-                r.resource,
-                r.api_resource,
-                &config.cluster.label,
-            ));
+        Bridge::start_with(config, vec![client], sinks, None).await
+    }
+
+    /// Starts the pipeline over `sinks` (a continuous readiness probe each), the HTTP server
+    /// (`[server]`) and the summaries (`[log]`), and the watches of every cluster of
+    /// `config` (`clients` in [`Config::clusters`] order): at once, or, with an `elector`,
+    /// once this replica leads.
+    ///
+    /// # Errors
+    /// [`StartError`] when the server cannot listen or the clients do not match the clusters.
+    pub async fn start_with(
+        config: &Config,
+        clients: Vec<Client>,
+        sinks: Vec<Arc<dyn Sink>>,
+        elector: Option<Elector>,
+    ) -> Result<Bridge, StartError> {
+        let clusters = config.clusters();
+        if clusters.len() != clients.len() {
+            return Err(StartError::Clients {
+                clusters: clusters.len(),
+                clients: clients.len(),
+            });
+        }
+        let multi = clusters.len() > 1;
+        let mut targets = Vec::new();
+        let mut watches = Vec::new();
+        let mut stats = Vec::new();
+        for (spec, client) in clusters.into_iter().zip(clients) {
+            for res in &spec.resources {
+                let scopes: Vec<Option<String>> = if res.namespaces.is_empty() {
+                    vec![None]
+                } else {
+                    res.namespaces.iter().cloned().map(Some).collect()
+                };
+                let mut target_stats = Vec::new();
+                for ns in scopes {
+                    let s = Arc::new(InformerStats::default());
+                    let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
+                    let label = if multi {
+                        format!("{}: {} ({scope})", spec.name, res.display_name())
+                    } else {
+                        format!("{} ({scope})", res.display_name())
+                    };
+                    stats.push((label, s.clone()));
+                    watches.push(WatchEntry {
+                        cluster: spec.name.clone(),
+                        api_version: res.api_version.clone(),
+                        kind: res.kind.clone(),
+                        namespace: ns,
+                        stats: s.clone(),
+                    });
+                    target_stats.push(s);
+                }
+                targets.push(Target {
+                    cluster: spec.clone(),
+                    client: client.clone(),
+                    resource: res.clone(),
+                    stats: target_stats,
+                });
+            }
         }
         let cancel = CancellationToken::new();
-        let pipeline = Pipeline::start(&config.pipeline, sinks);
+        let tasks = TaskTracker::new();
+        let fence = elector.as_ref().map_or_else(Fence::open, Elector::fence);
+        let pipeline = Pipeline::start(&config.pipeline, sinks, fence);
         for h in pipeline.sinks() {
-            tokio::spawn(observe::probe_sink(
+            tasks.spawn(observe::probe_sink(
                 h.clone(),
                 config.server.sink_check_interval.get(),
                 cancel.clone(),
             ));
         }
-        let mut informers = JoinSet::new();
-        let mut stats = Vec::new();
-        let mut watches = Vec::new();
-        for plan in plans {
-            watches.push(WatchEntry {
-                resource: plan.resource.clone(),
-                namespace: plan.namespace.clone(),
-                stats: Arc::new(InformerStats::default()),
-            });
-            let informer = Informer::new(plan, client.clone(), &config.watch);
-            if let Some(w) = watches.last_mut() {
-                w.stats = informer.stats();
-            }
-            stats.push((informer.label(), informer.stats()));
-            informers.spawn(informer.run(pipeline.publisher(), cancel.clone()));
-        }
+        let leadership = elector.as_ref().map(|_| Arc::new(Leadership::default()));
         let sink_entries = pipeline
             .sinks()
             .iter()
@@ -94,33 +167,59 @@ impl Bridge {
             watches,
             sink_entries,
             config.server.watch_failure_timeout.get(),
+            multi,
+            leadership.clone(),
         ));
         let server = if config.server.enabled {
-            let addr: SocketAddr =
-                config
-                    .server
-                    .listen
-                    .parse()
-                    .map_err(|e| observe::ServeError {
-                        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-                        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
-                    })?;
+            let addr: SocketAddr = config
+                .server
+                .listen
+                .parse()
+                .map_err(|_| StartError::Listen(config.server.listen.clone()))?;
             Some(observe::serve(addr, observed.clone(), cancel.clone()).await?)
         } else {
             None
         };
         let every = config.log.summary_interval.get();
         if !every.is_zero() {
-            tokio::spawn(observed.clone().log_summaries(every, cancel.clone()));
+            tasks.spawn(observed.clone().log_summaries(every, cancel.clone()));
         }
+        let watching = Watching {
+            targets,
+            watch: config.watch.clone(),
+            publisher: pipeline.publisher(),
+            cancel: cancel.clone(),
+            tasks: tasks.clone(),
+        };
+        let release = CancellationToken::new();
+        let lost = match (elector, leadership) {
+            (Some(elector), Some(leadership)) => {
+                let (tx, rx) = oneshot::channel();
+                tasks.spawn(lead(
+                    elector,
+                    leadership,
+                    watching,
+                    tx,
+                    cancel.clone(),
+                    release.clone(),
+                ));
+                Some(rx)
+            }
+            _ => {
+                watching.start();
+                None
+            }
+        };
         Ok(Bridge {
             pipeline,
-            informers,
+            tasks,
             cancel,
             stats,
             observed,
             server,
             shutdown_timeout: config.pipeline.shutdown_timeout.get(),
+            lost,
+            release,
         })
     }
 
@@ -129,7 +228,8 @@ impl Bridge {
         &self.pipeline
     }
 
-    /// Each informer's name (`apiVersion Kind (scope)`) and counters.
+    /// Each watch's name (`apiVersion Kind (scope)`, prefixed by the cluster when there are
+    /// several) and counters.
     pub fn informer_stats(&self) -> &[(String, Arc<InformerStats>)] {
         &self.stats
     }
@@ -144,12 +244,137 @@ impl Bridge {
         self.server
     }
 
+    /// Resolves when this replica lost its leadership (never without leader election).
+    pub async fn lost_leadership(&mut self) -> Lost {
+        match self.lost.as_mut() {
+            Some(rx) => match rx.await {
+                Ok(lost) => lost,
+                Err(_) => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+
     /// Stops the watches, delivers what is pending within `pipeline.shutdown_timeout`, closes
-    /// the sinks. Returns the number of changes not delivered in time.
-    pub async fn shutdown(mut self) -> usize {
+    /// the sinks, gives up the lease. Returns the number of changes not delivered in time.
+    pub async fn shutdown(self) -> usize {
         self.cancel.cancel();
-        while self.informers.join_next().await.is_some() {}
-        self.pipeline.shutdown(self.shutdown_timeout).await
+        self.tasks.close();
+        let undelivered = self.pipeline.shutdown(self.shutdown_timeout).await;
+        // The lease is given up only after the pipeline drained (the leader still emits
+        // while it drains, and keeps renewing).
+        self.release.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
+        undelivered
+    }
+}
+
+/// What starts the watches: every target's resolution task.
+struct Watching {
+    targets: Vec<Target>,
+    watch: WatchConfig,
+    publisher: Publisher,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Watching {
+    fn start(self) {
+        for t in self.targets {
+            self.tasks.spawn(watch_resource(
+                t,
+                self.watch.clone(),
+                self.publisher.clone(),
+                self.cancel.clone(),
+                self.tasks.clone(),
+            ));
+        }
+    }
+}
+
+/// Resolves one configured resource (retrying with backoff), then runs its informers.
+async fn watch_resource(
+    t: Target,
+    watch: WatchConfig,
+    publisher: Publisher,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+) {
+    let span = tracing::info_span!("discovery", cluster = %t.cluster.name, resource = %t.resource.display_name());
+    let mut delays = DISCOVERY_RETRY.delays();
+    let resolved = loop {
+        let attempt = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = cluster::resolve(&t.client, &t.cluster.name, &t.resource) => r,
+        };
+        let e = match attempt {
+            Ok(r) => break r,
+            Err(e) => e,
+        };
+        let kind = if e.is_not_found() {
+            FailureKind::NotFound
+        } else if e.is_transient() {
+            FailureKind::Unreachable
+        } else {
+            FailureKind::Broken
+        };
+        for s in &t.stats {
+            s.errors.fetch_add(1, Ordering::Relaxed);
+            s.set_failure(kind, e.to_string());
+        }
+        if matches!(e, ClusterError::ClusterScoped { .. }) {
+            span.in_scope(
+                || tracing::error!(error = %e, "configuration error; this resource is not watched"),
+            );
+            return;
+        }
+        let wait = delays.next().unwrap_or(DISCOVERY_RETRY.max);
+        span.in_scope(
+            || tracing::warn!(error = %e, retry_in = ?wait, "API discovery failed; retrying"),
+        );
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    };
+    let plans = WatchPlan::expand(
+        &t.resource,
+        resolved.resource,
+        resolved.api_resource,
+        &t.cluster.label,
+    );
+    for (plan, stats) in plans.into_iter().zip(t.stats) {
+        stats.clear_failure();
+        let informer = Informer::new(plan, t.client.clone(), &watch, stats);
+        tasks.spawn(informer.run(publisher.clone(), cancel.clone()));
+    }
+}
+
+/// Leader election: campaign, watch once leading, report the loss; give the lease up at
+/// shutdown once `release` fires (after the pipeline drained).
+async fn lead(
+    mut elector: Elector,
+    leadership: Arc<Leadership>,
+    watching: Watching,
+    lost: oneshot::Sender<Lost>,
+    cancel: CancellationToken,
+    release: CancellationToken,
+) {
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = elector.acquire() => {}
+    }
+    leadership.set_leader(true);
+    watching.start();
+    tokio::select! {
+        _ = release.cancelled() => {
+            elector.release().await;
+            leadership.set_leader(false);
+        }
+        why = elector.hold() => {
+            leadership.set_leader(false);
+            let _ = lost.send(why);
+        }
     }
 }
 
@@ -190,16 +415,47 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// `kubesink run`: runs the bridge until a signal, then shuts down cleanly.
+/// The exit code after losing leadership: the process must stop emitting at once, and a new
+/// one starts as a follower.
+pub const LOST_LEADERSHIP_EXIT: i32 = 3;
+
+/// `kubesink run`: runs the bridge until a signal, then shuts down cleanly. Exits the
+/// process with [`LOST_LEADERSHIP_EXIT`] when leadership is lost.
 ///
 /// # Errors
-/// Cluster connection, discovery or sink construction failures.
+/// Client construction, server start or sink construction failures.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    let client = cluster::client(&config.cluster).await?;
+    let clusters = config.clusters();
+    let mut clients = Vec::with_capacity(clusters.len());
+    for spec in &clusters {
+        clients.push(cluster::client(&spec.connection()).await?);
+    }
+    let elector = if config.leader_election.enabled {
+        let at = config
+            .leader_election
+            .cluster
+            .as_ref()
+            .and_then(|name| clusters.iter().position(|c| &c.name == name))
+            .unwrap_or(0);
+        let client = clients
+            .get(at)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no cluster to hold the lease"))?;
+        Some(Elector::new(client, &config.leader_election))
+    } else {
+        None
+    };
     let sinks = build_sinks(&config).await?;
-    let bridge = Bridge::start(&config, client, sinks).await?;
-    tracing::info!(cluster = %config.cluster.name, resources = config.resources.len(), sinks = config.sinks.len(), "kubesink running");
-    shutdown_signal().await;
+    let mut bridge = Bridge::start_with(&config, clients, sinks, elector).await?;
+    let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    tracing::info!(clusters = ?names, sinks = config.sinks.len(), leader_election = config.leader_election.enabled, "kubesink running");
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        lost = bridge.lost_leadership() => {
+            tracing::error!(error = %lost, "lost leadership: stopping at once without emitting more (exit {LOST_LEADERSHIP_EXIT}); the replacement process starts as a follower");
+            std::process::exit(LOST_LEADERSHIP_EXIT);
+        }
+    }
     tracing::info!("shutting down: stopping watches, flushing sinks");
     let left = bridge.shutdown().await;
     if left == 0 {

@@ -5,18 +5,13 @@
 //! (+ `cluster.context`). TLS verification stays as the kubeconfig says (on by default).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::{pinned_kind, Scope};
 use kube::{Client, Config};
-use kubesink_sinks::backoff::{self, Backoff};
 use kubesink_sinks::Resource;
 
 use crate::config::{ClusterConfig, ResourceConfig};
-
-/// Retries of API discovery while the API server is unreachable or overloaded.
-const DISCOVERY_RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
 
 /// Why the cluster could not be reached or a resource resolved.
 #[derive(Debug, thiserror::Error)]
@@ -35,26 +30,42 @@ pub enum ClusterError {
     /// Building the HTTP client failed (TLS material...).
     #[error("building the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
-    /// API discovery does not know the kind.
-    #[error("resources.{index} ({resource}): not served by the API server (API discovery: {source}); is the CRD installed and the apiVersion right?")]
-    UnknownKind {
-        /// Position in `resources`.
-        index: usize,
+    /// API discovery failed: the kind is not served, or the API server did not answer.
+    #[error("{resource}: API discovery failed: {source}{}", if is_transient(source) { "" } else { "; is the CRD installed and the apiVersion right?" })]
+    Discovery {
         /// `apiVersion Kind`.
         resource: String,
         /// kube's error.
         source: kube::Error,
     },
     /// Namespaces listed for a cluster-scoped kind.
-    #[error(
-        "resources.{index}.namespaces: {resource} is cluster-scoped; remove the namespaces list"
-    )]
+    #[error("{resource} is cluster-scoped; remove its namespaces list")]
     ClusterScoped {
-        /// Position in `resources`.
-        index: usize,
         /// `apiVersion Kind`.
         resource: String,
     },
+}
+
+impl ClusterError {
+    /// Whether time can fix it (the API server unreachable, overloaded or failing), as
+    /// opposed to the kind not being served or a configuration mistake.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClusterError::Discovery { source, .. } => is_transient(source),
+            _ => false,
+        }
+    }
+
+    /// Whether the API server answered 404 (the kind is not served: a CRD not installed).
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            ClusterError::Discovery {
+                source: kube::Error::Discovery(_),
+                ..
+            }
+        ) || matches!(self, ClusterError::Discovery { source: kube::Error::Api(s), .. } if s.code == 404)
+    }
 }
 
 /// Builds the kube client per the module rules.
@@ -101,16 +112,15 @@ pub struct Resolved {
     pub api_resource: kube::discovery::ApiResource,
 }
 
-/// Resolves `res` (entry `index`) of cluster `cluster` with `/api/v1` or
-/// `/apis/{group}/{version}` discovery. Connection errors, 429 and 5xx are retried with
-/// backoff (the API server may be starting); a kind the server does not serve is an error.
+/// Resolves `res` of cluster `cluster` with `/api/v1` or `/apis/{group}/{version}`
+/// discovery, once. The caller retries ([`ClusterError::is_transient`] tells whether time can
+/// help).
 ///
 /// # Errors
-/// [`ClusterError::UnknownKind`] or [`ClusterError::ClusterScoped`].
+/// [`ClusterError::Discovery`] or [`ClusterError::ClusterScoped`].
 pub async fn resolve(
     client: &Client,
     cluster: &str,
-    index: usize,
     res: &ResourceConfig,
 ) -> Result<Resolved, ClusterError> {
     let (group, version) = match res.api_version.split_once('/') {
@@ -118,22 +128,15 @@ pub async fn resolve(
         None => (String::new(), res.api_version.clone()),
     };
     let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &res.kind);
-    let (ar, caps) = backoff::retry(
-        DISCOVERY_RETRY,
-        || pinned_kind(client, &gvk),
-        is_transient,
-        |e, delay| tracing::warn!(resource = %res.display_name(), error = %e, retry_in = ?delay, "API discovery failed; retrying"),
-    )
-    .await
-    .map_err(|source| ClusterError::UnknownKind {
-        index,
-        resource: res.display_name(),
-        source,
-    })?;
+    let (ar, caps) = pinned_kind(client, &gvk)
+        .await
+        .map_err(|source| ClusterError::Discovery {
+            resource: res.display_name(),
+            source,
+        })?;
     let namespaced = matches!(caps.scope, Scope::Namespaced);
     if !namespaced && !res.namespaces.is_empty() {
         return Err(ClusterError::ClusterScoped {
-            index,
             resource: res.display_name(),
         });
     }
@@ -149,7 +152,6 @@ pub async fn resolve(
         api_resource: ar,
     })
 }
-
 fn is_transient(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,

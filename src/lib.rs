@@ -29,10 +29,11 @@ pub mod config;
 #[cfg(feature = "sim")]
 pub mod demo;
 mod informer;
+pub mod leader;
 pub mod observe;
 mod pipeline;
 
-pub use informer::InformerStats;
+pub use informer::{FailureKind, InformerStats};
 pub use kubesink_sinks as sinks;
 pub use pipeline::{Pipeline, SinkHandle, SinkStats};
 

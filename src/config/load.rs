@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{
-    ClusterConfig, Config, LogConfig, PayloadMode, PipelineConfig, ResourceConfig, ServerConfig,
-    SinkConfig, WatchConfig,
+    ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PayloadMode,
+    PipelineConfig, ResourceConfig, ServerConfig, SinkConfig, WatchConfig,
 };
 
 /// Prefix of the environment variables that override the file.
@@ -114,6 +114,8 @@ struct Loader {
 #[allow(dead_code)] // read only for its unknown-field check
 struct Sections {
     cluster: Option<Value>,
+    clusters: Option<Value>,
+    leader_election: Option<Value>,
     pipeline: Option<Value>,
     watch: Option<Value>,
     server: Option<Value>,
@@ -129,6 +131,8 @@ impl Loader {
             return Err(ConfigErrors(self.errors));
         }
         let cluster = self.section::<ClusterConfig>("cluster");
+        let clusters = self.list::<ClusterEntry>("clusters");
+        let leader_election = self.section::<LeaderElectionConfig>("leader_election");
         let pipeline = self.section::<PipelineConfig>("pipeline");
         let watch = self.section::<WatchConfig>("watch");
         let server = self.section::<ServerConfig>("server");
@@ -137,18 +141,32 @@ impl Loader {
         let sinks = self.list::<SinkConfig>("sinks");
         let (
             Some(cluster),
+            Some(clusters),
+            Some(leader_election),
             Some(pipeline),
             Some(watch),
             Some(server),
             Some(log),
             Some(resources),
             Some(sinks),
-        ) = (cluster, pipeline, watch, server, log, resources, sinks)
+        ) = (
+            cluster,
+            clusters,
+            leader_election,
+            pipeline,
+            watch,
+            server,
+            log,
+            resources,
+            sinks,
+        )
         else {
             return Err(ConfigErrors(self.errors));
         };
         let config = Config {
             cluster,
+            clusters,
+            leader_election,
             pipeline,
             watch,
             server,
@@ -266,19 +284,70 @@ impl Loader {
         });
     }
 
+    fn check_cluster_name(&mut self, key: &str, name: &str) {
+        if let Err(why) = check_label_value(name) {
+            self.problem(key, format!("{name:?} {why}"));
+        } else if name.contains('/') {
+            self.problem(key, "must not contain '/' (it is part of the message key)");
+        }
+    }
+
     fn check(&mut self, c: &Config) {
-        if c.cluster.name.is_empty() {
-            self.problem(
-                "cluster.name",
-                "required: the cluster's name, carried by every message (set it in the file or KUBESINK_CLUSTER__NAME)",
-            );
-        } else if let Err(why) = check_label_value(&c.cluster.name) {
-            self.problem("cluster.name", format!("{:?} {why}", c.cluster.name));
-        } else if c.cluster.name.contains('/') {
-            self.problem(
-                "cluster.name",
-                "must not contain '/' (it is part of the message key)",
-            );
+        if c.clusters.is_empty() {
+            if c.cluster.name.is_empty() {
+                self.problem(
+                    "cluster.name",
+                    "required: the cluster's name, carried by every message (set it in the file or KUBESINK_CLUSTER__NAME)",
+                );
+            } else {
+                self.check_cluster_name("cluster.name", &c.cluster.name);
+            }
+        } else {
+            if !c.cluster.name.is_empty()
+                || c.cluster.kubeconfig.is_some()
+                || c.cluster.context.is_some()
+            {
+                self.problem(
+                    "clusters",
+                    "use either [cluster] (name, kubeconfig, context) or [[clusters]], not both (cluster.label applies to all)",
+                );
+            }
+            let mut names = std::collections::HashSet::new();
+            for (i, e) in c.clusters.iter().enumerate() {
+                self.check_cluster_name(&format!("clusters.{i}.name"), &e.name);
+                if !names.insert(e.name.clone()) {
+                    self.problem(
+                        &format!("clusters.{i}.name"),
+                        format!("cluster name {:?} is used twice", e.name),
+                    );
+                }
+                for (j, r) in e.resources.iter().flatten().enumerate() {
+                    self.check_resource(&format!("clusters.{i}.resources.{j}"), r);
+                }
+            }
+        }
+        let le = &c.leader_election;
+        if le.enabled {
+            if le.renew_deadline >= le.lease_duration {
+                self.problem(
+                    "leader_election.renew_deadline",
+                    "must be shorter than leader_election.lease_duration (the leader must stop before its lease can expire)",
+                );
+            }
+            if le.retry_period >= le.renew_deadline || le.retry_period.0.is_zero() {
+                self.problem(
+                    "leader_election.retry_period",
+                    "must be greater than zero and shorter than leader_election.renew_deadline",
+                );
+            }
+            if let Some(name) = &le.cluster {
+                if !c.clusters.iter().any(|e| &e.name == name) {
+                    self.problem(
+                        "leader_election.cluster",
+                        format!("{name:?} is not the name of a [[clusters]] entry"),
+                    );
+                }
+            }
         }
         if let Err(why) = check_label_key(&c.cluster.label) {
             self.problem("cluster.label", format!("{:?} {why}", c.cluster.label));
@@ -338,7 +407,7 @@ impl Loader {
         }
         let mut seen = std::collections::HashSet::new();
         for (i, r) in c.resources.iter().enumerate() {
-            self.check_resource(i, r);
+            self.check_resource(&format!("resources.{i}"), r);
             if !seen.insert((r.api_version.clone(), r.kind.clone(), r.namespaces.clone())) {
                 self.problem(
                     &format!("resources.{i}"),
@@ -367,8 +436,8 @@ impl Loader {
         }
     }
 
-    fn check_resource(&mut self, i: usize, r: &ResourceConfig) {
-        let at = |k: &str| format!("resources.{i}.{k}");
+    fn check_resource(&mut self, at_key: &str, r: &ResourceConfig) {
+        let at = |k: &str| format!("{at_key}.{k}");
         let version = r.api_version.rsplit('/').next().unwrap_or("");
         if r.api_version.is_empty() || r.api_version.matches('/').count() > 1 || version.is_empty()
         {
@@ -401,7 +470,7 @@ impl Loader {
         for (j, ptr) in r.fields.iter().enumerate() {
             if !ptr.starts_with('/') || ptr.len() < 2 {
                 self.problem(
-                    &format!("resources.{i}.fields.{j}"),
+                    &at(&format!("fields.{j}")),
                     format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/spec/nodeName\""),
                 );
             }
@@ -409,7 +478,7 @@ impl Loader {
         for (j, ptr) in r.drop.iter().enumerate() {
             if !ptr.starts_with('/') || ptr.len() < 2 {
                 self.problem(
-                    &format!("resources.{i}.drop.{j}"),
+                    &at(&format!("drop.{j}")),
                     format!(
                         "{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/status/conditions\""
                     ),
@@ -418,10 +487,7 @@ impl Loader {
         }
         for (j, ns) in r.namespaces.iter().enumerate() {
             if let Err(why) = check_dns_label(ns) {
-                self.problem(
-                    &format!("resources.{i}.namespaces.{j}"),
-                    format!("{ns:?} {why}"),
-                );
+                self.problem(&at(&format!("namespaces.{j}")), format!("{ns:?} {why}"));
             }
         }
         if r.page_size == 0 {

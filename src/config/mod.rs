@@ -22,9 +22,16 @@ pub use load::{load, ConfigError, ConfigErrors};
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Which cluster to watch and how it is labelled.
+    /// Which cluster to watch and how it is labelled (the single-cluster form).
     #[serde(default)]
     pub cluster: ClusterConfig,
+    /// Several clusters in one process, one `[[clusters]]` entry each (instead of
+    /// `[cluster]`). Default: none.
+    #[serde(default)]
+    pub clusters: Vec<ClusterEntry>,
+    /// Leader election between replicas (only the leader watches and emits).
+    #[serde(default)]
+    pub leader_election: LeaderElectionConfig,
     /// The batching and backpressure stage between informers and sinks.
     #[serde(default)]
     pub pipeline: PipelineConfig,
@@ -50,6 +57,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             cluster: ClusterConfig::default(),
+            clusters: Vec::new(),
+            leader_election: LeaderElectionConfig::default(),
             pipeline: PipelineConfig::default(),
             watch: WatchConfig::default(),
             server: ServerConfig::default(),
@@ -89,6 +98,125 @@ impl Default for ClusterConfig {
             label: default_cluster_label(),
             kubeconfig: None,
             context: None,
+        }
+    }
+}
+
+/// One `[[clusters]]` entry: a cluster of a multi-cluster process. Each has its own client,
+/// its own watches and its own name on every message; one that is unreachable or forbids
+/// access does not stop the others.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterEntry {
+    /// Required. The cluster's name (as `cluster.name`).
+    pub name: String,
+    /// Kubeconfig file. Default: in-cluster service account, else `KUBECONFIG` /
+    /// `~/.kube/config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Kubeconfig context. Default: the kubeconfig's current context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// This cluster's resources. Default: the top-level `[[resources]]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Vec<ResourceConfig>>,
+}
+
+/// A cluster to watch, resolved from `[cluster]` or one `[[clusters]]` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSpec {
+    /// Name on every message and in the cluster label.
+    pub name: String,
+    /// The label key merged into every object (`cluster.label`).
+    pub label: String,
+    /// Kubeconfig file, if any.
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Kubeconfig context, if any.
+    pub context: Option<String>,
+    /// Its resources.
+    pub resources: Vec<ResourceConfig>,
+}
+
+impl ClusterSpec {
+    /// The connection settings in the `[cluster]` form.
+    pub fn connection(&self) -> ClusterConfig {
+        ClusterConfig {
+            name: self.name.clone(),
+            label: self.label.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        }
+    }
+}
+
+impl Config {
+    /// The clusters to watch: the `[[clusters]]` entries, or the single `[cluster]`.
+    pub fn clusters(&self) -> Vec<ClusterSpec> {
+        if self.clusters.is_empty() {
+            return vec![ClusterSpec {
+                name: self.cluster.name.clone(),
+                label: self.cluster.label.clone(),
+                kubeconfig: self.cluster.kubeconfig.clone(),
+                context: self.cluster.context.clone(),
+                resources: self.resources.clone(),
+            }];
+        }
+        self.clusters
+            .iter()
+            .map(|c| ClusterSpec {
+                name: c.name.clone(),
+                label: self.cluster.label.clone(),
+                kubeconfig: c.kubeconfig.clone(),
+                context: c.context.clone(),
+                resources: c
+                    .resources
+                    .clone()
+                    .unwrap_or_else(|| self.resources.clone()),
+            })
+            .collect()
+    }
+}
+
+/// `[leader_election]`: replicas elect a leader on a `coordination.k8s.io/v1` Lease, the way
+/// client-go's `leaderelection` does (optimistic concurrency on the Lease's resourceVersion);
+/// only the leader watches and emits (`src/leader.rs`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaderElectionConfig {
+    /// Elect a leader. Default `false`: this process always leads.
+    pub enabled: bool,
+    /// The Lease's name. Default `kubesink`.
+    pub lease_name: String,
+    /// The Lease's namespace. Default: the Pod's own namespace in a cluster, else `default`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease. Default: `POD_NAME`, else the host name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// The cluster whose API holds the Lease (a `[[clusters]]` name). Default: the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// How long a lease is valid after its last renewal; followers take over after it.
+    /// Default 15s (client-go's).
+    pub lease_duration: HumanDuration,
+    /// The leader stops emitting when it could not renew for this long; shorter than
+    /// `lease_duration`, so it stops before anyone else may start. Default 10s.
+    pub renew_deadline: HumanDuration,
+    /// How often to try to acquire or renew. Default 2s.
+    pub retry_period: HumanDuration,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        LeaderElectionConfig {
+            enabled: false,
+            lease_name: "kubesink".to_owned(),
+            lease_namespace: None,
+            identity: None,
+            cluster: None,
+            lease_duration: HumanDuration::from_secs(15),
+            renew_deadline: HumanDuration::from_secs(10),
+            retry_period: HumanDuration::from_secs(2),
         }
     }
 }

@@ -210,6 +210,15 @@ fn all_keys() -> Vec<String> {
     };
     c.cluster.kubeconfig = Some("/k".into());
     c.cluster.context = Some("ctx".into());
+    c.clusters = vec![super::ClusterEntry {
+        name: "a".into(),
+        kubeconfig: Some("/k".into()),
+        context: Some("ctx".into()),
+        resources: None,
+    }];
+    c.leader_election.lease_namespace = Some("ns".into());
+    c.leader_election.identity = Some("me".into());
+    c.leader_election.cluster = Some("a".into());
     let v = serde_json::to_value(&c).unwrap();
     let mut keys = Vec::new();
     fn walk(prefix: &str, v: &serde_json::Value, keys: &mut Vec<String>) {

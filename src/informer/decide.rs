@@ -140,6 +140,12 @@ impl Decider {
         }
     }
 
+    /// Counts into `stats` instead of its own counters.
+    pub fn with_stats(mut self, stats: Arc<InformerStats>) -> Self {
+        self.stats = stats;
+        self
+    }
+
     /// The counters.
     pub fn stats(&self) -> Arc<InformerStats> {
         self.stats.clone()

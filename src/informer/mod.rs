@@ -144,16 +144,22 @@ pub struct Informer {
 }
 
 impl Informer {
-    /// An informer following `plan` through `client`, with the `[watch]` settings.
-    pub fn new(plan: WatchPlan, client: Client, watch: &WatchConfig) -> Self {
+    /// An informer following `plan` through `client`, with the `[watch]` settings, counting
+    /// into `stats`.
+    pub fn new(
+        plan: WatchPlan,
+        client: Client,
+        watch: &WatchConfig,
+        stats: Arc<InformerStats>,
+    ) -> Self {
         let scope = plan.scope();
         let decider = Decider::new(
             plan.resource.clone(),
             scope.clone(),
             plan.shaper.clone(),
             plan.updates,
-        );
-        let stats = decider.stats();
+        )
+        .with_stats(stats.clone());
         Informer {
             resource: plan.resource.clone(),
             requests: Requests::new(&plan, client),
@@ -169,16 +175,6 @@ impl Informer {
             decode_failures: None,
             early_window: (Instant::now(), 0),
         }
-    }
-
-    /// This informer's counters.
-    pub fn stats(&self) -> Arc<InformerStats> {
-        self.stats.clone()
-    }
-
-    /// `apiVersion Kind (scope)`, for logs and diagnostics.
-    pub fn label(&self) -> String {
-        format!("{} ({})", self.resource, self.scope)
     }
 
     /// Runs until `cancel` fires or the pipeline shuts down. Every log line inside carries
@@ -198,6 +194,7 @@ impl Informer {
             }
         }
         self.stats.running.store(true, Ordering::Relaxed);
+        self.stats.started.store(true, Ordering::Relaxed);
         let _running = Running(self.stats.clone());
         async move {
             tokio::select! {
@@ -292,9 +289,10 @@ impl Informer {
         } else {
             "watch failed"
         };
-        let kind = match failure.code() {
-            Some(401 | 403) => FailureKind::Forbidden,
-            Some(404) => FailureKind::NotFound,
+        let kind = match (&failure, failure.code()) {
+            (_, Some(401 | 403)) => FailureKind::Forbidden,
+            (_, Some(404)) => FailureKind::NotFound,
+            (Failure::Transport(_), _) => FailureKind::Unreachable,
             _ => FailureKind::Broken,
         };
         self.stats.set_failure(kind, format!("{what}: {failure}"));

@@ -37,6 +37,8 @@ pub struct InformerStats {
     pub synced: AtomicBool,
     /// The informer's loop is running (false before it starts and after it stopped).
     pub running: AtomicBool,
+    /// The informer's loop has started once.
+    pub started: AtomicBool,
     /// Failures of any kind (each followed by a retry).
     pub errors: AtomicU64,
     /// Objects skipped because they could not be decoded or shaped.
@@ -83,7 +85,9 @@ pub enum FailureKind {
     Forbidden,
     /// 404: the resource is not served (a CRD removed).
     NotFound,
-    /// Anything else: connection, server errors, undecodable responses, dead watches.
+    /// The API server cannot be reached (connection refused, DNS, timeouts).
+    Unreachable,
+    /// Anything else: server errors, undecodable responses, dead watches.
     Broken,
 }
 
@@ -160,6 +164,7 @@ impl InformerStats {
         let kind = match self.failure_kind.load(Ordering::Relaxed) {
             k if k == FailureKind::Forbidden as u8 => FailureKind::Forbidden,
             k if k == FailureKind::NotFound as u8 => FailureKind::NotFound,
+            k if k == FailureKind::Unreachable as u8 => FailureKind::Unreachable,
             _ => FailureKind::Broken,
         };
         let now = unix_ms(SystemTime::now());

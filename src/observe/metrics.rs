@@ -17,27 +17,36 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::{SinkEntry, WatchEntry};
+use super::{Leadership, SinkEntry, WatchEntry};
 use crate::informer::InformerStats;
 use crate::pipeline::{SinkStats, ERROR_KINDS};
 
 type Labels = Vec<(&'static str, String)>;
 
-/// The registry of one bridge: build info, the sinks' histograms, and the collector.
-pub fn registry(watches: Arc<[WatchEntry]>, sinks: Arc<[SinkEntry]>) -> Registry {
+/// The registry of one bridge: build info and the collector.
+pub fn registry(
+    watches: Arc<[WatchEntry]>,
+    sinks: Arc<[SinkEntry]>,
+    leadership: Option<Arc<Leadership>>,
+) -> Registry {
     let mut r = Registry::with_prefix("kubesink");
     r.register(
         "build",
         "kubesink's version",
         Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
     );
-    r.register_collector(Box::new(BridgeCollector { watches, sinks }));
+    r.register_collector(Box::new(BridgeCollector {
+        watches,
+        sinks,
+        leadership,
+    }));
     r
 }
 
 struct BridgeCollector {
     watches: Arc<[WatchEntry]>,
     sinks: Arc<[SinkEntry]>,
+    leadership: Option<Arc<Leadership>>,
 }
 
 impl std::fmt::Debug for BridgeCollector {
@@ -78,9 +87,9 @@ fn family<M: EncodeMetric>(
 impl WatchEntry {
     fn labels(&self) -> Labels {
         vec![
-            ("cluster", self.resource.cluster.clone()),
-            ("api_version", self.resource.api_version.clone()),
-            ("kind", self.resource.kind.clone()),
+            ("cluster", self.cluster.clone()),
+            ("api_version", self.api_version.clone()),
+            ("kind", self.kind.clone()),
             (
                 "scope",
                 self.namespace.clone().unwrap_or_else(|| "all".into()),
@@ -396,7 +405,24 @@ impl BridgeCollector {
 impl Collector for BridgeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         self.encode_watches(&mut encoder)?;
-        self.encode_sinks(&mut encoder)
+        self.encode_sinks(&mut encoder)?;
+        if let Some(l) = &self.leadership {
+            family(
+                &mut encoder,
+                "leader",
+                "1 while this replica holds the lease (leader election)",
+                None,
+                [(Labels::new(), ConstGauge::new(i64::from(l.is_leader())))],
+            )?;
+            family(
+                &mut encoder,
+                "leadership_changes",
+                "Times this replica became or stopped being the leader",
+                None,
+                [(Labels::new(), ConstCounter::new(l.changes()))],
+            )?;
+        }
+        Ok(())
     }
 }
 

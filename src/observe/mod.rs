@@ -19,12 +19,11 @@
 mod metrics;
 mod server;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubesink_sinks::backoff::Backoff;
-use kubesink_sinks::Resource;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -34,14 +33,44 @@ pub use server::{serve, ServeError};
 use crate::informer::{FailureKind, InformerStats};
 use crate::pipeline::SinkHandle;
 
-/// One watch as the observers see it.
+/// One watch as the observers see it (known from the configuration before discovery).
 pub struct WatchEntry {
-    /// Its resource.
-    pub resource: Arc<Resource>,
+    /// The cluster's name.
+    pub cluster: String,
+    /// `apiVersion` as configured.
+    pub api_version: String,
+    /// Kind as configured.
+    pub kind: String,
     /// Its namespace (`None`: all, or the cluster scope).
     pub namespace: Option<String>,
     /// Its counters.
     pub stats: Arc<InformerStats>,
+}
+
+/// Whether this replica leads (with leader election), and how often that changed.
+#[derive(Debug, Default)]
+pub struct Leadership {
+    leader: AtomicBool,
+    changes: AtomicU64,
+}
+
+impl Leadership {
+    /// Records a change of role; logged by the caller.
+    pub fn set_leader(&self, leader: bool) {
+        if self.leader.swap(leader, Ordering::SeqCst) != leader {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this replica leads now.
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+
+    /// How many times the role changed.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
+    }
 }
 
 /// One sink as the observers see it.
@@ -65,22 +94,42 @@ pub struct Observed {
     sinks: Arc<[SinkEntry]>,
     registry: Registry,
     watch_failure_timeout: Duration,
+    multi_cluster: bool,
+    leadership: Option<Arc<Leadership>>,
 }
 
 impl Observed {
-    /// Observers over `watches` and `sinks`.
+    /// Observers over `watches` and `sinks`; `multi_cluster` when several clusters are
+    /// watched; `leadership` with leader election.
     pub fn new(
         watches: Vec<WatchEntry>,
         sinks: Vec<SinkEntry>,
         watch_failure_timeout: Duration,
+        multi_cluster: bool,
+        leadership: Option<Arc<Leadership>>,
     ) -> Self {
         let watches: Arc<[WatchEntry]> = watches.into();
         let sinks: Arc<[SinkEntry]> = sinks.into();
         Observed {
-            registry: metrics::registry(watches.clone(), sinks.clone()),
+            registry: metrics::registry(watches.clone(), sinks.clone(), leadership.clone()),
             watches,
             sinks,
             watch_failure_timeout,
+            multi_cluster,
+            leadership,
+        }
+    }
+
+    /// Whether this replica watches: always without leader election, else while it leads.
+    fn watching(&self) -> bool {
+        self.leadership.as_ref().is_none_or(|l| l.is_leader())
+    }
+
+    fn role(&self) -> &'static str {
+        match &self.leadership {
+            None => "single",
+            Some(l) if l.is_leader() => "leader",
+            Some(_) => "follower",
         }
     }
 
@@ -92,8 +141,8 @@ impl Observed {
     fn watch_json(w: &WatchEntry) -> Value {
         let failing = w.stats.failing_for();
         json!({
-            "cluster": w.resource.cluster,
-            "resource": w.resource.to_string(),
+            "cluster": w.cluster,
+            "resource": format!("{} {}", w.api_version, w.kind),
             "scope": w.namespace.as_deref().unwrap_or("all"),
             "synced": w.stats.synced.load(Ordering::Relaxed),
             "running": w.stats.running.load(Ordering::Relaxed),
@@ -115,11 +164,20 @@ impl Observed {
 
     fn report(&self, problems: Vec<String>) -> Report {
         let ok = problems.is_empty();
+        // Watches that synced once and are failing now: their data is stale, not lost.
+        let degraded: Vec<String> = self
+            .watches
+            .iter()
+            .filter(|w| w.stats.synced.load(Ordering::Relaxed))
+            .filter_map(|w| w.stats.failure().map(|f| format!("{}: {f}", Self::name(w))))
+            .collect();
         Report {
             ok,
             body: json!({
                 "status": if ok { "ok" } else { "failing" },
+                "role": self.role(),
                 "problems": problems,
+                "degraded": degraded,
                 "watches": self.watches.iter().map(Self::watch_json).collect::<Vec<_>>(),
                 "sinks": self.sinks.iter().map(Self::sink_json).collect::<Vec<_>>(),
             }),
@@ -128,9 +186,10 @@ impl Observed {
 
     fn name(w: &WatchEntry) -> String {
         format!(
-            "{} {} ({})",
-            w.resource.cluster,
-            w.resource,
+            "{} {} {} ({})",
+            w.cluster,
+            w.api_version,
+            w.kind,
             w.namespace.as_deref().unwrap_or("all")
         )
     }
@@ -139,10 +198,20 @@ impl Observed {
     pub fn liveness(&self) -> Report {
         let mut problems = Vec::new();
         for w in self.watches.iter() {
-            if !w.stats.running.load(Ordering::Relaxed) {
+            let stopped =
+                w.stats.started.load(Ordering::Relaxed) && !w.stats.running.load(Ordering::Relaxed);
+            if stopped && self.watching() {
                 problems.push(format!("{}: informer stopped", Self::name(w)));
             }
-            if let Some((d, FailureKind::Broken)) = w.stats.failing_for() {
+            // An unreachable cluster among several: a restart cannot bring it back and would
+            // interrupt the others.
+            let counts = |k| match k {
+                FailureKind::Broken => true,
+                FailureKind::Unreachable => !self.multi_cluster,
+                FailureKind::Forbidden | FailureKind::NotFound => false,
+            };
+            if let Some((d, kind)) = w.stats.failing_for().filter(|(_, k)| counts(*k)) {
+                let _ = kind;
                 if d > self.watch_failure_timeout {
                     problems.push(format!(
                         "{}: watch not re-established for {}s: {}",
@@ -159,7 +228,8 @@ impl Observed {
     /// `/readyz`: see the module's health rules.
     pub fn readiness(&self) -> Report {
         let mut problems = Vec::new();
-        for w in self.watches.iter() {
+        // A follower is ready when its sinks are: it stands by.
+        for w in self.watches.iter().filter(|_| self.watching()) {
             if !w.stats.synced.load(Ordering::Relaxed) {
                 let why = w.stats.failure().map_or_else(
                     || "initial sync in progress".to_owned(),

@@ -10,11 +10,16 @@ use kubesink_sinks::message::{truncate, TruncateLevel};
 use kubesink_sinks::{Message, Sink, SinkError};
 
 use super::{SinkHandle, SinkStats};
+use crate::leader::Fence;
 
-/// Delivers batches until the queue is closed and drained.
-pub(super) async fn run_worker(h: SinkHandle, retry: Backoff) {
+/// Delivers batches until the queue is closed and drained; sends nothing while `fence` is
+/// closed (a replica that is not, or no longer, the leader).
+pub(super) async fn run_worker(h: SinkHandle, retry: Backoff, fence: Fence) {
     while let Some(batch) = h.queue.next_batch().await {
-        deliver(&*h.sink, &batch.messages, &h.stats, retry).await;
+        while !fence.is_open() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        deliver(&*h.sink, &batch.messages, &h.stats, retry, &fence).await;
         h.queue.complete(batch);
     }
 }
@@ -22,7 +27,13 @@ pub(super) async fn run_worker(h: SinkHandle, retry: Backoff) {
 /// Sends `batch` until the sink confirms all of it. Never returns early: at-least-once. (The
 /// shutdown deadline cancels this future from outside; the batch then counts as
 /// undelivered.)
-pub(super) async fn deliver(sink: &dyn Sink, batch: &[Message], stats: &SinkStats, retry: Backoff) {
+pub(super) async fn deliver(
+    sink: &dyn Sink,
+    batch: &[Message],
+    stats: &SinkStats,
+    retry: Backoff,
+    fence: &Fence,
+) {
     let total = batch.len() as u64;
     let mut todo: Vec<Message> = batch.to_vec();
     let mut levels: Vec<Option<TruncateLevel>> = vec![None; todo.len()];
@@ -48,6 +59,11 @@ pub(super) async fn deliver(sink: &dyn Sink, batch: &[Message], stats: &SinkStat
                 .fetch_add(todo.len() as u64, Ordering::Relaxed);
         }
         attempt += 1;
+        // Checked right before each send: a leader whose lease may have passed to another
+        // replica emits nothing more (see src/leader.rs).
+        while !fence.is_open() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         let started = std::time::Instant::now();
         let sent = sink.send(&todo).await;
         stats.send_seconds.observe(started.elapsed().as_secs_f64());
@@ -284,7 +300,7 @@ mod tests {
         let sink = Scripted::new(vec![Reply::Transient, Reply::Transient, Reply::Ok]);
         let stats = SinkStats::default();
         let batch = [msg("a", 1, 10), msg("b", 2, 10)];
-        deliver(&sink, &batch, &stats, policy()).await;
+        deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
         let calls = sink.calls();
         assert_eq!(calls.len(), 3);
         assert!(calls.iter().all(|c| *c == [entry("a", 1), entry("b", 2)]));
@@ -304,7 +320,7 @@ mod tests {
             msg("b", 3, 0),
             msg("c", 4, 0),
         ];
-        deliver(&sink, &batch, &stats, policy()).await;
+        deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
         assert_eq!(sink.calls()[1], [entry("c", 4)]);
         assert_eq!(stats.delivered.load(Ordering::Relaxed), 4);
     }
@@ -315,7 +331,7 @@ mod tests {
         let stats = SinkStats::default();
         let batch = [msg("a", 1, 0), msg("big", 2, 5000)];
         let started = tokio::time::Instant::now();
-        deliver(&sink, &batch, &stats, policy()).await;
+        deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
         let calls = sink.calls.lock().unwrap();
         assert_eq!(calls.len(), 3);
         assert_eq!(calls[1][1]["truncated"], true);
@@ -340,7 +356,14 @@ mod tests {
         let mut sink = Scripted::new(vec![]);
         sink.limit = Some(1000);
         let stats = SinkStats::default();
-        deliver(&sink, &[msg("big", 1, 5000)], &stats, policy()).await;
+        deliver(
+            &sink,
+            &[msg("big", 1, 5000)],
+            &stats,
+            policy(),
+            &Fence::open(),
+        )
+        .await;
         let calls = sink.calls();
         assert_eq!(calls, [vec![("big".into(), "1".into(), true)]]);
     }
@@ -350,7 +373,7 @@ mod tests {
         let sink = Scripted::new(vec![Reply::Fatal, Reply::Ok]);
         let stats = SinkStats::default();
         let started = tokio::time::Instant::now();
-        deliver(&sink, &[msg("a", 1, 0)], &stats, policy()).await;
+        deliver(&sink, &[msg("a", 1, 0)], &stats, policy(), &Fence::open()).await;
         assert_eq!(started.elapsed(), Duration::from_secs(30));
         assert_eq!(sink.calls().len(), 2);
     }
@@ -365,7 +388,7 @@ mod tests {
         let stats = SinkStats::default();
         let retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         let started = tokio::time::Instant::now();
-        deliver(&sink, &[msg("a", 1, 0)], &stats, retry).await;
+        deliver(&sink, &[msg("a", 1, 0)], &stats, retry, &Fence::open()).await;
         // 12 waits, each at most 2 s, the first ones short.
         assert!(
             started.elapsed() <= Duration::from_secs(24),
@@ -385,7 +408,7 @@ mod tests {
         let stats = SinkStats::default();
         let outcome = tokio::time::timeout(
             Duration::from_secs(5),
-            deliver(&sink, &[msg("a", 1, 0)], &stats, policy()),
+            deliver(&sink, &[msg("a", 1, 0)], &stats, policy(), &Fence::open()),
         )
         .await;
         assert!(outcome.is_err(), "the deadline ended delivery");

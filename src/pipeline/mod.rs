@@ -35,6 +35,7 @@ use tokio::task::JoinHandle;
 use queue::{QueueLimits, SinkQueue};
 
 use crate::config::PipelineConfig;
+use crate::leader::Fence;
 
 /// Counters and health of one sink's worker.
 #[derive(Debug)]
@@ -220,8 +221,9 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Starts one worker per sink with the `[pipeline]` limits and retry policy.
-    pub fn start(config: &PipelineConfig, sinks: Vec<Arc<dyn Sink>>) -> Self {
+    /// Starts one worker per sink with the `[pipeline]` limits and retry policy. Workers send
+    /// only while `fence` is open (leader election).
+    pub fn start(config: &PipelineConfig, sinks: Vec<Arc<dyn Sink>>, fence: Fence) -> Self {
         let limits = QueueLimits {
             coalesce: config.coalesce,
             max_pending: config.max_pending,
@@ -242,7 +244,11 @@ impl Pipeline {
                 queue: Arc::new(SinkQueue::new(limits.clone())),
                 stats: Arc::new(SinkStats::default()),
             };
-            workers.push(tokio::spawn(deliver::run_worker(h.clone(), retry)));
+            workers.push(tokio::spawn(deliver::run_worker(
+                h.clone(),
+                retry,
+                fence.clone(),
+            )));
             handles.push(h);
         }
         let publisher = Publisher {

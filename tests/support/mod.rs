@@ -54,6 +54,8 @@ pub fn config(kubeconfig: &std::path::Path, resources: Vec<ResourceConfig>) -> C
             kubeconfig: Some(kubeconfig.to_path_buf()),
             ..Default::default()
         },
+        clusters: Vec::new(),
+        leader_election: Default::default(),
         pipeline: PipelineConfig {
             linger: HumanDuration(Duration::from_millis(10)),
             retry_initial_backoff: HumanDuration(Duration::from_millis(20)),

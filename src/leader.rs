@@ -1,0 +1,364 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, the way client-go's `leaderelection`
+//! package does it
+//! (<https://pkg.go.dev/k8s.io/client-go/tools/leaderelection>): every `retry_period` each
+//! replica reads the Lease; it takes it when it is free or its holder did not renew for
+//! `lease_duration` (measured on the reader's own clock from when it last saw the record
+//! change, so clock skew between nodes does not matter), and the holder renews it. Every
+//! write is an update with the resourceVersion it read: the API server refuses a stale one
+//! with 409 Conflict, so two replicas can never both win.
+//!
+//! # No window where two replicas emit
+//!
+//! The leader holds a [`Fence`] that is open until `renew_deadline` after the start of its
+//! last successful renewal. The pipeline checks it before every send. Another replica can
+//! take over only `lease_duration` after it saw that renewal, which happened after its
+//! start, so with `renew_deadline < lease_duration` the old leader's fence closes first —
+//! also when the process was frozen (SIGSTOP) and wakes up late: the fence uses the monotonic
+//! clock. A leader that cannot renew stops and exits (client-go's usual `OnStoppedLeading`):
+//! it must not emit, and a new process starts as a follower.
+//!
+//! This module never emits anything itself; it only decides who may.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+use crate::config::LeaderElectionConfig;
+
+/// Emission is allowed while the fence is open. Cheap to clone and to check.
+#[derive(Clone, Debug)]
+pub struct Fence {
+    base: Instant,
+    /// Nanoseconds after `base` until which the fence is open (0: closed).
+    until: Arc<AtomicU64>,
+}
+
+impl Fence {
+    fn new() -> Self {
+        Fence {
+            base: Instant::now(),
+            until: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A fence that is always open (no leader election).
+    pub fn open() -> Self {
+        let f = Fence::new();
+        f.until.store(u64::MAX, Ordering::SeqCst);
+        f
+    }
+
+    /// Whether emitting is allowed now.
+    pub fn is_open(&self) -> bool {
+        let now = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        now < self.until.load(Ordering::SeqCst)
+    }
+
+    fn extend_to(&self, t: Instant) {
+        let nanos = u64::try_from(t.saturating_duration_since(self.base).as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.until.store(nanos, Ordering::SeqCst);
+    }
+
+    fn close(&self) {
+        self.until.store(0, Ordering::SeqCst);
+    }
+}
+
+/// Why leadership ended.
+#[derive(Debug, thiserror::Error)]
+pub enum Lost {
+    /// Renewals failed for `renew_deadline`.
+    #[error("could not renew the lease {lease} for {deadline:?}: {last_error}")]
+    RenewDeadline {
+        /// `namespace/name`.
+        lease: String,
+        /// `renew_deadline`.
+        deadline: Duration,
+        /// The last failure.
+        last_error: String,
+    },
+    /// Another replica holds the lease.
+    #[error("lease {lease} is now held by {holder}")]
+    TakenOver {
+        /// `namespace/name`.
+        lease: String,
+        /// The new holder's identity.
+        holder: String,
+    },
+}
+
+/// The outcome of one acquire-or-renew attempt.
+enum Attempt {
+    /// We hold the lease (renewed at the attempt's start).
+    Held,
+    /// Someone else holds a valid lease.
+    Other(String),
+}
+
+/// One replica's candidacy for a Lease.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    namespace: String,
+    identity: String,
+    lease_duration: Duration,
+    renew_deadline: Duration,
+    retry_period: Duration,
+    /// The record last seen (holder, renewTime, resourceVersion) and when it was first seen.
+    observed: Option<(String, String, Instant)>,
+    fence: Fence,
+}
+
+fn timed_out() -> kube::Error {
+    kube::Error::Service(Box::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the API server did not answer in time",
+    )))
+}
+
+/// The identity of this replica: `identity`, else `POD_NAME`, else the host name.
+pub fn identity(cfg: &LeaderElectionConfig) -> String {
+    cfg.identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("kubesink-{}", std::process::id()))
+}
+
+/// The Lease's namespace: configured, else the Pod's own (service account), else `default`.
+pub fn namespace(cfg: &LeaderElectionConfig) -> String {
+    cfg.lease_namespace.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".to_owned())
+    })
+}
+
+impl Elector {
+    /// A candidate for the configured Lease through `client`.
+    pub fn new(client: Client, cfg: &LeaderElectionConfig) -> Self {
+        let ns = namespace(cfg);
+        Elector {
+            api: Api::namespaced(client, &ns),
+            name: cfg.lease_name.clone(),
+            namespace: ns,
+            identity: identity(cfg),
+            lease_duration: cfg.lease_duration.get(),
+            renew_deadline: cfg.renew_deadline.get(),
+            retry_period: cfg.retry_period.get(),
+            observed: None,
+            fence: Fence::new(),
+        }
+    }
+
+    /// This replica's identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// `namespace/name` of the Lease.
+    pub fn lease(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The fence the pipeline checks (closed until the lease is acquired).
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
+    /// Waits until this replica holds the lease; the fence is open when it returns.
+    pub async fn acquire(&mut self) {
+        let mut last_holder = String::new();
+        loop {
+            let attempt = tokio::time::timeout(self.renew_deadline, self.attempt()).await;
+            match attempt.unwrap_or_else(|_| Err(timed_out())) {
+                Ok(Attempt::Held) => {
+                    tracing::info!(lease = %self.lease(), identity = %self.identity, "became the leader");
+                    return;
+                }
+                Ok(Attempt::Other(holder)) => {
+                    if holder != last_holder {
+                        tracing::info!(lease = %self.lease(), %holder, "following: another replica leads");
+                        last_holder = holder;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(lease = %self.lease(), error = %e, "leader election: cannot read or take the lease; retrying");
+                }
+            }
+            tokio::time::sleep(self.retry_period).await;
+        }
+    }
+
+    /// Renews the lease every `retry_period` while it can; returns why leadership ended (the
+    /// fence is closed by then).
+    pub async fn hold(&mut self) -> Lost {
+        let mut last_ok = Instant::now();
+        loop {
+            tokio::time::sleep(self.retry_period).await;
+            let started = Instant::now();
+            // A request that hangs must not keep a leader that cannot renew from stopping
+            // (its fence closes on time regardless).
+            let left = self.renew_deadline.saturating_sub(last_ok.elapsed());
+            let attempt = tokio::time::timeout(left.max(self.retry_period), self.attempt()).await;
+            let last_error = match attempt.unwrap_or_else(|_| Err(timed_out())) {
+                Ok(Attempt::Held) => {
+                    last_ok = started;
+                    continue;
+                }
+                Ok(Attempt::Other(holder)) => {
+                    self.fence.close();
+                    return Lost::TakenOver {
+                        lease: self.lease(),
+                        holder,
+                    };
+                }
+                Err(e) => e.to_string(),
+            };
+            if last_ok.elapsed() >= self.renew_deadline {
+                self.fence.close();
+                return Lost::RenewDeadline {
+                    lease: self.lease(),
+                    deadline: self.renew_deadline,
+                    last_error,
+                };
+            }
+            tracing::warn!(lease = %self.lease(), error = %last_error, "renewing the lease failed; retrying");
+        }
+    }
+
+    /// Gives the lease up (at shutdown) so a follower takes over at once.
+    pub async fn release(&mut self) {
+        self.fence.close();
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+            return;
+        };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(&self.identity) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(lease = %self.lease(), "lease released"),
+            Err(e) => {
+                tracing::warn!(lease = %self.lease(), error = %e, "releasing the lease failed; it expires on its own")
+            }
+        }
+    }
+
+    /// One acquire-or-renew: read, decide, write with the read resourceVersion.
+    async fn attempt(&mut self) -> Result<Attempt, kube::Error> {
+        let started = Instant::now();
+        let now = MicroTime(Timestamp::now());
+        let secs = i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let Some(current) = self.api.get_opt(&self.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    namespace: Some(self.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.identity.clone()),
+                    lease_duration_seconds: Some(secs),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(self.won(started)),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Other(String::new())),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let record = (
+            holder.clone(),
+            format!(
+                "{:?}{:?}",
+                spec.renew_time, current.metadata.resource_version
+            ),
+        );
+        let seen_at = match &self.observed {
+            Some((h, r, at)) if *h == record.0 && *r == record.1 => *at,
+            _ => {
+                self.observed = Some((record.0, record.1, started));
+                started
+            }
+        };
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.lease_duration, Duration::from_secs);
+        let mine = holder == self.identity;
+        if !mine && !holder.is_empty() && seen_at.elapsed() < duration {
+            return Ok(Attempt::Other(holder));
+        }
+        let mut lease = current;
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if !mine {
+            spec.acquire_time = Some(now.clone());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            spec.holder_identity = Some(self.identity.clone());
+        }
+        spec.renew_time = Some(now);
+        spec.lease_duration_seconds = Some(secs);
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(self.won(started)),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Other(holder)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn won(&mut self, started: Instant) -> Attempt {
+        self.fence.extend_to(started + self.renew_deadline);
+        self.observed = None;
+        Attempt::Held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_is_open_until_its_deadline_and_closes() {
+        let f = Fence::new();
+        assert!(!f.is_open(), "closed until acquired");
+        f.extend_to(Instant::now() + Duration::from_secs(60));
+        assert!(f.is_open());
+        f.extend_to(Instant::now() - Duration::from_millis(1));
+        assert!(!f.is_open(), "past its deadline");
+        f.extend_to(Instant::now() + Duration::from_secs(60));
+        f.close();
+        assert!(!f.is_open());
+        assert!(Fence::open().is_open());
+    }
+}
