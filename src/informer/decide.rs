@@ -147,16 +147,19 @@ impl Decider {
     }
 
     /// The counters.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn stats(&self) -> Arc<InformerStats> {
         self.stats.clone()
     }
 
     /// The current phase.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn phase(&self) -> Phase {
         self.phase
     }
 
     /// The store (keys, uids, resourceVersions, fingerprints).
+    #[cfg(any(test, feature = "test-util"))]
     pub fn store(&self) -> &LightStore {
         &self.store
     }

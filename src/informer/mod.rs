@@ -64,11 +64,16 @@ use kubesink_sinks::Resource;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use decide::{Decider, Event, InformerError, Phase};
+pub use decide::{Decider, Event};
 pub use object::{MinimalMeta, RawObject};
-pub use payload::{ShapeError, Shaped, Shaper};
 pub use plan::WatchPlan;
 pub use stats::{FailureKind, InformerStats};
+// What only the benches and tests reach (`kubesink::testing`).
+#[cfg(feature = "test-util")]
+pub use decide::{InformerError, Phase};
+#[cfg(feature = "test-util")]
+pub use payload::{ShapeError, Shaped, Shaper};
+#[cfg(feature = "test-util")]
 pub use store::{Entry as StoreEntry, LightStore, Observed, Vanished};
 
 use crate::config::WatchConfig;

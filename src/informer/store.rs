@@ -119,6 +119,7 @@ impl LightStore {
     }
 
     /// Whether no object is known.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
     }
@@ -136,6 +137,7 @@ impl LightStore {
         id
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     fn ns_name(&self, id: u32) -> Option<String> {
         match id {
             0 => None,
@@ -316,6 +318,7 @@ impl LightStore {
     }
 
     /// Every known key as `(namespace, name)`, for tests and diagnostics.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn keys(&self) -> Vec<(Option<String>, String)> {
         let mut v: Vec<_> = self
             .table
@@ -327,6 +330,7 @@ impl LightStore {
     }
 
     /// Approximate heap bytes held: table slots, names, interned namespaces, overflow texts.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn heap_bytes(&self) -> usize {
         let slots = self.table.capacity() * (std::mem::size_of::<Entry>() + 1);
         let names: usize = self.table.iter().map(|e| e.name.len()).sum();
