@@ -10,9 +10,10 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 fi
-# kubectl is the real client the simulator is tested with (sim/tests/kubectl.rs).
+# kubectl is the real client the simulator is tested with (sim/tests/kubectl.rs), and renders
+# the kustomize manifests (scripts/check-deploy.sh).
 if ! command -v kubectl >/dev/null 2>&1; then
-  echo "note: kubectl not found; install it to run the kubectl conformance test (it is skipped otherwise)" >&2
+  echo "note: kubectl not found; install it to run the kubectl conformance test and the deploy rendering checks (they are skipped otherwise)" >&2
 fi
 # The NATS sink's tests start real servers (tests/nats.rs): nats-server (Debian package) and
 # openssl (TLS test certificates). Installed once; later runs find them on PATH.
@@ -56,3 +57,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p kubesink --lib -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+# The deploy kit (deploy/, Dockerfile, docker-compose.yml), offline; it installs its own tools
+# (a Python venv and an npm package, cached in $TOOLS_CACHE_DIR) and uses the kubesink binary
+# cargo test just built.
+echo "== deploy checks"
+scripts/check-deploy.sh

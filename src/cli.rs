@@ -1,4 +1,4 @@
-//! The command line (clap): `run` (default), `check`, `demo`.
+//! The command line (clap): `run` (default), `check`, `rbac`, `demo`.
 
 use std::path::PathBuf;
 
@@ -29,10 +29,30 @@ pub enum Command {
     Run,
     /// Validate the configuration, print it with secrets masked; exit 1 listing every problem.
     Check,
+    /// Print least-privilege RBAC (YAML) for the configured resources: list and watch on
+    /// exactly those, plus the Lease when leader election is on, bound to the service
+    /// account. Works offline. `kubectl apply -f -` takes the output.
+    Rbac(RbacArgs),
     /// Start a built-in simulated cluster with a realistic workload and stream its topology
     /// to stdout. Ctrl-C stops it. (Cargo feature `sim`, on by default.)
     #[cfg(feature = "sim")]
     Demo(DemoArgs),
+}
+
+/// `kubesink rbac` options. The defaults match `deploy/base/`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RbacArgs {
+    /// The service account kubesink runs as.
+    #[arg(long, default_value = "kubesink")]
+    pub service_account: String,
+    /// The service account's namespace; also the Lease's, unless
+    /// `leader_election.lease_namespace` is set.
+    #[arg(long, default_value = "kubesink")]
+    pub namespace: String,
+    /// Name of the generated ClusterRole, Roles and bindings (`NAME-leader-election` for the
+    /// Lease's); also the Lease's name unless `leader_election.lease_name` is set.
+    #[arg(long, default_value = "kubesink")]
+    pub name: String,
 }
 
 /// `kubesink demo` options.

@@ -18,7 +18,8 @@
 //! 5. [`sinks`]: the `Sink` trait and the destinations (stdout, NATS, Kafka).
 //!
 //! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
-//! shuts it down; [`observe`] serves metrics and health and logs summaries; [`cli`] and `demo` (cargo feature `sim`, on by default) are the binary's
+//! shuts it down; [`observe`] serves metrics and health and logs summaries; [`rbac`] derives
+//! the RBAC a configuration needs; [`cli`] and `demo` (cargo feature `sim`, on by default) are the binary's
 //! edge. With the `test-util` feature, [`testing`] exposes the informer's parts to the
 //! benches and tests.
 
@@ -32,6 +33,7 @@ mod informer;
 pub mod leader;
 pub mod observe;
 mod pipeline;
+pub mod rbac;
 
 pub use informer::{FailureKind, InformerStats};
 pub use kubesink_sinks as sinks;

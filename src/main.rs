@@ -9,7 +9,7 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::Parser;
-use kubesink::cli::{init_logging, Cli, Command};
+use kubesink::cli::{init_logging, Cli, Command, RbacArgs};
 use kubesink::config;
 
 #[tokio::main]
@@ -19,6 +19,7 @@ async fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Run);
     let result = match command {
         Command::Check => return check(cli.config.as_deref()),
+        Command::Rbac(args) => return rbac(cli.config.as_deref(), &args),
         #[cfg(feature = "sim")]
         Command::Demo(args) => kubesink::demo::run(args).await,
         Command::Run => match config::load(cli.config.as_deref()) {
@@ -55,6 +56,23 @@ fn check(file: Option<&std::path::Path>) -> ExitCode {
         },
         Err(e) => {
             eprint!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `kubesink rbac`: prints the RBAC YAML on stdout, or the problem on stderr (exit 1).
+fn rbac(file: Option<&std::path::Path>, args: &RbacArgs) -> ExitCode {
+    match kubesink::rbac::generate(file, &args.name, &args.service_account, &args.namespace) {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprint!("{e}");
+            if !e.to_string().ends_with('\n') {
+                eprintln!();
+            }
             ExitCode::FAILURE
         }
     }

@@ -74,6 +74,36 @@ pub fn load(file: Option<&Path>) -> Result<Config, ConfigErrors> {
 
 /// [`load`] with an explicit environment provider (tests use `Env` over a fixed map).
 pub(crate) fn load_with_env(file: Option<&Path>, env: Env) -> Result<Config, ConfigErrors> {
+    loader(file, env)?.run()
+}
+
+/// Loads only the `[[resources]]` entries, checked as [`load`] checks them, for commands that
+/// need no more (`kubesink rbac`). Other sections are neither extracted nor checked (that is
+/// `kubesink check`'s job); the layered figment is returned so that a caller can read a
+/// section of its own, e.g. `figment.find_value("leader_election")`.
+///
+/// # Errors
+/// [`ConfigErrors`]: unreadable or missing file, TOML syntax, and every problem of the
+/// `resources` entries.
+pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figment), ConfigErrors> {
+    let mut loader = loader(file, Env::prefixed(ENV_PREFIX))?;
+    let resources = loader.list::<ResourceConfig>("resources");
+    if let Some(resources) = &resources {
+        if resources.is_empty() {
+            loader.problem("resources", "at least one [[resources]] entry is required");
+        }
+        for (i, r) in resources.iter().enumerate() {
+            loader.check_resource(&format!("resources.{i}"), r);
+        }
+    }
+    match resources {
+        Some(resources) if loader.errors.is_empty() => Ok((resources, loader.figment)),
+        _ => Err(ConfigErrors(loader.errors)),
+    }
+}
+
+/// The layers, defaults < file < environment, ready to extract.
+fn loader(file: Option<&Path>, env: Env) -> Result<Loader, ConfigErrors> {
     let mut figment = Figment::from(Serialized::defaults(Config::default()));
     if let Some(path) = file {
         if !path.is_file() {
@@ -94,12 +124,11 @@ pub(crate) fn load_with_env(file: Option<&Path>, env: Env) -> Result<Config, Con
         .map(|k| k.as_str().to_ascii_lowercase().into());
     let figment = figment.merge(env);
     let file: Option<PathBuf> = file.map(Path::to_path_buf);
-    Loader {
+    Ok(Loader {
         figment,
         file,
         errors: Vec::new(),
-    }
-    .run()
+    })
 }
 
 struct Loader {
@@ -493,6 +522,17 @@ impl Loader {
         if r.page_size == 0 {
             self.problem(&at("page_size"), "must be at least 1");
         }
+        if let Some(plural) = &r.plural {
+            if check_dns_label(plural).is_err() {
+                self.problem(
+                    &at("plural"),
+                    format!(
+                        "{plural:?} is not a resource name: lowercase letters and digits, \
+                         e.g. \"foobars\""
+                    ),
+                );
+            }
+        }
         if r.allow_secret_data && !(r.api_version == "v1" && r.kind == "Secret") {
             self.problem(&at("allow_secret_data"), "only applies to v1 Secret");
         }
@@ -514,7 +554,11 @@ fn describe_kind(kind: &figment::error::Kind) -> String {
 }
 
 /// Describes where the value at `path` came from: `file PATH`, `env KUBESINK_A__B`, `default`.
-fn describe_source(md: Option<&Metadata>, path: &[String], file: Option<&Path>) -> String {
+pub(crate) fn describe_source(
+    md: Option<&Metadata>,
+    path: &[String],
+    file: Option<&Path>,
+) -> String {
     let Some(md) = md else {
         return match file {
             Some(f) => format!("file {}", f.display()),

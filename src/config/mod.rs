@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 
 pub use kubesink_sinks::units::{ByteSize, HumanDuration};
 pub use kubesink_sinks::SinkConfig;
-pub use load::{load, ConfigError, ConfigErrors};
+pub(crate) use load::describe_source;
+pub use load::{load, load_resources, ConfigError, ConfigErrors};
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -398,6 +399,14 @@ pub struct ResourceConfig {
     /// Page size (`limit`) of the initial list and relists. Default 500.
     #[serde(default = "default_page_size")]
     pub page_size: u32,
+    /// The resource's plural name in API paths and RBAC rules (`pods`; a CRD's
+    /// `spec.names.plural`). Read only by `kubesink rbac`, which works offline: by default it
+    /// takes built-in kinds' plurals from k8s-openapi and guesses others the way Kubernetes'
+    /// code generator does (`FooBar` → `foobars`, `Policy` → `policies`). Set it for a CRD
+    /// whose plural differs. At run time API discovery is authoritative; a different plural
+    /// is logged as a warning (the generated RBAC would not match). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plural: Option<String>,
 }
 
 fn yes() -> bool {
@@ -423,6 +432,7 @@ impl ResourceConfig {
             updates: true,
             allow_secret_data: false,
             page_size: default_page_size(),
+            plural: None,
         }
     }
 

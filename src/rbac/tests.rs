@@ -1,0 +1,316 @@
+//! `kubesink rbac`: plurals, the shape of the generated objects, and the configuration it
+//! reads (file and environment).
+
+#![allow(clippy::result_large_err)] // figment::Jail fixes the closure type
+
+use std::path::Path;
+
+use figment::Jail;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+
+use super::*;
+
+fn options(lease: Option<(&str, &str)>) -> RbacOptions {
+    RbacOptions {
+        name: "kubesink".into(),
+        service_account: "kubesink".into(),
+        namespace: "kubesink".into(),
+        lease: lease.map(|(ns, name)| LeaseRef {
+            name: name.into(),
+            namespace: ns.into(),
+        }),
+    }
+}
+
+fn res(api_version: &str, kind: &str, namespaces: &[&str]) -> ResourceConfig {
+    let mut r = ResourceConfig::new(api_version, kind);
+    r.namespaces = namespaces.iter().map(|s| (*s).to_owned()).collect();
+    r
+}
+
+/// The documents of a YAML stream as `(kind, document)`, parsed back with serde-saphyr.
+fn documents(yaml: &str) -> Vec<(String, String)> {
+    yaml.split("---\n")
+        .skip(1)
+        .map(|doc| {
+            let v: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
+            (v["kind"].as_str().unwrap().to_owned(), doc.to_owned())
+        })
+        .collect()
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    let strings = |xs: &[&str]| xs.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(strings(groups)),
+        resources: Some(strings(resources)),
+        verbs: strings(verbs),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn guess_plural_follows_the_kubernetes_code_generator() {
+    for (kind, plural) in [
+        ("FooBar", "foobars"),
+        ("Pod", "pods"),
+        ("Ingress", "ingresses"),
+        ("NetworkPolicy", "networkpolicies"),
+        ("Gateway", "gateways"),
+        ("Mailbox", "mailboxes"),
+        ("Batch", "batches"),
+        ("Mesh", "meshes"),
+        ("Leaf", "leaves"),
+        ("Knife", "knives"),
+        ("Quiz", "quizes"),
+        ("X", "x"),
+    ] {
+        assert_eq!(guess_plural(kind), plural, "{kind}");
+    }
+}
+
+#[test]
+fn builtin_plurals_come_from_k8s_openapi_including_irregular_ones() {
+    assert_eq!(plural("", "Endpoints", None), "endpoints");
+    assert_eq!(
+        guess_plural("Endpoints"),
+        "endpointses",
+        "the guess alone gets it wrong"
+    );
+    assert_eq!(plural("", "Pod", None), "pods");
+    assert_eq!(plural("apps", "Deployment", None), "deployments");
+    assert_eq!(
+        plural("networking.k8s.io", "IngressClass", None),
+        "ingressclasses"
+    );
+    // A built-in kind's plural wins over a configured one; a CRD takes the configured one.
+    assert_eq!(plural("", "Pod", Some("pod")), "pods");
+    assert_eq!(plural("example.com", "Octopus", Some("octopi")), "octopi");
+    assert_eq!(plural("example.com", "Octopus", None), "octopuses");
+}
+
+#[test]
+fn the_guess_matches_every_builtin_plural_but_endpoints() {
+    let wrong: Vec<_> = BUILTINS
+        .iter()
+        .filter(|b| guess_plural(b.kind) != b.plural)
+        .map(|b| b.kind)
+        .collect();
+    assert_eq!(wrong, ["Endpoints"]);
+}
+
+#[test]
+fn cluster_wide_resources_get_one_cluster_role_with_list_and_watch_per_group() {
+    let resources = [
+        res("v1", "Pod", &[]),
+        res("apps/v1", "Deployment", &[]),
+        res("v1", "Node", &[]),
+        res("v1", "Service", &[]),
+    ];
+    let yaml = render(&resources, &options(None)).unwrap();
+    let docs = documents(&yaml);
+    let kinds: Vec<_> = docs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"]);
+    let role: ClusterRole = serde_saphyr::from_str(&docs[0].1).unwrap();
+    assert_eq!(role.metadata.name.as_deref(), Some("kubesink"));
+    assert_eq!(
+        role.rules.unwrap(),
+        [
+            rule(&[""], &["nodes", "pods", "services"], &["list", "watch"]),
+            rule(&["apps"], &["deployments"], &["list", "watch"]),
+        ]
+    );
+    let binding: ClusterRoleBinding = serde_saphyr::from_str(&docs[1].1).unwrap();
+    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    assert_eq!(binding.role_ref.name, "kubesink");
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(subjects[0].name, "kubesink");
+    assert_eq!(subjects[0].namespace.as_deref(), Some("kubesink"));
+    assert!(yaml.starts_with("# Least-privilege RBAC for kubesink"));
+}
+
+#[test]
+fn resources_that_name_their_namespaces_get_roles_there_and_no_cluster_role() {
+    let resources = [
+        res("v1", "Pod", &["shop", "payments"]),
+        res("apps/v1", "Deployment", &["shop"]),
+    ];
+    let docs = documents(&render(&resources, &options(None)).unwrap());
+    let kinds: Vec<_> = docs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["Role", "RoleBinding", "Role", "RoleBinding"]);
+    let payments: Role = serde_saphyr::from_str(&docs[0].1).unwrap();
+    assert_eq!(payments.metadata.namespace.as_deref(), Some("payments"));
+    assert_eq!(
+        payments.rules.unwrap(),
+        [rule(&[""], &["pods"], &["list", "watch"])]
+    );
+    let shop: Role = serde_saphyr::from_str(&docs[2].1).unwrap();
+    assert_eq!(shop.metadata.namespace.as_deref(), Some("shop"));
+    assert_eq!(
+        shop.rules.unwrap(),
+        [
+            rule(&[""], &["pods"], &["list", "watch"]),
+            rule(&["apps"], &["deployments"], &["list", "watch"]),
+        ]
+    );
+    let binding: RoleBinding = serde_saphyr::from_str(&docs[3].1).unwrap();
+    assert_eq!(binding.metadata.namespace.as_deref(), Some("shop"));
+    assert_eq!(
+        (
+            binding.role_ref.kind.as_str(),
+            binding.role_ref.name.as_str()
+        ),
+        ("Role", "kubesink")
+    );
+    let subject = &binding.subjects.unwrap()[0];
+    assert_eq!(
+        subject.namespace.as_deref(),
+        Some("kubesink"),
+        "the service account's namespace"
+    );
+}
+
+#[test]
+fn a_namespaced_entry_already_granted_cluster_wide_gets_no_role() {
+    let resources = [
+        res("v1", "Pod", &[]),
+        res("v1", "Pod", &["shop"]),
+        res("v1", "ConfigMap", &["shop"]),
+    ];
+    let docs = documents(&render(&resources, &options(None)).unwrap());
+    let kinds: Vec<_> = docs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+    );
+    let role: Role = serde_saphyr::from_str(&docs[2].1).unwrap();
+    assert_eq!(
+        role.rules.unwrap(),
+        [rule(&[""], &["configmaps"], &["list", "watch"])]
+    );
+}
+
+#[test]
+fn namespaces_on_a_cluster_scoped_kind_are_an_error_naming_the_entry() {
+    let resources = [res("v1", "Pod", &[]), res("v1", "Node", &["default"])];
+    let err = render(&resources, &options(None)).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "resources.1.namespaces: v1 Node is cluster-scoped; remove the namespaces list"
+    );
+}
+
+#[test]
+fn leader_election_adds_a_role_for_its_lease_only() {
+    let resources = [res("v1", "Pod", &[])];
+    let docs = documents(&render(&resources, &options(Some(("ops", "kubesink-lock")))).unwrap());
+    let kinds: Vec<_> = docs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+    );
+    let role: Role = serde_saphyr::from_str(&docs[2].1).unwrap();
+    assert_eq!(
+        role.metadata.name.as_deref(),
+        Some("kubesink-leader-election")
+    );
+    assert_eq!(role.metadata.namespace.as_deref(), Some("ops"));
+    let mut by_name = rule(&["coordination.k8s.io"], &["leases"], &["get", "update"]);
+    by_name.resource_names = Some(vec!["kubesink-lock".into()]);
+    assert_eq!(
+        role.rules.unwrap(),
+        [
+            by_name,
+            rule(&["coordination.k8s.io"], &["leases"], &["create"])
+        ]
+    );
+    let binding: RoleBinding = serde_saphyr::from_str(&docs[3].1).unwrap();
+    assert_eq!(binding.role_ref.name, "kubesink-leader-election");
+    assert_eq!(binding.metadata.namespace.as_deref(), Some("ops"));
+}
+
+#[test]
+fn generate_reads_resources_and_leader_election_from_file_and_environment() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "k.toml",
+            r#"
+[cluster]
+name = "c"
+[leader_election]
+enabled = true
+lease_namespace = "ops"
+lease_duration = "15s"
+[[resources]]
+api_version = "example.com/v1"
+kind = "Octopus"
+plural = "octopi"
+"#,
+        )?;
+        let yaml =
+            generate(Some(Path::new("k.toml")), "ks", "sa", "team").map_err(|e| e.to_string())?;
+        assert!(yaml.contains("- octopi\n"), "{yaml}");
+        assert!(yaml.contains("  namespace: ops\n"), "{yaml}");
+        assert!(
+            yaml.contains("- ks\n"),
+            "lease name defaults to --name: {yaml}"
+        );
+        assert!(yaml.contains("  name: sa\n  namespace: team\n"), "{yaml}");
+        jail.set_env("KUBESINK_LEADER_ELECTION__ENABLED", "false");
+        let yaml =
+            generate(Some(Path::new("k.toml")), "ks", "sa", "team").map_err(|e| e.to_string())?;
+        assert!(!yaml.contains("leases"), "{yaml}");
+        Ok(())
+    });
+}
+
+#[test]
+fn generate_reports_bad_resources_and_names_with_their_source() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "k.toml",
+            "[leader_election]\nenabled = true\nlease_name = \"Not_A_Name\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nplural = \"Pods!\"\n",
+        )?;
+        let err = generate(
+            Some(Path::new("k.toml")),
+            "kubesink",
+            "kubesink",
+            "kubesink",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("resources.0.plural: \"Pods!\" is not a resource name"),
+            "{err}"
+        );
+        jail.create_file(
+            "k.toml",
+            "[leader_election]\nenabled = true\nlease_name = \"Not_A_Name\"\n",
+        )?;
+        let err = generate(
+            Some(Path::new("k.toml")),
+            "kubesink",
+            "kubesink",
+            "kubesink",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("leader_election.lease_name: \"Not_A_Name\" is not a valid name")
+                && err.ends_with("(from file k.toml)"),
+            "{err}"
+        );
+        let err = generate(None, "kubesink", "Bad Account", "kubesink")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--service-account: \"Bad Account\""),
+            "{err}"
+        );
+        Ok(())
+    });
+}
