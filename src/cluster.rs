@@ -5,18 +5,13 @@
 //! (+ `cluster.context`). TLS verification stays as the kubeconfig says (on by default).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::{pinned_kind, Scope};
 use kube::{Client, Config};
-use kubesink_sinks::backoff::{self, Backoff};
 use kubesink_sinks::Resource;
 
 use crate::config::{ClusterConfig, ResourceConfig};
-
-/// Retries of API discovery while the API server is unreachable or overloaded.
-const DISCOVERY_RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
 
 /// Why the cluster could not be reached or a resource resolved.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +30,17 @@ pub enum ClusterError {
     /// Building the HTTP client failed (TLS material...).
     #[error("building the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
+    /// API discovery could not be done now (connection failure, 429, 5xx: the API server
+    /// or an aggregated API is starting or failing); worth retrying.
+    #[error("resources.{index} ({resource}): API discovery failed: {source}")]
+    DiscoveryUnavailable {
+        /// Position in `resources`.
+        index: usize,
+        /// `apiVersion Kind`.
+        resource: String,
+        /// kube's error.
+        source: kube::Error,
+    },
     /// API discovery does not know the kind.
     #[error("resources.{index} ({resource}): not served by the API server (API discovery: {source}); is the CRD installed and the apiVersion right?")]
     UnknownKind {
@@ -101,12 +107,21 @@ pub struct Resolved {
     pub api_resource: kube::discovery::ApiResource,
 }
 
-/// Resolves `res` (entry `index`) of cluster `cluster` with `/api/v1` or
-/// `/apis/{group}/{version}` discovery. Connection errors, 429 and 5xx are retried with
-/// backoff (the API server may be starting); a kind the server does not serve is an error.
+impl ClusterError {
+    /// Whether trying again later may succeed ([`ClusterError::DiscoveryUnavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ClusterError::DiscoveryUnavailable { .. })
+    }
+}
+
+/// Resolves `res` (entry `index`) of cluster `cluster` with one `/api/v1` or
+/// `/apis/{group}/{version}` discovery request. The caller retries transient failures
+/// (the bridge does, in the background, while the other resources run).
 ///
 /// # Errors
-/// [`ClusterError::UnknownKind`] or [`ClusterError::ClusterScoped`].
+/// [`ClusterError::DiscoveryUnavailable`] for a connection failure, 429 or 5xx;
+/// [`ClusterError::UnknownKind`] for a kind the server does not serve;
+/// [`ClusterError::ClusterScoped`] for namespaces listed for a cluster-scoped kind.
 pub async fn resolve(
     client: &Client,
     cluster: &str,
@@ -118,17 +133,21 @@ pub async fn resolve(
         None => (String::new(), res.api_version.clone()),
     };
     let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &res.kind);
-    let (ar, caps) = backoff::retry(
-        DISCOVERY_RETRY,
-        || pinned_kind(client, &gvk),
-        is_transient,
-        |e, delay| tracing::warn!(resource = %res.display_name(), error = %e, retry_in = ?delay, "API discovery failed; retrying"),
-    )
-    .await
-    .map_err(|source| ClusterError::UnknownKind {
-        index,
-        resource: res.display_name(),
-        source,
+    let (ar, caps) = pinned_kind(client, &gvk).await.map_err(|source| {
+        let resource = res.display_name();
+        if is_transient(&source) {
+            ClusterError::DiscoveryUnavailable {
+                index,
+                resource,
+                source,
+            }
+        } else {
+            ClusterError::UnknownKind {
+                index,
+                resource,
+                source,
+            }
+        }
     })?;
     let namespaced = matches!(caps.scope, Scope::Namespaced);
     if !namespaced && !res.namespaces.is_empty() {
