@@ -27,9 +27,6 @@ use crate::leader::{Elector, Fence, Lost};
 use crate::observe::{self, Leadership, Observed, SinkEntry, WatchEntry};
 use crate::pipeline::{Pipeline, Publisher};
 
-/// Retries of API discovery: 500 ms doubling to 30 s.
-const DISCOVERY_RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -301,7 +298,13 @@ async fn watch_resource(
     tasks: TaskTracker,
 ) {
     let span = tracing::info_span!("discovery", cluster = %t.cluster.name, resource = %t.resource.display_name());
-    let mut delays = DISCOVERY_RETRY.delays();
+    // The `[watch]` backoff, as for a failing list or watch.
+    let retry = Backoff::new(
+        watch.retry_initial_backoff.get(),
+        watch.retry_max_backoff.get(),
+    );
+    let mut delays = retry.delays();
+    let mut last_warn: Option<std::time::Instant> = None;
     let resolved = loop {
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -320,6 +323,7 @@ async fn watch_resource(
         };
         for s in &t.stats {
             s.errors.fetch_add(1, Ordering::Relaxed);
+            s.discovery_errors.fetch_add(1, Ordering::Relaxed);
             s.set_failure(kind, e.to_string());
         }
         if matches!(e, ClusterError::ClusterScoped { .. }) {
@@ -328,15 +332,24 @@ async fn watch_resource(
             );
             return;
         }
-        let wait = delays.next().unwrap_or(DISCOVERY_RETRY.max);
-        span.in_scope(
-            || tracing::warn!(error = %e, retry_in = ?wait, "API discovery failed; retrying"),
-        );
+        let wait = delays.next().unwrap_or(retry.max);
+        // Once a minute at most at WARN; the retries go on at DEBUG.
+        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            last_warn = Some(std::time::Instant::now());
+            span.in_scope(|| tracing::warn!(error = %e, retry_in = ?wait, "API discovery failed; retrying (the other resources are not held back)"));
+        } else {
+            span.in_scope(
+                || tracing::debug!(error = %e, retry_in = ?wait, "API discovery failed; retrying"),
+            );
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
     };
+    if last_warn.is_some() {
+        span.in_scope(|| tracing::info!("API discovery succeeded; starting its watches"));
+    }
     let plans = WatchPlan::expand(
         &t.resource,
         resolved.resource,
@@ -425,6 +438,7 @@ pub const LOST_LEADERSHIP_EXIT: i32 = 3;
 /// # Errors
 /// Client construction, server start or sink construction failures.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    crate::limits::prepare(&config);
     let clusters = config.clusters();
     let mut clients = Vec::with_capacity(clusters.len());
     for spec in &clusters {

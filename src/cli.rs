@@ -87,9 +87,18 @@ pub enum LogFormat {
 pub fn init_logging(format: LogFormat, level: &str) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
+    let mut filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube's client logs every failed request at ERROR ("failed with error client error
+    // (Connect)"); the informers log each failure themselves, classified and once per
+    // streak, so kube's line would only say it twice. A filter naming kube_client wins.
+    let named = std::env::var("RUST_LOG").unwrap_or_default() + level;
+    if !named.contains("kube_client") {
+        if let Ok(directive) = "kube_client::client::builder=off".parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -5,7 +5,7 @@
 //! 1. `cluster`: the kube client ([`cluster::client`]) and API discovery, which turns each
 //!    configured resource into a [`sinks::Resource`] identity.
 //! 2. `informer`: lightweight informers. Each configured resource becomes one `WatchPlan`
-//!    per namespace (or one for all); an `Informer` runs a kube-runtime watcher for it and
+//!    per namespace (or one for all); an `Informer` runs kubesink's own list/watch loop for it and
 //!    hands every event to its `Decider`, the synchronous decision step that owns the
 //!    `LightStore` (key, uid, resourceVersion and a 64-bit payload fingerprint per object,
 //!    never the object) and returns the changes to emit: added, updated, deleted, and the
@@ -19,7 +19,8 @@
 //!
 //! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
 //! shuts it down; [`observe`] serves metrics and health and logs summaries; [`rbac`] derives
-//! the RBAC a configuration needs; [`cli`] and `demo` (cargo feature `sim`, on by default) are the binary's
+//! the RBAC a configuration needs; [`limits`] raises and checks the open-files limit; [`cli`]
+//! and `demo` (cargo feature `sim`, on by default) are the binary's
 //! edge. With the `test-util` feature, [`testing`] exposes the informer's parts to the
 //! benches and tests.
 
@@ -31,6 +32,7 @@ pub mod config;
 pub mod demo;
 mod informer;
 pub mod leader;
+pub mod limits;
 pub mod observe;
 mod pipeline;
 pub mod rbac;

@@ -45,6 +45,12 @@ fn check(file: Option<&std::path::Path>) -> ExitCode {
     match config::load(file) {
         Ok(c) => match toml::to_string_pretty(&c) {
             Ok(text) => {
+                // `run` raises the soft limit to the hard one: that is the one that counts.
+                if let Ok(limit) = kubesink::limits::open_files() {
+                    if let Some(warning) = kubesink::limits::fd_budget(&c, limit.hard) {
+                        eprintln!("warning: {warning}");
+                    }
+                }
                 println!("# effective configuration (secrets masked)\n{text}");
                 eprintln!("configuration OK");
                 ExitCode::SUCCESS

@@ -119,8 +119,9 @@ struct LeaderElectionView {
 /// returns the RBAC YAML for it.
 ///
 /// `name`, `service_account` and `namespace` come from the command line. Leader election is
-/// read from `leader_election.enabled`, `leader_election.lease_name` (default `name`) and
-/// `leader_election.lease_namespace` (default `namespace`) when the section is present.
+/// read from `leader_election.enabled`, `leader_election.lease_name` (default `kubesink`, as
+/// at run time) and `leader_election.lease_namespace` (default `namespace`: at run time, the
+/// Pod's own namespace).
 ///
 /// # Errors
 /// [`RbacError`]: configuration problems (naming key and source), cluster-scoped kinds with

@@ -278,7 +278,8 @@ pub struct WatchConfig {
     /// A watch that delivers neither an event nor a bookmark for this long is presumed dead
     /// (a middlebox that dropped the connection silently, a server that stopped sending) and
     /// re-established from its last resourceVersion. API servers send a bookmark about every
-    /// minute on a healthy watch. Default 3m.
+    /// minute on a healthy watch. A list page whose bytes stop arriving for this long is
+    /// abandoned and the list tried again (a slow server is waited for). Default 3m.
     pub idle_timeout: HumanDuration,
     /// First delay after a failed list or watch (or a watch that ended empty at once);
     /// doubles per consecutive failure, with jitter inside the cap; reset only after a list

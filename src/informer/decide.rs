@@ -128,7 +128,20 @@ pub struct Decider {
 impl Decider {
     /// A decider for `resource` watched in `scope` (`namespace x`, `all namespaces`,
     /// `cluster`), starting with an empty store.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn new(resource: Arc<Resource>, scope: String, shaper: Shaper, updates: bool) -> Self {
+        Self::with_stats(resource, scope, shaper, updates, Arc::default())
+    }
+
+    /// Like [`Decider::new`], counting into `stats` (created before the watch could be
+    /// planned, e.g. while API discovery of its resource is still being retried).
+    pub fn with_stats(
+        resource: Arc<Resource>,
+        scope: String,
+        shaper: Shaper,
+        updates: bool,
+        stats: Arc<InformerStats>,
+    ) -> Self {
         Decider {
             resource,
             scope,
@@ -136,16 +149,11 @@ impl Decider {
             phase: Phase::Starting,
             shaper,
             updates,
-            stats: Arc::new(InformerStats::default()),
+            stats,
         }
     }
 
     /// Counts into `stats` instead of its own counters.
-    pub fn with_stats(mut self, stats: Arc<InformerStats>) -> Self {
-        self.stats = stats;
-        self
-    }
-
     /// The counters.
     #[cfg(any(test, feature = "test-util"))]
     pub fn stats(&self) -> Arc<InformerStats> {
@@ -203,12 +211,19 @@ impl Decider {
         self.store.begin_list();
         let started = Instant::now();
         let first = matches!(self.phase, Phase::Starting | Phase::InitialList { .. });
-        self.phase = if !first {
-            tracing::info!("relist started");
-            Phase::Relist { started, listed: 0 }
+        // A list that failed and is tried again is not a new list for the reader of the log:
+        // the failure was logged (with its status), the retry is at debug.
+        let retry = self.listing();
+        let what = if first { "initial list" } else { "relist" };
+        if retry {
+            tracing::debug!("{what} started again");
         } else {
-            tracing::info!("initial list started");
+            tracing::info!("{what} started");
+        }
+        self.phase = if first {
             Phase::InitialList { started, listed: 0 }
+        } else {
+            Phase::Relist { started, listed: 0 }
         };
     }
 

@@ -165,7 +165,8 @@ pub fn list_page(body: &[u8]) -> Result<ListPage<'_>, DecodeError> {
 ///
 /// # Errors
 /// [`DecodeError`] for anything that is not a watch event: a truncated or garbled line,
-/// bytes that are not UTF-8, valid JSON without `type` and `object`, an unknown type.
+/// bytes that are not UTF-8, valid JSON without `type` and `object`, an unknown type, an
+/// `ERROR` event whose object is not a `Status` with a code (never reported as an API error).
 pub fn watch_line(line: &[u8]) -> Result<WatchLine<'_>, DecodeError> {
     #[derive(Deserialize)]
     struct Line<'a> {
@@ -186,9 +187,11 @@ pub fn watch_line(line: &[u8]) -> Result<WatchLine<'_>, DecodeError> {
         "MODIFIED" => Ok(WatchLine::Modified(object)),
         "DELETED" => Ok(WatchLine::Deleted(object)),
         "BOOKMARK" => bookmark(object.get()).map_err(|e| err(&e)),
-        "ERROR" => serde_json::from_str(object.get())
-            .map(WatchLine::Error)
-            .map_err(|e| err(&format!("ERROR event without a Status: {e}"))),
+        "ERROR" => match serde_json::from_str::<Status>(object.get()) {
+            Ok(status) if status.code != 0 => Ok(WatchLine::Error(status)),
+            Ok(_) => Err(err(&"ERROR event without a Status code")),
+            Err(e) => Err(err(&format!("ERROR event without a Status: {e}"))),
+        },
         other => Err(err(&format!("unknown watch event type {other:?}"))),
     }
 }
@@ -239,6 +242,9 @@ mod tests {
         assert!(e.excerpt.contains('\u{fffd}'), "{e}");
         let e = watch_line(br#"{"hello":"world"}"#).unwrap_err();
         assert!(e.reason.contains("not a watch event"), "{e}");
+        // An ERROR event must carry a Status with a code: `{}` is not an API error.
+        let e = watch_line(br#"{"type":"ERROR","object":{}}"#).unwrap_err();
+        assert!(e.reason.contains("without a Status code"), "{e}");
         let e = watch_line(br#"{"type":"PATCHED","object":{}}"#).unwrap_err();
         assert!(e.reason.contains("PATCHED"), "{e}");
         let long = vec![b'x'; 5000];

@@ -21,16 +21,27 @@
 //!
 //! | outcome | next | wait |
 //! |---|---|---|
-//! | list complete | watch from the list's resourceVersion | — (backoff reset) |
-//! | watch delivered events, then ended | watch from the last resourceVersion | — (backoff reset) |
-//! | watch ended empty before half its `timeoutSeconds` | the same watch | backoff, counted; a WARN with the rate, at most once a minute |
-//! | 410 Gone / `Expired` (watch, `ERROR` event, or a list's continue token) | relist | — (info: expected) |
-//! | nothing for `watch.idle_timeout` (dead connection) | watch from the last resourceVersion | — |
-//! | an event that does not decode | watch from the last good resourceVersion (it replays the event); relist after 3 in a row at one resourceVersion | backoff from the second |
+//! | list complete | watch from the list's resourceVersion | — (backoff reset, unless the list followed a 410 that came before any event) |
+//! | watch delivered an event or bookmark | (go on) | backoff reset at the first line of each watch |
+//! | watch ended after events | watch from the last resourceVersion | — |
+//! | watch ended empty before half its `timeoutSeconds` | the same watch | backoff, counted; a WARN with the count, at most once a minute |
+//! | 410 Gone / `Expired` on a watch (status or `ERROR` event) | relist | — (info: expected); backoff when the watch delivered nothing since the list |
+//! | 410 on a list's continue token | the list again from its first page (no deletes inferred from the part read) | — |
+//! | nothing for `watch.idle_timeout` on a watch (dead connection) | watch from the last resourceVersion | — |
+//! | no byte of a list page for `watch.idle_timeout` | the list again | backoff |
+//! | an event line that does not decode (cut, not JSON, not UTF-8, not an event) | watch from the last good resourceVersion (it replays the event); relist after 3 in a row at one resourceVersion | backoff from the second |
+//! | a well-formed event whose object does not decode | skip that object (one line: name, namespace, reason, excerpt) | — |
 //! | 401 / 403 (RBAC revoked) | the same request | backoff to the cap; the store is kept, no deletes inferred |
 //! | 404 (the CRD is gone) | relist (when it is back, the sweep emits the differences) | backoff |
+//! | 400 or another refusal of a watch (e.g. an opaque resourceVersion the server does not take back) | relist | backoff |
 //! | 429 / 5xx | the same request | `Retry-After` if longer than the backoff |
-//! | connection failure | the same request | backoff |
+//! | connection failure (refused, reset, too many open files) | the same request | backoff |
+//!
+//! The backoff is `watch.retry_initial_backoff` doubling per consecutive failure up to
+//! `watch.retry_max_backoff` (jitter inside the cap). A failure is logged at WARN when a
+//! streak starts (same status, or same transport cause); its repeats go to DEBUG, with a
+//! WARN reminder carrying the count at most once a minute. Every case is counted in
+//! [`InformerStats`] and listed in `docs/robustness.md` with the test that proves it.
 //!
 //! kubesink owns this loop instead of using kube-runtime's `watcher` because that watcher
 //! re-watches at once when a stream ends without error (an empty 200 gets ~30,000 requests a
@@ -146,11 +157,67 @@ pub struct Informer {
     decode_failures: Option<(String, u32)>,
     /// Early ends since the window started, for the rate in the log line.
     early_window: (Instant, u64),
+    /// When an early end was last logged (`None`: not in this streak).
+    early_logged: Option<Instant>,
+    /// Repeated failures are logged once (see [`FailureLog`]).
+    failure_log: FailureLog,
+    /// The last relist was forced by a watch that answered 410 before delivering anything:
+    /// the completed list does not reset the backoff (a server answering 410 to every watch
+    /// would otherwise be relisted in a tight loop); the next watch event does.
+    unproductive_relist: bool,
+    /// Watch events and bookmarks processed since the last list completed.
+    lines_since_list: u64,
+    /// The line of the current watch that last failed to decode (1 = the first).
+    decode_position: u64,
+}
+
+/// How often a failure that keeps repeating is logged again at WARN (with its count).
+const FAILURE_REMINDER: Duration = Duration::from_secs(60);
+
+/// Repeated failures logged once: the first of a streak at WARN, the same failure again at
+/// DEBUG, and a WARN reminder with the count at most every [`FAILURE_REMINDER`]. A different
+/// failure, or a success, starts a new streak.
+struct FailureLog {
+    signature: Option<String>,
+    repeats: u64,
+    last_warn: Instant,
+}
+
+impl FailureLog {
+    fn new() -> Self {
+        FailureLog {
+            signature: None,
+            repeats: 0,
+            last_warn: Instant::now(),
+        }
+    }
+
+    /// Counts a failure with `signature`; returns whether it goes out at WARN and how many
+    /// times it repeated before.
+    fn note(&mut self, signature: &str) -> (bool, u64) {
+        if self.signature.as_deref() == Some(signature) {
+            self.repeats += 1;
+            let loud = self.last_warn.elapsed() >= FAILURE_REMINDER;
+            if loud {
+                self.last_warn = Instant::now();
+            }
+            return (loud, self.repeats);
+        }
+        self.signature = Some(signature.to_owned());
+        self.repeats = 0;
+        self.last_warn = Instant::now();
+        (true, 0)
+    }
+
+    fn reset(&mut self) {
+        self.signature = None;
+    }
 }
 
 impl Informer {
     /// An informer following `plan` through `client`, with the `[watch]` settings, counting
-    /// into `stats`.
+    /// into `stats` (created before the plan existed: the bridge shows the watch while API
+    /// discovery of its resource is still retried).
     pub fn new(
         plan: WatchPlan,
         client: Client,
@@ -158,13 +225,13 @@ impl Informer {
         stats: Arc<InformerStats>,
     ) -> Self {
         let scope = plan.scope();
-        let decider = Decider::new(
+        let decider = Decider::with_stats(
             plan.resource.clone(),
             scope.clone(),
             plan.shaper.clone(),
             plan.updates,
-        )
-        .with_stats(stats.clone());
+            stats.clone(),
+        );
         Informer {
             resource: plan.resource.clone(),
             requests: Requests::new(&plan, client),
@@ -179,6 +246,11 @@ impl Informer {
             last_rv: None,
             decode_failures: None,
             early_window: (Instant::now(), 0),
+            early_logged: None,
+            failure_log: FailureLog::new(),
+            unproductive_relist: false,
+            lines_since_list: 0,
+            decode_position: 0,
         }
     }
 
@@ -225,7 +297,12 @@ impl Informer {
             let wait = match step {
                 Step::Closed => return,
                 Step::Listed(rv) => {
-                    self.succeeded();
+                    if self.unproductive_relist {
+                        self.stats.clear_failure();
+                        self.failure_log.reset();
+                    } else {
+                        self.succeeded();
+                    }
                     next = Next::Watch(rv);
                     None
                 }
@@ -234,7 +311,6 @@ impl Informer {
                         next = Next::Watch(rv.clone());
                     }
                     if lines > 0 {
-                        self.succeeded();
                         None
                     } else if elapsed < Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS / 2)) {
                         Some(self.early_end(elapsed))
@@ -254,9 +330,28 @@ impl Informer {
         }
     }
 
+    /// A list completed or a watch delivered something: the backoff and the failure streak
+    /// start over.
     fn succeeded(&mut self) {
         self.retry.reset();
         self.stats.clear_failure();
+        self.failure_log.reset();
+        self.unproductive_relist = false;
+        self.early_logged = None;
+        self.early_window = (Instant::now(), 0);
+    }
+
+    /// Logs a failure once per streak (see [`FailureLog`]): `signature` identifies "the same
+    /// failure again".
+    fn log_failure(&mut self, signature: &str, message: &str, retry_in: Duration) {
+        let (loud, repeated) = self.failure_log.note(signature);
+        if loud && repeated == 0 {
+            tracing::warn!(retry_in = ?retry_in, "{message}");
+        } else if loud {
+            tracing::warn!(retry_in = ?retry_in, repeated, "{message} (still failing: {repeated} more times since the first)");
+        } else {
+            tracing::debug!(retry_in = ?retry_in, repeated, "{message}");
+        }
     }
 
     /// An empty watch that ended early: counted, backed off, logged with its rate at most
@@ -266,13 +361,17 @@ impl Informer {
         let wait = self.retry.next();
         let (since, n) = &mut self.early_window;
         *n += 1;
-        if *n == 1 || since.elapsed() >= Duration::from_secs(60) {
+        if self
+            .early_logged
+            .is_none_or(|t| t.elapsed() >= FAILURE_REMINDER)
+        {
+            self.early_logged = Some(Instant::now());
             tracing::warn!(
                 ended_after = ?elapsed,
                 count = *n,
                 window = ?since.elapsed(),
                 retry_in = ?wait,
-                "watch ended early without events ({n} times in {:.0?}); backing off",
+                "watch ended early without any event ({n} in the last {:.0?}; the watch asked for {WATCH_TIMEOUT_SECS}s); backing off",
                 since.elapsed()
             );
             *since = Instant::now();
@@ -289,10 +388,10 @@ impl Informer {
     /// long to wait first.
     fn failed(&mut self, failure: Failure, listing: bool) -> (Option<Next>, Option<Duration>) {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        let what = if listing {
-            "list failed"
-        } else {
-            "watch failed"
+        let what = match (listing, self.stats.synced.load(Ordering::Relaxed)) {
+            (false, _) => "watch failed",
+            (true, false) => "initial list failed",
+            (true, true) => "relist failed",
         };
         let kind = match (&failure, failure.code()) {
             (_, Some(401 | 403)) => FailureKind::Forbidden,
@@ -306,14 +405,38 @@ impl Informer {
             Failure::Gone(_) => {
                 self.stats.gone.fetch_add(1, Ordering::Relaxed);
                 if listing {
-                    tracing::info!("list continue token expired (410); restarting the list");
-                } else {
-                    tracing::info!("resourceVersion expired (410 Gone); relisting");
+                    tracing::info!("list continue token expired (410); restarting the list from its first page (no deletes are inferred from the part already read)");
+                    return (Some(Next::List), None);
                 }
+                if self.unproductive_relist || self.lines_since_list == 0 {
+                    // The watch right after a list answered 410 before any event: relisting
+                    // at once could loop as fast as the server answers.
+                    self.unproductive_relist = true;
+                    let wait = self.retry.next();
+                    self.log_failure(
+                        "gone right after a list",
+                        "resourceVersion expired (410 Gone) right after a list; relisting after a backoff",
+                        wait,
+                    );
+                    return (Some(Next::List), Some(wait));
+                }
+                tracing::info!("resourceVersion expired (410 Gone); relisting");
                 (Some(Next::List), None)
             }
             Failure::Idle(d) => {
                 self.stats.idle_restarts.fetch_add(1, Ordering::Relaxed);
+                if listing {
+                    let wait = self.retry.next();
+                    self.log_failure(
+                        "list stalled",
+                        &format!(
+                            "{what}: no byte of the list arrived for {}; listing again",
+                            humantime::format_duration(d)
+                        ),
+                        wait,
+                    );
+                    return (Some(Next::List), Some(wait));
+                }
                 tracing::warn!(idle = ?d, "watch silent (no event or bookmark) for {}; re-establishing it", humantime::format_duration(d));
                 (resume(), None)
             }
@@ -321,7 +444,11 @@ impl Informer {
                 self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
                 if listing {
                     let wait = self.retry.next();
-                    tracing::warn!(error = %e, retry_in = ?wait, "list failed: response does not decode");
+                    self.log_failure(
+                        "list does not decode",
+                        &format!("{what}: response does not decode: {e}"),
+                        wait,
+                    );
                     return (Some(Next::List), Some(wait));
                 }
                 let at = self.last_rv.clone().unwrap_or_default();
@@ -338,11 +465,11 @@ impl Informer {
                 if count >= DECODE_RETRIES_BEFORE_RELIST || self.last_rv.is_none() {
                     self.decode_failures = None;
                     let wait = self.retry.next();
-                    tracing::warn!(error = %e, resource_version = %at, retry_in = ?wait, "watch event does not decode ({count} times at this resourceVersion); relisting");
+                    tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, retry_in = ?wait, "watch event does not decode ({count} times after this resourceVersion); relisting");
                     (Some(Next::List), Some(wait))
                 } else {
                     let wait = (count > 1).then(|| self.retry.next());
-                    tracing::warn!(error = %e, resource_version = %at, "watch event does not decode; watching again from the last good resourceVersion to replay it");
+                    tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, "watch event does not decode; watching again from the last good resourceVersion to replay it");
                     (resume(), wait)
                 }
             }
@@ -352,27 +479,53 @@ impl Informer {
             } => {
                 let wait = self.retry.next();
                 let wait = retry_after.map_or(wait, |r| r.max(wait));
+                // One streak per status, whether the watch or the list that follows meets it.
+                let signature = format!("status {}", status.code);
                 match status.code {
                     401 | 403 => {
                         self.stats.forbidden.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(status = status.code, retry_in = ?wait, "{what}: {status}; not allowed (RBAC?): keeping the last known state, retrying");
+                        self.log_failure(&signature, &format!("{what}: {status}; not allowed (RBAC?): keeping the last known state, retrying"), wait);
                         (None, Some(wait))
                     }
                     404 => {
                         self.stats.not_found.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(status = status.code, retry_in = ?wait, "{what}: {status}; the resource is not served (CRD removed?): keeping the last known state, relisting when it is back");
+                        self.log_failure(&signature, &format!("{what}: {status}; the resource is not served (CRD removed?): keeping the last known state, relisting when it is back"), wait);
                         (Some(Next::List), Some(wait))
                     }
-                    code => {
-                        let counter = match code {
-                            429 => &self.stats.throttled,
-                            500..=599 => &self.stats.server_errors,
-                            _ => &self.stats.errors,
+                    429 | 500..=599 => {
+                        let counter = if status.code == 429 {
+                            &self.stats.throttled
+                        } else {
+                            &self.stats.server_errors
                         };
-                        if code == 429 || code >= 500 {
-                            counter.fetch_add(1, Ordering::Relaxed);
-                        }
-                        tracing::warn!(status = code, retry_in = ?wait, "{what}: {status}; retrying");
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        let obeyed = if retry_after.is_some_and(|r| r >= wait) {
+                            " (as Retry-After asks)"
+                        } else {
+                            ""
+                        };
+                        self.log_failure(
+                            &signature,
+                            &format!("{what}: {status}; retrying{obeyed}"),
+                            wait,
+                        );
+                        (None, Some(wait))
+                    }
+                    _ if !listing => {
+                        // 400 and the like: the request itself is refused, most likely its
+                        // resourceVersion (an object's opaque resourceVersion the server does
+                        // not accept back). Asking again would fail forever: relist.
+                        self.stats.other_errors.fetch_add(1, Ordering::Relaxed);
+                        self.log_failure(
+                            &signature,
+                            &format!("{what}: {status}; the server refuses to watch from resourceVersion {:?}: relisting", self.last_rv.as_deref().unwrap_or("")),
+                            wait,
+                        );
+                        (Some(Next::List), Some(wait))
+                    }
+                    _ => {
+                        self.stats.other_errors.fetch_add(1, Ordering::Relaxed);
+                        self.log_failure(&signature, &format!("{what}: {status}; retrying"), wait);
                         (None, Some(wait))
                     }
                 }
@@ -380,12 +533,17 @@ impl Informer {
             Failure::Transport(cause) => {
                 self.stats.transport_errors.fetch_add(1, Ordering::Relaxed);
                 let wait = self.retry.next();
-                tracing::warn!(retry_in = ?wait, "{what}: {cause}; retrying");
+                let message = format!("{what}: {cause}; retrying");
+                self.log_failure(&cause, &message, wait);
                 (None, Some(wait))
             }
             Failure::Request(e) => {
                 let wait = self.retry.next();
-                tracing::error!(retry_in = ?wait, "{what}: {e}");
+                let message = format!("{what}: {e}");
+                let (loud, _) = self.failure_log.note(&message);
+                if loud {
+                    tracing::error!(retry_in = ?wait, "{message}");
+                }
                 (None, Some(wait))
             }
         }
@@ -400,7 +558,11 @@ impl Informer {
         let mut sweep = true;
         loop {
             self.stats.list_requests.fetch_add(1, Ordering::Relaxed);
-            let body = match self.requests.list_page(continue_token.as_deref()).await {
+            let body = match self
+                .requests
+                .list_page(continue_token.as_deref(), self.idle_timeout)
+                .await
+            {
                 Ok(b) => b,
                 Err(failure) => {
                     return Step::Failed {
@@ -431,6 +593,7 @@ impl Informer {
                                 name,
                             },
                             None => {
+                                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
                                 sweep = false;
                                 continue;
                             }
@@ -450,6 +613,7 @@ impl Informer {
                     }
                     self.stats.note_event();
                     self.last_rv = Some(rv.clone());
+                    self.lines_since_list = 0;
                     return Step::Listed(rv);
                 }
             }
@@ -482,13 +646,16 @@ impl Informer {
             };
             let decoded = match decode::watch_line(&line) {
                 Ok(d) => d,
-                Err(e) => return failed(Failure::Decode(e)),
+                Err(e) => {
+                    self.decode_position = count + 1;
+                    return failed(Failure::Decode(e));
+                }
             };
             let (raw, kind) = match decoded {
                 WatchLine::Bookmark { resource_version } => {
                     self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
-                    self.note_line(resource_version);
                     count += 1;
+                    self.note_line(resource_version, count);
                     continue;
                 }
                 WatchLine::Error(status) if status.code == 410 => {
@@ -505,14 +672,18 @@ impl Informer {
                 WatchLine::Deleted(raw) => (raw, &self.stats.deleted_events),
             };
             kind.fetch_add(1, Ordering::Relaxed);
+            count += 1;
             let obj = match RawObject::parse(raw.get()) {
                 Ok(o) => o,
                 Err(e) => {
-                    return failed(Failure::Decode(decode::DecodeError {
-                        what: "watch event object",
-                        reason: e.to_string(),
-                        excerpt: decode::excerpt(raw.get().as_bytes()),
-                    }))
+                    // The line is a well-formed event; its object breaks the conventions
+                    // (`metadata` that is not an object, or nested deeper than serde_json's
+                    // limit). Replaying it would fail the same way: skip that one object.
+                    let meta = MinimalMeta::read(raw.get()).unwrap_or_default();
+                    self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                    self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(line = count, name = ?meta.name, namespace = ?meta.namespace, error = %e, excerpt = %decode::excerpt(raw.get().as_bytes()), "watch event's object does not decode; skipped");
+                    continue;
                 }
             };
             let rv = obj.resource_version().to_owned();
@@ -521,21 +692,25 @@ impl Informer {
             } else {
                 Event::Applied(obj)
             };
-            count += 1;
             if let Err(step) = self.decide(event, publisher).await {
                 return step;
             }
-            self.note_line(rv);
+            self.note_line(rv, count);
         }
     }
 
-    /// An event or bookmark was processed: it is the new resume point.
-    fn note_line(&mut self, rv: String) {
+    /// The `count`th event or bookmark of a watch was processed: it is the new resume point,
+    /// and the first of a watch proves the list/watch cycle works (the backoff starts over).
+    fn note_line(&mut self, rv: String, count: u64) {
         self.stats.note_event();
         if !rv.is_empty() {
             self.last_rv = Some(rv);
         }
         self.decode_failures = None;
+        self.lines_since_list += 1;
+        if count == 1 {
+            self.succeeded();
+        }
     }
 
     /// Applies one event and publishes what it decides; `Err(Step::Closed)` when the
@@ -564,6 +739,27 @@ impl Informer {
                 tracing::error!(%key, error = %e, "encoding the message failed; change skipped");
                 true
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_streak_is_logged_loud_once_and_again_after_a_different_failure() {
+        let mut log = FailureLog::new();
+        assert_eq!(log.note("status 403"), (true, 0));
+        assert_eq!(log.note("status 403"), (false, 1));
+        assert_eq!(log.note("status 403"), (false, 2));
+        assert_eq!(log.note("status 503"), (true, 0));
+        log.reset();
+        assert_eq!(log.note("status 503"), (true, 0));
+        // A minute later the same streak is reminded of, with its count.
+        if let Some(earlier) = Instant::now().checked_sub(FAILURE_REMINDER) {
+            log.last_warn = earlier;
+            assert_eq!(log.note("status 503"), (true, 1));
         }
     }
 }

@@ -63,6 +63,11 @@ pub struct InformerStats {
     pub throttled: AtomicU64,
     /// 5xx answers.
     pub server_errors: AtomicU64,
+    /// Other error answers (400 Bad Request and the like; a watch relists after them).
+    pub other_errors: AtomicU64,
+    /// Failed API discovery attempts of this watch's resource (retried in the background
+    /// while the other resources run).
+    pub discovery_errors: AtomicU64,
     /// Connection failures (refused, reset, TLS, too many open files).
     pub transport_errors: AtomicU64,
     /// Unix time in milliseconds of the last event or bookmark (0: none yet).

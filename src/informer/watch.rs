@@ -123,11 +123,18 @@ impl Requests {
         }
     }
 
-    /// One list page (`continue_token` for the pages after the first), read whole.
+    /// One list page (`continue_token` for the pages after the first), read whole. A body
+    /// that stalls (no byte for `idle_timeout`) fails as [`Failure::Idle`]: a slow server is
+    /// waited for, a dead one is not.
     ///
     /// # Errors
-    /// [`Failure`] for any error status (410 as [`Failure::Gone`]) or transport failure.
-    pub async fn list_page(&self, continue_token: Option<&str>) -> Result<Bytes, Failure> {
+    /// [`Failure`] for any error status (410 as [`Failure::Gone`]), transport failure or
+    /// stall.
+    pub async fn list_page(
+        &self,
+        continue_token: Option<&str>,
+        idle_timeout: Duration,
+    ) -> Result<Bytes, Failure> {
         let mut lp = self.list.clone();
         lp.continue_token = continue_token.map(str::to_owned);
         let req = if self.metadata {
@@ -136,11 +143,20 @@ impl Requests {
             self.request.list(&lp)
         }
         .map_err(|e| Failure::Request(e.to_string()))?;
-        let body = self.send(req).await?;
-        body.collect()
-            .await
-            .map(|c| c.to_bytes())
-            .map_err(|e| Failure::Transport(cause(&e)))
+        let mut body = self.send(req).await?;
+        let mut out = BytesMut::new();
+        loop {
+            match tokio::time::timeout(idle_timeout, body.frame()).await {
+                Err(_) => return Err(Failure::Idle(idle_timeout)),
+                Ok(None) => return Ok(out.freeze()),
+                Ok(Some(Err(e))) => return Err(Failure::Transport(cause(&e))),
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        out.extend_from_slice(data);
+                    }
+                }
+            }
+        }
     }
 
     /// A watch from `resource_version`, as a stream of event lines.
@@ -228,19 +244,46 @@ async fn read_limited(mut body: kube::client::Body, limit: usize) -> Vec<u8> {
     out
 }
 
-/// The cause of a transport error in words: the innermost I/O error's message (`Connection
-/// refused`, `Too many open files`), prefixed by kube's description.
+/// `EMFILE`: the process reached its open-files limit (`RLIMIT_NOFILE`); the same number on
+/// Linux and the BSDs.
+const EMFILE: i32 = 24;
+/// `ENFILE`: the system-wide open-files table is full.
+const ENFILE: i32 = 23;
+
+/// The cause of a transport error in words: the innermost error's message (`Connection
+/// refused`), prefixed by kube's description (`client error (Connect)`). Running out of file
+/// descriptors is named plainly, with what to do, since every open watch holds a connection
+/// (HTTP/1.1: one TCP connection per watch).
 pub fn cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut innermost: &(dyn std::error::Error + 'static) = e;
-    while let Some(next) = innermost.source() {
-        innermost = next;
+    let mut os_error = None;
+    loop {
+        if let Some(io) = innermost.downcast_ref::<std::io::Error>() {
+            os_error = os_error.or(io.raw_os_error());
+        }
+        match innermost.source() {
+            Some(next) => innermost = next,
+            None => break,
+        }
     }
     let top = e.to_string();
     let inner = innermost.to_string();
-    if top.contains(&inner) {
+    let text = if top.contains(&inner) {
         top
     } else {
         format!("{top}: {inner}")
+    };
+    match os_error {
+        Some(EMFILE) => format!(
+            "too many open files (EMFILE: the process's open-files limit is reached; each open \
+             watch holds a connection: raise the limit or watch fewer namespaces): {text}"
+        ),
+        Some(ENFILE) => {
+            format!(
+                "too many open files in the system (ENFILE: the kernel's table is full): {text}"
+            )
+        }
+        _ => text,
     }
 }
 
@@ -293,5 +336,45 @@ impl Lines {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a source, as hyper's and kube's errors nest.
+    #[derive(Debug)]
+    struct Wrapped(&'static str, std::io::Error);
+
+    impl fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.1)
+        }
+    }
+
+    #[test]
+    fn running_out_of_file_descriptors_is_named() {
+        let e = Wrapped(
+            "client error (Connect)",
+            std::io::Error::from_raw_os_error(EMFILE),
+        );
+        let text = cause(&e);
+        assert!(text.starts_with("too many open files (EMFILE"), "{text}");
+        assert!(text.contains("client error (Connect)"), "{text}");
+        let refused = Wrapped(
+            "client error (Connect)",
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        );
+        assert_eq!(
+            cause(&refused),
+            "client error (Connect): connection refused"
+        );
     }
 }

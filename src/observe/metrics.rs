@@ -237,17 +237,24 @@ impl BridgeCollector {
             "Responses, events or list items that did not decode",
             |s| load(&s.decode_errors),
         )?;
-        let classes: [(&str, Get); 5] = [
+        self.watch_counter(
+            e,
+            "discovery_errors",
+            "Failed API discovery attempts of the watch's resource (retried in the background)",
+            |s| load(&s.discovery_errors),
+        )?;
+        let classes: [(&str, Get); 6] = [
             ("forbidden", |s| load(&s.forbidden)),
             ("not_found", |s| load(&s.not_found)),
             ("throttled", |s| load(&s.throttled)),
             ("server", |s| load(&s.server_errors)),
             ("transport", |s| load(&s.transport_errors)),
+            ("other", |s| load(&s.other_errors)),
         ];
         family(
             e,
             "api_errors",
-            "Failed list and watch requests, by class (forbidden: 401/403, not_found: 404, throttled: 429, server: 5xx, transport: no connection)",
+            "Failed list and watch requests, by class (forbidden: 401/403, not_found: 404, throttled: 429, server: 5xx, transport: no connection, other: 400 and other refusals)",
             None,
             self.watches.iter().flat_map(|w| {
                 classes

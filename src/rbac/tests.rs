@@ -255,8 +255,8 @@ plural = "octopi"
         assert!(yaml.contains("- octopi\n"), "{yaml}");
         assert!(yaml.contains("  namespace: ops\n"), "{yaml}");
         assert!(
-            yaml.contains("- ks\n"),
-            "lease name defaults to --name: {yaml}"
+            yaml.contains("- kubesink\n"),
+            "the lease name defaults to the runtime's default: {yaml}"
         );
         assert!(yaml.contains("  name: sa\n  namespace: team\n"), "{yaml}");
         jail.set_env("KUBESINK_LEADER_ELECTION__ENABLED", "false");

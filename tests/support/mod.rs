@@ -81,6 +81,7 @@ pub fn config(kubeconfig: &std::path::Path, resources: Vec<ResourceConfig>) -> C
 #[derive(Default)]
 pub struct CaptureSink {
     messages: Mutex<Vec<Value>>,
+    payloads: Mutex<Vec<bytes::Bytes>>,
     /// While true, `send` waits (a sink that blocks).
     pub blocked: AtomicBool,
     /// While > 0, `send` fails (and decrements it).
@@ -100,6 +101,10 @@ impl CaptureSink {
     }
     pub fn len(&self) -> usize {
         self.messages.lock().unwrap().len()
+    }
+    /// The payloads as delivered, byte for byte.
+    pub fn payloads(&self) -> Vec<bytes::Bytes> {
+        self.payloads.lock().unwrap().clone()
     }
     pub fn unblock(&self) {
         self.blocked.store(false, Ordering::SeqCst);
@@ -133,8 +138,10 @@ impl Sink for CaptureSink {
             return Err(SinkError::transient("capture", "injected failure"));
         }
         let mut out = self.messages.lock().unwrap();
+        let mut raw = self.payloads.lock().unwrap();
         for m in batch {
-            out.push(serde_json::from_slice(&m.payload).expect("payload is JSON"));
+            out.push(parse_payload(&m.payload));
+            raw.push(m.payload.clone());
         }
         Ok(())
     }
@@ -166,6 +173,42 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     (code, body.to_owned())
+}
+
+/// A payload as a `Value`. A field nested deeper than serde_json's default limit (128) is
+/// kept as the string `<N bytes nested too deep to parse>`: the payload itself is checked
+/// through [`CaptureSink::payloads`] (a 10,000-level `Value` would also overflow the stack
+/// when dropped).
+pub fn parse_payload(payload: &[u8]) -> Value {
+    if let Ok(v) = serde_json::from_slice(payload) {
+        return v;
+    }
+    let fields: BTreeMap<String, Box<serde_json::value::RawValue>> =
+        serde_json::from_slice(payload).expect("payload is a JSON object");
+    let map: serde_json::Map<String, Value> = fields
+        .into_iter()
+        .map(|(k, v)| {
+            let value = serde_json::from_str(v.get()).unwrap_or_else(|_| {
+                Value::String(format!(
+                    "<{} bytes nested too deep to parse>",
+                    v.get().len()
+                ))
+            });
+            (k, value)
+        })
+        .collect();
+    Value::Object(map)
+}
+
+/// Creates an object from its JSON text through the API server's REST API (`POST path`), for
+/// objects a `Value` cannot hold safely (10,000 levels deep) or that are large.
+pub async fn post_json(client: &kube::Client, path: &str, body: String) {
+    let req = http::Request::post(path)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body.into_bytes())
+        .expect("request");
+    let created = client.request_text(req).await;
+    assert!(created.is_ok(), "POST {path}: {:?}", created.err());
 }
 
 /// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.

@@ -1,0 +1,111 @@
+//! A running bridge as the robustness tests drive it: a capturing sink, a cluster name of its
+//! own (its log lines carry it, see `logs.rs`), and short names for its counters.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubesink::bridge::Bridge;
+use kubesink::config::{Config, ResourceConfig};
+use kubesink::sinks::Sink;
+use kubesink::InformerStats;
+use serde_json::{json, Value};
+
+use super::logs;
+use super::support::{config, wait_for, CaptureSink, Cluster};
+
+pub const LONG: Duration = Duration::from_secs(60);
+pub const CONFIGMAPS: &str = "/api/v1/configmaps";
+
+/// A bridge with a capturing sink, under a cluster name of its own (its log lines carry it).
+pub struct Run {
+    pub bridge: Bridge,
+    pub sink: Arc<CaptureSink>,
+    pub cluster: String,
+    pub logs: logs::Logs,
+}
+
+impl Run {
+    pub async fn start(
+        c: &Cluster,
+        name: &str,
+        resources: Vec<ResourceConfig>,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Run {
+        let logs = logs::install();
+        let cluster = logs::unique_cluster(name);
+        let mut cfg = config(&c.kubeconfig, resources);
+        cfg.cluster.name = cluster.clone();
+        tweak(&mut cfg);
+        let client = kubesink::cluster::client(&cfg.cluster)
+            .await
+            .expect("client");
+        let sink = CaptureSink::new();
+        let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
+        let bridge = Bridge::start(&cfg, client, sinks)
+            .await
+            .expect("bridge starts");
+        Run {
+            bridge,
+            sink,
+            cluster,
+            logs,
+        }
+    }
+
+    /// The counters of the (single) watch of `kind`.
+    pub fn stats(&self, kind: &str) -> Arc<InformerStats> {
+        self.bridge
+            .informer_stats()
+            .iter()
+            .find(|(label, _)| label.split(' ').nth(1) == Some(kind))
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| panic!("no watch of {kind}"))
+    }
+
+    pub fn count(&self, kind: &str, get: impl Fn(&InformerStats) -> &AtomicU64) -> u64 {
+        get(&self.stats(kind)).load(Ordering::SeqCst)
+    }
+
+    pub fn synced(&self) -> bool {
+        self.bridge
+            .informer_stats()
+            .iter()
+            .all(|(_, s)| s.synced.load(Ordering::SeqCst))
+    }
+
+    /// Messages of `kind` named `name`, in order.
+    pub fn messages_of(&self, kind: &str, name: &str) -> Vec<Value> {
+        self.sink
+            .messages()
+            .into_iter()
+            .filter(|m| m["kind"] == kind && m["name"] == name)
+            .collect()
+    }
+
+    pub fn has(&self, kind: &str, name: &str, op: &str) -> bool {
+        self.messages_of(kind, name).iter().any(|m| m["op"] == op)
+    }
+
+    /// This run's log lines containing `text`.
+    pub fn log(&self, text: &str) -> Vec<String> {
+        self.logs.of(&self.cluster, text)
+    }
+
+    pub async fn idle(&self) {
+        wait_for("pipeline idle", LONG, || {
+            self.bridge.pipeline().sinks().iter().all(|h| h.held() == 0)
+        })
+        .await;
+    }
+}
+
+pub fn configmap(ns: &str, name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}})
+}
+
+pub fn node(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+}
