@@ -281,6 +281,23 @@ impl KafkaService {
         let mut pending: VecDeque<Pending> = VecDeque::with_capacity(records.len() * 2);
         let mut reset = false;
         for (i, r) in records.iter().enumerate() {
+            if let Some(destinations) = &r.fan_out {
+                for (topic, partition) in destinations {
+                    let value = FutureRecord::to(topic)
+                        .partition(*partition)
+                        .key(r.key)
+                        .payload(r.payload)
+                        .headers(r.headers.clone());
+                    if let Err(e) = self
+                        .enqueue(&producer, value, i, topic, &mut pending, &mut failures)
+                        .await
+                    {
+                        failures[i] = Some((classify(&e, topic), topic.clone()));
+                        break;
+                    }
+                }
+                continue;
+            }
             let topic = &r.topic;
             if topic.len() > MAX_TOPIC_LEN {
                 failures[i] = Some((
@@ -423,6 +440,43 @@ impl KafkaService {
             failed,
             message,
         })
+    }
+
+    /// Topics and their partition counts from the cluster metadata: of `topic` only, or of
+    /// every topic the brokers list (`None`). Topics the brokers report an error for are
+    /// left out. Bounded by `healthcheck_timeout`.
+    ///
+    /// # Errors
+    /// [`SinkError::Transient`] when the brokers do not answer (or the metadata task fails);
+    /// [`SinkError::Fatal`] for authentication or authorization failures.
+    pub async fn topic_partitions(
+        &self,
+        topic: Option<&str>,
+    ) -> Result<Vec<(String, usize)>, SinkError> {
+        let producer = self.producer();
+        let timeout = self.s.healthcheck_timeout;
+        let wanted = topic.map(str::to_owned);
+        let metadata = tokio::task::spawn_blocking(move || {
+            producer.client().fetch_metadata(wanted.as_deref(), timeout)
+        })
+        .await
+        .map_err(|e| SinkError::transient(&self.s.sink, format!("metadata task: {e}")))?
+        .map_err(|e| match classify(&e, topic.unwrap_or("")) {
+            Failure::Fatal(m) => SinkError::fatal(&self.s.sink, m),
+            _ => SinkError::transient(
+                &self.s.sink,
+                format!(
+                    "metadata request to {} failed: {e}",
+                    self.s.bootstrap_servers
+                ),
+            ),
+        })?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none())
+            .map(|t| (t.name().to_owned(), t.partitions().len()))
+            .collect())
     }
 
     /// Fetches the cluster metadata (brokers reachable, authenticated) and checks that every
