@@ -17,7 +17,25 @@
 //!
 //! `initial` is true for changes emitted during the informer's first list ([`Phase`]).
 //!
-//! The decider owns the [`LightStore`]; it never keeps an object after returning its change.
+//! # Starting from saved state
+//!
+//! [`Decider::with_store`] seeds the store with the state a previous run saved
+//! (acknowledged by every sink). The first list then behaves like a relist: not `initial`,
+//! differences only (`added` for new keys, `updated` where the fingerprint changed, nothing
+//! for unchanged objects), and its `InitDone` sweep emits the `deleted` with
+//! `finalStateUnknown` of every key that vanished while kubesink was down.
+//!
+//! # Acknowledged state and sync markers
+//!
+//! The store is a [`TrackedStore`]: with [`Decider::track_acknowledgements`] every emitted
+//! change first records the key's previous facts in the store's overlay, and
+//! [`Decider::ack`] gives the published message the handle that releases them once every
+//! sink confirmed it (see `tracked.rs`). With [`Decider::with_sync_markers`], the end of each
+//! list leaves a [`Synced`] for [`Decider::take_synced`], to be published after the list's
+//! changes.
+//!
+//! The decider owns the [`LightStore`] (shared, behind a short lock, with the acknowledgements
+//! and the state saver); it never keeps an object after returning its change.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,11 +43,14 @@ use std::time::Instant;
 
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
-use kubesink_sinks::message::Change;
-use kubesink_sinks::{Op, Resource};
+use kubesink_sinks::message::{Change, Synced};
+use kubesink_sinks::{Message, Op, Resource};
 
+use super::facts::Facts;
 use super::payload::{fingerprint, Shaper};
 use super::store::{LightStore, Observed, Vanished};
+use super::tracked::{Tracked, TrackedStore};
+use crate::pipeline::Ack;
 
 /// Counters of one informer, readable while it runs.
 #[derive(Debug, Default)]
@@ -97,11 +118,31 @@ pub enum InformerError {
 pub struct Decider {
     resource: Arc<Resource>,
     scope: String,
-    store: LightStore,
+    store: Arc<TrackedStore>,
+    /// The store holds saved state: the first list is a relist, not `initial`.
+    restored: bool,
     phase: Phase,
     shaper: Shaper,
     updates: bool,
     stats: Arc<InformerStats>,
+    /// `Some(namespace the watch covers)` when sync markers are on.
+    markers: Option<Option<String>>,
+    /// The marker of the list that just ended, until taken.
+    synced: Option<Synced>,
+    /// Highest decimal resourceVersion among the objects of the current list.
+    list_max_rv: Option<u64>,
+    /// The current list's own resourceVersion, when the watch loop knows it.
+    list_rv: Option<String>,
+}
+
+/// The store as [`Decider::store`] lends it (under the store's lock).
+pub struct StoreRef<'a>(std::sync::MutexGuard<'a, Tracked>);
+
+impl std::ops::Deref for StoreRef<'_> {
+    type Target = LightStore;
+    fn deref(&self) -> &LightStore {
+        &self.0.store
+    }
 }
 
 impl Decider {
@@ -111,12 +152,86 @@ impl Decider {
         Decider {
             resource,
             scope,
-            store: LightStore::new(),
+            store: TrackedStore::new(LightStore::new(), false),
+            restored: false,
             phase: Phase::Starting,
             shaper,
             updates,
             stats: Arc::new(InformerStats::default()),
+            markers: None,
+            synced: None,
+            list_max_rv: None,
+            list_rv: None,
         }
+    }
+
+    /// A decider starting from `store`, the state a previous run saved (see the module
+    /// docs): its first list emits differences only and sweeps what vanished meanwhile.
+    pub fn with_store(
+        resource: Arc<Resource>,
+        scope: String,
+        shaper: Shaper,
+        updates: bool,
+        store: LightStore,
+    ) -> Self {
+        let objects = store.len() as u64;
+        let mut d = Decider::new(resource, scope, shaper, updates);
+        d.store = TrackedStore::new(store, false);
+        d.restored = true;
+        d.stats.objects.store(objects, Ordering::Relaxed);
+        d
+    }
+
+    /// Turns on acknowledgement tracking (needed to save state): each emitted change
+    /// records the key's previous facts until [`Decider::ack`]'s handle is settled by every
+    /// sink. Call before the first event.
+    pub fn track_acknowledgements(mut self) -> Self {
+        let store = std::mem::take(&mut self.store.lock().store);
+        self.store = TrackedStore::new(store, true);
+        self
+    }
+
+    /// Turns on sync markers for a watch covering `namespace` (`None`: all namespaces or a
+    /// cluster-scoped kind): each list's end leaves a [`Synced`] for
+    /// [`Decider::take_synced`].
+    pub fn with_sync_markers(mut self, namespace: Option<String>) -> Self {
+        self.markers = Some(namespace);
+        self
+    }
+
+    /// The shared store, for the state saver.
+    pub fn tracked(&self) -> Arc<TrackedStore> {
+        self.store.clone()
+    }
+
+    /// The acknowledgement handle of `msg`, the encoded form of a change this decider just
+    /// returned, for a pipeline of `sinks` sinks; `None` when acknowledgements are not
+    /// tracked.
+    pub fn ack(&self, msg: &Message, sinks: usize) -> Option<Ack> {
+        self.store.ack(&msg.meta, sinks)
+    }
+
+    /// A change this decider returned will never be published (encoding failed): release
+    /// it, as if every sink had confirmed it.
+    pub fn abandon(&self, change: &Change) {
+        if self.store.tracking() {
+            self.store
+                .settled(change.namespace.as_deref(), &change.name);
+        }
+    }
+
+    /// The sync marker of the list that just ended (once), when sync markers are on. Publish
+    /// it after the changes of the `InitDone` event that produced it.
+    pub fn take_synced(&mut self) -> Option<Synced> {
+        self.synced.take()
+    }
+
+    /// The current list's own resourceVersion (`metadata.resourceVersion` of the list
+    /// response), for its sync marker and the saved state. kube-runtime's watcher does not
+    /// expose it; until the watch loop does, the highest resourceVersion among the listed
+    /// objects stands in (empty for an empty list). Call before `InitDone`.
+    pub fn note_list_resource_version(&mut self, rv: &str) {
+        self.list_rv = Some(rv.to_owned());
     }
 
     /// The counters.
@@ -129,9 +244,9 @@ impl Decider {
         self.phase
     }
 
-    /// The store (keys, uids, resourceVersions, fingerprints).
-    pub fn store(&self) -> &LightStore {
-        &self.store
+    /// The store (keys, uids, resourceVersions, fingerprints), locked while borrowed.
+    pub fn store(&self) -> StoreRef<'_> {
+        StoreRef(self.store.lock())
     }
 
     /// Applies one watcher event; returns the changes to emit, in order.
@@ -148,6 +263,10 @@ impl Decider {
             Event::InitApply(obj) => {
                 self.stats.events_received.fetch_add(1, Ordering::Relaxed);
                 self.count_listed();
+                let rv = obj.metadata.resource_version.as_deref();
+                if let Some(rv) = rv.and_then(|r| r.parse::<u64>().ok()) {
+                    self.list_max_rv = self.list_max_rv.max(Some(rv));
+                }
                 let initial = matches!(self.phase, Phase::InitialList { .. });
                 self.apply(obj, initial)
             }
@@ -165,11 +284,15 @@ impl Decider {
 
     fn begin_list(&mut self) {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
-        self.store.begin_list();
+        self.store.lock().store.begin_list();
+        (self.list_max_rv, self.list_rv) = (None, None);
         let started = Instant::now();
         let (resource, scope) = (&self.resource, &self.scope);
         self.phase = if self.stats.synced.load(Ordering::Relaxed) {
             tracing::info!(cluster = %resource.cluster, %resource, %scope, "relist started");
+            Phase::Relist { started, listed: 0 }
+        } else if self.restored {
+            tracing::info!(cluster = %resource.cluster, %resource, %scope, "list started: differences against the saved state");
             Phase::Relist { started, listed: 0 }
         } else {
             tracing::info!(cluster = %resource.cluster, %resource, %scope, "initial list started");
@@ -192,7 +315,31 @@ impl Decider {
 
     /// `InitDone`: every key of an older epoch vanished while the watch was down.
     fn end_list(&mut self) -> Vec<Change> {
-        let vanished = self.store.end_list();
+        let tracking = self.store.tracking();
+        let resource_version = match self.list_rv.take() {
+            Some(rv) => rv,
+            None => self.list_max_rv.map(|n| n.to_string()).unwrap_or_default(),
+        };
+        let (vanished, count) = {
+            let mut t = self.store.lock();
+            let vanished = t.store.end_list();
+            if tracking {
+                for v in &vanished {
+                    let before = Facts::from_text(&v.uid, &v.rv, v.fingerprint);
+                    t.note_change(v.namespace.as_deref(), &v.name, Some(before), 1);
+                }
+            }
+            t.list_resource_version = resource_version.clone();
+            (vanished, t.store.len())
+        };
+        if let Some(namespace) = &self.markers {
+            self.synced = Some(Synced {
+                namespace: namespace.clone(),
+                count: count as u64,
+                resource_version,
+                initial: matches!(self.phase, Phase::InitialList { .. }),
+            });
+        }
         let (what, started, listed) = match self.phase {
             Phase::InitialList { started, listed } => ("initial sync complete", started, listed),
             Phase::Relist { started, listed } => ("relist complete", started, listed),
@@ -214,9 +361,8 @@ impl Decider {
     }
 
     fn note_size(&self) {
-        self.stats
-            .objects
-            .store(self.store.len() as u64, Ordering::Relaxed);
+        let objects = self.store.lock().store.len() as u64;
+        self.stats.objects.store(objects, Ordering::Relaxed);
     }
 
     fn missing_name(&self, obj: &DynamicObject) -> InformerError {
@@ -237,10 +383,20 @@ impl Decider {
         let rv = obj.metadata.resource_version.clone().unwrap_or_default();
         let shaped = self.shaper.shape(obj);
         let fp = fingerprint(&shaped);
-        let observed = self
+        let mut t = self.store.lock();
+        let before = self
             .store
-            .observe(namespace.as_deref(), &name, &uid, &rv, fp);
-        self.note_size();
+            .tracking()
+            .then(|| {
+                t.store
+                    .get(namespace.as_deref(), &name)
+                    .map(Facts::into_owned)
+            })
+            .flatten();
+        let observed = t.store.observe(namespace.as_deref(), &name, &uid, &rv, fp);
+        self.stats
+            .objects
+            .store(t.store.len() as u64, Ordering::Relaxed);
         let mut changes = Vec::with_capacity(1);
         let op = match observed {
             Observed::New => Op::Added,
@@ -249,17 +405,25 @@ impl Decider {
                 self.stats.suppressed.fetch_add(1, Ordering::Relaxed);
                 return Ok(changes);
             }
-            Observed::Replaced { old_uid, old_rv } => {
+            Observed::Replaced {
+                old_uid,
+                old_rv,
+                old_fingerprint,
+            } => {
                 self.stats.inferred_deletes.fetch_add(1, Ordering::Relaxed);
                 changes.push(inferred_delete(Vanished {
                     namespace: namespace.clone(),
                     name: name.clone(),
                     uid: old_uid,
                     rv: old_rv,
+                    fingerprint: old_fingerprint,
                 }));
                 Op::Added
             }
         };
+        let emitted = if changes.is_empty() { 1 } else { 2 };
+        t.note_change(namespace.as_deref(), &name, before, emitted);
+        drop(t);
         changes.push(Change {
             op,
             namespace,
@@ -283,7 +447,20 @@ impl Decider {
         let namespace = obj.metadata.namespace.clone();
         let uid = obj.metadata.uid.clone().unwrap_or_default();
         let rv = obj.metadata.resource_version.clone().unwrap_or_default();
-        self.store.remove(namespace.as_deref(), &name);
+        {
+            let mut t = self.store.lock();
+            let before = self
+                .store
+                .tracking()
+                .then(|| {
+                    t.store
+                        .get(namespace.as_deref(), &name)
+                        .map(Facts::into_owned)
+                })
+                .flatten();
+            t.note_change(namespace.as_deref(), &name, before, 1);
+            t.store.remove(namespace.as_deref(), &name);
+        }
         self.note_size();
         self.stats.emitted.fetch_add(1, Ordering::Relaxed);
         Ok(vec![Change {
@@ -314,22 +491,25 @@ fn inferred_delete(v: Vanished) -> Change {
 }
 
 #[cfg(test)]
+mod restart_tests;
+
+#[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
     use crate::config::ResourceConfig;
 
-    const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
-    const U2: &str = "1d0f26d0-5b32-4c1a-ba4f-4c897e871cf9";
+    pub(super) const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
+    pub(super) const U2: &str = "1d0f26d0-5b32-4c1a-ba4f-4c897e871cf9";
 
-    fn decider(res: ResourceConfig) -> Decider {
+    pub(super) fn decider(res: ResourceConfig) -> Decider {
         let resource = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
         let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
         Decider::new(resource, "all namespaces".into(), shaper, res.updates)
     }
 
-    fn pod(name: &str, uid: &str, rv: u64, image: &str) -> DynamicObject {
+    pub(super) fn pod(name: &str, uid: &str, rv: u64, image: &str) -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ns", "uid": uid,
@@ -340,7 +520,7 @@ mod tests {
     }
 
     /// (op, name, initial, finalStateUnknown) of each change.
-    fn summary(changes: &[Change]) -> Vec<(Op, &str, bool, bool)> {
+    pub(super) fn summary(changes: &[Change]) -> Vec<(Op, &str, bool, bool)> {
         changes
             .iter()
             .map(|c| (c.op, c.name.as_str(), c.initial, c.final_state_unknown))
@@ -348,7 +528,7 @@ mod tests {
     }
 
     /// A decider that has listed `pods` and is watching.
-    fn synced(pods: Vec<DynamicObject>) -> Decider {
+    pub(super) fn synced(pods: Vec<DynamicObject>) -> Decider {
         let mut d = decider(ResourceConfig::new("v1", "Pod"));
         d.on_event(Event::Init).unwrap();
         for p in pods {

@@ -5,9 +5,14 @@
 //! - `plan.rs`: [`WatchPlan`], configuration and discovery resolved into one plan per watch.
 //! - `decide.rs`: [`Decider`], the synchronous decision step and its semantics table
 //!   (added, updated, suppressed, uid replaced, watch delete, relist sweep).
-//! - `store.rs`: [`LightStore`], key, uid, resourceVersion and fingerprint per object.
+//! - `store.rs`: [`LightStore`], key, uid, resourceVersion and fingerprint per object;
+//!   `facts.rs` those facts outside the store.
+//! - `tracked.rs`: [`TrackedStore`], the store shared with the acknowledgements and the state
+//!   saver, whose overlay makes the acknowledged state without a second copy.
 //! - `payload.rs`: [`Shaper`] (payload modes, Secret data, cluster label) and [`fingerprint`].
-//! - this file: [`Informer`], which reads the watcher, asks the decider, encodes and publishes.
+//! - `emit.rs`: encoding and publishing the decided changes with their acknowledgements, then
+//!   the list's sync marker.
+//! - this file: [`Informer`], which reads the watcher, asks the decider and emits.
 //!
 //! The watcher runs kube-runtime's list/watch protocol (paged list, bookmarks, re-watch from
 //! the last resourceVersion, relist on 410 Gone, `default_backoff` on errors); see
@@ -19,9 +24,12 @@
 //! This module never keeps an object after emitting it.
 
 mod decide;
+mod emit;
+mod facts;
 mod payload;
 mod plan;
 mod store;
+mod tracked;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -32,14 +40,15 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
-use kubesink_sinks::message::{encode, now_rfc3339};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::{Decider, InformerError, InformerStats, Phase};
+pub use facts::{Facts, Rv, Uid};
 pub use payload::{fingerprint, Shaper};
 pub use plan::WatchPlan;
 pub use store::{Entry as StoreEntry, LightStore, Observed, Vanished};
+pub use tracked::{Acknowledged, TrackedStore};
 
 use crate::config::PayloadMode;
 use crate::pipeline::Publisher;
@@ -55,13 +64,19 @@ pub struct Informer {
 impl Informer {
     /// An informer following `plan` through `client`.
     pub fn new(plan: WatchPlan, client: Client) -> Self {
-        let scope = plan.scope();
         let decider = Decider::new(
             plan.resource.clone(),
-            scope.clone(),
+            plan.scope(),
             plan.shaper.clone(),
             plan.updates,
         );
+        Self::with_decider(plan, client, decider)
+    }
+
+    /// An informer whose decider the caller prepared (restored state, acknowledgements,
+    /// sync markers: see `bridge.rs`).
+    pub fn with_decider(plan: WatchPlan, client: Client, decider: Decider) -> Self {
+        let scope = plan.scope();
         Informer {
             plan,
             client,
@@ -138,23 +153,9 @@ impl Informer {
                     continue;
                 }
             };
-            for change in changes {
-                let msg = match encode(&resource, &change, &now_rfc3339()) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        let key = resource.key(change.namespace.as_deref(), &change.name);
-                        tracing::error!(cluster = %resource.cluster, %resource, %key, error = %e, "encoding the message failed; change skipped");
-                        continue;
-                    }
-                };
-                let accepted = tokio::select! {
-                    _ = cancel.cancelled() => false,
-                    ok = publisher.publish(msg) => ok,
-                };
-                if !accepted {
-                    tracing::debug!(%resource, scope = %self.scope, "informer stopped");
-                    return;
-                }
+            if !emit::publish(&mut self.decider, &resource, changes, &publisher, &cancel).await {
+                tracing::debug!(%resource, scope = %self.scope, "informer stopped");
+                return;
             }
         }
         tracing::debug!(%resource, scope = %self.scope, "informer stopped");
