@@ -1,5 +1,6 @@
-//! Wiring: configuration → client → discovery → informers → pipeline → sinks, and the
-//! orderly shutdown (stop the watches, flush within `pipeline.shutdown_timeout`, close).
+//! Wiring: configuration → client → discovery → saved state → informers → pipeline → sinks,
+//! and the orderly shutdown (stop the watches, flush within `pipeline.shutdown_timeout`,
+//! close, save the acknowledged state).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,24 +13,29 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{self, ClusterError};
 use crate::config::Config;
-use crate::informer::{Informer, InformerStats, WatchPlan};
+use crate::informer::{Decider, Informer, InformerStats, WatchPlan};
 use crate::pipeline::Pipeline;
+use crate::state::{self, Keeper, Kept, SaveReport, StateError, WatchKey};
 
 /// The readiness probe's retries: 1 s doubling to 30 s.
 const PROBE: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
-/// A running bridge: informers feeding the pipeline.
+/// A running bridge: informers feeding the pipeline, and the keeper of their state.
 pub struct Bridge {
     pipeline: Pipeline,
     informers: JoinSet<()>,
     cancel: CancellationToken,
     stats: Vec<(String, Arc<InformerStats>)>,
     shutdown_timeout: Duration,
+    /// The state keeper and its interval task (with `[state]`).
+    keeper: Option<(Arc<Keeper>, CancellationToken, tokio::task::JoinHandle<()>)>,
 }
 
 impl Bridge {
-    /// Resolves every configured resource, plans one watch per (resource, namespace), starts
-    /// the pipeline over `sinks` with a readiness probe for each, and one informer per plan.
+    /// Resolves every configured resource, plans one watch per (resource, namespace), loads
+    /// the saved state (`[state]`; a bad state is logged and ignored per watch), starts the
+    /// pipeline over `sinks` with a readiness probe for each, one informer per plan, and the
+    /// state keeper.
     ///
     /// # Errors
     /// [`ClusterError`] when a resource cannot be resolved.
@@ -52,21 +58,54 @@ impl Bridge {
         for sink in &sinks {
             tokio::spawn(probe_until_ready(sink.clone(), cancel.clone()));
         }
+        let keys: Vec<WatchKey> = plans
+            .iter()
+            .map(|p| WatchKey {
+                identity: p.identity(),
+                selection: p.selection,
+            })
+            .collect();
+        let store = state::open(&config.state, &config.cluster.name);
+        let mut restored = match &store {
+            Some(s) => state::restore(&**s, &config.cluster.name, &keys).await,
+            None => Vec::new(),
+        };
+        restored.resize_with(plans.len(), || None);
         let pipeline = Pipeline::start(&config.pipeline, sinks);
         let mut informers = JoinSet::new();
         let mut stats = Vec::new();
-        for plan in plans {
-            let informer = Informer::new(plan, client.clone());
+        let mut kept = Vec::new();
+        for ((plan, key), saved) in plans.into_iter().zip(keys).zip(restored) {
+            let decider = decider(&plan, saved, store.is_some(), config.pipeline.sync_markers);
+            kept.push(Kept {
+                key,
+                store: decider.tracked(),
+            });
+            let informer = Informer::with_decider(plan, client.clone(), decider);
             stats.push((informer.label(), informer.stats()));
             informers.spawn(informer.run(pipeline.publisher(), cancel.clone()));
         }
+        let keeper = store.map(|s| {
+            let keeper = Keeper::new(s, &config.cluster.name, kept);
+            let stop = CancellationToken::new();
+            let task = keeper.spawn(config.state.interval.get(), stop.clone());
+            (keeper, stop, task)
+        });
         Ok(Bridge {
             pipeline,
             informers,
             cancel,
             stats,
             shutdown_timeout: config.pipeline.shutdown_timeout.get(),
+            keeper,
         })
+    }
+
+    /// Saves the acknowledged state now (with `[state]`; `None` without). For tests and
+    /// measurements; the bridge saves by itself on `state.interval` and at shutdown.
+    pub async fn save_state(&self) -> Option<Result<SaveReport, StateError>> {
+        let (keeper, _, _) = self.keeper.as_ref()?;
+        Some(keeper.save(true).await.map(Option::unwrap_or_default))
     }
 
     /// The pipeline (queues and sink counters).
@@ -80,12 +119,49 @@ impl Bridge {
     }
 
     /// Stops the watches, delivers what is pending within `pipeline.shutdown_timeout`, closes
-    /// the sinks. Returns the number of changes not delivered in time.
+    /// the sinks, then saves the acknowledged state (what was not delivered stays out of it,
+    /// so the next start sends it). Returns the number of changes not delivered in time.
     pub async fn shutdown(mut self) -> usize {
         self.cancel.cancel();
         while self.informers.join_next().await.is_some() {}
-        self.pipeline.shutdown(self.shutdown_timeout).await
+        let left = self.pipeline.shutdown(self.shutdown_timeout).await;
+        if let Some((keeper, stop, task)) = self.keeper.take() {
+            stop.cancel();
+            let _ = task.await;
+            match keeper.save(true).await {
+                Ok(r) => {
+                    let r = r.unwrap_or_default();
+                    tracing::info!(store = keeper.describe(), objects = r.objects, bytes = r.bytes, pack = ?r.pack, write = ?r.write, "informer state saved at shutdown");
+                }
+                Err(e) => {
+                    tracing::error!(store = keeper.describe(), error = %e, "saving the informer state at shutdown failed; the next start re-sends what changed since the last save")
+                }
+            }
+        }
+        left
     }
+}
+
+/// The decider of `plan`: from `saved` state when there is some, tracking acknowledgements
+/// when a state store is configured, with sync markers when asked.
+fn decider(
+    plan: &WatchPlan,
+    saved: Option<crate::informer::LightStore>,
+    track: bool,
+    sync_markers: bool,
+) -> Decider {
+    let (resource, scope, shaper) = (plan.resource.clone(), plan.scope(), plan.shaper.clone());
+    let mut d = match saved {
+        Some(store) => Decider::with_store(resource, scope, shaper, plan.updates, store),
+        None => Decider::new(resource, scope, shaper, plan.updates),
+    };
+    if track {
+        d = d.track_acknowledgements();
+    }
+    if sync_markers {
+        d = d.with_sync_markers(plan.namespace.clone());
+    }
+    d
 }
 
 /// Runs a sink's healthcheck at start-up until it passes (with [`PROBE`] backoff), logging

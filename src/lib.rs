@@ -17,6 +17,10 @@
 //!    at-least-once with retries. A full queue stops the informers reading (backpressure).
 //! 5. [`sinks`]: the `Sink` trait and the destinations (stdout, NATS, Kafka).
 //!
+//! Beside the path, [`state`] keeps the acknowledged informer state (what every sink
+//! confirmed) in a file or a NATS object store, so a restart, or another replica taking
+//! over, sends only the differences and the deletes it missed.
+//!
 //! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
 //! shuts it down; [`cli`] and `demo` (cargo feature `sim`, on by default) are the binary's
 //! edge. With the `test-util` feature, [`testing`] exposes the informer's parts to the
@@ -30,6 +34,7 @@ pub mod config;
 pub mod demo;
 mod informer;
 mod pipeline;
+pub mod state;
 
 pub use informer::InformerStats;
 pub use kubesink_sinks as sinks;
@@ -39,7 +44,7 @@ pub use pipeline::{Pipeline, SinkHandle, SinkStats};
 #[cfg(feature = "test-util")]
 pub mod testing {
     pub use crate::informer::{
-        fingerprint, Decider, InformerError, LightStore, Observed, Phase, Shaper, StoreEntry,
-        Vanished, WatchPlan,
+        fingerprint, Acknowledged, Decider, Facts, InformerError, LightStore, Observed, Phase, Rv,
+        Shaper, StoreEntry, TrackedStore, Uid, Vanished, WatchPlan,
     };
 }

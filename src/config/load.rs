@@ -10,7 +10,9 @@ use figment::{Figment, Metadata, Source};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{ClusterConfig, Config, PayloadMode, PipelineConfig, ResourceConfig, SinkConfig};
+use super::{
+    ClusterConfig, Config, PayloadMode, PipelineConfig, ResourceConfig, SinkConfig, StateConfig,
+};
 
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "KUBESINK_";
@@ -114,6 +116,7 @@ struct Sections {
     pipeline: Option<Value>,
     resources: Option<Value>,
     sinks: Option<Value>,
+    state: Option<Value>,
 }
 
 impl Loader {
@@ -126,8 +129,9 @@ impl Loader {
         let pipeline = self.section::<PipelineConfig>("pipeline");
         let resources = self.list::<ResourceConfig>("resources");
         let sinks = self.list::<SinkConfig>("sinks");
-        let (Some(cluster), Some(pipeline), Some(resources), Some(sinks)) =
-            (cluster, pipeline, resources, sinks)
+        let state = self.section::<StateConfig>("state");
+        let (Some(cluster), Some(pipeline), Some(resources), Some(sinks), Some(state)) =
+            (cluster, pipeline, resources, sinks, state)
         else {
             return Err(ConfigErrors(self.errors));
         };
@@ -136,6 +140,7 @@ impl Loader {
             pipeline,
             resources,
             sinks,
+            state,
         };
         self.check(&config);
         if self.errors.is_empty() {
@@ -302,6 +307,9 @@ impl Loader {
         }
         if c.sinks.is_empty() {
             self.problem("sinks", "at least one [[sinks]] entry is required");
+        }
+        for (key, message) in c.state.problems() {
+            self.problem(&key, message);
         }
         let mut names = std::collections::HashSet::new();
         for (i, s) in c.sinks.iter().enumerate() {

@@ -62,19 +62,9 @@ pub struct Informer {
 }
 
 impl Informer {
-    /// An informer following `plan` through `client`.
-    pub fn new(plan: WatchPlan, client: Client) -> Self {
-        let decider = Decider::new(
-            plan.resource.clone(),
-            plan.scope(),
-            plan.shaper.clone(),
-            plan.updates,
-        );
-        Self::with_decider(plan, client, decider)
-    }
-
-    /// An informer whose decider the caller prepared (restored state, acknowledgements,
-    /// sync markers: see `bridge.rs`).
+    /// An informer following `plan` through `client`, deciding with `decider` (which the
+    /// caller prepared for the plan: restored state, acknowledgements, sync markers; see
+    /// `bridge.rs`).
     pub fn with_decider(plan: WatchPlan, client: Client, decider: Decider) -> Self {
         let scope = plan.scope();
         Informer {

@@ -230,13 +230,6 @@ impl Acknowledged<'_> {
             }
         }
     }
-
-    /// The number of acknowledged objects.
-    pub fn len(&self) -> usize {
-        let mut n = 0;
-        self.for_each(|_, _, _| n += 1);
-        n
-    }
 }
 
 /// The [`Ack`] of one change: settled once per sink; the last settle releases the change in
