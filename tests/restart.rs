@@ -387,3 +387,182 @@ async fn a_nats_state_written_by_one_process_is_read_by_another_in_another_direc
     let info = bucket.info("restart").await.unwrap();
     eprintln!("NATS state object: {} bytes; {r:?}", info.size);
 }
+
+/// Byte offsets of the sections of a state file: (start, end) of each, in file order.
+fn sections(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let mut at = 24 + u32_at(12);
+    let mut out = Vec::new();
+    while at < bytes.len() {
+        let end = at + 16 + u64_at(at);
+        out.push((at, end));
+        at = end;
+    }
+    out
+}
+
+/// The messages of `kind` and its sync marker (which must come after all of them).
+fn of_kind<'a>(msgs: &'a [Value], kind: &str) -> (Vec<&'a Value>, &'a Value) {
+    let at = msgs
+        .iter()
+        .position(|m| m["kind"] == kind && m["op"] == "synced")
+        .unwrap_or_else(|| panic!("no {kind} marker in {msgs:#?}"));
+    let changes: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["kind"] == kind && m["op"] != "synced")
+        .collect();
+    assert!(
+        msgs[at..]
+            .iter()
+            .all(|m| m["kind"] != kind || m["op"] == "synced"),
+        "a {kind} change after its list's marker"
+    );
+    (changes, &msgs[at])
+}
+
+/// Pod and Node outcome of a run: (changes sent, whether the list was a full emit).
+type Outcome = ((usize, bool), (usize, bool), String);
+
+/// Runs kubesink with `cfg` until both lists ended (their sync markers), stops it cleanly,
+/// and returns what each resource sent and whether its marker says the list was complete,
+/// with the run's stderr.
+async fn run_until_synced(dir: &Path, cfg: std::path::PathBuf) -> Outcome {
+    let k = Kubesink::start(BIN, &cfg, dir, "k", &[]);
+    until("both sync markers", &k, || {
+        k.messages().iter().filter(|m| m["op"] == "synced").count() >= 2
+    })
+    .await;
+    let stderr = k.stderr();
+    let msgs = k.terminate().await;
+    let (pod_changes, pod_marker) = of_kind(&msgs, "Pod");
+    let (node_changes, node_marker) = of_kind(&msgs, "Node");
+    assert_eq!(pod_marker["count"], 200);
+    assert_eq!(node_marker["count"], 20);
+    assert!(pod_changes
+        .iter()
+        .chain(&node_changes)
+        .all(|m| m["initial"] == true && m["op"] == "added"));
+    (
+        (pod_changes.len(), pod_marker["initial"] == true),
+        (node_changes.len(), node_marker["initial"] == true),
+        stderr,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logged() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 200,
+            nodes: 20,
+            seed: 9,
+            ..Default::default()
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_toml = format!(
+        "sync_markers = true\n[state]\nbackend = \"file\"\npath = {:?}\n",
+        state.display().to_string()
+    );
+    let nodes = "[[resources]]\napi_version = \"v1\"\nkind = \"Node\"\n";
+    let pods = "[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n";
+    let both = format!("{pods}{nodes}");
+    // `sync_markers` belongs to [pipeline], which write_config opens just before `extra`.
+    let config = |cluster: &str, resources: &str| {
+        write_config(dir.path(), &c.kubeconfig, cluster, resources, &state_toml)
+    };
+    let (full_pods, full_nodes, quiet) = ((200, true), (20, true), (0, false));
+
+    let (p, n, log) = run_until_synced(dir.path(), config("restart", &both)).await;
+    assert_eq!((p, n), (full_pods, full_nodes), "no state yet: {log}");
+    assert!(log.contains("no saved informer state yet"), "{log}");
+    let good = std::fs::read(&state).unwrap();
+    let (p, n, _) = run_until_synced(dir.path(), config("restart", &both)).await;
+    assert_eq!((p, n), (quiet, quiet), "a good state: nothing to send");
+
+    // (what, state bytes, (cluster, resources), Pod outcome, Node outcome, log reason)
+    #[allow(clippy::type_complexity)]
+    let cases: Vec<(
+        &str,
+        Vec<u8>,
+        (&str, String),
+        (usize, bool),
+        (usize, bool),
+        &str,
+    )> = {
+        let s = sections(&good);
+        let mut corrupt = good.clone();
+        corrupt[(s[0].0 + s[0].1) / 2] ^= 0x20;
+        let truncated = good[..(s[1].0 + s[1].1) / 2].to_vec();
+        let mut version = good.clone();
+        version[8] = 9;
+        vec![
+            (
+                "corrupt pods",
+                corrupt,
+                ("restart", both.clone()),
+                full_pods,
+                quiet,
+                "corrupt section 1: checksum mismatch",
+            ),
+            (
+                "truncated nodes",
+                truncated,
+                ("restart", both.clone()),
+                quiet,
+                full_nodes,
+                "truncated section 2",
+            ),
+            (
+                "other version",
+                version,
+                ("restart", both.clone()),
+                full_pods,
+                full_nodes,
+                "state format version 9, this kubesink reads version 1",
+            ),
+            (
+                "not a state file",
+                b"{\"objects\": []}".to_vec(),
+                ("restart", both.clone()),
+                full_pods,
+                full_nodes,
+                "not a kubesink state file",
+            ),
+            (
+                "other cluster",
+                good.clone(),
+                ("elsewhere", both.clone()),
+                full_pods,
+                full_nodes,
+                "it is of cluster \"restart\", this kubesink is cluster.name = \"elsewhere\"",
+            ),
+            (
+                "other selection",
+                good.clone(),
+                ("restart", format!("{pods}payload = \"metadata\"\n{nodes}")),
+                full_pods,
+                quiet,
+                "the resource's selection changed",
+            ),
+        ]
+    };
+    for (what, bytes, (cluster, resources), want_pods, want_nodes, reason) in cases {
+        std::fs::write(&state, &bytes).unwrap();
+        let (p, n, log) = run_until_synced(dir.path(), config(cluster, &resources)).await;
+        assert_eq!((p, n), (want_pods, want_nodes), "{what}: {log}");
+        assert!(
+            log.contains(reason),
+            "{what}: no line saying {reason:?} in\n{log}"
+        );
+        let rewritten = std::fs::read(&state).unwrap();
+        assert!(
+            kubesink::state::parse(&rewritten).is_ok(),
+            "{what}: the bad state was overwritten by a good one at shutdown"
+        );
+    }
+}
