@@ -249,8 +249,7 @@ impl Settle for ChangeAck {
     }
 }
 
-/// An iterator-free view for tests: `(namespace, name, rv)` of the acknowledged state,
-/// sorted.
+/// The acknowledged state as sorted `(namespace, name, resourceVersion)`, for tests.
 #[cfg(test)]
 pub fn acknowledged_keys(s: &TrackedStore) -> Vec<(String, String, String)> {
     s.acknowledged(|a| {
