@@ -2,7 +2,8 @@
 //! `docs/restarts.md`), and how often it saves it.
 //!
 //! The connection options of `[state.nats]` are those of a NATS sink, with the same types
-//! (`NatsAuth`, `NatsTls`) and checks (`kubesink_sinks::nats::connection_problems`).
+//! (`NatsAuth`, `NatsTls`) and checks (`kubesink_sinks::nats::connection_problems`). Like the
+//! rest of the configuration, this module only reads and checks: it never opens the state.
 
 use std::path::PathBuf;
 

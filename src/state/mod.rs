@@ -152,8 +152,9 @@ pub async fn restore(
         tracing::warn!(store = store.describe(), %reason, "saved informer state ignored: {reason}; every watch lists and emits everything (initial); the next save overwrites it");
         return none();
     }
-    let age = SystemTime::now()
-        .duration_since(UNIX_EPOCH + Duration::from_millis(snap.written_at_ms))
+    let age = UNIX_EPOCH
+        .checked_add(Duration::from_millis(snap.written_at_ms))
+        .and_then(|written| SystemTime::now().duration_since(written).ok())
         .unwrap_or_default();
     let damaged = snap.sections.iter().filter(|s| s.is_err()).count();
     if damaged > 0 || snap.sections.len() != snap.announced as usize {

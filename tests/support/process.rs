@@ -17,6 +17,8 @@ use tokio::task::JoinHandle;
 pub struct Kubesink {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
+    /// Lines that were not JSON (only the last one, cut by a SIGKILL, is acceptable).
+    broken: Arc<Mutex<Vec<String>>>,
     reader: Option<JoinHandle<()>>,
     /// Where its stderr goes.
     pub log: PathBuf,
@@ -56,18 +58,21 @@ impl Kubesink {
             .expect("start kubesink");
         let stdout = child.stdout.take().expect("piped stdout");
         let lines: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let sink = lines.clone();
+        let broken: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (sink, bad) = (lines.clone(), broken.clone());
         let reader = tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(l)) = lines.next_line().await {
-                let v: Value = serde_json::from_str(&l)
-                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}"));
-                sink.lock().unwrap().push(v);
+                match serde_json::from_str::<Value>(&l) {
+                    Ok(v) => sink.lock().unwrap().push(v),
+                    Err(e) => bad.lock().unwrap().push(format!("{e}: {l}")),
+                }
             }
         });
         Kubesink {
             child,
             lines,
+            broken,
             reader: Some(reader),
             log,
         }
@@ -88,10 +93,17 @@ impl Kubesink {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// SIGKILL (no shutdown, no final save), then every line it wrote before dying.
+    /// SIGKILL (no shutdown, no final save), then every complete line it wrote before dying
+    /// (a last line cut by the kill is dropped).
     pub async fn kill(mut self) -> Vec<Value> {
         self.child.kill().await.expect("SIGKILL");
-        self.drain().await
+        let lines = self.drain().await;
+        let broken = self.broken.lock().unwrap().clone();
+        assert!(
+            broken.len() <= 1,
+            "stdout lines that are not JSON: {broken:?}"
+        );
+        lines
     }
 
     /// SIGTERM, waits for the exit (code 0 expected), then every line it wrote.
@@ -107,7 +119,13 @@ impl Kubesink {
             .expect("exits within 60 s of SIGTERM")
             .expect("wait");
         assert_eq!(status.code(), Some(0), "stderr:\n{}", self.stderr());
-        self.drain().await
+        let lines = self.drain().await;
+        let broken = self.broken.lock().unwrap().clone();
+        assert!(
+            broken.is_empty(),
+            "stdout lines that are not JSON: {broken:?}"
+        );
+        lines
     }
 
     async fn drain(&mut self) -> Vec<Value> {
