@@ -384,15 +384,7 @@ impl Decider {
         let shaped = self.shaper.shape(obj);
         let fp = fingerprint(&shaped);
         let mut t = self.store.lock();
-        let before = self
-            .store
-            .tracking()
-            .then(|| {
-                t.store
-                    .get(namespace.as_deref(), &name)
-                    .map(Facts::into_owned)
-            })
-            .flatten();
+        let before = t.before(namespace.as_deref(), &name);
         let observed = t.store.observe(namespace.as_deref(), &name, &uid, &rv, fp);
         self.stats
             .objects
@@ -449,15 +441,7 @@ impl Decider {
         let rv = obj.metadata.resource_version.clone().unwrap_or_default();
         {
             let mut t = self.store.lock();
-            let before = self
-                .store
-                .tracking()
-                .then(|| {
-                    t.store
-                        .get(namespace.as_deref(), &name)
-                        .map(Facts::into_owned)
-                })
-                .flatten();
+            let before = t.before(namespace.as_deref(), &name);
             t.note_change(namespace.as_deref(), &name, before, 1);
             t.store.remove(namespace.as_deref(), &name);
         }

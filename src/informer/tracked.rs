@@ -76,6 +76,13 @@ pub struct Tracked {
 }
 
 impl Tracked {
+    /// The facts of `(ns, name)` before a change, to hand to [`Tracked::note_change`]; `None`
+    /// when the key is unknown or acknowledgements are not tracked (nothing to keep).
+    pub fn before(&self, ns: Option<&str>, name: &str) -> Option<Facts<'static>> {
+        self.overlay.as_ref()?;
+        self.store.get(ns, name).map(Facts::into_owned)
+    }
+
     /// Records that a change of `(ns, name)` is about to be emitted `count` times (a replaced
     /// uid emits two), with `before` the key's facts before the change. Call before changing
     /// the store. Does nothing when acknowledgements are not tracked.

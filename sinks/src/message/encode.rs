@@ -120,8 +120,7 @@ struct SyncedWire<'a> {
 /// each followed by a NUL byte. The same change observed again (redelivery, a restart
 /// replaying it) gets the same id.
 pub fn message_id(r: &Resource, c: &Change) -> String {
-    let mut buf = String::with_capacity(160);
-    for part in [
+    id_of(&[
         r.cluster.as_str(),
         r.group.as_str(),
         r.kind.as_str(),
@@ -131,7 +130,13 @@ pub fn message_id(r: &Resource, c: &Change) -> String {
         &c.resource_version,
         c.op.as_str(),
         if c.final_state_unknown { "fsu" } else { "" },
-    ] {
+    ])
+}
+
+/// 32 lowercase hex digits of XXH3-128 over `parts`, each followed by a NUL byte.
+fn id_of(parts: &[&str]) -> String {
+    let mut buf = String::with_capacity(160);
+    for part in parts {
         buf.push_str(part);
         buf.push('\u{0}');
     }
@@ -144,22 +149,16 @@ pub fn message_id(r: &Resource, c: &Change) -> String {
 /// same id; two lists that saw the same objects at the same resourceVersion do too (nothing
 /// changed between them, so treating the second as a repeat is right).
 pub fn synced_id(r: &Resource, s: &Synced) -> String {
-    let count = s.count.to_string();
-    let mut buf = String::with_capacity(128);
-    for part in [
+    id_of(&[
         r.cluster.as_str(),
         r.group.as_str(),
         r.kind.as_str(),
         s.namespace.as_deref().unwrap_or(""),
         Op::Synced.as_str(),
         &s.resource_version,
-        &count,
+        &s.count.to_string(),
         if s.initial { "initial" } else { "" },
-    ] {
-        buf.push_str(part);
-        buf.push('\u{0}');
-    }
-    format!("{:032x}", xxh3_128(buf.as_bytes()))
+    ])
 }
 
 /// RFC 3339 UTC with milliseconds (`2026-11-29T15:54:42.123Z`), the form of `observedAt`.
