@@ -1,6 +1,7 @@
-//! Wiring: configuration → clients → discovery → informers → pipeline → sinks, the
-//! observers (metrics, health, summaries), leader election, and the orderly shutdown (stop
-//! the watches, flush within `pipeline.shutdown_timeout`, close).
+//! Wiring: configuration → clients → saved state → discovery → informers → pipeline → sinks,
+//! the observers (metrics, health, summaries), leader election, and the orderly shutdown
+//! (stop the watches, flush within `pipeline.shutdown_timeout`, close, save the acknowledged
+//! state).
 //!
 //! Start-up never waits for an API server: each configured resource of each cluster is
 //! resolved (API discovery) by its own task, retried with backoff while the server is
@@ -22,10 +23,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::cluster::{self, ClusterError};
 use crate::config::{ClusterSpec, Config, ResourceConfig, WatchConfig};
-use crate::informer::{FailureKind, Informer, InformerStats, WatchPlan};
+use crate::informer::{
+    Decider, FailureKind, Informer, InformerStats, LightStore, TrackedStore, WatchPlan,
+};
 use crate::leader::{Elector, Fence, Lost};
 use crate::observe::{self, Leadership, Observed, SinkEntry, WatchEntry};
 use crate::pipeline::{Pipeline, Publisher};
+use crate::state::{self, Keeper, Kept, SaveReport, StateError, WatchKey};
 
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
@@ -61,14 +65,29 @@ pub struct Bridge {
     lost: Option<oneshot::Receiver<Lost>>,
     /// Cancelled after the pipeline drained: the leader then gives its lease up.
     release: CancellationToken,
+    /// One state keeper per cluster (with `[state]`), and the token that stops their interval
+    /// saves.
+    keepers: Vec<Arc<Keeper>>,
+    stop_saving: CancellationToken,
 }
 
-/// One configured resource of one cluster, and the stats of its watches (one per namespace).
+/// One watch to come (a namespace of a configured resource, or all of it): what exists
+/// before discovery resolved it.
+struct Scope {
+    namespace: Option<String>,
+    stats: Arc<InformerStats>,
+    /// The store its decider will own, shared with the state keeper; restored from saved
+    /// state when `restored`.
+    store: Arc<TrackedStore>,
+    restored: bool,
+}
+
+/// One configured resource of one cluster and its watches to come.
 struct Target {
     cluster: ClusterSpec,
     client: Client,
     resource: ResourceConfig,
-    stats: Vec<Arc<InformerStats>>,
+    scopes: Vec<Scope>,
 }
 
 impl Bridge {
@@ -109,37 +128,82 @@ impl Bridge {
         let mut targets = Vec::new();
         let mut watches = Vec::new();
         let mut stats = Vec::new();
+        let mut keepers = Vec::new();
         for (spec, client) in clusters.into_iter().zip(clients) {
-            for res in &spec.resources {
+            // Every watch of the cluster, in order, with its key in saved state.
+            let mut planned: Vec<(usize, Option<String>, WatchKey)> = Vec::new();
+            for (i, res) in spec.resources.iter().enumerate() {
                 let scopes: Vec<Option<String>> = if res.namespaces.is_empty() {
                     vec![None]
                 } else {
                     res.namespaces.iter().cloned().map(Some).collect()
                 };
-                let mut target_stats = Vec::new();
+                let identity = configured_identity(&spec.name, res);
                 for ns in scopes {
-                    let s = Arc::new(InformerStats::default());
-                    let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
-                    let label = if multi {
-                        format!("{}: {} ({scope})", spec.name, res.display_name())
-                    } else {
-                        format!("{} ({scope})", res.display_name())
+                    let key = WatchKey {
+                        identity: WatchPlan::identity_of(&identity, ns.as_deref()),
+                        selection: WatchPlan::selection_of(
+                            res,
+                            &identity,
+                            ns.as_deref(),
+                            &spec.label,
+                        ),
                     };
-                    stats.push((label, s.clone()));
-                    watches.push(WatchEntry {
-                        cluster: spec.name.clone(),
-                        api_version: res.api_version.clone(),
-                        kind: res.kind.clone(),
-                        namespace: ns,
-                        stats: s.clone(),
-                    });
-                    target_stats.push(s);
+                    planned.push((i, ns, key));
                 }
+            }
+            let store = state::open(&config.state, &spec.name, multi);
+            let mut restored = match &store {
+                Some(s) => {
+                    let keys: Vec<WatchKey> = planned.iter().map(|(_, _, k)| k.clone()).collect();
+                    state::restore(&**s, &spec.name, &keys).await
+                }
+                None => Vec::new(),
+            };
+            restored.resize_with(planned.len(), || None);
+            let mut kept = Vec::new();
+            let mut by_resource: Vec<Vec<Scope>> =
+                spec.resources.iter().map(|_| Vec::new()).collect();
+            for ((i, ns, key), saved) in planned.into_iter().zip(restored) {
+                let res = &spec.resources[i];
+                let s = Arc::new(InformerStats::default());
+                let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
+                let label = if multi {
+                    format!("{}: {} ({scope})", spec.name, res.display_name())
+                } else {
+                    format!("{} ({scope})", res.display_name())
+                };
+                stats.push((label, s.clone()));
+                watches.push(WatchEntry {
+                    cluster: spec.name.clone(),
+                    api_version: res.api_version.clone(),
+                    kind: res.kind.clone(),
+                    namespace: ns.clone(),
+                    stats: s.clone(),
+                });
+                let is_restored = saved.is_some();
+                let tracked =
+                    TrackedStore::new(saved.unwrap_or_else(LightStore::new), store.is_some());
+                kept.push(Kept {
+                    key,
+                    store: tracked.clone(),
+                });
+                by_resource[i].push(Scope {
+                    namespace: ns,
+                    stats: s,
+                    store: tracked,
+                    restored: is_restored,
+                });
+            }
+            if let Some(store) = store {
+                keepers.push(Keeper::new(store, &spec.name, kept));
+            }
+            for (res, scopes) in spec.resources.iter().zip(by_resource) {
                 targets.push(Target {
                     cluster: spec.clone(),
                     client: client.clone(),
                     resource: res.clone(),
-                    stats: target_stats,
+                    scopes,
                 });
             }
         }
@@ -181,8 +245,20 @@ impl Bridge {
         if !every.is_zero() {
             tasks.spawn(observed.clone().log_summaries(every, cancel.clone()));
         }
+        let stop_saving = CancellationToken::new();
+        for k in &keepers {
+            tasks.spawn({
+                let task = k
+                    .clone()
+                    .spawn(config.state.interval.get(), stop_saving.clone());
+                async move {
+                    let _ = task.await;
+                }
+            });
+        }
         let watching = Watching {
             targets,
+            sync_markers: config.pipeline.sync_markers,
             watch: config.watch.clone(),
             publisher: pipeline.publisher(),
             cancel: cancel.clone(),
@@ -217,7 +293,33 @@ impl Bridge {
             shutdown_timeout: config.pipeline.shutdown_timeout.get(),
             lost,
             release,
+            keepers,
+            stop_saving,
         })
+    }
+
+    /// Saves the acknowledged state now (with `[state]`; `None` without): every cluster's,
+    /// reported together. For tests and measurements; the bridge saves by itself on
+    /// `state.interval` and at shutdown.
+    pub async fn save_state(&self) -> Option<Result<SaveReport, StateError>> {
+        if self.keepers.is_empty() {
+            return None;
+        }
+        let mut total = SaveReport::default();
+        for k in &self.keepers {
+            match k.save(true).await {
+                Ok(r) => {
+                    let r = r.unwrap_or_default();
+                    total.objects += r.objects;
+                    total.bytes += r.bytes;
+                    total.pack += r.pack;
+                    total.longest_lock = total.longest_lock.max(r.longest_lock);
+                    total.write += r.write;
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(total))
     }
 
     /// The pipeline (queues and sink counters).
@@ -258,6 +360,19 @@ impl Bridge {
         self.cancel.cancel();
         self.tasks.close();
         let undelivered = self.pipeline.shutdown(self.shutdown_timeout).await;
+        // What was not delivered stays out of the saved state: the next start sends it.
+        self.stop_saving.cancel();
+        for keeper in &self.keepers {
+            match keeper.save(true).await {
+                Ok(r) => {
+                    let r = r.unwrap_or_default();
+                    tracing::info!(store = keeper.describe(), objects = r.objects, bytes = r.bytes, pack = ?r.pack, write = ?r.write, "informer state saved at shutdown");
+                }
+                Err(e) => {
+                    tracing::error!(store = keeper.describe(), error = %e, "saving the informer state at shutdown failed; the next start re-sends what changed since the last save");
+                }
+            }
+        }
         // The lease is given up only after the pipeline drained (the leader still emits
         // while it drains, and keeps renewing).
         self.release.cancel();
@@ -269,6 +384,7 @@ impl Bridge {
 /// What starts the watches: every target's resolution task.
 struct Watching {
     targets: Vec<Target>,
+    sync_markers: bool,
     watch: WatchConfig,
     publisher: Publisher,
     cancel: CancellationToken,
@@ -280,6 +396,7 @@ impl Watching {
         for t in self.targets {
             self.tasks.spawn(watch_resource(
                 t,
+                self.sync_markers,
                 self.watch.clone(),
                 self.publisher.clone(),
                 self.cancel.clone(),
@@ -292,6 +409,7 @@ impl Watching {
 /// Resolves one configured resource (retrying with backoff), then runs its informers.
 async fn watch_resource(
     t: Target,
+    sync_markers: bool,
     watch: WatchConfig,
     publisher: Publisher,
     cancel: CancellationToken,
@@ -321,10 +439,10 @@ async fn watch_resource(
         } else {
             FailureKind::Broken
         };
-        for s in &t.stats {
-            s.errors.fetch_add(1, Ordering::Relaxed);
-            s.discovery_errors.fetch_add(1, Ordering::Relaxed);
-            s.set_failure(kind, e.to_string());
+        for s in &t.scopes {
+            s.stats.errors.fetch_add(1, Ordering::Relaxed);
+            s.stats.discovery_errors.fetch_add(1, Ordering::Relaxed);
+            s.stats.set_failure(kind, e.to_string());
         }
         if matches!(e, ClusterError::ClusterScoped { .. }) {
             span.in_scope(
@@ -356,11 +474,33 @@ async fn watch_resource(
         resolved.api_resource,
         &t.cluster.label,
     );
-    for (plan, stats) in plans.into_iter().zip(t.stats) {
-        stats.clear_failure();
-        let informer = Informer::new(plan, t.client.clone(), &watch, stats);
+    for (plan, scope) in plans.into_iter().zip(t.scopes) {
+        scope.stats.clear_failure();
+        let mut decider = Decider::with_store(
+            plan.resource.clone(),
+            plan.scope(),
+            plan.shaper.clone(),
+            plan.updates,
+            scope.store,
+            scope.restored,
+            scope.stats.clone(),
+        );
+        if sync_markers {
+            decider = decider.with_sync_markers(scope.namespace);
+        }
+        let informer = Informer::new(plan, t.client.clone(), &watch, decider, scope.stats);
         tasks.spawn(informer.run(publisher.clone(), cancel.clone()));
     }
+}
+
+/// A configured resource's identity before discovery (group, version and kind as configured;
+/// the plural and scope are not part of saved state's keys).
+fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_sinks::Resource {
+    let (group, version) = res
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", res.api_version.as_str()));
+    kubesink_sinks::Resource::new(cluster, group, version, &res.kind, "", true)
 }
 
 /// Leader election: campaign, watch once leading, report the loss; give the lease up at

@@ -17,6 +17,10 @@
 //!    at-least-once with retries. A full queue stops the informers reading (backpressure).
 //! 5. [`sinks`]: the `Sink` trait and the destinations (stdout, NATS, Kafka).
 //!
+//! Beside the path, [`state`] keeps the acknowledged informer state (what every sink
+//! confirmed) in a file or a NATS object store, so a restart, or another replica taking
+//! over, sends only the differences and the deletes it missed.
+//!
 //! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
 //! shuts it down; [`observe`] serves metrics and health and logs summaries; [`rbac`] derives
 //! the RBAC a configuration needs; [`limits`] raises and checks the open-files limit; [`cli`]
@@ -36,6 +40,7 @@ pub mod limits;
 pub mod observe;
 mod pipeline;
 pub mod rbac;
+pub mod state;
 
 pub use informer::{FailureKind, InformerStats};
 pub use kubesink_sinks as sinks;
@@ -45,7 +50,8 @@ pub use pipeline::{Pipeline, SinkHandle, SinkStats};
 #[cfg(feature = "test-util")]
 pub mod testing {
     pub use crate::informer::{
-        Decider, Event, InformerError, LightStore, MinimalMeta, Observed, Phase, RawObject,
-        ShapeError, Shaped, Shaper, StoreEntry, Vanished, WatchPlan,
+        Acknowledged, Decider, Event, Facts, InformerError, LightStore, MinimalMeta, Observed,
+        Phase, RawObject, Rv, ShapeError, Shaped, Shaper, StoreEntry, TrackedStore, Uid, Vanished,
+        WatchPlan,
     };
 }

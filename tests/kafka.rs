@@ -298,3 +298,77 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
     let recs = reader.records();
     assert_per_key_order(&recs);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_markers_reach_every_partition_after_the_lists_records() {
+    let broker = Tansu::start().await;
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 3,
+            pods: 300,
+            nodes: 20,
+            foobars: 40,
+            seed: 23,
+            ..Default::default()
+        })
+        .unwrap();
+    let kafka = example_sink(&broker.bootstrap);
+    let mut cfg = config(&c.kubeconfig, three_kinds());
+    cfg.pipeline.sync_markers = true;
+    cfg.pipeline.max_batch_events = 40;
+    cfg.sinks = vec![SinkConfig::Kafka(kafka.clone())];
+    let topic = "kubesink.test";
+    let partitions = 3;
+    broker.create_topic(topic, partitions).await;
+    let reader = Reader::start(&broker.bootstrap, topic, partitions);
+    let sink = SinkConfig::Kafka(kafka)
+        .build(0)
+        .await
+        .expect("sink builds");
+    let bridge = start_bridge(&cfg, sink).await;
+    let markers = |recs: &[Rec]| {
+        recs.iter()
+            .filter(|r| r.headers.get("op").map(String::as_str) == Some("synced"))
+            .count()
+    };
+    let want = KINDS.len() * partitions as usize;
+    wait_for("a marker per kind on every partition", LONG, || {
+        markers(&reader.records()) >= want
+    })
+    .await;
+    bridge.shutdown().await;
+    let recs = reader.records();
+    assert_eq!(markers(&recs), want);
+    for (api, kind) in KINDS {
+        let of_kind: Vec<&Rec> = recs.iter().filter(|r| r.headers["kind"] == kind).collect();
+        let live = c.sim.objects(api, kind).len();
+        let listed = of_kind
+            .iter()
+            .filter(|r| r.headers["op"] == "added")
+            .count();
+        assert_eq!(listed, live, "{kind}");
+        for p in 0..partitions {
+            let marker: Vec<&&Rec> = of_kind
+                .iter()
+                .filter(|r| r.partition == p && r.headers["op"] == "synced")
+                .collect();
+            assert_eq!(marker.len(), 1, "{kind}: one marker on partition {p}");
+            let last_change = of_kind
+                .iter()
+                .filter(|r| r.partition == p && r.headers["op"] != "synced")
+                .map(|r| r.offset)
+                .max()
+                .unwrap_or(-1);
+            assert!(
+                marker[0].offset > last_change,
+                "{kind}: the marker on partition {p} precedes a record of its list"
+            );
+            assert!(marker[0].key.ends_with("/%synced"), "{}", marker[0].key);
+            let m: serde_json::Value =
+                serde_json::from_slice(marker[0].value.as_deref().expect("a value")).unwrap();
+            assert_eq!(m["count"], live as u64, "{kind}");
+            assert_eq!(m["initial"], true);
+        }
+    }
+}

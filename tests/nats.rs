@@ -646,3 +646,64 @@ async fn a_message_that_only_its_headers_push_over_max_payload_is_reported_too_l
         sink.send(&[fits]).await.expect("the rest is deliverable");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_markers_arrive_on_the_reserved_subject_after_every_message_of_their_list() {
+    let server = NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(21)).unwrap();
+    let mut cfg = config(
+        &c.kubeconfig,
+        KINDS
+            .iter()
+            .map(|(a, k)| ResourceConfig::new(a, k))
+            .collect(),
+    );
+    cfg.pipeline.sync_markers = true;
+    cfg.pipeline.max_batch_events = 50;
+    cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let js = js_client(&server).await;
+    let deadline = tokio::time::Instant::now() + LONG;
+    let msgs = loop {
+        let msgs = stream_messages(&js, "KUBESINK").await;
+        if msgs.iter().filter(|(_, m)| m["op"] == "synced").count() == KINDS.len() {
+            break msgs;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no three markers in the stream"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    bridge.shutdown().await;
+    for (api, kind) in KINDS {
+        let group = api.split_once('/').map_or("core", |(g, _)| g);
+        let subject = format!("kubesink.test.{group}.{kind}._.%synced");
+        let at = msgs
+            .iter()
+            .position(|(s, _)| *s == subject)
+            .unwrap_or_else(|| panic!("no marker on {subject}"));
+        let marker = &msgs[at].1;
+        let listed = msgs[..at]
+            .iter()
+            .filter(|(_, m)| m["kind"] == kind && m["op"] != "synced")
+            .count();
+        let live = c.sim.objects(api, kind).len();
+        assert_eq!(listed, live, "{kind}: every object before its marker");
+        assert!(
+            msgs[at + 1..].iter().all(|(_, m)| m["kind"] != kind),
+            "{kind}: a message of the list after its marker"
+        );
+        assert_eq!(marker["count"], live as u64);
+        let scope = if kind == "Node" {
+            "cluster"
+        } else {
+            "allNamespaces"
+        };
+        assert_eq!(marker["scope"], scope);
+        assert_eq!(marker["initial"], true);
+    }
+    let values: Vec<Value> = msgs.into_iter().map(|(_, m)| m).collect();
+    assert_schema_valid(&schema(), &values);
+}

@@ -177,6 +177,84 @@ impl Template {
         out
     }
 
+    /// Like [`Template::render`], but `reserved` is written verbatim for `placeholder`
+    /// instead of its escaped value: for a token no escaped value can produce (the sync
+    /// marker's `%synced` name token in NATS subjects).
+    pub fn render_reserved(
+        &self,
+        m: &MessageMeta,
+        placeholder: Placeholder,
+        reserved: &str,
+    ) -> String {
+        let mut out = String::with_capacity(96);
+        for p in &self.parts {
+            match p {
+                Part::Literal(s) => out.push_str(s),
+                Part::Value(v) if *v == placeholder => out.push_str(reserved),
+                Part::Value(v) => (self.dialect.escape)(v.value(m), &mut out),
+            }
+        }
+        out
+    }
+
+    /// Whether `name` is what this template renders for `m` with `free` taking some
+    /// non-empty rendered value (every other placeholder rendered from `m`). Used to find the
+    /// existing Kafka topics of a resource watched in all namespaces when the topic template
+    /// has `{namespace}`. `excluded` lists rendered values `free` may not take.
+    pub fn matches(
+        &self,
+        name: &str,
+        m: &MessageMeta,
+        free: Placeholder,
+        excluded: &[&str],
+    ) -> bool {
+        enum Piece {
+            Fixed(String),
+            Free,
+        }
+        let pieces: Vec<Piece> = self
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Literal(s) => Piece::Fixed(s.clone()),
+                Part::Value(v) if *v == free => Piece::Free,
+                Part::Value(v) => {
+                    let mut out = String::new();
+                    (self.dialect.escape)(v.value(m), &mut out);
+                    Piece::Fixed(out)
+                }
+            })
+            .collect();
+        // Each free occurrence must take the same value: remember the first one.
+        fn go<'a>(
+            pieces: &[Piece],
+            rest: &'a str,
+            taken: Option<&'a str>,
+            excluded: &[&str],
+        ) -> bool {
+            let Some((first, more)) = pieces.split_first() else {
+                return rest.is_empty();
+            };
+            match first {
+                Piece::Fixed(f) => rest
+                    .strip_prefix(f.as_str())
+                    .is_some_and(|r| go(more, r, taken, excluded)),
+                Piece::Free => match taken {
+                    Some(v) => rest
+                        .strip_prefix(v)
+                        .is_some_and(|r| go(more, r, taken, excluded)),
+                    None => (1..=rest.len())
+                        .filter(|i| rest.is_char_boundary(*i))
+                        .any(|i| {
+                            let v = &rest[..i];
+                            !excluded.contains(&v) && go(more, &rest[i..], Some(v), excluded)
+                        }),
+                },
+            }
+        }
+        go(&pieces, name, None, excluded)
+    }
+
     /// The template with every placeholder replaced by `wildcard` (a NATS stream filter with
     /// `*`).
     pub fn pattern(&self, wildcard: &str) -> String {
@@ -315,6 +393,26 @@ mod tests {
         let t = Template::parse("k8s-{cluster}_{resource}", &FREE).unwrap();
         assert_eq!(t.render(&meta(None)), "k8s-prod_pods");
         assert!(t.uses(Placeholder::Resource) && !t.uses(Placeholder::Kind));
+    }
+
+    #[test]
+    fn reserved_tokens_are_written_verbatim_and_matching_finds_free_values() {
+        let t = Template::parse("k.{cluster}.{namespace}.{name}", &DOTTED).unwrap();
+        assert_eq!(
+            t.render_reserved(&meta(None), Placeholder::Name, "%x"),
+            "k.prod.-.%x"
+        );
+        let t = Template::parse("k8s-{cluster}-{namespace}-{resource}", &FREE).unwrap();
+        let m = meta(None);
+        assert!(t.matches("k8s-prod-web-pods", &m, Placeholder::Namespace, &[]));
+        assert!(t.matches("k8s-prod-a-b-c-pods", &m, Placeholder::Namespace, &[]));
+        assert!(!t.matches("k8s-prod--pods", &m, Placeholder::Namespace, &[]));
+        assert!(!t.matches("k8s-prod-web-nodes", &m, Placeholder::Namespace, &[]));
+        assert!(!t.matches("k8s-other-web-pods", &m, Placeholder::Namespace, &[]));
+        assert!(!t.matches("k8s-prod-_c-pods", &m, Placeholder::Namespace, &["_c"]));
+        let twice = Template::parse("{namespace}.x.{namespace}", &FREE).unwrap();
+        assert!(twice.matches("a.x.a", &m, Placeholder::Namespace, &[]));
+        assert!(!twice.matches("a.x.b", &m, Placeholder::Namespace, &[]));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::{
     ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PayloadMode,
-    PipelineConfig, ResourceConfig, ServerConfig, SinkConfig, WatchConfig,
+    PipelineConfig, ResourceConfig, ServerConfig, SinkConfig, StateConfig, WatchConfig,
 };
 
 /// Prefix of the environment variables that override the file.
@@ -151,6 +151,7 @@ struct Sections {
     log: Option<Value>,
     resources: Option<Value>,
     sinks: Option<Value>,
+    state: Option<Value>,
 }
 
 impl Loader {
@@ -168,6 +169,7 @@ impl Loader {
         let log = self.section::<LogConfig>("log");
         let resources = self.list::<ResourceConfig>("resources");
         let sinks = self.list::<SinkConfig>("sinks");
+        let state = self.section::<StateConfig>("state");
         let (
             Some(cluster),
             Some(clusters),
@@ -178,6 +180,7 @@ impl Loader {
             Some(log),
             Some(resources),
             Some(sinks),
+            Some(state),
         ) = (
             cluster,
             clusters,
@@ -188,6 +191,7 @@ impl Loader {
             log,
             resources,
             sinks,
+            state,
         )
         else {
             return Err(ConfigErrors(self.errors));
@@ -202,6 +206,7 @@ impl Loader {
             log,
             resources,
             sinks,
+            state,
         };
         self.check(&config);
         if self.errors.is_empty() {
@@ -446,6 +451,9 @@ impl Loader {
         }
         if c.sinks.is_empty() {
             self.problem("sinks", "at least one [[sinks]] entry is required");
+        }
+        for (key, message) in c.state.problems() {
+            self.problem(&key, message);
         }
         let mut names = std::collections::HashSet::new();
         for (i, s) in c.sinks.iter().enumerate() {

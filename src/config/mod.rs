@@ -9,6 +9,7 @@
 //! This module never touches the network: it only reads and checks.
 
 mod load;
+mod state;
 #[cfg(test)]
 mod tests;
 
@@ -18,6 +19,9 @@ pub use kubesink_sinks::units::{ByteSize, HumanDuration};
 pub use kubesink_sinks::SinkConfig;
 pub(crate) use load::describe_source;
 pub use load::{load, load_resources, ConfigError, ConfigErrors};
+#[cfg(feature = "nats")]
+pub use state::StateNatsConfig;
+pub use state::{StateBackend, StateConfig};
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -52,6 +56,9 @@ pub struct Config {
     /// Destinations, one `[[sinks]]` entry each. Default: one stdout sink.
     #[serde(default = "default_sinks")]
     pub sinks: Vec<SinkConfig>,
+    /// Where the acknowledged informer state is kept between runs. Default: nowhere.
+    #[serde(default)]
+    pub state: StateConfig,
 }
 
 impl Default for Config {
@@ -66,6 +73,7 @@ impl Default for Config {
             log: LogConfig::default(),
             resources: default_resources(),
             sinks: default_sinks(),
+            state: StateConfig::default(),
         }
     }
 }
@@ -252,6 +260,10 @@ pub struct PipelineConfig {
     /// On SIGINT/SIGTERM, how long to keep delivering what is pending before exiting.
     /// Default 10s.
     pub shutdown_timeout: HumanDuration,
+    /// After each list (initial list or relist) of each watch, send a sync marker (`op:
+    /// "synced"`, see `docs/message-contract.md`) to every destination of the resource, after
+    /// all of the list's messages. Default `false`.
+    pub sync_markers: bool,
 }
 
 impl Default for PipelineConfig {
@@ -267,6 +279,7 @@ impl Default for PipelineConfig {
             retry_initial_backoff: HumanDuration(Duration::from_millis(100)),
             retry_max_backoff: HumanDuration(Duration::from_secs(30)),
             shutdown_timeout: HumanDuration(Duration::from_secs(10)),
+            sync_markers: false,
         }
     }
 }

@@ -184,6 +184,45 @@ fn unknown_sink_type_and_unknown_top_level_key_are_errors() {
 }
 
 #[test]
+fn state_settings_are_checked_with_key_and_source() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "s.toml",
+            "[cluster]\nname = \"p\"\n[state]\nbackend = \"file\"\ninterval = \"0s\"\n",
+        )?;
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(
+            all.contains("state.path: required with state.backend = \"file\"")
+                && all.contains("state.interval: must be greater than zero (from file"),
+            "{all}"
+        );
+        jail.set_env("KUBESINK_STATE__BACKEND", "nats");
+        jail.set_env("KUBESINK_STATE__NATS__BUCKET", "no.dots");
+        jail.set_env("KUBESINK_STATE__NATS__REPLICAS", "9");
+        jail.set_env("KUBESINK_STATE__INTERVAL", "1m");
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(
+            all.contains("state.nats.bucket: \"no.dots\" is not a bucket name")
+                && all.contains("(from env KUBESINK_STATE__NATS__BUCKET)")
+                && all.contains("state.nats.replicas: must be between 1 and 5"),
+            "{all}"
+        );
+        jail.set_env("KUBESINK_STATE__BACKEND", "disk");
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(all.contains("state.backend: unknown variant"), "{all}");
+        jail.set_env("KUBESINK_STATE__BACKEND", "file");
+        jail.set_env("KUBESINK_STATE__PATH", "/var/lib/kubesink/state");
+        jail.set_env("KUBESINK_PIPELINE__SYNC_MARKERS", "true");
+        let c = load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.state.backend, StateBackend::File);
+        assert_eq!(c.state.interval.get(), std::time::Duration::from_secs(60));
+        assert!(c.pipeline.sync_markers);
+        Ok(())
+    });
+}
+
+#[test]
 fn a_named_config_file_that_is_missing_is_an_error() {
     Jail::expect_with(|jail| {
         jail.clear_env();
@@ -220,6 +259,20 @@ fn all_keys() -> Vec<String> {
     c.leader_election.lease_namespace = Some("ns".into());
     c.leader_election.identity = Some("me".into());
     c.leader_election.cluster = Some("a".into());
+    c.state.path = Some("/state".into());
+    #[cfg(feature = "nats")]
+    {
+        let n = &mut c.state.nats;
+        n.object = Some("o".into());
+        n.auth.user = Some("u".into());
+        n.auth.password = Some(kubesink_sinks::Secret::new("p"));
+        n.auth.token = Some(kubesink_sinks::Secret::new("t"));
+        n.auth.nkey_seed = Some(kubesink_sinks::Secret::new("s"));
+        n.auth.credentials_file = Some("/c".into());
+        n.tls.ca_file = Some("/ca".into());
+        n.tls.cert_file = Some("/cert".into());
+        n.tls.key_file = Some("/key".into());
+    }
     let v = serde_json::to_value(&c).unwrap();
     let mut keys = Vec::new();
     fn walk(prefix: &str, v: &serde_json::Value, keys: &mut Vec<String>) {

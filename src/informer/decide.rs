@@ -20,19 +20,42 @@
 //!
 //! `initial` is true for changes emitted during the informer's first list ([`Phase`]).
 //!
+//! # Starting from saved state
+//!
+//! A decider built over a restored store (the state a previous run saved, acknowledged by
+//! every sink) treats its first list like a relist: not `initial`, differences only (`added`
+//! for new keys, `updated` where the fingerprint changed, nothing for unchanged objects), and
+//! its `ListDone` sweep emits the `deleted` with `finalStateUnknown` of every key that
+//! vanished while kubesink was down.
+//!
+//! # Acknowledged state and sync markers
+//!
+//! The store is a [`TrackedStore`]: when it tracks acknowledgements, every emitted change
+//! first records the key's previous facts in the store's overlay, and [`Decider::ack`] gives
+//! the published message the handle that releases them once every sink confirmed it (see
+//! `tracked.rs`). With [`Decider::with_sync_markers`], the end of each list leaves a
+//! [`Synced`] for [`Decider::take_synced`], to be published after the list's changes.
+//!
 //! The decider owns the [`LightStore`]; it never keeps an object after returning its change.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kubesink_sinks::message::Change;
-use kubesink_sinks::{Op, Resource};
+use kubesink_sinks::message::{Change, Synced};
+use kubesink_sinks::{Message, Op, Resource};
 
+use super::facts::Facts;
 use super::object::RawObject;
 use super::payload::{ShapeError, Shaper};
 use super::stats::InformerStats;
-use super::store::{LightStore, Observed, Vanished};
+#[cfg(any(test, feature = "test-util"))]
+use super::store::LightStore;
+use super::store::{Observed, Vanished};
+#[cfg(any(test, feature = "test-util"))]
+use super::tracked::Tracked;
+use super::tracked::TrackedStore;
+use crate::pipeline::Ack;
 
 /// What the list/watch loop saw, in the order it saw it.
 #[derive(Debug)]
@@ -118,42 +141,120 @@ pub enum InformerError {
 pub struct Decider {
     resource: Arc<Resource>,
     scope: String,
-    store: LightStore,
+    store: Arc<TrackedStore>,
+    /// The store holds saved state: the first list is a relist, not `initial`.
+    restored: bool,
     phase: Phase,
     shaper: Shaper,
     updates: bool,
     stats: Arc<InformerStats>,
+    /// `Some(namespace the watch covers)` when sync markers are on.
+    markers: Option<Option<String>>,
+    /// The marker of the list that just ended, until taken.
+    synced: Option<Synced>,
+    /// Highest decimal resourceVersion among the objects of the current list.
+    list_max_rv: Option<u64>,
+    /// The current list's own resourceVersion, when the watch loop knows it.
+    list_rv: Option<String>,
+}
+
+/// The store as [`Decider::store`] lends it (under the store's lock).
+#[cfg(any(test, feature = "test-util"))]
+pub struct StoreRef<'a>(std::sync::MutexGuard<'a, Tracked>);
+
+#[cfg(any(test, feature = "test-util"))]
+impl std::ops::Deref for StoreRef<'_> {
+    type Target = LightStore;
+    fn deref(&self) -> &LightStore {
+        &self.0.store
+    }
 }
 
 impl Decider {
     /// A decider for `resource` watched in `scope` (`namespace x`, `all namespaces`,
-    /// `cluster`), starting with an empty store.
+    /// `cluster`), starting with an empty store that tracks no acknowledgements.
     #[cfg(any(test, feature = "test-util"))]
     pub fn new(resource: Arc<Resource>, scope: String, shaper: Shaper, updates: bool) -> Self {
-        Self::with_stats(resource, scope, shaper, updates, Arc::default())
+        Self::with_store(
+            resource,
+            scope,
+            shaper,
+            updates,
+            TrackedStore::new(LightStore::new(), false),
+            false,
+            Arc::default(),
+        )
     }
 
-    /// Like [`Decider::new`], counting into `stats` (created before the watch could be
-    /// planned, e.g. while API discovery of its resource is still being retried).
-    pub fn with_stats(
+    /// A decider over `store` (shared with the acknowledgements and the state saver; created
+    /// before the watch could be planned), `restored` when it holds saved state (see the
+    /// module docs), counting into `stats`.
+    pub fn with_store(
         resource: Arc<Resource>,
         scope: String,
         shaper: Shaper,
         updates: bool,
+        store: Arc<TrackedStore>,
+        restored: bool,
         stats: Arc<InformerStats>,
     ) -> Self {
+        if restored {
+            let objects = store.lock().store.len() as u64;
+            stats.objects.store(objects, Ordering::Relaxed);
+        }
         Decider {
             resource,
             scope,
-            store: LightStore::new(),
+            store,
+            restored,
             phase: Phase::Starting,
             shaper,
             updates,
             stats,
+            markers: None,
+            synced: None,
+            list_max_rv: None,
+            list_rv: None,
         }
     }
 
-    /// Counts into `stats` instead of its own counters.
+    /// Turns on sync markers for a watch covering `namespace` (`None`: all namespaces or a
+    /// cluster-scoped kind): each list's end leaves a [`Synced`] for
+    /// [`Decider::take_synced`].
+    pub fn with_sync_markers(mut self, namespace: Option<String>) -> Self {
+        self.markers = Some(namespace);
+        self
+    }
+
+    /// The acknowledgement handle of `msg`, the encoded form of a change this decider just
+    /// returned, for a pipeline of `sinks` sinks; `None` when acknowledgements are not
+    /// tracked.
+    pub fn ack(&self, msg: &Message, sinks: usize) -> Option<Ack> {
+        self.store.ack(&msg.meta, sinks)
+    }
+
+    /// A change this decider returned will never be published (encoding failed): release
+    /// it, as if every sink had confirmed it.
+    pub fn abandon(&self, change: &Change) {
+        if self.store.tracking() {
+            self.store
+                .settled(change.namespace.as_deref(), &change.name);
+        }
+    }
+
+    /// The sync marker of the list that just ended (once), when sync markers are on. Publish
+    /// it after the changes of the `ListDone` event that produced it.
+    pub fn take_synced(&mut self) -> Option<Synced> {
+        self.synced.take()
+    }
+
+    /// The current list's own resourceVersion (`metadata.resourceVersion` of the list
+    /// response), for its sync marker and the saved state; without it, the highest
+    /// resourceVersion among the listed objects stands in. Call before `ListDone`.
+    pub fn note_list_resource_version(&mut self, rv: &str) {
+        self.list_rv = Some(rv.to_owned()).filter(|r| !r.is_empty());
+    }
+
     /// The counters.
     #[cfg(any(test, feature = "test-util"))]
     pub fn stats(&self) -> Arc<InformerStats> {
@@ -166,10 +267,10 @@ impl Decider {
         self.phase
     }
 
-    /// The store (keys, uids, resourceVersions, fingerprints).
+    /// The store (keys, uids, resourceVersions, fingerprints), locked while borrowed.
     #[cfg(any(test, feature = "test-util"))]
-    pub fn store(&self) -> &LightStore {
-        &self.store
+    pub fn store(&self) -> StoreRef<'_> {
+        StoreRef(self.store.lock())
     }
 
     /// Applies one event; returns the changes to emit, in order.
@@ -187,12 +288,15 @@ impl Decider {
             Event::Listed(obj) => {
                 self.stats.listed.fetch_add(1, Ordering::Relaxed);
                 self.count_listed();
+                if let Ok(rv) = obj.resource_version().parse::<u64>() {
+                    self.list_max_rv = self.list_max_rv.max(Some(rv));
+                }
                 let initial = matches!(self.phase, Phase::InitialList { .. });
                 self.apply(obj, initial)
             }
             Event::ListedUnreadable { namespace, name } => {
                 self.stats.skipped.fetch_add(1, Ordering::Relaxed);
-                self.store.touch(namespace.as_deref(), &name);
+                self.store.lock().store.touch(namespace.as_deref(), &name);
                 Ok(Vec::new())
             }
             Event::ListDone { sweep } => Ok(self.end_list(sweep)),
@@ -208,13 +312,20 @@ impl Decider {
 
     fn begin_list(&mut self) {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
-        self.store.begin_list();
+        self.store.lock().store.begin_list();
+        (self.list_max_rv, self.list_rv) = (None, None);
         let started = Instant::now();
-        let first = matches!(self.phase, Phase::Starting | Phase::InitialList { .. });
+        // After a restore the first list is a relist: differences against the saved state.
+        let first =
+            !self.restored && matches!(self.phase, Phase::Starting | Phase::InitialList { .. });
         // A list that failed and is tried again is not a new list for the reader of the log:
         // the failure was logged (with its status), the retry is at debug.
         let retry = self.listing();
-        let what = if first { "initial list" } else { "relist" };
+        let what = match (first, self.restored, self.phase) {
+            (true, _, _) => "initial list",
+            (false, true, Phase::Starting) => "list (differences against the saved state)",
+            _ => "relist",
+        };
         if retry {
             tracing::debug!("{what} started again");
         } else {
@@ -242,12 +353,38 @@ impl Decider {
     /// `ListDone`: every key of an older epoch vanished while the watch was down (unless
     /// the list was incomplete: then nothing is inferred).
     fn end_list(&mut self, sweep: bool) -> Vec<Change> {
-        let vanished = if sweep {
-            self.store.end_list()
-        } else {
-            tracing::warn!("list had unreadable items without a key: no deletes inferred from it");
-            Vec::new()
+        let tracking = self.store.tracking();
+        let resource_version = match self.list_rv.take() {
+            Some(rv) => rv,
+            None => self.list_max_rv.map(|n| n.to_string()).unwrap_or_default(),
         };
+        let (vanished, count) = {
+            let mut t = self.store.lock();
+            let vanished = if sweep {
+                t.store.end_list()
+            } else {
+                tracing::warn!(
+                    "list had unreadable items without a key: no deletes inferred from it"
+                );
+                Vec::new()
+            };
+            if tracking {
+                for v in &vanished {
+                    let before = Facts::from_text(&v.uid, &v.rv, v.fingerprint);
+                    t.note_change(v.namespace.as_deref(), &v.name, Some(before), 1);
+                }
+            }
+            t.list_resource_version = resource_version.clone();
+            (vanished, t.store.len())
+        };
+        if let Some(namespace) = &self.markers {
+            self.synced = Some(Synced {
+                namespace: namespace.clone(),
+                count: count as u64,
+                resource_version,
+                initial: matches!(self.phase, Phase::InitialList { .. }),
+            });
+        }
         let (what, started, listed) = match self.phase {
             Phase::InitialList { started, listed } => ("initial sync complete", started, listed),
             Phase::Relist { started, listed } => ("relist complete", started, listed),
@@ -274,15 +411,16 @@ impl Decider {
                 Op::Added => &self.stats.emitted_added,
                 Op::Updated => &self.stats.emitted_updated,
                 Op::Deleted => &self.stats.emitted_deleted,
+                // Markers are not changes; emit.rs publishes them.
+                Op::Synced => continue,
             };
             counter.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     fn note_size(&self) {
-        self.stats
-            .objects
-            .store(self.store.len() as u64, Ordering::Relaxed);
+        let objects = self.store.lock().store.len() as u64;
+        self.stats.objects.store(objects, Ordering::Relaxed);
     }
 
     fn missing_name(&self, obj: &RawObject<'_>) -> InformerError {
@@ -305,7 +443,7 @@ impl Decider {
             Err(source) => {
                 self.stats.skipped.fetch_add(1, Ordering::Relaxed);
                 if self.listing() {
-                    self.store.touch(namespace.as_deref(), &name);
+                    self.store.lock().store.touch(namespace.as_deref(), &name);
                 }
                 return Err(InformerError::Shape {
                     resource: self.resource.to_string(),
@@ -316,10 +454,14 @@ impl Decider {
         };
         let uid = obj.uid().to_owned();
         let rv = obj.resource_version().to_owned();
-        let observed =
-            self.store
-                .observe(namespace.as_deref(), &name, &uid, &rv, shaped.fingerprint);
-        self.note_size();
+        let mut t = self.store.lock();
+        let before = t.before(namespace.as_deref(), &name);
+        let observed = t
+            .store
+            .observe(namespace.as_deref(), &name, &uid, &rv, shaped.fingerprint);
+        self.stats
+            .objects
+            .store(t.store.len() as u64, Ordering::Relaxed);
         let mut changes = Vec::with_capacity(1);
         let op = match observed {
             Observed::New => Op::Added,
@@ -328,17 +470,25 @@ impl Decider {
                 self.stats.suppressed.fetch_add(1, Ordering::Relaxed);
                 return Ok(changes);
             }
-            Observed::Replaced { old_uid, old_rv } => {
+            Observed::Replaced {
+                old_uid,
+                old_rv,
+                old_fingerprint,
+            } => {
                 self.stats.inferred_deletes.fetch_add(1, Ordering::Relaxed);
                 changes.push(inferred_delete(Vanished {
                     namespace: namespace.clone(),
                     name: name.clone(),
                     uid: old_uid,
                     rv: old_rv,
+                    fingerprint: old_fingerprint,
                 }));
                 Op::Added
             }
         };
+        let emitted = if changes.is_empty() { 1 } else { 2 };
+        t.note_change(namespace.as_deref(), &name, before, emitted);
+        drop(t);
         changes.push(Change {
             op,
             namespace,
@@ -358,7 +508,12 @@ impl Decider {
             return Err(self.missing_name(&obj));
         };
         let namespace = obj.namespace().map(str::to_owned);
-        self.store.remove(namespace.as_deref(), &name);
+        {
+            let mut t = self.store.lock();
+            let before = t.before(namespace.as_deref(), &name);
+            t.note_change(namespace.as_deref(), &name, before, 1);
+            t.store.remove(namespace.as_deref(), &name);
+        }
         self.note_size();
         self.stats.emitted_deleted.fetch_add(1, Ordering::Relaxed);
         // The delete is emitted even when the final state cannot be shaped: without it.
@@ -397,23 +552,26 @@ fn inferred_delete(v: Vanished) -> Change {
 }
 
 #[cfg(test)]
+mod restart_tests;
+
+#[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
 
     use super::*;
     use crate::config::ResourceConfig;
 
-    const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
-    const U2: &str = "1d0f26d0-5b32-4c1a-ba4f-4c897e871cf9";
+    pub(super) const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
+    pub(super) const U2: &str = "1d0f26d0-5b32-4c1a-ba4f-4c897e871cf9";
 
-    fn decider(res: ResourceConfig) -> Decider {
+    pub(super) fn decider(res: ResourceConfig) -> Decider {
         let resource = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
         let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
         Decider::new(resource, "all namespaces".into(), shaper, res.updates)
     }
 
     /// A pod's JSON text.
-    fn pod(name: &str, uid: &str, rv: u64, image: &str) -> String {
+    pub(super) fn pod(name: &str, uid: &str, rv: u64, image: &str) -> String {
         json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ns", "uid": uid,
@@ -423,19 +581,19 @@ mod tests {
         .to_string()
     }
 
-    fn obj(text: &str) -> RawObject<'_> {
+    pub(super) fn obj(text: &str) -> RawObject<'_> {
         RawObject::parse(text).unwrap()
     }
 
-    fn listed(d: &mut Decider, text: &str) -> Vec<Change> {
+    pub(super) fn listed(d: &mut Decider, text: &str) -> Vec<Change> {
         d.on_event(Event::Listed(obj(text))).unwrap()
     }
 
-    fn applied(d: &mut Decider, text: &str) -> Vec<Change> {
+    pub(super) fn applied(d: &mut Decider, text: &str) -> Vec<Change> {
         d.on_event(Event::Applied(obj(text))).unwrap()
     }
 
-    fn object(c: &Change) -> Value {
+    pub(super) fn object(c: &Change) -> Value {
         c.object
             .as_ref()
             .map(|o| o.to_value())
@@ -443,7 +601,7 @@ mod tests {
     }
 
     /// (op, name, initial, finalStateUnknown) of each change.
-    fn summary(changes: &[Change]) -> Vec<(Op, &str, bool, bool)> {
+    pub(super) fn summary(changes: &[Change]) -> Vec<(Op, &str, bool, bool)> {
         changes
             .iter()
             .map(|c| (c.op, c.name.as_str(), c.initial, c.final_state_unknown))
@@ -451,7 +609,7 @@ mod tests {
     }
 
     /// A decider that has listed `pods` and is watching.
-    fn synced(pods: &[String]) -> Decider {
+    pub(super) fn synced(pods: &[String]) -> Decider {
         let mut d = decider(ResourceConfig::new("v1", "Pod"));
         d.on_event(Event::ListStart).unwrap();
         for p in pods {

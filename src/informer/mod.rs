@@ -57,11 +57,14 @@
 
 mod decide;
 mod decode;
+mod emit;
+mod facts;
 mod object;
 mod payload;
 mod plan;
 mod stats;
 mod store;
+mod tracked;
 mod watch;
 
 use std::sync::atomic::Ordering;
@@ -70,22 +73,24 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kubesink_sinks::backoff::Backoff;
-use kubesink_sinks::message::{encode, now_rfc3339, Change};
 use kubesink_sinks::Resource;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use decide::{Decider, Event};
+pub use facts::{Facts, Rv, Uid};
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
 pub use stats::{FailureKind, InformerStats};
+pub use store::LightStore;
+pub use tracked::{Acknowledged, TrackedStore};
 // What only the benches and tests reach (`kubesink::testing`).
 #[cfg(feature = "test-util")]
 pub use decide::{InformerError, Phase};
 #[cfg(feature = "test-util")]
 pub use payload::{ShapeError, Shaped, Shaper};
 #[cfg(feature = "test-util")]
-pub use store::{Entry as StoreEntry, LightStore, Observed, Vanished};
+pub use store::{Entry as StoreEntry, Observed, Vanished};
 
 use crate::config::WatchConfig;
 use crate::pipeline::Publisher;
@@ -215,23 +220,18 @@ impl FailureLog {
 }
 
 impl Informer {
-    /// An informer following `plan` through `client`, with the `[watch]` settings, counting
-    /// into `stats` (created before the plan existed: the bridge shows the watch while API
-    /// discovery of its resource is still retried).
+    /// An informer following `plan` through `client`, with the `[watch]` settings, deciding
+    /// with `decider` (prepared by the bridge for the plan: restored state, acknowledgements,
+    /// sync markers) and counting into `stats` (created before the plan existed: the bridge
+    /// shows the watch while API discovery of its resource is still retried).
     pub fn new(
         plan: WatchPlan,
         client: Client,
         watch: &WatchConfig,
+        decider: Decider,
         stats: Arc<InformerStats>,
     ) -> Self {
         let scope = plan.scope();
-        let decider = Decider::with_stats(
-            plan.resource.clone(),
-            scope.clone(),
-            plan.shaper.clone(),
-            plan.updates,
-            stats.clone(),
-        );
         Informer {
             resource: plan.resource.clone(),
             requests: Requests::new(&plan, client),
@@ -608,6 +608,7 @@ impl Informer {
                 Some(token) => continue_token = Some(token.to_owned()),
                 None => {
                     let rv = page.metadata.resource_version.clone().unwrap_or_default();
+                    self.decider.note_list_resource_version(&rv);
                     if let Err(step) = self.decide(Event::ListDone { sweep }, publisher).await {
                         return step;
                     }
@@ -723,22 +724,10 @@ impl Informer {
                 return Ok(());
             }
         };
-        for change in changes {
-            if !self.publish(change, publisher).await {
-                return Err(Step::Closed);
-            }
-        }
-        Ok(())
-    }
-
-    async fn publish(&self, change: Change, publisher: &Publisher) -> bool {
-        match encode(&self.resource, &change, &now_rfc3339()) {
-            Ok(msg) => publisher.publish(msg).await,
-            Err(e) => {
-                let key = self.resource.key(change.namespace.as_deref(), &change.name);
-                tracing::error!(%key, error = %e, "encoding the message failed; change skipped");
-                true
-            }
+        if emit::publish(&mut self.decider, &self.resource, changes, publisher).await {
+            Ok(())
+        } else {
+            Err(Step::Closed)
         }
     }
 }

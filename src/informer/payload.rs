@@ -27,6 +27,11 @@ use xxhash_rust::xxh3::Xxh3;
 use super::object::RawObject;
 use crate::config::{PayloadMode, ResourceConfig};
 
+/// The version of shaping and fingerprinting. Saved state carries fingerprints; when this
+/// changes (a shaping rule or the fingerprint's walk), saved fingerprints no longer compare
+/// and the state is ignored (a full initial list): bump it with any such change.
+pub const SHAPE_VERSION: u32 = 1;
+
 /// The annotation `kubectl apply` writes: the last applied manifest, Secret data included.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 

@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use kube::api::ApiResource;
 use kubesink_sinks::Resource;
+use serde::Serialize;
+use xxhash_rust::xxh3::xxh3_64;
 
-use super::payload::Shaper;
+use super::payload::{Shaper, SHAPE_VERSION};
 use crate::config::{PayloadMode, ResourceConfig};
 
 /// Everything one informer needs: which objects to watch and how to shape them.
@@ -31,6 +33,24 @@ pub struct WatchPlan {
     pub shaper: Shaper,
     /// Emit `updated`.
     pub updates: bool,
+}
+
+/// What a watch's selection fingerprint covers, serialized as JSON in this field order.
+#[derive(Serialize)]
+struct Selection<'a> {
+    shape_version: u32,
+    label_key: &'a str,
+    group: &'a str,
+    version: &'a str,
+    kind: &'a str,
+    namespace: Option<&'a str>,
+    label_selector: Option<&'a str>,
+    field_selector: Option<&'a str>,
+    payload: PayloadMode,
+    fields: &'a [String],
+    drop: &'a [String],
+    updates: bool,
+    allow_secret_data: bool,
 }
 
 impl WatchPlan {
@@ -64,12 +84,100 @@ impl WatchPlan {
             .collect()
     }
 
+    /// The selection fingerprint of a watch of `res` (discovered as `resource`) in
+    /// `namespace`, labelled with `label_key`: XXH3-64 of the JSON of the shaping version,
+    /// the cluster label key, group, version, kind, namespace, label and field selectors,
+    /// payload mode, `fields`, `drop`, `updates` and `allow_secret_data`. Any change of what
+    /// the watch emits changes it; `page_size` does not.
+    pub fn selection_of(
+        res: &ResourceConfig,
+        resource: &Resource,
+        namespace: Option<&str>,
+        label_key: &str,
+    ) -> u64 {
+        let s = Selection {
+            shape_version: SHAPE_VERSION,
+            label_key,
+            group: &resource.group,
+            version: &resource.version,
+            kind: &resource.kind,
+            namespace,
+            label_selector: res.label_selector.as_deref(),
+            field_selector: res.field_selector.as_deref(),
+            payload: res.payload,
+            fields: &res.fields,
+            drop: &res.drop,
+            updates: res.updates,
+            allow_secret_data: res.allow_secret_data,
+        };
+        // Serializing plain strings, booleans and an enum cannot fail; an empty fingerprint
+        // input would only make every selection compare equal to itself, never to another.
+        xxh3_64(&serde_json::to_vec(&s).unwrap_or_default())
+    }
+
+    /// The identity in saved state of a watch of `resource` in `namespace`:
+    /// `{group or "core"}/{Kind}/{namespace}` (namespace empty for all namespaces or the
+    /// cluster scope). Computed from the configuration, before discovery (which confirms the
+    /// group and kind).
+    pub fn identity_of(resource: &Resource, namespace: Option<&str>) -> String {
+        format!(
+            "{}/{}/{}",
+            resource.group_or_core(),
+            resource.kind,
+            namespace.unwrap_or("")
+        )
+    }
+
     /// The watch's scope in words: `namespace x`, `all namespaces` or `cluster`.
     pub fn scope(&self) -> String {
         match (&self.namespace, self.resource.namespaced) {
             (Some(ns), _) => format!("namespace {ns}"),
             (None, true) => "all namespaces".to_owned(),
             (None, false) => "cluster".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selection_changes_with_what_is_emitted_and_not_with_the_page_size() {
+        let r = Resource::new("prod", "", "v1", "Pod", "pods", true);
+        let base = ResourceConfig::new("v1", "Pod");
+        let sel = |res: &ResourceConfig, ns: Option<&str>, label: &str| {
+            WatchPlan::selection_of(res, &r, ns, label)
+        };
+        let s0 = sel(&base, None, "kubesink.io/cluster");
+        assert_eq!(s0, sel(&base.clone(), None, "kubesink.io/cluster"));
+        let mut paged = base.clone();
+        paged.page_size = 7;
+        assert_eq!(s0, sel(&paged, None, "kubesink.io/cluster"));
+        let mut changed = Vec::new();
+        for f in [
+            |r: &mut ResourceConfig| r.label_selector = Some("a=b".into()),
+            |r: &mut ResourceConfig| r.field_selector = Some("metadata.name=x".into()),
+            |r: &mut ResourceConfig| r.payload = PayloadMode::Metadata,
+            |r: &mut ResourceConfig| r.drop = vec!["/status".into()],
+            |r: &mut ResourceConfig| r.updates = false,
+            |r: &mut ResourceConfig| r.allow_secret_data = true,
+        ] {
+            let mut res = base.clone();
+            f(&mut res);
+            changed.push(sel(&res, None, "kubesink.io/cluster"));
+        }
+        changed.push(sel(&base, Some("web"), "kubesink.io/cluster"));
+        changed.push(sel(&base, None, "example.com/cluster"));
+        let v2 = Resource::new("prod", "", "v2", "Pod", "pods", true);
+        changed.push(WatchPlan::selection_of(
+            &base,
+            &v2,
+            None,
+            "kubesink.io/cluster",
+        ));
+        for (i, c) in changed.iter().enumerate() {
+            assert_ne!(*c, s0, "change {i} kept the selection");
         }
     }
 }

@@ -14,6 +14,8 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use hashbrown::{DefaultHashBuilder, HashTable};
 use uuid::Uuid;
 
+use super::facts::{Facts, Rv, Uid};
+
 /// Flag in [`Entry::epoch_flags`]: the uid is not a canonical UUID; its text is in the
 /// overflow map.
 const UID_TEXT: u32 = 1 << 31;
@@ -24,7 +26,7 @@ const RV_TEXT: u32 = 1 << 30;
 const EPOCH_MASK: u32 = RV_TEXT - 1;
 
 /// A canonical lowercase UUID (what the API server issues) as 16 bytes.
-fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
+pub(super) fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
     Uuid::try_parse(uid)
         .ok()
         .filter(|u| u.hyphenated().to_string() == uid)
@@ -32,7 +34,7 @@ fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
 }
 
 /// A decimal resourceVersion (what etcd-backed servers issue) that renders back identically.
-fn decimal_rv(rv: &str) -> Option<u64> {
+pub(super) fn decimal_rv(rv: &str) -> Option<u64> {
     rv.parse::<u64>().ok().filter(|n| n.to_string() == rv)
 }
 
@@ -77,6 +79,8 @@ pub enum Observed {
         old_uid: String,
         /// The old object's last resourceVersion.
         old_rv: String,
+        /// The fingerprint of the old object's last emitted payload.
+        old_fingerprint: u64,
     },
 }
 
@@ -92,6 +96,8 @@ pub struct Vanished {
     pub uid: String,
     /// Last known resourceVersion.
     pub rv: String,
+    /// Fingerprint of the last emitted payload.
+    pub fingerprint: u64,
 }
 
 /// Keys, uids, resourceVersions and fingerprints of one watch's objects.
@@ -203,6 +209,7 @@ impl LightStore {
                     Observed::Replaced {
                         old_uid: render_uid(e, &self.overflow),
                         old_rv: render_rv(e, &self.overflow),
+                        old_fingerprint: e.fingerprint,
                     }
                 } else if e.fingerprint == fingerprint {
                     Observed::Unchanged
@@ -307,6 +314,7 @@ impl LightStore {
                 name: e.name.to_string(),
                 uid: render_uid(e, overflow),
                 rv: render_rv(e, overflow),
+                fingerprint: e.fingerprint,
             });
             if e.epoch_flags & !EPOCH_MASK != 0 {
                 overflow.remove(&(e.ns, e.name.clone()));
@@ -315,6 +323,116 @@ impl LightStore {
         });
         gone.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         gone
+    }
+
+    /// The id of namespace `ns` (0 for cluster scope or `None`), interning it if new.
+    pub fn intern(&mut self, ns: Option<&str>) -> u32 {
+        self.ns_id(ns)
+    }
+
+    /// The id of namespace `ns` if it was ever interned (0 for cluster scope or `None`).
+    pub fn ns_id_of(&self, ns: Option<&str>) -> Option<u32> {
+        match ns.filter(|n| !n.is_empty()) {
+            None => Some(0),
+            Some(n) => self.ns_ids.get(n).copied(),
+        }
+    }
+
+    /// The interned namespaces, indexed by id (id 0, the cluster scope, is `""`).
+    pub fn namespace_table(&self) -> &[Box<str>] {
+        &self.namespaces
+    }
+
+    /// The facts known for `(ns, name)`, if the key is known.
+    pub fn get(&self, ns: Option<&str>, name: &str) -> Option<Facts<'_>> {
+        let ns = self.ns_id_of(ns)?;
+        let hash = Self::hash(&self.hasher, ns, name);
+        let e = self.table.find(hash, |e| e.ns == ns && &*e.name == name)?;
+        Some(self.facts(e))
+    }
+
+    fn facts(&self, e: &Entry) -> Facts<'_> {
+        let texts = || self.overflow.get(&(e.ns, e.name.clone()));
+        Facts {
+            uid: if e.epoch_flags & UID_TEXT == 0 {
+                Uid::Uuid(e.uid)
+            } else {
+                Uid::Text(
+                    texts()
+                        .and_then(|o| o.uid.as_deref())
+                        .unwrap_or_default()
+                        .into(),
+                )
+            },
+            rv: if e.epoch_flags & RV_TEXT == 0 {
+                Rv::Number(e.rv)
+            } else {
+                Rv::Text(
+                    texts()
+                        .and_then(|o| o.rv.as_deref())
+                        .unwrap_or_default()
+                        .into(),
+                )
+            },
+            fingerprint: e.fingerprint,
+        }
+    }
+
+    /// Calls `f(namespace id, name, facts)` for every known object, in table order (the
+    /// store's packed form, for the state snapshot; ids index [`LightStore::namespace_table`]).
+    pub fn for_each(&self, mut f: impl FnMut(u32, &str, Facts<'_>)) {
+        for e in self.table.iter() {
+            f(e.ns, &e.name, self.facts(e));
+        }
+    }
+
+    /// Inserts (or replaces) an object from saved facts, as seen in the current list epoch:
+    /// how a store is rebuilt from a state snapshot before the first list. `ns` is an id from
+    /// [`LightStore::intern`].
+    pub fn restore(&mut self, ns: u32, name: &str, facts: &Facts<'_>) {
+        let epoch = self.epoch & EPOCH_MASK;
+        let (uid, mut flags, uid_text) = match &facts.uid {
+            Uid::Uuid(b) => (*b, 0, None),
+            Uid::Text(t) => ([0; 16], UID_TEXT, Some(Box::<str>::from(&**t))),
+        };
+        let (rv, rv_text) = match &facts.rv {
+            Rv::Number(n) => (*n, None),
+            Rv::Text(t) => {
+                flags |= RV_TEXT;
+                (0, Some(Box::<str>::from(&**t)))
+            }
+        };
+        let hash = Self::hash(&self.hasher, ns, name);
+        let hasher = &self.hasher;
+        let entry = Entry {
+            name: name.into(),
+            uid,
+            rv,
+            fingerprint: facts.fingerprint,
+            ns,
+            epoch_flags: epoch | flags,
+        };
+        match self.table.entry(
+            hash,
+            |e| e.ns == ns && &*e.name == name,
+            |e| Self::hash(hasher, e.ns, &e.name),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut o) => *o.get_mut() = entry,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(entry);
+            }
+        }
+        if flags != 0 {
+            self.overflow.insert(
+                (ns, name.into()),
+                Overflow {
+                    uid: uid_text,
+                    rv: rv_text,
+                },
+            );
+        } else {
+            self.overflow.remove(&(ns, Box::<str>::from(name)));
+        }
     }
 
     /// Every known key as `(namespace, name)`, for tests and diagnostics.
@@ -398,7 +516,8 @@ mod tests {
             s.observe(Some("default"), "web", U2, "13", 8),
             Observed::Replaced {
                 old_uid: U1.into(),
-                old_rv: "12".into()
+                old_rv: "12".into(),
+                old_fingerprint: 8,
             }
         );
         assert_eq!(s.observe(Some("other"), "web", U1, "14", 8), Observed::New);
@@ -456,14 +575,16 @@ mod tests {
             s.observe(None, "a", "x2", "r3", 1),
             Observed::Replaced {
                 old_uid: "x1".into(),
-                old_rv: "r2".into()
+                old_rv: "r2".into(),
+                old_fingerprint: 1,
             }
         );
         assert_eq!(
             s.observe(None, "a", U1, "4", 1),
             Observed::Replaced {
                 old_uid: "x2".into(),
-                old_rv: "r3".into()
+                old_rv: "r3".into(),
+                old_fingerprint: 1,
             }
         );
         assert!(
@@ -473,6 +594,34 @@ mod tests {
         s.observe(None, "b", "x3", "r5", 1);
         assert!(s.remove(None, "b"));
         assert!(s.overflow.is_empty());
+    }
+
+    #[test]
+    fn facts_read_back_and_restore_rebuilds_an_equal_store() {
+        let mut s = LightStore::new();
+        s.begin_list();
+        s.observe(Some("a"), "x", U1, "10", 1);
+        s.observe(None, "node", "odd-uid", "r7", 2);
+        let mut copy = LightStore::new();
+        let table = s.namespace_table().to_vec();
+        s.for_each(|ns, name, facts| {
+            let id = copy.intern(Some(&table[ns as usize]));
+            copy.restore(id, name, &facts);
+        });
+        assert_eq!(copy.keys(), s.keys());
+        assert_eq!(copy.get(Some("a"), "x"), s.get(Some("a"), "x"));
+        let odd = copy.get(None, "node").unwrap();
+        assert_eq!(
+            (odd.uid.render(), odd.rv.render()),
+            ("odd-uid".into(), "r7".into())
+        );
+        assert_eq!(copy.get(Some("zzz"), "x"), None);
+        // Restored objects belong to the list epoch before the next list: unseen, swept.
+        copy.begin_list();
+        copy.observe(Some("a"), "x", U1, "10", 1);
+        let gone = copy.end_list();
+        assert_eq!(gone.len(), 1);
+        assert_eq!((gone[0].name.as_str(), gone[0].fingerprint), ("node", 2));
     }
 
     #[test]

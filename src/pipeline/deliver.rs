@@ -119,7 +119,9 @@ fn err_limit(e: &SinkError) -> Option<usize> {
 }
 
 /// Keeps the failed messages, in order, except those superseded by a later message of the
-/// same key that was delivered (re-sending them would move that key backwards).
+/// same key that was delivered (re-sending them would move that key backwards). A sync
+/// marker is kept too when any message before it is kept, so it is delivered again after
+/// them (a marker must follow its list's messages on every destination).
 fn retain_failed(
     todo: &[Message],
     levels: &[Option<TruncateLevel>],
@@ -132,14 +134,18 @@ fn retain_failed(
             last_delivered.insert(&m.key, i);
         }
     }
-    todo.iter()
-        .zip(levels)
-        .enumerate()
-        .filter(|(i, (m, _))| {
-            failed.contains(i) && last_delivered.get(&*m.key).is_none_or(|d| d < i)
-        })
-        .map(|(_, (m, l))| (m.clone(), *l))
-        .unzip()
+    let mut kept_before = false;
+    let mut keep = Vec::new();
+    let mut keep_levels = Vec::new();
+    for (i, (m, l)) in todo.iter().zip(levels).enumerate() {
+        let retry = failed.contains(&i) && last_delivered.get(&*m.key).is_none_or(|d| *d < i);
+        if retry || (kept_before && m.meta.op.is_marker()) {
+            kept_before = true;
+            keep.push(m.clone());
+            keep_levels.push(*l);
+        }
+    }
+    (keep, keep_levels)
 }
 
 /// Applies the next truncation level; `false` when nothing more can be removed.
@@ -323,6 +329,33 @@ mod tests {
         deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
         assert_eq!(sink.calls()[1], [entry("c", 4)]);
         assert_eq!(stats.delivered.load(Ordering::Relaxed), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_marker_is_sent_again_after_a_failed_message_before_it() {
+        let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+        let synced = kubesink_sinks::message::Synced {
+            namespace: None,
+            count: 2,
+            resource_version: "9".into(),
+            initial: true,
+        };
+        let marker =
+            kubesink_sinks::message::encode_synced(&r, &synced, "2026-11-30T00:00:00.000Z")
+                .unwrap();
+        // a@1 failed, the marker was delivered: a@1 is re-sent, then the marker again.
+        let sink = Scripted::new(vec![Reply::Partial(vec![0]), Reply::Ok]);
+        let stats = SinkStats::default();
+        let batch = [msg("a", 1, 0), msg("b", 2, 0), marker];
+        deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
+        let calls = sink.calls.lock().unwrap();
+        let retried: Vec<&str> = calls[1].iter().map(|m| m["op"].as_str().unwrap()).collect();
+        assert_eq!(retried, ["updated", "synced"]);
+        // Nothing failed before it: a marker that was delivered is not sent again.
+        let (keep, _) = retain_failed(&batch, &[None; 3], &[1]);
+        assert_eq!(keep.len(), 2, "b and the marker after it");
+        let (keep, _) = retain_failed(&batch[..3], &[None; 3], &[]);
+        assert!(keep.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,6 +19,13 @@
 //!   reports as failed are re-sent. Never dropped.
 //! - Oversize: the policy shared by all sinks (see `kubesink_sinks::Sink`): metadata-only
 //!   form with `"truncated": true`, then no object; counted in [`SinkStats::truncated`].
+//! - Acknowledgements: [`Publisher::publish_acked`] attaches an [`Ack`] to a change; each
+//!   sink's queue settles it once that sink confirmed the change or replaced it by a newer
+//!   one of the same key (coalescing). A change fanned out to N sinks is settled N times;
+//!   the acknowledged informer state counts to N. Nothing settles a change that was not
+//!   confirmed (shutdown timeout, crash).
+//! - Sync markers are never coalesced and never overtaken (`queue.rs`), and a partial retry
+//!   re-sends a marker after the messages before it (`deliver.rs`).
 
 mod deliver;
 mod queue;
@@ -36,6 +43,19 @@ use queue::{QueueLimits, SinkQueue};
 
 use crate::config::PipelineConfig;
 use crate::leader::Fence;
+
+/// Told when a sink is done with a change (see [`Ack`]).
+pub trait Settle: Send + Sync {
+    /// Called once per sink the change was queued for: after that sink confirmed it, or when
+    /// coalescing replaced it in that sink's queue. Never for a sink that did not deliver
+    /// it. Called from the sink's worker or a publisher, outside the queue's lock; must not
+    /// block.
+    fn settle(&self);
+}
+
+/// The acknowledgement handle a change carries through the queues: one reference-counted
+/// object per change, shared by every sink's copy.
+pub type Ack = Arc<dyn Settle>;
 
 /// Counters and health of one sink's worker.
 #[derive(Debug)]
@@ -205,11 +225,22 @@ impl Publisher {
     /// Queues `msg` for every sink, waiting while any queue is full (backpressure). Returns
     /// `false` when the pipeline is shutting down.
     pub async fn publish(&self, msg: Message) -> bool {
+        self.publish_acked(msg, None).await
+    }
+
+    /// [`Publisher::publish`] with an acknowledgement: each sink settles `ack` once (see
+    /// [`Settle`]), so it is settled [`Publisher::sinks`] times when every sink is done.
+    pub async fn publish_acked(&self, msg: Message, ack: Option<Ack>) -> bool {
         let mut all = true;
         for q in self.queues.iter() {
-            all &= q.push(msg.clone()).await;
+            all &= q.push(msg.clone(), ack.clone()).await;
         }
         all
+    }
+
+    /// The number of sinks a published change goes to.
+    pub fn sinks(&self) -> usize {
+        self.queues.len()
     }
 }
 

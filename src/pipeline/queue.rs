@@ -11,6 +11,14 @@
 //! - `pending + in flight <= max_pending` changes and, but for a single oversize message,
 //!   `<= max_pending_bytes` bytes. A push beyond that waits: this is the backpressure that
 //!   stops the informers reading their watch streams.
+//! - A sync marker ([`Op::Synced`](kubesink_sinks::Op)) is a barrier: it is never coalesced
+//!   (not even with another marker), and a change pushed after it never replaces a change
+//!   pending before it (it waits behind the marker as a new entry). So everything queued
+//!   before a marker is delivered before it, as it was queued.
+//! - Acknowledgements: a change may carry an [`Ack`]. The queue settles it once this sink is
+//!   done with the change: when the worker completes the batch that carried it (the sink
+//!   confirmed it, see `deliver.rs`), or when coalescing replaced it (the newer change carries
+//!   the key's state). A change still held when the queue is dropped is never settled.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +28,8 @@ use std::time::Duration;
 use kubesink_sinks::Message;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use super::Ack;
 
 /// Limits of one queue, from `[pipeline]`.
 #[derive(Clone, Debug)]
@@ -41,15 +51,18 @@ pub struct QueueLimits {
 struct Slot {
     msg: Message,
     enqueued_at: Instant,
+    ack: Option<Ack>,
 }
 
 #[derive(Default)]
 struct State {
     pending: VecDeque<Slot>,
-    /// Key → sequence number of its pending slot (coalescing only).
+    /// Key → sequence number of its newest pending slot (coalescing only).
     index: HashMap<Arc<str>, u64>,
     /// Sequence number of `pending[0]`.
     head_seq: u64,
+    /// Sequence number of the newest sync marker pushed (a barrier for coalescing).
+    barrier: Option<u64>,
     pending_bytes: usize,
     inflight: usize,
     inflight_bytes: usize,
@@ -66,10 +79,11 @@ impl State {
 }
 
 /// A batch taken from the queue; hand it back with [`SinkQueue::complete`].
-#[derive(Debug)]
 pub struct Batch {
     /// The messages, oldest first.
     pub messages: Vec<Message>,
+    /// Their acknowledgements, settled by [`SinkQueue::complete`].
+    acks: Vec<Ack>,
     bytes: usize,
 }
 
@@ -102,10 +116,11 @@ impl SinkQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues a change, waiting while the queue is full (backpressure). Returns `false` if the
-    /// queue is closed (shutdown), in which case the message was not queued.
-    pub async fn push(&self, msg: Message) -> bool {
-        let mut msg = Some(msg);
+    /// Queues a change with its acknowledgement (if any), waiting while the queue is full
+    /// (backpressure). Returns `false` if the queue is closed (shutdown), in which case the
+    /// message was not queued and `ack` is never settled by this queue.
+    pub async fn push(&self, msg: Message, ack: Option<Ack>) -> bool {
+        let mut item = Some((msg, ack));
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
@@ -115,30 +130,46 @@ impl SinkQueue {
                 if st.closed {
                     return false;
                 }
-                let Some(m) = msg.take() else { return false };
-                match self.try_push(&mut st, m) {
-                    Ok(()) => {
+                let Some((m, a)) = item.take() else {
+                    return false;
+                };
+                match self.try_push(&mut st, m, a) {
+                    Ok(replaced) => {
                         drop(st);
+                        if let Some(old) = replaced {
+                            old.settle();
+                        }
                         self.data.notify_one();
                         return true;
                     }
-                    Err(m) => msg = Some(m),
+                    Err(back) => item = Some(back),
                 }
             }
             notified.await;
         }
     }
 
-    fn try_push(&self, st: &mut State, msg: Message) -> Result<(), Message> {
+    /// Queues `msg` or gives it back when the queue is full. `Ok(Some(ack))`: the message
+    /// replaced a pending one, whose acknowledgement the caller settles (outside the lock).
+    #[allow(clippy::type_complexity)] // (message, ack) handed back as it came
+    fn try_push(
+        &self,
+        st: &mut State,
+        msg: Message,
+        ack: Option<Ack>,
+    ) -> Result<Option<Ack>, (Message, Option<Ack>)> {
         let size = msg.size();
-        if self.limits.coalesce {
+        let marker = msg.meta.op.is_marker();
+        if self.limits.coalesce && !marker {
             if let Some(&seq) = st.index.get(&msg.key) {
                 let pos = usize::try_from(seq - st.head_seq).unwrap_or(usize::MAX);
-                if let Some(slot) = st.pending.get_mut(pos) {
+                let behind_barrier = st.barrier.is_some_and(|b| b > seq);
+                if let (Some(slot), false) = (st.pending.get_mut(pos), behind_barrier) {
                     let old = std::mem::replace(&mut slot.msg, msg);
+                    let old_ack = std::mem::replace(&mut slot.ack, ack);
                     st.pending_bytes = st.pending_bytes - old.size() + size;
                     self.coalesced.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
+                    return Ok(old_ack);
                 }
             }
         }
@@ -147,19 +178,22 @@ impl SinkQueue {
             && (st.held() >= self.limits.max_pending
                 || st.held_bytes() + size > self.limits.max_pending_bytes)
         {
-            return Err(msg);
+            return Err((msg, ack));
         }
-        if self.limits.coalesce {
-            let seq = st.head_seq + st.pending.len() as u64;
+        let seq = st.head_seq + st.pending.len() as u64;
+        if marker {
+            st.barrier = Some(seq);
+        } else if self.limits.coalesce {
             st.index.insert(msg.key.clone(), seq);
         }
         st.pending_bytes += size;
         st.pending.push_back(Slot {
             msg,
             enqueued_at: Instant::now(),
+            ack,
         });
         self.high_water.fetch_max(st.held(), Ordering::Relaxed);
-        Ok(())
+        Ok(None)
     }
 
     /// Waits for the next batch: it closes at `max_batch_events`, `max_batch_bytes`, when the
@@ -206,6 +240,7 @@ impl SinkQueue {
 
     fn take(&self, st: &mut State) -> Batch {
         let mut messages = Vec::new();
+        let mut acks = Vec::new();
         let mut bytes = 0;
         while let Some(front) = st.pending.front() {
             let size = front.msg.size();
@@ -225,14 +260,20 @@ impl SinkQueue {
             }
             bytes += size;
             messages.push(slot.msg);
+            acks.extend(slot.ack);
         }
         st.pending_bytes -= bytes;
         st.inflight += messages.len();
         st.inflight_bytes += bytes;
-        Batch { messages, bytes }
+        Batch {
+            messages,
+            acks,
+            bytes,
+        }
     }
 
-    /// Releases a batch the sink confirmed (or the worker gave up on at shutdown).
+    /// Releases a batch the sink confirmed and settles its acknowledgements. Only for a
+    /// confirmed batch: a batch the worker gave up on (shutdown) is never completed.
     pub fn complete(&self, batch: Batch) {
         {
             let mut st = self.lock();
@@ -241,6 +282,9 @@ impl SinkQueue {
         }
         self.space.notify_waiters();
         self.data.notify_one();
+        for ack in batch.acks {
+            ack.settle();
+        }
     }
 
     /// Stops accepting pushes; the worker drains what is pending without lingering.
@@ -274,6 +318,7 @@ impl SinkQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::Settle;
     use bytes::Bytes;
     use kubesink_sinks::{MessageMeta, Op, Resource};
 
@@ -312,9 +357,9 @@ mod tests {
     #[tokio::test]
     async fn newer_change_replaces_pending_one_in_place() {
         let q = SinkQueue::new(limits(true, 10));
-        assert!(q.push(msg("a", "a1")).await);
-        assert!(q.push(msg("b", "b1")).await);
-        assert!(q.push(msg("a", "a2")).await);
+        assert!(q.push(msg("a", "a1"), None).await);
+        assert!(q.push(msg("b", "b1"), None).await);
+        assert!(q.push(msg("a", "a2"), None).await);
         let b = q.next_batch().await.unwrap();
         assert_eq!(payloads(&b), ["a2", "b1"]);
         assert_eq!(q.coalesced(), 1);
@@ -323,9 +368,9 @@ mod tests {
     #[tokio::test]
     async fn change_for_in_flight_key_waits_for_the_next_batch() {
         let q = SinkQueue::new(limits(true, 10));
-        q.push(msg("a", "a1")).await;
+        q.push(msg("a", "a1"), None).await;
         let first = q.next_batch().await.unwrap();
-        q.push(msg("a", "a2")).await;
+        q.push(msg("a", "a2"), None).await;
         assert_eq!(q.held(), 2);
         q.complete(first);
         let second = q.next_batch().await.unwrap();
@@ -336,7 +381,7 @@ mod tests {
     async fn without_coalescing_every_change_is_kept_in_order() {
         let q = SinkQueue::new(limits(false, 10));
         for p in ["a1", "a2", "a3"] {
-            q.push(msg("a", p)).await;
+            q.push(msg("a", p), None).await;
         }
         assert_eq!(payloads(&q.next_batch().await.unwrap()), ["a1", "a2", "a3"]);
     }
@@ -344,10 +389,10 @@ mod tests {
     #[tokio::test]
     async fn push_waits_while_full_and_resumes_after_complete() {
         let q = Arc::new(SinkQueue::new(limits(true, 2)));
-        q.push(msg("a", "1")).await;
-        q.push(msg("b", "1")).await;
+        q.push(msg("a", "1"), None).await;
+        q.push(msg("b", "1"), None).await;
         let q2 = q.clone();
-        let blocked = tokio::spawn(async move { q2.push(msg("c", "1")).await });
+        let blocked = tokio::spawn(async move { q2.push(msg("c", "1"), None).await });
         tokio::task::yield_now().await;
         assert!(!blocked.is_finished());
         let batch = q.next_batch().await.unwrap();
@@ -368,24 +413,83 @@ mod tests {
         l.max_batch_bytes = 1 << 20;
         let q = SinkQueue::new(l);
         for k in ["a", "b", "c"] {
-            q.push(msg(k, "x")).await;
+            q.push(msg(k, "x"), None).await;
         }
         assert_eq!(q.next_batch().await.unwrap().messages.len(), 2);
         let mut l = limits(true, 100);
         l.max_batch_bytes = 5;
         let q = SinkQueue::new(l);
         for k in ["a", "b", "c"] {
-            q.push(msg(k, "xx")).await; // 3 bytes each
+            q.push(msg(k, "xx"), None).await; // 3 bytes each
         }
         assert_eq!(q.next_batch().await.unwrap().messages.len(), 1);
+    }
+
+    fn marker(key: &str) -> Message {
+        let mut m = msg(key, "sync");
+        m.meta = Arc::new(MessageMeta {
+            op: Op::Synced,
+            ..(*m.meta).clone()
+        });
+        m
+    }
+
+    /// Counts settlements.
+    #[derive(Default)]
+    struct Counter(std::sync::atomic::AtomicUsize);
+    impl Settle for Counter {
+        fn settle(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn settled(c: &Arc<Counter>) -> usize {
+        c.0.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn a_marker_is_never_coalesced_and_no_change_moves_before_it() {
+        let q = SinkQueue::new(limits(true, 10));
+        q.push(msg("a", "a1"), None).await;
+        q.push(marker("m"), None).await;
+        q.push(marker("m"), None).await;
+        // a2 may not replace a1: it would then be delivered before the markers.
+        q.push(msg("a", "a2"), None).await;
+        // a3 replaces a2, which is behind the last marker.
+        q.push(msg("a", "a3"), None).await;
+        let b = q.next_batch().await.unwrap();
+        assert_eq!(payloads(&b), ["a1", "sync", "sync", "a3"]);
+        assert_eq!(q.coalesced(), 1);
+    }
+
+    #[tokio::test]
+    async fn acks_settle_on_completion_or_replacement_never_on_close() {
+        let q = SinkQueue::new(limits(true, 10));
+        let (a1, a2, b1) = (
+            Arc::new(Counter::default()),
+            Arc::new(Counter::default()),
+            Arc::new(Counter::default()),
+        );
+        q.push(msg("a", "a1"), Some(a1.clone())).await;
+        q.push(msg("a", "a2"), Some(a2.clone())).await;
+        assert_eq!(settled(&a1), 1, "replaced: a2 carries the key's state");
+        let batch = q.next_batch().await.unwrap();
+        assert_eq!(settled(&a2), 0, "in flight is not confirmed");
+        q.complete(batch);
+        assert_eq!(settled(&a2), 1);
+        q.push(msg("b", "b1"), Some(b1.clone())).await;
+        let _abandoned = q.next_batch().await.unwrap();
+        q.close();
+        assert!(!q.push(msg("c", "c1"), Some(b1.clone())).await);
+        drop(q);
+        assert_eq!(settled(&b1), 0, "never confirmed, never settled");
     }
 
     #[tokio::test]
     async fn close_drains_then_ends() {
         let q = SinkQueue::new(limits(true, 10));
-        q.push(msg("a", "1")).await;
+        q.push(msg("a", "1"), None).await;
         q.close();
-        assert!(!q.push(msg("b", "1")).await);
+        assert!(!q.push(msg("b", "1"), None).await);
         let b = q.next_batch().await.unwrap();
         q.complete(b);
         assert!(q.next_batch().await.is_none());

@@ -74,6 +74,7 @@ pub fn config(kubeconfig: &std::path::Path, resources: Vec<ResourceConfig>) -> C
         },
         resources,
         sinks: vec![],
+        state: Default::default(),
     }
 }
 

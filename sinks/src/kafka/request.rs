@@ -67,10 +67,15 @@ pub fn escape(value: &str, out: &mut String) {
 }
 
 /// One message as Kafka records: its `deleted`/`added`/`updated` record and, after a
-/// `deleted` with tombstones on, the tombstone (same key, null value).
+/// `deleted` with tombstones on, the tombstone (same key, null value); or a sync marker's
+/// records, one per partition of each of its topics.
 pub struct Record<'a> {
-    /// The topic.
+    /// The topic (for a sync marker: its first destination's, for messages and checks).
     pub topic: Arc<str>,
+    /// `None`: one record on `topic`, partitioned by key. `Some`: a sync marker, one record
+    /// on each `(topic, partition)` (explicit partitions; possibly none at all when the
+    /// resource maps to no existing topic yet).
+    pub fan_out: Option<Vec<(Arc<str>, i32)>>,
     /// The record key: the message key.
     pub key: &'a [u8],
     /// The payload.
@@ -85,10 +90,31 @@ pub struct Record<'a> {
 pub fn build(m: &Message, topic: Arc<str>, tombstones: bool) -> Record<'_> {
     Record {
         topic,
+        fan_out: None,
         key: m.key.as_bytes(),
         payload: &m.payload,
         headers: headers(m),
         tombstone: (tombstones && m.meta.op == Op::Deleted).then(|| tombstone_headers(m)),
+    }
+}
+
+/// The records of a sync marker `m`: the same key, payload and headers on every
+/// `(topic, partition)` of `destinations`, so a consumer of any partition sees it after that
+/// partition's messages of the list. Never a tombstone.
+pub fn build_marker<'a>(
+    m: &'a Message,
+    fallback_topic: Arc<str>,
+    destinations: Vec<(Arc<str>, i32)>,
+) -> Record<'a> {
+    Record {
+        topic: destinations
+            .first()
+            .map_or(fallback_topic, |(t, _)| t.clone()),
+        fan_out: Some(destinations),
+        key: m.key.as_bytes(),
+        payload: &m.payload,
+        headers: headers(m),
+        tombstone: None,
     }
 }
 

@@ -281,35 +281,22 @@ impl KafkaService {
         let mut pending: VecDeque<Pending> = VecDeque::with_capacity(records.len() * 2);
         let mut reset = false;
         for (i, r) in records.iter().enumerate() {
-            let topic = &r.topic;
-            if topic.len() > MAX_TOPIC_LEN {
-                failures[i] = Some((
-                    Failure::Fatal(format!(
-                        "topic {topic:?} is longer than Kafka's {MAX_TOPIC_LEN} characters: shorten `topic`"
-                    )),
-                    topic.clone(),
-                ));
-                continue;
-            }
-            let value = FutureRecord::to(topic)
-                .key(r.key)
-                .payload(r.payload)
-                .headers(r.headers.clone());
-            if let Err(e) = self
-                .enqueue(&producer, value, i, topic, &mut pending, &mut failures)
-                .await
-            {
-                failures[i] = Some((classify(&e, topic), topic.clone()));
-                continue;
-            }
-            if let Some(headers) = &r.tombstone {
-                let record: FutureRecord<'_, [u8], [u8]> =
-                    FutureRecord::to(topic).key(r.key).headers(headers.clone());
-                if let Err(e) = self
-                    .enqueue(&producer, record, i, topic, &mut pending, &mut failures)
-                    .await
-                {
-                    failures[i] = Some((classify(&e, topic), topic.clone()));
+            match &r.fan_out {
+                None => {
+                    let target = (&r.topic, None);
+                    self.produce(&producer, r, i, target, &mut pending, &mut failures)
+                        .await;
+                }
+                Some(destinations) => {
+                    for (topic, partition) in destinations {
+                        let target = (topic, Some(*partition));
+                        if !self
+                            .produce(&producer, r, i, target, &mut pending, &mut failures)
+                            .await
+                        {
+                            break;
+                        }
+                    }
                 }
             }
         }
@@ -320,6 +307,55 @@ impl KafkaService {
         reset |= self.reset_needed.swap(false, Ordering::Relaxed);
         self.reset_if_fatal(&producer, reset);
         self.outcome(records, failures)
+    }
+
+    /// Enqueues record `i` on `target` (topic, and the partition for a sync marker; none:
+    /// by key), then its tombstone if it has one. Returns `false` when it failed (recorded in
+    /// `failures`).
+    async fn produce(
+        &self,
+        producer: &Arc<Producer_>,
+        r: &Record<'_>,
+        i: usize,
+        (topic, partition): (&Arc<str>, Option<i32>),
+        pending: &mut VecDeque<Pending>,
+        failures: &mut [Option<(Failure, Arc<str>)>],
+    ) -> bool {
+        if topic.len() > MAX_TOPIC_LEN {
+            failures[i] = Some((
+                Failure::Fatal(format!(
+                    "topic {topic:?} is longer than Kafka's {MAX_TOPIC_LEN} characters: shorten `topic`"
+                )),
+                topic.clone(),
+            ));
+            return false;
+        }
+        let mut value = FutureRecord::to(topic)
+            .key(r.key)
+            .payload(r.payload)
+            .headers(r.headers.clone());
+        if let Some(p) = partition {
+            value = value.partition(p);
+        }
+        if let Err(e) = self
+            .enqueue(producer, value, i, topic, pending, failures)
+            .await
+        {
+            failures[i] = Some((classify(&e, topic), topic.clone()));
+            return false;
+        }
+        if let Some(headers) = &r.tombstone {
+            let record: FutureRecord<'_, [u8], [u8]> =
+                FutureRecord::to(topic).key(r.key).headers(headers.clone());
+            if let Err(e) = self
+                .enqueue(producer, record, i, topic, pending, failures)
+                .await
+            {
+                failures[i] = Some((classify(&e, topic), topic.clone()));
+                return false;
+            }
+        }
+        true
     }
 
     /// Enqueues one record; on `QueueFull` waits for the oldest outstanding delivery of this
@@ -423,6 +459,43 @@ impl KafkaService {
             failed,
             message,
         })
+    }
+
+    /// Topics and their partition counts from the cluster metadata: of `topic` only, or of
+    /// every topic the brokers list (`None`). Topics the brokers report an error for are
+    /// left out. Bounded by `healthcheck_timeout`.
+    ///
+    /// # Errors
+    /// [`SinkError::Transient`] when the brokers do not answer (or the metadata task fails);
+    /// [`SinkError::Fatal`] for authentication or authorization failures.
+    pub async fn topic_partitions(
+        &self,
+        topic: Option<&str>,
+    ) -> Result<Vec<(String, usize)>, SinkError> {
+        let producer = self.producer();
+        let timeout = self.s.healthcheck_timeout;
+        let wanted = topic.map(str::to_owned);
+        let metadata = tokio::task::spawn_blocking(move || {
+            producer.client().fetch_metadata(wanted.as_deref(), timeout)
+        })
+        .await
+        .map_err(|e| SinkError::transient(&self.s.sink, format!("metadata task: {e}")))?
+        .map_err(|e| match classify(&e, topic.unwrap_or("")) {
+            Failure::Fatal(m) => SinkError::fatal(&self.s.sink, m),
+            _ => SinkError::transient(
+                &self.s.sink,
+                format!(
+                    "metadata request to {} failed: {e}",
+                    self.s.bootstrap_servers
+                ),
+            ),
+        })?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none())
+            .map(|t| (t.name().to_owned(), t.partitions().len()))
+            .collect())
     }
 
     /// Fetches the cluster metadata (brokers reachable, authenticated) and checks that every

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::request::{self, Record};
+use super::request::{self, Record, CLUSTER_SCOPE};
 use super::service::{KafkaService, Properties};
+use crate::message::Placeholder;
 use crate::template::Template;
 use crate::{Message, Sink, SinkError};
 
@@ -15,7 +16,8 @@ use crate::{Message, Sink, SinkError};
 pub const RECORD_OVERHEAD_BYTES: usize = 2048;
 
 /// Produces topology messages to Kafka: record key = message key, headers from
-/// [`Message::headers`], a tombstone after each `deleted` (when `tombstones`). Built by
+/// [`Message::headers`], a tombstone after each `deleted` (when `tombstones`), a sync
+/// marker on every partition of its topics. Built by
 /// [`KafkaConfig::build`](super::KafkaConfig::build).
 pub struct KafkaSink {
     name: String,
@@ -54,6 +56,60 @@ impl KafkaSink {
     pub fn in_flight(&self) -> usize {
         self.service.in_flight()
     }
+
+    /// Every `(topic, partition)` a sync marker goes to: each partition of `topic` (the
+    /// rendered template); or, when the template has `{namespace}` and the marker covers all
+    /// namespaces of a namespaced kind, each partition of every existing topic the template
+    /// renders for the resource with some namespace (none yet: nowhere).
+    ///
+    /// # Errors
+    /// The metadata request's error; [`SinkError::Fatal`] when `topic` does not exist (as a
+    /// message to it would be); [`SinkError::Transient`] when it has no partitions yet.
+    async fn marker_destinations(
+        &self,
+        m: &Message,
+        topic: &Arc<str>,
+    ) -> Result<Vec<(Arc<str>, i32)>, SinkError> {
+        let meta = &m.meta;
+        let every_namespace = self.topics.uses(Placeholder::Namespace)
+            && meta.namespace.is_none()
+            && meta.resource.namespaced;
+        let found: Vec<(String, usize)> = if every_namespace {
+            self.service
+                .topic_partitions(None)
+                .await?
+                .into_iter()
+                .filter(|(name, _)| {
+                    self.topics
+                        .matches(name, meta, Placeholder::Namespace, &[CLUSTER_SCOPE])
+                })
+                .collect()
+        } else {
+            let found = self.service.topic_partitions(Some(topic)).await?;
+            match found.into_iter().find(|(name, _)| **name == **topic) {
+                Some((_, 0)) => {
+                    return Err(SinkError::transient(
+                        &self.name,
+                        format!("topic {topic:?} has no partitions in the metadata yet"),
+                    ))
+                }
+                Some(t) => vec![t],
+                None => {
+                    return Err(SinkError::fatal(
+                        &self.name,
+                        format!("topic {topic:?} does not exist and the brokers do not auto-create it: create it (docs/kafka.md) or fix `topic`"),
+                    ))
+                }
+            }
+        };
+        let mut destinations = Vec::new();
+        for (name, partitions) in found {
+            let name: Arc<str> = name.into();
+            let count = i32::try_from(partitions).unwrap_or(i32::MAX);
+            destinations.extend((0..count).map(|p| (name.clone(), p)));
+        }
+        Ok(destinations)
+    }
 }
 
 #[async_trait]
@@ -62,24 +118,29 @@ impl Sink for KafkaSink {
         &self.name
     }
 
+    /// Produces each message as its records (a sync marker: one per partition of each of its
+    /// topics, found in the cluster metadata) and waits for every delivery report.
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         // Most batches go to one or a few topics: render each once, share it by reference.
         let mut topics: Vec<Arc<str>> = Vec::new();
-        let records: Vec<Record<'_>> = batch
-            .iter()
-            .map(|m| {
-                let rendered = self.topics.render(&m.meta);
-                let topic = match topics.iter().find(|t| ***t == *rendered) {
-                    Some(t) => t.clone(),
-                    None => {
-                        let t: Arc<str> = rendered.into();
-                        topics.push(t.clone());
-                        t
-                    }
-                };
+        let mut records: Vec<Record<'_>> = Vec::with_capacity(batch.len());
+        for m in batch {
+            let rendered = self.topics.render(&m.meta);
+            let topic = match topics.iter().find(|t| ***t == *rendered) {
+                Some(t) => t.clone(),
+                None => {
+                    let t: Arc<str> = rendered.into();
+                    topics.push(t.clone());
+                    t
+                }
+            };
+            records.push(if m.meta.op.is_marker() {
+                let destinations = self.marker_destinations(m, &topic).await?;
+                request::build_marker(m, topic, destinations)
+            } else {
                 request::build(m, topic, self.tombstones)
-            })
-            .collect();
+            });
+        }
         self.service.send(&records).await
     }
 

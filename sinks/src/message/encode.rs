@@ -1,5 +1,6 @@
 //! The payload of topology message v1: field order, the deterministic id and the oversize
-//! forms (metadata-only, then no object). See `docs/message-contract.md`.
+//! forms (metadata-only, then no object), and the sync marker's payload. See
+//! `docs/message-contract.md`.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -13,7 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::{Message, MessageMeta, Op, Resource};
+use super::{Message, MessageMeta, Op, Resource, SYNCED_NAME};
 
 /// A serialized JSON object: the shaped object a message carries, written verbatim into the
 /// payload (so the informer serializes each object once).
@@ -87,13 +88,70 @@ struct Wire<'a> {
     observed_at: &'a str,
 }
 
+/// The end of one list (initial list or relist) of one watch, as a sync marker reports it:
+/// every message of the list was queued before the marker, for every sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Synced {
+    /// The namespace the watch covers; `None` for all namespaces or a cluster-scoped kind.
+    pub namespace: Option<String>,
+    /// Objects the informer knows after the list (the live objects of the watch).
+    pub count: u64,
+    /// The list's resourceVersion (see the informer's `Decider` for how it is obtained).
+    pub resource_version: String,
+    /// `true` when the list emitted every live object (`initial: true` messages): the
+    /// informer had no usable saved state. `false` when it emitted differences only (a relist,
+    /// or a start from saved state), deletes included.
+    pub initial: bool,
+}
+
+/// What a sync marker covers, as its `scope` field says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SyncScope {
+    /// One namespace (the marker's `namespace` field).
+    Namespace,
+    /// Every namespace of a namespaced kind.
+    AllNamespaces,
+    /// A cluster-scoped kind.
+    Cluster,
+}
+
+impl SyncScope {
+    /// The scope of a watch of `resource` in `namespace` (`None`: all, or cluster scope).
+    pub fn of(resource: &Resource, namespace: Option<&str>) -> Self {
+        match (namespace, resource.namespaced) {
+            (Some(_), _) => SyncScope::Namespace,
+            (None, true) => SyncScope::AllNamespaces,
+            (None, false) => SyncScope::Cluster,
+        }
+    }
+}
+
+/// The sync marker's wire form (serde field order is the documented order).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SyncedWire<'a> {
+    id: &'a str,
+    op: Op,
+    cluster: &'a str,
+    api_version: &'a str,
+    kind: &'a str,
+    resource: &'a str,
+    scope: SyncScope,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a str>,
+    count: u64,
+    resource_version: &'a str,
+    initial: bool,
+    observed_at: &'a str,
+}
+
 /// The deterministic message id: 32 lowercase hex digits of XXH3-128 over cluster, group
 /// (empty for core), kind, namespace, name, uid, resourceVersion, op and `finalStateUnknown`,
 /// each followed by a NUL byte. The same change observed again (redelivery, a restart
 /// replaying it) gets the same id.
 pub fn message_id(r: &Resource, c: &Change) -> String {
-    let mut buf = String::with_capacity(160);
-    for part in [
+    id_of(&[
         r.cluster.as_str(),
         r.group.as_str(),
         r.kind.as_str(),
@@ -103,11 +161,35 @@ pub fn message_id(r: &Resource, c: &Change) -> String {
         &c.resource_version,
         c.op.as_str(),
         if c.final_state_unknown { "fsu" } else { "" },
-    ] {
+    ])
+}
+
+/// 32 lowercase hex digits of XXH3-128 over `parts`, each followed by a NUL byte.
+fn id_of(parts: &[&str]) -> String {
+    let mut buf = String::with_capacity(160);
+    for part in parts {
         buf.push_str(part);
         buf.push('\u{0}');
     }
     format!("{:032x}", xxh3_128(buf.as_bytes()))
+}
+
+/// The sync marker's id: 32 lowercase hex digits of XXH3-128 over cluster, group, kind,
+/// namespace (empty for all namespaces), `synced`, the list's resourceVersion, the count and
+/// `initial` (`initial` or empty), each followed by a NUL byte. A redelivered marker has the
+/// same id; two lists that saw the same objects at the same resourceVersion do too (nothing
+/// changed between them, so treating the second as a repeat is right).
+pub fn synced_id(r: &Resource, s: &Synced) -> String {
+    id_of(&[
+        r.cluster.as_str(),
+        r.group.as_str(),
+        r.kind.as_str(),
+        s.namespace.as_deref().unwrap_or(""),
+        Op::Synced.as_str(),
+        &s.resource_version,
+        &s.count.to_string(),
+        if s.initial { "initial" } else { "" },
+    ])
 }
 
 /// RFC 3339 UTC with milliseconds (`2026-11-29T15:54:42.123Z`), the form of `observedAt`.
@@ -165,6 +247,47 @@ pub fn encode(
             resource: resource.clone(),
             namespace: c.namespace.as_deref().map(Into::into),
             name: c.name.as_str().into(),
+        }),
+    })
+}
+
+/// Encodes the sync marker of a list of `resource` (see [`Synced`]), observed at
+/// `observed_at`: op `synced`, key `{cluster}/{group}/{Kind}/{namespace}/%synced` (namespace
+/// empty unless the watch covers one), name [`SYNCED_NAME`], no object.
+///
+/// # Errors
+/// Only if serde_json fails to write, which cannot happen for these plain fields.
+pub fn encode_synced(
+    resource: &Arc<Resource>,
+    s: &Synced,
+    observed_at: &str,
+) -> Result<Message, serde_json::Error> {
+    let r = &**resource;
+    let id = synced_id(r, s);
+    let namespace = s.namespace.as_deref();
+    let payload = serde_json::to_vec(&SyncedWire {
+        id: &id,
+        op: Op::Synced,
+        cluster: &r.cluster,
+        api_version: &r.api_version,
+        kind: &r.kind,
+        resource: &r.plural,
+        scope: SyncScope::of(r, namespace),
+        namespace,
+        count: s.count,
+        resource_version: &s.resource_version,
+        initial: s.initial,
+        observed_at,
+    })?;
+    Ok(Message {
+        key: r.key(namespace, SYNCED_NAME).into(),
+        payload: Bytes::from(payload),
+        meta: Arc::new(MessageMeta {
+            id: id.into(),
+            op: Op::Synced,
+            resource: resource.clone(),
+            namespace: namespace.map(Into::into),
+            name: SYNCED_NAME.into(),
         }),
     })
 }
@@ -345,6 +468,47 @@ mod tests {
         let mut c = a.clone();
         c.final_state_unknown = true;
         assert_ne!(message_id(&r, &a), message_id(&r, &c));
+    }
+
+    #[test]
+    fn a_sync_marker_has_its_scope_count_and_no_object() {
+        let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+        let s = Synced {
+            namespace: None,
+            count: 3,
+            resource_version: "42".into(),
+            initial: true,
+        };
+        let m = encode_synced(&r, &s, "2026-11-30T00:00:00.000Z").unwrap();
+        let v: Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(v["op"], "synced");
+        assert_eq!(v["scope"], "allNamespaces");
+        assert_eq!(
+            (v["count"].as_u64(), v["resourceVersion"].as_str()),
+            (Some(3), Some("42"))
+        );
+        assert!(v.get("object").is_none() && v.get("namespace").is_none());
+        assert_eq!(&*m.key, "prod/core/Pod//%synced");
+        assert_eq!((m.meta.op, &*m.meta.name), (Op::Synced, SYNCED_NAME));
+        assert_eq!(v["id"], synced_id(&r, &s));
+        let one_ns = Synced {
+            namespace: Some("web".into()),
+            ..s.clone()
+        };
+        let m2 = encode_synced(&r, &one_ns, "t").unwrap();
+        let v2: Value = serde_json::from_slice(&m2.payload).unwrap();
+        assert_eq!(
+            (v2["scope"].as_str(), v2["namespace"].as_str()),
+            (Some("namespace"), Some("web"))
+        );
+        assert_ne!(m.meta.id, m2.meta.id);
+        let node = Resource::new("prod", "", "v1", "Node", "nodes", false);
+        assert_eq!(SyncScope::of(&node, None), SyncScope::Cluster);
+        let relist = Synced {
+            initial: false,
+            ..s
+        };
+        assert_ne!(synced_id(&r, &relist), m.meta.id.to_string());
     }
 
     #[test]

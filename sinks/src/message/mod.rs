@@ -5,7 +5,8 @@
 //! - [`Op`], [`MessageMeta`], [`Message`] and the headers (this file): what a sink receives.
 //! - [`Placeholder`] (this file): the routing values destination templates may use.
 //! - [`encode`], [`message_id`], [`truncate`] (`encode.rs`): the JSON payload, the
-//!   deterministic id and the oversize forms.
+//!   deterministic id and the oversize forms; [`encode_synced`] the sync marker (a control
+//!   message, `op: "synced"`, that closes a list).
 //!
 //! A message is built once and shared by every sink (payload and identity are
 //! reference-counted), so fan-out to N sinks does not copy payloads. This module never decides
@@ -19,14 +20,24 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use encode::{encode, message_id, now_rfc3339, truncate, Change, ObjectJson, TruncateLevel};
+pub use encode::{
+    encode, encode_synced, message_id, now_rfc3339, synced_id, truncate, Change, ObjectJson,
+    SyncScope, Synced, TruncateLevel,
+};
 pub use resource::Resource;
 
 /// The `content-type` header value of every kubesink payload: UTF-8 JSON, one topology
 /// message v1 (see `docs/message-contract.md`).
 pub const CONTENT_TYPE_JSON: &str = "application/json";
 
-/// The kind of change a message reports. Serialized lowercase (`added`, `updated`, `deleted`).
+/// The name a sync marker carries in its key and [`MessageMeta::name`], and the token that
+/// stands for `{name}` in its NATS subject. No Kubernetes object can have it (names are DNS
+/// subdomains or path segments without `%`), and no escaped subject token can be it (the
+/// subject escaping writes `%` only as `%XX` with two hex digits; `s` and `y` are not hex).
+pub const SYNCED_NAME: &str = "%synced";
+
+/// The kind of change a message reports. Serialized lowercase (`added`, `updated`,
+/// `deleted`), and `synced` for the sync marker, the one control message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
@@ -36,16 +47,27 @@ pub enum Op {
     Updated,
     /// The object is gone (watch DELETED, or inferred after a relist).
     Deleted,
+    /// Not a change: a sync marker (`pipeline.sync_markers`), sent after every message of a
+    /// list (initial list or relist) of one watch, to every destination of the resource.
+    /// Its payload has no object; see [`Synced`] and `docs/message-contract.md`.
+    Synced,
 }
 
 impl Op {
-    /// The lowercase wire name: `added`, `updated` or `deleted`.
+    /// The lowercase wire name: `added`, `updated`, `deleted` or `synced`.
     pub fn as_str(self) -> &'static str {
         match self {
             Op::Added => "added",
             Op::Updated => "updated",
             Op::Deleted => "deleted",
+            Op::Synced => "synced",
         }
+    }
+
+    /// Whether this is the sync marker (a control message, not a change of an object):
+    /// never coalesced, sent to every partition (Kafka) or to the reserved subject (NATS).
+    pub fn is_marker(self) -> bool {
+        self == Op::Synced
     }
 }
 
@@ -136,9 +158,10 @@ pub struct MessageMeta {
     pub op: Op,
     /// The watched resource, shared by every message of it.
     pub resource: Arc<Resource>,
-    /// Namespace; `None` for cluster-scoped objects.
+    /// Namespace; `None` for cluster-scoped objects. For a sync marker: the namespace its
+    /// watch covers, `None` for a watch of all namespaces or of a cluster-scoped kind.
     pub namespace: Option<Box<str>>,
-    /// Object name.
+    /// Object name; [`SYNCED_NAME`] for a sync marker.
     pub name: Box<str>,
 }
 

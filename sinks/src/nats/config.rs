@@ -257,6 +257,122 @@ impl NatsAuth {
     }
 }
 
+/// What every kubesink NATS connection (the sink's, the state store's) is made of besides
+/// its servers, authentication and TLS.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientSettings<'a> {
+    /// Name used in logs (`sink` field).
+    pub name: &'a str,
+    /// Connection name shown by the server (`connz`).
+    pub connection_name: &'a str,
+    /// Bound on establishing a connection (TCP, TLS, auth).
+    pub connect_timeout: std::time::Duration,
+    /// Bound on one request (JetStream API calls, PubAck waits).
+    pub request_timeout: std::time::Duration,
+    /// Commands the client library may queue while disconnected.
+    pub client_capacity: usize,
+}
+
+/// The problems of a NATS connection's settings serde cannot see, as `(key, message)` with
+/// keys relative to the section (`servers`, `auth`, `auth.password`, `tls.key_file`): no or
+/// invalid server URLs, more than one auth method, user without password, certificate
+/// without key. Shared by the sink and the `[state.nats]` store.
+pub fn connection_problems(
+    servers: &[String],
+    auth: &NatsAuth,
+    tls: &NatsTls,
+) -> Vec<(&'static str, String)> {
+    let mut errs = Vec::new();
+    if servers.is_empty() {
+        errs.push(("servers", "at least one server URL is needed".to_owned()));
+    }
+    for s in servers {
+        if let Err(e) = s.parse::<async_nats::ServerAddr>() {
+            errs.push((
+                "servers",
+                format!("invalid server URL {:?}: {e}", redact_url(s)),
+            ));
+        }
+    }
+    if auth.methods_set() > 1 {
+        errs.push((
+            "auth",
+            "set at most one of user/password, token, nkey_seed, credentials_file".into(),
+        ));
+    }
+    if auth.user.is_some() != auth.password.is_some() {
+        errs.push(("auth.password", "user and password go together".into()));
+    }
+    if tls.cert_file.is_some() != tls.key_file.is_some() {
+        errs.push(("tls.key_file", "cert_file and key_file go together".into()));
+    }
+    errs
+}
+
+/// The parsed server addresses (invalid ones left out: [`connection_problems`] reports them).
+pub fn server_addrs(servers: &[String]) -> Vec<ServerAddr> {
+    servers
+        .iter()
+        .filter_map(|s| s.parse::<ServerAddr>().ok())
+        .collect()
+}
+
+/// The server list for messages: URLs joined by `,`, user info removed.
+pub fn servers_text(servers: &[String]) -> String {
+    servers
+        .iter()
+        .map(|s| redact_url(s))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The client options of a kubesink NATS connection: the shared base (name, timeouts,
+/// bounded client buffer, reconnect forever, connection events logged) with `auth` and `tls`
+/// applied (<https://docs.nats.io/using-nats/developer/connecting>).
+///
+/// # Errors
+/// [`NatsError::File`] when the credentials file cannot be read.
+pub async fn client_options(
+    c: &ClientSettings<'_>,
+    auth: &NatsAuth,
+    tls: &NatsTls,
+) -> Result<async_nats::ConnectOptions, NatsError> {
+    let mut opts = service::base_options(
+        c.name,
+        c.connection_name,
+        c.connect_timeout,
+        c.request_timeout,
+        c.client_capacity,
+    )
+    .require_tls(tls.required);
+    if let (Some(user), Some(pass)) = (&auth.user, &auth.password) {
+        opts = opts.user_and_password(user.clone(), pass.expose().to_owned());
+    }
+    if let Some(token) = &auth.token {
+        opts = opts.token(token.expose().to_owned());
+    }
+    if let Some(seed) = &auth.nkey_seed {
+        opts = opts.nkey(seed.expose().to_owned());
+    }
+    if let Some(path) = &auth.credentials_file {
+        opts = opts
+            .credentials_file(path)
+            .await
+            .map_err(|source| NatsError::File {
+                key: "auth.credentials_file",
+                path: path.display().to_string(),
+                source,
+            })?;
+    }
+    if let Some(ca) = &tls.ca_file {
+        opts = opts.add_root_certificates(ca.clone());
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        opts = opts.add_client_certificate(cert.clone(), key.clone());
+    }
+    Ok(opts)
+}
+
 impl NatsConfig {
     /// Problems serde cannot see, every one found. `index` is the entry's position.
     pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
@@ -269,16 +385,12 @@ impl NatsConfig {
                 message,
             })
         };
-        if self.servers.is_empty() {
-            bad("servers", "at least one server URL is needed".into());
-        }
-        for s in &self.servers {
-            if let Err(e) = s.parse::<async_nats::ServerAddr>() {
-                bad(
-                    "servers",
-                    format!("invalid server URL {:?}: {e}", redact_url(s)),
-                );
-            }
+        let (servers, auth_tls): (Vec<_>, Vec<_>) =
+            connection_problems(&self.servers, &self.auth, &self.tls)
+                .into_iter()
+                .partition(|(key, _)| *key == "servers");
+        for (key, message) in servers {
+            bad(key, message);
         }
         if let Err(e) = subject_template(&self.subject) {
             bad("subject", e.to_string());
@@ -295,17 +407,8 @@ impl NatsConfig {
         if self.client_capacity == 0 {
             bad("client_capacity", "must be at least 1".into());
         }
-        if self.auth.methods_set() > 1 {
-            bad(
-                "auth",
-                "set at most one of user/password, token, nkey_seed, credentials_file".into(),
-            );
-        }
-        if self.auth.user.is_some() != self.auth.password.is_some() {
-            bad("auth.password", "user and password go together".into());
-        }
-        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
-            bad("tls.key_file", "cert_file and key_file go together".into());
+        for (key, message) in auth_tls {
+            bad(key, message);
         }
         if self.mode == NatsMode::Jetstream {
             if self.stream.name.is_empty()
@@ -345,50 +448,24 @@ impl NatsConfig {
 
     /// The server list for messages: URLs joined by `,`, user info removed.
     fn servers_text(&self) -> String {
-        self.servers
-            .iter()
-            .map(|s| redact_url(s))
-            .collect::<Vec<_>>()
-            .join(",")
+        servers_text(&self.servers)
     }
 
     /// The service settings: connection options with auth and TLS, the publishing mode and
     /// its stream setup.
     async fn settings(&self) -> Result<Settings, NatsError> {
-        let mut opts = service::base_options(
-            &self.name,
-            &self.connection_name,
-            self.connect_timeout.get(),
-            self.publish_timeout.get(),
-            self.client_capacity,
+        let opts = client_options(
+            &ClientSettings {
+                name: &self.name,
+                connection_name: &self.connection_name,
+                connect_timeout: self.connect_timeout.get(),
+                request_timeout: self.publish_timeout.get(),
+                client_capacity: self.client_capacity,
+            },
+            &self.auth,
+            &self.tls,
         )
-        .require_tls(self.tls.required);
-        let auth = &self.auth;
-        if let (Some(user), Some(pass)) = (&auth.user, &auth.password) {
-            opts = opts.user_and_password(user.clone(), pass.expose().to_owned());
-        }
-        if let Some(token) = &auth.token {
-            opts = opts.token(token.expose().to_owned());
-        }
-        if let Some(seed) = &auth.nkey_seed {
-            opts = opts.nkey(seed.expose().to_owned());
-        }
-        if let Some(path) = &auth.credentials_file {
-            opts = opts
-                .credentials_file(path)
-                .await
-                .map_err(|source| NatsError::File {
-                    key: "auth.credentials_file",
-                    path: path.display().to_string(),
-                    source,
-                })?;
-        }
-        if let Some(ca) = &self.tls.ca_file {
-            opts = opts.add_root_certificates(ca.clone());
-        }
-        if let (Some(cert), Some(key)) = (&self.tls.cert_file, &self.tls.key_file) {
-            opts = opts.add_client_certificate(cert.clone(), key.clone());
-        }
+        .await?;
         let s = &self.stream;
         let mode = match self.mode {
             NatsMode::Core => Mode::Core,
@@ -413,11 +490,7 @@ impl NatsConfig {
         };
         Ok(Settings {
             sink: self.name.clone(),
-            servers: self
-                .servers
-                .iter()
-                .filter_map(|s| s.parse::<ServerAddr>().ok())
-                .collect(),
+            servers: server_addrs(&self.servers),
             servers_text: self.servers_text(),
             auth_method: self.auth.method(),
             options: opts,

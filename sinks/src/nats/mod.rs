@@ -1,6 +1,8 @@
 //! The NATS sink: core NATS or JetStream (async-nats).
 //!
-//! - `config.rs`: the `[[sinks]]` entry (`type = "nats"`), validation, `build()`.
+//! - `config.rs`: the `[[sinks]]` entry (`type = "nats"`), validation, `build()`, and the
+//!   connection pieces kubesink's other NATS client (the `[state]` store) shares:
+//!   [`client_options`], [`connection_problems`].
 //! - `request.rs`: message → subject (the subject dialect of the shared template engine,
 //!   reversible token escaping) and headers.
 //! - `service.rs`: the connection (reconnect forever, event logs), the stream check or
@@ -24,8 +26,9 @@ mod service;
 mod sink;
 
 pub use config::{
-    NatsAuth, NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls, DEFAULT_SUBJECT,
+    client_options, connection_problems, server_addrs, servers_text, ClientSettings, NatsAuth,
+    NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls, DEFAULT_SUBJECT,
 };
 pub use request::{escape_token, subject_template, unescape_token, EMPTY_TOKEN, SUBJECT};
-pub use service::{redact_url, ConnectFailure, NatsError};
+pub use service::{connect_client, redact_url, ConnectFailure, NatsError};
 pub use sink::NatsSink;

@@ -19,12 +19,17 @@
 //! [`unescape_token`] inverts it. Because every value maps to exactly one token and
 //! placeholders are whole tokens, two objects differing in any placeholder never share a
 //! subject.
+//!
+//! The one reserved token: a sync marker's `{name}` is `%synced` ([`SYNCED_NAME`]), written
+//! verbatim. Escaping only ever writes `%` followed by two hex digits, so no object's subject
+//! can contain it, and [`unescape_token`] refuses it.
 
 use std::fmt::Write as _;
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
+use crate::message::{Placeholder, SYNCED_NAME};
 use crate::template::{Dialect, Template};
 use crate::{Message, SinkError};
 
@@ -70,10 +75,23 @@ pub struct Publish {
     pub payload: Bytes,
 }
 
-/// The publish of `m` on the subject `subjects` renders.
+/// The subject of `m`: the template rendered with escaped values; for a sync marker, with
+/// [`SYNCED_NAME`] (`%synced`) verbatim as the `{name}` token, a token no escaped value can
+/// produce, and `{namespace}` as usual (`_` when the marker covers all namespaces or a
+/// cluster-scoped kind). The marker thus travels on a subject of the same shape as its
+/// resource's objects, and a stream that stores them stores it.
+pub fn subject(m: &Message, subjects: &Template) -> String {
+    if m.meta.op.is_marker() {
+        subjects.render_reserved(&m.meta, Placeholder::Name, SYNCED_NAME)
+    } else {
+        subjects.render(&m.meta)
+    }
+}
+
+/// The publish of `m` on the subject `subjects` renders ([`subject`]).
 pub fn build(m: &Message, subjects: &Template, jetstream: bool) -> Publish {
     Publish {
-        subject: subjects.render(&m.meta),
+        subject: subject(m, subjects),
         headers: headers(m, jetstream),
         payload: m.payload.clone(),
     }
@@ -296,6 +314,29 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), n);
+    }
+
+    #[test]
+    fn a_sync_marker_goes_to_the_reserved_name_token_no_object_can_produce() {
+        let t = default_template();
+        let r = Arc::new(Resource::new("prod-eu-1", "", "v1", "Pod", "pods", true));
+        let s = crate::message::Synced {
+            namespace: None,
+            count: 1,
+            resource_version: "5".into(),
+            initial: true,
+        };
+        let marker = crate::message::encode_synced(&r, &s, "t").unwrap();
+        assert_eq!(
+            subject(&marker, &t),
+            "kubesink.prod-eu-1.core.Pod._.%synced"
+        );
+        assert_eq!(unescape_token("%synced"), None);
+        let mut tok = String::new();
+        escape_token(SYNCED_NAME, &mut tok);
+        assert_eq!(tok, "%25synced", "an object so named would not collide");
+        let h = headers(&marker, true);
+        assert_eq!(h.get("op").map(|v| v.as_str()), Some("synced"));
     }
 
     #[test]

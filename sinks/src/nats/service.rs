@@ -179,6 +179,28 @@ pub fn base_options(
         })
 }
 
+/// Connects once to `servers` with `options` (the client reconnects forever afterwards).
+///
+/// # Errors
+/// [`NatsError::Connect`] naming the servers (`servers_text`, user info removed), the auth
+/// method and what failed.
+pub async fn connect_client(
+    options: ConnectOptions,
+    servers: Vec<ServerAddr>,
+    servers_text: &str,
+    auth_method: &'static str,
+) -> Result<async_nats::Client, NatsError> {
+    options
+        .connect(servers)
+        .await
+        .map_err(|e| NatsError::Connect {
+            servers: servers_text.to_owned(),
+            auth: auth_method,
+            failure: ConnectFailure::from_kind(e.kind()),
+            detail: e.to_string(),
+        })
+}
+
 /// How a connected sink publishes.
 pub enum Mode {
     /// Core NATS: confirmed by `flush()`.
@@ -255,16 +277,7 @@ impl NatsService {
     /// # Errors
     /// [`NatsError::Connect`] or [`NatsError::Stream`].
     pub async fn connect(s: Settings) -> Result<Self, NatsError> {
-        let client = s
-            .options
-            .connect(s.servers)
-            .await
-            .map_err(|e| NatsError::Connect {
-                servers: s.servers_text.clone(),
-                auth: s.auth_method,
-                failure: ConnectFailure::from_kind(e.kind()),
-                detail: e.to_string(),
-            })?;
+        let client = connect_client(s.options, s.servers, &s.servers_text, s.auth_method).await?;
         let publisher = match s.mode {
             Mode::Core => Publisher::Core,
             Mode::JetStream(setup) => {

@@ -25,9 +25,10 @@ impl NatsSink {
         }
     }
 
-    /// The subject a message is published on.
+    /// The subject a message is published on (a sync marker's: see
+    /// [`request::subject`]).
     pub fn subject(&self, m: &Message) -> String {
-        self.subjects.render(&m.meta)
+        request::subject(m, &self.subjects)
     }
 
     /// The underlying client (tests and benches subscribe with it).

@@ -1,0 +1,215 @@
+//! Restart from saved state at scale: messages re-sent, state size and save time.
+//!
+//! A simulated cluster of `BENCH_PODS` pods (default 100,000) is listed by kubesink with a
+//! `file` state store and a counting sink; the acknowledged state is saved (size, pack time,
+//! longest lock of an informer's store, write time: the median of five saves while the
+//! informers run) and kubesink shuts down. While it is down, 100 pods are updated, 100
+//! created and 100 deleted. A second kubesink starts from the state file and every message
+//! it sends is counted, then a third without state, for comparison.
+//!
+//! `cargo bench --bench restart` (prints, asserts nothing about time)
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kubesink::bridge::Bridge;
+use kubesink::config::{ClusterConfig, Config, ResourceConfig, StateBackend, StateConfig};
+use kubesink::sinks::{Message, Sink, SinkError};
+use kubesink::state::SaveReport;
+use kubesink_sim::{SimConfig, Simulator, Workload};
+use serde_json::Value;
+
+/// The allocator of the `kubesink` binary, so the figures are the product's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Counts messages by op (and `initial`), keeps nothing else.
+#[derive(Default)]
+struct Counting {
+    ops: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Counting {
+    fn total(&self) -> u64 {
+        self.ops.lock().unwrap().values().sum()
+    }
+}
+
+#[async_trait]
+impl Sink for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+        let mut ops = self.ops.lock().unwrap();
+        for m in batch {
+            let initial = m.payload.windows(14).any(|w| w == b"\"initial\":true");
+            let fsu = m
+                .payload
+                .windows(24)
+                .any(|w| w == b"\"finalStateUnknown\":true");
+            let label = format!(
+                "{}{}{}",
+                m.meta.op,
+                if initial { " initial" } else { "" },
+                if fsu { " finalStateUnknown" } else { "" }
+            );
+            *ops.entry(label).or_default() += 1;
+        }
+        Ok(())
+    }
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    async fn close(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// Runs a bridge until its list is done and the sink has everything; returns it running.
+async fn run(config: &Config, sink: &Arc<Counting>) -> anyhow::Result<(Bridge, Duration)> {
+    let client = kubesink::cluster::client(&config.cluster).await?;
+    let t = Instant::now();
+    let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
+    let bridge = Bridge::start(config, client, sinks).await?;
+    loop {
+        let synced = bridge
+            .informer_stats()
+            .iter()
+            .all(|(_, s)| s.synced.load(Ordering::Relaxed));
+        let emitted: u64 = bridge
+            .informer_stats()
+            .iter()
+            .map(|(_, s)| s.emitted())
+            .sum();
+        let idle = bridge.pipeline().sinks().iter().all(|h| h.held() == 0);
+        if synced && idle && sink.total() >= emitted {
+            return Ok((bridge, t.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let pods: usize = std::env::var("BENCH_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let sim = Simulator::new(SimConfig::default());
+    sim.start(([127, 0, 0, 1], 0).into()).await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig)?;
+    sim.populate(&Workload {
+        namespaces: 50,
+        pods,
+        seed: 1,
+        ..Default::default()
+    })?;
+    let state_file = dir.path().join("state");
+    let config = Config {
+        cluster: ClusterConfig {
+            name: "bench".into(),
+            kubeconfig: Some(kubeconfig),
+            ..Default::default()
+        },
+        resources: vec![ResourceConfig::new("v1", "Pod")],
+        sinks: vec![],
+        state: StateConfig {
+            backend: StateBackend::File,
+            path: Some(state_file.clone()),
+            interval: kubesink::config::HumanDuration::from_secs(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+
+    // First run: the full initial list, then saves while the informers run.
+    let first = Arc::new(Counting::default());
+    let (bridge, listed) = run(&config, &first).await?;
+    let mut reports: Vec<SaveReport> = Vec::new();
+    for _ in 0..5 {
+        if let Some(r) = bridge.save_state().await {
+            reports.push(r?);
+        }
+    }
+    bridge.shutdown().await;
+    let size = std::fs::metadata(&state_file)?.len();
+
+    // While down: 100 updates, 100 creates, 100 deletes.
+    let objects = sim.objects("v1", "Pod");
+    for o in &objects[..100] {
+        let mut o = o.clone();
+        o["metadata"]["labels"]["restarted"] = Value::from("yes");
+        sim.replace(o)?;
+    }
+    for o in &objects[100..200] {
+        let m = &o["metadata"];
+        sim.delete(
+            "v1",
+            "Pod",
+            m["namespace"].as_str(),
+            m["name"].as_str().unwrap_or_default(),
+        )?;
+    }
+    for i in 0..100 {
+        let mut o = objects[300].clone();
+        if let Some(m) = o["metadata"].as_object_mut() {
+            for k in [
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "managedFields",
+            ] {
+                m.remove(k);
+            }
+            m.insert(
+                "name".into(),
+                Value::from(format!("created-while-down-{i}")),
+            );
+        }
+        sim.create(o)?;
+    }
+
+    // Second run: from the state file.
+    let second = Arc::new(Counting::default());
+    let (bridge, relisted) = run(&config, &second).await?;
+    bridge.shutdown().await;
+    // Third run: without state (as before issue 8).
+    let mut stateless = config.clone();
+    stateless.state = StateConfig::default();
+    let third = Arc::new(Counting::default());
+    let (bridge, _) = run(&stateless, &third).await?;
+    bridge.shutdown().await;
+    sim.shutdown();
+
+    println!("objects: {pods} pods; initial list {listed:.2?}");
+    println!(
+        "state: {size} bytes ({:.1} bytes/object); save (median of {}): pack {:.2?} (longest informer lock {:.2?}), write+fsync+rename {:.2?}",
+        size as f64 / pods as f64,
+        reports.len(),
+        median(reports.iter().map(|r| r.pack).collect()),
+        median(reports.iter().map(|r| r.longest_lock).collect()),
+        median(reports.iter().map(|r| r.write).collect()),
+    );
+    println!(
+        "restart after 100 updates + 100 creates + 100 deletes while down: {} messages {:?} (list {relisted:.2?})",
+        second.total(),
+        second.ops.lock().unwrap()
+    );
+    println!(
+        "the same restart without state: {} messages {:?}",
+        third.total(),
+        third.ops.lock().unwrap()
+    );
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! The decider's restart behaviour, without a server: starting from saved state (the first
+//! list is a relist), the acknowledged state it keeps, and the sync markers it leaves.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use kubesink_sinks::message::encode;
+use kubesink_sinks::{Op, Resource};
+
+use super::tests::{decider, obj, pod, summary, synced, U1, U2};
+use super::{Decider, Event, Phase};
+use crate::config::ResourceConfig;
+use crate::informer::payload::Shaper;
+use crate::informer::store::LightStore;
+use crate::informer::tracked::{acknowledged_keys, TrackedStore};
+
+/// A copy of `d`'s store, as a state snapshot would carry it.
+fn saved(d: &Decider) -> LightStore {
+    let store = d.store();
+    let table = store.namespace_table().to_vec();
+    let mut copy = LightStore::new();
+    store.for_each(|ns, name, facts| {
+        let id = copy.intern(Some(&table[ns as usize]));
+        copy.restore(id, name, &facts);
+    });
+    copy
+}
+
+fn over(store: Arc<TrackedStore>, restored: bool) -> Decider {
+    let res = ResourceConfig::new("v1", "Pod");
+    let resource = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+    let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
+    Decider::with_store(
+        resource,
+        "all namespaces".into(),
+        shaper,
+        true,
+        store,
+        restored,
+        Arc::default(),
+    )
+}
+
+fn restored(store: LightStore) -> Decider {
+    over(TrackedStore::new(store, false), true)
+}
+
+#[test]
+fn a_restored_store_makes_the_first_list_emit_only_differences_never_initial() {
+    let before = synced(&[
+        pod("same", U1, 1, "v1"),
+        pod("changed", U1, 2, "v1"),
+        pod("gone", U1, 3, "v1"),
+        pod("recreated", U1, 4, "v1"),
+    ]);
+    let mut d = restored(saved(&before));
+    assert_eq!(d.stats().objects.load(Ordering::Relaxed), 4);
+    d.on_event(Event::ListStart).unwrap();
+    assert!(
+        matches!(d.phase(), Phase::Relist { .. }),
+        "not an initial list"
+    );
+    let mut out = Vec::new();
+    for p in [
+        pod("same", U1, 9, "v1"), // only the resourceVersion moved: nothing
+        pod("changed", U1, 10, "v2"),
+        pod("new", U1, 11, "v1"),
+        pod("recreated", U2, 12, "v1"),
+    ] {
+        out.extend(d.on_event(Event::Listed(obj(&p))).unwrap());
+    }
+    out.extend(d.on_event(Event::ListDone { sweep: true }).unwrap());
+    assert_eq!(
+        summary(&out),
+        [
+            (Op::Updated, "changed", false, false),
+            (Op::Added, "new", false, false),
+            (Op::Deleted, "recreated", false, true),
+            (Op::Added, "recreated", false, false),
+            (Op::Deleted, "gone", false, true),
+        ]
+    );
+    assert_eq!(out[4].resource_version, "3", "the last state known");
+    assert!(d.stats().synced.load(Ordering::Relaxed));
+    assert_eq!(d.store().len(), 4);
+}
+
+#[test]
+fn an_empty_restored_store_still_lists_without_initial() {
+    let mut d = restored(LightStore::new());
+    d.on_event(Event::ListStart).unwrap();
+    let c = d
+        .on_event(Event::Listed(obj(&pod("a", U1, 1, "v1"))))
+        .unwrap();
+    assert_eq!(summary(&c), [(Op::Added, "a", false, false)]);
+}
+
+#[test]
+fn sync_markers_close_each_list_with_its_count_and_whether_it_was_complete() {
+    let mut d = decider(ResourceConfig::new("v1", "Pod")).with_sync_markers(None);
+    d.on_event(Event::ListStart).unwrap();
+    for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+        d.on_event(Event::Listed(obj(&pod(name, U1, 10 + i as u64, "v1"))))
+            .unwrap();
+        assert_eq!(d.take_synced(), None, "only at the end of a list");
+    }
+    d.on_event(Event::ListDone { sweep: true }).unwrap();
+    let m = d.take_synced().expect("a marker after the initial list");
+    assert_eq!(
+        (m.count, m.resource_version.as_str(), m.initial, m.namespace),
+        (3, "12", true, None)
+    );
+    assert_eq!(d.take_synced(), None, "taken once");
+    d.on_event(Event::Applied(obj(&pod("d", U1, 13, "v1"))))
+        .unwrap();
+    assert_eq!(d.take_synced(), None, "watch events leave none");
+    // A relist that misses b: the sweep deletes it, and the marker counts what is left.
+    d.on_event(Event::ListStart).unwrap();
+    for (name, rv) in [("a", 10), ("c", 12), ("d", 13)] {
+        d.on_event(Event::Listed(obj(&pod(name, U1, rv, "v1"))))
+            .unwrap();
+    }
+    d.note_list_resource_version("20");
+    let sweep = d.on_event(Event::ListDone { sweep: true }).unwrap();
+    assert_eq!(summary(&sweep), [(Op::Deleted, "b", false, true)]);
+    let m = d.take_synced().unwrap();
+    assert_eq!(
+        (m.count, m.resource_version.as_str(), m.initial),
+        (3, "20", false)
+    );
+    // Without markers, nothing.
+    let mut plain = synced(&[pod("a", U1, 1, "v1")]);
+    assert_eq!(plain.take_synced(), None);
+    // From saved state: differences only, so not a complete list.
+    let mut r = restored(saved(&plain)).with_sync_markers(Some("ns".into()));
+    r.on_event(Event::ListStart).unwrap();
+    r.on_event(Event::ListDone { sweep: true }).unwrap();
+    let m = r.take_synced().unwrap();
+    assert_eq!(
+        (m.count, m.initial, m.namespace.as_deref()),
+        (0, false, Some("ns"))
+    );
+}
+
+#[test]
+fn the_acknowledged_state_follows_only_settled_changes() {
+    let store = TrackedStore::new(LightStore::new(), true);
+    let mut d = over(store.clone(), false);
+    let mut acks = Vec::new();
+    fn emit(d: &mut Decider, ev: Event<'_>, acks: &mut Vec<crate::pipeline::Ack>) {
+        let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+        for c in d.on_event(ev).unwrap() {
+            let msg = encode(&r, &c, "2026-11-30T00:00:00.000Z").unwrap();
+            acks.push(d.ack(&msg, 2).unwrap());
+        }
+    }
+    emit(&mut d, Event::ListStart, &mut acks);
+    emit(
+        &mut d,
+        Event::Listed(obj(&pod("a", U1, 1, "v1"))),
+        &mut acks,
+    );
+    emit(
+        &mut d,
+        Event::Listed(obj(&pod("b", U1, 2, "v1"))),
+        &mut acks,
+    );
+    emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
+    assert_eq!(acknowledged_keys(&store), [], "nothing confirmed yet");
+    for a in acks.drain(..) {
+        a.settle();
+        a.settle(); // both sinks
+    }
+    let ack = |name: &str, rv: &str| ("ns".to_owned(), name.to_owned(), rv.to_owned());
+    assert_eq!(acknowledged_keys(&store), [ack("a", "1"), ack("b", "2")]);
+    // An update and a delete in flight: the acknowledged state keeps the confirmed facts.
+    emit(
+        &mut d,
+        Event::Applied(obj(&pod("a", U1, 3, "v2"))),
+        &mut acks,
+    );
+    emit(
+        &mut d,
+        Event::Deleted(obj(&pod("b", U1, 4, "v1"))),
+        &mut acks,
+    );
+    assert_eq!(acknowledged_keys(&store), [ack("a", "1"), ack("b", "2")]);
+    assert_eq!(store.outstanding(), 2);
+    for a in acks.drain(..) {
+        a.settle();
+    }
+    assert_eq!(
+        acknowledged_keys(&store),
+        [ack("a", "1"), ack("b", "2")],
+        "one sink of two"
+    );
+    let update = d
+        .on_event(Event::Applied(obj(&pod("a", U1, 5, "v3"))))
+        .unwrap();
+    assert_eq!(update.len(), 1);
+    d.abandon(&update[0]); // never published
+    assert_eq!(
+        store.outstanding(),
+        2,
+        "a still has its earlier change outstanding"
+    );
+    // A relist sweep is a change too.
+    emit(&mut d, Event::ListStart, &mut acks);
+    emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
+    assert_eq!(acknowledged_keys(&store), [ack("a", "1"), ack("b", "2")]);
+    assert_eq!(store.outstanding(), 2);
+}

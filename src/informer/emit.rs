@@ -1,0 +1,53 @@
+//! Emitting what the decider returned: each change encoded once into topology message v1
+//! (`kubesink_sinks::message`) and published to every sink with its acknowledgement handle,
+//! then the list's sync marker, if the event ended a list.
+//!
+//! Owns the order "a list's changes, then its marker" on the publishing side (the queues
+//! keep it, see `pipeline/queue.rs`). Never decides what to emit, and never holds an object
+//! after publishing it.
+
+use std::sync::Arc;
+
+use kubesink_sinks::message::{encode, encode_synced, now_rfc3339, Change};
+use kubesink_sinks::Resource;
+
+use super::decide::Decider;
+use crate::pipeline::Publisher;
+
+/// Publishes `changes` (from one `Decider::on_event`) in order, then the sync marker the
+/// event produced, if any. Returns `false` when the pipeline is shutting down (the informer
+/// stops); the changes not published stay unacknowledged. (Cancelling the informer drops
+/// this future: the same.)
+pub(super) async fn publish(
+    decider: &mut Decider,
+    resource: &Arc<Resource>,
+    changes: Vec<Change>,
+    publisher: &Publisher,
+) -> bool {
+    for change in changes {
+        let msg = match encode(resource, &change, &now_rfc3339()) {
+            Ok(m) => m,
+            Err(e) => {
+                let key = resource.key(change.namespace.as_deref(), &change.name);
+                tracing::error!(%key, error = %e, "encoding the message failed; change skipped");
+                decider.abandon(&change);
+                continue;
+            }
+        };
+        let ack = decider.ack(&msg, publisher.sinks());
+        if !publisher.publish_acked(msg, ack).await {
+            return false;
+        }
+    }
+    let Some(synced) = decider.take_synced() else {
+        return true;
+    };
+    let msg = match encode_synced(resource, &synced, &now_rfc3339()) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!(error = %e, "encoding the sync marker failed; marker skipped");
+            return true;
+        }
+    };
+    publisher.publish(msg).await
+}

@@ -1,0 +1,136 @@
+//! What the store remembers of one object (uid, resourceVersion, fingerprint), in the store's
+//! compact form but outside its table: the acknowledged state keeps these for keys with
+//! unacknowledged changes, and the state snapshot writes and reads them.
+//!
+//! Owns the compact encodings' two cases (a UUID uid as 16 bytes or its text; a decimal
+//! resourceVersion as a `u64` or its text). Never renders or parses more than it is asked to:
+//! the common case (UUID, decimal) stays in bytes and integers.
+
+use std::borrow::Cow;
+
+use uuid::Uuid;
+
+use super::store::{decimal_rv, uuid_bytes};
+
+/// A uid: 16 bytes when it is a canonical lowercase UUID (what the API server issues), else
+/// its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Uid<'a> {
+    /// A canonical UUID.
+    Uuid([u8; 16]),
+    /// Any other text.
+    Text(Cow<'a, str>),
+}
+
+/// A resourceVersion: a `u64` when decimal and rendering back identically (etcd-backed
+/// servers), else its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rv<'a> {
+    /// A decimal resourceVersion.
+    Number(u64),
+    /// Any other text (opaque, as the API conventions allow).
+    Text(Cow<'a, str>),
+}
+
+/// One object's facts: uid, resourceVersion and the fingerprint of its emitted payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts<'a> {
+    /// The uid.
+    pub uid: Uid<'a>,
+    /// The last resourceVersion seen.
+    pub rv: Rv<'a>,
+    /// XXH3-64 of the emitted payload (see `payload::fingerprint`).
+    pub fingerprint: u64,
+}
+
+impl<'a> Uid<'a> {
+    /// The compact form of `uid`.
+    pub fn parse(uid: &'a str) -> Self {
+        match uuid_bytes(uid) {
+            Some(b) => Uid::Uuid(b),
+            None => Uid::Text(Cow::Borrowed(uid)),
+        }
+    }
+
+    /// The uid as the API server wrote it.
+    pub fn render(&self) -> String {
+        match self {
+            Uid::Uuid(b) => Uuid::from_bytes(*b).hyphenated().to_string(),
+            Uid::Text(t) => t.to_string(),
+        }
+    }
+
+    /// An owned copy.
+    pub fn into_owned(self) -> Uid<'static> {
+        match self {
+            Uid::Uuid(b) => Uid::Uuid(b),
+            Uid::Text(t) => Uid::Text(Cow::Owned(t.into_owned())),
+        }
+    }
+}
+
+impl<'a> Rv<'a> {
+    /// The compact form of `rv`.
+    pub fn parse(rv: &'a str) -> Self {
+        match decimal_rv(rv) {
+            Some(n) => Rv::Number(n),
+            None => Rv::Text(Cow::Borrowed(rv)),
+        }
+    }
+
+    /// The resourceVersion as the API server wrote it.
+    pub fn render(&self) -> String {
+        match self {
+            Rv::Number(n) => n.to_string(),
+            Rv::Text(t) => t.to_string(),
+        }
+    }
+
+    /// An owned copy.
+    pub fn into_owned(self) -> Rv<'static> {
+        match self {
+            Rv::Number(n) => Rv::Number(n),
+            Rv::Text(t) => Rv::Text(Cow::Owned(t.into_owned())),
+        }
+    }
+}
+
+impl Facts<'_> {
+    /// Facts from the texts the API server wrote (compacted where possible).
+    pub fn from_text(uid: &str, rv: &str, fingerprint: u64) -> Facts<'static> {
+        Facts {
+            uid: Uid::parse(uid).into_owned(),
+            rv: Rv::parse(rv).into_owned(),
+            fingerprint,
+        }
+    }
+
+    /// An owned copy.
+    pub fn into_owned(self) -> Facts<'static> {
+        Facts {
+            uid: self.uid.into_owned(),
+            rv: self.rv.into_owned(),
+            fingerprint: self.fingerprint,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_forms_round_trip_and_odd_texts_stay_text() {
+        let u = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
+        assert!(matches!(Uid::parse(u), Uid::Uuid(_)));
+        assert_eq!(Uid::parse(u).render(), u);
+        let upper = u.to_uppercase();
+        assert!(matches!(Uid::parse(&upper), Uid::Text(_)));
+        assert_eq!(Uid::parse(&upper).render(), upper);
+        assert_eq!(Rv::parse("42"), Rv::Number(42));
+        assert!(matches!(Rv::parse("007"), Rv::Text(_)));
+        assert_eq!(Rv::parse("007").render(), "007");
+        let f = Facts::from_text("x", "abc", 7);
+        assert_eq!((f.uid.render(), f.rv.render()), ("x".into(), "abc".into()));
+    }
+}

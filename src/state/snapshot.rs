@@ -1,0 +1,488 @@
+//! The state snapshot: a versioned binary file holding, per watch, the acknowledged
+//! lightweight store in its packed form. Owns the byte layout, its checks and the reasons a
+//! part is unusable; never decides what to do about them (`mod.rs` does) and never does I/O.
+//!
+//! # Layout (format version 1)
+//!
+//! Integers are little-endian; `uvar` is an unsigned LEB128 integer; `str` is a `uvar` length
+//! and UTF-8 bytes.
+//!
+//! ```text
+//! file    := "KSNKSTAT" version:u32 header_len:u32 header_xxh3:u64 header section*
+//! header  := cluster:str written_at_ms:u64 sections:u32
+//! section := body_len:u64 body_xxh3:u64 body
+//! body    := identity:str selection:u64 list_rv:str
+//!            namespaces:uvar namespace:str*  entries:uvar entry*
+//! entry   := namespace_index:uvar name:str flags:u8
+//!            uid:(16 bytes | str if flags&1) rv:(uvar | str if flags&2) fingerprint:u64
+//! ```
+//!
+//! Each part carries its own XXH3-64 checksum, so truncation or corruption costs only the
+//! parts it touches: a damaged header makes the whole file unusable, a damaged section only
+//! its watch. `identity` is `{group}/{Kind}/{namespace}`; `selection` the watch's selection
+//! fingerprint (`WatchPlan::selection`). About 65 bytes per object with pod-like names.
+
+use std::str;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::informer::{Acknowledged, Facts, LightStore, Rv, Uid};
+
+/// The file's first eight bytes.
+pub const MAGIC: &[u8; 8] = b"KSNKSTAT";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+const UID_TEXT: u8 = 1;
+const RV_TEXT: u8 = 2;
+
+/// Why a snapshot, or one of its sections, cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    /// Not a kubesink state file.
+    #[error("not a kubesink state file (magic bytes {found:?})")]
+    BadMagic {
+        /// The first bytes found.
+        found: Vec<u8>,
+    },
+    /// Written by a kubesink with another format.
+    #[error("state format version {found}, this kubesink reads version {FORMAT_VERSION}")]
+    Version {
+        /// The version in the file.
+        found: u32,
+    },
+    /// Shorter than it says.
+    #[error("truncated {part}: {needed} bytes needed, {available} left")]
+    Truncated {
+        /// `header` or `section N`.
+        part: String,
+        /// Bytes the part declares.
+        needed: u64,
+        /// Bytes there are.
+        available: u64,
+    },
+    /// The checksum does not match: the bytes were changed.
+    #[error("corrupt {part}: checksum mismatch")]
+    Corrupt {
+        /// `header` or `section N`.
+        part: String,
+    },
+    /// The checksum matched but the content does not parse (another writer's bug).
+    #[error("malformed {part}: {what}")]
+    Malformed {
+        /// `header` or `section N`.
+        part: String,
+        /// What could not be read.
+        what: String,
+    },
+}
+
+/// Writes a snapshot: [`Writer::new`], [`Writer::section`] per watch, [`Writer::finish`].
+pub struct Writer {
+    buf: Vec<u8>,
+    header_start: usize,
+    sections: u32,
+}
+
+impl Writer {
+    /// A snapshot of cluster `cluster`, written at `written_at_ms` (milliseconds since the
+    /// Unix epoch; informational).
+    pub fn new(cluster: &str, written_at_ms: u64) -> Self {
+        let mut buf = Vec::with_capacity(1 << 16);
+        buf.extend_from_slice(MAGIC);
+        buf.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        buf.extend_from_slice(&[0; 12]); // header length and checksum, patched by finish
+        let header_start = buf.len();
+        put_str(&mut buf, cluster);
+        buf.extend_from_slice(&written_at_ms.to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes()); // section count, patched by finish
+        Writer {
+            buf,
+            header_start,
+            sections: 0,
+        }
+    }
+
+    /// Appends one watch's acknowledged state. Returns the number of objects written.
+    pub fn section(&mut self, identity: &str, selection: u64, state: &Acknowledged<'_>) -> u64 {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&[0; 16]); // body length and checksum, patched below
+        let body = self.buf.len();
+        let b = &mut self.buf;
+        put_str(b, identity);
+        b.extend_from_slice(&selection.to_le_bytes());
+        put_str(b, state.list_resource_version());
+        let namespaces = state.namespaces();
+        put_uvar(b, namespaces.len() as u64);
+        for ns in namespaces {
+            put_str(b, ns);
+        }
+        let count_at = b.len();
+        b.extend_from_slice(&[0; 10]); // entry count, a fixed-width uvar patched below
+        let mut count = 0u64;
+        state.for_each(|ns, name, facts| {
+            count += 1;
+            put_entry(b, ns, name, facts);
+        });
+        put_uvar_fixed(&mut b[count_at..count_at + 10], count);
+        let len = (self.buf.len() - body) as u64;
+        let sum = xxh3_64(&self.buf[body..]);
+        self.buf[start..start + 8].copy_from_slice(&len.to_le_bytes());
+        self.buf[start + 8..start + 16].copy_from_slice(&sum.to_le_bytes());
+        self.sections += 1;
+        count
+    }
+
+    /// The finished file.
+    pub fn finish(mut self) -> Vec<u8> {
+        let end = self.header_start + header_len(&self.buf[self.header_start..]);
+        self.buf[end - 4..end].copy_from_slice(&self.sections.to_le_bytes());
+        let len = (end - self.header_start) as u32;
+        let sum = xxh3_64(&self.buf[self.header_start..end]);
+        self.buf[12..16].copy_from_slice(&len.to_le_bytes());
+        self.buf[16..24].copy_from_slice(&sum.to_le_bytes());
+        self.buf
+    }
+}
+
+/// The length of a header body at the start of `b` (cluster str, u64, u32).
+fn header_len(b: &[u8]) -> usize {
+    let mut r = Reader::new(b, "header");
+    let _ = r.str();
+    r.pos + 12
+}
+
+fn put_entry(b: &mut Vec<u8>, ns: u32, name: &str, facts: &Facts<'_>) {
+    put_uvar(b, u64::from(ns));
+    put_str(b, name);
+    let flags = match (&facts.uid, &facts.rv) {
+        (Uid::Uuid(_), Rv::Number(_)) => 0,
+        (Uid::Text(_), Rv::Number(_)) => UID_TEXT,
+        (Uid::Uuid(_), Rv::Text(_)) => RV_TEXT,
+        (Uid::Text(_), Rv::Text(_)) => UID_TEXT | RV_TEXT,
+    };
+    b.push(flags);
+    match &facts.uid {
+        Uid::Uuid(bytes) => b.extend_from_slice(bytes),
+        Uid::Text(t) => put_str(b, t),
+    }
+    match &facts.rv {
+        Rv::Number(n) => put_uvar(b, *n),
+        Rv::Text(t) => put_str(b, t),
+    }
+    b.extend_from_slice(&facts.fingerprint.to_le_bytes());
+}
+
+fn put_uvar(b: &mut Vec<u8>, mut n: u64) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            b.push(byte);
+            return;
+        }
+        b.push(byte | 0x80);
+    }
+}
+
+/// `n` as a LEB128 integer padded to exactly `out.len()` (10) bytes.
+fn put_uvar_fixed(out: &mut [u8], mut n: u64) {
+    let last = out.len() - 1;
+    for (i, slot) in out.iter_mut().enumerate() {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        *slot = if i == last { byte } else { byte | 0x80 };
+    }
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    put_uvar(b, s.len() as u64);
+    b.extend_from_slice(s.as_bytes());
+}
+
+/// A parsed snapshot: the header, and each section checked but not yet decoded.
+#[derive(Debug)]
+pub struct Snapshot<'a> {
+    /// `cluster.name` of the kubesink that wrote it.
+    pub cluster: String,
+    /// When it was written, milliseconds since the Unix epoch.
+    pub written_at_ms: u64,
+    /// Sections the header announces.
+    pub announced: u32,
+    /// The sections found, in file order.
+    pub sections: Vec<Result<Section<'a>, Damaged>>,
+}
+
+/// A section whose checksum matched.
+#[derive(Debug)]
+pub struct Section<'a> {
+    /// `{group}/{Kind}/{namespace}` of the watch.
+    pub identity: String,
+    /// The watch's selection fingerprint when it was saved.
+    pub selection: u64,
+    /// The resourceVersion of the watch's last completed list.
+    pub list_resource_version: String,
+    part: String,
+    rest: &'a [u8],
+}
+
+/// A section that cannot be used.
+#[derive(Debug)]
+pub struct Damaged {
+    /// Its identity, if still readable (unverified: the bytes failed their check).
+    pub identity: Option<String>,
+    /// Why.
+    pub error: SnapshotError,
+}
+
+/// Parses a snapshot's header and checks each section.
+///
+/// # Errors
+/// [`SnapshotError`] when the header is unusable (magic, version, truncation, checksum):
+/// then no part of the file can be trusted.
+pub fn parse(bytes: &[u8]) -> Result<Snapshot<'_>, SnapshotError> {
+    let truncated = |needed: usize| SnapshotError::Truncated {
+        part: "header".into(),
+        needed: needed as u64,
+        available: bytes.len() as u64,
+    };
+    if bytes.len() < 8 || &bytes[..8] != MAGIC {
+        if bytes.len() < 8 && MAGIC.starts_with(bytes) {
+            return Err(truncated(8));
+        }
+        return Err(SnapshotError::BadMagic {
+            found: bytes.iter().take(8).copied().collect(),
+        });
+    }
+    if bytes.len() < 24 {
+        return Err(truncated(24));
+    }
+    let found = u32_at(bytes, 8);
+    if found != FORMAT_VERSION {
+        return Err(SnapshotError::Version { found });
+    }
+    let header_len = u32_at(bytes, 12) as usize;
+    let header_sum = u64_at(bytes, 16);
+    let header = bytes
+        .get(24..24 + header_len)
+        .ok_or(truncated(24 + header_len))?;
+    if xxh3_64(header) != header_sum {
+        return Err(SnapshotError::Corrupt {
+            part: "header".into(),
+        });
+    }
+    let mut r = Reader::new(header, "header");
+    let cluster = r.str()?.to_owned();
+    let written_at_ms = r.u64()?;
+    let announced = r.u32()?;
+    let mut sections = Vec::new();
+    let mut at = 24 + header_len;
+    while at < bytes.len() {
+        let part = format!("section {}", sections.len() + 1);
+        let Some(head) = bytes.get(at..at + 16) else {
+            sections.push(Err(Damaged {
+                identity: None,
+                error: SnapshotError::Truncated {
+                    part,
+                    needed: 16,
+                    available: (bytes.len() - at) as u64,
+                },
+            }));
+            break;
+        };
+        let len = u64_at(head, 0);
+        let sum = u64_at(head, 8);
+        let start = at + 16;
+        let available = (bytes.len() - start) as u64;
+        if len > available {
+            let body = &bytes[start..];
+            sections.push(Err(Damaged {
+                identity: Reader::new(body, &part).str().ok().map(str::to_owned),
+                error: SnapshotError::Truncated {
+                    part,
+                    needed: len,
+                    available,
+                },
+            }));
+            break;
+        }
+        // `len <= available`, which fits in memory, so it fits in usize.
+        let end = start + len as usize;
+        let body = &bytes[start..end];
+        at = end;
+        if xxh3_64(body) != sum {
+            let identity = Reader::new(body, &part).str().ok().map(str::to_owned);
+            sections.push(Err(Damaged {
+                identity,
+                error: SnapshotError::Corrupt { part },
+            }));
+            continue;
+        }
+        sections.push(Section::parse(body, part).map_err(|error| Damaged {
+            identity: None,
+            error,
+        }));
+    }
+    Ok(Snapshot {
+        cluster,
+        written_at_ms,
+        announced,
+        sections,
+    })
+}
+
+impl<'a> Section<'a> {
+    fn parse(body: &'a [u8], part: String) -> Result<Self, SnapshotError> {
+        let mut r = Reader::new(body, &part);
+        let identity = r.str()?.to_owned();
+        let selection = r.u64()?;
+        let list_resource_version = r.str()?.to_owned();
+        let rest = &body[r.pos..];
+        Ok(Section {
+            identity,
+            selection,
+            list_resource_version,
+            part,
+            rest,
+        })
+    }
+
+    /// Decodes the entries into a store.
+    ///
+    /// # Errors
+    /// [`SnapshotError::Malformed`] when the (checksummed) bytes do not parse.
+    pub fn store(&self) -> Result<LightStore, SnapshotError> {
+        let mut r = Reader::new(self.rest, &self.part);
+        let mut store = LightStore::new();
+        let namespaces = r.uvar()?;
+        let mut ids = Vec::new();
+        for _ in 0..namespaces {
+            let ns = r.str()?;
+            ids.push(store.intern(Some(ns)));
+        }
+        let entries = r.uvar()?;
+        for _ in 0..entries {
+            let ns = r.uvar()?;
+            let id = usize::try_from(ns)
+                .ok()
+                .and_then(|i| ids.get(i))
+                .copied()
+                .ok_or_else(|| r.malformed(format!("namespace index {ns} out of range")))?;
+            let name = r.str()?;
+            let flags = r.byte()?;
+            let uid = if flags & UID_TEXT == 0 {
+                Uid::Uuid(r.bytes16()?)
+            } else {
+                Uid::Text(r.str()?.into())
+            };
+            let rv = if flags & RV_TEXT == 0 {
+                Rv::Number(r.uvar()?)
+            } else {
+                Rv::Text(r.str()?.into())
+            };
+            let fingerprint = r.u64()?;
+            store.restore(
+                id,
+                name,
+                &Facts {
+                    uid,
+                    rv,
+                    fingerprint,
+                },
+            );
+        }
+        if r.pos != self.rest.len() {
+            return Err(r.malformed(format!(
+                "{} bytes after the last entry",
+                self.rest.len() - r.pos
+            )));
+        }
+        Ok(store)
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// A cursor over checked bytes; every read fails with [`SnapshotError::Malformed`] rather
+/// than panicking.
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+    part: &'a str,
+}
+
+impl<'a> Reader<'a> {
+    fn new(b: &'a [u8], part: &'a str) -> Self {
+        Reader { b, pos: 0, part }
+    }
+
+    fn malformed(&self, what: String) -> SnapshotError {
+        SnapshotError::Malformed {
+            part: self.part.to_owned(),
+            what,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+        let end = self.pos.checked_add(n).filter(|e| *e <= self.b.len());
+        let Some(end) = end else {
+            return Err(self.malformed(format!("{n} bytes needed at offset {}", self.pos)));
+        };
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn byte(&mut self) -> Result<u8, SnapshotError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, SnapshotError> {
+        Ok(u32_at(self.take(4)?, 0))
+    }
+
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        Ok(u64_at(self.take(8)?, 0))
+    }
+
+    fn bytes16(&mut self) -> Result<[u8; 16], SnapshotError> {
+        let mut a = [0; 16];
+        a.copy_from_slice(self.take(16)?);
+        Ok(a)
+    }
+
+    fn uvar(&mut self) -> Result<u64, SnapshotError> {
+        let mut n = 0u64;
+        for shift in (0..70).step_by(7) {
+            let byte = self.byte()?;
+            if shift == 63 && byte > 1 {
+                break;
+            }
+            n |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(n);
+            }
+        }
+        Err(self.malformed(format!("integer too long at offset {}", self.pos)))
+    }
+
+    fn str(&mut self) -> Result<&'a str, SnapshotError> {
+        let len = self.uvar()?;
+        let len = usize::try_from(len).map_err(|_| self.malformed("string too long".into()))?;
+        let bytes = self.take(len)?;
+        str::from_utf8(bytes).map_err(|e| self.malformed(format!("string not UTF-8: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests;

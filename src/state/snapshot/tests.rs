@@ -1,0 +1,149 @@
+//! The snapshot format's tests: round trip, and damage to the header or to one section.
+
+use super::*;
+use crate::informer::TrackedStore;
+
+const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
+
+fn store(n: usize) -> std::sync::Arc<TrackedStore> {
+    let mut s = LightStore::new();
+    s.begin_list();
+    for i in 0..n {
+        s.observe(
+            Some(&format!("ns-{}", i % 3)),
+            &format!("pod-{i}"),
+            U1,
+            &(1000 + i).to_string(),
+            i as u64,
+        );
+    }
+    s.observe(None, "odd", "not-a-uuid", "rv-x", 99);
+    TrackedStore::new(s, true)
+}
+
+fn file(sections: &[(&str, u64, usize)]) -> Vec<u8> {
+    let mut w = Writer::new("prod", 1_700_000_000_000);
+    for (id, sel, n) in sections {
+        let s = store(*n);
+        s.lock().list_resource_version = "777".into();
+        s.acknowledged(|a| w.section(id, *sel, a));
+    }
+    w.finish()
+}
+
+fn keys(s: &LightStore) -> Vec<(Option<String>, String)> {
+    s.keys()
+}
+
+#[test]
+fn a_snapshot_round_trips_every_section_and_entry() {
+    let bytes = file(&[("core/Pod/", 7, 100), ("core/Node/", 8, 0)]);
+    let snap = parse(&bytes).unwrap();
+    assert_eq!(
+        (snap.cluster.as_str(), snap.written_at_ms, snap.announced),
+        ("prod", 1_700_000_000_000, 2)
+    );
+    assert_eq!(snap.sections.len(), 2);
+    let pods = snap.sections[0].as_ref().unwrap();
+    assert_eq!(
+        (
+            pods.identity.as_str(),
+            pods.selection,
+            pods.list_resource_version.as_str()
+        ),
+        ("core/Pod/", 7, "777")
+    );
+    let restored = pods.store().unwrap();
+    let original = store(100);
+    assert_eq!(keys(&restored), original.lock().store.keys());
+    let want = original
+        .lock()
+        .store
+        .get(Some("ns-1"), "pod-4")
+        .map(Facts::into_owned);
+    assert_eq!(
+        restored.get(Some("ns-1"), "pod-4").map(Facts::into_owned),
+        want
+    );
+    let odd = restored.get(None, "odd").unwrap();
+    assert_eq!(
+        (odd.uid.render(), odd.rv.render(), odd.fingerprint),
+        ("not-a-uuid".into(), "rv-x".into(), 99)
+    );
+    assert_eq!(snap.sections[1].as_ref().unwrap().store().unwrap().len(), 1);
+    // Compact: about 65 bytes per object for these names.
+    assert!(bytes.len() < 101 * 70, "{} bytes", bytes.len());
+}
+
+#[test]
+fn header_damage_makes_the_file_unusable() {
+    let bytes = file(&[("core/Pod/", 7, 10)]);
+    assert!(matches!(
+        parse(b"{\"json\": true}"),
+        Err(SnapshotError::BadMagic { .. })
+    ));
+    assert!(matches!(
+        parse(&bytes[..5]),
+        Err(SnapshotError::Truncated { .. })
+    ));
+    assert!(matches!(
+        parse(&bytes[..20]),
+        Err(SnapshotError::Truncated { .. })
+    ));
+    let mut other = bytes.clone();
+    other[8] = 2;
+    assert_eq!(
+        parse(&other).unwrap_err(),
+        SnapshotError::Version { found: 2 }
+    );
+    let mut flipped = bytes.clone();
+    flipped[26] ^= 0x40; // inside the cluster name
+    assert!(matches!(
+        parse(&flipped),
+        Err(SnapshotError::Corrupt { .. })
+    ));
+    assert!(parse(&bytes).is_ok());
+}
+
+#[test]
+fn section_damage_costs_only_that_watch() {
+    let bytes = file(&[("core/Pod/", 7, 50), ("core/Node/", 8, 5)]);
+    let snap = parse(&bytes).unwrap();
+    assert!(snap.sections.iter().all(Result::is_ok));
+    // Flip a byte among the pods' entries: the header is 24 + 17 bytes ("prod"), the
+    // section's length and checksum 16 more.
+    let mut corrupt = bytes.clone();
+    corrupt[24 + 17 + 16 + 200] ^= 1;
+    let snap = parse(&corrupt).unwrap();
+    let damaged = snap.sections[0].as_ref().unwrap_err();
+    assert!(
+        matches!(damaged.error, SnapshotError::Corrupt { .. }),
+        "{damaged:?}"
+    );
+    assert_eq!(damaged.identity.as_deref(), Some("core/Pod/"));
+    assert!(
+        snap.sections[1].as_ref().is_ok(),
+        "the nodes' section is intact"
+    );
+    // Cut in the middle of the nodes' section.
+    let truncated = &bytes[..bytes.len() - 20];
+    let snap = parse(truncated).unwrap();
+    assert!(snap.sections[0].is_ok());
+    let damaged = snap.sections[1].as_ref().unwrap_err();
+    assert!(matches!(damaged.error, SnapshotError::Truncated { .. }));
+    assert_eq!(damaged.identity.as_deref(), Some("core/Node/"));
+    assert_eq!(snap.announced, 2);
+}
+
+#[test]
+fn unsigned_varints_round_trip_at_every_width() {
+    for n in [0u64, 1, 127, 128, 300, 1 << 35, u64::MAX] {
+        let mut b = Vec::new();
+        put_uvar(&mut b, n);
+        assert_eq!(Reader::new(&b, "t").uvar().unwrap(), n);
+        let mut fixed = [0u8; 10];
+        put_uvar_fixed(&mut fixed, n);
+        assert_eq!(Reader::new(&fixed, "t").uvar().unwrap(), n);
+    }
+    assert!(Reader::new(&[0xff; 11], "t").uvar().is_err());
+}

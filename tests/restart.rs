@@ -1,0 +1,568 @@
+//! Restarts and hand-overs of the real `kubesink` binary against the simulator: SIGKILL
+//! mid-churn, changes while it is down, restart from the saved state (file, or a NATS object
+//! store read by another process in another directory); and saved state that is bad in every
+//! way the issue lists, which must cost a full emit of the affected resources only.
+
+#[cfg(feature = "nats")]
+#[path = "support/nats_server.rs"]
+mod nats_server;
+#[path = "support/process.rs"]
+mod process;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use kubesink_sim::{Churn, SimConfig, Workload};
+use process::Kubesink;
+use serde_json::Value;
+use support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
+const CLUSTER_LABEL: &str = "kubesink.io/cluster";
+const LONG: Duration = Duration::from_secs(300);
+
+/// (namespace, name).
+type Key = (String, String);
+
+fn key(m: &Value) -> Key {
+    (
+        m["namespace"].as_str().unwrap_or_default().to_owned(),
+        m["name"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+fn obj_key(o: &Value) -> Key {
+    let m = &o["metadata"];
+    (
+        m["namespace"].as_str().unwrap_or_default().to_owned(),
+        m["name"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// A config file for cluster `restart` watching `resources` (TOML `[[resources]]` text),
+/// stdout sink, quick pipeline, with `extra` TOML (a `[state]` section...).
+fn write_config(
+    dir: &Path,
+    kubeconfig: &Path,
+    cluster: &str,
+    resources: &str,
+    extra: &str,
+) -> std::path::PathBuf {
+    let file = dir.join("kubesink.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[cluster]\nname = {cluster:?}\nkubeconfig = {:?}\n\n[pipeline]\nlinger = \"10ms\"\nretry_initial_backoff = \"20ms\"\nretry_max_backoff = \"200ms\"\n{extra}\n{resources}\n[[sinks]]\ntype = \"stdout\"\n",
+            kubeconfig.display().to_string()
+        ),
+    )
+    .expect("write config");
+    file
+}
+
+/// Pods watched metadata-only: the same list/watch protocol and state, a fraction of the
+/// parsing (the restart tests list 10,000 pods twice in a debug build).
+const POD_METADATA: &str =
+    "[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"metadata\"\n";
+
+/// Waits until `cond` holds, polling every 50 ms; panics with `what` and kubesink's log.
+async fn until(what: &str, k: &Kubesink, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + LONG;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {LONG:?} waiting for {what}; kubesink stderr:\n{}",
+            k.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn saves(k: &Kubesink) -> usize {
+    k.stderr().matches("informer state saved").count()
+}
+
+/// What one restart scenario measured.
+#[derive(Debug)]
+struct Restart {
+    /// Messages the second process sent.
+    sent: usize,
+    /// Of those, repeats: the object's final state had already been delivered by the first
+    /// process (its window of changes not yet saved as acknowledged at the SIGKILL).
+    repeated: usize,
+    /// Of those, churn changes the first process never delivered.
+    caught_up: usize,
+    /// Objects the churn changed, created or deleted while the first process ran.
+    churned: usize,
+}
+
+/// The scenario of issue 8: 10,000 pods; kubesink A lists them, churn runs, A is killed
+/// (SIGKILL) mid-churn after at least two state saves; while it is down, 100 updates, 100
+/// creates and 100 deletes; kubesink B (config `config_b`, in `dir_b`) starts from the saved
+/// state. Every final state and every delete must arrive, nothing `initial`, and no message
+/// about an object untouched since A's initial list.
+async fn sigkill_mid_churn_then_restart(
+    c: &Cluster,
+    config_a: &Path,
+    dir_a: &Path,
+    config_b: &Path,
+    dir_b: &Path,
+) -> Restart {
+    const N: usize = 10_000;
+    let debug = [("RUST_LOG", "info,kubesink::state=debug")];
+    let a = Kubesink::start(BIN, config_a, dir_a, "a", &debug);
+    until("the initial list of 10,000 pods", &a, || a.count() >= N).await;
+    let initial: BTreeMap<Key, String> = a
+        .messages()
+        .iter()
+        .map(|m| (key(m), m["resourceVersion"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(initial.len(), N);
+    let churn = c.sim.spawn_churn(Churn {
+        rate_per_sec: 150.0,
+        seed: 808,
+    });
+    let saved_before = saves(&a);
+    until("two state saves during the churn", &a, || {
+        saves(&a) >= saved_before + 2
+    })
+    .await;
+    until("churn reaching the output", &a, || a.count() >= N + 50).await;
+    // Mid-churn: the churn stops as the SIGKILL is sent, with changes still in flight.
+    let churn_stats = churn.stats();
+    churn.stop();
+    let a_msgs = a.kill().await;
+
+    // While kubesink is down: 100 updates and 100 deletes of pods untouched since the
+    // initial list, 100 creates.
+    let pods = c.sim.objects("v1", "Pod");
+    let untouched: Vec<&Value> = pods
+        .iter()
+        .filter(|o| {
+            initial.get(&obj_key(o)).map(String::as_str)
+                == o["metadata"]["resourceVersion"].as_str()
+        })
+        .collect();
+    let churned = pods.len() + churn_stats.deletes - untouched.len();
+    assert!(untouched.len() > 9_000, "{} untouched", untouched.len());
+    let (updated, deleted): (Vec<_>, Vec<_>) =
+        (untouched[..100].to_vec(), untouched[100..200].to_vec());
+    for o in &updated {
+        let mut o = (*o).clone();
+        o["spec"]["containers"][0]["image"] = "registry.example/web:restarted".into();
+        o["metadata"]["labels"]["restarted"] = "yes".into();
+        c.sim.replace(o).expect("update");
+    }
+    for o in &deleted {
+        let (ns, name) = obj_key(o);
+        c.sim.delete("v1", "Pod", Some(&ns), &name).expect("delete");
+    }
+    let mut created = BTreeSet::new();
+    for i in 0..100 {
+        let mut o = untouched[300].clone();
+        let name = format!("created-while-down-{i}");
+        let meta = o["metadata"].as_object_mut().unwrap();
+        for k in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+        ] {
+            meta.remove(k);
+        }
+        meta.insert("name".into(), name.clone().into());
+        let ns = meta["namespace"].as_str().unwrap().to_owned();
+        c.sim.create(o).expect("create");
+        created.insert((ns, name));
+    }
+    let updated: BTreeSet<Key> = updated.iter().map(|o| obj_key(o)).collect();
+    let deleted: BTreeSet<Key> = deleted.iter().map(|o| obj_key(o)).collect();
+
+    let b = Kubesink::start(BIN, config_b, dir_b, "b", &debug);
+    let want = sim_state(&c.sim, &[("v1", "Pod")]);
+    let want_view = sim_view(&c.sim);
+    until("the consumer's view equals the cluster", &b, || {
+        let mut all = a_msgs.clone();
+        all.extend(b.messages());
+        view(&all) == want_view
+    })
+    .await;
+    let b_msgs = b.terminate().await;
+    assert_schema_valid(&schema(), &b_msgs);
+
+    assert!(
+        b_msgs.iter().all(|m| m["initial"] == false),
+        "a restart from state is not an initial list"
+    );
+    let by_key = |k: &Key| -> Vec<&Value> { b_msgs.iter().filter(|m| key(m) == *k).collect() };
+    for k in &updated {
+        let final_rv = want[&("Pod".to_owned(), k.0.clone(), k.1.clone())].clone();
+        assert!(
+            by_key(k)
+                .iter()
+                .any(|m| m["op"] == "updated" && m["resourceVersion"] == final_rv.as_str()),
+            "update of {k:?} missing"
+        );
+    }
+    for k in &created {
+        assert!(
+            by_key(k).iter().any(|m| m["op"] == "added"),
+            "create of {k:?} missing"
+        );
+    }
+    for k in &deleted {
+        assert!(
+            by_key(k).iter().any(|m| m["op"] == "deleted"
+                && m["finalStateUnknown"] == true
+                && m.get("object").is_none()),
+            "delete of {k:?} missing"
+        );
+    }
+    // Objects untouched since the initial list and during the downtime: never re-sent.
+    let quiet: BTreeSet<Key> = untouched
+        .iter()
+        .map(|o| obj_key(o))
+        .filter(|k| !updated.contains(k) && !deleted.contains(k))
+        .collect();
+    let resent_quiet: Vec<&Value> = b_msgs.iter().filter(|m| quiet.contains(&key(m))).collect();
+    assert!(
+        resent_quiet.is_empty(),
+        "{} quiet objects re-sent, e.g. {:#}",
+        resent_quiet.len(),
+        resent_quiet[0]
+    );
+    // The rest is about churned objects: either a repeat (the first process had delivered
+    // that final state: its window of changes not yet saved as acknowledged) or a change it
+    // never delivered.
+    let downtime: BTreeSet<&Key> = updated.iter().chain(&created).chain(&deleted).collect();
+    let mut delivered_by_a: BTreeMap<Key, &Value> = BTreeMap::new();
+    for m in &a_msgs {
+        delivered_by_a.insert(key(m), m);
+    }
+    let same_state = |a: &Value, b: &Value| {
+        (a["op"] == "deleted") == (b["op"] == "deleted")
+            && (b["op"] == "deleted" || a["resourceVersion"] == b["resourceVersion"])
+    };
+    let rest: Vec<&Value> = b_msgs
+        .iter()
+        .filter(|m| !downtime.contains(&key(m)))
+        .collect();
+    let repeated = rest
+        .iter()
+        .filter(|m| {
+            delivered_by_a
+                .get(&key(m))
+                .is_some_and(|a| same_state(a, m))
+        })
+        .count();
+    let r = Restart {
+        sent: b_msgs.len(),
+        repeated,
+        caught_up: rest.len() - repeated,
+        churned,
+    };
+    eprintln!("restart: churn {churn_stats:?} while the first run listened; second run: {r:?} (300 for the downtime changes)");
+    r
+}
+
+/// A consumer's view in metadata mode: key → the object's metadata without its
+/// resourceVersion and the cluster label (a status-only change moves only the
+/// resourceVersion, and is rightly not sent). Messages folded in order; deletes remove.
+fn view(msgs: &[Value]) -> BTreeMap<Key, Value> {
+    let mut v = BTreeMap::new();
+    for m in msgs {
+        if m["op"] == "deleted" {
+            v.remove(&key(m));
+        } else {
+            let mut meta = m["object"]["metadata"].clone();
+            strip(&mut meta);
+            v.insert(key(m), meta);
+        }
+    }
+    v
+}
+
+/// The simulator's pods as [`view`] sees them.
+fn sim_view(sim: &kubesink_sim::Simulator) -> BTreeMap<Key, Value> {
+    sim.objects("v1", "Pod")
+        .into_iter()
+        .map(|o| {
+            let mut meta = o["metadata"].clone();
+            strip(&mut meta);
+            (obj_key(&o), meta)
+        })
+        .collect()
+}
+
+fn strip(meta: &mut Value) {
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+        if let Some(labels) = m.get_mut("labels").and_then(Value::as_object_mut) {
+            labels.remove(CLUSTER_LABEL);
+            if labels.is_empty() {
+                m.remove("labels");
+            }
+        }
+    }
+}
+
+async fn big_cluster() -> Cluster {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 5,
+            pods: 10_000,
+            seed: 81,
+            ..Default::default()
+        })
+        .unwrap();
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_churn_then_restart_from_a_state_file_sends_only_what_changed() {
+    let c = big_cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let cfg = write_config(
+        dir.path(),
+        &c.kubeconfig,
+        "restart",
+        POD_METADATA,
+        &format!(
+            "[state]\nbackend = \"file\"\npath = {:?}\ninterval = \"300ms\"\n",
+            state.display().to_string()
+        ),
+    );
+    let r = sigkill_mid_churn_then_restart(&c, &cfg, dir.path(), &cfg, dir.path()).await;
+    let size = std::fs::metadata(&state).unwrap().len();
+    eprintln!("state file: {size} bytes for ~10,000 pods");
+    assert!(size < 1_000_000, "state of 10,000 pods is {size} bytes");
+    assert!(
+        r.sent >= 300 && r.repeated + r.caught_up <= r.churned,
+        "{r:?}"
+    );
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_state_written_by_one_process_is_read_by_another_in_another_directory() {
+    let server = nats_server::NatsServer::start("");
+    let c = big_cluster().await;
+    let state = format!(
+        "[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\nbucket = \"KUBESINK_STATE\"\n",
+        server.url()
+    );
+    // Two replicas on two "nodes": nothing on disk is shared.
+    let (node_a, node_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let cfg_a = write_config(
+        node_a.path(),
+        &c.kubeconfig,
+        "restart",
+        POD_METADATA,
+        &state,
+    );
+    let cfg_b = write_config(
+        node_b.path(),
+        &c.kubeconfig,
+        "restart",
+        POD_METADATA,
+        &state,
+    );
+    let r = sigkill_mid_churn_then_restart(&c, &cfg_a, node_a.path(), &cfg_b, node_b.path()).await;
+    assert!(
+        r.sent >= 300 && r.repeated + r.caught_up <= r.churned,
+        "{r:?}"
+    );
+    assert!(
+        !node_b.path().join("state").exists(),
+        "the second process found the state in NATS, not on a disk"
+    );
+    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let bucket = js.get_object_store("KUBESINK_STATE").await.unwrap();
+    let info = bucket.info("restart").await.unwrap();
+    eprintln!("NATS state object: {} bytes; {r:?}", info.size);
+}
+
+/// Byte offsets of the sections of a state file: (start, end) of each, in file order.
+fn sections(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let mut at = 24 + u32_at(12);
+    let mut out = Vec::new();
+    while at < bytes.len() {
+        let end = at + 16 + u64_at(at);
+        out.push((at, end));
+        at = end;
+    }
+    out
+}
+
+/// The messages of `kind` and its sync marker (which must come after all of them).
+fn of_kind<'a>(msgs: &'a [Value], kind: &str) -> (Vec<&'a Value>, &'a Value) {
+    let at = msgs
+        .iter()
+        .position(|m| m["kind"] == kind && m["op"] == "synced")
+        .unwrap_or_else(|| panic!("no {kind} marker in {msgs:#?}"));
+    let changes: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["kind"] == kind && m["op"] != "synced")
+        .collect();
+    assert!(
+        msgs[at..]
+            .iter()
+            .all(|m| m["kind"] != kind || m["op"] == "synced"),
+        "a {kind} change after its list's marker"
+    );
+    (changes, &msgs[at])
+}
+
+/// Pod and Node outcome of a run: (changes sent, whether the list was a full emit).
+type Outcome = ((usize, bool), (usize, bool), String);
+
+/// Runs kubesink with `cfg` until both lists ended (their sync markers), stops it cleanly,
+/// and returns what each resource sent and whether its marker says the list was complete,
+/// with the run's stderr.
+async fn run_until_synced(dir: &Path, cfg: std::path::PathBuf) -> Outcome {
+    let k = Kubesink::start(BIN, &cfg, dir, "k", &[]);
+    until("both sync markers", &k, || {
+        k.messages().iter().filter(|m| m["op"] == "synced").count() >= 2
+    })
+    .await;
+    let stderr = k.stderr();
+    let msgs = k.terminate().await;
+    let (pod_changes, pod_marker) = of_kind(&msgs, "Pod");
+    let (node_changes, node_marker) = of_kind(&msgs, "Node");
+    assert_eq!(pod_marker["count"], 200);
+    assert_eq!(node_marker["count"], 20);
+    assert!(pod_changes
+        .iter()
+        .chain(&node_changes)
+        .all(|m| m["initial"] == true && m["op"] == "added"));
+    (
+        (pod_changes.len(), pod_marker["initial"] == true),
+        (node_changes.len(), node_marker["initial"] == true),
+        stderr,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logged() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 200,
+            nodes: 20,
+            seed: 9,
+            ..Default::default()
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_toml = format!(
+        "sync_markers = true\n[state]\nbackend = \"file\"\npath = {:?}\n",
+        state.display().to_string()
+    );
+    let nodes = "[[resources]]\napi_version = \"v1\"\nkind = \"Node\"\n";
+    let pods = "[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n";
+    let both = format!("{pods}{nodes}");
+    // `sync_markers` belongs to [pipeline], which write_config opens just before `extra`.
+    let config = |cluster: &str, resources: &str| {
+        write_config(dir.path(), &c.kubeconfig, cluster, resources, &state_toml)
+    };
+    let (full_pods, full_nodes, quiet) = ((200, true), (20, true), (0, false));
+
+    let (p, n, log) = run_until_synced(dir.path(), config("restart", &both)).await;
+    assert_eq!((p, n), (full_pods, full_nodes), "no state yet: {log}");
+    assert!(log.contains("no saved informer state yet"), "{log}");
+    let good = std::fs::read(&state).unwrap();
+    let (p, n, _) = run_until_synced(dir.path(), config("restart", &both)).await;
+    assert_eq!((p, n), (quiet, quiet), "a good state: nothing to send");
+
+    // (what, state bytes, (cluster, resources), Pod outcome, Node outcome, log reason)
+    #[allow(clippy::type_complexity)]
+    let cases: Vec<(
+        &str,
+        Vec<u8>,
+        (&str, String),
+        (usize, bool),
+        (usize, bool),
+        &str,
+    )> = {
+        let s = sections(&good);
+        let mut corrupt = good.clone();
+        corrupt[(s[0].0 + s[0].1) / 2] ^= 0x20;
+        let truncated = good[..(s[1].0 + s[1].1) / 2].to_vec();
+        let mut version = good.clone();
+        version[8] = 9;
+        vec![
+            (
+                "corrupt pods",
+                corrupt,
+                ("restart", both.clone()),
+                full_pods,
+                quiet,
+                "corrupt section 1: checksum mismatch",
+            ),
+            (
+                "truncated nodes",
+                truncated,
+                ("restart", both.clone()),
+                quiet,
+                full_nodes,
+                "truncated section 2",
+            ),
+            (
+                "other version",
+                version,
+                ("restart", both.clone()),
+                full_pods,
+                full_nodes,
+                "state format version 9, this kubesink reads version 1",
+            ),
+            (
+                "not a state file",
+                b"{\"objects\": []}".to_vec(),
+                ("restart", both.clone()),
+                full_pods,
+                full_nodes,
+                "not a kubesink state file",
+            ),
+            (
+                "other cluster",
+                good.clone(),
+                ("elsewhere", both.clone()),
+                full_pods,
+                full_nodes,
+                "it is of cluster \"restart\", this kubesink is cluster.name = \"elsewhere\"",
+            ),
+            (
+                "other selection",
+                good.clone(),
+                ("restart", format!("{pods}payload = \"metadata\"\n{nodes}")),
+                full_pods,
+                quiet,
+                "the resource's selection changed",
+            ),
+        ]
+    };
+    for (what, bytes, (cluster, resources), want_pods, want_nodes, reason) in cases {
+        std::fs::write(&state, &bytes).unwrap();
+        let (p, n, log) = run_until_synced(dir.path(), config(cluster, &resources)).await;
+        assert_eq!((p, n), (want_pods, want_nodes), "{what}: {log}");
+        assert!(
+            log.contains(reason),
+            "{what}: no line saying {reason:?} in\n{log}"
+        );
+        let rewritten = std::fs::read(&state).unwrap();
+        assert!(
+            kubesink::state::parse(&rewritten).is_ok(),
+            "{what}: the bad state was overwritten by a good one at shutdown"
+        );
+    }
+}

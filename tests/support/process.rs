@@ -1,0 +1,139 @@
+//! The real `kubesink` binary as a child process: started with a config file, its stdout
+//! (JSON Lines from the stdout sink) collected line by line, its stderr kept in a file;
+//! stopped with SIGTERM (clean shutdown) or SIGKILL (a crash).
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+/// A running `kubesink run --config FILE`.
+pub struct Kubesink {
+    child: Child,
+    lines: Arc<Mutex<Vec<Value>>>,
+    /// Lines that were not JSON (only the last one, cut by a SIGKILL, is acceptable).
+    broken: Arc<Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+    /// Where its stderr goes.
+    pub log: PathBuf,
+}
+
+impl Kubesink {
+    /// Starts the binary (`bin`, from `env!("CARGO_BIN_EXE_kubesink")`) with `config`, in
+    /// `dir` (its working directory; stderr goes to `dir/<name>.log`), with a clean
+    /// `KUBESINK_` environment and `extra_env`.
+    pub fn start(
+        bin: &str,
+        config: &Path,
+        dir: &Path,
+        name: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Kubesink {
+        let log = dir.join(format!("{name}.log"));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let mut cmd = Command::new(bin);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("KUBESINK_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env_remove("RUST_LOG");
+        // Tests run in parallel: the HTTP server on a free port.
+        cmd.env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0");
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .args(["run", "--config"])
+            .arg(config)
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start kubesink");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let lines: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let broken: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (sink, bad) = (lines.clone(), broken.clone());
+        let reader = tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                match serde_json::from_str::<Value>(&l) {
+                    Ok(v) => sink.lock().unwrap().push(v),
+                    Err(e) => bad.lock().unwrap().push(format!("{e}: {l}")),
+                }
+            }
+        });
+        Kubesink {
+            child,
+            lines,
+            broken,
+            reader: Some(reader),
+            log,
+        }
+    }
+
+    /// The messages written so far.
+    pub fn messages(&self) -> Vec<Value> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// How many messages were written so far.
+    pub fn count(&self) -> usize {
+        self.lines.lock().unwrap().len()
+    }
+
+    /// Its stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL (no shutdown, no final save), then every complete line it wrote before dying
+    /// (a last line cut by the kill is dropped).
+    pub async fn kill(mut self) -> Vec<Value> {
+        self.child.kill().await.expect("SIGKILL");
+        let lines = self.drain().await;
+        let broken = self.broken.lock().unwrap().clone();
+        assert!(
+            broken.len() <= 1,
+            "stdout lines that are not JSON: {broken:?}"
+        );
+        lines
+    }
+
+    /// SIGTERM, waits for the exit (code 0 expected), then every line it wrote.
+    pub async fn terminate(mut self) -> Vec<Value> {
+        let pid = self.child.id().expect("running").to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .expect("exits within 60 s of SIGTERM")
+            .expect("wait");
+        assert_eq!(status.code(), Some(0), "stderr:\n{}", self.stderr());
+        let lines = self.drain().await;
+        let broken = self.broken.lock().unwrap().clone();
+        assert!(
+            broken.is_empty(),
+            "stdout lines that are not JSON: {broken:?}"
+        );
+        lines
+    }
+
+    async fn drain(&mut self) -> Vec<Value> {
+        if let Some(r) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), r).await;
+        }
+        self.messages()
+    }
+}
