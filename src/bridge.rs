@@ -1,5 +1,7 @@
 //! Wiring: configuration → client → discovery → informers → pipeline → sinks, and the
-//! orderly shutdown (stop the watches, flush within `pipeline.shutdown_timeout`, close).
+//! orderly shutdown: stop the watches, flush, close the sinks, all of it within
+//! `pipeline.shutdown_timeout` counted from the signal; `kubesink run` then exits non-zero
+//! when changes were left undelivered ([`Undelivered`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,6 +27,18 @@ pub enum StartError {
     /// The HTTP server could not listen.
     #[error(transparent)]
     Serve(#[from] observe::ServeError),
+}
+
+/// `kubesink run` stopped with changes that were not delivered before the shutdown
+/// deadline (`pipeline.shutdown_timeout`): the process exits non-zero.
+#[derive(Debug, thiserror::Error)]
+#[error("{count} changes were not delivered within pipeline.shutdown_timeout = {}; the next start lists every resource again", humantime::format_duration(*.timeout))]
+pub struct Undelivered {
+    /// Changes held by the sinks' queues (pending or in flight) at the deadline, summed over
+    /// the sinks.
+    pub count: usize,
+    /// The deadline that passed.
+    pub timeout: Duration,
 }
 
 /// A running bridge: informers feeding the pipeline, observed.
@@ -144,12 +158,23 @@ impl Bridge {
         self.server
     }
 
-    /// Stops the watches, delivers what is pending within `pipeline.shutdown_timeout`, closes
-    /// the sinks. Returns the number of changes not delivered in time.
+    /// Stops the watches, delivers what is pending and closes the sinks, all within
+    /// `pipeline.shutdown_timeout` from now. Returns the number of changes not delivered in
+    /// time.
     pub async fn shutdown(mut self) -> usize {
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         self.cancel.cancel();
-        while self.informers.join_next().await.is_some() {}
-        self.pipeline.shutdown(self.shutdown_timeout).await
+        let informers = async { while self.informers.join_next().await.is_some() {} };
+        if tokio::time::timeout_at(deadline, informers).await.is_err() {
+            tracing::warn!("shutdown deadline passed while stopping the watches");
+            self.informers.abort_all();
+        }
+        self.pipeline.shutdown(deadline).await
+    }
+
+    /// `pipeline.shutdown_timeout`.
+    pub fn shutdown_timeout(&self) -> Duration {
+        self.shutdown_timeout
     }
 }
 
@@ -190,10 +215,12 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// `kubesink run`: runs the bridge until a signal, then shuts down cleanly.
+/// `kubesink run`: runs the bridge until a signal, then shuts down within
+/// `pipeline.shutdown_timeout`.
 ///
 /// # Errors
-/// Cluster connection, discovery or sink construction failures.
+/// Cluster connection, discovery or sink construction failures; [`Undelivered`] when the
+/// shutdown left changes undelivered.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let client = cluster::client(&config.cluster).await?;
     let sinks = build_sinks(&config).await?;
@@ -201,9 +228,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(cluster = %config.cluster.name, resources = config.resources.len(), sinks = config.sinks.len(), "kubesink running");
     shutdown_signal().await;
     tracing::info!("shutting down: stopping watches, flushing sinks");
+    let timeout = bridge.shutdown_timeout();
     let left = bridge.shutdown().await;
-    if left == 0 {
-        tracing::info!("shutdown complete");
+    if left > 0 {
+        return Err(Undelivered {
+            count: left,
+            timeout,
+        }
+        .into());
     }
+    tracing::info!("shutdown complete: every change delivered");
     Ok(())
 }

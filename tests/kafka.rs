@@ -1,5 +1,6 @@
 //! End-to-end: simulator → kubesink → Kafka sink → a real Kafka-protocol broker (tansu),
 //! read back with an rdkafka consumer. Needs the tansu binary `scripts/test.sh` builds.
+#![cfg(feature = "kafka")]
 
 #[path = "support/kafka_server.rs"]
 mod kafka_server;

@@ -313,6 +313,11 @@ fn default_resources() -> Vec<ResourceConfig> {
     ]
 }
 
+/// One stdout sink; none in a build without the `stdout` feature (the configuration must
+/// then name its sinks).
 fn default_sinks() -> Vec<SinkConfig> {
-    vec![SinkConfig::Stdout(Default::default())]
+    #[cfg(feature = "stdout")]
+    return vec![SinkConfig::Stdout(Default::default())];
+    #[cfg(not(feature = "stdout"))]
+    Vec::new()
 }

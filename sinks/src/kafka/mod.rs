@@ -21,8 +21,9 @@ mod sink;
 mod tests;
 
 pub use config::{
-    Acks, Compression, KafkaConfig, KafkaSecurity, Protocol, SaslMechanism, MANAGED_PROPERTIES,
+    is_secret_property, Acks, Compression, KafkaConfig, KafkaSecurity, Passthrough, Protocol,
+    SaslMechanism, DEFAULT_RECONNECT_BACKOFF_MAX_MS, MANAGED_PROPERTIES,
 };
 pub use request::{escape, topic_template, CLUSTER_SCOPE, MAX_TOPIC_LEN, TOPIC};
-pub use service::{classify, needs_new_producer, Failure, Properties};
+pub use service::{classify, needs_new_producer, BrokerWatch, Failure, Properties};
 pub use sink::{KafkaSink, RECORD_OVERHEAD_BYTES};

@@ -6,27 +6,27 @@
 //! (librdkafka's own log lines never contain property values; the properties are printed
 //! through [`Properties::redacted`] only). It knows nothing of kubesink's configuration:
 //! `config.rs` hands it rendered [`Properties`] and [`Settings`].
+//!
+//! Brokers that go away: librdkafka's last client error (the context's `error()` callback,
+//! e.g. "Connect to ipv4#127.0.0.1:9092 failed: Connection refused") is kept, logged once per
+//! outage, and named in the errors of failed sends instead of the symptom ("Message timed
+//! out"); an authentication or TLS failure reported there makes the send fatal. After a
+//! failed send or healthcheck, a broker-up watcher asks for metadata every half second and
+//! notifies the sink's [`ReadySignal`] when the brokers answer again.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientContext;
 
+use super::config::is_secret_property;
 use super::request::{Record, MAX_TOPIC_LEN};
-use crate::SinkError;
-
-/// librdkafka properties whose values are never printed (any property whose name contains
-/// `password` or `secret` is masked too).
-const SECRET_PROPERTIES: &[&str] = &[
-    "sasl.password",
-    "ssl.key.password",
-    "sasl.oauthbearer.config",
-];
+use crate::{ReadySignal, SinkError};
 
 /// librdkafka properties (`CONFIGURATION.md` of librdkafka), in a stable order.
 #[derive(Clone, PartialEq, Eq)]
@@ -38,9 +38,7 @@ impl Properties {
         self.0
             .iter()
             .map(|(k, v)| {
-                let secret = SECRET_PROPERTIES.contains(&k.as_str())
-                    || k.contains("password")
-                    || k.contains("secret");
+                let secret = is_secret_property(k);
                 (k.clone(), if secret { "***".into() } else { v.clone() })
             })
             .collect()
@@ -137,9 +135,66 @@ pub fn needs_new_producer(code: RDKafkaErrorCode) -> bool {
 }
 
 /// librdkafka callbacks: its log lines and client errors go to `tracing`, tagged with the
-/// sink name.
+/// sink name; the last client error is kept for the sink's errors ([`BrokerWatch`]).
 pub struct KafkaContext {
     sink: String,
+    watch: BrokerWatch,
+}
+
+/// What the sink knows of its brokers' reachability, shared by the librdkafka context (which
+/// records client errors from librdkafka's threads), the service and the broker-up watcher.
+#[derive(Clone, Default)]
+pub struct BrokerWatch {
+    inner: Arc<BrokerState>,
+    ready: ReadySignal,
+}
+
+#[derive(Default)]
+struct BrokerState {
+    /// librdkafka's last client error since the brokers last answered: (fatal, text).
+    last_error: Mutex<Option<(bool, String)>>,
+    /// A broker-up watcher task is running.
+    watching: AtomicBool,
+}
+
+impl BrokerWatch {
+    /// librdkafka's last client error since the brokers last answered, e.g. "Connect to
+    /// ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT)".
+    pub fn last_error(&self) -> Option<String> {
+        self.lock().as_ref().map(|(_, e)| e.clone())
+    }
+
+    /// The signal notified when the brokers answer again.
+    pub fn ready(&self) -> &ReadySignal {
+        &self.ready
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(bool, String)>> {
+        self.inner
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a client error; returns whether it is the first since the brokers answered.
+    fn note(&self, fatal: bool, text: String) -> bool {
+        let mut e = self.lock();
+        let first = e.is_none();
+        *e = Some((fatal, text));
+        first
+    }
+
+    /// The brokers answered: forget the error. Returns whether there was one.
+    fn clear(&self) -> bool {
+        self.lock().take().is_some()
+    }
+
+    /// The recorded error when it needs an operator (authentication, TLS).
+    fn fatal(&self) -> Option<String> {
+        self.lock()
+            .as_ref()
+            .and_then(|(fatal, e)| fatal.then(|| e.clone()))
+    }
 }
 
 impl ClientContext for KafkaContext {
@@ -161,8 +216,20 @@ impl ClientContext for KafkaContext {
         }
     }
 
+    /// One warning per outage; later errors of the same outage at debug level (librdkafka
+    /// reports each failed reconnect).
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(sink = %self.sink, error = %error, "kafka client error: {reason}; librdkafka keeps retrying");
+        let fatal = matches!(classify(&error, ""), Failure::Fatal(_));
+        let text = if reason.is_empty() {
+            error.to_string()
+        } else {
+            format!("{error}: {reason}")
+        };
+        if self.watch.note(fatal, text) || fatal {
+            tracing::warn!(sink = %self.sink, error = %error, "kafka client error: {reason}; librdkafka keeps retrying (repeats are logged at debug level until the brokers answer)");
+        } else {
+            tracing::debug!(sink = %self.sink, error = %error, "kafka client error: {reason}");
+        }
     }
 }
 
@@ -179,17 +246,31 @@ pub struct KafkaService {
     queue_full_waits: AtomicU64,
     /// A delivery report settled while waiting for queue room asked for a new producer.
     reset_needed: AtomicBool,
+    watch: BrokerWatch,
 }
 
-fn create_producer(name: &str, properties: &Properties) -> Result<Producer_, KafkaError> {
+fn create_producer(
+    name: &str,
+    properties: &Properties,
+    watch: &BrokerWatch,
+) -> Result<Producer_, KafkaError> {
     let mut cc = ClientConfig::new();
     for (k, v) in &properties.0 {
         cc.set(k, v);
     }
     cc.create_with_context(KafkaContext {
         sink: name.to_owned(),
+        watch: watch.clone(),
     })
 }
+
+/// Interval and metadata timeout of the broker-up watcher.
+const BROKER_UP_POLL: Duration = Duration::from_millis(500);
+
+/// The slice in which `close` flushes librdkafka's queue between checks of its deadline (a
+/// blocking call: the pipeline may cancel `close`, and must not wait longer than this for
+/// the thread).
+const FLUSH_SLICE: Duration = Duration::from_millis(200);
 
 struct Pending {
     index: usize,
@@ -203,7 +284,8 @@ impl KafkaService {
     /// # Errors
     /// The [`KafkaError`] when librdkafka rejects a property (its message names it).
     pub fn new(s: Settings) -> Result<Self, KafkaError> {
-        let producer = create_producer(&s.sink, &s.properties)?;
+        let watch = BrokerWatch::default();
+        let producer = create_producer(&s.sink, &s.properties, &watch)?;
         tracing::info!(sink = %s.sink, config = ?s.properties, "kafka producer created");
         Ok(KafkaService {
             s,
@@ -211,7 +293,59 @@ impl KafkaService {
             topics: Mutex::new(BTreeSet::new()),
             queue_full_waits: AtomicU64::new(0),
             reset_needed: AtomicBool::new(false),
+            watch,
         })
+    }
+
+    /// The brokers' reachability as this sink sees it.
+    pub fn watch(&self) -> &BrokerWatch {
+        &self.watch
+    }
+
+    /// Starts the broker-up watcher unless one runs: every [`BROKER_UP_POLL`] it asks for
+    /// metadata; once the brokers answer it forgets the last error, logs the recovery and
+    /// notifies the ready signal, then ends. Needs a tokio runtime (none: nothing happens).
+    fn watch_for_broker_up(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.watch.inner.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let producer = self.producer();
+        let watch = self.watch.clone();
+        let sink = self.s.sink.clone();
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(BROKER_UP_POLL).await;
+                let p = producer.clone();
+                let up = tokio::task::spawn_blocking(move || {
+                    p.client().fetch_metadata(None, BROKER_UP_POLL).is_ok()
+                })
+                .await
+                .unwrap_or(false);
+                // The sink was dropped meanwhile: only this task holds the producer.
+                if Arc::strong_count(&producer) == 1 {
+                    break;
+                }
+                if up {
+                    if watch.clear() {
+                        tracing::info!(sink = %sink, "kafka brokers answer again");
+                    }
+                    watch.ready.notify();
+                    break;
+                }
+            }
+            watch.inner.watching.store(false, Ordering::Release);
+        });
+    }
+
+    /// `message` with librdkafka's last client error appended, while there is one.
+    fn with_cause(&self, message: String) -> String {
+        match self.watch.last_error() {
+            Some(cause) => format!("{message}; last broker error: {cause}"),
+            None => message,
+        }
     }
 
     /// The producer's properties (print them with `{:?}`: secrets are masked).
@@ -252,7 +386,7 @@ impl KafkaService {
         } else {
             return;
         }
-        match create_producer(&self.s.sink, &self.s.properties) {
+        match create_producer(&self.s.sink, &self.s.properties, &self.watch) {
             Ok(p) => {
                 let mut w = self
                     .producer
@@ -319,7 +453,17 @@ impl KafkaService {
         self.note_topics(records);
         reset |= self.reset_needed.swap(false, Ordering::Relaxed);
         self.reset_if_fatal(&producer, reset);
-        self.outcome(records, failures)
+        let outcome = self.outcome(records, failures);
+        match &outcome {
+            Ok(()) => {
+                self.watch.clear();
+            }
+            Err(SinkError::Transient { .. } | SinkError::Partial { .. }) => {
+                self.watch_for_broker_up()
+            }
+            Err(_) => {}
+        }
+        outcome
     }
 
     /// Enqueues one record; on `QueueFull` waits for the oldest outstanding delivery of this
@@ -408,8 +552,16 @@ impl KafkaService {
         {
             return Err(SinkError::fatal(&self.s.sink, msg.clone()));
         }
+        // Records that timed out while librdkafka could not authenticate: the cause needs an
+        // operator, the timeout is only its symptom.
+        if let Some(cause) = self.watch.fatal() {
+            return Err(SinkError::fatal(
+                &self.s.sink,
+                format!("{cause}: check security.protocol, sasl_mechanism, sasl_username, sasl_password and the TLS settings"),
+            ));
+        }
         let message = match &failures[first] {
-            Some((Failure::Transient(m), _)) => m.clone(),
+            Some((Failure::Transient(m), _)) => self.with_cause(m.clone()),
             _ => "delivery failed".into(),
         };
         if failed.len() == batch.len() {
@@ -447,16 +599,24 @@ impl KafkaService {
                 .map_err(|e| SinkError::transient(&self.s.sink, format!("metadata task: {e}")))?
                 .map_err(|e| {
                     let servers = &self.s.bootstrap_servers;
+                    if let Some(cause) = self.watch.fatal() {
+                        return SinkError::fatal(&self.s.sink, format!("{servers}: {cause}"));
+                    }
+                    self.watch_for_broker_up();
                     match classify(&e, "") {
                         Failure::Fatal(m) => {
                             SinkError::fatal(&self.s.sink, format!("{servers}: {m}"))
                         }
                         _ => SinkError::transient(
                             &self.s.sink,
-                            format!("metadata request to {servers} failed: {e}"),
+                            self.with_cause(format!("metadata request to {servers} failed: {e}")),
                         ),
                     }
                 })?;
+        if self.watch.clear() {
+            tracing::info!(sink = %self.s.sink, "kafka brokers answer again");
+            self.watch.ready.notify();
+        }
         let wanted: Vec<String> = self
             .topics
             .lock()
@@ -484,31 +644,45 @@ impl KafkaService {
         Ok(())
     }
 
-    /// Flushes librdkafka's queue, waiting at most `flush_timeout`.
+    /// Flushes librdkafka's queue, waiting at most `flush_timeout`, in slices of
+    /// [`FLUSH_SLICE`] so that the pipeline's shutdown deadline can cancel it.
     ///
     /// # Errors
     /// [`SinkError::Transient`] naming how many records were left undelivered.
     pub async fn close(&self) -> Result<(), SinkError> {
         let producer = self.producer();
-        let timeout = self.s.flush_timeout;
-        let p = producer.clone();
-        let res = tokio::task::spawn_blocking(move || p.flush(timeout))
-            .await
-            .map_err(|e| SinkError::transient(&self.s.sink, format!("flush task: {e}")))?;
-        match res {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let left = producer.in_flight_count();
-                tracing::error!(sink = %self.s.sink, undelivered = left, error = %e, "kafka flush deadline passed with records undelivered");
-                Err(SinkError::transient(
-                    &self.s.sink,
-                    format!(
-                        "{left} records not delivered within flush_timeout = {}: {e}",
-                        humantime::format_duration(self.s.flush_timeout)
-                    ),
-                ))
+        let started = Instant::now();
+        let mut last = Ok(());
+        while producer.in_flight_count() > 0 {
+            let left = self.s.flush_timeout.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            let p = producer.clone();
+            let slice = left.min(FLUSH_SLICE);
+            last = tokio::task::spawn_blocking(move || p.flush(slice))
+                .await
+                .map_err(|e| SinkError::transient(&self.s.sink, format!("flush task: {e}")))?;
+            if last.is_ok() {
+                break;
             }
         }
+        let left = producer.in_flight_count();
+        if left == 0 {
+            return Ok(());
+        }
+        let why = match last {
+            Err(e) => e.to_string(),
+            Ok(()) => "flush timed out".to_owned(),
+        };
+        tracing::error!(sink = %self.s.sink, undelivered = left, error = %why, "kafka flush deadline passed with records undelivered");
+        Err(SinkError::transient(
+            &self.s.sink,
+            self.with_cause(format!(
+                "{left} records not delivered within flush_timeout = {}: {why}",
+                humantime::format_duration(self.s.flush_timeout)
+            )),
+        ))
     }
 }
 

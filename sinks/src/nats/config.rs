@@ -355,12 +355,14 @@ impl NatsConfig {
     /// The service settings: connection options with auth and TLS, the publishing mode and
     /// its stream setup.
     async fn settings(&self) -> Result<Settings, NatsError> {
+        let watch = service::ConnectionWatch::default();
         let mut opts = service::base_options(
             &self.name,
             &self.connection_name,
             self.connect_timeout.get(),
             self.publish_timeout.get(),
             self.client_capacity,
+            &watch,
         )
         .require_tls(self.tls.required);
         let auth = &self.auth;
@@ -424,6 +426,7 @@ impl NatsConfig {
             mode,
             publish_timeout: self.publish_timeout.get(),
             max_in_flight: self.max_in_flight,
+            watch,
         })
     }
 

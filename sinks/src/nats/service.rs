@@ -2,6 +2,13 @@
 //! creation, core and JetStream publishing with bounded waits, the healthcheck, and the
 //! classification of every client error into a [`SinkError`] kind.
 //!
+//! The connection's life is watched ([`ConnectionWatch`]): a server that is unreachable at
+//! start-up does not stop kubesink (the client connects in the background and the stream is
+//! checked once it is connected); every reconnect notifies the sink's [`ReadySignal`], which
+//! ends the pipeline's retry backoff; the last connection error the client recorded
+//! ("IO error: Connection refused (os error 111)") is logged once per outage and named in the
+//! errors of sends that fail while disconnected, instead of a bare timeout.
+//!
 //! It must never let the client library buffer without limit: the command channel is
 //! `client_capacity` long, and every publish, flush and PubAck wait has `publish_timeout`, so
 //! during an outage a send fails with [`SinkError::Transient`] and the bounded pipeline holds
@@ -9,6 +16,8 @@
 //! the auth method. It knows nothing of kubesink's configuration: `config.rs` hands it ready
 //! [`ConnectOptions`] and settings.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::connection::State;
@@ -18,7 +27,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::request::Publish;
 use crate::backoff::Backoff;
-use crate::SinkError;
+use crate::{ReadySignal, SinkError};
 
 /// Why a connection attempt failed, by the client's error kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +58,15 @@ impl ConnectFailure {
             ConnectErrorKind::ServerParse => ConnectFailure::BadUrl,
             _ => ConnectFailure::Other,
         }
+    }
+
+    /// Whether the server could not be reached at all (refused, timed out, DNS): such a
+    /// start-up failure is waited out in the background; the others need an operator.
+    pub fn is_unreachable(self) -> bool {
+        matches!(
+            self,
+            ConnectFailure::TimedOut | ConnectFailure::Dns | ConnectFailure::Other
+        )
     }
 
     fn describe(self) -> &'static str {
@@ -134,22 +152,91 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// Reconnect delays: 100 ms doubling to at most 5 s, forever (no jitter: async-nats calls
-/// the delay callback with the attempt number).
+/// Reconnect delays: 100 ms doubling to at most 1 s, forever (no jitter: async-nats calls
+/// the delay callback with the attempt number). A short cap, so a server that comes back is
+/// used again within about a second; one TCP connection attempt per second costs little.
 const RECONNECT: Backoff =
-    Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).without_jitter();
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(1)).without_jitter();
+
+/// What the connection callbacks learn, shared between them and the service: the ready
+/// signal bumped on every (re)connect, and the last connection error with the count of
+/// failed attempts since the connection was last up.
+#[derive(Clone, Default)]
+pub struct ConnectionWatch {
+    ready: ReadySignal,
+    inner: Arc<WatchState>,
+}
+
+#[derive(Default)]
+struct WatchState {
+    last_error: Mutex<Option<String>>,
+    failed_attempts: AtomicU64,
+}
+
+impl ConnectionWatch {
+    /// The signal bumped on every connect.
+    pub fn ready(&self) -> &ReadySignal {
+        &self.ready
+    }
+
+    /// The last connection error the client recorded (server and cause, no credentials),
+    /// while the connection is not up.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_error(&self, e: Option<String>) {
+        *self
+            .inner
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = e;
+    }
+
+    /// Records the per-server errors of the client's server pool (called before each
+    /// reconnect attempt); logs the first one of an outage.
+    fn note_pool(&self, sink: &str, pool: &[async_nats::Server]) {
+        let errors: Vec<String> = pool
+            .iter()
+            .filter_map(|s| {
+                s.last_error
+                    .as_ref()
+                    .map(|e| format!("{}: {e}", redact_url(s.addr.as_url_str())))
+            })
+            .collect();
+        if errors.is_empty() {
+            return;
+        }
+        let text = errors.join("; ");
+        let first = self.last_error().is_none_or(|e| e == DISCONNECTED);
+        if first {
+            tracing::warn!(sink = %sink, cause = %text, "NATS unreachable; reconnecting every second at most, changes wait in the pipeline (logged once per outage)");
+        }
+        self.set_error(Some(text));
+    }
+}
+
+/// The cause named while disconnected before the client recorded a connection error.
+const DISCONNECTED: &str = "disconnected";
 
 /// The connection options every NATS sink starts from: its name, timeouts, bounded client
-/// buffer, reconnect forever with [`RECONNECT`] delays, and connection events logged with the
-/// sink name. `config.rs` adds authentication and TLS.
+/// buffer, reconnect forever with [`RECONNECT`] delays, and connection events observed by
+/// `watch` and logged with the sink name (a failing reconnect once per outage). `config.rs`
+/// adds authentication and TLS.
 pub fn base_options(
     sink: &str,
     connection_name: &str,
     connect_timeout: Duration,
     request_timeout: Duration,
     client_capacity: usize,
+    watch: &ConnectionWatch,
 ) -> ConnectOptions {
-    let sink = sink.to_owned();
+    let (sink, sink2) = (sink.to_owned(), sink.to_owned());
+    let (watch, watch2) = (watch.clone(), watch.clone());
     ConnectOptions::new()
         .name(connection_name)
         .connection_timeout(connect_timeout)
@@ -157,19 +244,45 @@ pub fn base_options(
         .client_capacity(client_capacity)
         .max_reconnects(None)
         .reconnect_delay_callback(|attempts| RECONNECT.delay(attempts))
+        // Only observes: `None` keeps the client's own server selection. The pool snapshot
+        // carries each server's last connection error, which the events do not.
+        .reconnect_to_server_callback(move |pool, _info| {
+            watch2.note_pool(&sink2, &pool);
+            async { None }
+        })
         .event_callback(move |event| {
             let sink = sink.clone();
+            let watch = watch.clone();
             async move {
                 match event {
-                    Event::Connected => tracing::info!(sink = %sink, "NATS connected"),
+                    Event::Connected => {
+                        let failed = watch.inner.failed_attempts.swap(0, Ordering::Relaxed);
+                        match watch.last_error() {
+                            Some(cause) if failed > 0 => {
+                                tracing::info!(sink = %sink, failed_attempts = failed, last_error = %cause, "NATS connected again")
+                            }
+                            _ => tracing::info!(sink = %sink, "NATS connected"),
+                        }
+                        watch.set_error(None);
+                        watch.ready.notify();
+                    }
                     Event::Disconnected => {
+                        if watch.last_error().is_none() {
+                            watch.set_error(Some(DISCONNECTED.to_owned()));
+                        }
                         tracing::warn!(sink = %sink, "NATS disconnected; reconnecting")
                     }
                     Event::ServerError(e) => {
                         tracing::error!(sink = %sink, error = %e, "NATS server error")
                     }
+                    // A failed (re)connect attempt: counted; its cause is logged once per
+                    // outage from the server pool (`note_pool`).
                     Event::ClientError(e) => {
-                        tracing::error!(sink = %sink, error = %e, "NATS client error")
+                        watch.inner.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                        if watch.last_error().is_none() {
+                            watch.set_error(Some(e.to_string()));
+                        }
+                        tracing::debug!(sink = %sink, error = %e, "NATS connection attempt failed")
                     }
                     // The connection closed because the sink closed it (shutdown).
                     Event::Closed => tracing::info!(sink = %sink, "NATS connection closed"),
@@ -236,37 +349,60 @@ pub struct Settings {
     pub publish_timeout: Duration,
     /// JetStream: PubAcks awaited concurrently.
     pub max_in_flight: usize,
+    /// The watch `options` were built with ([`base_options`]).
+    pub watch: ConnectionWatch,
 }
 
-/// A connected NATS client with its publishing mode.
+/// A NATS client (connected, or connecting in the background) with its publishing mode.
 pub struct NatsService {
     sink: String,
     servers: String,
     client: async_nats::Client,
     publisher: Publisher,
+    /// The stream check still to do (the server was unreachable at start-up).
+    stream_setup: tokio::sync::Mutex<Option<StreamSetup>>,
     publish_timeout: Duration,
     max_in_flight: usize,
+    watch: ConnectionWatch,
 }
 
 impl NatsService {
     /// Connects once to the servers (reconnecting forever afterwards) and in JetStream mode
-    /// checks or creates the stream.
+    /// checks or creates the stream. When no server can be reached (refused, timed out, DNS)
+    /// it logs that once and connects in the background instead: the sink is then not ready,
+    /// its sends fail as transient naming the cause, and the stream is checked once
+    /// connected.
     ///
     /// # Errors
-    /// [`NatsError::Connect`] or [`NatsError::Stream`].
+    /// [`NatsError::Connect`] for rejected credentials, TLS or a bad URL, or
+    /// [`NatsError::Stream`].
     pub async fn connect(s: Settings) -> Result<Self, NatsError> {
-        let client = s
-            .options
-            .connect(s.servers)
-            .await
-            .map_err(|e| NatsError::Connect {
-                servers: s.servers_text.clone(),
-                auth: s.auth_method,
-                failure: ConnectFailure::from_kind(e.kind()),
-                detail: e.to_string(),
-            })?;
-        let publisher = match s.mode {
-            Mode::Core => Publisher::Core,
+        let connect_error = |e: async_nats::ConnectError| NatsError::Connect {
+            servers: s.servers_text.clone(),
+            auth: s.auth_method,
+            failure: ConnectFailure::from_kind(e.kind()),
+            detail: e.to_string(),
+        };
+        let client = match s.options.clone().connect(s.servers.clone()).await {
+            Ok(c) => c,
+            Err(e) => {
+                let err = connect_error(e);
+                match &err {
+                    NatsError::Connect { failure, .. } if failure.is_unreachable() => {
+                        tracing::warn!(sink = %s.sink, error = %err, "NATS unreachable at start-up: connecting in the background; changes wait in the pipeline");
+                        s.watch.set_error(Some(err.to_string()));
+                        s.options
+                            .retry_on_initial_connect()
+                            .connect(s.servers)
+                            .await
+                            .map_err(connect_error)?
+                    }
+                    _ => return Err(err),
+                }
+            }
+        };
+        let (publisher, stream_setup) = match s.mode {
+            Mode::Core => (Publisher::Core, None),
             Mode::JetStream(setup) => {
                 let js = jetstream::ContextBuilder::new()
                     .timeout(s.publish_timeout)
@@ -274,8 +410,13 @@ impl NatsService {
                     .backpressure_on_inflight(true)
                     .build(client.clone());
                 let stream = setup.name().to_owned();
-                ensure_stream(&js, setup, &s.servers_text).await?;
-                Publisher::JetStream { js, stream }
+                let pending = if client.connection_state() == State::Connected {
+                    ensure_stream(&js, &setup, &s.servers_text).await?;
+                    None
+                } else {
+                    Some(setup)
+                };
+                (Publisher::JetStream { js, stream }, pending)
             }
         };
         Ok(NatsService {
@@ -283,9 +424,66 @@ impl NatsService {
             servers: s.servers_text,
             client,
             publisher,
+            stream_setup: tokio::sync::Mutex::new(stream_setup),
             publish_timeout: s.publish_timeout,
             max_in_flight: s.max_in_flight,
+            watch: s.watch,
         })
+    }
+
+    /// The connection watch (ready signal, last connection error).
+    pub fn watch(&self) -> &ConnectionWatch {
+        &self.watch
+    }
+
+    /// Why the connection is not up, when it is not: the last connection error the client
+    /// recorded, or "disconnected".
+    fn down_cause(&self) -> Option<String> {
+        if self.client.connection_state() == State::Connected {
+            return None;
+        }
+        Some(
+            self.watch
+                .last_error()
+                .unwrap_or_else(|| DISCONNECTED.to_owned()),
+        )
+    }
+
+    /// The deferred stream check, once connected.
+    ///
+    /// # Errors
+    /// [`SinkError::Transient`] while not connected or without an answer,
+    /// [`SinkError::Fatal`] when the stream is missing and may not be created.
+    async fn ensure_stream_ready(&self, js: &jetstream::Context) -> Result<(), SinkError> {
+        let mut pending = self.stream_setup.lock().await;
+        let Some(setup) = pending.as_ref() else {
+            return Ok(());
+        };
+        if let Some(cause) = self.down_cause() {
+            return Err(SinkError::transient(
+                &self.sink,
+                format!("not connected to NATS at {}: {cause}", self.servers),
+            ));
+        }
+        match tokio::time::timeout(
+            self.publish_timeout,
+            ensure_stream(js, setup, &self.servers),
+        )
+        .await
+        {
+            Ok(Ok(())) => {
+                *pending = None;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(match setup {
+                StreamSetup::Require { .. } => SinkError::fatal(&self.sink, e.to_string()),
+                StreamSetup::Create(_) => SinkError::transient(&self.sink, e.to_string()),
+            }),
+            Err(_) => Err(SinkError::transient(
+                &self.sink,
+                format!("JetStream stream check at {}: no answer", self.servers),
+            )),
+        }
     }
 
     /// The underlying client.
@@ -317,15 +515,18 @@ impl NatsService {
         }
     }
 
+    /// A transient error naming the operation, the servers and, while the connection is
+    /// down, its cause rather than the symptom (a timeout).
     fn transient(&self, what: &str, e: impl std::fmt::Display) -> SinkError {
-        SinkError::transient(
-            &self.sink,
-            format!("{what} to NATS at {}: {e}", self.servers),
-        )
+        let message = match self.down_cause() {
+            Some(cause) => format!("{what} to NATS at {}: not connected: {cause}", self.servers),
+            None => format!("{what} to NATS at {}: {e}", self.servers),
+        };
+        SinkError::transient(&self.sink, message)
     }
 
     fn timed_out(&self) -> String {
-        format!("timed out after {:?} (disconnected?)", self.publish_timeout)
+        format!("timed out after {:?}", self.publish_timeout)
     }
 
     async fn send_core(&self, batch: &[Publish]) -> Result<(), SinkError> {
@@ -342,6 +543,24 @@ impl NatsService {
                     return Err(self.transient(&format!("publish {}", p.subject), self.timed_out()))
                 }
             }
+        }
+        self.flush().await
+    }
+
+    /// At shutdown: `flush()` while connected; while disconnected, nothing can be flushed, so
+    /// it says why at once instead of waiting out `publish_timeout`.
+    ///
+    /// # Errors
+    /// [`SinkError::Transient`].
+    pub async fn close(&self) -> Result<(), SinkError> {
+        if let Some(cause) = self.down_cause() {
+            return Err(SinkError::transient(
+                &self.sink,
+                format!(
+                    "closing: not connected to NATS at {}: {cause}",
+                    self.servers
+                ),
+            ));
         }
         self.flush().await
     }
@@ -363,6 +582,7 @@ impl NatsService {
         js: &jetstream::Context,
         batch: &[Publish],
     ) -> Result<(), SinkError> {
+        self.ensure_stream_ready(js).await?;
         let t = self.publish_timeout;
         let mut failed: Vec<usize> = Vec::new();
         let mut first: Option<SinkError> = None;
@@ -387,20 +607,17 @@ impl NatsService {
             match tokio::time::timeout(t, publish).await {
                 Ok(Ok(ack)) => acks.push(async move { (i, ack.await) }),
                 Ok(Err(e)) => {
-                    note(
-                        i,
-                        classify_jetstream(&self.sink, &p.subject, &e),
-                        &mut failed,
-                    );
+                    let err = match classify_jetstream(&self.sink, &p.subject, &e) {
+                        fatal @ SinkError::Fatal { .. } => fatal,
+                        _ => self.transient(&format!("JetStream publish {}", p.subject), &e),
+                    };
+                    note(i, err, &mut failed);
                     stop = true;
                 }
                 Err(_) => {
-                    let e = SinkError::transient(
-                        &self.sink,
-                        format!(
-                            "JetStream publish to {} at {}: timed out after {t:?}",
-                            p.subject, self.servers
-                        ),
+                    let e = self.transient(
+                        &format!("JetStream publish {}", p.subject),
+                        format!("timed out after {t:?}"),
                     );
                     note(i, e, &mut failed);
                     stop = true;
@@ -439,15 +656,16 @@ impl NatsService {
     /// [`SinkError::Transient`] while disconnected or without an answer;
     /// [`SinkError::Fatal`] when the stream is missing.
     pub async fn healthcheck(&self) -> Result<(), SinkError> {
-        if self.client.connection_state() != State::Connected {
+        if let Some(cause) = self.down_cause() {
             return Err(SinkError::transient(
                 &self.sink,
-                format!("not connected to NATS at {}", self.servers),
+                format!("not connected to NATS at {}: {cause}", self.servers),
             ));
         }
         let Publisher::JetStream { js, stream } = &self.publisher else {
             return Ok(());
         };
+        self.ensure_stream_ready(js).await?;
         match tokio::time::timeout(self.publish_timeout, js.get_stream(stream)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(SinkError::fatal(
@@ -465,7 +683,7 @@ impl NatsService {
 /// Checks the stream exists, or creates it (an existing stream is used as it is).
 async fn ensure_stream(
     js: &jetstream::Context,
-    setup: StreamSetup,
+    setup: &StreamSetup,
     servers: &str,
 ) -> Result<(), NatsError> {
     let err = |stream: &str, message: String| NatsError::Stream {
@@ -474,10 +692,10 @@ async fn ensure_stream(
         message,
     };
     match setup {
-        StreamSetup::Require { name, subjects } => match js.get_stream(&name).await {
+        StreamSetup::Require { name, subjects } => match js.get_stream(name).await {
             Ok(_) => Ok(()),
             Err(e) => Err(err(
-                &name,
+                name,
                 format!(
                     "not available ({e}); create it (subjects covering {subjects:?}) or set stream.create = true"
                 ),
@@ -485,7 +703,7 @@ async fn ensure_stream(
         },
         StreamSetup::Create(cfg) => {
             let name = cfg.name.clone();
-            js.get_or_create_stream(*cfg)
+            js.get_or_create_stream((**cfg).clone())
                 .await
                 .map(|_| ())
                 .map_err(|e| err(&name, format!("cannot create it: {e}")))
@@ -524,10 +742,10 @@ mod tests {
     }
 
     #[test]
-    fn reconnect_delay_backs_off_to_five_seconds() {
+    fn reconnect_delay_backs_off_to_one_second() {
         assert_eq!(RECONNECT.delay(0), Duration::from_millis(100));
         assert_eq!(RECONNECT.delay(3), Duration::from_millis(800));
-        assert_eq!(RECONNECT.delay(100), Duration::from_secs(5));
+        assert_eq!(RECONNECT.delay(100), Duration::from_secs(1));
     }
 
     #[test]
