@@ -177,10 +177,14 @@ impl BrokerWatch {
     }
 
     /// Records a client error; returns whether it is the first since the brokers answered.
-    fn note(&self, fatal: bool, text: String) -> bool {
+    /// "All broker connections are down" is a summary: it does not replace a more specific
+    /// error already recorded (the connection failure that led to it).
+    fn note(&self, fatal: bool, text: String, summary: bool) -> bool {
         let mut e = self.lock();
         let first = e.is_none();
-        *e = Some((fatal, text));
+        if first || !summary {
+            *e = Some((fatal, text));
+        }
         first
     }
 
@@ -225,7 +229,8 @@ impl ClientContext for KafkaContext {
         } else {
             format!("{error}: {reason}")
         };
-        if self.watch.note(fatal, text) || fatal {
+        let summary = error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown);
+        if self.watch.note(fatal, text, summary) || fatal {
             tracing::warn!(sink = %self.sink, error = %error, "kafka client error: {reason}; librdkafka keeps retrying (repeats are logged at debug level until the brokers answer)");
         } else {
             tracing::debug!(sink = %self.sink, error = %error, "kafka client error: {reason}");

@@ -410,7 +410,21 @@ async fn broker_down_fails_the_batch_and_broker_up_lets_the_retry_succeed() {
         sink.healthcheck().await.is_err(),
         "not ready while the broker is down"
     );
+    assert!(
+        sink.last_broker_error().is_some(),
+        "librdkafka's client error is kept"
+    );
+    let ready = sink.ready_signal().expect("kafka has a ready signal");
+    let before = ready.generation();
     mock.broker_up(1).unwrap();
+    // The broker-up watcher notices within a few of its 500 ms polls.
+    wait_for(
+        "the ready signal after broker up",
+        Duration::from_secs(20),
+        || ready.generation() > before,
+    )
+    .await;
+    assert_eq!(sink.last_broker_error(), None, "forgotten once it answers");
     sink.send(&batch(5, 2)).await.unwrap();
     sink.close().await.unwrap();
     let recs = tokio::task::spawn_blocking(move || read_all(&servers, "topology", 1, 10))

@@ -60,15 +60,6 @@ impl ConnectFailure {
         }
     }
 
-    /// Whether the server could not be reached at all (refused, timed out, DNS): such a
-    /// start-up failure is waited out in the background; the others need an operator.
-    pub fn is_unreachable(self) -> bool {
-        matches!(
-            self,
-            ConnectFailure::TimedOut | ConnectFailure::Dns | ConnectFailure::Other
-        )
-    }
-
     fn describe(self) -> &'static str {
         match self {
             ConnectFailure::Authorization => "authorization failed (check the credentials)",
@@ -78,6 +69,30 @@ impl ConnectFailure {
             ConnectFailure::BadUrl => "invalid server URL",
             ConnectFailure::Other => "connection failed",
         }
+    }
+}
+
+/// Whether a connection attempt failed because no server could be reached at all (refused,
+/// timed out, host or network unreachable, DNS): such a start-up failure is waited out in
+/// the background. Everything else (rejected credentials, TLS, a server that closed the
+/// connection during the handshake) needs an operator and stays a start-up error.
+fn is_unreachable(e: &async_nats::ConnectError) -> bool {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => true,
+        ConnectErrorKind::Io => std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    K::ConnectionRefused
+                        | K::TimedOut
+                        | K::HostUnreachable
+                        | K::NetworkUnreachable
+                        | K::AddrNotAvailable
+                )
+            }),
+        _ => false,
     }
 }
 
@@ -385,21 +400,17 @@ impl NatsService {
         };
         let client = match s.options.clone().connect(s.servers.clone()).await {
             Ok(c) => c,
-            Err(e) => {
+            Err(e) if is_unreachable(&e) => {
                 let err = connect_error(e);
-                match &err {
-                    NatsError::Connect { failure, .. } if failure.is_unreachable() => {
-                        tracing::warn!(sink = %s.sink, error = %err, "NATS unreachable at start-up: connecting in the background; changes wait in the pipeline");
-                        s.watch.set_error(Some(err.to_string()));
-                        s.options
-                            .retry_on_initial_connect()
-                            .connect(s.servers)
-                            .await
-                            .map_err(connect_error)?
-                    }
-                    _ => return Err(err),
-                }
+                tracing::warn!(sink = %s.sink, error = %err, "NATS unreachable at start-up: connecting in the background; changes wait in the pipeline");
+                s.watch.set_error(Some(err.to_string()));
+                s.options
+                    .retry_on_initial_connect()
+                    .connect(s.servers)
+                    .await
+                    .map_err(connect_error)?
             }
+            Err(e) => return Err(connect_error(e)),
         };
         let (publisher, stream_setup) = match s.mode {
             Mode::Core => (Publisher::Core, None),
@@ -525,6 +536,15 @@ impl NatsService {
         SinkError::transient(&self.sink, message)
     }
 
+    /// A JetStream publish or PubAck error: fatal when no stream stores the subject, else
+    /// transient naming the connection's cause while it is down.
+    fn publish_error(&self, subject: &str, e: &jetstream::context::PublishError) -> SinkError {
+        match classify_jetstream(&self.sink, subject, e) {
+            fatal @ SinkError::Fatal { .. } => fatal,
+            _ => self.transient(&format!("JetStream publish {subject}"), e),
+        }
+    }
+
     fn timed_out(&self) -> String {
         format!("timed out after {:?}", self.publish_timeout)
     }
@@ -607,11 +627,7 @@ impl NatsService {
             match tokio::time::timeout(t, publish).await {
                 Ok(Ok(ack)) => acks.push(async move { (i, ack.await) }),
                 Ok(Err(e)) => {
-                    let err = match classify_jetstream(&self.sink, &p.subject, &e) {
-                        fatal @ SinkError::Fatal { .. } => fatal,
-                        _ => self.transient(&format!("JetStream publish {}", p.subject), &e),
-                    };
-                    note(i, err, &mut failed);
+                    note(i, self.publish_error(&p.subject, &e), &mut failed);
                     stop = true;
                 }
                 Err(_) => {
@@ -625,15 +641,13 @@ impl NatsService {
             }
             while acks.len() >= self.max_in_flight {
                 if let Some((i, Err(e))) = acks.next().await {
-                    let subject = &batch[i].subject;
-                    note(i, classify_jetstream(&self.sink, subject, &e), &mut failed);
+                    note(i, self.publish_error(&batch[i].subject, &e), &mut failed);
                 }
             }
         }
         while let Some((i, res)) = acks.next().await {
             if let Err(e) = res {
-                let subject = &batch[i].subject;
-                note(i, classify_jetstream(&self.sink, subject, &e), &mut failed);
+                note(i, self.publish_error(&batch[i].subject, &e), &mut failed);
             }
         }
         let Some(err) = first else {
