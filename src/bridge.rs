@@ -222,6 +222,9 @@ pub async fn shutdown_signal() {
 /// Cluster connection, discovery or sink construction failures; [`Undelivered`] when the
 /// shutdown left changes undelivered.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    for w in crate::config::warnings(&config) {
+        tracing::warn!("configuration: {w}");
+    }
     let client = cluster::client(&config.cluster).await?;
     let sinks = build_sinks(&config).await?;
     let bridge = Bridge::start(&config, client, sinks).await?;

@@ -11,12 +11,14 @@
 mod load;
 #[cfg(test)]
 mod tests;
+mod warn;
 
 use serde::{Deserialize, Serialize};
 
 pub use kubesink_sinks::units::{ByteSize, HumanDuration};
 pub use kubesink_sinks::SinkConfig;
 pub use load::{load, ConfigError, ConfigErrors};
+pub use warn::{warnings, GROUP_ALIASES};
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]

@@ -586,7 +586,10 @@ impl KafkaConfig {
             self.invalid(
                 index,
                 "librdkafka",
-                format!("librdkafka rejected the configuration: {e}"),
+                format!(
+                    "librdkafka rejected the configuration: {}",
+                    super::service::describe_error(&e)
+                ),
             )
         })?;
         Ok(KafkaSink::new(

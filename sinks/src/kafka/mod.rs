@@ -25,5 +25,5 @@ pub use config::{
     SaslMechanism, DEFAULT_RECONNECT_BACKOFF_MAX_MS, MANAGED_PROPERTIES,
 };
 pub use request::{escape, topic_template, CLUSTER_SCOPE, MAX_TOPIC_LEN, TOPIC};
-pub use service::{classify, needs_new_producer, BrokerWatch, Failure, Properties};
+pub use service::{classify, describe_error, needs_new_producer, BrokerWatch, Failure, Properties};
 pub use sink::{KafkaSink, RECORD_OVERHEAD_BYTES};

@@ -28,6 +28,18 @@ use super::config::is_secret_property;
 use super::request::{Record, MAX_TOPIC_LEN};
 use crate::{ReadySignal, SinkError};
 
+/// A librdkafka error for logs and messages: as rdkafka prints it, except that a rejected
+/// property's value is left out (rdkafka's `ClientConfig` error carries the value, which
+/// may be a credential).
+pub fn describe_error(e: &KafkaError) -> String {
+    match e {
+        KafkaError::ClientConfig(_, description, key, _) => {
+            format!("client configuration error: property {key:?}: {description}")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// librdkafka properties (`CONFIGURATION.md` of librdkafka), in a stable order.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Properties(pub Vec<(String, String)>);
@@ -402,7 +414,7 @@ impl KafkaService {
                 }
             }
             Err(e) => {
-                tracing::error!(sink = %self.s.sink, error = %e, "recreating the producer failed")
+                tracing::error!(sink = %self.s.sink, error = %describe_error(&e), "recreating the producer failed")
             }
         }
     }
