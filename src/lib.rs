@@ -40,7 +40,7 @@ pub use pipeline::{Pipeline, SinkHandle, SinkStats};
 #[cfg(feature = "test-util")]
 pub mod testing {
     pub use crate::informer::{
-        Decider, Event, InformerError, LightStore, MinimalMeta, Observed, Phase, RawObject,
-        ShapeError, Shaped, Shaper, StoreEntry, Vanished, WatchPlan,
+        watch_line, Decider, DecodeError, Event, InformerError, LightStore, MinimalMeta, Observed,
+        Phase, RawObject, ShapeError, Shaped, Shaper, StoreEntry, Vanished, WatchPlan,
     };
 }

@@ -120,10 +120,12 @@ pub struct PipelineConfig {
     pub linger: HumanDuration,
     /// First retry delay after a sink error; doubles per failure (with jitter). Default 100ms.
     pub retry_initial_backoff: HumanDuration,
-    /// Cap of the retry delay. Default 30s.
+    /// Cap of every retry delay, jitter and a destination's retry-after hint included; a
+    /// sink that reports its destination reachable again ends the wait at once. Default 30s.
     pub retry_max_backoff: HumanDuration,
-    /// On SIGINT/SIGTERM, how long to keep delivering what is pending before exiting.
-    /// Default 10s.
+    /// On SIGINT/SIGTERM, the deadline of the whole shutdown: stopping the watches,
+    /// delivering what is pending and closing the sinks. `kubesink run` exits 1 naming how
+    /// many changes were left undelivered. Default 10s.
     pub shutdown_timeout: HumanDuration,
 }
 

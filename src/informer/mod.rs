@@ -65,6 +65,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use decide::{Decider, Event, InformerError, Phase};
+#[cfg(feature = "test-util")]
+pub use decode::{watch_line, DecodeError};
 pub use object::{MinimalMeta, RawObject};
 pub use payload::{ShapeError, Shaped, Shaper};
 pub use plan::WatchPlan;

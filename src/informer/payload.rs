@@ -184,16 +184,20 @@ impl Shaper {
         for ptr in &self.drop {
             drop_pointer(&mut metadata, &mut body, ptr)?;
         }
-        metadata
+        // `labels: null` (or anything but a map, which the API never sends) becomes a map:
+        // every emitted object carries the cluster label.
+        let labels = metadata
             .entry("labels")
-            .or_insert_with(|| Value::Object(Map::new()))
-            .as_object_mut()
-            .map(|l| {
-                l.insert(
-                    self.label_key.clone(),
-                    Value::String(self.label_value.clone()),
-                )
-            });
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !labels.is_object() {
+            *labels = Value::Object(Map::new());
+        }
+        if let Value::Object(l) = labels {
+            l.insert(
+                self.label_key.clone(),
+                Value::String(self.label_value.clone()),
+            );
+        }
         let (api_version, kind) = match (&obj.api_version, &obj.kind) {
             (Some(a), Some(k)) if !a.is_empty() && k != "PartialObjectMetadata" => {
                 (a.as_str(), k.as_str())
