@@ -7,26 +7,25 @@
 //! through [`Properties::redacted`] only). It knows nothing of kubesink's configuration:
 //! `config.rs` hands it rendered [`Properties`] and [`Settings`].
 //!
-//! Brokers that go away: librdkafka's last client error (the context's `error()` callback,
-//! e.g. "Connect to ipv4#127.0.0.1:9092 failed: Connection refused") is kept, logged once per
-//! outage, and named in the errors of failed sends instead of the symptom ("Message timed
-//! out"); an authentication or TLS failure reported there makes the send fatal. After a
-//! failed send or healthcheck, a broker-up watcher asks for metadata every half second and
-//! notifies the sink's [`ReadySignal`] when the brokers answer again.
+//! Brokers that go away: the last client error `context.rs` keeps is named in the errors of
+//! failed sends instead of the symptom ("Message timed out"), and an authentication or TLS
+//! failure reported there makes the send fatal. After a failed send or healthcheck, a
+//! broker-up watcher asks for metadata every half second and notifies the sink's ready
+//! signal when the brokers answer again.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
-use rdkafka::ClientContext;
 
 use super::config::is_secret_property;
+use super::context::{BrokerWatch, KafkaContext};
 use super::request::{Record, MAX_TOPIC_LEN};
-use crate::{ReadySignal, SinkError};
+use crate::SinkError;
 
 /// A librdkafka error for logs and messages: as rdkafka prints it, except that a rejected
 /// property's value is left out (rdkafka's `ClientConfig` error carries the value, which
@@ -146,110 +145,6 @@ pub fn needs_new_producer(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-/// librdkafka callbacks: its log lines and client errors go to `tracing`, tagged with the
-/// sink name; the last client error is kept for the sink's errors ([`BrokerWatch`]).
-pub struct KafkaContext {
-    sink: String,
-    watch: BrokerWatch,
-}
-
-/// What the sink knows of its brokers' reachability, shared by the librdkafka context (which
-/// records client errors from librdkafka's threads), the service and the broker-up watcher.
-#[derive(Clone, Default)]
-pub struct BrokerWatch {
-    inner: Arc<BrokerState>,
-    ready: ReadySignal,
-}
-
-#[derive(Default)]
-struct BrokerState {
-    /// librdkafka's last client error since the brokers last answered: (fatal, text).
-    last_error: Mutex<Option<(bool, String)>>,
-    /// A broker-up watcher task is running.
-    watching: AtomicBool,
-}
-
-impl BrokerWatch {
-    /// librdkafka's last client error since the brokers last answered, e.g. "Connect to
-    /// ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT)".
-    pub fn last_error(&self) -> Option<String> {
-        self.lock().as_ref().map(|(_, e)| e.clone())
-    }
-
-    /// The signal notified when the brokers answer again.
-    pub fn ready(&self) -> &ReadySignal {
-        &self.ready
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(bool, String)>> {
-        self.inner
-            .last_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Records a client error; returns whether it is the first since the brokers answered.
-    /// "All broker connections are down" is a summary: it does not replace a more specific
-    /// error already recorded (the connection failure that led to it).
-    fn note(&self, fatal: bool, text: String, summary: bool) -> bool {
-        let mut e = self.lock();
-        let first = e.is_none();
-        if first || !summary {
-            *e = Some((fatal, text));
-        }
-        first
-    }
-
-    /// The brokers answered: forget the error. Returns whether there was one.
-    fn clear(&self) -> bool {
-        self.lock().take().is_some()
-    }
-
-    /// The recorded error when it needs an operator (authentication, TLS).
-    fn fatal(&self) -> Option<String> {
-        self.lock()
-            .as_ref()
-            .and_then(|(fatal, e)| fatal.then(|| e.clone()))
-    }
-}
-
-impl ClientContext for KafkaContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        use RDKafkaLogLevel as L;
-        match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => {
-                tracing::error!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
-            }
-            L::Warning => {
-                tracing::warn!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
-            }
-            L::Notice | L::Info => {
-                tracing::info!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
-            }
-            L::Debug => {
-                tracing::debug!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
-            }
-        }
-    }
-
-    /// One warning per outage; later errors of the same outage at debug level (librdkafka
-    /// reports each failed reconnect).
-    fn error(&self, error: KafkaError, reason: &str) {
-        let fatal = matches!(classify(&error, ""), Failure::Fatal(_));
-        let text = if reason.is_empty() {
-            error.to_string()
-        } else {
-            format!("{error}: {reason}")
-        };
-        let summary = error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown);
-        if self.watch.note(fatal, text, summary) || fatal {
-            tracing::warn!(sink = %self.sink, error = %error, "kafka client error: {reason}; librdkafka keeps retrying (repeats are logged at debug level until the brokers answer)");
-        } else {
-            tracing::debug!(sink = %self.sink, error = %error, "kafka client error: {reason}");
-        }
-    }
-}
-
 type Producer_ = FutureProducer<KafkaContext>;
 
 /// One librdkafka producer (the idempotent producer by default) with its delivery
@@ -275,10 +170,7 @@ fn create_producer(
     for (k, v) in &properties.0 {
         cc.set(k, v);
     }
-    cc.create_with_context(KafkaContext {
-        sink: name.to_owned(),
-        watch: watch.clone(),
-    })
+    cc.create_with_context(KafkaContext::new(name, watch))
 }
 
 /// Interval and metadata timeout of the broker-up watcher.
@@ -326,7 +218,7 @@ impl KafkaService {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if self.watch.inner.watching.swap(true, Ordering::AcqRel) {
+        if self.watch.start_watching() {
             return;
         }
         let producer = self.producer();
@@ -349,11 +241,11 @@ impl KafkaService {
                     if watch.clear() {
                         tracing::info!(sink = %sink, "kafka brokers answer again");
                     }
-                    watch.ready.notify();
+                    watch.ready().notify();
                     break;
                 }
             }
-            watch.inner.watching.store(false, Ordering::Release);
+            watch.stop_watching();
         });
     }
 
@@ -632,7 +524,7 @@ impl KafkaService {
                 })?;
         if self.watch.clear() {
             tracing::info!(sink = %self.s.sink, "kafka brokers answer again");
-            self.watch.ready.notify();
+            self.watch.ready().notify();
         }
         let wanted: Vec<String> = self
             .topics

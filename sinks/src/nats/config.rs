@@ -14,8 +14,9 @@ use async_nats::jetstream::stream;
 use async_nats::ServerAddr;
 use serde::{Deserialize, Serialize};
 
+use super::connection;
 use super::request::subject_template;
-use super::service::{self, redact_url, Mode, NatsError, NatsService, Settings, StreamSetup};
+use super::service::{redact_url, Mode, NatsError, NatsService, Settings, StreamSetup};
 use super::NatsSink;
 use crate::units::HumanDuration;
 use crate::{Secret, Sink, SinkConfigError};
@@ -355,8 +356,8 @@ impl NatsConfig {
     /// The service settings: connection options with auth and TLS, the publishing mode and
     /// its stream setup.
     async fn settings(&self) -> Result<Settings, NatsError> {
-        let watch = service::ConnectionWatch::default();
-        let mut opts = service::base_options(
+        let watch = connection::ConnectionWatch::default();
+        let mut opts = connection::base_options(
             &self.name,
             &self.connection_name,
             self.connect_timeout.get(),

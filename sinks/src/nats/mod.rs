@@ -3,8 +3,10 @@
 //! - `config.rs`: the `[[sinks]]` entry (`type = "nats"`), validation, `build()`.
 //! - `request.rs`: message → subject (the subject dialect of the shared template engine,
 //!   reversible token escaping) and headers.
-//! - `service.rs`: the connection (reconnect forever, event logs), the stream check or
-//!   creation, core and JetStream publishing, error classification.
+//! - `connection.rs`: the connection options (reconnect forever, bounded buffer) and what
+//!   its events tell (ready signal on every connect, the last connection error).
+//! - `service.rs`: connecting, the stream check or creation, core and JetStream
+//!   publishing, error classification.
 //! - `sink.rs`: the [`Sink`](crate::Sink) implementation.
 //!
 //! Delivery: in JetStream mode `send` is `Ok` once every message's PubAck arrived (many in
@@ -19,6 +21,7 @@
 //! logs a secret.
 
 mod config;
+mod connection;
 mod request;
 mod service;
 mod sink;
@@ -26,6 +29,7 @@ mod sink;
 pub use config::{
     NatsAuth, NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls, DEFAULT_SUBJECT,
 };
+pub use connection::ConnectionWatch;
 pub use request::{escape_token, subject_template, unescape_token, EMPTY_TOKEN, SUBJECT};
 pub use service::{redact_url, ConnectFailure, NatsError};
 pub use sink::NatsSink;
