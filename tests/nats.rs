@@ -647,6 +647,14 @@ async fn a_message_that_only_its_headers_push_over_max_payload_is_reported_too_l
     }
 }
 
+/// A duration in seconds from the environment (longer manual runs), else `default`.
+fn secs_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// `n` ConfigMaps `cm-{from}..` in namespace `default`.
 fn create_configmaps(c: &Cluster, from: usize, n: usize) {
     for i in from..from + n {
@@ -711,8 +719,13 @@ async fn delivery_resumes_within_seconds_of_the_server_coming_back_not_after_the
                 .is_some_and(|p| p.to_lowercase().contains("connection refused"))
     })
     .await;
-    // The outage itself: the scenario is "the server is gone for 20 s".
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // The outage itself: the server is gone for 20 s (the two minutes:
+    // KUBESINK_OUTAGE_SECS=120).
+    tokio::time::sleep(Duration::from_secs(secs_from_env(
+        "KUBESINK_OUTAGE_SECS",
+        20,
+    )))
+    .await;
     assert!(stats.delivered.load(Ordering::SeqCst) < 50);
     server.restart();
     let back = std::time::Instant::now();
@@ -816,8 +829,9 @@ async fn a_server_flapping_for_thirty_seconds_loses_nothing_over_one_connection(
         rate_per_sec: 50.0,
         seed: 13,
     });
-    // The scenario itself: down 2 s, up 3 s, for 30 s.
-    for _ in 0..6 {
+    // The scenario itself: down 2 s, up 3 s, for 30 s (the minute:
+    // KUBESINK_FLAP_SECS=60).
+    for _ in 0..secs_from_env("KUBESINK_FLAP_SECS", 30) / 5 {
         server.stop();
         tokio::time::sleep(Duration::from_secs(2)).await;
         server.restart();
