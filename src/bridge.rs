@@ -1,7 +1,8 @@
 //! Wiring: configuration → clients → saved state → discovery → informers → pipeline → sinks,
 //! the observers (metrics, health, summaries), leader election, and the orderly shutdown
-//! (stop the watches, flush within `pipeline.shutdown_timeout`, close, save the acknowledged
-//! state).
+//! (stop the watches, flush, close the sinks, all within `pipeline.shutdown_timeout`
+//! counted from the signal; then save the acknowledged state; `kubesink run` exits non-zero
+//! when changes were left undelivered, [`Undelivered`]).
 //!
 //! Start-up never waits for an API server: each configured resource of each cluster is
 //! resolved (API discovery) by its own task, retried with backoff while the server is
@@ -51,6 +52,18 @@ pub enum StartError {
         /// Clients given.
         clients: usize,
     },
+}
+
+/// `kubesink run` stopped with changes that were not delivered before the shutdown
+/// deadline (`pipeline.shutdown_timeout`): the process exits non-zero.
+#[derive(Debug, thiserror::Error)]
+#[error("{count} changes were not delivered within pipeline.shutdown_timeout = {}; they are sent again after the next start (saved state), or with its full list", humantime::format_duration(*.timeout))]
+pub struct Undelivered {
+    /// Changes held by the sinks' queues (pending or in flight) at the deadline, summed over
+    /// the sinks.
+    pub count: usize,
+    /// The deadline that passed.
+    pub timeout: Duration,
 }
 
 /// A running bridge: informers feeding the pipeline, observed.
@@ -343,6 +356,11 @@ impl Bridge {
         self.server
     }
 
+    /// `pipeline.shutdown_timeout`.
+    pub fn shutdown_timeout(&self) -> Duration {
+        self.shutdown_timeout
+    }
+
     /// Resolves when this replica lost its leadership (never without leader election).
     pub async fn lost_leadership(&mut self) -> Lost {
         match self.lost.as_mut() {
@@ -354,12 +372,14 @@ impl Bridge {
         }
     }
 
-    /// Stops the watches, delivers what is pending within `pipeline.shutdown_timeout`, closes
-    /// the sinks, gives up the lease. Returns the number of changes not delivered in time.
+    /// Stops the watches, delivers what is pending and closes the sinks, all within
+    /// `pipeline.shutdown_timeout` from now; then saves the acknowledged state and gives up
+    /// the lease. Returns the number of changes not delivered in time.
     pub async fn shutdown(self) -> usize {
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         self.cancel.cancel();
         self.tasks.close();
-        let undelivered = self.pipeline.shutdown(self.shutdown_timeout).await;
+        let undelivered = self.pipeline.shutdown(deadline).await;
         // What was not delivered stays out of the saved state: the next start sends it.
         self.stop_saving.cancel();
         for keeper in &self.keepers {
@@ -576,9 +596,13 @@ pub const LOST_LEADERSHIP_EXIT: i32 = 3;
 /// process with [`LOST_LEADERSHIP_EXIT`] when leadership is lost.
 ///
 /// # Errors
-/// Client construction, server start or sink construction failures.
+/// Client construction, server start or sink construction failures; [`Undelivered`] when the
+/// shutdown left changes undelivered.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     crate::limits::prepare(&config);
+    for w in crate::config::warnings(&config) {
+        tracing::warn!("configuration: {w}");
+    }
     let clusters = config.clusters();
     let mut clients = Vec::with_capacity(clusters.len());
     for spec in &clusters {
@@ -611,9 +635,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     tracing::info!("shutting down: stopping watches, flushing sinks");
+    let timeout = bridge.shutdown_timeout();
     let left = bridge.shutdown().await;
-    if left == 0 {
-        tracing::info!("shutdown complete");
+    if left > 0 {
+        return Err(Undelivered {
+            count: left,
+            timeout,
+        }
+        .into());
     }
+    tracing::info!("shutdown complete: every change delivered");
     Ok(())
 }

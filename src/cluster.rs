@@ -2,7 +2,9 @@
 //!
 //! Client: `cluster.kubeconfig` (+ `cluster.context`) when set; else in-cluster service
 //! account when `KUBERNETES_SERVICE_HOST` is set; else `KUBECONFIG` / `~/.kube/config`
-//! (+ `cluster.context`). TLS verification stays as the kubeconfig says (on by default).
+//! (+ `cluster.context`). TLS verification stays as the kubeconfig says (on by default); a
+//! kubeconfig that turns it off (`insecure-skip-tls-verify: true`) gets a warning at start.
+//! Never logs a credential: tokens and client keys stay inside kube's client.
 
 use std::sync::Arc;
 
@@ -100,6 +102,12 @@ pub async fn client(cfg: &ClusterConfig) -> Result<Client, ClusterError> {
     // backed off per watch. kube's own retry layer would hide them.
     let mut config = config;
     config.default_retry = false;
+    if config.accept_invalid_certs {
+        tracing::warn!(
+            server = %config.cluster_url,
+            "TLS verification of the API server is turned off (insecure-skip-tls-verify in the kubeconfig): its identity is not checked; set certificate-authority instead"
+        );
+    }
     Client::try_from(config).map_err(ClusterError::Client)
 }
 

@@ -52,7 +52,14 @@ fn check(file: Option<&std::path::Path>) -> ExitCode {
                     }
                 }
                 println!("# effective configuration (secrets masked)\n{text}");
-                eprintln!("configuration OK");
+                let warnings = config::warnings(&c);
+                for w in &warnings {
+                    eprintln!("warning: {w}");
+                }
+                match warnings.len() {
+                    0 => eprintln!("configuration OK"),
+                    n => eprintln!("configuration OK, with {n} warning(s)"),
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -207,3 +207,34 @@ async fn demo_shows_messages_within_seconds_and_stops_on_ctrl_c() {
     );
     assert_eq!(signal_and_wait(&mut child, "-INT").await, Some(0));
 }
+
+#[tokio::test]
+async fn check_warns_when_two_resources_are_the_same_objects_under_two_api_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.toml");
+    std::fs::write(
+        &file,
+        "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Event\"\n[[resources]]\napi_version = \"events.k8s.io/v1\"\nkind = \"Event\"\n",
+    )
+    .unwrap();
+    let out = kubesink()
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a warning, not an error: {stderr}"
+    );
+    assert!(
+        stderr.contains("warning: resources.0 (v1 Event) and resources.1 (events.k8s.io/v1 Event) are the same objects under two API groups: every change is reported twice"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("configuration OK, with 1 warning(s)"),
+        "{stderr}"
+    );
+}

@@ -462,3 +462,77 @@ async fn two_sinks_keep_separate_queues_and_a_dead_one_bounds_both() {
     assert!(queues.iter().all(|q| q.high_water() <= 30));
     bridge.shutdown().await;
 }
+
+/// A sink that delivers ~100 messages/s under ~200 changes/s, for `KUBESINK_SLOW_SINK_SECS`
+/// seconds (default 30; the ten-minute run of the issue is
+/// `KUBESINK_SLOW_SINK_SECS=600 cargo test --test informer a_sink_slower -- --nocapture`).
+/// Pending changes stay within `max_pending` and `max_pending_bytes` throughout (the
+/// pipeline's memory; the simulator shares this process, so its RSS says nothing about
+/// kubesink's), coalescing shows in the metrics, and the sink ends with every final state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_slower_than_the_change_rate_stays_bounded_and_coalesces() {
+    let secs: u64 = std::env::var("KUBESINK_SLOW_SINK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 200,
+            nodes: 5,
+            foobars: 10,
+            seed: 17,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut cfg = config(&c.kubeconfig, three_kinds());
+    cfg.pipeline.max_pending = 100;
+    cfg.pipeline.max_pending_bytes = kubesink::config::ByteSize(1 << 20);
+    cfg.pipeline.max_batch_events = 20;
+    let sink = CaptureSink::new();
+    sink.delay_ms.store(200, Ordering::SeqCst);
+    let bridge = start(&cfg, &sink).await;
+    wait_for("initial sync", LONG, || synced(&bridge)).await;
+    let churn = c.sim.spawn_churn(kubesink_sim::Churn {
+        rate_per_sec: 200.0,
+        seed: 23,
+    });
+    let queue = &bridge.pipeline().sinks()[0];
+    let started = tokio::time::Instant::now();
+    // The run itself: observe the queue while the sink lags behind.
+    while started.elapsed() < Duration::from_secs(secs) {
+        assert!(queue.held() <= 100, "held {}", queue.held());
+        assert!(
+            queue.held_bytes() <= (1 << 20) + 64 * 1024,
+            "held {} bytes",
+            queue.held_bytes()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    churn.stop();
+    let (text, _) = bridge.observed().metrics();
+    let coalesced = metric(
+        &text,
+        "kubesink_sink_coalesced_total",
+        &[("sink", "capture")],
+    );
+    assert!(coalesced > 0.0, "coalescing shows in the metrics: {text}");
+    assert!(
+        queue.high_water() <= 100,
+        "high water {}",
+        queue.high_water()
+    );
+    wait_for(
+        "the slow sink catches up with every final state",
+        LONG,
+        || fold(&sink.messages()) == sim_state(&c.sim, &KINDS),
+    )
+    .await;
+    eprintln!(
+        "{secs} s: delivered {}, coalesced {coalesced}, high water {}",
+        sink.len(),
+        queue.high_water()
+    );
+    bridge.shutdown().await;
+}

@@ -1,5 +1,6 @@
 //! End-to-end: simulator → kubesink → Kafka sink → a real Kafka-protocol broker (tansu),
 //! read back with an rdkafka consumer. Needs the tansu binary `scripts/test.sh` builds.
+#![cfg(feature = "kafka")]
 
 #[path = "support/kafka_server.rs"]
 mod kafka_server;
@@ -279,6 +280,13 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
     let errors = h.stats().errors.load(Ordering::SeqCst);
     // The outage itself: ten seconds with the broker unreachable while churn continues.
     tokio::time::sleep(Duration::from_secs(10)).await;
+    // Failed sends name the cause (librdkafka's last client error), not only the symptom.
+    wait_for("a failed send naming the cause", LONG, || {
+        h.stats()
+            .problem()
+            .is_some_and(|p| p.contains("Connection refused"))
+    })
+    .await;
     broker.reconnect().await;
     let after = h.stats().delivered.load(Ordering::SeqCst);
     wait_for("delivery resumed", LONG, || {
@@ -297,6 +305,203 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
     bridge.shutdown().await;
     let recs = reader.records();
     assert_per_key_order(&recs);
+}
+
+fn test_message() -> kubesink::sinks::Message {
+    use kubesink::sinks::{MessageMeta, Op, Resource};
+    let meta = MessageMeta {
+        id: "0".repeat(32).into(),
+        op: Op::Added,
+        resource: Arc::new(Resource::new(
+            "test",
+            "",
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            true,
+        )),
+        namespace: Some("default".into()),
+        name: "x".into(),
+    };
+    kubesink::sinks::Message {
+        key: "test/core/ConfigMap/default/x".into(),
+        payload: bytes::Bytes::from_static(b"{}"),
+        meta: Arc::new(meta),
+    }
+}
+
+async fn kafka_sink(k: KafkaConfig) -> Arc<dyn Sink> {
+    SinkConfig::Kafka(k).build(0).await.expect("sink builds")
+}
+
+fn quick(mut k: KafkaConfig) -> KafkaConfig {
+    k.message_timeout = kubesink::config::HumanDuration::from_secs(3);
+    k.healthcheck_timeout = kubesink::config::HumanDuration::from_secs(2);
+    k
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_up() {
+    let mut broker = Tansu::start_behind_proxy().await;
+    let topic = "kubesink.test";
+    broker.create_topic(topic, 6).await;
+    broker.disconnect();
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 60,
+            nodes: 5,
+            foobars: 5,
+            seed: 4,
+            ..Default::default()
+        })
+        .unwrap();
+    let want = sim_state(&c.sim, &KINDS).len();
+    let mut cfg = config(&c.kubeconfig, three_kinds());
+    cfg.sinks = vec![SinkConfig::Kafka(example_sink(&broker.bootstrap))];
+    let capture = CaptureSink::new();
+    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let sinks: Vec<Arc<dyn Sink>> = vec![
+        kafka_sink(quick(example_sink(&broker.bootstrap))).await,
+        capture.clone(),
+    ];
+    let bridge = Bridge::start(&cfg, client, sinks).await.unwrap();
+    wait_for("the other sink got every object", LONG, || {
+        capture.len() >= want
+    })
+    .await;
+    let h = &bridge.pipeline().sinks()[0];
+    wait_for("the Kafka sink's sends fail naming the cause", LONG, || {
+        h.stats().errors.load(Ordering::SeqCst) > 0
+            && h.stats()
+                .problem()
+                .is_some_and(|p| p.contains("Connection refused"))
+    })
+    .await;
+    let (text, _) = bridge.observed().metrics();
+    assert!(
+        metric(&text, "kubesink_sink_errors_total", &[("sink", "kafka")]) > 0.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "kubesink_sink_ready", &[("sink", "kafka")]),
+        0.0
+    );
+    assert_eq!(h.held(), want, "held for the Kafka sink");
+
+    broker.reconnect().await;
+    let reader = Reader::start(&broker.bootstrap, topic, 6);
+    wait_fold(&reader, &c.sim, &broker.bootstrap).await;
+    assert_eq!(capture.len(), want, "the other sink got each change once");
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_authentication_is_fatal_and_names_the_cause_not_the_password() {
+    use kubesink::sinks::kafka::{KafkaSecurity, Protocol, SaslMechanism};
+    use kubesink::sinks::Secret;
+    let broker = Tansu::start().await;
+    let mut k = quick(example_sink(&broker.bootstrap));
+    k.security = Box::new(KafkaSecurity {
+        protocol: Protocol::SaslPlaintext,
+        sasl_mechanism: Some(SaslMechanism::Plain),
+        sasl_username: Some("kubesink".into()),
+        sasl_password: Some(Secret::new("wrong-pw-4711")),
+        ..Default::default()
+    });
+    let sink = kafka_sink(k).await;
+    // tansu refuses the SASL handshake: librdkafka reports an authentication failure.
+    let err = sink
+        .send(std::slice::from_ref(&test_message()))
+        .await
+        .expect_err("rejected");
+    assert!(err.is_fatal(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("Authentication"), "{text}");
+    assert!(
+        text.contains("sasl_password"),
+        "names what to check: {text}"
+    );
+    assert!(!text.contains("wrong-pw-4711"), "{text}");
+    let err = sink.healthcheck().await.expect_err("not ready");
+    assert!(
+        err.is_fatal() && err.to_string().contains("Authentication"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_without_auto_create_is_fatal_and_names_the_topic() {
+    let broker = Tansu::start().await;
+    let mut k = quick(example_sink(&broker.bootstrap));
+    k.topic = "no-such-topic".into();
+    // librdkafka reports an unknown topic once its metadata says so for this long (default
+    // 30 s, longer than the test's message_timeout).
+    k.librdkafka
+        .insert("topic.metadata.propagation.max.ms".into(), "1000".into());
+    let sink = kafka_sink(k).await;
+    let err = sink
+        .send(std::slice::from_ref(&test_message()))
+        .await
+        .expect_err("no such topic");
+    assert!(err.is_fatal(), "{err}");
+    assert!(
+        err.to_string().contains("\"no-such-topic\" does not exist"),
+        "{err}"
+    );
+    let err = sink.healthcheck().await.expect_err("not ready");
+    assert!(err.to_string().contains("no-such-topic"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_over_message_max_bytes_is_sent_truncated_and_counted() {
+    let broker = Tansu::start().await;
+    let topic = "kubesink.test";
+    broker.create_topic(topic, 1).await;
+    let c = cluster(SimConfig::default()).await;
+    for (name, size) in [("big", 20_000), ("small", 10)] {
+        c.sim
+            .create(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "default"},
+                "data": {"blob": "x".repeat(size)}}))
+            .unwrap();
+    }
+    let mut k = quick(example_sink(&broker.bootstrap));
+    k.message_max_bytes = 6000;
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
+    cfg.sinks = vec![SinkConfig::Kafka(k.clone())];
+    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let bridge = Bridge::start(&cfg, client, vec![kafka_sink(k).await])
+        .await
+        .unwrap();
+    let reader = Reader::start(&broker.bootstrap, topic, 1);
+    wait_for("both records read back", LONG, || reader.len() >= 2).await;
+    let recs = reader.records();
+    let by_name = |n: &str| -> serde_json::Value {
+        let r = recs
+            .iter()
+            .find(|r| r.key.ends_with(&format!("/{n}")))
+            .unwrap_or_else(|| panic!("{n} delivered"));
+        serde_json::from_slice(r.value.as_deref().expect("a value")).unwrap()
+    };
+    assert_eq!(by_name("big")["truncated"], true);
+    assert!(by_name("big")["object"]["data"].is_null());
+    assert_eq!(by_name("big")["object"]["metadata"]["name"], "big");
+    assert!(by_name("small").get("truncated").is_none());
+    let h = &bridge.pipeline().sinks()[0];
+    assert_eq!(h.stats().truncated.load(Ordering::SeqCst), 1);
+    let (text, _) = bridge.observed().metrics();
+    assert_eq!(
+        metric(
+            &text,
+            "kubesink_sink_truncated_messages_total",
+            &[("sink", "kafka")]
+        ),
+        1.0,
+        "{text}"
+    );
+    bridge.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -647,6 +647,214 @@ async fn a_message_that_only_its_headers_push_over_max_payload_is_reported_too_l
     }
 }
 
+/// A duration in seconds from the environment (longer manual runs), else `default`.
+fn secs_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `n` ConfigMaps `cm-{from}..` in namespace `default`.
+fn create_configmaps(c: &Cluster, from: usize, n: usize) {
+    for i in from..from + n {
+        c.sim
+            .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}"), "namespace": "default"}, "data": {"i": i.to_string()}}))
+            .unwrap();
+    }
+}
+
+const CONFIGMAPS: [(&str, &str); 1] = [("v1", "ConfigMap")];
+
+/// Polls the stream's fold of ConfigMaps until it equals the simulator's (the stream may
+/// not exist yet: a sink that started without a server creates it once connected).
+async fn wait_configmaps_in_stream(js: &jetstream::Context, stream: &str, c: &Cluster) {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let want = sim_state(&c.sim, &CONFIGMAPS);
+        let got = match js.get_stream(stream).await {
+            Ok(_) => stream_fold(js, stream).await,
+            Err(_) => Fold::new(),
+        };
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stream fold != simulator after {LONG:?}: {} stored, {} wanted",
+            got.len(),
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_resumes_within_seconds_of_the_server_coming_back_not_after_the_backoff() {
+    let mut server = NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    create_configmaps(&c, 0, 10);
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
+    // Long waits between retries: after a 20 s outage the next retry of the backoff alone
+    // would come at least 11 s after the restart (10 s, then 20-30 s).
+    cfg.pipeline.retry_initial_backoff = HumanDuration::from_secs(10);
+    cfg.pipeline.retry_max_backoff = HumanDuration::from_secs(30);
+    cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let h = &bridge.pipeline().sinks()[0];
+    let stats = h.stats().clone();
+    wait_for("initial list delivered", LONG, || {
+        stats.delivered.load(Ordering::SeqCst) >= 10
+    })
+    .await;
+
+    server.stop();
+    create_configmaps(&c, 10, 40);
+    // Sends fail naming the cause ("connection refused"), not the symptom (a PubAck timeout).
+    wait_for("a failed send naming the cause", LONG, || {
+        stats.errors.load(Ordering::SeqCst) > 0
+            && stats
+                .problem()
+                .is_some_and(|p| p.to_lowercase().contains("connection refused"))
+    })
+    .await;
+    // The outage itself: the server is gone for 20 s (the two minutes:
+    // KUBESINK_OUTAGE_SECS=120).
+    tokio::time::sleep(Duration::from_secs(secs_from_env(
+        "KUBESINK_OUTAGE_SECS",
+        20,
+    )))
+    .await;
+    assert!(stats.delivered.load(Ordering::SeqCst) < 50);
+    server.restart();
+    let back = std::time::Instant::now();
+    wait_for("delivered after the restart", LONG, || {
+        stats.delivered.load(Ordering::SeqCst) >= 50
+    })
+    .await;
+    let took = back.elapsed();
+    eprintln!("delivered {took:?} after the server came back");
+    assert!(
+        took < Duration::from_secs(8),
+        "delivery resumed {took:?} after the restart: the backoff was not cut short"
+    );
+    let js = js_client(&server).await;
+    wait_configmaps_in_stream(&js, "KUBESINK", &c).await;
+    let conns: Vec<_> = server
+        .connections()
+        .into_iter()
+        .filter(|(n, _)| n == "kubesink")
+        .collect();
+    assert_eq!(conns.len(), 1, "one connection: {conns:?}");
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_up() {
+    let mut server = NatsServer::start("");
+    server.stop();
+    let c = cluster(SimConfig::default()).await;
+    create_configmaps(&c, 0, 30);
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
+    cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
+    let mut sinks = build_sinks(&cfg).await;
+    let err = sinks[0].healthcheck().await.expect_err("not connected");
+    assert!(
+        err.to_string()
+            .to_lowercase()
+            .contains("connection refused"),
+        "{err}"
+    );
+    let capture = CaptureSink::new();
+    sinks.push(capture.clone());
+    let bridge = start(&cfg, sinks).await;
+    wait_for("the other sink got everything", LONG, || {
+        capture.len() >= 30
+    })
+    .await;
+    let nats = &bridge.pipeline().sinks()[0];
+    wait_for("the NATS sink reports failed sends", LONG, || {
+        nats.stats().errors.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    let (text, _) = bridge.observed().metrics();
+    assert!(
+        metric(
+            &text,
+            "kubesink_sink_errors_total",
+            &[("sink", "nats"), ("kind", "transient")]
+        ) > 0.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "kubesink_sink_ready", &[("sink", "nats")]),
+        0.0
+    );
+    assert_eq!(
+        nats.held(),
+        30,
+        "held for the NATS sink, bounded by its queue"
+    );
+
+    server.restart();
+    let js = js_client(&server).await;
+    wait_configmaps_in_stream(&js, "KUBESINK", &c).await;
+    assert_eq!(capture.len(), 30, "the other sink got each change once");
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_flapping_for_thirty_seconds_loses_nothing_over_one_connection() {
+    let mut server = NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(6)).unwrap();
+    let mut cfg = config(
+        &c.kubeconfig,
+        KINDS
+            .iter()
+            .map(|(a, k)| ResourceConfig::new(a, k))
+            .collect(),
+    );
+    cfg.pipeline.max_pending = 200;
+    cfg.pipeline.retry_max_backoff = HumanDuration::from_secs(5);
+    cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let stats = bridge.pipeline().sinks()[0].stats().clone();
+    wait_for("initial list delivered", LONG, || {
+        stats.delivered.load(Ordering::SeqCst) >= 330
+    })
+    .await;
+    let churn = c.sim.spawn_churn(Churn {
+        rate_per_sec: 50.0,
+        seed: 13,
+    });
+    // The scenario itself: down 2 s, up 3 s, for 30 s (the minute:
+    // KUBESINK_FLAP_SECS=60).
+    for _ in 0..secs_from_env("KUBESINK_FLAP_SECS", 30) / 5 {
+        server.stop();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        server.restart();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    churn.stop();
+    let js = js_client(&server).await;
+    wait_stream_equals_sim(&js, "KUBESINK", &c).await;
+    let h = &bridge.pipeline().sinks()[0];
+    assert!(h.high_water() <= 200, "high water {}", h.high_water());
+    assert!(
+        stats.errors.load(Ordering::SeqCst) > 0,
+        "the outages were felt"
+    );
+    let conns: Vec<_> = server
+        .connections()
+        .into_iter()
+        .filter(|(n, _)| n == "kubesink")
+        .collect();
+    assert_eq!(conns.len(), 1, "one client, one connection: {conns:?}");
+    bridge.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_markers_arrive_on_the_reserved_subject_after_every_message_of_their_list() {
     let server = NatsServer::start("");

@@ -21,6 +21,12 @@ pub enum SinkConfig {
     /// `type = "kafka"`: Kafka through librdkafka.
     #[cfg(feature = "kafka")]
     Kafka(crate::kafka::KafkaConfig),
+    /// A build without any sink feature (`--no-default-features`) has no sink type; this
+    /// uninhabited variant keeps the enum and its matches well-formed there.
+    #[cfg(not(any(feature = "stdout", feature = "nats", feature = "kafka")))]
+    #[serde(skip)]
+    #[doc(hidden)]
+    NoSinkFeature(std::convert::Infallible),
 }
 
 /// Why a sink could not be built from its configuration.
@@ -50,11 +56,14 @@ impl SinkConfig {
             SinkConfig::Nats(c) => &c.name,
             #[cfg(feature = "kafka")]
             SinkConfig::Kafka(c) => &c.name,
+            #[cfg(not(any(feature = "stdout", feature = "nats", feature = "kafka")))]
+            SinkConfig::NoSinkFeature(never) => match *never {},
         }
     }
 
     /// Checks settings that serde cannot (returns every problem found). `index` is the
     /// entry's position in `sinks`, used in messages.
+    #[cfg_attr(not(any(feature = "nats", feature = "kafka")), allow(unused_variables))]
     pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
         match self {
             #[cfg(feature = "stdout")]
@@ -63,6 +72,21 @@ impl SinkConfig {
             SinkConfig::Nats(c) => c.validate(index),
             #[cfg(feature = "kafka")]
             SinkConfig::Kafka(c) => c.validate(index),
+            #[cfg(not(any(feature = "stdout", feature = "nats", feature = "kafka")))]
+            SinkConfig::NoSinkFeature(never) => match *never {},
+        }
+    }
+
+    /// Settings that work but weaken security (TLS verification off, credentials without
+    /// TLS), one sentence each naming the entry and key; `kubesink check` prints them and
+    /// `build` logs them.
+    #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
+    pub fn warnings(&self, index: usize) -> Vec<String> {
+        match self {
+            #[cfg(feature = "kafka")]
+            SinkConfig::Kafka(c) => c.warnings(index),
+            #[allow(unreachable_patterns)]
+            _ => Vec::new(),
         }
     }
 
@@ -70,6 +94,7 @@ impl SinkConfig {
     ///
     /// # Errors
     /// A [`SinkConfigError`] naming the entry and key when the settings cannot work.
+    #[cfg_attr(not(any(feature = "nats", feature = "kafka")), allow(unused_variables))]
     pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
         match self {
             #[cfg(feature = "stdout")]
@@ -78,6 +103,8 @@ impl SinkConfig {
             SinkConfig::Nats(c) => c.build(index).await,
             #[cfg(feature = "kafka")]
             SinkConfig::Kafka(c) => c.build(index).await,
+            #[cfg(not(any(feature = "stdout", feature = "nats", feature = "kafka")))]
+            SinkConfig::NoSinkFeature(never) => match *never {},
         }
     }
 }

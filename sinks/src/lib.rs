@@ -14,7 +14,8 @@
 //!   `impl Sink`), `mod.rs` (re-exports).
 //! - What both the bridge and the sinks need, defined once: [`template`] (destination
 //!   templates), [`units`] (human durations and sizes), [`backoff`] (the retry policy),
-//!   [`Secret`] (values never printed).
+//!   [`Secret`] (values never printed), [`ReadySignal`] (a sink's "reachable again" that
+//!   ends the pipeline's retry backoff).
 //!
 //! A sink never decides what to drop: delivery policy (retry, backoff, the oversize fallback)
 //! lives in the pipeline, so every sink behaves the same way from the outside.
@@ -26,6 +27,7 @@ pub mod kafka;
 pub mod message;
 #[cfg(feature = "nats")]
 pub mod nats;
+mod ready;
 mod secret;
 mod sink;
 #[cfg(feature = "stdout")]
@@ -35,5 +37,6 @@ pub mod units;
 
 pub use config::{SinkConfig, SinkConfigError};
 pub use message::{Message, MessageMeta, Op, Resource};
+pub use ready::{ReadySignal, ReadyWatch};
 pub use secret::Secret;
 pub use sink::{Sink, SinkError};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::Message;
+use crate::{Message, ReadySignal};
 
 /// A destination for topology messages.
 ///
@@ -34,8 +34,17 @@ use crate::Message;
 ///   `apiVersion`, `kind` and `metadata`), and if that is still too large, with no object at
 ///   all. The change is never dropped and never retried forever; truncations are counted.
 /// - `send` must not hold messages after returning: on `Err`, the pipeline owns them again.
-/// - Cancellation: the pipeline may drop a `send` future when its shutdown deadline passes;
-///   the batch then counts as undelivered.
+/// - **Backoff ends when the destination is back.** While it waits between retries, the
+///   pipeline also waits on the sink's [`Sink::ready_signal`]: a sink that learns that its
+///   destination is reachable again (NATS: the client's `Connected` event; Kafka: a metadata
+///   request answered after the brokers were down) calls [`ReadySignal::notify`], and the
+///   pipeline retries at once with its backoff reset. The bridge's readiness probe notifies
+///   the same signal when a healthcheck passes again, so a sink without connection events
+///   still resumes within one `server.sink_check_interval`.
+/// - Cancellation: the pipeline may drop a `send` or `close` future when its shutdown
+///   deadline passes; the batch then counts as undelivered. Both must therefore be
+///   cancel-safe and must not block a thread for longer than a short slice (a blocking
+///   client call is made in steps of at most a few hundred milliseconds).
 #[async_trait]
 pub trait Sink: Send + Sync {
     /// The sink's configured name, used in logs and errors.
@@ -54,7 +63,8 @@ pub trait Sink: Send + Sync {
     async fn healthcheck(&self) -> Result<(), SinkError>;
 
     /// Flushes whatever the client library still buffers and closes connections.
-    /// Called once at shutdown, after the last `send`.
+    /// Called once at shutdown, after the last `send`, and cancelled when the shutdown
+    /// deadline (`pipeline.shutdown_timeout`, counted from the signal) passes.
     ///
     /// # Errors
     /// What could not be flushed.
@@ -64,6 +74,13 @@ pub trait Sink: Send + Sync {
     /// `max_payload`, Kafka `message.max.bytes`). The pipeline shrinks larger messages before
     /// sending them. `None` (the default) means no known limit.
     fn max_message_bytes(&self) -> Option<usize> {
+        None
+    }
+
+    /// The signal this sink bumps when its destination becomes reachable again (see the
+    /// contract). `None` (the default): the sink has no such event; the pipeline then makes
+    /// its own signal, which only the readiness probe bumps.
+    fn ready_signal(&self) -> Option<ReadySignal> {
         None
     }
 }

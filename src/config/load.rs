@@ -577,11 +577,37 @@ pub(crate) fn describe_source(
         Some(Source::File(p)) => format!("file {}", p.display()),
         Some(Source::Code(_)) => "default: not set in the file or the environment".to_owned(),
         Some(other) => other.to_string(),
-        None if md.name.contains("environment") => {
-            format!("env {ENV_PREFIX}{}", path.join("__").to_ascii_uppercase())
-        }
+        None if md.name.contains("environment") => match env_var_for(path) {
+            Some(name) => format!("env {name}"),
+            None => format!("env {ENV_PREFIX}{}", path.join("__").to_ascii_uppercase()),
+        },
         None => md.name.to_string(),
     }
+}
+
+/// The environment variable, spelled as it is set, that gave the value at `path`: figment
+/// matches the `KUBESINK_` prefix without regard to case and splits the rest at `__`, and a
+/// variable may set a whole table (`KUBESINK_PIPELINE='{linger = "1s"}'`), so this is the set
+/// variable whose path is the longest prefix of `path`.
+fn env_var_for(path: &[String]) -> Option<String> {
+    let want: Vec<String> = path.iter().map(|p| p.to_ascii_lowercase()).collect();
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter_map(|name| {
+            let trimmed = name.trim();
+            let prefix = trimmed.get(..ENV_PREFIX.len())?;
+            if !prefix.eq_ignore_ascii_case(ENV_PREFIX) {
+                return None;
+            }
+            let rest: Vec<String> = trimmed[ENV_PREFIX.len()..]
+                .split("__")
+                .map(str::to_ascii_lowercase)
+                .collect();
+            let matches = rest.len() <= want.len() && rest[..] == want[..rest.len()];
+            matches.then_some((rest.len(), name))
+        })
+        .max_by_key(|(depth, _)| *depth)
+        .map(|(_, name)| name)
 }
 
 /// Kubernetes label value syntax: at most 63 characters of `[A-Za-z0-9._-]`, starting and

@@ -12,6 +12,7 @@ mod load;
 mod state;
 #[cfg(test)]
 mod tests;
+mod warn;
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +23,7 @@ pub use load::{load, load_resources, ConfigError, ConfigErrors};
 #[cfg(feature = "nats")]
 pub use state::StateNatsConfig;
 pub use state::{StateBackend, StateConfig};
+pub use warn::{warnings, GROUP_ALIASES};
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -255,10 +257,12 @@ pub struct PipelineConfig {
     pub linger: HumanDuration,
     /// First retry delay after a sink error; doubles per failure (with jitter). Default 100ms.
     pub retry_initial_backoff: HumanDuration,
-    /// Cap of the retry delay. Default 30s.
+    /// Cap of every retry delay, jitter and a destination's retry-after hint included; a
+    /// sink that reports its destination reachable again ends the wait at once. Default 30s.
     pub retry_max_backoff: HumanDuration,
-    /// On SIGINT/SIGTERM, how long to keep delivering what is pending before exiting.
-    /// Default 10s.
+    /// On SIGINT/SIGTERM, the deadline of the whole shutdown: stopping the watches,
+    /// delivering what is pending and closing the sinks. `kubesink run` exits 1 naming how
+    /// many changes were left undelivered. Default 10s.
     pub shutdown_timeout: HumanDuration,
     /// After each list (initial list or relist) of each watch, send a sync marker (`op:
     /// "synced"`, see `docs/message-contract.md`) to every destination of the resource, after
@@ -465,6 +469,11 @@ fn default_resources() -> Vec<ResourceConfig> {
     ]
 }
 
+/// One stdout sink; none in a build without the `stdout` feature (the configuration must
+/// then name its sinks).
 fn default_sinks() -> Vec<SinkConfig> {
-    vec![SinkConfig::Stdout(Default::default())]
+    #[cfg(feature = "stdout")]
+    return vec![SinkConfig::Stdout(Default::default())];
+    #[cfg(not(feature = "stdout"))]
+    Vec::new()
 }

@@ -357,3 +357,196 @@ fn reference_file_parses_and_documents_every_option() {
         );
     }
 }
+
+// ---- fuzzing (proptest): no panic, every error names key and source, the source named is
+// ---- what was actually set. Corpus: fuzz/corpus/config_toml/. ----
+
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const SECTIONS: &[&str] = &[
+        "[cluster]",
+        "[pipeline]",
+        "[watch]",
+        "[server]",
+        "[log]",
+        "[[resources]]",
+        "[[sinks]]",
+        "[sinks.auth]",
+        "[sinks.stream]",
+        "[sinks.security]",
+        "[sinks.librdkafka]",
+        "[clustr]",
+        "[pipeline.inner]",
+    ];
+    const KEYS: &[&str] = &[
+        "name",
+        "label",
+        "kubeconfig",
+        "linger",
+        "max_pending",
+        "max_pending_bytes",
+        "retry_max_backoff",
+        "shutdown_timeout",
+        "idle_timeout",
+        "listen",
+        "enabled",
+        "summary_interval",
+        "api_version",
+        "kind",
+        "namespaces",
+        "payload",
+        "fields",
+        "drop",
+        "type",
+        "servers",
+        "bootstrap_servers",
+        "topic",
+        "subject",
+        "token",
+        "mode",
+        "\"acks\"",
+        "\"sasl.password\"",
+        "lingr",
+        "",
+    ];
+    const VALUES: &[&str] = &[
+        "\"prod\"",
+        "\"\"",
+        "\"5 parsecs\"",
+        "\"250ms\"",
+        "\"64MiB\"",
+        "\"lots\"",
+        "7",
+        "-1",
+        "0",
+        "18446744073709551616",
+        "1.5",
+        "true",
+        "[]",
+        "[\"a\", 1]",
+        "{ a = 1 }",
+        "\"v1\"",
+        "\"Pod\"",
+        "\"nats\"",
+        "\"kafka\"",
+        "\"stdout\"",
+        "\"fields\"",
+        "[\"/spec\", \"status\"]",
+        "\"nats://u:p@h:1\"",
+        "\"\\u0000\"",
+        "\"ü\"",
+        "1979-05-27T07:32:00Z",
+    ];
+
+    fn document() -> impl Strategy<Value = String> {
+        let line = prop_oneof![
+            3 => (0..SECTIONS.len()).prop_map(|i| SECTIONS[i].to_owned()),
+            8 => (0..KEYS.len(), 0..VALUES.len())
+                .prop_map(|(k, v)| format!("{} = {}", KEYS[k], VALUES[v])),
+            1 => "[ -~]{0,20}",
+        ];
+        proptest::collection::vec(line, 0..24).prop_map(|l| l.join("\n"))
+    }
+
+    /// Every error names a key (but a whole-file syntax error) and one of the sources
+    /// `file <path>`, `env <NAME>` (a variable that is set), `default…`, `--config…`.
+    fn check_errors(errs: &ConfigErrors, set: &[String]) -> Result<(), TestCaseError> {
+        prop_assert!(!errs.0.is_empty());
+        for e in &errs.0 {
+            prop_assert!(!e.message.is_empty(), "{e}");
+            let src = &e.source;
+            if let Some(var) = src.strip_prefix("env ") {
+                prop_assert!(
+                    set.iter().any(|s| s == var),
+                    "{e}: names {var}, set: {set:?}"
+                );
+                prop_assert!(!e.key.is_empty(), "{e}");
+            } else {
+                prop_assert!(
+                    src.starts_with("file ")
+                        || src.starts_with("default")
+                        || src.starts_with("--config"),
+                    "{e}"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn toml_files_never_panic_and_errors_name_key_and_file(doc in document()) {
+            Jail::expect_with(|jail| {
+                jail.clear_env();
+                jail.create_file("k.toml", &doc)?;
+                if let Err(errs) = load(Some(Path::new("k.toml"))) {
+                    check_errors(&errs, &[]).map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn arbitrary_bytes_as_a_config_file_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            Jail::expect_with(|jail| {
+                jail.clear_env();
+                std::fs::write(jail.directory().join("k.toml"), &bytes).map_err(|e| e.to_string())?;
+                if let Err(errs) = load(Some(Path::new("k.toml"))) {
+                    check_errors(&errs, &[]).map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn env_errors_name_the_variable_actually_set(
+            vars in proptest::collection::vec(
+                (
+                    prop_oneof![Just("KUBESINK_"), Just("kubesink_"), Just("Kubesink_")],
+                    prop_oneof![
+                        Just("CLUSTER__NAME"), Just("PIPELINE__LINGER"), Just("pipeline__max_pending"),
+                        Just("PIPELINE"), Just("WATCH__IDLE_TIMEOUT"), Just("SERVER__LISTEN"),
+                        Just("LOG__SUMMARY_INTERVAL"), Just("CLUSTER"), Just("PIPELINE__LINGR"),
+                        Just("Server__Enabled"), Just("RESOURCES"),
+                    ],
+                    0..VALUES.len(),
+                ),
+                1..4,
+            )
+        ) {
+            Jail::expect_with(|jail| {
+                jail.clear_env();
+                let mut set = Vec::new();
+                for (prefix, path, v) in &vars {
+                    let name = format!("{prefix}{path}");
+                    jail.set_env(&name, VALUES[*v].trim_matches('"'));
+                    set.push(name);
+                }
+                if let Err(errs) = load(None) {
+                    check_errors(&errs, &set).map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    fn the_corpus_loads_without_panic() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/config_toml");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            Jail::expect_with(|jail| {
+                jail.clear_env();
+                if let Err(errs) = load(Some(&path)) {
+                    check_errors(&errs, &[]).map_err(|e| format!("{}: {e}", path.display()))?;
+                }
+                Ok(())
+            });
+        }
+    }
+}

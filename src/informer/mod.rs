@@ -78,6 +78,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use decide::{Decider, Event};
+#[cfg(feature = "test-util")]
+pub use decide::{InformerError, Phase};
+#[cfg(feature = "test-util")]
+pub use decode::{watch_line, DecodeError};
 pub use facts::{Facts, Rv, Uid};
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
@@ -86,7 +90,6 @@ pub use store::LightStore;
 pub use tracked::{Acknowledged, TrackedStore};
 // What only the benches and tests reach (`kubesink::testing`).
 #[cfg(feature = "test-util")]
-pub use decide::{InformerError, Phase};
 #[cfg(feature = "test-util")]
 pub use payload::{ShapeError, Shaped, Shaper};
 #[cfg(feature = "test-util")]

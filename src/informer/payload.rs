@@ -3,8 +3,12 @@
 //!
 //! Order of operations (each resource's [`Shaper`]): `metadata.managedFields` is never read
 //! (see `object.rs`); for a core/v1 Secret without `allow_secret_data`, `data`, `stringData`
-//! and the `kubectl.kubernetes.io/last-applied-configuration` annotation (which holds the
-//! whole applied manifest, data included) are removed; the payload mode (`full`, `metadata`,
+//! and every annotation that may hold them are removed ([`secret_annotation`]: the
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation, which holds the whole
+//! applied manifest, data included, the same of other apply tools, any annotation that
+//! looks like a manifest with data, and any annotation that contains one of the Secret's
+//! values); so no `fields` or `drop` pointer can select them either. The payload mode
+//! (`full`, `metadata`,
 //! `fields`) and the extra `drop` pointers apply; the cluster label is merged into
 //! `metadata.labels`. Fields no pointer touches are copied as the raw JSON the API server
 //! sent; a field a pointer reaches into is parsed (serde_json's default depth limit of 128
@@ -34,6 +38,67 @@ pub const SHAPE_VERSION: u32 = 1;
 
 /// The annotation `kubectl apply` writes: the last applied manifest, Secret data included.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Annotations in which apply tools keep a whole manifest (a Secret's data included):
+/// kubectl's, kapp's original manifest, and banzaicloud's k8s-objectmatcher.
+pub const MANIFEST_ANNOTATIONS: &[&str] = &[
+    LAST_APPLIED,
+    "kapp.k14s.io/original",
+    "banzaicloud.com/last-applied",
+];
+
+/// Secret values shorter than this are not searched for in annotations (a one-letter
+/// value would match almost anything).
+const MIN_SECRET_VALUE_LEN: usize = 4;
+
+/// Whether a Secret's annotation `value` (under `key`) may carry its data: a known manifest
+/// annotation, a value that looks like a manifest with `data` or `stringData` (a JSON
+/// object with such a key, or YAML with such a line), or a value that contains one of
+/// `values` (the Secret's data, base64 and decoded, and stringData).
+pub fn secret_annotation(key: &str, value: &Value, values: &[String]) -> bool {
+    if MANIFEST_ANNOTATIONS.contains(&key) {
+        return true;
+    }
+    let Value::String(text) = value else {
+        return false;
+    };
+    let manifest_json = serde_json::from_str::<Map<String, Value>>(text)
+        .is_ok_and(|m| m.contains_key("data") || m.contains_key("stringData"));
+    let manifest_yaml = text.lines().any(|l| {
+        let l = l.trim_start_matches([' ', '-']);
+        l.starts_with("data:") || l.starts_with("stringData:")
+    });
+    manifest_json || manifest_yaml || values.iter().any(|v| text.contains(v.as_str()))
+}
+
+/// The values of a Secret's `data` (base64 as sent, and decoded when it is text) and
+/// `stringData`, at least [`MIN_SECRET_VALUE_LEN`] long.
+fn secret_values(body: &[(Cow<'_, str>, &RawValue)]) -> Vec<String> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    for (k, raw) in body {
+        if k != "data" && k != "stringData" {
+            continue;
+        }
+        let Ok(map) = serde_json::from_str::<Map<String, Value>>(raw.get()) else {
+            continue;
+        };
+        for v in map.values() {
+            let Value::String(s) = v else { continue };
+            out.push(s.clone());
+            if k == "data" {
+                if let Ok(text) = base64::engine::general_purpose::STANDARD
+                    .decode(s)
+                    .map(String::from_utf8)
+                {
+                    out.extend(text.ok());
+                }
+            }
+        }
+    }
+    out.retain(|v| v.len() >= MIN_SECRET_VALUE_LEN);
+    out
+}
 
 /// A shaped object: its JSON and fingerprint.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,7 +170,8 @@ impl Shaper {
         let mut metadata = obj.metadata.clone();
         if self.strip_secret_data {
             if let Some(Value::Object(a)) = metadata.get_mut("annotations") {
-                a.remove(LAST_APPLIED);
+                let values = secret_values(&obj.body);
+                a.retain(|k, v| !secret_annotation(k, v, &values));
             }
         }
         let mut body: Body<'_> = match self.mode {
@@ -123,16 +189,20 @@ impl Shaper {
         for ptr in &self.drop {
             drop_pointer(&mut metadata, &mut body, ptr)?;
         }
-        metadata
+        // `labels: null` (or anything but a map, which the API never sends) becomes a map:
+        // every emitted object carries the cluster label.
+        let labels = metadata
             .entry("labels")
-            .or_insert_with(|| Value::Object(Map::new()))
-            .as_object_mut()
-            .map(|l| {
-                l.insert(
-                    self.label_key.clone(),
-                    Value::String(self.label_value.clone()),
-                )
-            });
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !labels.is_object() {
+            *labels = Value::Object(Map::new());
+        }
+        if let Value::Object(l) = labels {
+            l.insert(
+                self.label_key.clone(),
+                Value::String(self.label_value.clone()),
+            );
+        }
         let (api_version, kind) = match (&obj.api_version, &obj.kind) {
             (Some(a), Some(k)) if !a.is_empty() && k != "PartialObjectMetadata" => {
                 (a.as_str(), k.as_str())
@@ -454,6 +524,74 @@ mod tests {
         r.allow_secret_data = true;
         let (v, _) = shape(&r, secret);
         assert_eq!(v["data"]["password"], "aHVudGVyMg==");
+    }
+
+    #[test]
+    fn no_pointer_and_no_annotation_of_any_apply_tool_lets_secret_values_out() {
+        // "hunter2-pw" is aHVudGVyMi1wdw== in base64.
+        let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"ns",
+            "annotations":{
+                "kubectl.kubernetes.io/last-applied-configuration":"{}",
+                "kapp.k14s.io/original":"{}",
+                "example.com/manifest":"{\"kind\":\"Secret\",\"stringData\":{}}",
+                "example.com/yaml":"kind: Secret\ndata:\n  k: v\n",
+                "example.com/copy":"the password is hunter2-pw",
+                "example.com/b64":"aHVudGVyMi1wdw==",
+                "team":"a", "short":"a"}},
+            "type":"Opaque","data":{"password":"aHVudGVyMi1wdw==","tiny":"YQ=="},"stringData":{"token":"tok-123456"}}"#;
+        let leaks = |v: &Value| {
+            let t = v.to_string();
+            t.contains("hunter2") || t.contains("aHVudGVyMi1wdw") || t.contains("tok-123456")
+        };
+        let annotation_keys = |v: &Value| -> Vec<String> {
+            v["metadata"]["annotations"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        // Metadata mode asks the API server for PartialObjectMetadata: no data to compare
+        // with, so only the manifest annotations can be recognised there (an annotation
+        // holding a bare copy of a value is caught in full and fields modes only).
+        let mut partial: Value = serde_json::from_str(secret).unwrap();
+        partial["kind"] = json!("PartialObjectMetadata");
+        for k in ["data", "stringData", "type"] {
+            partial.as_object_mut().unwrap().remove(k);
+        }
+        let partial = partial.to_string();
+        let mut r = ResourceConfig::new("v1", "Secret");
+        r.payload = PayloadMode::Metadata;
+        let (v, _) = shape(&r, &partial);
+        assert_eq!(
+            annotation_keys(&v),
+            ["example.com/b64", "example.com/copy", "short", "team"],
+            "{v}"
+        );
+        for mode in [
+            PayloadMode::Full,
+            PayloadMode::Metadata,
+            PayloadMode::Fields,
+        ] {
+            let mut r = ResourceConfig::new("v1", "Secret");
+            r.payload = mode;
+            if mode == PayloadMode::Fields {
+                r.fields = vec![
+                    "/data/password".into(),
+                    "/data".into(),
+                    "/stringData/token".into(),
+                    "/metadata/annotations".into(),
+                    "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration"
+                        .into(),
+                    "/type".into(),
+                ];
+            }
+            let (v, _) = shape(&r, secret);
+            assert!(!leaks(&v), "{mode:?}: {v}");
+            assert_eq!(annotation_keys(&v), ["short", "team"], "{mode:?}: {v}");
+        }
+        let mut r = ResourceConfig::new("v1", "Secret");
+        r.allow_secret_data = true;
+        let (v, _) = shape(&r, secret);
+        assert!(leaks(&v), "allowed per resource: everything stays");
     }
 
     #[test]

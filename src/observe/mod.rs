@@ -325,8 +325,10 @@ struct Totals {
 const PROBE: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
 /// Runs a sink's healthcheck until `cancel`: with backoff until it first passes, then every
-/// `interval`; each result goes to the sink's stats (readiness), and each change between
-/// ready and not ready is logged once.
+/// `interval`; each result goes to the sink's stats (readiness), each change between ready
+/// and not ready is logged once, and a return to ready after a failure notifies the sink's
+/// ready signal, which ends the pipeline's retry backoff for sinks that have no connection
+/// events of their own.
 pub async fn probe_sink(handle: SinkHandle, interval: Duration, cancel: CancellationToken) {
     let sink = handle.sink().clone();
     let stats = handle.stats().clone();
@@ -350,7 +352,11 @@ pub async fn probe_sink(handle: SinkHandle, interval: Duration, cancel: Cancella
         };
         match (&result, was_ready) {
             (Ok(()), Some(true)) | (Err(_), Some(false)) => {}
-            (Ok(()), _) => tracing::info!(sink = sink.name(), "sink ready"),
+            (Ok(()), Some(false)) => {
+                tracing::info!(sink = sink.name(), "sink ready again");
+                handle.ready().notify();
+            }
+            (Ok(()), None) => tracing::info!(sink = sink.name(), "sink ready"),
             (Err(e), _) => {
                 tracing::warn!(sink = sink.name(), error = %e, retry_in = ?wait, "sink not ready; changes wait in the pipeline")
             }

@@ -1,13 +1,15 @@
 //! One sink's worker: take a batch, deliver it until the sink confirms all of it, hand it
-//! back. Owns the delivery policy every sink shares: retries with the one [`Backoff`],
-//! partial retries that never move a key backwards, and the oversize shrink.
+//! back. Owns the delivery policy every sink shares: retries with the one [`Backoff`] (every
+//! wait, a destination's `retry_after` hint included, within `retry_max_backoff`), cut short
+//! when the sink's [`ReadyWatch`] says the destination is back (the backoff then starts
+//! over), partial retries that never move a key backwards, and the oversize shrink.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use kubesink_sinks::backoff::Backoff;
 use kubesink_sinks::message::{truncate, TruncateLevel};
-use kubesink_sinks::{Message, Sink, SinkError};
+use kubesink_sinks::{Message, ReadyWatch, Sink, SinkError};
 
 use super::{SinkHandle, SinkStats};
 use crate::leader::Fence;
@@ -15,24 +17,35 @@ use crate::leader::Fence;
 /// Delivers batches until the queue is closed and drained; sends nothing while `fence` is
 /// closed (a replica that is not, or no longer, the leader).
 pub(super) async fn run_worker(h: SinkHandle, retry: Backoff, fence: Fence) {
+    let mut ready = h.ready.subscribe();
     while let Some(batch) = h.queue.next_batch().await {
         while !fence.is_open() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        deliver(&*h.sink, &batch.messages, &h.stats, retry, &fence).await;
+        deliver(
+            &*h.sink,
+            &batch.messages,
+            &h.stats,
+            retry,
+            &fence,
+            &mut ready,
+        )
+        .await;
         h.queue.complete(batch);
     }
 }
 
 /// Sends `batch` until the sink confirms all of it. Never returns early: at-least-once. (The
 /// shutdown deadline cancels this future from outside; the batch then counts as
-/// undelivered.)
+/// undelivered.) Between attempts it waits for the backoff or for `ready`, whichever comes
+/// first.
 pub(super) async fn deliver(
     sink: &dyn Sink,
     batch: &[Message],
     stats: &SinkStats,
     retry: Backoff,
     fence: &Fence,
+    ready: &mut ReadyWatch,
 ) {
     let total = batch.len() as u64;
     let mut todo: Vec<Message> = batch.to_vec();
@@ -64,6 +77,7 @@ pub(super) async fn deliver(
         while !fence.is_open() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        ready.mark_seen();
         let started = std::time::Instant::now();
         let sent = sink.send(&todo).await;
         stats.send_seconds.observe(started.elapsed().as_secs_f64());
@@ -97,13 +111,20 @@ pub(super) async fn deliver(
                 tracing::error!(sink = sink.name(), error = %err, retry_in = ?delay, "sink needs attention; retrying");
             }
             SinkError::Transient { retry_after, .. } => {
+                // A destination's hint is obeyed up to the configured cap.
                 if let Some(after) = retry_after {
-                    delay = delay.max(*after);
+                    delay = delay.max(*after).min(retry.max);
                 }
                 tracing::warn!(sink = sink.name(), error = %err, retry_in = ?delay, "sink error; retrying");
             }
         }
-        tokio::time::sleep(delay).await;
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = ready.changed() => {
+                tracing::info!(sink = sink.name(), "destination reachable again: retrying now");
+                delays = retry.delays();
+            }
+        }
     }
     stats.delivered.fetch_add(total, Ordering::Relaxed);
     stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -183,6 +204,8 @@ mod tests {
     enum Reply {
         Ok,
         Transient,
+        /// Transient, with the destination asking to wait this long.
+        TransientAfter(Duration),
         /// Fail these indices of the batch.
         Partial(Vec<usize>),
         /// Message `index` is over `limit` bytes.
@@ -197,6 +220,8 @@ mod tests {
     struct Scripted {
         replies: Mutex<VecDeque<Reply>>,
         calls: Mutex<Vec<Vec<Value>>>,
+        /// When each `send` was called.
+        at: Mutex<Vec<tokio::time::Instant>>,
         limit: Option<usize>,
     }
 
@@ -240,6 +265,7 @@ mod tests {
                 .map(|m| serde_json::from_slice(&m.payload).unwrap())
                 .collect();
             self.calls.lock().unwrap().push(seen);
+            self.at.lock().unwrap().push(tokio::time::Instant::now());
             let reply = self
                 .replies
                 .lock()
@@ -249,6 +275,11 @@ mod tests {
             match reply {
                 Reply::Ok => Ok(()),
                 Reply::Transient => Err(SinkError::transient("scripted", "down")),
+                Reply::TransientAfter(after) => Err(SinkError::Transient {
+                    sink: "scripted".into(),
+                    message: "throttled".into(),
+                    retry_after: Some(after),
+                }),
                 Reply::Partial(failed) => Err(SinkError::Partial {
                     sink: "scripted".into(),
                     failed,
@@ -293,6 +324,11 @@ mod tests {
         encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()
     }
 
+    /// A ready watch nothing ever notifies.
+    fn quiet() -> ReadyWatch {
+        kubesink_sinks::ReadySignal::new().subscribe()
+    }
+
     fn policy() -> Backoff {
         Backoff::new(Duration::from_millis(100), Duration::from_secs(30))
     }
@@ -306,7 +342,15 @@ mod tests {
         let sink = Scripted::new(vec![Reply::Transient, Reply::Transient, Reply::Ok]);
         let stats = SinkStats::default();
         let batch = [msg("a", 1, 10), msg("b", 2, 10)];
-        deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
+        deliver(
+            &sink,
+            &batch,
+            &stats,
+            policy(),
+            &Fence::open(),
+            &mut quiet(),
+        )
+        .await;
         let calls = sink.calls();
         assert_eq!(calls.len(), 3);
         assert!(calls.iter().all(|c| *c == [entry("a", 1), entry("b", 2)]));
@@ -326,7 +370,15 @@ mod tests {
             msg("b", 3, 0),
             msg("c", 4, 0),
         ];
-        deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
+        deliver(
+            &sink,
+            &batch,
+            &stats,
+            policy(),
+            &Fence::open(),
+            &mut quiet(),
+        )
+        .await;
         assert_eq!(sink.calls()[1], [entry("c", 4)]);
         assert_eq!(stats.delivered.load(Ordering::Relaxed), 4);
     }
@@ -347,7 +399,15 @@ mod tests {
         let sink = Scripted::new(vec![Reply::Partial(vec![0]), Reply::Ok]);
         let stats = SinkStats::default();
         let batch = [msg("a", 1, 0), msg("b", 2, 0), marker];
-        deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
+        deliver(
+            &sink,
+            &batch,
+            &stats,
+            policy(),
+            &Fence::open(),
+            &mut quiet(),
+        )
+        .await;
         let calls = sink.calls.lock().unwrap();
         let retried: Vec<&str> = calls[1].iter().map(|m| m["op"].as_str().unwrap()).collect();
         assert_eq!(retried, ["updated", "synced"]);
@@ -364,7 +424,15 @@ mod tests {
         let stats = SinkStats::default();
         let batch = [msg("a", 1, 0), msg("big", 2, 5000)];
         let started = tokio::time::Instant::now();
-        deliver(&sink, &batch, &stats, policy(), &Fence::open()).await;
+        deliver(
+            &sink,
+            &batch,
+            &stats,
+            policy(),
+            &Fence::open(),
+            &mut quiet(),
+        )
+        .await;
         let calls = sink.calls.lock().unwrap();
         assert_eq!(calls.len(), 3);
         assert_eq!(calls[1][1]["truncated"], true);
@@ -395,6 +463,7 @@ mod tests {
             &stats,
             policy(),
             &Fence::open(),
+            &mut quiet(),
         )
         .await;
         let calls = sink.calls();
@@ -406,7 +475,15 @@ mod tests {
         let sink = Scripted::new(vec![Reply::Fatal, Reply::Ok]);
         let stats = SinkStats::default();
         let started = tokio::time::Instant::now();
-        deliver(&sink, &[msg("a", 1, 0)], &stats, policy(), &Fence::open()).await;
+        deliver(
+            &sink,
+            &[msg("a", 1, 0)],
+            &stats,
+            policy(),
+            &Fence::open(),
+            &mut quiet(),
+        )
+        .await;
         assert_eq!(started.elapsed(), Duration::from_secs(30));
         assert_eq!(sink.calls().len(), 2);
     }
@@ -421,7 +498,15 @@ mod tests {
         let stats = SinkStats::default();
         let retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         let started = tokio::time::Instant::now();
-        deliver(&sink, &[msg("a", 1, 0)], &stats, retry, &Fence::open()).await;
+        deliver(
+            &sink,
+            &[msg("a", 1, 0)],
+            &stats,
+            retry,
+            &Fence::open(),
+            &mut quiet(),
+        )
+        .await;
         // 12 waits, each at most 2 s, the first ones short.
         assert!(
             started.elapsed() <= Duration::from_secs(24),
@@ -441,11 +526,85 @@ mod tests {
         let stats = SinkStats::default();
         let outcome = tokio::time::timeout(
             Duration::from_secs(5),
-            deliver(&sink, &[msg("a", 1, 0)], &stats, policy(), &Fence::open()),
+            deliver(
+                &sink,
+                &[msg("a", 1, 0)],
+                &stats,
+                policy(),
+                &Fence::open(),
+                &mut quiet(),
+            ),
         )
         .await;
         assert!(outcome.is_err(), "the deadline ended delivery");
         assert_eq!(stats.delivered.load(Ordering::Relaxed), 0);
         assert_eq!(sink.calls().len(), 1);
+    }
+
+    /// The waits between successive sends.
+    fn waits(sink: &Scripted) -> Vec<Duration> {
+        let at = sink.at.lock().unwrap();
+        at.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_wait_stays_within_the_cap_even_when_the_destination_asks_for_more() {
+        let mut replies: Vec<Reply> = (0..30).map(|_| Reply::Transient).collect();
+        replies.insert(10, Reply::TransientAfter(Duration::from_secs(600)));
+        let sink = Scripted::new(replies);
+        let stats = SinkStats::default();
+        let cap = Duration::from_secs(2);
+        let retry = Backoff::new(Duration::from_millis(100), cap);
+        deliver(
+            &sink,
+            &[msg("a", 1, 0)],
+            &stats,
+            retry,
+            &Fence::open(),
+            &mut quiet(),
+        )
+        .await;
+        let w = waits(&sink);
+        assert_eq!(w.len(), 31);
+        assert!(w.iter().all(|d| *d <= cap), "{w:?}");
+        assert!(
+            w.iter().filter(|d| **d >= Duration::from_secs(1)).count() > 10,
+            "the cap is reached: {w:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ready_signal_ends_the_backoff_and_starts_it_over() {
+        let replies = (0..8).map(|_| Reply::Transient).collect();
+        let sink = Arc::new(Scripted::new(replies));
+        let stats = Arc::new(SinkStats::default());
+        let signal = kubesink_sinks::ReadySignal::new();
+        let mut ready = signal.subscribe();
+        // Without jitter: 1 s, 2 s, 4 s, 8 s, then 10 s waits.
+        let retry = Backoff::new(Duration::from_secs(1), Duration::from_secs(10)).without_jitter();
+        let (s, st) = (sink.clone(), stats.clone());
+        let worker = tokio::spawn(async move {
+            deliver(
+                &*s,
+                &[msg("a", 1, 0)],
+                &st,
+                retry,
+                &Fence::open(),
+                &mut ready,
+            )
+            .await;
+        });
+        // 1 + 2 + 4 + 8 = 15 s of backoff, and 3 s into the 10 s wait: the broker is back.
+        tokio::time::sleep(Duration::from_secs(18)).await;
+        assert_eq!(sink.at.lock().unwrap().len(), 5);
+        signal.notify();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(sink.at.lock().unwrap().len(), 6, "retried at once");
+        worker.await.unwrap();
+        let w = waits(&sink);
+        assert_eq!(w[4], Duration::from_secs(3), "{w:?}");
+        // After the wake-up the backoff starts over at 1 s.
+        assert_eq!(&w[5..], [1, 2, 4].map(Duration::from_secs), "{w:?}");
+        assert_eq!(stats.delivered.load(Ordering::Relaxed), 1);
     }
 }

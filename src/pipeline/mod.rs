@@ -32,10 +32,10 @@ mod queue;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use kubesink_sinks::backoff::Backoff;
-use kubesink_sinks::{Message, Sink, SinkError};
+use kubesink_sinks::{Message, ReadySignal, Sink, SinkError};
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::task::JoinHandle;
 
@@ -181,6 +181,7 @@ pub struct SinkHandle {
     sink: Arc<dyn Sink>,
     queue: Arc<SinkQueue>,
     stats: Arc<SinkStats>,
+    ready: ReadySignal,
 }
 
 impl SinkHandle {
@@ -192,6 +193,12 @@ impl SinkHandle {
     /// Its worker's counters.
     pub fn stats(&self) -> &Arc<SinkStats> {
         &self.stats
+    }
+
+    /// The "destination reachable again" signal that ends the worker's retry backoff: the
+    /// sink's own ([`Sink::ready_signal`]) or one only the readiness probe notifies.
+    pub fn ready(&self) -> &ReadySignal {
+        &self.ready
     }
 
     /// Changes held now (pending + in flight).
@@ -271,6 +278,7 @@ impl Pipeline {
         let mut workers = Vec::with_capacity(sinks.len());
         for sink in sinks {
             let h = SinkHandle {
+                ready: sink.ready_signal().unwrap_or_default(),
                 sink,
                 queue: Arc::new(SinkQueue::new(limits.clone())),
                 stats: Arc::new(SinkStats::default()),
@@ -302,15 +310,16 @@ impl Pipeline {
         &self.sinks
     }
 
-    /// Stops accepting changes and delivers what is pending, for at most `timeout`; then
-    /// closes every sink. Returns the number of changes that could not be delivered in time
-    /// (0 on a clean flush).
-    pub async fn shutdown(self, timeout: Duration) -> usize {
+    /// Stops accepting changes and delivers what is pending until `deadline`, then closes
+    /// every sink, the close included in the same deadline (a sink's `close` is cancelled
+    /// when it passes). Returns the number of changes that were not delivered (0 on a clean
+    /// flush), and logs one error line per sink that left some.
+    pub async fn shutdown(self, deadline: tokio::time::Instant) -> usize {
         for h in &self.sinks {
             h.queue.close();
         }
-        let deadline = tokio::time::Instant::now() + timeout;
         let mut undelivered = 0;
+        let mut drained = Vec::with_capacity(self.sinks.len());
         for (h, worker) in self.sinks.iter().zip(self.workers) {
             let abort = worker.abort_handle();
             if tokio::time::timeout_at(deadline, worker).await.is_err() {
@@ -320,13 +329,33 @@ impl Pipeline {
                 tracing::error!(
                     sink = h.sink.name(),
                     undelivered = left,
-                    "shutdown timeout: changes not delivered"
+                    problem = h.stats.problem().as_deref().unwrap_or("none recorded"),
+                    "shutdown deadline passed: changes not delivered"
                 );
-            }
-            if let Err(e) = h.sink.close().await {
-                tracing::warn!(sink = h.sink.name(), error = %e, "closing sink");
+                drained.push(false);
+            } else {
+                drained.push(true);
             }
         }
+        // Every sink closes concurrently within what is left of the deadline.
+        let closes = self
+            .sinks
+            .iter()
+            .zip(drained)
+            .map(|(h, drained)| async move {
+                match tokio::time::timeout_at(deadline, h.sink.close()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(sink = h.sink.name(), error = %e, "closing sink"),
+                    Err(_) if drained => {
+                        tracing::warn!(
+                            sink = h.sink.name(),
+                            "shutdown deadline passed while closing the sink"
+                        )
+                    }
+                    Err(_) => {}
+                }
+            });
+        futures::future::join_all(closes).await;
         undelivered
     }
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, object_store};
 use async_trait::async_trait;
 use kubesink_sinks::nats::{
-    client_options, connect_client, server_addrs, servers_text, ClientSettings, NatsStorage,
+    client_options, connect_client, server_addrs, servers_text, ClientSettings, ConnectionWatch,
+    NatsStorage,
 };
 use tokio::io::AsyncReadExt;
 use tokio::sync::Mutex;
@@ -72,6 +73,7 @@ impl NatsStore {
             },
             &c.auth,
             &c.tls,
+            &ConnectionWatch::default(),
         )
         .await
         .map_err(|e| self.error("connecting to", e))?;

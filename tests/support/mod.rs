@@ -91,6 +91,8 @@ pub struct CaptureSink {
     pub down: AtomicBool,
     pub failures: AtomicUsize,
     pub unblocked: tokio::sync::Notify,
+    /// Each `send` takes this long (a slow destination), in milliseconds.
+    pub delay_ms: std::sync::atomic::AtomicU64,
 }
 
 impl CaptureSink {
@@ -119,6 +121,10 @@ impl Sink for CaptureSink {
         "capture"
     }
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+        let delay = self.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         loop {
             let n = self.unblocked.notified();
             if !self.blocked.load(Ordering::SeqCst) {
@@ -294,4 +300,22 @@ pub fn sim_state(sim: &Simulator, kinds: &[(&str, &str)]) -> Fold {
         }
     }
     state
+}
+
+/// The value of the sample of `name` whose labels include every `labels` pair, from the
+/// Prometheus text `exposition` (0 when absent).
+pub fn metric(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            (n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
 }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub struct NatsServer {
     child: Option<Child>,
     pub port: u16,
+    /// The HTTP monitoring port (`/connz`), the same across restarts.
+    pub monitor_port: u16,
     pub dir: tempfile::TempDir,
     conf: PathBuf,
 }
@@ -32,6 +34,7 @@ impl NatsServer {
         let mut s = NatsServer {
             child: None,
             port,
+            monitor_port: free_port(),
             dir,
             conf,
         };
@@ -53,6 +56,8 @@ impl NatsServer {
                 "127.0.0.1",
                 "-p",
                 &self.port.to_string(),
+                "-m",
+                &self.monitor_port.to_string(),
                 "-js",
                 "-sd",
             ])
@@ -92,6 +97,31 @@ impl NatsServer {
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
+    }
+
+    /// The client connections the server has now (`/connz`): (name, connection id).
+    pub fn connections(&self) -> Vec<(String, u64)> {
+        use std::io::{Read, Write};
+        let mut conn = TcpStream::connect(("127.0.0.1", self.monitor_port)).expect("monitor port");
+        conn.write_all(b"GET /connz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .expect("request");
+        let mut text = String::new();
+        conn.read_to_string(&mut text).expect("response");
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let v: serde_json::Value = serde_json::from_str(body).expect("connz is JSON");
+        v["connections"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| {
+                        (
+                            c["name"].as_str().unwrap_or_default().to_owned(),
+                            c["cid"].as_u64().unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The server's log so far.

@@ -4,7 +4,9 @@
 //! Owns the mapping from kubesink's option names to librdkafka's (`CONFIGURATION.md` of
 //! librdkafka): every property kubesink sets is listed in [`MANAGED_PROPERTIES`], and the
 //! `librdkafka` passthrough map may not set any of them. Must never log a secret: the
-//! rendered properties are only ever printed through [`Properties::redacted`].
+//! rendered properties are only ever printed through [`Properties::redacted`], and the
+//! passthrough map ([`Passthrough`]) prints a credential property's value as `***` in
+//! `Debug` and `Serialize` (what `kubesink check` shows).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -79,10 +81,84 @@ pub struct KafkaConfig {
     #[serde(default)]
     pub security: Box<KafkaSecurity>,
     /// Any other librdkafka property, passed through as is (`"socket.keepalive.enable" =
-    /// "true"`). A property kubesink manages is a configuration error.
+    /// "true"`). A property kubesink manages is a configuration error. Values of credential
+    /// properties ([`is_secret_property`]) are never printed.
     #[serde(default)]
-    pub librdkafka: BTreeMap<String, String>,
+    pub librdkafka: Passthrough,
 }
+
+/// The `librdkafka` passthrough map: property → value. `Debug` and `Serialize` print the
+/// value of every credential property ([`is_secret_property`]) as `***`; deserializing keeps
+/// the real value, and [`Deref`](std::ops::Deref) gives the map.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Passthrough(pub BTreeMap<String, String>);
+
+impl Passthrough {
+    fn masked(&self) -> BTreeMap<&str, &str> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                let v = if is_secret_property(k) {
+                    "***"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), v)
+            })
+            .collect()
+    }
+}
+
+impl std::ops::Deref for Passthrough {
+    type Target = BTreeMap<String, String>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Passthrough {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl From<BTreeMap<String, String>> for Passthrough {
+    fn from(m: BTreeMap<String, String>) -> Self {
+        Passthrough(m)
+    }
+}
+
+impl std::fmt::Debug for Passthrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.masked()).finish()
+    }
+}
+
+impl Serialize for Passthrough {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.masked().serialize(s)
+    }
+}
+
+/// Whether a librdkafka property holds a credential whose value is never printed
+/// (librdkafka `CONFIGURATION.md`): every `*password*`, `*secret*` and `*passphrase*`
+/// property (`sasl.password`, `ssl.key.password`, `ssl.keystore.password`,
+/// `sasl.oauthbearer.client.secret`...), private keys given inline (`ssl.key.pem`,
+/// `sasl.oauthbearer.assertion.private.key.pem`), and `sasl.oauthbearer.config`, which may
+/// carry a secret.
+pub fn is_secret_property(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["password", "secret", "passphrase", "private.key", "key.pem"]
+        .iter()
+        .any(|w| n.contains(w))
+        || n == "sasl.oauthbearer.config"
+        || n == "ssl_key"
+}
+
+/// `reconnect.backoff.max.ms` unless the passthrough map sets it: librdkafka's default is
+/// 10 s, so a broker that comes back would be used again only up to 10 s later.
+pub const DEFAULT_RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
 /// `[sinks.security]` of a Kafka sink.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -223,7 +299,7 @@ impl Default for KafkaConfig {
             flush_timeout: default_flush_timeout(),
             healthcheck_timeout: default_healthcheck_timeout(),
             security: Box::default(),
-            librdkafka: BTreeMap::new(),
+            librdkafka: Passthrough::default(),
         }
     }
 }
@@ -429,10 +505,50 @@ impl KafkaConfig {
         if let Some(pw) = &s.ssl_key_password {
             set("ssl.key.password", pw.expose().to_owned());
         }
-        for (k, v) in &self.librdkafka {
+        if !self.librdkafka.contains_key("reconnect.backoff.max.ms") {
+            set(
+                "reconnect.backoff.max.ms",
+                DEFAULT_RECONNECT_BACKOFF_MAX_MS.to_owned(),
+            );
+        }
+        for (k, v) in self.librdkafka.iter() {
             set(k, v.clone());
         }
         Properties(p)
+    }
+
+    /// Settings that work but weaken security, one sentence each (for `kubesink check` and
+    /// the start-up log): TLS certificate or host name verification turned off through the
+    /// passthrough map (`enable.ssl.certificate.verification = "false"`,
+    /// `ssl.endpoint.identification.algorithm = "none"`), and credentials sent without TLS
+    /// (`sasl_plaintext`).
+    pub fn warnings(&self, index: usize) -> Vec<String> {
+        let mut w = Vec::new();
+        let at = |key: &str| format!("sinks[{index}] ({}): {key}", self.name);
+        let off = |k: &str, v: &str| {
+            self.librdkafka
+                .get(k)
+                .is_some_and(|x| x.trim().eq_ignore_ascii_case(v))
+        };
+        if off("enable.ssl.certificate.verification", "false") {
+            w.push(format!(
+                "{}: TLS certificate verification is turned off: the brokers' identity is not checked",
+                at("librdkafka.\"enable.ssl.certificate.verification\"")
+            ));
+        }
+        if off("ssl.endpoint.identification.algorithm", "none") {
+            w.push(format!(
+                "{}: TLS host name verification is turned off: any certificate of the CA is accepted for any broker",
+                at("librdkafka.\"ssl.endpoint.identification.algorithm\"")
+            ));
+        }
+        if self.security.protocol == Protocol::SaslPlaintext {
+            w.push(format!(
+                "{}: sasl_plaintext sends the SASL credentials without TLS; use sasl_ssl outside a trusted network",
+                at("security.protocol")
+            ));
+        }
+        w
     }
 
     /// Builds the sink: validates and creates the producer, which connects in the
@@ -455,6 +571,9 @@ impl KafkaConfig {
         }
         let topics =
             topic_template(&self.topic).map_err(|e| self.invalid(index, "topic", e.to_string()))?;
+        for w in self.warnings(index) {
+            tracing::warn!(sink = %self.name, "{w}");
+        }
         let service = KafkaService::new(Settings {
             sink: self.name.clone(),
             properties: self.render(),
@@ -467,7 +586,10 @@ impl KafkaConfig {
             self.invalid(
                 index,
                 "librdkafka",
-                format!("librdkafka rejected the configuration: {e}"),
+                format!(
+                    "librdkafka rejected the configuration: {}",
+                    super::service::describe_error(&e)
+                ),
             )
         })?;
         Ok(KafkaSink::new(

@@ -4,8 +4,10 @@
 //!   properties (passthrough map, managed properties, secrets masked) and `build()`.
 //! - `request.rs`: message → records: the topic dialect of the shared template engine, key,
 //!   headers, tombstones.
+//! - `context.rs`: librdkafka's callbacks (logs, client errors) and what they tell about the
+//!   brokers (the last client error).
 //! - `service.rs`: the producer, delivery reports, `QueueFull` backpressure, error
-//!   classification, healthcheck and flush.
+//!   classification, the broker-up watcher, healthcheck and flush.
 //! - `sink.rs`: the [`Sink`](crate::Sink) implementation.
 //!
 //! Delivery: record key = message key (one partition per object, in order), the idempotent
@@ -14,6 +16,7 @@
 //! message: failures go back to the pipeline.
 
 mod config;
+mod context;
 mod request;
 mod service;
 mod sink;
@@ -21,8 +24,10 @@ mod sink;
 mod tests;
 
 pub use config::{
-    Acks, Compression, KafkaConfig, KafkaSecurity, Protocol, SaslMechanism, MANAGED_PROPERTIES,
+    is_secret_property, Acks, Compression, KafkaConfig, KafkaSecurity, Passthrough, Protocol,
+    SaslMechanism, DEFAULT_RECONNECT_BACKOFF_MAX_MS, MANAGED_PROPERTIES,
 };
+pub use context::{BrokerWatch, KafkaContext};
 pub use request::{escape, topic_template, CLUSTER_SCOPE, MAX_TOPIC_LEN, TOPIC};
-pub use service::{classify, needs_new_producer, Failure, Properties};
+pub use service::{classify, describe_error, needs_new_producer, Failure, Properties};
 pub use sink::{KafkaSink, RECORD_OVERHEAD_BYTES};

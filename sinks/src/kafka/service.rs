@@ -6,27 +6,38 @@
 //! (librdkafka's own log lines never contain property values; the properties are printed
 //! through [`Properties::redacted`] only). It knows nothing of kubesink's configuration:
 //! `config.rs` hands it rendered [`Properties`] and [`Settings`].
+//!
+//! Brokers that go away: the last client error `context.rs` keeps is named in the errors of
+//! failed sends instead of the symptom ("Message timed out"), and an authentication or TLS
+//! failure reported there makes the send fatal. After a failed send or healthcheck, a
+//! broker-up watcher asks for metadata every half second and notifies the sink's ready
+//! signal when the brokers answer again.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
-use rdkafka::ClientContext;
 
+use super::config::is_secret_property;
+use super::context::{BrokerWatch, KafkaContext};
 use super::request::{Record, MAX_TOPIC_LEN};
 use crate::SinkError;
 
-/// librdkafka properties whose values are never printed (any property whose name contains
-/// `password` or `secret` is masked too).
-const SECRET_PROPERTIES: &[&str] = &[
-    "sasl.password",
-    "ssl.key.password",
-    "sasl.oauthbearer.config",
-];
+/// A librdkafka error for logs and messages: as rdkafka prints it, except that a rejected
+/// property's value is left out (rdkafka's `ClientConfig` error carries the value, which
+/// may be a credential).
+pub fn describe_error(e: &KafkaError) -> String {
+    match e {
+        KafkaError::ClientConfig(_, description, key, _) => {
+            format!("client configuration error: property {key:?}: {description}")
+        }
+        other => other.to_string(),
+    }
+}
 
 /// librdkafka properties (`CONFIGURATION.md` of librdkafka), in a stable order.
 #[derive(Clone, PartialEq, Eq)]
@@ -38,9 +49,7 @@ impl Properties {
         self.0
             .iter()
             .map(|(k, v)| {
-                let secret = SECRET_PROPERTIES.contains(&k.as_str())
-                    || k.contains("password")
-                    || k.contains("secret");
+                let secret = is_secret_property(k);
                 (k.clone(), if secret { "***".into() } else { v.clone() })
             })
             .collect()
@@ -136,36 +145,6 @@ pub fn needs_new_producer(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-/// librdkafka callbacks: its log lines and client errors go to `tracing`, tagged with the
-/// sink name.
-pub struct KafkaContext {
-    sink: String,
-}
-
-impl ClientContext for KafkaContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        use RDKafkaLogLevel as L;
-        match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => {
-                tracing::error!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
-            }
-            L::Warning => {
-                tracing::warn!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
-            }
-            L::Notice | L::Info => {
-                tracing::info!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
-            }
-            L::Debug => {
-                tracing::debug!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
-            }
-        }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(sink = %self.sink, error = %error, "kafka client error: {reason}; librdkafka keeps retrying");
-    }
-}
-
 type Producer_ = FutureProducer<KafkaContext>;
 
 /// One librdkafka producer (the idempotent producer by default) with its delivery
@@ -179,17 +158,28 @@ pub struct KafkaService {
     queue_full_waits: AtomicU64,
     /// A delivery report settled while waiting for queue room asked for a new producer.
     reset_needed: AtomicBool,
+    watch: BrokerWatch,
 }
 
-fn create_producer(name: &str, properties: &Properties) -> Result<Producer_, KafkaError> {
+fn create_producer(
+    name: &str,
+    properties: &Properties,
+    watch: &BrokerWatch,
+) -> Result<Producer_, KafkaError> {
     let mut cc = ClientConfig::new();
     for (k, v) in &properties.0 {
         cc.set(k, v);
     }
-    cc.create_with_context(KafkaContext {
-        sink: name.to_owned(),
-    })
+    cc.create_with_context(KafkaContext::new(name, watch))
 }
+
+/// Interval and metadata timeout of the broker-up watcher.
+const BROKER_UP_POLL: Duration = Duration::from_millis(500);
+
+/// The slice in which `close` flushes librdkafka's queue between checks of its deadline (a
+/// blocking call: the pipeline may cancel `close`, and must not wait longer than this for
+/// the thread).
+const FLUSH_SLICE: Duration = Duration::from_millis(200);
 
 struct Pending {
     index: usize,
@@ -203,7 +193,8 @@ impl KafkaService {
     /// # Errors
     /// The [`KafkaError`] when librdkafka rejects a property (its message names it).
     pub fn new(s: Settings) -> Result<Self, KafkaError> {
-        let producer = create_producer(&s.sink, &s.properties)?;
+        let watch = BrokerWatch::default();
+        let producer = create_producer(&s.sink, &s.properties, &watch)?;
         tracing::info!(sink = %s.sink, config = ?s.properties, "kafka producer created");
         Ok(KafkaService {
             s,
@@ -211,7 +202,59 @@ impl KafkaService {
             topics: Mutex::new(BTreeSet::new()),
             queue_full_waits: AtomicU64::new(0),
             reset_needed: AtomicBool::new(false),
+            watch,
         })
+    }
+
+    /// The brokers' reachability as this sink sees it.
+    pub fn watch(&self) -> &BrokerWatch {
+        &self.watch
+    }
+
+    /// Starts the broker-up watcher unless one runs: every [`BROKER_UP_POLL`] it asks for
+    /// metadata; once the brokers answer it forgets the last error, logs the recovery and
+    /// notifies the ready signal, then ends. Needs a tokio runtime (none: nothing happens).
+    fn watch_for_broker_up(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.watch.start_watching() {
+            return;
+        }
+        let producer = self.producer();
+        let watch = self.watch.clone();
+        let sink = self.s.sink.clone();
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(BROKER_UP_POLL).await;
+                let p = producer.clone();
+                let up = tokio::task::spawn_blocking(move || {
+                    p.client().fetch_metadata(None, BROKER_UP_POLL).is_ok()
+                })
+                .await
+                .unwrap_or(false);
+                // The sink was dropped meanwhile: only this task holds the producer.
+                if Arc::strong_count(&producer) == 1 {
+                    break;
+                }
+                if up {
+                    if watch.clear() {
+                        tracing::info!(sink = %sink, "kafka brokers answer again");
+                    }
+                    watch.ready().notify();
+                    break;
+                }
+            }
+            watch.stop_watching();
+        });
+    }
+
+    /// `message` with librdkafka's last client error appended, while there is one.
+    fn with_cause(&self, message: String) -> String {
+        match self.watch.last_error() {
+            Some(cause) => format!("{message}; last broker error: {cause}"),
+            None => message,
+        }
     }
 
     /// The producer's properties (print them with `{:?}`: secrets are masked).
@@ -252,7 +295,7 @@ impl KafkaService {
         } else {
             return;
         }
-        match create_producer(&self.s.sink, &self.s.properties) {
+        match create_producer(&self.s.sink, &self.s.properties, &self.watch) {
             Ok(p) => {
                 let mut w = self
                     .producer
@@ -263,7 +306,7 @@ impl KafkaService {
                 }
             }
             Err(e) => {
-                tracing::error!(sink = %self.s.sink, error = %e, "recreating the producer failed")
+                tracing::error!(sink = %self.s.sink, error = %describe_error(&e), "recreating the producer failed")
             }
         }
     }
@@ -306,7 +349,17 @@ impl KafkaService {
         self.note_topics(records);
         reset |= self.reset_needed.swap(false, Ordering::Relaxed);
         self.reset_if_fatal(&producer, reset);
-        self.outcome(records, failures)
+        let outcome = self.outcome(records, failures);
+        match &outcome {
+            Ok(()) => {
+                self.watch.clear();
+            }
+            Err(SinkError::Transient { .. } | SinkError::Partial { .. }) => {
+                self.watch_for_broker_up()
+            }
+            Err(_) => {}
+        }
+        outcome
     }
 
     /// Enqueues record `i` on `target` (topic, and the partition for a sync marker; none:
@@ -444,8 +497,16 @@ impl KafkaService {
         {
             return Err(SinkError::fatal(&self.s.sink, msg.clone()));
         }
+        // Records that timed out while librdkafka could not authenticate: the cause needs an
+        // operator, the timeout is only its symptom.
+        if let Some(cause) = self.watch.fatal() {
+            return Err(SinkError::fatal(
+                &self.s.sink,
+                format!("{cause}: check security.protocol, sasl_mechanism, sasl_username, sasl_password and the TLS settings"),
+            ));
+        }
         let message = match &failures[first] {
-            Some((Failure::Transient(m), _)) => m.clone(),
+            Some((Failure::Transient(m), _)) => self.with_cause(m.clone()),
             _ => "delivery failed".into(),
         };
         if failed.len() == batch.len() {
@@ -520,16 +581,24 @@ impl KafkaService {
                 .map_err(|e| SinkError::transient(&self.s.sink, format!("metadata task: {e}")))?
                 .map_err(|e| {
                     let servers = &self.s.bootstrap_servers;
+                    if let Some(cause) = self.watch.fatal() {
+                        return SinkError::fatal(&self.s.sink, format!("{servers}: {cause}"));
+                    }
+                    self.watch_for_broker_up();
                     match classify(&e, "") {
                         Failure::Fatal(m) => {
                             SinkError::fatal(&self.s.sink, format!("{servers}: {m}"))
                         }
                         _ => SinkError::transient(
                             &self.s.sink,
-                            format!("metadata request to {servers} failed: {e}"),
+                            self.with_cause(format!("metadata request to {servers} failed: {e}")),
                         ),
                     }
                 })?;
+        if self.watch.clear() {
+            tracing::info!(sink = %self.s.sink, "kafka brokers answer again");
+            self.watch.ready().notify();
+        }
         let wanted: Vec<String> = self
             .topics
             .lock()
@@ -557,31 +626,45 @@ impl KafkaService {
         Ok(())
     }
 
-    /// Flushes librdkafka's queue, waiting at most `flush_timeout`.
+    /// Flushes librdkafka's queue, waiting at most `flush_timeout`, in slices of
+    /// [`FLUSH_SLICE`] so that the pipeline's shutdown deadline can cancel it.
     ///
     /// # Errors
     /// [`SinkError::Transient`] naming how many records were left undelivered.
     pub async fn close(&self) -> Result<(), SinkError> {
         let producer = self.producer();
-        let timeout = self.s.flush_timeout;
-        let p = producer.clone();
-        let res = tokio::task::spawn_blocking(move || p.flush(timeout))
-            .await
-            .map_err(|e| SinkError::transient(&self.s.sink, format!("flush task: {e}")))?;
-        match res {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let left = producer.in_flight_count();
-                tracing::error!(sink = %self.s.sink, undelivered = left, error = %e, "kafka flush deadline passed with records undelivered");
-                Err(SinkError::transient(
-                    &self.s.sink,
-                    format!(
-                        "{left} records not delivered within flush_timeout = {}: {e}",
-                        humantime::format_duration(self.s.flush_timeout)
-                    ),
-                ))
+        let started = Instant::now();
+        let mut last = Ok(());
+        while producer.in_flight_count() > 0 {
+            let left = self.s.flush_timeout.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            let p = producer.clone();
+            let slice = left.min(FLUSH_SLICE);
+            last = tokio::task::spawn_blocking(move || p.flush(slice))
+                .await
+                .map_err(|e| SinkError::transient(&self.s.sink, format!("flush task: {e}")))?;
+            if last.is_ok() {
+                break;
             }
         }
+        let left = producer.in_flight_count();
+        if left == 0 {
+            return Ok(());
+        }
+        let why = match last {
+            Err(e) => e.to_string(),
+            Ok(()) => "flush timed out".to_owned(),
+        };
+        tracing::error!(sink = %self.s.sink, undelivered = left, error = %why, "kafka flush deadline passed with records undelivered");
+        Err(SinkError::transient(
+            &self.s.sink,
+            self.with_cause(format!(
+                "{left} records not delivered within flush_timeout = {}: {why}",
+                humantime::format_duration(self.s.flush_timeout)
+            )),
+        ))
     }
 }
 

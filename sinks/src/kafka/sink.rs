@@ -9,7 +9,7 @@ use super::request::{self, Record, CLUSTER_SCOPE};
 use super::service::{KafkaService, Properties};
 use crate::message::Placeholder;
 use crate::template::Template;
-use crate::{Message, Sink, SinkError};
+use crate::{Message, ReadySignal, Sink, SinkError};
 
 /// Bytes of `message.max.bytes` kept for the key, the headers and the record overhead; the
 /// payload limit declared to the pipeline is the rest.
@@ -110,6 +110,11 @@ impl KafkaSink {
         }
         Ok(destinations)
     }
+
+    /// librdkafka's last client error since the brokers last answered.
+    pub fn last_broker_error(&self) -> Option<String> {
+        self.service.watch().last_error()
+    }
 }
 
 #[async_trait]
@@ -150,6 +155,11 @@ impl Sink for KafkaSink {
 
     async fn close(&self) -> Result<(), SinkError> {
         self.service.close().await
+    }
+
+    /// Notified when the brokers answer again after a failed send or healthcheck.
+    fn ready_signal(&self) -> Option<ReadySignal> {
+        Some(self.service.watch().ready().clone())
     }
 
     fn max_message_bytes(&self) -> Option<usize> {

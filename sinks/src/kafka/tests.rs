@@ -184,6 +184,77 @@ fn sasl_settings_render_into_librdkafka_properties_with_the_password_masked_in_d
     assert!(shown.contains("***"));
 }
 
+#[test]
+fn credential_passthrough_values_print_masked_and_reach_librdkafka_intact() {
+    let c = parse(
+        r#"{"bootstrap_servers": "b:9092", "librdkafka": {
+            "sasl.oauthbearer.client.secret": "oauth-s3cret", "ssl.keystore.password": "ks-s3cret",
+            "ssl.key.pem": "-----BEGIN PRIVATE KEY-----", "client.id": "kubesink-dev"}}"#,
+    );
+    let shown = format!(
+        "{c:?} {} {:?}",
+        serde_json::to_string(&c).unwrap(),
+        c.render()
+    );
+    assert!(
+        !shown.contains("s3cret") && !shown.contains("BEGIN"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("kubesink-dev"),
+        "other values are shown: {shown}"
+    );
+    assert_eq!(
+        c.render().get("sasl.oauthbearer.client.secret"),
+        Some("oauth-s3cret")
+    );
+    for p in [
+        "sasl.password",
+        "ssl.key.password",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+        "ssl.keystore.password",
+        "ssl.key.pem",
+    ] {
+        assert!(is_secret_property(p), "{p}");
+    }
+    assert!(!is_secret_property("ssl.key.location"));
+}
+
+#[test]
+fn turning_tls_verification_off_is_warned_about() {
+    let c = parse(r#"{"bootstrap_servers": "b:9092"}"#);
+    assert!(c.warnings(0).is_empty());
+    let c = parse(
+        r#"{"bootstrap_servers": "b:9092", "security": {"protocol": "ssl"}, "librdkafka": {
+            "enable.ssl.certificate.verification": "false",
+            "ssl.endpoint.identification.algorithm": "none"}}"#,
+    );
+    let w = c.warnings(1).join("\n");
+    assert!(
+        w.contains("sinks[1] (kafka): librdkafka.\"enable.ssl.certificate.verification\": TLS certificate verification is turned off"),
+        "{w}"
+    );
+    assert!(w.contains("host name verification is turned off"), "{w}");
+    assert_eq!(
+        c.render().get("reconnect.backoff.max.ms"),
+        Some(DEFAULT_RECONNECT_BACKOFF_MAX_MS)
+    );
+}
+
+#[test]
+fn a_rejected_property_is_named_without_its_value() {
+    let e = KafkaError::ClientConfig(
+        rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+        "not supported in this build".into(),
+        "sasl.oauthbearer.client.secret".into(),
+        "oauth-s3cret".into(),
+    );
+    let text = describe_error(&e);
+    assert!(text.contains("sasl.oauthbearer.client.secret"), "{text}");
+    assert!(!text.contains("oauth-s3cret"), "{text}");
+}
+
 #[derive(Clone, Default)]
 struct LogBuf(Arc<Mutex<Vec<u8>>>);
 
@@ -410,7 +481,21 @@ async fn broker_down_fails_the_batch_and_broker_up_lets_the_retry_succeed() {
         sink.healthcheck().await.is_err(),
         "not ready while the broker is down"
     );
+    assert!(
+        sink.last_broker_error().is_some(),
+        "librdkafka's client error is kept"
+    );
+    let ready = sink.ready_signal().expect("kafka has a ready signal");
+    let before = ready.generation();
     mock.broker_up(1).unwrap();
+    // The broker-up watcher notices within a few of its 500 ms polls.
+    wait_for(
+        "the ready signal after broker up",
+        Duration::from_secs(20),
+        || ready.generation() > before,
+    )
+    .await;
+    assert_eq!(sink.last_broker_error(), None, "forgotten once it answers");
     sink.send(&batch(5, 2)).await.unwrap();
     sink.close().await.unwrap();
     let recs = tokio::task::spawn_blocking(move || read_all(&servers, "topology", 1, 10))

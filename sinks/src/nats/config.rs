@@ -14,8 +14,9 @@ use async_nats::jetstream::stream;
 use async_nats::ServerAddr;
 use serde::{Deserialize, Serialize};
 
+use super::connection;
 use super::request::subject_template;
-use super::service::{self, redact_url, Mode, NatsError, NatsService, Settings, StreamSetup};
+use super::service::{redact_url, Mode, NatsError, NatsService, Settings, StreamSetup};
 use super::NatsSink;
 use crate::units::HumanDuration;
 use crate::{Secret, Sink, SinkConfigError};
@@ -336,13 +337,15 @@ pub async fn client_options(
     c: &ClientSettings<'_>,
     auth: &NatsAuth,
     tls: &NatsTls,
+    watch: &connection::ConnectionWatch,
 ) -> Result<async_nats::ConnectOptions, NatsError> {
-    let mut opts = service::base_options(
+    let mut opts = connection::base_options(
         c.name,
         c.connection_name,
         c.connect_timeout,
         c.request_timeout,
         c.client_capacity,
+        watch,
     )
     .require_tls(tls.required);
     if let (Some(user), Some(pass)) = (&auth.user, &auth.password) {
@@ -454,6 +457,7 @@ impl NatsConfig {
     /// The service settings: connection options with auth and TLS, the publishing mode and
     /// its stream setup.
     async fn settings(&self) -> Result<Settings, NatsError> {
+        let watch = connection::ConnectionWatch::default();
         let opts = client_options(
             &ClientSettings {
                 name: &self.name,
@@ -464,6 +468,7 @@ impl NatsConfig {
             },
             &self.auth,
             &self.tls,
+            &watch,
         )
         .await?;
         let s = &self.stream;
@@ -497,6 +502,7 @@ impl NatsConfig {
             mode,
             publish_timeout: self.publish_timeout.get(),
             max_in_flight: self.max_in_flight,
+            watch,
         })
     }
 

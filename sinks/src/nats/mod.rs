@@ -5,8 +5,10 @@
 //!   [`client_options`], [`connection_problems`].
 //! - `request.rs`: message → subject (the subject dialect of the shared template engine,
 //!   reversible token escaping) and headers.
-//! - `service.rs`: the connection (reconnect forever, event logs), the stream check or
-//!   creation, core and JetStream publishing, error classification.
+//! - `connection.rs`: the connection options (reconnect forever, bounded buffer) and what
+//!   its events tell (ready signal on every connect, the last connection error).
+//! - `service.rs`: connecting, the stream check or creation, core and JetStream
+//!   publishing, error classification.
 //! - `sink.rs`: the [`Sink`](crate::Sink) implementation.
 //!
 //! Delivery: in JetStream mode `send` is `Ok` once every message's PubAck arrived (many in
@@ -21,6 +23,7 @@
 //! logs a secret.
 
 mod config;
+mod connection;
 mod request;
 mod service;
 mod sink;
@@ -29,6 +32,7 @@ pub use config::{
     client_options, connection_problems, server_addrs, servers_text, ClientSettings, NatsAuth,
     NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls, DEFAULT_SUBJECT,
 };
+pub use connection::ConnectionWatch;
 pub use request::{escape_token, subject_template, unescape_token, EMPTY_TOKEN, SUBJECT};
 pub use service::{connect_client, redact_url, ConnectFailure, NatsError};
 pub use sink::NatsSink;

@@ -2,6 +2,11 @@
 //! creation, core and JetStream publishing with bounded waits, the healthcheck, and the
 //! classification of every client error into a [`SinkError`] kind.
 //!
+//! A server that is unreachable at start-up does not stop kubesink: the client connects in
+//! the background and the stream is checked once it is connected. While the connection is
+//! down, failed sends name its cause (the last connection error `connection.rs` keeps,
+//! "IO error: Connection refused (os error 111)") instead of a bare timeout.
+//!
 //! It must never let the client library buffer without limit: the command channel is
 //! `client_capacity` long, and every publish, flush and PubAck wait has `publish_timeout`, so
 //! during an outage a send fails with [`SinkError::Transient`] and the bounded pipeline holds
@@ -13,11 +18,11 @@ use std::time::Duration;
 
 use async_nats::connection::State;
 use async_nats::jetstream::{self, stream};
-use async_nats::{ConnectErrorKind, ConnectOptions, Event, ServerAddr};
+use async_nats::{ConnectErrorKind, ConnectOptions, ServerAddr};
 use futures::stream::{FuturesUnordered, StreamExt};
 
+use super::connection::{is_unreachable, ConnectionWatch, DISCONNECTED};
 use super::request::Publish;
-use crate::backoff::Backoff;
 use crate::SinkError;
 
 /// Why a connection attempt failed, by the client's error kind.
@@ -134,51 +139,6 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// Reconnect delays: 100 ms doubling to at most 5 s, forever (no jitter: async-nats calls
-/// the delay callback with the attempt number).
-const RECONNECT: Backoff =
-    Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).without_jitter();
-
-/// The connection options every NATS sink starts from: its name, timeouts, bounded client
-/// buffer, reconnect forever with [`RECONNECT`] delays, and connection events logged with the
-/// sink name. `config.rs` adds authentication and TLS.
-pub fn base_options(
-    sink: &str,
-    connection_name: &str,
-    connect_timeout: Duration,
-    request_timeout: Duration,
-    client_capacity: usize,
-) -> ConnectOptions {
-    let sink = sink.to_owned();
-    ConnectOptions::new()
-        .name(connection_name)
-        .connection_timeout(connect_timeout)
-        .request_timeout(Some(request_timeout))
-        .client_capacity(client_capacity)
-        .max_reconnects(None)
-        .reconnect_delay_callback(|attempts| RECONNECT.delay(attempts))
-        .event_callback(move |event| {
-            let sink = sink.clone();
-            async move {
-                match event {
-                    Event::Connected => tracing::info!(sink = %sink, "NATS connected"),
-                    Event::Disconnected => {
-                        tracing::warn!(sink = %sink, "NATS disconnected; reconnecting")
-                    }
-                    Event::ServerError(e) => {
-                        tracing::error!(sink = %sink, error = %e, "NATS server error")
-                    }
-                    Event::ClientError(e) => {
-                        tracing::error!(sink = %sink, error = %e, "NATS client error")
-                    }
-                    // The connection closed because the sink closed it (shutdown).
-                    Event::Closed => tracing::info!(sink = %sink, "NATS connection closed"),
-                    other => tracing::warn!(sink = %sink, event = %other, "NATS connection event"),
-                }
-            }
-        })
-}
-
 /// Connects once to `servers` with `options` (the client reconnects forever afterwards).
 ///
 /// # Errors
@@ -258,28 +218,56 @@ pub struct Settings {
     pub publish_timeout: Duration,
     /// JetStream: PubAcks awaited concurrently.
     pub max_in_flight: usize,
+    /// The watch `options` were built with (`connection::base_options`).
+    pub watch: ConnectionWatch,
 }
 
-/// A connected NATS client with its publishing mode.
+/// A NATS client (connected, or connecting in the background) with its publishing mode.
 pub struct NatsService {
     sink: String,
     servers: String,
     client: async_nats::Client,
     publisher: Publisher,
+    /// The stream check still to do (the server was unreachable at start-up).
+    stream_setup: tokio::sync::Mutex<Option<StreamSetup>>,
     publish_timeout: Duration,
     max_in_flight: usize,
+    watch: ConnectionWatch,
 }
 
 impl NatsService {
     /// Connects once to the servers (reconnecting forever afterwards) and in JetStream mode
-    /// checks or creates the stream.
+    /// checks or creates the stream. When no server can be reached (refused, timed out, DNS)
+    /// it logs that once and connects in the background instead: the sink is then not ready,
+    /// its sends fail as transient naming the cause, and the stream is checked once
+    /// connected.
     ///
     /// # Errors
-    /// [`NatsError::Connect`] or [`NatsError::Stream`].
+    /// [`NatsError::Connect`] for rejected credentials, TLS or a bad URL, or
+    /// [`NatsError::Stream`].
     pub async fn connect(s: Settings) -> Result<Self, NatsError> {
-        let client = connect_client(s.options, s.servers, &s.servers_text, s.auth_method).await?;
-        let publisher = match s.mode {
-            Mode::Core => Publisher::Core,
+        let connect_error = |e: async_nats::ConnectError| NatsError::Connect {
+            servers: s.servers_text.clone(),
+            auth: s.auth_method,
+            failure: ConnectFailure::from_kind(e.kind()),
+            detail: e.to_string(),
+        };
+        let client = match s.options.clone().connect(s.servers.clone()).await {
+            Ok(c) => c,
+            Err(e) if is_unreachable(&e) => {
+                let err = connect_error(e);
+                tracing::warn!(sink = %s.sink, error = %err, "NATS unreachable at start-up: connecting in the background; changes wait in the pipeline");
+                s.watch.set_error(Some(err.to_string()));
+                s.options
+                    .retry_on_initial_connect()
+                    .connect(s.servers)
+                    .await
+                    .map_err(connect_error)?
+            }
+            Err(e) => return Err(connect_error(e)),
+        };
+        let (publisher, stream_setup) = match s.mode {
+            Mode::Core => (Publisher::Core, None),
             Mode::JetStream(setup) => {
                 let js = jetstream::ContextBuilder::new()
                     .timeout(s.publish_timeout)
@@ -287,8 +275,13 @@ impl NatsService {
                     .backpressure_on_inflight(true)
                     .build(client.clone());
                 let stream = setup.name().to_owned();
-                ensure_stream(&js, setup, &s.servers_text).await?;
-                Publisher::JetStream { js, stream }
+                let pending = if client.connection_state() == State::Connected {
+                    ensure_stream(&js, &setup, &s.servers_text).await?;
+                    None
+                } else {
+                    Some(setup)
+                };
+                (Publisher::JetStream { js, stream }, pending)
             }
         };
         Ok(NatsService {
@@ -296,9 +289,66 @@ impl NatsService {
             servers: s.servers_text,
             client,
             publisher,
+            stream_setup: tokio::sync::Mutex::new(stream_setup),
             publish_timeout: s.publish_timeout,
             max_in_flight: s.max_in_flight,
+            watch: s.watch,
         })
+    }
+
+    /// The connection watch (ready signal, last connection error).
+    pub fn watch(&self) -> &ConnectionWatch {
+        &self.watch
+    }
+
+    /// Why the connection is not up, when it is not: the last connection error the client
+    /// recorded, or "disconnected".
+    fn down_cause(&self) -> Option<String> {
+        if self.client.connection_state() == State::Connected {
+            return None;
+        }
+        Some(
+            self.watch
+                .last_error()
+                .unwrap_or_else(|| DISCONNECTED.to_owned()),
+        )
+    }
+
+    /// The deferred stream check, once connected.
+    ///
+    /// # Errors
+    /// [`SinkError::Transient`] while not connected or without an answer,
+    /// [`SinkError::Fatal`] when the stream is missing and may not be created.
+    async fn ensure_stream_ready(&self, js: &jetstream::Context) -> Result<(), SinkError> {
+        let mut pending = self.stream_setup.lock().await;
+        let Some(setup) = pending.as_ref() else {
+            return Ok(());
+        };
+        if let Some(cause) = self.down_cause() {
+            return Err(SinkError::transient(
+                &self.sink,
+                format!("not connected to NATS at {}: {cause}", self.servers),
+            ));
+        }
+        match tokio::time::timeout(
+            self.publish_timeout,
+            ensure_stream(js, setup, &self.servers),
+        )
+        .await
+        {
+            Ok(Ok(())) => {
+                *pending = None;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(match setup {
+                StreamSetup::Require { .. } => SinkError::fatal(&self.sink, e.to_string()),
+                StreamSetup::Create(_) => SinkError::transient(&self.sink, e.to_string()),
+            }),
+            Err(_) => Err(SinkError::transient(
+                &self.sink,
+                format!("JetStream stream check at {}: no answer", self.servers),
+            )),
+        }
     }
 
     /// The underlying client.
@@ -330,15 +380,27 @@ impl NatsService {
         }
     }
 
+    /// A transient error naming the operation, the servers and, while the connection is
+    /// down, its cause rather than the symptom (a timeout).
     fn transient(&self, what: &str, e: impl std::fmt::Display) -> SinkError {
-        SinkError::transient(
-            &self.sink,
-            format!("{what} to NATS at {}: {e}", self.servers),
-        )
+        let message = match self.down_cause() {
+            Some(cause) => format!("{what} to NATS at {}: not connected: {cause}", self.servers),
+            None => format!("{what} to NATS at {}: {e}", self.servers),
+        };
+        SinkError::transient(&self.sink, message)
+    }
+
+    /// A JetStream publish or PubAck error: fatal when no stream stores the subject, else
+    /// transient naming the connection's cause while it is down.
+    fn publish_error(&self, subject: &str, e: &jetstream::context::PublishError) -> SinkError {
+        match classify_jetstream(&self.sink, subject, e) {
+            fatal @ SinkError::Fatal { .. } => fatal,
+            _ => self.transient(&format!("JetStream publish {subject}"), e),
+        }
     }
 
     fn timed_out(&self) -> String {
-        format!("timed out after {:?} (disconnected?)", self.publish_timeout)
+        format!("timed out after {:?}", self.publish_timeout)
     }
 
     async fn send_core(&self, batch: &[Publish]) -> Result<(), SinkError> {
@@ -355,6 +417,24 @@ impl NatsService {
                     return Err(self.transient(&format!("publish {}", p.subject), self.timed_out()))
                 }
             }
+        }
+        self.flush().await
+    }
+
+    /// At shutdown: `flush()` while connected; while disconnected, nothing can be flushed, so
+    /// it says why at once instead of waiting out `publish_timeout`.
+    ///
+    /// # Errors
+    /// [`SinkError::Transient`].
+    pub async fn close(&self) -> Result<(), SinkError> {
+        if let Some(cause) = self.down_cause() {
+            return Err(SinkError::transient(
+                &self.sink,
+                format!(
+                    "closing: not connected to NATS at {}: {cause}",
+                    self.servers
+                ),
+            ));
         }
         self.flush().await
     }
@@ -376,6 +456,7 @@ impl NatsService {
         js: &jetstream::Context,
         batch: &[Publish],
     ) -> Result<(), SinkError> {
+        self.ensure_stream_ready(js).await?;
         let t = self.publish_timeout;
         let mut failed: Vec<usize> = Vec::new();
         let mut first: Option<SinkError> = None;
@@ -400,20 +481,13 @@ impl NatsService {
             match tokio::time::timeout(t, publish).await {
                 Ok(Ok(ack)) => acks.push(async move { (i, ack.await) }),
                 Ok(Err(e)) => {
-                    note(
-                        i,
-                        classify_jetstream(&self.sink, &p.subject, &e),
-                        &mut failed,
-                    );
+                    note(i, self.publish_error(&p.subject, &e), &mut failed);
                     stop = true;
                 }
                 Err(_) => {
-                    let e = SinkError::transient(
-                        &self.sink,
-                        format!(
-                            "JetStream publish to {} at {}: timed out after {t:?}",
-                            p.subject, self.servers
-                        ),
+                    let e = self.transient(
+                        &format!("JetStream publish {}", p.subject),
+                        format!("timed out after {t:?}"),
                     );
                     note(i, e, &mut failed);
                     stop = true;
@@ -421,15 +495,13 @@ impl NatsService {
             }
             while acks.len() >= self.max_in_flight {
                 if let Some((i, Err(e))) = acks.next().await {
-                    let subject = &batch[i].subject;
-                    note(i, classify_jetstream(&self.sink, subject, &e), &mut failed);
+                    note(i, self.publish_error(&batch[i].subject, &e), &mut failed);
                 }
             }
         }
         while let Some((i, res)) = acks.next().await {
             if let Err(e) = res {
-                let subject = &batch[i].subject;
-                note(i, classify_jetstream(&self.sink, subject, &e), &mut failed);
+                note(i, self.publish_error(&batch[i].subject, &e), &mut failed);
             }
         }
         let Some(err) = first else {
@@ -452,15 +524,16 @@ impl NatsService {
     /// [`SinkError::Transient`] while disconnected or without an answer;
     /// [`SinkError::Fatal`] when the stream is missing.
     pub async fn healthcheck(&self) -> Result<(), SinkError> {
-        if self.client.connection_state() != State::Connected {
+        if let Some(cause) = self.down_cause() {
             return Err(SinkError::transient(
                 &self.sink,
-                format!("not connected to NATS at {}", self.servers),
+                format!("not connected to NATS at {}: {cause}", self.servers),
             ));
         }
         let Publisher::JetStream { js, stream } = &self.publisher else {
             return Ok(());
         };
+        self.ensure_stream_ready(js).await?;
         match tokio::time::timeout(self.publish_timeout, js.get_stream(stream)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(SinkError::fatal(
@@ -478,7 +551,7 @@ impl NatsService {
 /// Checks the stream exists, or creates it (an existing stream is used as it is).
 async fn ensure_stream(
     js: &jetstream::Context,
-    setup: StreamSetup,
+    setup: &StreamSetup,
     servers: &str,
 ) -> Result<(), NatsError> {
     let err = |stream: &str, message: String| NatsError::Stream {
@@ -487,10 +560,10 @@ async fn ensure_stream(
         message,
     };
     match setup {
-        StreamSetup::Require { name, subjects } => match js.get_stream(&name).await {
+        StreamSetup::Require { name, subjects } => match js.get_stream(name).await {
             Ok(_) => Ok(()),
             Err(e) => Err(err(
-                &name,
+                name,
                 format!(
                     "not available ({e}); create it (subjects covering {subjects:?}) or set stream.create = true"
                 ),
@@ -498,7 +571,7 @@ async fn ensure_stream(
         },
         StreamSetup::Create(cfg) => {
             let name = cfg.name.clone();
-            js.get_or_create_stream(*cfg)
+            js.get_or_create_stream((**cfg).clone())
                 .await
                 .map(|_| ())
                 .map_err(|e| err(&name, format!("cannot create it: {e}")))
@@ -534,13 +607,6 @@ mod tests {
         );
         assert_eq!(redact_url("tls://nats:4222"), "tls://nats:4222");
         assert_eq!(redact_url("bob:pw@host:4222"), "***@host:4222");
-    }
-
-    #[test]
-    fn reconnect_delay_backs_off_to_five_seconds() {
-        assert_eq!(RECONNECT.delay(0), Duration::from_millis(100));
-        assert_eq!(RECONNECT.delay(3), Duration::from_millis(800));
-        assert_eq!(RECONNECT.delay(100), Duration::from_secs(5));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::request;
 use super::service::NatsService;
 use crate::template::Template;
-use crate::{Message, Sink, SinkError};
+use crate::{Message, ReadySignal, Sink, SinkError};
 
 /// Publishes topology messages to NATS, core or JetStream. Built by
 /// [`NatsConfig::build`](super::NatsConfig::build).
@@ -62,8 +62,10 @@ impl Sink for NatsSink {
         self.service.healthcheck().await
     }
 
+    /// Flushes what the client holds (bounded by `publish_timeout`); nothing while
+    /// disconnected, where a flush could only time out.
     async fn close(&self) -> Result<(), SinkError> {
-        self.service.flush().await
+        self.service.close().await
     }
 
     fn max_message_bytes(&self) -> Option<usize> {
@@ -71,5 +73,10 @@ impl Sink for NatsSink {
             0 => None,
             n => Some(n),
         }
+    }
+
+    /// Bumped on every (re)connect of the client.
+    fn ready_signal(&self) -> Option<ReadySignal> {
+        Some(self.service.watch().ready().clone())
     }
 }

@@ -1,0 +1,135 @@
+//! Warnings: configurations that load and run but probably do not do what was meant, or
+//! weaken security. `kubesink check` prints them (and still exits 0), `kubesink run` logs
+//! them at start. This module only reads the configuration.
+//!
+//! - The same objects watched twice: two `[[resources]]` entries of one kind under two
+//!   versions of its group, or under two API groups that serve the same objects (v1 `Event`
+//!   and `events.k8s.io/v1` `Event`; `extensions/v1beta1` and `apps/v1` Deployments...), with
+//!   overlapping namespaces. Every change would then be reported twice.
+//! - Sink settings that turn TLS verification off or send credentials without TLS
+//!   ([`SinkConfig::warnings`](kubesink_sinks::SinkConfig::warnings)).
+
+use super::Config;
+
+/// Kinds whose objects one API server serves under two groups: (group, kind) → the group
+/// it is the same object in (Kubernetes API deprecation guide, "Migrate" sections:
+/// <https://kubernetes.io/docs/reference/using-api/deprecation-guide/>).
+pub const GROUP_ALIASES: &[(&str, &str, &str)] = &[
+    ("", "Event", "events.k8s.io"),
+    ("extensions", "Deployment", "apps"),
+    ("extensions", "DaemonSet", "apps"),
+    ("extensions", "ReplicaSet", "apps"),
+    ("extensions", "NetworkPolicy", "networking.k8s.io"),
+    ("extensions", "Ingress", "networking.k8s.io"),
+    ("extensions", "PodSecurityPolicy", "policy"),
+];
+
+/// The group an entry's objects belong to, aliases resolved: `(group, kind)`.
+fn identity(api_version: &str, kind: &str) -> (String, String) {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let group = GROUP_ALIASES
+        .iter()
+        .find(|(g, k, _)| *g == group && *k == kind)
+        .map_or(group, |(_, _, canonical)| canonical);
+    (group.to_owned(), kind.to_owned())
+}
+
+/// Whether two namespace lists (empty: all) share a namespace.
+fn overlap(a: &[String], b: &[String]) -> bool {
+    a.is_empty() || b.is_empty() || a.iter().any(|n| b.contains(n))
+}
+
+/// Every warning of `c`, one sentence each naming the keys.
+pub fn warnings(c: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, a) in c.resources.iter().enumerate() {
+        for (j, b) in c.resources.iter().enumerate().skip(i + 1) {
+            let same_entry = a.api_version == b.api_version && a.kind == b.kind;
+            if identity(&a.api_version, &a.kind) != identity(&b.api_version, &b.kind)
+                || !overlap(&a.namespaces, &b.namespaces)
+                || (same_entry && a.namespaces == b.namespaces)
+            {
+                continue;
+            }
+            let how = if same_entry {
+                "watch the same objects in overlapping namespaces"
+            } else if a.api_version.rsplit_once('/').map(|x| x.0)
+                == b.api_version.rsplit_once('/').map(|x| x.0)
+            {
+                "are the same objects under two versions of one API group"
+            } else {
+                "are the same objects under two API groups"
+            };
+            out.push(format!(
+                "resources.{i} ({}) and resources.{j} ({}) {how}: every change is reported twice (unless their selectors keep them apart); keep one",
+                a.display_name(),
+                b.display_name()
+            ));
+        }
+    }
+    for (i, s) in c.sinks.iter().enumerate() {
+        out.extend(s.warnings(i));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ResourceConfig;
+
+    fn with(resources: Vec<ResourceConfig>) -> Vec<String> {
+        warnings(&Config {
+            resources,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn core_events_and_events_k8s_io_events_are_the_same_objects() {
+        let w = with(vec![
+            ResourceConfig::new("v1", "Event"),
+            ResourceConfig::new("v1", "Pod"),
+            ResourceConfig::new("events.k8s.io/v1", "Event"),
+        ]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("resources.0 (v1 Event) and resources.2 (events.k8s.io/v1 Event) are the same objects under two API groups"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn extensions_and_apps_deployments_and_two_versions_of_one_group_are_the_same_objects() {
+        let w = with(vec![
+            ResourceConfig::new("extensions/v1beta1", "Deployment"),
+            ResourceConfig::new("apps/v1", "Deployment"),
+            ResourceConfig::new("autoscaling/v1", "HorizontalPodAutoscaler"),
+            ResourceConfig::new("autoscaling/v2", "HorizontalPodAutoscaler"),
+        ]);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("two API groups"), "{w:?}");
+        assert!(w[1].contains("two versions of one API group"), "{w:?}");
+    }
+
+    #[test]
+    fn disjoint_namespaces_and_different_kinds_do_not_warn() {
+        let mut a = ResourceConfig::new("v1", "Event");
+        a.namespaces = vec!["a".into()];
+        let mut b = ResourceConfig::new("events.k8s.io/v1", "Event");
+        b.namespaces = vec!["b".into()];
+        let mut c = ResourceConfig::new("v1", "Pod");
+        c.namespaces = vec!["a".into()];
+        let mut d = ResourceConfig::new("v1", "Pod");
+        d.namespaces = vec!["b".into(), "a".into()];
+        let w = with(vec![
+            a,
+            b,
+            ResourceConfig::new("apps/v1", "ReplicaSet"),
+            c,
+            d,
+        ]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("overlapping namespaces"), "{w:?}");
+    }
+}
