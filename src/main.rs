@@ -20,6 +20,7 @@ async fn main() -> ExitCode {
     let result = match command {
         Command::Check => return check(cli.config.as_deref()),
         Command::Rbac(args) => return rbac(cli.config.as_deref(), &args),
+        Command::Fold(args) => return kubesink::fold::run(args, cli.config.as_deref()).await,
         #[cfg(feature = "sim")]
         Command::Demo(args) => kubesink::demo::run(args).await,
         Command::Run => match config::load(cli.config.as_deref()) {
