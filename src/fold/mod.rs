@@ -148,6 +148,7 @@ fn spawn_source(
             what,
         ));
     }
+    #[cfg(any(feature = "kafka", feature = "nats"))]
     let timeout: std::time::Duration = args.timeout.into();
     if let Some(bootstrap) = &args.kafka {
         #[cfg(feature = "kafka")]

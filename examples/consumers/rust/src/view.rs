@@ -74,7 +74,10 @@ impl<P: Default + Serialize + for<'de> Deserialize<'de>> Checkpoint<P> {
         }
         let op = text(&m, "op").to_owned();
         match op.as_str() {
-            "synced" => return Ok(self.marker(&m, partition)),
+            "synced" => {
+                self.marker(&m, partition);
+                return Ok(());
+            }
             "added" | "updated" | "deleted" => {}
             _ => return Ok(()), // an op this consumer does not know: skip it
         }
