@@ -269,6 +269,31 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_after_churn() {
     assert_eq!(pods.code, Some(0), "{}", pods.stderr);
     let want: std::collections::BTreeMap<String, String> = sim_keys(&c.sim, "test", &KINDS[..1]);
     assert_eq!(view_keys(&pods.stdout), want);
+
+    // --follow: the view, then each change as it folds.
+    let follow = Follower::start(&["fold", "--nats", &url, "--stream", "KUBESINK", "--follow"]);
+    wait_for("follow caught up", LONG, || {
+        follow.stderr().contains("caught up")
+    })
+    .await;
+    let printed = follow.stdout().len();
+    assert_eq!(printed, sim_keys(&c.sim, "test", &KINDS).len());
+    c.sim
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "late"}}))
+        .unwrap();
+    wait_for("the new node followed", LONG, || {
+        follow.stdout()[printed..]
+            .iter()
+            .any(|l| l.contains(r#""key":"test/core/Node//late""#))
+    })
+    .await;
+    c.sim.delete("v1", "Node", None, "late").unwrap();
+    wait_for("its delete followed", LONG, || {
+        follow.stdout()[printed..]
+            .iter()
+            .any(|l| l == r#"{"key":"test/core/Node//late","op":"deleted"}"#)
+    })
+    .await;
     bridge.shutdown().await;
 
     let missing = run_kubesink(&["fold", "--nats", &url, "--stream", "NOPE"], b"").await;
@@ -467,4 +492,55 @@ async fn against_cluster_finds_a_ghost_and_a_missing_object_and_agrees_otherwise
     )
     .await;
     assert_eq!(bad.code, Some(2));
+}
+
+/// A `kubesink fold --follow` child whose stdout and stderr lines are collected.
+struct Follower {
+    _child: tokio::process::Child,
+    out: Arc<std::sync::Mutex<Vec<String>>>,
+    err: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Follower {
+    fn start(args: &[&str]) -> Follower {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubesink"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start kubesink fold --follow");
+        let out: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let err: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let (o, e) = (out.clone(), err.clone());
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                o.lock().unwrap().push(l);
+            }
+        });
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                e.lock().unwrap().push(l);
+            }
+        });
+        Follower {
+            _child: child,
+            out,
+            err,
+        }
+    }
+
+    fn stdout(&self) -> Vec<String> {
+        self.out.lock().unwrap().clone()
+    }
+
+    fn stderr(&self) -> String {
+        self.err.lock().unwrap().join("\n")
+    }
 }
