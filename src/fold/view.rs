@@ -285,15 +285,24 @@ impl View {
                 .key(Some(&namespace), &name),
         };
         let id = str_field(&msg, "id").to_owned();
-        if !id.is_empty() && self.entries.get(&key).is_some_and(|e| e.id == id) {
+        let initial = msg.get("initial").and_then(Value::as_bool) == Some(true);
+        if let Some(e) = self
+            .entries
+            .get_mut(&key)
+            .filter(|e| !id.is_empty() && e.id == id)
+        {
             self.stats.duplicates += 1;
+            // The same change sent again by a new list (a stateless restart re-sends unchanged
+            // objects with the same id): nothing to apply, but the list did see the key.
+            if initial {
+                e.initial_seq = self.seq;
+            }
             return Ok(Vec::new());
         }
         if op == "deleted" {
             return Ok(self.remove(key, "deleted").into_iter().collect());
         }
         self.stats.applied += 1;
-        let initial = msg.get("initial").and_then(Value::as_bool) == Some(true);
         let previous_initial = self.entries.get(&key).map_or(0, |e| e.initial_seq);
         let entry = Entry {
             key: key.clone(),
@@ -526,8 +535,13 @@ mod tests {
         v.apply(rec(marker("m2", true))).unwrap();
         assert_eq!(keys(&v), ["c/apps/Deployment/ns/live"]);
         assert_eq!(v.stats.swept, 1);
+        // A list that re-sends an unchanged object (same id) still counts it as seen.
+        v.apply(rec(msg("added", "3", "ns", "live", "u2", true)))
+            .unwrap();
+        v.apply(rec(marker("m4", true))).unwrap();
+        assert_eq!(keys(&v), ["c/apps/Deployment/ns/live"]);
         // A repeated marker and a relist marker (initial: false) sweep nothing.
-        v.apply(rec(marker("m2", true))).unwrap();
+        v.apply(rec(marker("m4", true))).unwrap();
         v.apply(rec(marker("m3", false))).unwrap();
         assert_eq!(v.len(), 1);
     }

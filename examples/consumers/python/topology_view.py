@@ -52,6 +52,8 @@ class View:
         key = message_key(m)
         old = self.entries.get(key)
         if old is not None and old["id"] == m["id"]:
+            if m.get("initial"):
+                old["initial_seq"] = self.seq  # a new list re-sent it unchanged: seen
             return  # a redelivery: the key's last message again
         if op == "deleted":
             self.entries.pop(key, None)

@@ -98,10 +98,17 @@ impl<P: Default + Serialize + for<'de> Deserialize<'de>> Checkpoint<P> {
                 text(&m, "name")
             ),
         };
-        let old = self.entries.get(&key);
-        if old.is_some_and(|e| e.id == text(&m, "id")) {
+        if let Some(e) = self
+            .entries
+            .get_mut(&key)
+            .filter(|e| e.id == text(&m, "id"))
+        {
+            if m["initial"] == true {
+                e.initial_seq = self.seq; // a new list re-sent it unchanged: seen
+            }
             return Ok(()); // a redelivery: the key's last message again
         }
+        let old = self.entries.get(&key);
         if op == "deleted" {
             self.entries.remove(&key);
             return Ok(());
