@@ -1,7 +1,8 @@
 //! `kubesink fold` through the real binary: a crafted JSON Lines file (duplicates, deletes,
 //! unknown ops, sync markers, a malformed line), a JetStream stream and a Kafka topic that a
 //! bridge filled from the simulator under churn (the folded view equals the simulator's
-//! objects, keys and uids), a stateless kubesink restart swept by sync markers (no ghosts),
+//! objects, keys and uids), a stateless kubesink restart swept by sync markers (no ghosts;
+//! JetStream),
 //! and `--against-cluster` finding a ghost and a missing object.
 
 #[path = "support/kafka_server.rs"]
@@ -223,7 +224,7 @@ async fn a_malformed_line_or_a_missing_source_is_an_error_that_says_where() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_jetstream_stream_folds_to_the_simulators_objects_after_churn() {
+async fn a_jetstream_stream_folds_to_the_simulators_objects_and_a_stateless_restart_sweeps_no_live_object() {
     let server = nats_server::NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(21)).unwrap();
@@ -234,8 +235,8 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_after_churn() {
         ..Default::default()
     };
     nats.stream.create = true;
-    nats.stream.max_msgs_per_subject = 1;
     cfg.sinks = vec![SinkConfig::Nats(nats)];
+    cfg.pipeline.sync_markers = true;
     let bridge = start_bridge(&cfg).await;
     c.sim.churn_steps(300, 3).unwrap();
     let churn = c.sim.spawn_churn(Churn {
@@ -251,6 +252,45 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_after_churn() {
     assert!(run
         .stderr
         .contains("caught up with JetStream stream KUBESINK"));
+    bridge.shutdown().await;
+
+    // Down without state: deletes now are never sent, and the restart re-sends every live
+    // object with the same ids, which JetStream drops as duplicates (`Nats-Msg-Id`, within
+    // the 2-minute duplicate_window). The restart's markers then close lists of which
+    // almost nothing arrived: fold must not sweep (it would remove live objects), it warns;
+    // the 5 deleted pods stay as ghosts, which --against-cluster reports.
+    let mut ghosts = std::collections::BTreeSet::new();
+    for p in c.sim.objects("v1", "Pod").iter().take(5) {
+        let m = &p["metadata"];
+        let (ns, name) = (m["namespace"].as_str(), m["name"].as_str().unwrap());
+        c.sim.delete("v1", "Pod", ns, name).unwrap();
+        ghosts.insert(format!("test/core/Pod/{}/{name}", ns.unwrap_or_default()));
+    }
+    let bridge = start_bridge(&cfg).await;
+    let args = ["fold", "--nats", &url, "--stream", "KUBESINK"];
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let run = run_kubesink(&args, b"").await;
+        let want = sim_keys(&c.sim, "test", &KINDS);
+        let got = view_keys(&run.stdout);
+        let extra: std::collections::BTreeSet<String> = got
+            .keys()
+            .filter(|k| !want.contains_key(*k))
+            .cloned()
+            .collect();
+        let live_kept = want.iter().all(|(k, u)| got.get(k) == Some(u));
+        if live_kept && extra == ghosts && run.stderr.contains("warning: 3 sync marker(s)") {
+            eprintln!("after a stateless restart: {}", run.stderr.trim());
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after the restart: {}\n{}",
+            view_diff(&want, &got),
+            run.stderr
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     // A subject filter the default stream (`kubesink.*.*.*.*.*`) accepts: pods only.
     let pods = run_kubesink(
@@ -267,8 +307,11 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_after_churn() {
     )
     .await;
     assert_eq!(pods.code, Some(0), "{}", pods.stderr);
-    let want: std::collections::BTreeMap<String, String> = sim_keys(&c.sim, "test", &KINDS[..1]);
-    assert_eq!(view_keys(&pods.stdout), want);
+    // The simulator's pods, and the ghosts the skipped sweep left.
+    let got = view_keys(&pods.stdout);
+    let want = sim_keys(&c.sim, "test", &KINDS[..1]);
+    assert!(want.iter().all(|(k, u)| got.get(k) == Some(u)));
+    assert_eq!(got.len(), want.len() + ghosts.len());
 
     // --follow: the view, then each change as it folds.
     let follow = Follower::start(&["fold", "--nats", &url, "--stream", "KUBESINK", "--follow"]);
@@ -277,7 +320,10 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_after_churn() {
     })
     .await;
     let printed = follow.stdout().len();
-    assert_eq!(printed, sim_keys(&c.sim, "test", &KINDS).len());
+    assert_eq!(
+        printed,
+        sim_keys(&c.sim, "test", &KINDS).len() + ghosts.len()
+    );
     c.sim
         .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "late"}}))
         .unwrap();
@@ -308,7 +354,7 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_after_churn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kafka_topic_folds_to_the_simulators_objects_after_churn_and_a_stateless_restart() {
+async fn a_kafka_topic_folds_to_the_simulators_objects_after_churn() {
     let broker = kafka_server::Tansu::start().await;
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(31)).unwrap();
@@ -333,42 +379,6 @@ async fn a_kafka_topic_folds_to_the_simulators_objects_after_churn_and_a_statele
     assert_eq!(mid.code, Some(0), "{}", mid.stderr);
     churn.stop();
     fold_until_equal(&c, &args).await;
-    bridge.shutdown().await;
-
-    // Down without state: deletes now are never sent. The restart's list and its sync
-    // markers let fold sweep them.
-    let pods = c.sim.objects("v1", "Pod");
-    for p in pods.iter().take(5) {
-        let m = &p["metadata"];
-        c.sim
-            .delete(
-                "v1",
-                "Pod",
-                m["namespace"].as_str(),
-                m["name"].as_str().unwrap(),
-            )
-            .unwrap();
-    }
-    let bridge = start_bridge(&cfg).await;
-    let run = fold_until_equal(&c, &args).await;
-    assert!(
-        run.stderr
-            .contains("caught up with Kafka topic kubesink.test"),
-        "{}",
-        run.stderr
-    );
-    let swept: u64 = run
-        .stderr
-        .split("sweeping ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(
-        swept >= 5,
-        "the 5 pods deleted while down were swept: {}",
-        run.stderr
-    );
     bridge.shutdown().await;
 
     let missing = run_kubesink(
@@ -397,18 +407,7 @@ async fn against_cluster_finds_a_ghost_and_a_missing_object_and_agrees_otherwise
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(41)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("kubesink.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "[cluster]\nname = \"test\"\nkubeconfig = \"{}\"\n\n\
-             [[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n\n\
-             [[resources]]\napi_version = \"apps/v1\"\nkind = \"Deployment\"\n\n\
-             [[resources]]\napi_version = \"v1\"\nkind = \"Node\"\n",
-            c.kubeconfig.display()
-        ),
-    )
-    .unwrap();
+    let config_path = write_config(&c, dir.path());
     // What a topic would hold: kubesink's own messages for the cluster (a bridge with a
     // capturing sink), as JSON Lines.
     let sink = CaptureSink::new();
@@ -543,4 +542,99 @@ impl Follower {
     fn stderr(&self) -> String {
         self.err.lock().unwrap().join("\n")
     }
+}
+
+/// The configuration `kubesink fold --against-cluster` reads: cluster `test` (the
+/// simulator), Pods, Deployments and Nodes.
+fn write_config(c: &Cluster, dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("kubesink.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[cluster]\nname = \"test\"\nkubeconfig = \"{}\"\n\n\
+             [[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n\n\
+             [[resources]]\napi_version = \"apps/v1\"\nkind = \"Deployment\"\n\n\
+             [[resources]]\napi_version = \"v1\"\nkind = \"Node\"\n",
+            c.kubeconfig.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// One stateless kubesink run with sync markers until its initial lists are closed; its
+/// messages as JSON Lines.
+async fn stateless_run(c: &Cluster) -> String {
+    let sink = CaptureSink::new();
+    let mut cfg = config(&c.kubeconfig, kinds());
+    cfg.pipeline.sync_markers = true;
+    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let bridge = Bridge::start(&cfg, client, vec![sink.clone() as Arc<dyn Sink>])
+        .await
+        .unwrap();
+    wait_for("the three initial lists' markers", LONG, || {
+        sink.messages()
+            .iter()
+            .filter(|m| m["op"] == "synced")
+            .count()
+            >= KINDS.len()
+    })
+    .await;
+    bridge.shutdown().await;
+    sink.messages().iter().map(|m| format!("{m}\n")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_restart_with_sync_markers_leaves_no_ghosts_in_the_fold() {
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(43)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = write_config(&c, dir.path());
+    let first = stateless_run(&c).await;
+    // While kubesink is down: 5 pods deleted (no message will ever say so), a node added.
+    for p in c.sim.objects("v1", "Pod").iter().take(5) {
+        let m = &p["metadata"];
+        c.sim
+            .delete(
+                "v1",
+                "Pod",
+                m["namespace"].as_str(),
+                m["name"].as_str().unwrap(),
+            )
+            .unwrap();
+    }
+    c.sim
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "new"}}))
+        .unwrap();
+    let second = stateless_run(&c).await;
+    let file = dir.path().join("topic.jsonl");
+    std::fs::write(&file, format!("{first}{second}")).unwrap();
+    let args = [
+        "--config",
+        config_path.to_str().unwrap(),
+        "fold",
+        "--file",
+        file.to_str().unwrap(),
+        "--against-cluster",
+    ];
+    let run = run_kubesink(&args, b"").await;
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("sweeping 5 keys"), "{}", run.stderr);
+    eprintln!("{}", run.stderr.trim());
+
+    // The same topic without its markers: the 5 pods stay, and the drift check says so.
+    let unmarked: String = format!("{first}{second}")
+        .lines()
+        .filter(|l| !l.contains(r#""op":"synced""#))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&file, unmarked).unwrap();
+    let run = run_kubesink(&args, b"").await;
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(
+        run.stdout.matches(r#""drift":"ghost""#).count(),
+        5,
+        "{}",
+        run.stdout
+    );
 }

@@ -110,6 +110,14 @@ async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Resul
                     s.swept,
                     s.unknown_ops
                 );
+                if s.sweeps_skipped > 0 {
+                    eprintln!(
+                        "warning: {} sync marker(s) closed a list of which fewer objects arrived than its \
+                         count: not swept (on JetStream: a stateless restart within the stream's \
+                         duplicate_window; see docs/consumers.md)",
+                        s.sweeps_skipped
+                    );
+                }
                 if let Some(cfg) = &cfg {
                     return drift_check(cfg, &view, &args).await;
                 }

@@ -155,6 +155,8 @@ pub struct Stats {
     pub swept: u64,
     /// Messages with an `op` the fold does not know, skipped.
     pub unknown_ops: u64,
+    /// Sweeps not done because fewer keys of the list arrived than the marker's `count`.
+    pub sweeps_skipped: u64,
 }
 
 /// A sync marker's scope: one watch (and on Kafka one partition).
@@ -364,6 +366,23 @@ impl View {
         let Some(since) = sweep_before else {
             return Ok(Vec::new());
         };
+        // Without partitions the marker's `count` is what this scope should have seen. Fewer
+        // means messages of the list are missing here, e.g. a JetStream stream dropped the
+        // list's re-sent unchanged objects as duplicates of their `Nats-Msg-Id` (a stateless
+        // restart within `duplicate_window`): sweeping would remove live objects.
+        if partition.is_none() {
+            if let Some(count) = msg.get("count").and_then(Value::as_u64) {
+                let seen = self
+                    .entries
+                    .values()
+                    .filter(|e| scope.contains(e) && e.initial_seq > since)
+                    .count() as u64;
+                if seen < count {
+                    self.stats.sweeps_skipped += 1;
+                    return Ok(Vec::new());
+                }
+            }
+        }
         let gone: Vec<String> = self
             .entries
             .values()
@@ -540,8 +559,20 @@ mod tests {
             .unwrap();
         v.apply(rec(marker("m4", true))).unwrap();
         assert_eq!(keys(&v), ["c/apps/Deployment/ns/live"]);
+        // A list whose messages did not all arrive (count 3, one seen) sweeps nothing.
+        v.apply(rec(msg("added", "9", "ns", "other", "u9", false)))
+            .unwrap();
+        v.apply(rec(msg("added", "3", "ns", "live", "u2", true)))
+            .unwrap();
+        let mut short = marker("m5", true);
+        short["count"] = json!(3);
+        v.apply(rec(short)).unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v.stats.sweeps_skipped, 1);
+        v.apply(rec(msg("deleted", "10", "ns", "other", "u9", false)))
+            .unwrap();
         // A repeated marker and a relist marker (initial: false) sweep nothing.
-        v.apply(rec(marker("m4", true))).unwrap();
+        v.apply(rec(marker("m5", true))).unwrap();
         v.apply(rec(marker("m3", false))).unwrap();
         assert_eq!(v.len(), 1);
     }
