@@ -164,7 +164,7 @@ fn sigterm(child: &Child) {
 
 /// The scenario, for any broker: churn with every consumer running; the first one killed
 /// and restarted mid-run; then each resumes and must hold exactly the simulator's objects.
-async fn run_scenario(c: &Cluster, consumers: Vec<Consumer>, churn_seed: u64) {
+async fn run_scenario(c: &Cluster, consumers: Vec<Consumer>, fold_args: &[&str], churn_seed: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let checkpoint = |i: usize| dir.path().join(format!("consumer-{i}.json"));
     let mut running: Vec<Child> = consumers
@@ -213,7 +213,16 @@ async fn run_scenario(c: &Cluster, consumers: Vec<Consumer>, churn_seed: u64) {
                 break;
             }
             if tokio::time::Instant::now() > deadline {
-                panic!("{}: view != simulator: {}", k.name, view_diff(&want, &got));
+                // What the topic itself folds to, to tell a consumer's mistake from the
+                // topic's.
+                let fold = run_kubesink(fold_args, b"").await;
+                panic!(
+                    "{}: view != simulator: {}\nkubesink fold of the same source: {}\n{}",
+                    k.name,
+                    view_diff(&want, &got),
+                    view_diff(&want, &view_keys(&fold.stdout)),
+                    fold.stderr
+                );
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -275,7 +284,14 @@ async fn the_jetstream_consumers_keep_the_simulators_objects_across_a_crash() {
             "KUBESINK".into(),
         ],
     );
-    run_scenario(&c, list, 61).await;
+    let url = server.url();
+    run_scenario(
+        &c,
+        list,
+        &["fold", "--nats", &url, "--stream", "KUBESINK"],
+        61,
+    )
+    .await;
     bridge.shutdown().await;
 }
 
@@ -310,6 +326,7 @@ async fn the_kafka_consumers_keep_the_simulators_objects_across_a_crash() {
             topic.into(),
         ],
     );
-    run_scenario(&c, list, 71).await;
+    let b = broker.bootstrap.clone();
+    run_scenario(&c, list, &["fold", "--kafka", &b, "--topic", topic], 71).await;
     bridge.shutdown().await;
 }

@@ -224,7 +224,8 @@ async fn a_malformed_line_or_a_missing_source_is_an_error_that_says_where() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_jetstream_stream_folds_to_the_simulators_objects_and_a_stateless_restart_sweeps_no_live_object() {
+async fn a_jetstream_stream_folds_to_the_simulators_objects_and_a_stateless_restart_sweeps_no_live_object(
+) {
     let server = nats_server::NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(21)).unwrap();

@@ -74,10 +74,16 @@ class View:
         if not sweep:
             return
         cluster, group, kind, ns, part = json.loads(scope)
-        for key, e in list(self.entries.items()):
+
+        def in_scope(e):
             c, g, k, n = e["scope"]
-            if (c, g, k) == (cluster, group, kind) and ns in (None, n) and part in (None, e["partition"]) \
-                    and e["initial_seq"] <= since:
+            return (c, g, k) == (cluster, group, kind) and ns in (None, n) and part in (None, e["partition"])
+
+        seen = sum(1 for e in self.entries.values() if in_scope(e) and e["initial_seq"] > since)
+        if part is None and seen < m.get("count", 0):
+            return  # some of the list never arrived (JetStream dropped re-sends as duplicates)
+        for key, e in list(self.entries.items()):
+            if in_scope(e) and e["initial_seq"] <= since:
                 del self.entries[key]  # not in the list this marker closes: gone
 
     def lines(self):

@@ -151,16 +151,26 @@ impl<P: Default + Serialize + for<'de> Deserialize<'de>> Checkpoint<P> {
         let sweep = m["initial"] == true && state.last_id != text(m, "id");
         state.last_marker_seq = self.seq;
         state.last_id = text(m, "id").to_owned();
-        if sweep {
-            self.entries.retain(|_, e| {
-                let in_scope = e.scope[0] == cluster
-                    && e.scope[1] == group
-                    && e.scope[2] == kind
-                    && ns.as_ref().is_none_or(|n| *n == e.scope[3])
-                    && (partition.is_none() || partition == e.partition);
-                !(in_scope && e.initial_seq <= since)
-            });
+        if !sweep {
+            return;
         }
+        let in_scope = |e: &Entry| {
+            e.scope[0] == cluster
+                && e.scope[1] == group
+                && e.scope[2] == kind
+                && ns.as_ref().is_none_or(|n| *n == e.scope[3])
+                && (partition.is_none() || partition == e.partition)
+        };
+        let seen = self
+            .entries
+            .values()
+            .filter(|e| in_scope(e) && e.initial_seq > since)
+            .count();
+        if partition.is_none() && (seen as u64) < m["count"].as_u64().unwrap_or(0) {
+            return; // some of the list never arrived (JetStream dropped re-sends as duplicates)
+        }
+        self.entries
+            .retain(|_, e| !(in_scope(e) && e.initial_seq <= since));
     }
 
     /// The view as JSON Lines, ordered by key: key, op, uid, resourceVersion, observedAt.
