@@ -48,6 +48,25 @@ if command -v dpkg >/dev/null 2>&1; then
   fi
 fi
 
+# The Python reference consumers (examples/consumers/python/) that tests/consumers.rs runs
+# against real brokers: a venv with confluent-kafka and nats-py, cached in $TOOLS_CACHE_DIR and
+# rebuilt only when the pinned versions change. The test finds it through CONSUMERS_PYTHON.
+CONSUMERS_PY_PACKAGES="confluent-kafka==2.16.1 nats-py==2.16.0"
+CONSUMERS_VENV="$TOOLS_CACHE_DIR/consumers-venv"
+if [ "$(cat "$CONSUMERS_VENV/.installed" 2>/dev/null)" != "$CONSUMERS_PY_PACKAGES" ]; then
+  echo "== installing $CONSUMERS_PY_PACKAGES into $CONSUMERS_VENV"
+  if ! python3 -m venv --help >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3 python3-venv
+  fi
+  rm -rf "$CONSUMERS_VENV"
+  python3 -m venv "$CONSUMERS_VENV"
+  # shellcheck disable=SC2086
+  "$CONSUMERS_VENV/bin/pip" install -q --disable-pip-version-check $CONSUMERS_PY_PACKAGES
+  echo "$CONSUMERS_PY_PACKAGES" > "$CONSUMERS_VENV/.installed"
+fi
+export CONSUMERS_PYTHON="$CONSUMERS_VENV/bin/python"
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"

@@ -1,4 +1,4 @@
-//! The command line (clap): `run` (default), `check`, `rbac`, `demo`.
+//! The command line (clap): `run` (default), `check`, `rbac`, `demo`, `fold`.
 
 use std::path::PathBuf;
 
@@ -37,6 +37,73 @@ pub enum Command {
     /// to stdout. Ctrl-C stops it. (Cargo feature `sim`, on by default.)
     #[cfg(feature = "sim")]
     Demo(DemoArgs),
+    /// Read a Kafka topic, a JetStream stream or a JSON Lines file from the start, fold it as
+    /// consumers do (docs/consumers.md) and print the current view once caught up. With
+    /// `--against-cluster`, compare the view with the live objects of the configured
+    /// resources (exit 1 when they differ). Exit 2 on errors.
+    Fold(FoldArgs),
+}
+
+/// `kubesink fold` options: exactly one source (`--file`, `--kafka`, `--nats`).
+#[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["file", "kafka", "nats"])))]
+pub struct FoldArgs {
+    /// A JSON Lines file (kubesink's stdout sink output), or `-` for stdin.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// Kafka bootstrap servers (`host:9092,host2:9092`); with `--topic`.
+    #[arg(long, value_name = "BOOTSTRAP", requires = "topic")]
+    pub kafka: Option<String>,
+    /// The Kafka topic (every partition is read from its first offset; no consumer group).
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// A librdkafka property for the Kafka consumer (`-X security.protocol=sasl_ssl`); repeatable.
+    #[arg(short = 'X', long = "kafka-property", value_name = "PROPERTY=VALUE")]
+    pub kafka_property: Vec<String>,
+    /// NATS server URL(s) (`nats://host:4222`, comma-separated); with `--stream`.
+    #[arg(long, value_name = "URL", requires = "stream")]
+    pub nats: Option<String>,
+    /// The JetStream stream (read from its first sequence by an ordered consumer).
+    #[arg(long)]
+    pub stream: Option<String>,
+    /// A subject filter within the stream's subjects (`kubesink.prod.core.Pod.*.*`).
+    #[arg(long, requires = "stream")]
+    pub subject: Option<String>,
+    /// A NATS credentials file (`.creds`).
+    #[arg(long, value_name = "FILE")]
+    pub nats_credentials: Option<PathBuf>,
+    /// Output: `json` (JSON Lines, one object per key, ordered by key) or `table`.
+    #[arg(long, short = 'o', value_enum, default_value_t = FoldOutput::Json)]
+    pub output: FoldOutput,
+    /// Include each key's last `object` in the JSON output.
+    #[arg(long)]
+    pub objects: bool,
+    /// After printing the view, keep reading and print each change as it folds (JSON Lines:
+    /// the key's new entry, or `{"key", "op": "deleted" | "tombstone" | "swept"}`).
+    #[arg(long, conflicts_with = "against_cluster")]
+    pub follow: bool,
+    /// Compare the view with a live list of the configured clusters and resources (`--config`,
+    /// or the defaults with the current kubeconfig) and print the differences as JSON Lines
+    /// (`missing`, `ghost`, `uid`); exit 1 when there are any.
+    #[arg(long)]
+    pub against_cluster: bool,
+    /// With `--against-cluster`, also report objects whose resourceVersion differs (`stale`).
+    /// Only meaningful for `payload = "full"` resources without `drop`: other modes leave the
+    /// view's resourceVersion at the last emitted state.
+    #[arg(long, requires = "against_cluster")]
+    pub compare_resource_version: bool,
+    /// Bound on connecting and on the start-up requests to the broker.
+    #[arg(long, default_value = "10s")]
+    pub timeout: humantime::Duration,
+}
+
+/// `kubesink fold --output`.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum FoldOutput {
+    /// JSON Lines.
+    Json,
+    /// Aligned columns.
+    Table,
 }
 
 /// `kubesink rbac` options. The defaults match `deploy/base/`.

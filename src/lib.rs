@@ -23,7 +23,8 @@
 //!
 //! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
 //! shuts it down; [`observe`] serves metrics and health and logs summaries; [`rbac`] derives
-//! the RBAC a configuration needs; [`limits`] raises and checks the open-files limit; [`cli`]
+//! the RBAC a configuration needs; [`fold`] is `kubesink fold`, the reference consumer
+//! (reads a topic or stream back and compares it with the cluster); [`limits`] raises and checks the open-files limit; [`cli`]
 //! and `demo` (cargo feature `sim`, on by default) are the binary's
 //! edge. With the `test-util` feature, [`testing`] exposes the informer's parts to the
 //! benches and tests.
@@ -34,6 +35,7 @@ pub mod cluster;
 pub mod config;
 #[cfg(feature = "sim")]
 pub mod demo;
+pub mod fold;
 mod informer;
 pub mod leader;
 pub mod limits;

@@ -15,11 +15,15 @@ use kubesink::config;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, &cli.log_level);
+    // `fold` prints a view on stdout and its summary on stderr: clients' connection chatter
+    // (info) would drown the summary, so it logs warnings only unless asked otherwise.
+    let quiet = matches!(cli.command, Some(Command::Fold(_))) && cli.log_level == "info";
+    init_logging(cli.log_format, if quiet { "warn" } else { &cli.log_level });
     let command = cli.command.unwrap_or(Command::Run);
     let result = match command {
         Command::Check => return check(cli.config.as_deref()),
         Command::Rbac(args) => return rbac(cli.config.as_deref(), &args),
+        Command::Fold(args) => return kubesink::fold::run(args, cli.config.as_deref()).await,
         #[cfg(feature = "sim")]
         Command::Demo(args) => kubesink::demo::run(args).await,
         Command::Run => match config::load(cli.config.as_deref()) {

@@ -319,3 +319,104 @@ pub fn metric(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         })
         .sum()
 }
+
+/// The simulator's current objects of the given (apiVersion, kind)s as a consumer's view
+/// would hold them: message key (cluster `cluster`) → uid.
+pub fn sim_keys(
+    sim: &Simulator,
+    cluster: &str,
+    kinds: &[(&str, &str)],
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (api, kind) in kinds {
+        let group = api.split_once('/').map_or("core", |(g, _)| g);
+        for o in sim.objects(api, kind) {
+            let m = &o["metadata"];
+            out.insert(
+                format!(
+                    "{cluster}/{group}/{kind}/{}/{}",
+                    m["namespace"].as_str().unwrap_or_default(),
+                    m["name"].as_str().unwrap_or_default()
+                ),
+                m["uid"].as_str().unwrap_or_default().to_owned(),
+            );
+        }
+    }
+    out
+}
+
+/// A printed view (JSON Lines with `key` and `uid`, as `kubesink fold` and the reference
+/// consumers print it) as key → uid.
+pub fn view_keys(jsonl: &str) -> BTreeMap<String, String> {
+    jsonl
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            (
+                v["key"].as_str().unwrap_or_default().to_owned(),
+                v["uid"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// How two views differ, for assertion messages: (missing, extra, other uid) counts and a
+/// few examples.
+pub fn view_diff(want: &BTreeMap<String, String>, got: &BTreeMap<String, String>) -> String {
+    let missing: Vec<&String> = want.keys().filter(|k| !got.contains_key(*k)).collect();
+    let extra: Vec<&String> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+    let uid: Vec<&String> = want
+        .iter()
+        .filter(|(k, u)| got.get(*k).is_some_and(|g| g != *u))
+        .map(|(k, _)| k)
+        .collect();
+    format!(
+        "{} missing {:?}, {} extra {:?}, {} other uid {:?}",
+        missing.len(),
+        missing.iter().take(3).collect::<Vec<_>>(),
+        extra.len(),
+        extra.iter().take(3).collect::<Vec<_>>(),
+        uid.len(),
+        uid.iter().take(3).collect::<Vec<_>>()
+    )
+}
+
+/// One run of `kubesink fold` (the real binary, clean `KUBESINK_` environment).
+pub struct FoldRun {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `kubesink <args>` to completion (at most 60 s), with `stdin` as its input.
+pub async fn run_kubesink(args: &[&str], stdin: &[u8]) -> FoldRun {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubesink"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("KUBESINK_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .env_remove("RUST_LOG")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start kubesink");
+    let mut input = child.stdin.take().expect("piped stdin");
+    input.write_all(stdin).await.expect("write stdin");
+    drop(input);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubesink {args:?} did not finish within 60 s"))
+        .expect("kubesink output");
+    FoldRun {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

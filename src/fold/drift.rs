@@ -1,0 +1,187 @@
+//! `--against-cluster`: the folded view compared with a live list from the API server of
+//! every cluster and resource of the configuration (label and field selectors and
+//! namespaces as configured, so both sides cover the same objects).
+//!
+//! A difference is one of: `missing` (live, not in the view), `ghost` (in the view, not
+//! live), `uid` (same key, another object), and with `compare_resource_version` `stale`
+//! (same object, another `resourceVersion`; off by default because in `metadata` and
+//! `fields` payload modes, and with `drop`, changes kubesink suppresses move the live
+//! `resourceVersion` but not the view's). Keys of the view outside the configured
+//! clusters and resources are not compared; they are counted.
+
+use std::collections::BTreeMap;
+
+use kube::api::{Api, DynamicObject, ListParams};
+use serde_json::{json, Value};
+
+use super::view::View;
+use crate::cluster::{self, Resolved};
+use crate::config::Config;
+
+/// One live object: what the comparison needs.
+#[derive(Debug, Clone)]
+struct Live {
+    uid: String,
+    resource_version: String,
+}
+
+/// One difference between the view and the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// `missing`, `ghost`, `uid` or `stale`.
+    pub kind: &'static str,
+    /// The message key.
+    pub key: String,
+    /// The view's uid and resourceVersion (empty for `missing`).
+    pub view: (String, String),
+    /// The cluster's uid and resourceVersion (empty for `ghost`).
+    pub live: (String, String),
+}
+
+impl Drift {
+    /// One JSON Lines object: `{"drift", "key", "view": {uid, resourceVersion}, "live": {…}}`.
+    pub fn to_json(&self) -> Value {
+        let side = |(uid, rv): &(String, String)| {
+            (!uid.is_empty()).then(|| json!({"uid": uid, "resourceVersion": rv}))
+        };
+        json!({"drift": self.kind, "key": self.key, "view": side(&self.view), "live": side(&self.live)})
+    }
+}
+
+/// The comparison's result.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The differences, ordered by key.
+    pub drifts: Vec<Drift>,
+    /// Live objects listed.
+    pub live: usize,
+    /// Keys of the view that no configured cluster and resource covers (not compared).
+    pub not_compared: usize,
+}
+
+/// Lists every configured resource of every configured cluster and compares.
+///
+/// # Errors
+/// The kubeconfig, API discovery or a list failing (the resource and cluster named).
+pub async fn compare(
+    cfg: &Config,
+    view: &View,
+    compare_resource_version: bool,
+) -> anyhow::Result<Report> {
+    let mut live: BTreeMap<String, Live> = BTreeMap::new();
+    // (cluster, group, kind, namespaces; empty = all) covered by the lists.
+    let mut covered: Vec<(String, String, String, Vec<String>)> = Vec::new();
+    for spec in cfg.clusters() {
+        let client = cluster::client(&spec.connection()).await?;
+        for res in &spec.resources {
+            let resolved = cluster::resolve(&client, &spec.name, res).await?;
+            covered.push((
+                spec.name.clone(),
+                resolved.resource.group.clone(),
+                resolved.resource.kind.clone(),
+                res.namespaces.clone(),
+            ));
+            let apis: Vec<Api<DynamicObject>> = if res.namespaces.is_empty() {
+                vec![Api::all_with(client.clone(), &resolved.api_resource)]
+            } else {
+                res.namespaces
+                    .iter()
+                    .map(|ns| Api::namespaced_with(client.clone(), ns, &resolved.api_resource))
+                    .collect()
+            };
+            for api in apis {
+                list_into(&api, res, &resolved, &spec.name, &mut live).await?;
+            }
+        }
+    }
+    let in_scope = |cluster: &str, group: &str, kind: &str, ns: &str| {
+        covered.iter().any(|(c, g, k, nss)| {
+            c == cluster
+                && g == group
+                && k == kind
+                && (nss.is_empty() || nss.iter().any(|n| n == ns))
+        })
+    };
+    let mut report = Report {
+        live: live.len(),
+        ..Report::default()
+    };
+    for e in view.entries() {
+        if !in_scope(&e.cluster, &e.group, &e.kind, &e.namespace) {
+            report.not_compared += 1;
+            continue;
+        }
+        let mine = (e.uid.clone(), e.resource_version.clone());
+        match live.get(&e.key) {
+            None => report.drifts.push(Drift {
+                kind: "ghost",
+                key: e.key.clone(),
+                view: mine,
+                live: Default::default(),
+            }),
+            Some(l) if l.uid != e.uid => report.drifts.push(Drift {
+                kind: "uid",
+                key: e.key.clone(),
+                view: mine,
+                live: (l.uid.clone(), l.resource_version.clone()),
+            }),
+            Some(l) if compare_resource_version && l.resource_version != e.resource_version => {
+                report.drifts.push(Drift {
+                    kind: "stale",
+                    key: e.key.clone(),
+                    view: mine,
+                    live: (l.uid.clone(), l.resource_version.clone()),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    for (key, l) in &live {
+        if view.get(key).is_none() {
+            report.drifts.push(Drift {
+                kind: "missing",
+                key: key.clone(),
+                view: Default::default(),
+                live: (l.uid.clone(), l.resource_version.clone()),
+            });
+        }
+    }
+    report.drifts.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(report)
+}
+
+async fn list_into(
+    api: &Api<DynamicObject>,
+    res: &crate::config::ResourceConfig,
+    resolved: &Resolved,
+    cluster: &str,
+    out: &mut BTreeMap<String, Live>,
+) -> anyhow::Result<()> {
+    let mut params = ListParams::default().limit(res.page_size.max(1));
+    if let Some(l) = &res.label_selector {
+        params = params.labels(l);
+    }
+    if let Some(f) = &res.field_selector {
+        params = params.fields(f);
+    }
+    loop {
+        let page = api.list(&params).await.map_err(|e| {
+            anyhow::anyhow!("cluster {cluster}: listing {}: {e}", res.display_name())
+        })?;
+        for o in &page.items {
+            let name = o.metadata.name.as_deref().unwrap_or_default();
+            let key = resolved.resource.key(o.metadata.namespace.as_deref(), name);
+            out.insert(
+                key,
+                Live {
+                    uid: o.metadata.uid.clone().unwrap_or_default(),
+                    resource_version: o.metadata.resource_version.clone().unwrap_or_default(),
+                },
+            );
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => params = params.continue_token(&c),
+            None => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! `kubesink fold`: what does downstream see? Reads a Kafka topic, a JetStream stream or a
+//! JSON Lines file from the start, folds it as `docs/consumers.md` tells consumers to
+//! ([`view`]), and prints the current view once caught up; optionally keeps following, or
+//! compares the view with a live list from the API server ([`drift`]).
+//!
+//! One source per file: [`file`], `kafka` (cargo feature `kafka`), `jetstream` (cargo
+//! feature `nats`). A source sends [`Event`]s into a channel: records in order, and
+//! [`Event::CaughtUp`] once when it reached what the broker held at start. It never writes
+//! to the broker (no consumer group, no commit, no durable consumer).
+//!
+//! Exit codes (like `diff`): 0 done (and no drift), 1 `--against-cluster` found
+//! differences, 2 an error (unreachable broker, no such topic or stream, a record that is not
+//! a message: each named with where it is).
+
+pub mod drift;
+pub mod file;
+#[cfg(feature = "nats")]
+pub mod jetstream;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+pub mod view;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use tokio::sync::mpsc;
+
+use crate::cli::{FoldArgs, FoldOutput};
+use view::{Record, View};
+
+/// What a source sends.
+#[derive(Debug)]
+pub enum Event {
+    /// The next record.
+    Record(Record),
+    /// Every record the source held at start was sent (sent once).
+    CaughtUp,
+}
+
+/// A source that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Opening: the file, the brokers, the topic or stream.
+    #[error("{what}: {reason}")]
+    Open {
+        /// The file, topic or stream and where (`Kafka topic t at host:9092`).
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// Reading after it was opened.
+    #[error("reading {what}: {reason}")]
+    Read {
+        /// What was read.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Runs `kubesink fold` and returns the exit code (0, 1 for drift, 2 for errors).
+pub async fn run(args: FoldArgs, config: Option<&std::path::Path>) -> ExitCode {
+    match fold(args, config).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    // The configuration first: a drift check with a broken configuration fails before
+    // reading a whole topic.
+    let cfg = if args.against_cluster {
+        Some(crate::config::load(config).map_err(|e| anyhow::anyhow!("{e}"))?)
+    } else {
+        None
+    };
+    let (tx, mut rx) = mpsc::channel::<Event>(1024);
+    let follow = args.follow && !args.against_cluster;
+    let (source, what) = spawn_source(&args, follow, tx)?;
+    let mut view = View::new(args.objects);
+    let stdout = std::io::stdout();
+    let mut caught_up = false;
+    while let Some(event) = rx.recv().await {
+        match event {
+            Event::Record(rec) => {
+                let changes = view.apply(rec)?;
+                if caught_up {
+                    let mut out = stdout.lock();
+                    for c in changes {
+                        writeln!(out, "{}", c.to_json())?;
+                    }
+                    out.flush()?;
+                }
+            }
+            Event::CaughtUp => {
+                caught_up = true;
+                let s = &view.stats;
+                eprintln!(
+                    "caught up with {what}: {} keys from {} records ({} applied, {} duplicates, \
+                     {} tombstones, {} sync markers sweeping {} keys, {} unknown ops skipped)",
+                    view.len(),
+                    s.records,
+                    s.applied,
+                    s.duplicates,
+                    s.tombstones,
+                    s.markers,
+                    s.swept,
+                    s.unknown_ops
+                );
+                if s.sweeps_skipped > 0 {
+                    eprintln!(
+                        "warning: {} sync marker(s) closed a list of which fewer objects arrived than its \
+                         count: not swept (on JetStream: a stateless restart within the stream's \
+                         duplicate_window; see docs/consumers.md)",
+                        s.sweeps_skipped
+                    );
+                }
+                if let Some(cfg) = &cfg {
+                    return drift_check(cfg, &view, &args).await;
+                }
+                print_view(&view, args.output)?;
+                if !follow {
+                    break;
+                }
+            }
+        }
+    }
+    // The source's own error (the channel closed because it stopped).
+    match source.await {
+        Ok(Ok(())) if caught_up => Ok(ExitCode::SUCCESS),
+        Ok(Ok(())) => anyhow::bail!("{what} ended before catching up"),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => anyhow::bail!("the reader of {what} stopped: {e}"),
+    }
+}
+
+type SourceTask = tokio::task::JoinHandle<Result<(), SourceError>>;
+
+fn spawn_source(
+    args: &FoldArgs,
+    follow: bool,
+    tx: mpsc::Sender<Event>,
+) -> anyhow::Result<(SourceTask, String)> {
+    if let Some(path) = &args.file {
+        let path = path.clone();
+        let what = if path.as_os_str() == "-" {
+            "stdin".to_owned()
+        } else {
+            format!("file {}", path.display())
+        };
+        return Ok((
+            tokio::spawn(async move { file::read(&path, follow, tx).await }),
+            what,
+        ));
+    }
+    #[cfg(any(feature = "kafka", feature = "nats"))]
+    let timeout: std::time::Duration = args.timeout.into();
+    if let Some(bootstrap) = &args.kafka {
+        #[cfg(feature = "kafka")]
+        {
+            let Some(topic) = args.topic.clone() else {
+                anyhow::bail!("--kafka needs --topic");
+            };
+            let mut properties = Vec::new();
+            for p in &args.kafka_property {
+                let Some((k, v)) = p.split_once('=') else {
+                    anyhow::bail!("-X {p}: expected property=value");
+                };
+                properties.push((k.to_owned(), v.to_owned()));
+            }
+            let src = kafka::KafkaSource {
+                bootstrap: bootstrap.clone(),
+                topic,
+                properties,
+                timeout,
+            };
+            let what = format!("Kafka topic {} at {}", src.topic, src.bootstrap);
+            return Ok((tokio::spawn(kafka::read(src, follow, tx)), what));
+        }
+        #[cfg(not(feature = "kafka"))]
+        anyhow::bail!(
+            "--kafka {bootstrap}: this build has no Kafka support (cargo feature `kafka`)"
+        );
+    }
+    if let Some(servers) = &args.nats {
+        #[cfg(feature = "nats")]
+        {
+            let Some(stream) = args.stream.clone() else {
+                anyhow::bail!("--nats needs --stream");
+            };
+            let src = jetstream::JetStreamSource {
+                servers: servers.clone(),
+                stream,
+                subject: args.subject.clone(),
+                credentials: args.nats_credentials.clone(),
+                timeout,
+            };
+            let what = format!("JetStream stream {} at {}", src.stream, src.servers);
+            return Ok((tokio::spawn(jetstream::read(src, follow, tx)), what));
+        }
+        #[cfg(not(feature = "nats"))]
+        anyhow::bail!("--nats {servers}: this build has no NATS support (cargo feature `nats`)");
+    }
+    anyhow::bail!("name a source: --file PATH (or - for stdin), --kafka BOOTSTRAP --topic T, or --nats URL --stream S")
+}
+
+fn print_view(view: &View, output: FoldOutput) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match output {
+        FoldOutput::Json => {
+            for e in view.entries() {
+                writeln!(out, "{}", e.to_json())?;
+            }
+        }
+        FoldOutput::Table => {
+            let now = jiff::Timestamp::now();
+            let mut rows = vec![[
+                "CLUSTER",
+                "KIND",
+                "NAMESPACE",
+                "NAME",
+                "UID",
+                "RV",
+                "LAST-OP",
+                "AGE",
+            ]
+            .map(str::to_owned)];
+            for e in view.entries() {
+                let kind = if e.group.is_empty() {
+                    e.kind.clone()
+                } else {
+                    format!("{}.{}", e.kind, e.group)
+                };
+                let age = e
+                    .observed_at
+                    .parse::<jiff::Timestamp>()
+                    .map(|t| short_age(now.duration_since(t).as_secs()))
+                    .unwrap_or_else(|_| "?".into());
+                rows.push([
+                    e.cluster.clone(),
+                    kind,
+                    e.namespace.clone(),
+                    e.name.clone(),
+                    e.uid.clone(),
+                    e.resource_version.clone(),
+                    e.op.clone(),
+                    age,
+                ]);
+            }
+            let mut widths = [0usize; 8];
+            for r in &rows {
+                for (w, c) in widths.iter_mut().zip(r) {
+                    *w = (*w).max(c.chars().count());
+                }
+            }
+            for r in &rows {
+                let line: Vec<String> = r
+                    .iter()
+                    .zip(widths)
+                    .map(|(c, w)| format!("{c:<w$}"))
+                    .collect();
+                writeln!(out, "{}", line.join("  ").trim_end())?;
+            }
+        }
+    }
+    out.flush()
+}
+
+/// `kubectl`-style age: `42s`, `5m`, `3h`, `12d`.
+fn short_age(secs: i64) -> String {
+    match secs.max(0) {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+async fn drift_check(
+    cfg: &crate::config::Config,
+    view: &View,
+    args: &FoldArgs,
+) -> anyhow::Result<ExitCode> {
+    let report = drift::compare(cfg, view, args.compare_resource_version).await?;
+    let mut out = std::io::stdout().lock();
+    for d in &report.drifts {
+        writeln!(out, "{}", d.to_json())?;
+    }
+    out.flush()?;
+    let count = |k: &str| report.drifts.iter().filter(|d| d.kind == k).count();
+    eprintln!(
+        "{}: {} missing from the view, {} ghosts in the view, {} uid mismatches{} \
+         ({} live objects, {} folded keys, {} keys outside the configured resources not compared)",
+        if report.drifts.is_empty() {
+            "in agreement with the cluster"
+        } else {
+            "DRIFT"
+        },
+        count("missing"),
+        count("ghost"),
+        count("uid"),
+        if args.compare_resource_version {
+            format!(", {} stale resourceVersions", count("stale"))
+        } else {
+            String::new()
+        },
+        report.live,
+        view.len(),
+        report.not_compared,
+    );
+    Ok(if report.drifts.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
