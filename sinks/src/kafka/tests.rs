@@ -35,6 +35,9 @@ fn meta(op: Op, kind: &str, ns: Option<&str>, name: &str, id: &str) -> MessageMe
         )),
         namespace: ns.map(Into::into),
         name: name.into(),
+        tombstone_id: None,
+        uid: "u".into(),
+        observed_at: "2026-11-30T00:00:00.000Z".into(),
     }
 }
 
