@@ -138,3 +138,50 @@ impl Sink for StdoutSink {
             .map_err(|e| SinkError::transient(&self.name, format!("flush stdout: {e}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+    use crate::message::{encode, Change, ObjectJson, Op, Resource};
+
+    #[tokio::test]
+    async fn cloudevents_structured_writes_one_envelope_per_line() {
+        let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+        let c = Change {
+            op: Op::Added,
+            namespace: Some("default".into()),
+            name: "web".into(),
+            uid: "u".into(),
+            resource_version: "1".into(),
+            initial: true,
+            final_state_unknown: false,
+            object: Some(ObjectJson::from_trusted("{}".into())),
+        };
+        let m = encode(&r, &c, "2026-11-30T00:00:00.000Z").unwrap();
+        let (writer, mut reader) = tokio::io::duplex(1 << 16);
+        let sink = StdoutSink::new("out".into(), Box::new(writer))
+            .with_format(StdoutFormat::CloudEventsStructured.into());
+        sink.send(&[m.clone(), m.clone()]).await.unwrap();
+        drop(sink);
+        let mut text = String::new();
+        reader.read_to_string(&mut text).await.unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(v["specversion"], "1.0");
+        assert_eq!(v["type"], "io.kubesink.topology.added");
+        let data: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(v["data"], data);
+        let err = serde_json::from_str::<StdoutConfig>(r#"{"format":"cloudevents"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("format: unknown value \"cloudevents\""),
+            "binary mode is refused: {err}"
+        );
+    }
+}
