@@ -518,7 +518,7 @@ mod tests {
         // not inputs, so ids of v1 messages are the same as before they were added.
         let by_hand = format!(
             "{:032x}",
-            xxh3_128(b"prod\0\0Pod\0default\0web\0ef5a35d5-973f-4ec9-9925-a67e7648ea58\017\0deleted\0fsu\0")
+            xxh3_128(b"prod\0\0Pod\0default\0web\0ef5a35d5-973f-4ec9-9925-a67e7648ea58\x0017\0deleted\0fsu\0")
         );
         assert_eq!(message_id(&r, &d), by_hand);
         let m = encode(&r, &d, "t").unwrap();
