@@ -91,13 +91,45 @@ impl State {
         self.pending.len() - self.holes + self.inflight
     }
 
-    /// Drops cancelled slots from the front, so the front is always a real change.
+    /// Drops cancelled slots from the front, so the front is always a real change, and from
+    /// the back (the usual case: the cancelled `added` was the newest entry).
     fn trim_holes(&mut self) {
         while self.pending.front().is_some_and(|s| s.cancelled) {
             self.pending.pop_front();
             self.head_seq += 1;
             self.holes -= 1;
         }
+        while self.pending.back().is_some_and(|s| s.cancelled) {
+            self.pending.pop_back();
+            self.holes -= 1;
+        }
+    }
+
+    /// Removes every hole once they are more than half of `pending` (and more than a few),
+    /// renumbering the index and the barrier: holes are not counted against `max_pending`,
+    /// so without this a stalled sink behind a stream of created-and-deleted objects (short
+    /// Jobs' pods) would grow `pending` without bound. Amortized O(1) per cancellation.
+    fn compact_if_sparse(&mut self) {
+        if self.holes <= 32 || self.holes * 2 <= self.pending.len() {
+            return;
+        }
+        let old = std::mem::take(&mut self.pending);
+        let mut seq = self.head_seq;
+        for slot in old {
+            let (was, now) = (seq, self.head_seq + self.pending.len() as u64);
+            seq += 1;
+            if slot.cancelled {
+                continue;
+            }
+            if self.index.get(&slot.msg.key) == Some(&was) {
+                self.index.insert(slot.msg.key.clone(), now);
+            }
+            if self.barrier == Some(was) {
+                self.barrier = Some(now);
+            }
+            self.pending.push_back(slot);
+        }
+        self.holes = 0;
     }
     fn held_bytes(&self) -> usize {
         self.pending_bytes + self.inflight_bytes
@@ -212,11 +244,12 @@ impl SinkQueue {
                             // never learns of the key, as if it had never existed.
                             slot.cancelled = true;
                             let old_ack = slot.ack.take();
-                            let old_size = slot.msg.size();
-                            st.pending_bytes -= old_size;
+                            st.pending_bytes -= slot.msg.size();
+                            slot.msg.payload = bytes::Bytes::new(); // a hole holds no payload
                             st.holes += 1;
                             st.index.remove(&msg.key);
                             st.trim_holes();
+                            st.compact_if_sparse();
                             self.coalesced.fetch_add(2, Ordering::Relaxed);
                             return Ok(Done {
                                 acks: [old_ack, ack],
@@ -646,6 +679,53 @@ mod tests {
             ["a:added:u", "sync", "a:deleted:u"],
             "the marker counted the object: its delete must follow"
         );
+    }
+
+    #[tokio::test]
+    async fn holes_of_cancelled_pairs_stay_bounded_and_keep_the_index_and_barrier_right() {
+        let q = SinkQueue::new(limits(true, 100));
+        q.push(change("plug", Op::Updated, "u"), None).await;
+        q.push(change("y", Op::Updated, "u"), None).await;
+        q.push(marker("m"), None).await;
+        q.push(change("z", Op::Updated, "u"), None).await;
+        // Each round leaves 9 cancelled `added`s in the middle, before one live change.
+        for round in 0..50 {
+            let keys: Vec<String> = (0..9).map(|i| format!("short-{round}-{i}")).collect();
+            for k in &keys {
+                q.push(change(k, Op::Added, "u"), None).await;
+            }
+            q.push(change(&format!("live-{round}"), Op::Updated, "u"), None)
+                .await;
+            for k in &keys {
+                q.push(change(k, Op::Deleted, "u"), None).await;
+            }
+            let len = q.lock().pending.len();
+            let live = q.held();
+            assert!(len <= 2 * live + 33, "{len} slots for {live} changes");
+        }
+        assert_eq!(q.held(), 54);
+        // `y` is before the marker: a newer `y` may not replace it; `z` is behind it: it may.
+        q.push(change("y", Op::Deleted, "u"), None).await;
+        q.push(change("z", Op::Deleted, "u"), None).await;
+        q.push(change("live-7", Op::Deleted, "u"), None).await;
+        let b = q.next_batch().await.unwrap();
+        let got = payloads(&b);
+        assert_eq!(
+            got[..5],
+            [
+                "plug:updated:u",
+                "y:updated:u",
+                "sync",
+                "z:deleted:u",
+                "live-0:updated:u"
+            ]
+        );
+        assert_eq!(
+            got[11], "live-7:deleted:u",
+            "the index found it after compaction"
+        );
+        assert_eq!(got.last().map(String::as_str), Some("y:deleted:u"));
+        assert_eq!(got.len(), 55);
     }
 
     #[tokio::test]
