@@ -114,10 +114,8 @@ impl State {
             return;
         }
         let old = std::mem::take(&mut self.pending);
-        let mut seq = self.head_seq;
-        for slot in old {
-            let (was, now) = (seq, self.head_seq + self.pending.len() as u64);
-            seq += 1;
+        for (was, slot) in (self.head_seq..).zip(old) {
+            let now = self.head_seq + self.pending.len() as u64;
             if slot.cancelled {
                 continue;
             }
