@@ -148,7 +148,7 @@ pub fn headers(m: &Message, format: Format) -> OwnedHeaders {
     if format == Format::CloudEvents {
         for (key, value) in cloudevents::kafka_headers(m) {
             h = h.insert(Header {
-                key: &key,
+                key,
                 value: Some(value.as_bytes()),
             });
         }

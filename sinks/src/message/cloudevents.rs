@@ -159,25 +159,64 @@ pub fn attributes(m: &Message) -> [(&'static str, Cow<'_, str>); 8] {
 /// Binary content mode headers for Kafka (protocol binding §3.2.3): `ce_{attribute}` for
 /// every attribute but `datacontenttype`, which is the record's `content-type` header (the
 /// message's own headers already carry it).
-pub fn kafka_headers(m: &Message) -> impl Iterator<Item = (String, Cow<'_, str>)> {
+pub fn kafka_headers(m: &Message) -> impl Iterator<Item = (&'static str, Cow<'_, str>)> {
     attributes(m)
         .into_iter()
-        .filter(|(name, _)| *name != "datacontenttype")
-        .map(|(name, value)| (format!("ce_{name}"), value))
+        .zip(KAFKA_NAMES)
+        .filter(|((name, _), _)| *name != "datacontenttype")
+        .map(|((_, value), header)| (header, value))
 }
+
+/// The Kafka header name of each attribute of [`attributes`], in its order.
+const KAFKA_NAMES: [&str; 8] = [
+    "ce_specversion",
+    "ce_id",
+    "ce_source",
+    "ce_type",
+    "ce_subject",
+    "ce_time",
+    "ce_datacontenttype",
+    "ce_dataschema",
+];
+
+/// The NATS header name of each attribute of [`attributes`], in its order.
+const NATS_NAMES: [&str; 8] = [
+    "ce-specversion",
+    "ce-id",
+    "ce-source",
+    "ce-type",
+    "ce-subject",
+    "ce-time",
+    "ce-datacontenttype",
+    "ce-dataschema",
+];
 
 /// Binary content mode headers for NATS (protocol binding §3.1.3): `ce-{attribute}` for every
 /// attribute, values percent-encoded ([`percent_encode_header`]).
-pub fn nats_headers(m: &Message) -> impl Iterator<Item = (String, String)> + '_ {
+pub fn nats_headers(m: &Message) -> impl Iterator<Item = (&'static str, Cow<'_, str>)> {
     attributes(m)
         .into_iter()
-        .map(|(name, value)| (format!("ce-{name}"), percent_encode_header(&value)))
+        .zip(NATS_NAMES)
+        .map(|((_, value), header)| {
+            let encoded = match value {
+                Cow::Borrowed(v) => percent_encode_header(v),
+                Cow::Owned(v) => Cow::Owned(percent_encode_header(&v).into_owned()),
+            };
+            (header, encoded)
+        })
 }
 
 /// The NATS binding's header value encoding (§3.1.3.2): space, `"`, `%` and every byte
-/// outside printable ASCII become `%XY` (uppercase hex of each UTF-8 byte).
-pub fn percent_encode_header(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
+/// outside printable ASCII become `%XY` (uppercase hex of each UTF-8 byte). Borrows `value`
+/// when nothing needs encoding (the usual case).
+pub fn percent_encode_header(value: &str) -> Cow<'_, str> {
+    if value
+        .bytes()
+        .all(|b| matches!(b, b'!'..=b'~') && b != b'"' && b != b'%')
+    {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 8);
     for b in value.bytes() {
         match b {
             b' ' | b'"' | b'%' => {
@@ -189,7 +228,7 @@ pub fn percent_encode_header(value: &str) -> String {
             }
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The structured content mode payload: the JSON event format, the attributes in
@@ -260,10 +299,18 @@ mod tests {
                 ("dataschema", DATASCHEMA.into()),
             ]
         );
-        let kafka: Vec<String> = kafka_headers(&m).map(|(k, _)| k).collect();
-        assert!(kafka.contains(&"ce_specversion".to_owned()));
-        assert!(!kafka.iter().any(|k| k == "ce_datacontenttype"));
-        assert_eq!(nats_headers(&m).count(), 8);
+        let kafka: Vec<(&str, String)> = kafka_headers(&m)
+            .map(|(k, v)| (k, v.into_owned()))
+            .collect();
+        assert_eq!(kafka[0], ("ce_specversion", "1.0".to_owned()));
+        assert_eq!(
+            kafka[4],
+            ("ce_subject", "prod/apps/Deployment/web/api".to_owned())
+        );
+        assert!(!kafka.iter().any(|(k, _)| *k == "ce_datacontenttype"));
+        let nats: Vec<&str> = nats_headers(&m).map(|(k, _)| k).collect();
+        assert_eq!(nats.len(), 8);
+        assert_eq!((nats[1], nats[6]), ("ce-id", "ce-datacontenttype"));
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub fn headers(m: &Message, jetstream: bool, format: Format) -> HeaderMap {
     }
     if format == Format::CloudEvents {
         for (k, v) in cloudevents::nats_headers(m) {
-            h.insert(k.as_str(), v.as_str());
+            h.insert(k, &*v);
         }
     }
     h
