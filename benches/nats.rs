@@ -6,7 +6,8 @@
 //! JetStream mode (file storage, `Nats-Msg-Id` dedup, every PubAck awaited). Prints both rates
 //! and their ratio.
 //!
-//! `cargo bench --bench nats` (`BENCH_MESSAGES=200000` to change N).
+//! `cargo bench --bench nats` (`BENCH_MESSAGES=200000` to change N; `BENCH_FORMAT=cloudevents`
+//! or `cloudevents-structured` to measure a CloudEvents format instead of `json`).
 
 #[path = "../tests/support/nats_server.rs"]
 mod nats_server;
@@ -17,7 +18,7 @@ use std::time::Instant;
 use kubesink::config::HumanDuration;
 use kubesink::sinks::message::{encode, Change, ObjectJson};
 use kubesink::sinks::nats::{NatsConfig, NatsMode};
-use kubesink::sinks::{Message, Op, Resource, Sink};
+use kubesink::sinks::{Format, Message, Op, Resource, Sink};
 
 const BATCH: usize = 500;
 
@@ -47,11 +48,17 @@ fn messages(n: usize) -> Vec<Message> {
         .collect()
 }
 
-async fn run(server: &nats_server::NatsServer, mode: NatsMode, msgs: &[Message]) -> f64 {
+async fn run(
+    server: &nats_server::NatsServer,
+    mode: NatsMode,
+    format: Format,
+    msgs: &[Message],
+) -> f64 {
     let mut cfg = NatsConfig {
         name: format!("{mode:?}"),
         servers: vec![server.url()],
         mode,
+        format,
         ..Default::default()
     };
     cfg.stream.create = true;
@@ -70,20 +77,25 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
+    let format: Format = std::env::var("BENCH_FORMAT")
+        .ok()
+        .map(|f| serde_json::from_value(f.into()).expect("BENCH_FORMAT: a sink format"))
+        .unwrap_or_default();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let server = nats_server::NatsServer::start("");
     let msgs = messages(n);
     let avg = msgs.iter().map(|m| m.payload.len()).sum::<usize>() / n.max(1);
     println!(
-        "nats-server {} | {n} messages of {avg} B payload, batches of {BATCH}",
-        server.url()
+        "nats-server {} | {n} messages of {avg} B payload, batches of {BATCH}, format {}",
+        server.url(),
+        format.as_str()
     );
     rt.block_on(async {
         // Warm-up (connection, stream creation) outside the measurement.
-        let _ = run(&server, NatsMode::Core, &msgs[..BATCH.min(n)]).await;
-        let core = run(&server, NatsMode::Core, &msgs).await;
+        let _ = run(&server, NatsMode::Core, format, &msgs[..BATCH.min(n)]).await;
+        let core = run(&server, NatsMode::Core, format, &msgs).await;
         println!("core      (flush per batch):            {core:>10.0} msg/s");
-        let js = run(&server, NatsMode::Jetstream, &msgs).await;
+        let js = run(&server, NatsMode::Jetstream, format, &msgs).await;
         println!("jetstream (PubAck per message, file):   {js:>10.0} msg/s");
         println!(
             "core / jetstream:                       {:>10.2}",

@@ -375,6 +375,9 @@ mod nats_subjects {
             )),
             namespace: ns.map(Into::into),
             name: name.into(),
+            tombstone_id: None,
+            uid: "u".into(),
+            observed_at: "2026-11-30T00:00:00.000Z".into(),
         }
     }
 
@@ -432,6 +435,9 @@ mod kafka_topics {
                 resource: Arc::new(Resource::new(&cluster, "g.example", "v1", &kind, "k", true)),
                 namespace: ns.map(Into::into),
                 name: "n".into(),
+                tombstone_id: None,
+                uid: "u".into(),
+                observed_at: "2026-11-30T00:00:00.000Z".into(),
             };
             let topic = t.render(&m);
             prop_assert!(topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{}", topic);

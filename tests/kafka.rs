@@ -322,6 +322,9 @@ fn test_message() -> kubesink::sinks::Message {
         )),
         namespace: Some("default".into()),
         name: "x".into(),
+        tombstone_id: None,
+        uid: "u".into(),
+        observed_at: "2026-11-30T00:00:00.000Z".into(),
     };
     kubesink::sinks::Message {
         key: "test/core/ConfigMap/default/x".into(),

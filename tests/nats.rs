@@ -156,6 +156,9 @@ fn message(name: &str, namespace: Option<&str>, id: &str, payload: Value) -> Mes
         )),
         namespace: namespace.map(Into::into),
         name: name.into(),
+        tombstone_id: None,
+        uid: "u".into(),
+        observed_at: "2026-11-30T00:00:00.000Z".into(),
     };
     Message {
         key: format!("test/core/ConfigMap/{}/{name}", namespace.unwrap_or("")).into(),

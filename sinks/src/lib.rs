@@ -4,7 +4,7 @@
 //!
 //! - [`message`]: topology message v1, the contract downstream teams code against: the
 //!   watched [`Resource`]'s identity, the [`Message`] a sink receives, its key, id, headers
-//!   and oversize forms.
+//!   and oversize forms, and its opt-in CloudEvents binding ([`cloudevents`], [`Format`]).
 //! - [`Sink`] (`sink.rs`): the delivery contract (what `Ok` promises, which errors are
 //!   retried, how an oversize message is reported).
 //! - One module per destination, each behind a cargo feature that is on by default:
@@ -36,7 +36,7 @@ pub mod template;
 pub mod units;
 
 pub use config::{SinkConfig, SinkConfigError};
-pub use message::{Message, MessageMeta, Op, Resource};
+pub use message::{cloudevents, Format, Message, MessageMeta, Op, Resource};
 pub use ready::{ReadySignal, ReadyWatch};
 pub use secret::Secret;
 pub use sink::{Sink, SinkError};

@@ -1,7 +1,8 @@
 //! The stdout sink: JSON Lines, one topology message per line, flushed per batch.
 //!
 //! It writes to the process's standard output and nothing else ever does: logs go to
-//! stderr, so `kubesink run > topology.jsonl` captures a clean stream. It has no size limit
+//! stderr, so `kubesink run > topology.jsonl` captures a clean stream. `format =
+//! "cloudevents-structured"` writes each message as a CloudEvents JSON envelope instead. It has no size limit
 //! and confirms a batch once the lines are written and flushed.
 
 use async_trait::async_trait;
@@ -9,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
 
+use crate::message::Format;
 use crate::{Message, Sink, SinkError};
 
 /// `[[sinks]]` entry with `type = "stdout"`.
@@ -18,6 +20,45 @@ pub struct StdoutConfig {
     /// Name used in logs. Default `"stdout"`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// How each line is written: `"json"` (the topology message v1) or
+    /// `"cloudevents-structured"` (one CloudEvents JSON envelope per line, `data` = the
+    /// message; see `docs/message-contract.md#cloudevents`). Binary mode has no headers to go
+    /// in, so `"cloudevents"` is not accepted here. Default `"json"`.
+    #[serde(default)]
+    pub format: StdoutFormat,
+}
+
+/// The formats of the stdout sink (a line has no headers, so no CloudEvents binary mode).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum StdoutFormat {
+    /// The topology message v1 per line.
+    #[default]
+    Json,
+    /// A CloudEvents structured-mode envelope per line.
+    #[serde(rename = "cloudevents-structured")]
+    CloudEventsStructured,
+}
+
+impl<'de> Deserialize<'de> for StdoutFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let allowed = [Format::Json, Format::CloudEventsStructured];
+        Ok(
+            match crate::message::cloudevents::parse_format(d, &allowed)? {
+                Format::CloudEventsStructured => StdoutFormat::CloudEventsStructured,
+                _ => StdoutFormat::Json,
+            },
+        )
+    }
+}
+
+impl From<StdoutFormat> for Format {
+    fn from(f: StdoutFormat) -> Self {
+        match f {
+            StdoutFormat::Json => Format::Json,
+            StdoutFormat::CloudEventsStructured => Format::CloudEventsStructured,
+        }
+    }
 }
 
 fn default_name() -> String {
@@ -28,6 +69,7 @@ impl Default for StdoutConfig {
     fn default() -> Self {
         StdoutConfig {
             name: default_name(),
+            format: StdoutFormat::Json,
         }
     }
 }
@@ -36,12 +78,14 @@ impl StdoutConfig {
     /// Builds the sink writing to the process's standard output.
     pub fn build(&self) -> StdoutSink {
         StdoutSink::new(self.name.clone(), Box::new(tokio::io::stdout()))
+            .with_format(self.format.into())
     }
 }
 
 /// Writes each message's payload followed by `\n`; flushes once per batch.
 pub struct StdoutSink {
     name: String,
+    format: Format,
     out: Mutex<Box<dyn AsyncWrite + Send + Unpin>>,
 }
 
@@ -51,8 +95,16 @@ impl StdoutSink {
     pub fn new(name: String, out: Box<dyn AsyncWrite + Send + Unpin>) -> Self {
         StdoutSink {
             name,
+            format: Format::Json,
             out: Mutex::new(out),
         }
+    }
+
+    /// The same sink writing each line in `format` (`Json` or `CloudEventsStructured`; a
+    /// line has no headers, so `CloudEvents` writes the plain message like `Json`).
+    pub fn with_format(mut self, format: Format) -> Self {
+        self.format = format;
+        self
     }
 }
 
@@ -65,7 +117,7 @@ impl Sink for StdoutSink {
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         let mut buf = Vec::with_capacity(batch.iter().map(|m| m.payload.len() + 1).sum());
         for m in batch {
-            buf.extend_from_slice(&m.payload);
+            buf.extend_from_slice(&self.format.payload(m));
             buf.push(b'\n');
         }
         let mut out = self.out.lock().await;
@@ -84,5 +136,52 @@ impl Sink for StdoutSink {
         out.flush()
             .await
             .map_err(|e| SinkError::transient(&self.name, format!("flush stdout: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+    use crate::message::{encode, Change, ObjectJson, Op, Resource};
+
+    #[tokio::test]
+    async fn cloudevents_structured_writes_one_envelope_per_line() {
+        let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+        let c = Change {
+            op: Op::Added,
+            namespace: Some("default".into()),
+            name: "web".into(),
+            uid: "u".into(),
+            resource_version: "1".into(),
+            initial: true,
+            final_state_unknown: false,
+            object: Some(ObjectJson::from_trusted("{}".into())),
+        };
+        let m = encode(&r, &c, "2026-11-30T00:00:00.000Z").unwrap();
+        let (writer, mut reader) = tokio::io::duplex(1 << 16);
+        let sink = StdoutSink::new("out".into(), Box::new(writer))
+            .with_format(StdoutFormat::CloudEventsStructured.into());
+        sink.send(&[m.clone(), m.clone()]).await.unwrap();
+        drop(sink);
+        let mut text = String::new();
+        reader.read_to_string(&mut text).await.unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(v["specversion"], "1.0");
+        assert_eq!(v["type"], "io.kubesink.topology.added");
+        let data: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(v["data"], data);
+        let err = serde_json::from_str::<StdoutConfig>(r#"{"format":"cloudevents"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("format: unknown value \"cloudevents\""),
+            "binary mode is refused: {err}"
+        );
     }
 }

@@ -381,6 +381,9 @@ mod tests {
             resource: Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true)),
             namespace: ns.map(Into::into),
             name: "web".into(),
+            tombstone_id: None,
+            uid: "u".into(),
+            observed_at: "2026-11-30T00:00:00.000Z".into(),
         }
     }
 

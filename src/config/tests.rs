@@ -329,6 +329,33 @@ fn all_keys() -> Vec<String> {
 }
 
 #[test]
+fn a_bad_sink_format_names_the_entry_key_and_source() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "f.toml",
+            "[cluster]\nname = \"p\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"b:9092\"\nformat = \"xml\"\n[[sinks]]\ntype = \"stdout\"\nformat = \"cloudevents\"\n",
+        )?;
+        let errs = errors_of(Some(Path::new("f.toml")));
+        let all = errs.join("\n");
+        for want in [
+            "sinks.0: format: unknown value \"xml\"; expected \"json\" or \"cloudevents\" or \"cloudevents-structured\" (from file ",
+            "sinks.1: format: unknown value \"cloudevents\"; expected \"json\" or \"cloudevents-structured\" (from file ",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        jail.set_env("KUBESINK_CLUSTER__NAME", "p");
+        jail.create_file(
+            "ok.toml",
+            "[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"b:9092\"\nformat = \"cloudevents\"\n[[sinks]]\ntype = \"nats\"\nformat = \"cloudevents-structured\"\n[[sinks]]\ntype = \"stdout\"\nformat = \"cloudevents-structured\"\n",
+        )?;
+        let c = load(Some(Path::new("ok.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.sinks.len(), 3);
+        Ok(())
+    });
+}
+
+#[test]
 fn reference_file_parses_and_documents_every_option() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/kubesink.toml");
     let text = std::fs::read_to_string(&path).unwrap();

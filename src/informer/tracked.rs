@@ -288,6 +288,9 @@ mod tests {
             resource: Arc::new(Resource::new("c", "", "v1", "Pod", "pods", true)),
             namespace: Some("ns".into()),
             name: name.into(),
+            tombstone_id: None,
+            uid: "u".into(),
+            observed_at: "2026-11-30T00:00:00.000Z".into(),
         })
     }
 

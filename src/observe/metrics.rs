@@ -338,7 +338,7 @@ impl BridgeCollector {
         self.sink_counter(
             e,
             "sink_coalesced",
-            "Changes replaced while waiting by a newer change of the same key",
+            "Changes not sent because of coalescing: replaced while waiting by a newer change of the same key and uid, or cancelled (an added and its delete, both waiting)",
             |_, s| s.handle.coalesced() as u64,
         )?;
         self.sink_counter(

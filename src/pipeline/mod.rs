@@ -216,7 +216,7 @@ impl SinkHandle {
         self.queue.held_bytes()
     }
 
-    /// Changes replaced by a newer change for the same key while waiting.
+    /// Changes not sent because of coalescing (replaced while waiting, or cancelled pairs).
     pub fn coalesced(&self) -> usize {
         self.queue.coalesced()
     }

@@ -3,11 +3,20 @@
 //! States of a change: **pending** (in `pending`, waiting for a batch) → **in flight** (taken
 //! by the worker, counted until the sink confirms) → gone. Invariants:
 //!
-//! - With coalescing, a key has at most one pending change; a newer change replaces it in
-//!   place, keeping its position (so the queue's order is the order in which keys first
+//! - With coalescing, a key has at most one pending change per uid; a newer change replaces
+//!   it in place, keeping its position (so the queue's order is the order in which keys first
 //!   became pending). A change for a key that is in flight waits as a new pending entry, and
 //!   the worker takes the next batch only after the current one is confirmed, so a newer
 //!   change never overtakes an older one.
+//! - Coalescing never merges across a uid change: a change whose uid differs from the key's
+//!   pending one (a re-created object: the old uid's inferred `deleted`, then the new uid's
+//!   `added`) waits behind it as a new entry, so both arrive, in order.
+//! - Cancellation: a `deleted` whose key's pending change is *fresh* (it began as an `added`
+//!   that was never delivered, possibly replaced since by `updated`s of the same uid, so what
+//!   the sink last received of the key says "absent") removes that change and is not queued
+//!   either: nothing of the pair is sent. A pending `updated` or `deleted` chain is not fresh,
+//!   and a `deleted` then replaces it as usual. Both acknowledgements are settled at once
+//!   (the acknowledged state ends with the key absent, as it was before the `added`).
 //! - `pending + in flight <= max_pending` changes and, but for a single oversize message,
 //!   `<= max_pending_bytes` bytes. A push beyond that waits: this is the backpressure that
 //!   stops the informers reading their watch streams.
@@ -17,15 +26,16 @@
 //!   before a marker is delivered before it, as it was queued.
 //! - Acknowledgements: a change may carry an [`Ack`]. The queue settles it once this sink is
 //!   done with the change: when the worker completes the batch that carried it (the sink
-//!   confirmed it, see `deliver.rs`), or when coalescing replaced it (the newer change carries
-//!   the key's state). A change still held when the queue is dropped is never settled.
+//!   confirmed it, see `deliver.rs`), when coalescing replaced it (the newer change carries
+//!   the key's state), or when it was cancelled with its `deleted`. A change still held when
+//!   the queue is dropped is never settled.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use kubesink_sinks::Message;
+use kubesink_sinks::{Message, Op};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -52,6 +62,11 @@ struct Slot {
     msg: Message,
     enqueued_at: Instant,
     ack: Option<Ack>,
+    /// The change began as an `added` (coalesced `updated`s keep it so): a `deleted` of the
+    /// same uid cancels it.
+    fresh: bool,
+    /// Cancelled: a hole that [`SinkQueue::take`] skips (never the front of `pending`).
+    cancelled: bool,
 }
 
 #[derive(Default)]
@@ -64,6 +79,8 @@ struct State {
     /// Sequence number of the newest sync marker pushed (a barrier for coalescing).
     barrier: Option<u64>,
     pending_bytes: usize,
+    /// Cancelled slots still in `pending` (holes, so sequence numbers stay positions).
+    holes: usize,
     inflight: usize,
     inflight_bytes: usize,
     closed: bool,
@@ -71,11 +88,59 @@ struct State {
 
 impl State {
     fn held(&self) -> usize {
-        self.pending.len() + self.inflight
+        self.pending.len() - self.holes + self.inflight
+    }
+
+    /// Drops cancelled slots from the front, so the front is always a real change, and from
+    /// the back (the usual case: the cancelled `added` was the newest entry).
+    fn trim_holes(&mut self) {
+        while self.pending.front().is_some_and(|s| s.cancelled) {
+            self.pending.pop_front();
+            self.head_seq += 1;
+            self.holes -= 1;
+        }
+        while self.pending.back().is_some_and(|s| s.cancelled) {
+            self.pending.pop_back();
+            self.holes -= 1;
+        }
+    }
+
+    /// Removes every hole once they are more than half of `pending` (and more than a few),
+    /// renumbering the index and the barrier: holes are not counted against `max_pending`,
+    /// so without this a stalled sink behind a stream of created-and-deleted objects (short
+    /// Jobs' pods) would grow `pending` without bound. Amortized O(1) per cancellation.
+    fn compact_if_sparse(&mut self) {
+        if self.holes <= 32 || self.holes * 2 <= self.pending.len() {
+            return;
+        }
+        let old = std::mem::take(&mut self.pending);
+        for (was, slot) in (self.head_seq..).zip(old) {
+            let now = self.head_seq + self.pending.len() as u64;
+            if slot.cancelled {
+                continue;
+            }
+            if self.index.get(&slot.msg.key) == Some(&was) {
+                self.index.insert(slot.msg.key.clone(), now);
+            }
+            if self.barrier == Some(was) {
+                self.barrier = Some(now);
+            }
+            self.pending.push_back(slot);
+        }
+        self.holes = 0;
     }
     fn held_bytes(&self) -> usize {
         self.pending_bytes + self.inflight_bytes
     }
+}
+
+/// What a push made final: the acknowledgements of the change it replaced, or of both
+/// changes of a cancelled pair, and whether it freed room (a cancelled pair releases the
+/// `added`'s place).
+#[derive(Default)]
+struct Done {
+    acks: [Option<Ack>; 2],
+    freed: bool,
 }
 
 /// A batch taken from the queue; hand it back with [`SinkQueue::complete`].
@@ -134,12 +199,15 @@ impl SinkQueue {
                     return false;
                 };
                 match self.try_push(&mut st, m, a) {
-                    Ok(replaced) => {
+                    Ok(done) => {
                         drop(st);
-                        if let Some(old) = replaced {
-                            old.settle();
+                        for ack in done.acks.into_iter().flatten() {
+                            ack.settle();
                         }
                         self.data.notify_one();
+                        if done.freed {
+                            self.space.notify_waiters();
+                        }
                         return true;
                     }
                     Err(back) => item = Some(back),
@@ -149,27 +217,53 @@ impl SinkQueue {
         }
     }
 
-    /// Queues `msg` or gives it back when the queue is full. `Ok(Some(ack))`: the message
-    /// replaced a pending one, whose acknowledgement the caller settles (outside the lock).
+    /// Queues `msg` or gives it back when the queue is full. `Ok(acks)`: the message was
+    /// queued, or coalesced into a pending one, or cancelled with it; `acks` are the
+    /// acknowledgements of what will never be sent (replaced or cancelled), which the caller
+    /// settles outside the lock.
     #[allow(clippy::type_complexity)] // (message, ack) handed back as it came
     fn try_push(
         &self,
         st: &mut State,
         msg: Message,
         ack: Option<Ack>,
-    ) -> Result<Option<Ack>, (Message, Option<Ack>)> {
+    ) -> Result<Done, (Message, Option<Ack>)> {
         let size = msg.size();
         let marker = msg.meta.op.is_marker();
         if self.limits.coalesce && !marker {
             if let Some(&seq) = st.index.get(&msg.key) {
                 let pos = usize::try_from(seq - st.head_seq).unwrap_or(usize::MAX);
                 let behind_barrier = st.barrier.is_some_and(|b| b > seq);
-                if let (Some(slot), false) = (st.pending.get_mut(pos), behind_barrier) {
-                    let old = std::mem::replace(&mut slot.msg, msg);
-                    let old_ack = std::mem::replace(&mut slot.ack, ack);
-                    st.pending_bytes = st.pending_bytes - old.size() + size;
-                    self.coalesced.fetch_add(1, Ordering::Relaxed);
-                    return Ok(old_ack);
+                match st.pending.get_mut(pos) {
+                    // A re-created object (another uid) never merges: it queues behind.
+                    Some(slot) if !behind_barrier && slot.msg.meta.uid == msg.meta.uid => {
+                        if msg.meta.op == Op::Deleted && slot.fresh {
+                            // `added` (+ `updated`s) then `deleted`, none delivered: the sink
+                            // never learns of the key, as if it had never existed.
+                            slot.cancelled = true;
+                            let old_ack = slot.ack.take();
+                            st.pending_bytes -= slot.msg.size();
+                            slot.msg.payload = bytes::Bytes::new(); // a hole holds no payload
+                            st.holes += 1;
+                            st.index.remove(&msg.key);
+                            st.trim_holes();
+                            st.compact_if_sparse();
+                            self.coalesced.fetch_add(2, Ordering::Relaxed);
+                            return Ok(Done {
+                                acks: [old_ack, ack],
+                                freed: true,
+                            });
+                        }
+                        let old = std::mem::replace(&mut slot.msg, msg);
+                        let old_ack = std::mem::replace(&mut slot.ack, ack);
+                        st.pending_bytes = st.pending_bytes - old.size() + size;
+                        self.coalesced.fetch_add(1, Ordering::Relaxed);
+                        return Ok(Done {
+                            acks: [old_ack, None],
+                            freed: false,
+                        });
+                    }
+                    _ => {}
                 }
             }
         }
@@ -187,13 +281,16 @@ impl SinkQueue {
             st.index.insert(msg.key.clone(), seq);
         }
         st.pending_bytes += size;
+        let fresh = msg.meta.op == Op::Added;
         st.pending.push_back(Slot {
             msg,
             enqueued_at: Instant::now(),
             ack,
+            fresh,
+            cancelled: false,
         });
         self.high_water.fetch_max(st.held(), Ordering::Relaxed);
-        Ok(None)
+        Ok(Done::default())
     }
 
     /// Waits for the next batch: it closes at `max_batch_events`, `max_batch_bytes`, when the
@@ -243,6 +340,10 @@ impl SinkQueue {
         let mut acks = Vec::new();
         let mut bytes = 0;
         while let Some(front) = st.pending.front() {
+            if front.cancelled {
+                st.trim_holes();
+                continue;
+            }
             let size = front.msg.size();
             if !messages.is_empty()
                 && (messages.len() >= self.limits.max_batch_events
@@ -309,7 +410,8 @@ impl SinkQueue {
         self.high_water.load(Ordering::Relaxed)
     }
 
-    /// Changes replaced by a newer change for the same key.
+    /// Changes never sent because of coalescing: replaced by a newer change of the same key,
+    /// or cancelled (an `added` and its `deleted`, counted as two).
     pub fn coalesced(&self) -> usize {
         self.coalesced.load(Ordering::Relaxed)
     }
@@ -332,6 +434,9 @@ mod tests {
                 resource: Arc::new(Resource::new("c", "", "v1", "Pod", "pods", true)),
                 namespace: None,
                 name: key.into(),
+                tombstone_id: None,
+                uid: "u".into(),
+                observed_at: "2026-11-30T00:00:00.000Z".into(),
             }),
         }
     }
@@ -482,6 +587,163 @@ mod tests {
         assert!(!q.push(msg("c", "c1"), Some(b1.clone())).await);
         drop(q);
         assert_eq!(settled(&b1), 0, "never confirmed, never settled");
+    }
+
+    /// A change of `key` with `op` and `uid`; the payload names them (`a:deleted:u1`).
+    fn change(key: &str, op: Op, uid: &str) -> Message {
+        let mut m = msg(key, &format!("{key}:{op}:{uid}"));
+        m.meta = Arc::new(MessageMeta {
+            op,
+            uid: uid.into(),
+            ..(*m.meta).clone()
+        });
+        m
+    }
+
+    #[tokio::test]
+    async fn a_uid_change_is_never_coalesced_both_arrive_in_order() {
+        let q = SinkQueue::new(limits(true, 10));
+        q.push(change("a", Op::Updated, "u1"), None).await;
+        q.push(change("a", Op::Deleted, "u1"), None).await; // replaces the update
+        q.push(change("a", Op::Added, "u2"), None).await; // a re-created object
+        q.push(change("a", Op::Updated, "u2"), None).await; // coalesces with its own added
+        let b = q.next_batch().await.unwrap();
+        assert_eq!(payloads(&b), ["a:deleted:u1", "a:updated:u2"]);
+        assert_eq!(q.coalesced(), 2);
+    }
+
+    #[tokio::test]
+    async fn added_then_deleted_while_pending_cancels_the_pair_and_settles_both() {
+        let q = SinkQueue::new(limits(true, 10));
+        let (added, deleted) = (Arc::new(Counter::default()), Arc::new(Counter::default()));
+        q.push(change("b", Op::Updated, "u"), None).await;
+        q.push(change("a", Op::Added, "u1"), Some(added.clone()))
+            .await;
+        q.push(change("a", Op::Updated, "u1"), None).await; // still an `added` for the sink
+        q.push(change("c", Op::Updated, "u"), None).await;
+        q.push(change("a", Op::Deleted, "u1"), Some(deleted.clone()))
+            .await;
+        assert_eq!((settled(&added), settled(&deleted)), (1, 1));
+        assert_eq!(q.held(), 2, "the pair holds nothing");
+        // The index still finds `c` behind the hole.
+        q.push(change("c", Op::Deleted, "u"), None).await;
+        let b = q.next_batch().await.unwrap();
+        assert_eq!(
+            payloads(&b),
+            ["b:updated:u", "c:deleted:u"],
+            "the hole is skipped"
+        );
+        assert_eq!(q.coalesced(), 4);
+        // Created and deleted at the front of an otherwise empty queue: nothing to take.
+        q.complete(b);
+        q.push(change("d", Op::Added, "u"), None).await;
+        q.push(change("d", Op::Deleted, "u"), None).await;
+        assert_eq!(q.held(), 0);
+        q.push(change("e", Op::Added, "u"), None).await;
+        assert_eq!(payloads(&q.next_batch().await.unwrap()), ["e:added:u"]);
+    }
+
+    #[tokio::test]
+    async fn a_delete_of_a_key_the_sink_has_is_always_sent() {
+        let q = SinkQueue::new(limits(true, 10));
+        // Pending `updated`: the sink has the key (an earlier change was delivered).
+        q.push(change("a", Op::Updated, "u"), None).await;
+        q.push(change("a", Op::Deleted, "u"), None).await;
+        // `added` in flight, its `deleted` pending: the sink will have the key.
+        q.push(change("b", Op::Added, "u"), None).await;
+        let first = q.next_batch().await.unwrap();
+        assert_eq!(payloads(&first), ["a:deleted:u", "b:added:u"]);
+        q.push(change("b", Op::Deleted, "u"), None).await;
+        q.complete(first);
+        assert_eq!(payloads(&q.next_batch().await.unwrap()), ["b:deleted:u"]);
+        // Without coalescing every change is sent, the pair included.
+        let q = SinkQueue::new(limits(false, 10));
+        q.push(change("a", Op::Added, "u"), None).await;
+        q.push(change("a", Op::Deleted, "u"), None).await;
+        assert_eq!(
+            payloads(&q.next_batch().await.unwrap()),
+            ["a:added:u", "a:deleted:u"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_delete_never_cancels_an_added_queued_before_a_marker() {
+        let q = SinkQueue::new(limits(true, 10));
+        q.push(change("a", Op::Added, "u"), None).await;
+        q.push(marker("m"), None).await;
+        q.push(change("a", Op::Deleted, "u"), None).await;
+        assert_eq!(
+            payloads(&q.next_batch().await.unwrap()),
+            ["a:added:u", "sync", "a:deleted:u"],
+            "the marker counted the object: its delete must follow"
+        );
+    }
+
+    #[tokio::test]
+    async fn holes_of_cancelled_pairs_stay_bounded_and_keep_the_index_and_barrier_right() {
+        let q = SinkQueue::new(limits(true, 100));
+        q.push(change("plug", Op::Updated, "u"), None).await;
+        q.push(change("y", Op::Updated, "u"), None).await;
+        q.push(marker("m"), None).await;
+        q.push(change("z", Op::Updated, "u"), None).await;
+        // Each round leaves 9 cancelled `added`s in the middle, before one live change.
+        for round in 0..50 {
+            let keys: Vec<String> = (0..9).map(|i| format!("short-{round}-{i}")).collect();
+            for k in &keys {
+                q.push(change(k, Op::Added, "u"), None).await;
+            }
+            q.push(change(&format!("live-{round}"), Op::Updated, "u"), None)
+                .await;
+            for k in &keys {
+                q.push(change(k, Op::Deleted, "u"), None).await;
+            }
+            let len = q.lock().pending.len();
+            let live = q.held();
+            assert!(len <= 2 * live + 33, "{len} slots for {live} changes");
+        }
+        assert_eq!(q.held(), 54);
+        // `y` is before the marker: a newer `y` may not replace it; `z` is behind it: it may.
+        q.push(change("y", Op::Deleted, "u"), None).await;
+        q.push(change("z", Op::Deleted, "u"), None).await;
+        q.push(change("live-7", Op::Deleted, "u"), None).await;
+        let b = q.next_batch().await.unwrap();
+        let got = payloads(&b);
+        assert_eq!(
+            got[..5],
+            [
+                "plug:updated:u",
+                "y:updated:u",
+                "sync",
+                "z:deleted:u",
+                "live-0:updated:u"
+            ]
+        );
+        assert_eq!(
+            got[11], "live-7:deleted:u",
+            "the index found it after compaction"
+        );
+        assert_eq!(got.last().map(String::as_str), Some("y:deleted:u"));
+        assert_eq!(got.len(), 55);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_pair_frees_room_for_a_waiting_push() {
+        let q = Arc::new(SinkQueue::new(limits(true, 2)));
+        q.push(change("a", Op::Added, "u"), None).await;
+        q.push(change("b", Op::Added, "u"), None).await;
+        let q2 = q.clone();
+        let blocked = tokio::spawn(async move { q2.push(change("c", Op::Added, "u"), None).await });
+        tokio::task::yield_now().await;
+        assert!(!blocked.is_finished());
+        q.push(change("a", Op::Deleted, "u"), None).await;
+        assert!(tokio::time::timeout(Duration::from_secs(5), blocked)
+            .await
+            .unwrap()
+            .unwrap());
+        assert_eq!(
+            payloads(&q.next_batch().await.unwrap()),
+            ["b:added:u", "c:added:u"]
+        );
     }
 
     #[tokio::test]

@@ -53,6 +53,13 @@ pub struct KafkaConfig {
     /// compacted topic holds exactly the live objects. Default `true`.
     #[serde(default = "yes")]
     pub tombstones: bool,
+    /// How each message is written: `"json"` (the topology message v1 as the value),
+    /// `"cloudevents"` (CloudEvents binary content mode: the same value plus `ce_` headers)
+    /// or `"cloudevents-structured"` (the value is a CloudEvents JSON envelope whose `data`
+    /// is the message; `content-type: application/cloudevents+json`). See
+    /// `docs/message-contract.md#cloudevents`. Default `"json"`.
+    #[serde(default)]
+    pub format: crate::message::Format,
     /// `linger.ms`: how long librdkafka waits to fill a produce request (millisecond
     /// resolution). Default `5ms`.
     #[serde(default = "default_linger")]
@@ -292,6 +299,7 @@ impl Default for KafkaConfig {
             acks: Acks::default(),
             idempotence: true,
             tombstones: true,
+            format: Default::default(),
             linger: default_linger(),
             message_timeout: default_message_timeout(),
             message_max_bytes: default_message_max_bytes(),
@@ -596,6 +604,7 @@ impl KafkaConfig {
             self.name.clone(),
             topics,
             self.tombstones,
+            self.format,
             service,
         ))
     }

@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use rdkafka::message::{Header, OwnedHeaders};
 
-use crate::message::Placeholder;
+use crate::message::{cloudevents, Format, Placeholder};
 use crate::template::{Dialect, Template, TemplateError};
 use crate::{Message, Op};
 
@@ -68,7 +69,8 @@ pub fn escape(value: &str, out: &mut String) {
 
 /// One message as Kafka records: its `deleted`/`added`/`updated` record and, after a
 /// `deleted` with tombstones on, the tombstone (same key, null value); or a sync marker's
-/// records, one per partition of each of its topics.
+/// records, one per partition of each of its topics. Every record's timestamp is the
+/// message's `observedAt`.
 pub struct Record<'a> {
     /// The topic (for a sync marker: its first destination's, for messages and checks).
     pub topic: Arc<str>,
@@ -78,22 +80,27 @@ pub struct Record<'a> {
     pub fan_out: Option<Vec<(Arc<str>, i32)>>,
     /// The record key: the message key.
     pub key: &'a [u8],
-    /// The payload.
-    pub payload: &'a [u8],
+    /// The value: the payload in the sink's [`Format`] (shared bytes, or the structured
+    /// envelope).
+    pub payload: Bytes,
+    /// The record timestamp in milliseconds since the Unix epoch: `observedAt`
+    /// (`None`: librdkafka's current time, only if `observedAt` does not parse).
+    pub timestamp: Option<i64>,
     /// The record headers ([`headers`]).
     pub headers: OwnedHeaders,
     /// The tombstone's headers, when a tombstone follows.
     pub tombstone: Option<OwnedHeaders>,
 }
 
-/// The records of `m` on `topic`.
-pub fn build(m: &Message, topic: Arc<str>, tombstones: bool) -> Record<'_> {
+/// The records of `m` on `topic`, written in `format`.
+pub fn build(m: &Message, topic: Arc<str>, tombstones: bool, format: Format) -> Record<'_> {
     Record {
         topic,
         fan_out: None,
         key: m.key.as_bytes(),
-        payload: &m.payload,
-        headers: headers(m),
+        payload: format.payload(m),
+        timestamp: m.meta.observed_at_ms(),
+        headers: headers(m, format),
         tombstone: (tombstones && m.meta.op == Op::Deleted).then(|| tombstone_headers(m)),
     }
 }
@@ -105,6 +112,7 @@ pub fn build_marker<'a>(
     m: &'a Message,
     fallback_topic: Arc<str>,
     destinations: Vec<(Arc<str>, i32)>,
+    format: Format,
 ) -> Record<'a> {
     Record {
         topic: destinations
@@ -112,35 +120,61 @@ pub fn build_marker<'a>(
             .map_or(fallback_topic, |(t, _)| t.clone()),
         fan_out: Some(destinations),
         key: m.key.as_bytes(),
-        payload: &m.payload,
-        headers: headers(m),
+        payload: format.payload(m),
+        timestamp: m.meta.observed_at_ms(),
+        headers: headers(m, format),
         tombstone: None,
     }
 }
 
-/// The record headers of a message: `Message::headers()` (op, kind, apiVersion, cluster,
-/// namespace, name, content-type, id), values as UTF-8 bytes.
-pub fn headers(m: &Message) -> OwnedHeaders {
+/// The record headers of a message: `Message::headers()` (op, kind, apiVersion, group,
+/// cluster, namespace, name, key, content-type, id), values as UTF-8 bytes; `content-type`
+/// is the format's ([`Format::content_type`]), and in CloudEvents binary mode the event's
+/// `ce_` attributes follow ([`cloudevents::kafka_headers`]).
+pub fn headers(m: &Message, format: Format) -> OwnedHeaders {
+    let mut h = m
+        .headers()
+        .fold(OwnedHeaders::new_with_capacity(18), |h, (key, value)| {
+            let value = if key == "content-type" {
+                format.content_type()
+            } else {
+                value
+            };
+            h.insert(Header {
+                key,
+                value: Some(value.as_bytes()),
+            })
+        });
+    if format == Format::CloudEvents {
+        for (key, value) in cloudevents::kafka_headers(m) {
+            h = h.insert(Header {
+                key,
+                value: Some(value.as_bytes()),
+            });
+        }
+    }
+    h
+}
+
+/// The headers of a tombstone, the same in every format (a tombstone is a compaction
+/// instruction, not an event: no CloudEvents attributes): those of its `deleted` message
+/// with `op` = `tombstone`, `id` = the tombstone's own id
+/// ([`tombstone_id`](crate::message::tombstone_id)), `tombstone: true`, and no
+/// `content-type` (a tombstone has no payload).
+pub fn tombstone_headers(m: &Message) -> OwnedHeaders {
+    let id = m.meta.tombstone_id.as_deref().unwrap_or(&m.meta.id);
     m.headers()
-        .fold(OwnedHeaders::new_with_capacity(8), |h, (key, value)| {
+        .filter(|(k, _)| *k != "content-type")
+        .chain([("tombstone", "true")])
+        .fold(OwnedHeaders::new_with_capacity(11), |h, (key, value)| {
+            let value = match key {
+                "op" => "tombstone",
+                "id" => id,
+                _ => value,
+            };
             h.insert(Header {
                 key,
                 value: Some(value.as_bytes()),
             })
         })
-}
-
-/// The headers of a tombstone: the same as its `deleted` message, with `op` = `tombstone`
-/// and no `content-type` (a tombstone has no payload).
-pub fn tombstone_headers(m: &Message) -> OwnedHeaders {
-    m.headers().filter(|(k, _)| *k != "content-type").fold(
-        OwnedHeaders::new_with_capacity(8),
-        |h, (key, value)| {
-            let value = if key == "op" { "tombstone" } else { value };
-            h.insert(Header {
-                key,
-                value: Some(value.as_bytes()),
-            })
-        },
-    )
 }

@@ -385,10 +385,13 @@ impl KafkaService {
         }
         let mut value = FutureRecord::to(topic)
             .key(r.key)
-            .payload(r.payload)
+            .payload(&r.payload[..])
             .headers(r.headers.clone());
         if let Some(p) = partition {
             value = value.partition(p);
+        }
+        if let Some(ms) = r.timestamp {
+            value = value.timestamp(ms);
         }
         if let Err(e) = self
             .enqueue(producer, value, i, topic, pending, failures)
@@ -398,8 +401,11 @@ impl KafkaService {
             return false;
         }
         if let Some(headers) = &r.tombstone {
-            let record: FutureRecord<'_, [u8], [u8]> =
+            let mut record: FutureRecord<'_, [u8], [u8]> =
                 FutureRecord::to(topic).key(r.key).headers(headers.clone());
+            if let Some(ms) = r.timestamp {
+                record = record.timestamp(ms);
+            }
             if let Err(e) = self
                 .enqueue(producer, record, i, topic, pending, failures)
                 .await

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::request::{self, Record, CLUSTER_SCOPE};
 use super::service::{KafkaService, Properties};
-use crate::message::Placeholder;
+use crate::message::{Format, Placeholder};
 use crate::template::Template;
 use crate::{Message, ReadySignal, Sink, SinkError};
 
@@ -15,14 +15,19 @@ use crate::{Message, ReadySignal, Sink, SinkError};
 /// payload limit declared to the pipeline is the rest.
 pub const RECORD_OVERHEAD_BYTES: usize = 2048;
 
+/// Further bytes kept in the CloudEvents formats: the `ce_` headers (binary mode) or the
+/// envelope around the payload (structured mode), each well under this.
+pub const CLOUDEVENTS_OVERHEAD_BYTES: usize = 1024;
+
 /// Produces topology messages to Kafka: record key = message key, headers from
-/// [`Message::headers`], a tombstone after each `deleted` (when `tombstones`), a sync
-/// marker on every partition of its topics. Built by
-/// [`KafkaConfig::build`](super::KafkaConfig::build).
+/// [`Message::headers`], the value in the configured [`Format`], record timestamp =
+/// `observedAt`, a tombstone after each `deleted` (when `tombstones`), a sync marker on every
+/// partition of its topics. Built by [`KafkaConfig::build`](super::KafkaConfig::build).
 pub struct KafkaSink {
     name: String,
     topics: Template,
     tombstones: bool,
+    format: Format,
     service: KafkaService,
 }
 
@@ -31,12 +36,14 @@ impl KafkaSink {
         name: String,
         topics: Template,
         tombstones: bool,
+        format: Format,
         service: KafkaService,
     ) -> Self {
         KafkaSink {
             name,
             topics,
             tombstones,
+            format,
             service,
         }
     }
@@ -141,9 +148,9 @@ impl Sink for KafkaSink {
             };
             records.push(if m.meta.op.is_marker() {
                 let destinations = self.marker_destinations(m, &topic).await?;
-                request::build_marker(m, topic, destinations)
+                request::build_marker(m, topic, destinations, self.format)
             } else {
-                request::build(m, topic, self.tombstones)
+                request::build(m, topic, self.tombstones, self.format)
             });
         }
         self.service.send(&records).await
@@ -167,6 +174,10 @@ impl Sink for KafkaSink {
             self.service
                 .message_max_bytes()
                 .saturating_sub(RECORD_OVERHEAD_BYTES)
+                .saturating_sub(match self.format {
+                    Format::Json => 0,
+                    _ => CLOUDEVENTS_OVERHEAD_BYTES,
+                })
                 .max(1),
         )
     }

@@ -35,6 +35,9 @@ fn meta(op: Op, kind: &str, ns: Option<&str>, name: &str, id: &str) -> MessageMe
         )),
         namespace: ns.map(Into::into),
         name: name.into(),
+        tombstone_id: (op == Op::Deleted).then(|| format!("{id}-tombstone").into()),
+        uid: "u".into(),
+        observed_at: "2026-11-30T00:00:00.000Z".into(),
     }
 }
 
@@ -451,6 +454,16 @@ async fn records_carry_key_headers_and_a_tombstone_follows_each_delete() {
     let ops: Vec<&str> = recs.iter().map(|r| r.headers["op"].as_str()).collect();
     assert_eq!(ops, ["added", "deleted", "tombstone"]);
     assert!(recs[2].value.is_none(), "tombstone has a null value");
+    let t = &recs[2].headers;
+    assert_eq!(
+        (t["id"].as_str(), t["tombstone"].as_str()),
+        ("a-2-tombstone", "true"),
+        "a tombstone has its own id and says what it is"
+    );
+    assert!(!t.contains_key("content-type"));
+    assert_eq!(recs[1].headers["id"], "a-2");
+    assert_eq!(recs[0].headers["key"], "prod-eu-1/core/Pod/default/a");
+    assert_eq!(recs[0].headers["group"], "");
     let h = &recs[0].headers;
     assert_eq!(h["kind"], "Pod");
     assert_eq!(h["apiVersion"], "v1");

@@ -72,7 +72,9 @@ pub struct Change {
 struct Wire<'a> {
     id: &'a str,
     op: Op,
+    key: &'a str,
     cluster: &'a str,
+    group: &'a str,
     api_version: &'a str,
     kind: &'a str,
     resource: &'a str,
@@ -133,7 +135,9 @@ impl SyncScope {
 struct SyncedWire<'a> {
     id: &'a str,
     op: Op,
+    key: &'a str,
     cluster: &'a str,
+    group: &'a str,
     api_version: &'a str,
     kind: &'a str,
     resource: &'a str,
@@ -160,6 +164,24 @@ pub fn message_id(r: &Resource, c: &Change) -> String {
         &c.uid,
         &c.resource_version,
         c.op.as_str(),
+        if c.final_state_unknown { "fsu" } else { "" },
+    ])
+}
+
+/// The id of the Kafka tombstone that follows a `deleted` message: [`message_id`]'s
+/// derivation with the op token `tombstone` instead of the op, so a consumer that
+/// deduplicates by id keeps both the `deleted` record and its tombstone. Deterministic like
+/// the message id (a re-sent tombstone has the same id).
+pub fn tombstone_id(r: &Resource, c: &Change) -> String {
+    id_of(&[
+        r.cluster.as_str(),
+        r.group.as_str(),
+        r.kind.as_str(),
+        c.namespace.as_deref().unwrap_or(""),
+        &c.name,
+        &c.uid,
+        &c.resource_version,
+        "tombstone",
         if c.final_state_unknown { "fsu" } else { "" },
     ])
 }
@@ -210,6 +232,7 @@ pub fn encode(
 ) -> Result<Message, serde_json::Error> {
     let r = &**resource;
     let id = message_id(r, c);
+    let key = r.key(c.namespace.as_deref(), &c.name);
     let object_len = c.object.as_ref().map_or(0, |o| o.as_str().len() + 12);
     let mut payload = Vec::with_capacity(384 + object_len);
     serde_json::to_writer(
@@ -217,7 +240,9 @@ pub fn encode(
         &Wire {
             id: &id,
             op: c.op,
+            key: &key,
             cluster: &r.cluster,
+            group: &r.group,
             api_version: &r.api_version,
             kind: &r.kind,
             resource: &r.plural,
@@ -239,14 +264,17 @@ pub fn encode(
         payload.push(b'}');
     }
     Ok(Message {
-        key: r.key(c.namespace.as_deref(), &c.name).into(),
+        key: key.into(),
         payload: Bytes::from(payload),
         meta: Arc::new(MessageMeta {
             id: id.into(),
+            tombstone_id: (c.op == Op::Deleted).then(|| tombstone_id(r, c).into()),
             op: c.op,
             resource: resource.clone(),
             namespace: c.namespace.as_deref().map(Into::into),
             name: c.name.as_str().into(),
+            uid: c.uid.as_str().into(),
+            observed_at: observed_at.into(),
         }),
     })
 }
@@ -265,10 +293,13 @@ pub fn encode_synced(
     let r = &**resource;
     let id = synced_id(r, s);
     let namespace = s.namespace.as_deref();
+    let key = r.key(namespace, SYNCED_NAME);
     let payload = serde_json::to_vec(&SyncedWire {
         id: &id,
         op: Op::Synced,
+        key: &key,
         cluster: &r.cluster,
+        group: &r.group,
         api_version: &r.api_version,
         kind: &r.kind,
         resource: &r.plural,
@@ -280,14 +311,17 @@ pub fn encode_synced(
         observed_at,
     })?;
     Ok(Message {
-        key: r.key(namespace, SYNCED_NAME).into(),
+        key: key.into(),
         payload: Bytes::from(payload),
         meta: Arc::new(MessageMeta {
             id: id.into(),
+            tombstone_id: None,
             op: Op::Synced,
             resource: resource.clone(),
             namespace: namespace.map(Into::into),
             name: SYNCED_NAME.into(),
+            uid: "".into(),
+            observed_at: observed_at.into(),
         }),
     })
 }
@@ -428,7 +462,9 @@ mod tests {
         let order = [
             "id",
             "op",
+            "key",
             "cluster",
+            "group",
             "apiVersion",
             "kind",
             "resource",
@@ -452,6 +488,10 @@ mod tests {
         let v: Value = serde_json::from_slice(&m.payload).unwrap();
         assert_eq!(v.as_object().unwrap().len(), order.len());
         assert_eq!(&*m.key, "prod/apps/Deployment/default/web");
+        assert_eq!(
+            (v["key"].as_str(), v["group"].as_str()),
+            (Some(&*m.key), Some("apps"))
+        );
         assert_eq!(v["id"], &*m.meta.id);
         assert_eq!(m.meta.id.len(), 32);
         assert!(Arc::ptr_eq(&m.meta.resource, &r));
@@ -468,6 +508,26 @@ mod tests {
         let mut c = a.clone();
         c.final_state_unknown = true;
         assert_ne!(message_id(&r, &a), message_id(&r, &c));
+    }
+
+    #[test]
+    fn the_id_does_not_depend_on_the_new_fields_and_a_tombstone_has_its_own() {
+        let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+        let d = change(Op::Deleted, None);
+        // The documented derivation, written out: the new payload fields (key, group) are
+        // not inputs, so ids of v1 messages are the same as before they were added.
+        let by_hand = format!(
+            "{:032x}",
+            xxh3_128(b"prod\0\0Pod\0default\0web\0ef5a35d5-973f-4ec9-9925-a67e7648ea58\x0017\0deleted\0fsu\0")
+        );
+        assert_eq!(message_id(&r, &d), by_hand);
+        let m = encode(&r, &d, "t").unwrap();
+        let tomb = m.meta.tombstone_id.as_deref().unwrap();
+        assert_eq!(tomb, tombstone_id(&r, &d));
+        assert_eq!(tomb.len(), 32);
+        assert_ne!(tomb, &*m.meta.id);
+        let a = encode(&r, &change(Op::Added, Some(json!({}))), "t").unwrap();
+        assert!(a.meta.tombstone_id.is_none(), "only deletes have one");
     }
 
     #[test]
@@ -489,6 +549,10 @@ mod tests {
         );
         assert!(v.get("object").is_none() && v.get("namespace").is_none());
         assert_eq!(&*m.key, "prod/core/Pod//%synced");
+        assert_eq!(
+            (v["key"].as_str(), v["group"].as_str()),
+            (Some(&*m.key), Some(""))
+        );
         assert_eq!((m.meta.op, &*m.meta.name), (Op::Synced, SYNCED_NAME));
         assert_eq!(v["id"], synced_id(&r, &s));
         let one_ns = Synced {

@@ -7,11 +7,14 @@
 //! - [`encode`], [`message_id`], [`truncate`] (`encode.rs`): the JSON payload, the
 //!   deterministic id and the oversize forms; [`encode_synced`] the sync marker (a control
 //!   message, `op: "synced"`, that closes a list).
+//! - [`cloudevents`]: the opt-in CloudEvents 1.0 binding of a message (a sink's `format`):
+//!   its attributes (binary content mode) and its structured envelope.
 //!
 //! A message is built once and shared by every sink (payload and identity are
 //! reference-counted), so fan-out to N sinks does not copy payloads. This module never decides
 //! what to emit: that is the informer's job.
 
+pub mod cloudevents;
 mod encode;
 mod resource;
 
@@ -20,9 +23,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use cloudevents::Format;
 pub use encode::{
-    encode, encode_synced, message_id, now_rfc3339, synced_id, truncate, Change, ObjectJson,
-    SyncScope, Synced, TruncateLevel,
+    encode, encode_synced, message_id, now_rfc3339, synced_id, tombstone_id, truncate, Change,
+    ObjectJson, SyncScope, Synced, TruncateLevel,
 };
 pub use resource::Resource;
 
@@ -147,13 +151,15 @@ impl Placeholder {
 
 /// Routing and header facts about a message, so a sink never parses the payload.
 ///
-/// Sinks render these as headers (Kafka record headers, NATS headers): `op`, `kind`,
-/// `apiVersion`, `cluster`, `namespace` (absent for cluster-scoped objects), `name`,
-/// `content-type` and `id`.
+/// Sinks render these as headers (Kafka record headers, NATS headers), see
+/// [`Message::headers`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessageMeta {
     /// Deterministic message id (32 lowercase hex digits); identical on redelivery.
     pub id: Box<str>,
+    /// The id of the Kafka tombstone that follows a `deleted` message ([`tombstone_id`]);
+    /// `None` for every other op.
+    pub tombstone_id: Option<Box<str>>,
     /// The change kind.
     pub op: Op,
     /// The watched resource, shared by every message of it.
@@ -163,6 +169,21 @@ pub struct MessageMeta {
     pub namespace: Option<Box<str>>,
     /// Object name; [`SYNCED_NAME`] for a sync marker.
     pub name: Box<str>,
+    /// Object uid; empty for a sync marker. The pipeline never coalesces two changes of a key
+    /// whose uids differ (a re-created object).
+    pub uid: Box<str>,
+    /// The payload's `observedAt` (RFC 3339, UTC, milliseconds).
+    pub observed_at: Box<str>,
+}
+
+impl MessageMeta {
+    /// `observedAt` as milliseconds since the Unix epoch (the Kafka record timestamp);
+    /// `None` when it does not parse as RFC 3339.
+    pub fn observed_at_ms(&self) -> Option<i64> {
+        let t = humantime::parse_rfc3339_weak(&self.observed_at).ok()?;
+        let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+        i64::try_from(d.as_millis()).ok()
+    }
 }
 
 /// One encoded topology message: key, payload bytes and header facts.
@@ -186,7 +207,10 @@ impl Message {
         self.key.len() + self.payload.len()
     }
 
-    /// The headers every sink attaches, as `(name, value)` pairs in a fixed order.
+    /// The headers every sink attaches, as `(name, value)` pairs in a fixed order: `op`,
+    /// `kind`, `apiVersion`, `group` (the API group, empty for the core group), `cluster`,
+    /// `namespace` (absent when the message has none), `name`, `key` (the message key),
+    /// `content-type` and `id`. Values are never escaped.
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, &str)> {
         let m = &*self.meta;
         let r = &*m.resource;
@@ -194,9 +218,11 @@ impl Message {
             Some(("op", m.op.as_str())),
             Some(("kind", r.kind.as_str())),
             Some(("apiVersion", r.api_version.as_str())),
+            Some(("group", r.group.as_str())),
             Some(("cluster", r.cluster.as_str())),
             m.namespace.as_deref().map(|ns| ("namespace", ns)),
             Some(("name", &*m.name)),
+            Some(("key", &*self.key)),
             Some(("content-type", CONTENT_TYPE_JSON)),
             Some(("id", &*m.id)),
         ]

@@ -48,6 +48,13 @@ pub struct NatsConfig {
     /// `jetstream` (every message's PubAck is awaited). Default `jetstream`.
     #[serde(default)]
     pub mode: NatsMode,
+    /// How each message is written: `"json"` (the topology message v1 as the payload),
+    /// `"cloudevents"` (CloudEvents binary content mode: the same payload plus `ce-`
+    /// headers) or `"cloudevents-structured"` (the payload is a CloudEvents JSON envelope
+    /// whose `data` is the message; `content-type: application/cloudevents+json`). See
+    /// `docs/message-contract.md#cloudevents`. Default `"json"`.
+    #[serde(default)]
+    pub format: crate::message::Format,
     /// Bound on one publish, one flush and one PubAck wait. Default `5s`.
     #[serde(default = "default_publish_timeout")]
     pub publish_timeout: HumanDuration,
@@ -179,6 +186,7 @@ impl Default for NatsConfig {
             connection_name: default_connection_name(),
             subject: default_subject(),
             mode: NatsMode::default(),
+            format: Default::default(),
             publish_timeout: default_publish_timeout(),
             connect_timeout: default_publish_timeout(),
             max_in_flight: default_max_in_flight(),
@@ -542,7 +550,12 @@ impl NatsConfig {
             max_payload = service.max_payload(),
             "NATS sink ready"
         );
-        Ok(NatsSink::new(self.name.clone(), subjects, service))
+        Ok(NatsSink::new(
+            self.name.clone(),
+            subjects,
+            self.format,
+            service,
+        ))
     }
 }
 

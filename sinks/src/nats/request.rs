@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
-use crate::message::{Placeholder, SYNCED_NAME};
+use crate::message::{cloudevents, Format, Placeholder, SYNCED_NAME};
 use crate::template::{Dialect, Template};
 use crate::{Message, SinkError};
 
@@ -88,28 +88,23 @@ pub fn subject(m: &Message, subjects: &Template) -> String {
     }
 }
 
-/// The publish of `m` on the subject `subjects` renders ([`subject`]).
-pub fn build(m: &Message, subjects: &Template, jetstream: bool) -> Publish {
+/// The publish of `m` on the subject `subjects` renders ([`subject`]), written in `format`.
+pub fn build(m: &Message, subjects: &Template, jetstream: bool, format: Format) -> Publish {
     Publish {
         subject: subject(m, subjects),
-        headers: headers(m, jetstream),
-        payload: m.payload.clone(),
+        headers: headers(m, jetstream, format),
+        payload: format.payload(m),
     }
 }
 
-/// The first message of `batch` that exceeds the server's `max_payload` (`limit`, 0 = none)
-/// with its headers, as [`SinkError::TooLarge`].
-pub fn too_large(
-    sink: &str,
-    batch: &[Message],
-    limit: usize,
-    jetstream: bool,
-) -> Option<SinkError> {
+/// The first publish of `batch` that exceeds the server's `max_payload` (`limit`, 0 = none)
+/// with its headers, as [`SinkError::TooLarge`] (the index is the message's in the batch).
+pub fn too_large(sink: &str, batch: &[Publish], limit: usize) -> Option<SinkError> {
     if limit == 0 {
         return None;
     }
-    batch.iter().enumerate().find_map(|(index, m)| {
-        let size = m.payload.len() + headers_wire_len(m, jetstream);
+    batch.iter().enumerate().find_map(|(index, p)| {
+        let size = p.payload.len() + wire_len(&p.headers);
         (size > limit).then(|| SinkError::TooLarge {
             sink: sink.to_owned(),
             index,
@@ -164,30 +159,42 @@ pub fn unescape_token(token: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// The headers of a message: the contract's headers (`op`, `kind`, `apiVersion`, `cluster`,
-/// `namespace`, `name`, `content-type`, `id`), plus `Nats-Msg-Id` (the message id) in
-/// JetStream mode so the stream stores a redelivered change once within its duplicate window
-/// (<https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive#message-deduplication>).
-pub fn headers(m: &Message, jetstream: bool) -> HeaderMap {
+/// The headers of a message: the contract's headers ([`Message::headers`]: `op`, `kind`,
+/// `apiVersion`, `group`, `cluster`, `namespace`, `name`, `key`, `content-type`, `id`, with
+/// the format's `content-type`), plus `Nats-Msg-Id` (the message id) in JetStream mode so the
+/// stream stores a redelivered change once within its duplicate window
+/// (<https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive#message-deduplication>),
+/// plus the CloudEvents attributes as `ce-` headers in binary mode
+/// ([`cloudevents::nats_headers`]).
+pub fn headers(m: &Message, jetstream: bool, format: Format) -> HeaderMap {
     let mut h = HeaderMap::new();
     for (k, v) in m.headers() {
+        let v = if k == "content-type" {
+            format.content_type()
+        } else {
+            v
+        };
         h.insert(k, v);
     }
     if jetstream {
         h.insert(async_nats::header::NATS_MESSAGE_ID, &*m.meta.id);
     }
+    if format == Format::CloudEvents {
+        for (k, v) in cloudevents::nats_headers(m) {
+            h.insert(k, &*v);
+        }
+    }
     h
 }
 
-/// Bytes the headers take on the wire (`NATS/1.0\r\n`, `name: value\r\n` each, `\r\n`); the
+/// Bytes headers take on the wire (`NATS/1.0\r\n`, `name: value\r\n` each, `\r\n`); the
 /// server's `max_payload` bounds headers plus payload.
-pub fn headers_wire_len(m: &Message, jetstream: bool) -> usize {
+pub fn wire_len(h: &HeaderMap) -> usize {
     let mut len = b"NATS/1.0\r\n".len() + 2;
-    for (k, v) in m.headers() {
-        len += k.len() + 2 + v.len() + 2;
-    }
-    if jetstream {
-        len += "Nats-Msg-Id".len() + 2 + m.meta.id.len() + 2;
+    for (k, vs) in h.iter() {
+        for v in vs {
+            len += AsRef::<str>::as_ref(k).len() + 2 + v.as_str().len() + 2;
+        }
     }
     len
 }
@@ -209,6 +216,9 @@ mod tests {
             resource: Arc::new(Resource::new("prod-eu-1", group, "v1", kind, &plural, true)),
             namespace: ns.map(Into::into),
             name: name.into(),
+            tombstone_id: None,
+            uid: "u".into(),
+            observed_at: "2026-11-30T00:00:00.000Z".into(),
         }
     }
 
@@ -335,7 +345,7 @@ mod tests {
         let mut tok = String::new();
         escape_token(SYNCED_NAME, &mut tok);
         assert_eq!(tok, "%25synced", "an object so named would not collide");
-        let h = headers(&marker, true);
+        let h = headers(&marker, true, Format::Json);
         assert_eq!(h.get("op").map(|v| v.as_str()), Some("synced"));
     }
 
@@ -373,9 +383,14 @@ mod tests {
             payload: bytes::Bytes::from_static(b"{}"),
             meta: Arc::new(meta("apps", "Deployment", Some("default"), "web")),
         };
-        let h = headers(&m, true);
+        let h = headers(&m, true, Format::Json);
         assert_eq!(h.get("op").map(|v| v.as_str()), Some("added"));
         assert_eq!(h.get("namespace").map(|v| v.as_str()), Some("default"));
+        assert_eq!(h.get("group").map(|v| v.as_str()), Some("apps"));
+        assert_eq!(
+            h.get("key").map(|v| v.as_str()),
+            Some("prod-eu-1/apps/Deployment/default/web")
+        );
         assert_eq!(
             h.get("content-type").map(|v| v.as_str()),
             Some("application/json")
@@ -385,19 +400,27 @@ mod tests {
                 .map(|v| v.as_str()),
             Some("0123456789abcdef0123456789abcdef")
         );
-        assert!(headers(&m, false)
+        assert!(headers(&m, false, Format::Json)
             .get(async_nats::header::NATS_MESSAGE_ID)
             .is_none());
-        let wire = |h: &HeaderMap| {
-            let mut n = 12;
-            for (k, vs) in h.iter() {
-                for v in vs {
-                    n += k.to_string().len() + 2 + v.as_str().len() + 2;
-                }
-            }
-            n
-        };
-        assert_eq!(headers_wire_len(&m, true), wire(&headers(&m, true)));
-        assert_eq!(headers_wire_len(&m, false), wire(&headers(&m, false)));
+        let ce = headers(&m, false, Format::CloudEvents);
+        assert_eq!(ce.get("ce-specversion").map(|v| v.as_str()), Some("1.0"));
+        assert_eq!(
+            ce.get("ce-datacontenttype").map(|v| v.as_str()),
+            Some("application/json")
+        );
+        let structured = headers(&m, false, Format::CloudEventsStructured);
+        assert_eq!(
+            structured.get("content-type").map(|v| v.as_str()),
+            Some("application/cloudevents+json")
+        );
+        assert!(structured.get("ce-id").is_none());
+        // The wire length, counted by hand for one header map.
+        let h = headers(&m, false, Format::Json);
+        let by_hand = 12
+            + m.headers()
+                .map(|(k, v)| k.len() + 2 + v.len() + 2)
+                .sum::<usize>();
+        assert_eq!(wire_len(&h), by_hand);
     }
 }

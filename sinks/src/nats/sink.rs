@@ -5,22 +5,30 @@ use async_trait::async_trait;
 
 use super::request;
 use super::service::NatsService;
+use crate::message::Format;
 use crate::template::Template;
 use crate::{Message, ReadySignal, Sink, SinkError};
 
-/// Publishes topology messages to NATS, core or JetStream. Built by
-/// [`NatsConfig::build`](super::NatsConfig::build).
+/// Publishes topology messages to NATS, core or JetStream, in the configured [`Format`].
+/// Built by [`NatsConfig::build`](super::NatsConfig::build).
 pub struct NatsSink {
     name: String,
     subjects: Template,
+    format: Format,
     service: NatsService,
 }
 
 impl NatsSink {
-    pub(super) fn new(name: String, subjects: Template, service: NatsService) -> Self {
+    pub(super) fn new(
+        name: String,
+        subjects: Template,
+        format: Format,
+        service: NatsService,
+    ) -> Self {
         NatsSink {
             name,
             subjects,
+            format,
             service,
         }
     }
@@ -48,13 +56,13 @@ impl Sink for NatsSink {
     /// confirmation of the mode (flush, or every PubAck).
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         let js = self.service.is_jetstream();
-        if let Some(e) = request::too_large(&self.name, batch, self.service.max_payload(), js) {
-            return Err(e);
-        }
         let publishes: Vec<request::Publish> = batch
             .iter()
-            .map(|m| request::build(m, &self.subjects, js))
+            .map(|m| request::build(m, &self.subjects, js, self.format))
             .collect();
+        if let Some(e) = request::too_large(&self.name, &publishes, self.service.max_payload()) {
+            return Err(e);
+        }
         self.service.send(&publishes).await
     }
 
