@@ -320,11 +320,14 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_and_a_stateless_rest
         follow.stderr().contains("caught up")
     })
     .await;
+    // The view goes to stdout as the "caught up" line goes to stderr: wait for both pipes.
+    let expected = sim_keys(&c.sim, "test", &KINDS).len() + ghosts.len();
+    wait_for("follow printed the view", LONG, || {
+        follow.stdout().len() >= expected
+    })
+    .await;
     let printed = follow.stdout().len();
-    assert_eq!(
-        printed,
-        sim_keys(&c.sim, "test", &KINDS).len() + ghosts.len()
-    );
+    assert_eq!(printed, expected);
     c.sim
         .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "late"}}))
         .unwrap();
