@@ -14,9 +14,8 @@ const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Makes mimalloc give memory back to the OS as soon as it is free. By default it commits
-/// whole arenas eagerly on Linux and returns freed pages only after a 1 s purge delay, and
-/// only from threads that allocate again: after the initial list, the pages and messages it
-/// had in flight stayed resident (after listing 20,000 pods: RSS 62–93 MiB steady, peak
+/// arenas eagerly on Linux and purges freed pages after a 1 s delay; measured, the pages and
+/// messages of the initial list stayed resident after it (after listing 20,000 pods: RSS 62–93 MiB steady, peak
 /// 93–111 MiB; with these options 23 MiB steady, peak 33 MiB; the initial list then costs
 /// ~30% more CPU, still well above the parse floor: see BENCHMARKS.md).
 ///

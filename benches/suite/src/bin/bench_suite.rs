@@ -375,8 +375,9 @@ fn sink_config(kind: SinkKind, run: usize, nats: Option<&Nats>, kafka: Option<&T
             nats.map_or("", |n| n.url.as_str())
         ),
         SinkKind::JetStream => format!(
-            "[[sinks]]\ntype = \"nats\"\nservers = [{:?}]\nmode = \"jetstream\"\nsubject = \"bench{run}.{{namespace}}.{{name}}\"\n[sinks.stream]\nname = \"BENCH{run}\"\ncreate = true\nmax_msgs_per_subject = 1\n",
-            nats.map_or("", |n| n.url.as_str())
+            "[[sinks]]\ntype = \"nats\"\nservers = [{:?}]\nmode = \"jetstream\"\nsubject = \"bench{run}.{{namespace}}.{{name}}\"\n[sinks.stream]\nname = \"BENCH{run}\"\ncreate = true\nmax_msgs_per_subject = 1\nstorage = {:?}\n",
+            nats.map_or("", |n| n.url.as_str()),
+            std::env::var("BENCH_JS_STORAGE").unwrap_or_else(|_| "file".into())
         ),
         SinkKind::Kafka => format!(
             "[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = {:?}\ntopic = \"bench{run}\"\ncompression = \"lz4\"\nacks = \"all\"\nidempotence = true\n",
