@@ -16,6 +16,7 @@
 //! `docs/bench`) receives `results-{quick,full}.md`, `.json` and the plot; `--bin-dir`
 //! (default: this program's directory) holds `kubesink`, `kubesink-sim`, `baseline-reflector`
 //! and `parse-floor`; `--state-size` is the output of `cargo bench --bench state_size`.
+//! `BENCH_JS_STORAGE=memory` gives the JetStream streams memory storage (default `file`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
