@@ -81,3 +81,8 @@ cargo test --workspace
 # cargo test just built.
 echo "== deploy checks"
 scripts/check-deploy.sh
+# The benchmark suite in quick mode (small sizes, the debug binaries built above, a few
+# minutes): it must run to completion and write its report; no figure is asserted
+# (BENCHMARKS.md has the full run).
+echo "== benchmark suite, quick mode (scripts/bench.sh --quick)"
+scripts/bench.sh --quick

@@ -104,6 +104,8 @@ pub(crate) struct Inner {
     pub(crate) open_watches: AtomicUsize,
     addr: Mutex<Option<SocketAddr>>,
     pub(crate) shutdown: CancellationToken,
+    /// Churn started over the admin endpoint `/_sim/churn` (replaced by the next call).
+    pub(crate) admin_churn: Mutex<Option<ChurnHandle>>,
 }
 
 impl Inner {
@@ -168,6 +170,7 @@ impl Simulator {
                 open_watches: AtomicUsize::new(0),
                 addr: Mutex::new(None),
                 shutdown: CancellationToken::new(),
+                admin_churn: Mutex::new(None),
             }),
         }
     }
@@ -306,6 +309,14 @@ impl Simulator {
     /// Must be called inside a tokio runtime.
     pub fn spawn_churn(&self, churn: Churn) -> ChurnHandle {
         workload::spawn_churn(self, churn)
+    }
+
+    /// Like [`Simulator::spawn_churn`], but every added or updated pod carries the
+    /// annotation `stamp` set to the write's wall-clock time in Unix microseconds (a decimal
+    /// string), for measuring change-to-delivery latency (the benchmark suite,
+    /// `benches/suite`). Deletes are not stamped.
+    pub fn spawn_stamped_churn(&self, churn: Churn, stamp: &str) -> ChurnHandle {
+        workload::spawn_stamped_churn(self, churn, Some(stamp.to_owned()))
     }
 
     /// The fault switches.

@@ -247,13 +247,19 @@ pub struct PipelineConfig {
     /// watch streams. With `coalesce = true` this is the number of distinct keys waiting.
     /// Default 10000.
     pub max_pending: usize,
-    /// Bytes (keys + payloads) held per sink before the informers stop reading. Default 64MiB.
+    /// Bytes (keys + payloads) held per sink before the informers stop reading. Default 8MiB
+    /// (~1,000 pods of 8 KB: enough to keep a sink busy, small next to the informer's state;
+    /// see `BENCHMARKS.md`).
     pub max_pending_bytes: ByteSize,
     /// A batch closes at this many messages. Default 500.
     pub max_batch_events: usize,
     /// A batch closes at this many bytes (keys + payloads). Default 1MiB.
     pub max_batch_bytes: ByteSize,
-    /// A batch closes this long after its first message was queued, full or not. Default 100ms.
+    /// How long an idle sink (no batch in flight) waits for more changes after the oldest
+    /// pending one before sending. A busy sink's next batch is everything that accumulated
+    /// during its current send, without waiting, so batches grow with the load. Default 0s:
+    /// an idle sink sends at once (lowest latency); a few milliseconds trade latency for
+    /// fewer, fuller requests at low change rates.
     pub linger: HumanDuration,
     /// First retry delay after a sink error; doubles per failure (with jitter). Default 100ms.
     pub retry_initial_backoff: HumanDuration,
@@ -276,10 +282,10 @@ impl Default for PipelineConfig {
         PipelineConfig {
             coalesce: true,
             max_pending: 10_000,
-            max_pending_bytes: ByteSize(64 * 1024 * 1024),
+            max_pending_bytes: ByteSize(8 * 1024 * 1024),
             max_batch_events: 500,
             max_batch_bytes: ByteSize(1024 * 1024),
-            linger: HumanDuration(Duration::from_millis(100)),
+            linger: HumanDuration(Duration::ZERO),
             retry_initial_backoff: HumanDuration(Duration::from_millis(100)),
             retry_max_backoff: HumanDuration(Duration::from_secs(30)),
             shutdown_timeout: HumanDuration(Duration::from_secs(10)),

@@ -24,6 +24,12 @@
 //!   (not even with another marker), and a change pushed after it never replaces a change
 //!   pending before it (it waits behind the marker as a new entry). So everything queued
 //!   before a marker is delivered before it, as it was queued.
+//! - Batching: the worker takes one batch at a time, so a batch forms while the previous one
+//!   is in flight: everything pending when the sink confirmed is the next batch (up to
+//!   `max_batch_events`/`max_batch_bytes`). An idle sink (nothing in flight) waits at most
+//!   `linger` after the oldest pending change before taking it; the default, 0, sends at
+//!   once. So one change alone is sent without delay, and under load batches grow to what
+//!   accumulated during one send, without a timer (measured in `BENCHMARKS.md`).
 //! - Acknowledgements: a change may carry an [`Ack`]. The queue settles it once this sink is
 //!   done with the change: when the worker completes the batch that carried it (the sink
 //!   confirmed it, see `deliver.rs`), when coalescing replaced it (the newer change carries
@@ -54,7 +60,8 @@ pub struct QueueLimits {
     pub max_batch_events: usize,
     /// Bytes per batch.
     pub max_batch_bytes: usize,
-    /// Time a batch may wait for more messages after its first one was queued.
+    /// How long an idle sink waits for more changes after the oldest pending one before it
+    /// takes a batch (0: at once). A busy sink's next batch is what accumulated meanwhile.
     pub linger: Duration,
 }
 
@@ -293,10 +300,12 @@ impl SinkQueue {
         Ok(Done::default())
     }
 
-    /// Waits for the next batch: it closes at `max_batch_events`, `max_batch_bytes`, when the
-    /// oldest pending change has waited `linger`, when the queue is full (waiting longer
-    /// would only stall the informers), or at shutdown. Returns `None` once the queue is
-    /// closed and drained.
+    /// Waits for the next batch; the worker calls it when its previous batch is confirmed,
+    /// so nothing of this sink is in flight. Whatever is pending is taken at once when it
+    /// fills a batch (`max_batch_events`, `max_batch_bytes`), when the queue is full (waiting
+    /// longer would only stall the informers), at shutdown, or once the oldest pending change
+    /// has waited `linger` (default 0: at once). Returns `None` once the queue is closed and
+    /// drained.
     pub async fn next_batch(&self) -> Option<Batch> {
         loop {
             let notified = self.data.notified();
@@ -528,6 +537,32 @@ mod tests {
             q.push(msg(k, "xx"), None).await; // 3 bytes each
         }
         assert_eq!(q.next_batch().await.unwrap().messages.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_sink_gets_a_lone_change_at_once_and_a_busy_one_what_accumulated() {
+        let mut l = limits(true, 100);
+        l.linger = Duration::ZERO;
+        let q = SinkQueue::new(l);
+        q.push(msg("a", "a1"), None).await;
+        let start = Instant::now();
+        let first = q.next_batch().await.unwrap();
+        assert_eq!(start.elapsed(), Duration::ZERO, "no timer waited out");
+        assert_eq!(payloads(&first), ["a1"]);
+        // While `first` is in flight, changes accumulate; they are the next batch.
+        for k in ["b", "c", "d"] {
+            q.push(msg(k, "2"), None).await;
+        }
+        q.complete(first);
+        let second = q.next_batch().await.unwrap();
+        assert_eq!(payloads(&second), ["2", "2", "2"]);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        // With a linger, an idle sink waits that long after the oldest pending change.
+        let q = SinkQueue::new(limits(true, 100));
+        q.push(msg("a", "a1"), None).await;
+        let start = Instant::now();
+        q.next_batch().await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(5));
     }
 
     fn marker(key: &str) -> Message {

@@ -25,10 +25,14 @@
 //!   (for M ms, then resume, if given)
 //! - `POST /_sim/insert-raw?apiVersion=v1&kind=Pod&resourceVersion=as-given|assigned` with a
 //!   JSON body: store it without validation
+//! - `POST /_sim/churn?rate=R&seed=S&stamp=ANNOTATION`: start pod churn at R changes/s
+//!   (replacing churn started here before; `rate=0` stops it); with `stamp`, added and updated
+//!   pods carry that annotation set to the write's Unix time in microseconds
 //! - `POST /_sim/reset-stats`: zero the request counts
 //! - `POST /_sim/clear-faults`: clear every fault switch
 //! - `GET /_sim/stats` → `{"resourceVersion","watchEventsSent","openWatches",
-//!   "damagedWatchEvents","unreachable","requestCounts":{"byResource","byPath"}}`
+//!   "damagedWatchEvents","unreachable","churnApplied","requestCounts":{"byResource","byPath"}}`
+//!   (`churnApplied`: operations of the churn started with `/_sim/churn`)
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -83,6 +87,7 @@ pub const ADMIN_ENDPOINTS: &[AdminEndpoint] = &[
     ep("POST", "/_sim/dribble?bytes=64&ms=20", "write response bodies N bytes at a time, M ms apart (bytes=0 disables)"),
     ep("POST", "/_sim/unreachable?on=true&for_ms=2000", "cut every connection and close new ones at once (for M ms if given); on=false resumes"),
     ep("POST", "/_sim/insert-raw?apiVersion=v1&kind=ConfigMap&resourceVersion=as-given", "store the JSON body without validation (resourceVersion=as-given keeps an opaque one)"),
+    ep("POST", "/_sim/churn?rate=2000&seed=1&stamp=bench.kubesink.io/changed-at", "start pod churn at R changes/s (rate=0 stops); stamp=A sets annotation A of added/updated pods to the write's Unix microseconds"),
     ep("POST", "/_sim/reset-stats", "zero the list/watch request counts"),
     ep("POST", "/_sim/clear-faults", "clear every fault switch"),
     ep("GET", "/_sim/stats", "resourceVersion, watch events sent, open watches, damaged events, request counts"),
@@ -248,6 +253,40 @@ pub fn handle(
             });
             obj?;
         }
+        "churn" => {
+            let rate = query
+                .get("rate")
+                .map(|v| {
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|r| r.is_finite() && *r >= 0.0)
+                        .ok_or_else(|| {
+                            ApiError::bad_request(format!(
+                                "rate must be a number of changes per second, got {v:?}"
+                            ))
+                        })
+                })
+                .transpose()?
+                .unwrap_or(0.0);
+            let churn = crate::Churn {
+                rate_per_sec: rate,
+                seed: number(query, "seed", 1)?,
+            };
+            let mut slot = inner.admin_churn.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(old) = slot.take() {
+                old.stop();
+            }
+            if rate > 0.0 {
+                let sim = Simulator {
+                    inner: inner.clone(),
+                };
+                *slot = Some(crate::workload::spawn_stamped_churn(
+                    &sim,
+                    churn,
+                    query.get("stamp").cloned(),
+                ));
+            }
+        }
         "reset-stats" => Simulator {
             inner: inner.clone(),
         }
@@ -262,6 +301,12 @@ pub fn handle(
                 "openWatches": inner.open_watches.load(Ordering::Relaxed),
                 "damagedWatchEvents": faults.damaged_watch_events(),
                 "unreachable": faults.is_unreachable(),
+                "churnApplied": inner
+                    .admin_churn
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_ref()
+                    .map_or(0, |c| c.stats().total()),
                 "requestCounts": sim.request_counts().to_json(),
             });
             return Ok(json_response(200, body.to_string().into()));

@@ -78,6 +78,24 @@ struct Churner {
     pods: Vec<ObjKey>,
     target: usize,
     template: Value,
+    /// Annotation stamped with the write's wall-clock time (see [`spawn_stamped_churn`]).
+    stamp: Option<String>,
+}
+
+/// Sets `metadata.annotations[key]` to the current Unix time in microseconds.
+fn stamp_now(obj: &mut Value, key: &str) {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+        if !annotations.is_object() {
+            *annotations = json!({});
+        }
+        if let Some(a) = annotations.as_object_mut() {
+            a.insert(key.to_owned(), json!(micros.to_string()));
+        }
+    }
 }
 
 fn set_name(obj: &mut Value, name: &str) {
@@ -87,7 +105,7 @@ fn set_name(obj: &mut Value, name: &str) {
 }
 
 impl Churner {
-    fn new(sim: &Simulator, seed: u64) -> Result<Self, ApiError> {
+    fn new(sim: &Simulator, seed: u64, stamp: Option<String>) -> Result<Self, ApiError> {
         let rt = sim.resource("v1", "Pod")?;
         let pods = sim.inner.store().keys(&rt);
         Ok(Churner {
@@ -96,6 +114,7 @@ impl Churner {
             pods,
             rt,
             template: Templates::load()?.pod,
+            stamp,
         })
     }
 
@@ -125,7 +144,7 @@ impl Churner {
                     .unwrap_or("web-churn-")
                     .to_owned();
                 let name = format!("{prefix}{}", random_suffix(&mut self.rng, 5));
-                let obj = {
+                let mut obj = {
                     set_name(&mut obj, &name);
                     templates::named(
                         &obj,
@@ -136,6 +155,9 @@ impl Churner {
                             .as_deref(),
                     )
                 };
+                if let Some(key) = &self.stamp {
+                    stamp_now(&mut obj, key);
+                }
                 match store.create(&self.rt, None, obj) {
                     Ok(created) => {
                         self.pods
@@ -178,6 +200,9 @@ impl Churner {
                     }
                     stats.status_updates += 1;
                 }
+                if let Some(key) = &self.stamp {
+                    stamp_now(&mut obj, key);
+                }
                 store.replace(&self.rt, None, None, obj)?;
             }
             _ => {
@@ -199,7 +224,7 @@ pub(crate) fn churn_steps(
     steps: usize,
     seed: u64,
 ) -> Result<ChurnStats, ApiError> {
-    let mut churner = Churner::new(sim, seed)?;
+    let mut churner = Churner::new(sim, seed, None)?;
     let mut stats = ChurnStats::default();
     for _ in 0..steps {
         churner.step(sim, &mut stats)?;
@@ -209,6 +234,18 @@ pub(crate) fn churn_steps(
 
 /// Spawns churn at `churn.rate_per_sec` on the current tokio runtime.
 pub(crate) fn spawn_churn(sim: &Simulator, churn: Churn) -> ChurnHandle {
+    spawn_stamped_churn(sim, churn, None)
+}
+
+/// Like [`spawn_churn`]; with `stamp`, every added or updated pod carries that annotation
+/// set to the write's wall-clock time (Unix microseconds, a decimal string), so a consumer
+/// can measure change-to-delivery latency. Deletes are not stamped (the final object keeps
+/// its last stamp).
+pub(crate) fn spawn_stamped_churn(
+    sim: &Simulator,
+    churn: Churn,
+    stamp: Option<String>,
+) -> ChurnHandle {
     let token = CancellationToken::new();
     let stats = Arc::new(Mutex::new(ChurnStats::default()));
     let handle = ChurnHandle {
@@ -217,7 +254,7 @@ pub(crate) fn spawn_churn(sim: &Simulator, churn: Churn) -> ChurnHandle {
     };
     let sim = sim.clone();
     tokio::spawn(async move {
-        let mut churner = match Churner::new(&sim, churn.seed) {
+        let mut churner = match Churner::new(&sim, churn.seed, stamp) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "churn could not start");

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
-pub(crate) use churn::{churn_steps, spawn_churn};
+pub(crate) use churn::{churn_steps, spawn_churn, spawn_stamped_churn};
 pub use churn::{Churn, ChurnHandle, ChurnStats};
 
 use crate::error::ApiError;

@@ -1,0 +1,60 @@
+//! `baseline-reflector`: what an ordinary informer does, as the benchmark suite's memory and
+//! CPU anchor. A kube-runtime `reflector` over the full typed `k8s_openapi` `Pod`, all
+//! namespaces, with its store kept (every object held, as client-go's and kube-rs's
+//! informers do). The system allocator, as an ordinary program has.
+//!
+//! Connects with the usual kubeconfig rules (`KUBECONFIG`). Writes `synced N` on stdout when
+//! the initial list is done (N objects in the store), then `events N` after every 1,000 watch
+//! events; errors go to stderr and the watcher retries with kube-runtime's default backoff.
+//!
+//! `baseline-reflector [--page-size 500]`
+
+use std::pin::pin;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::{Api, Client};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut page_size = 500u32;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--page-size" => {
+                let v = args.next().unwrap_or_default();
+                page_size = v
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--page-size takes a number, got {v:?}"))?;
+            }
+            other => anyhow::bail!(
+                "unknown argument {other:?} (usage: baseline-reflector [--page-size N])"
+            ),
+        }
+    }
+    let client = Client::try_default().await?;
+    let api: Api<Pod> = Api::all(client);
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(api, watcher::Config::default().page_size(page_size)),
+    )
+    .default_backoff();
+    let mut stream = pin!(stream);
+    let mut events = 0u64;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(watcher::Event::InitDone) => println!("synced {}", reader.state().len()),
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                events += 1;
+                if events.is_multiple_of(1000) {
+                    println!("events {events}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("watch error: {e}"),
+        }
+    }
+    Ok(())
+}

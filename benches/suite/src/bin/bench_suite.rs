@@ -1,0 +1,1012 @@
+//! `bench-suite`: kubesink's benchmark driver (`scripts/bench.sh` builds and runs it;
+//! `BENCHMARKS.md` explains every figure). Side by side, on the same simulated data:
+//!
+//! 1. memory: peak RSS during the initial sync and steady RSS after it, kubesink (stdout to
+//!    /dev/null) vs `baseline-reflector`, per cluster size; fixed cost (0 pods), slope
+//!    between the two largest sizes, idle CPU with the largest size cached; an RSS-over-time
+//!    plot of the largest initial sync;
+//! 2. throughput: initial-list objects/s to stdout, NATS core, NATS JetStream and Kafka,
+//!    each as a ratio to `parse-floor` reading the same list;
+//! 3. latency: change (the simulator's write, stamped in an annotation) → stdout line read /
+//!    JetStream message consumed, at a fixed 2,000 changes/s;
+//! 4. CPU seconds per 10,000 changes during that churn, kubesink vs the baseline vs the floor.
+//!
+//! `bench-suite [--quick] [--out DIR] [--bin-dir DIR] [--state-size FILE]`: `--quick` runs
+//! small sizes in a minute or two (CI runs it so the driver never rots); `--out` (default
+//! `docs/bench`) receives `results-{quick,full}.md`, `.json` and the plot; `--bin-dir`
+//! (default: this program's directory) holds `kubesink`, `kubesink-sim`, `baseline-reflector`
+//! and `parse-floor`; `--state-size` is the output of `cargo bench --bench state_size`.
+//! `BENCH_JS_STORAGE=memory` gives the JetStream streams memory storage (default `file`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use kubesink_bench::http::{metric_sum, request};
+use kubesink_bench::plot::{self, Series};
+use kubesink_bench::procfs::{self, Sample, Sampler};
+use kubesink_bench::procs::{self, free_port, spawn, Nats, Proc, Sim, Tansu};
+use kubesink_bench::stats::{mean, mib, percentile};
+use serde_json::{json, Value};
+
+/// Sizes and durations of one run.
+struct Plan {
+    /// Pod counts of the memory runs (the first is the fixed cost: 0).
+    sizes: Vec<usize>,
+    /// How long steady RSS is observed after the initial sync.
+    steady: Duration,
+    /// CPU observation with the largest size cached and no changes.
+    idle: Duration,
+    /// Pods in the latency and CPU-per-change runs.
+    churn_pods: usize,
+    /// Changes per second of the latency and CPU-per-change runs.
+    churn_rate: f64,
+    /// How long each churn run lasts.
+    churn_for: Duration,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                sizes: vec![0, 1_000, 5_000],
+                steady: Duration::from_secs(3),
+                idle: Duration::from_secs(5),
+                churn_pods: 1_000,
+                churn_rate: 2_000.0,
+                churn_for: Duration::from_secs(5),
+            }
+        } else {
+            Plan {
+                sizes: vec![0, 1_000, 10_000, 100_000],
+                steady: Duration::from_secs(10),
+                idle: Duration::from_secs(60),
+                churn_pods: 10_000,
+                churn_rate: 2_000.0,
+                churn_for: Duration::from_secs(30),
+            }
+        }
+    }
+}
+
+struct Ctx {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    rt: tokio::runtime::Runtime,
+}
+
+/// kubesink's destination in one run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SinkKind {
+    Stdout,
+    NatsCore,
+    JetStream,
+    Kafka,
+}
+
+impl SinkKind {
+    fn label(self) -> &'static str {
+        match self {
+            SinkKind::Stdout => "stdout",
+            SinkKind::NatsCore => "NATS core",
+            SinkKind::JetStream => "NATS JetStream",
+            SinkKind::Kafka => "Kafka (tansu)",
+        }
+    }
+}
+
+/// A running `kubesink run` and the address of its `/metrics`.
+struct Kubesink {
+    proc: Proc,
+    metrics: std::net::SocketAddr,
+}
+
+impl Kubesink {
+    /// Starts kubesink following every pod of `sim` into `sink` (TOML of one `[[sinks]]`
+    /// entry); stdout piped when `pipe`, else /dev/null.
+    fn start(ctx: &Ctx, sim: &Sim, sink: &str, pipe: bool, run: &str) -> anyhow::Result<Self> {
+        let config = ctx.dir.path().join(format!("kubesink-{run}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n\n{sink}\n",
+                sim.kubeconfig.display().to_string()
+            ),
+        )?;
+        let port = free_port()?;
+        let log = std::fs::File::create(ctx.dir.path().join(format!("kubesink-{run}.log")))?;
+        let mut cmd = Command::new(ctx.bin.join("kubesink"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("KUBESINK_") {
+                cmd.env_remove(k);
+            }
+        }
+        let proc = spawn(
+            "kubesink",
+            cmd.env("KUBESINK_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+                .env("RUST_LOG", "warn")
+                .args(["run", "--config"])
+                .arg(&config)
+                .stdout(if pipe { Stdio::piped() } else { Stdio::null() })
+                .stderr(log),
+        )?;
+        Ok(Kubesink {
+            proc,
+            metrics: ([127, 0, 0, 1], port).into(),
+        })
+    }
+
+    /// Whether the initial sync is done and everything listed was delivered: `kubesink_synced`
+    /// is 1 and the sink confirmed at least as many messages as the informer holds objects
+    /// (`kubesink_objects`; the population changes under churn).
+    fn synced(&self) -> bool {
+        request(self.metrics, "GET", "/metrics").is_ok_and(|t| {
+            metric_sum(&t, "kubesink_synced") >= 1.0
+                && metric_sum(&t, "kubesink_sink_delivered_messages_total")
+                    >= metric_sum(&t, "kubesink_objects")
+        })
+    }
+
+    /// Messages its sink confirmed (0 until `/metrics` answers).
+    fn delivered(&self) -> f64 {
+        request(self.metrics, "GET", "/metrics")
+            .map(|t| metric_sum(&t, "kubesink_sink_delivered_messages_total"))
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until its sink confirmed `n` messages (`None`: until [`Kubesink::synced`]).
+    fn wait_delivered(&mut self, n: Option<usize>, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let done = match n {
+                Some(n) => self.delivered() >= n as f64,
+                None => self.synced(),
+            };
+            if done {
+                return Ok(());
+            }
+            self.proc.check_running()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "kubesink delivered {} messages, not done within {within:?}",
+                    self.delivered()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+/// Collects a child's output lines on a thread: `synced N` / `listed N` status lines.
+fn watch_lines(reader: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines().map_while(Result::ok) {
+            l.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        }
+    });
+    lines
+}
+
+fn wait_line(
+    proc: &mut Proc,
+    lines: &Mutex<Vec<String>>,
+    prefix: &str,
+    within: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        if lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|l| l.starts_with(prefix))
+        {
+            return Ok(());
+        }
+        proc.check_running()?;
+        if Instant::now() > deadline {
+            bail!("{} printed no {prefix:?} within {within:?}", proc.name);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn baseline(ctx: &Ctx, sim: &Sim) -> anyhow::Result<(Proc, Arc<Mutex<Vec<String>>>)> {
+    let mut p = spawn(
+        "baseline-reflector",
+        Command::new(ctx.bin.join("baseline-reflector"))
+            .env("KUBECONFIG", &sim.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    )?;
+    let lines = watch_lines(p.take_stdout().context("stdout")?);
+    Ok((p, lines))
+}
+
+fn floor(ctx: &Ctx, sim: &Sim) -> anyhow::Result<(Proc, Arc<Mutex<Vec<String>>>)> {
+    let mut p = spawn(
+        "parse-floor",
+        Command::new(ctx.bin.join("parse-floor"))
+            .env("KUBECONFIG", &sim.kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    )?;
+    let lines = watch_lines(p.take_stderr().context("stderr")?);
+    Ok((p, lines))
+}
+
+/// One program's memory over an initial sync and the quiet time after it.
+#[derive(Clone, Default)]
+struct MemRun {
+    pods: usize,
+    sync_secs: f64,
+    peak: u64,
+    steady: u64,
+    idle_cpu_pct: Option<f64>,
+    samples: Vec<Sample>,
+}
+
+/// Samples `proc` from its start until `synced` returns, then for `after` (CPU measured over
+/// that time when `idle`).
+fn observe(
+    mut proc: Proc,
+    pods: usize,
+    after: Duration,
+    idle: bool,
+    mut synced: impl FnMut(&mut Proc) -> anyhow::Result<bool>,
+) -> anyhow::Result<MemRun> {
+    let sampler = Sampler::start(proc.pid(), Duration::from_millis(50));
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while !synced(&mut proc)? {
+        if Instant::now() > deadline {
+            bail!("{} did not sync {pods} pods within 30 min", proc.name);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sync_secs = sampler.elapsed();
+    let cpu0 = procfs::cpu_seconds(proc.pid()).unwrap_or(0.0);
+    std::thread::sleep(after);
+    let cpu1 = procfs::cpu_seconds(proc.pid()).unwrap_or(0.0);
+    let mem = procfs::memory(proc.pid()).context("process gone")?;
+    let samples = sampler.stop();
+    // Steady: the mean of the second half of the quiet time.
+    let from = sync_secs + after.as_secs_f64() / 2.0;
+    let tail: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.t >= from)
+        .map(|s| s.rss as f64)
+        .collect();
+    Ok(MemRun {
+        pods,
+        sync_secs,
+        peak: mem.hwm,
+        steady: mean(&tail).unwrap_or(mem.rss as f64) as u64,
+        idle_cpu_pct: idle.then(|| (cpu1 - cpu0) / after.as_secs_f64() * 100.0),
+        samples,
+    })
+}
+
+fn stdout_sink() -> String {
+    "[[sinks]]\ntype = \"stdout\"\n".into()
+}
+
+fn memory_runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<(MemRun, MemRun)>> {
+    let mut out = Vec::new();
+    let largest = plan.sizes.iter().copied().max().unwrap_or(0);
+    for &pods in &plan.sizes {
+        eprintln!("== memory: {pods} pods");
+        let sim = Sim::start(&ctx.bin, pods, ctx.dir.path())?;
+        let idle = pods == largest;
+        let after = if idle { plan.idle } else { plan.steady };
+        let k = Kubesink::start(ctx, &sim, &stdout_sink(), false, &format!("mem-{pods}"))?;
+        let metrics = k.metrics;
+        let ks = observe(k.proc, pods, after, idle, |p| {
+            p.check_running()?;
+            let Ok(text) = request(metrics, "GET", "/metrics") else {
+                return Ok(false);
+            };
+            Ok(metric_sum(&text, "kubesink_synced") >= 1.0
+                && metric_sum(&text, "kubesink_sink_delivered_messages_total") >= pods as f64)
+        })?;
+        eprintln!(
+            "   kubesink: sync {:.1} s, peak {:.1} MiB, steady {:.1} MiB",
+            ks.sync_secs,
+            mib(ks.peak),
+            mib(ks.steady)
+        );
+        let (b, lines) = baseline(ctx, &sim)?;
+        let bs = observe(b, pods, plan.steady, false, |p| {
+            p.check_running()?;
+            Ok(lines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|l| l.starts_with("synced")))
+        })?;
+        eprintln!(
+            "   baseline: sync {:.1} s, peak {:.1} MiB, steady {:.1} MiB",
+            bs.sync_secs,
+            mib(bs.peak),
+            mib(bs.steady)
+        );
+        drop(sim);
+        out.push((ks, bs));
+    }
+    Ok(out)
+}
+
+/// Objects/s and objects per CPU second of one initial list.
+#[derive(Clone, Copy, Default)]
+struct Rate {
+    per_sec: f64,
+    per_cpu_sec: f64,
+}
+
+fn rate(n: usize, started: Instant, pid: u32) -> Rate {
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = procfs::cpu_seconds(pid).unwrap_or(f64::NAN);
+    Rate {
+        per_sec: n as f64 / secs,
+        per_cpu_sec: n as f64 / cpu,
+    }
+}
+
+/// Mean size of a pod as served (bytes of JSON).
+fn mean_object_bytes(sim: &Sim) -> anyhow::Result<f64> {
+    let page = request(sim.addr, "GET", "/api/v1/pods?limit=200")?;
+    let v: Value = serde_json::from_str(&page)?;
+    let items = v["items"].as_array().context("no items")?;
+    let sizes: Vec<f64> = items
+        .iter()
+        .map(|i| serde_json::to_vec(i).map_or(0.0, |b| b.len() as f64))
+        .collect();
+    mean(&sizes).context("no pods")
+}
+
+fn sink_config(kind: SinkKind, run: usize, nats: Option<&Nats>, kafka: Option<&Tansu>) -> String {
+    match kind {
+        SinkKind::Stdout => stdout_sink(),
+        SinkKind::NatsCore => format!(
+            "[[sinks]]\ntype = \"nats\"\nservers = [{:?}]\nmode = \"core\"\nsubject = \"bench{run}.{{namespace}}.{{name}}\"\n",
+            nats.map_or("", |n| n.url.as_str())
+        ),
+        SinkKind::JetStream => format!(
+            "[[sinks]]\ntype = \"nats\"\nservers = [{:?}]\nmode = \"jetstream\"\nsubject = \"bench{run}.{{namespace}}.{{name}}\"\n[sinks.stream]\nname = \"BENCH{run}\"\ncreate = true\nmax_msgs_per_subject = 1\nstorage = {:?}\n",
+            nats.map_or("", |n| n.url.as_str()),
+            std::env::var("BENCH_JS_STORAGE").unwrap_or_else(|_| "file".into())
+        ),
+        SinkKind::Kafka => format!(
+            "[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = {:?}\ntopic = \"bench{run}\"\ncompression = \"lz4\"\nacks = \"all\"\nidempotence = true\n",
+            kafka.map_or("", |k| k.bootstrap.as_str())
+        ),
+    }
+}
+
+fn create_topic(ctx: &Ctx, bootstrap: &str, topic: &str) -> anyhow::Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    ctx.rt.block_on(async {
+        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .create()?;
+        let res = admin
+            .create_topics(
+                &[NewTopic::new(topic, 6, TopicReplication::Fixed(1))],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            )
+            .await?;
+        for r in res {
+            r.map_err(|(t, e)| anyhow::anyhow!("creating topic {t}: {e}"))?;
+        }
+        Ok(())
+    })
+}
+
+struct Throughput {
+    pods: usize,
+    mean_bytes: f64,
+    floor: Rate,
+    sinks: Vec<(SinkKind, Option<Rate>, String)>,
+}
+
+fn throughput_runs(ctx: &Ctx, pods: usize) -> anyhow::Result<Throughput> {
+    eprintln!("== throughput: initial list of {pods} pods");
+    let sim = Sim::start(&ctx.bin, pods, ctx.dir.path())?;
+    let mean_bytes = mean_object_bytes(&sim)?;
+    eprintln!("   mean pod {mean_bytes:.0} bytes of JSON");
+    let (mut f, lines) = floor(ctx, &sim)?;
+    let started = Instant::now();
+    wait_line(&mut f, &lines, "listed", Duration::from_secs(1800))?;
+    let floor_rate = rate(pods, started, f.pid());
+    drop(f);
+    eprintln!(
+        "   parse-floor: {:.0}/s, {:.0}/CPU s",
+        floor_rate.per_sec, floor_rate.per_cpu_sec
+    );
+    let nats = Nats::start(ctx.dir.path())?;
+    let kafka = if procs::tansu_bin().exists() {
+        Some(Tansu::start(ctx.dir.path())?)
+    } else {
+        None
+    };
+    let mut sinks = Vec::new();
+    for (run, kind) in [
+        SinkKind::Stdout,
+        SinkKind::NatsCore,
+        SinkKind::JetStream,
+        SinkKind::Kafka,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if kind == SinkKind::Kafka {
+            match &kafka {
+                Some(k) => create_topic(ctx, &k.bootstrap, &format!("bench{run}"))?,
+                None => {
+                    sinks.push((
+                        kind,
+                        None,
+                        format!("skipped: no tansu at {}", procs::tansu_bin().display()),
+                    ));
+                    continue;
+                }
+            }
+        }
+        let config = sink_config(kind, run, Some(&nats), kafka.as_ref());
+        let started = Instant::now();
+        let mut k = Kubesink::start(ctx, &sim, &config, false, &format!("tp-{run}"))?;
+        let note = match k.wait_delivered(Some(pods), Duration::from_secs(1800)) {
+            Ok(()) => {
+                let r = rate(pods, started, k.proc.pid());
+                eprintln!(
+                    "   {}: {:.0}/s ({:.2}x), {:.0}/CPU s ({:.2}x)",
+                    kind.label(),
+                    r.per_sec,
+                    r.per_sec / floor_rate.per_sec,
+                    r.per_cpu_sec,
+                    r.per_cpu_sec / floor_rate.per_cpu_sec
+                );
+                sinks.push((kind, Some(r), String::new()));
+                continue;
+            }
+            Err(e) => format!("failed: {e:#}"),
+        };
+        eprintln!("   {}: {note}", kind.label());
+        sinks.push((kind, None, note));
+    }
+    Ok(Throughput {
+        pods,
+        mean_bytes,
+        floor: floor_rate,
+        sinks,
+    })
+}
+
+#[derive(Default)]
+struct Latency {
+    label: &'static str,
+    rate: f64,
+    samples: usize,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+fn latency_of(label: &'static str, ms: &[f64], applied: u64, secs: f64) -> Latency {
+    Latency {
+        label,
+        rate: applied as f64 / secs,
+        samples: ms.len(),
+        p50: percentile(ms, 50.0).unwrap_or(f64::NAN),
+        p99: percentile(ms, 99.0).unwrap_or(f64::NAN),
+        max: percentile(ms, 100.0).unwrap_or(f64::NAN),
+    }
+}
+
+/// Reads `out` line by line on a thread; for every added/updated object with a stamp, the
+/// milliseconds from the stamp to the line's arrival go into the returned list.
+fn collect_latency(out: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<f64>>> {
+    let ms: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let m = ms.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let now = procs::now_micros();
+            if let Some(at) = procs::stamp_of(&line) {
+                // kubesink's `op`, or the watch event's `type` (parse-floor).
+                if [
+                    "\"op\":\"added\"",
+                    "\"op\":\"updated\"",
+                    "\"type\":\"ADDED\"",
+                    "\"type\":\"MODIFIED\"",
+                ]
+                .iter()
+                .any(|op| line.contains(op))
+                {
+                    m.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(now.saturating_sub(at) as f64 / 1000.0);
+                }
+            }
+        }
+    });
+    ms
+}
+
+/// Latency from the stamped change to the line kubesink writes on stdout, and, side by side
+/// on the same watch, to the line parse-floor writes (what the simulator and the machine
+/// add by themselves).
+fn latency_stdout(ctx: &Ctx, plan: &Plan, sim: &Sim) -> anyhow::Result<[Latency; 2]> {
+    let mut k = Kubesink::start(ctx, sim, &stdout_sink(), true, "lat-stdout")?;
+    let ms = collect_latency(k.proc.take_stdout().context("stdout")?);
+    let mut f = spawn(
+        "parse-floor",
+        Command::new(ctx.bin.join("parse-floor"))
+            .env("KUBECONFIG", &sim.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )?;
+    let floor_ms = collect_latency(f.take_stdout().context("stdout")?);
+    let floor_lines = watch_lines(f.take_stderr().context("stderr")?);
+    k.wait_delivered(None, Duration::from_secs(600))?;
+    wait_line(&mut f, &floor_lines, "listed", Duration::from_secs(600))?;
+    let started = Instant::now();
+    sim.churn(plan.churn_rate)?;
+    std::thread::sleep(plan.churn_for);
+    let applied = sim.churn_applied()?;
+    let secs = started.elapsed().as_secs_f64();
+    sim.churn(0.0)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let ms = ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let floor_ms = floor_ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok([
+        latency_of("stdout", &ms, applied, secs),
+        latency_of(
+            "parse-floor (same watch, control)",
+            &floor_ms,
+            applied,
+            secs,
+        ),
+    ])
+}
+
+/// Latency from the stamped change to a JetStream consumer receiving the stored message.
+fn latency_jetstream(ctx: &Ctx, plan: &Plan, sim: &Sim) -> anyhow::Result<Latency> {
+    let nats = Nats::start(ctx.dir.path())?;
+    let run = 90;
+    let mut k = Kubesink::start(
+        ctx,
+        sim,
+        &sink_config(SinkKind::JetStream, run, Some(&nats), None),
+        false,
+        "lat-js",
+    )?;
+    k.wait_delivered(None, Duration::from_secs(600))?;
+    let ms: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let m = ms.clone();
+    let url = nats.url.clone();
+    let consumer = ctx.rt.spawn(async move {
+        use async_nats::jetstream::consumer::{pull, DeliverPolicy};
+        use futures::StreamExt;
+        let client = async_nats::connect(url).await?;
+        let js = async_nats::jetstream::new(client);
+        let stream = js.get_stream(format!("BENCH{run}")).await?;
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                deliver_policy: DeliverPolicy::New,
+                ..Default::default()
+            })
+            .await?;
+        let mut messages = consumer.messages().await?;
+        while let Some(msg) = messages.next().await {
+            let msg = msg?;
+            let now = procs::now_micros();
+            let text = String::from_utf8_lossy(&msg.payload);
+            if let Some(at) = procs::stamp_of(&text) {
+                if text.contains("\"op\":\"added\"") || text.contains("\"op\":\"updated\"") {
+                    m.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(now.saturating_sub(at) as f64 / 1000.0);
+                }
+            }
+        }
+        anyhow::Ok(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    sim.churn(plan.churn_rate)?;
+    std::thread::sleep(plan.churn_for);
+    let applied = sim.churn_applied()?;
+    let secs = started.elapsed().as_secs_f64();
+    sim.churn(0.0)?;
+    std::thread::sleep(Duration::from_secs(1));
+    consumer.abort();
+    let ms = ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok(latency_of("NATS JetStream", &ms, applied, secs))
+}
+
+/// CPU seconds per 10,000 changes during churn, for each program following the same churn.
+fn cpu_per_change(ctx: &Ctx, plan: &Plan, sim: &Sim) -> anyhow::Result<Vec<(&'static str, f64)>> {
+    let mut k = Kubesink::start(ctx, sim, &stdout_sink(), false, "cpu")?;
+    let (mut b, bl) = baseline(ctx, sim)?;
+    let (mut f, fl) = floor(ctx, sim)?;
+    k.wait_delivered(None, Duration::from_secs(600))?;
+    wait_line(&mut b, &bl, "synced", Duration::from_secs(600))?;
+    wait_line(&mut f, &fl, "listed", Duration::from_secs(600))?;
+    std::thread::sleep(Duration::from_secs(1));
+    let pids = [
+        ("kubesink", k.proc.pid()),
+        ("baseline-reflector", b.pid()),
+        ("parse-floor", f.pid()),
+    ];
+    let before: Vec<f64> = pids
+        .iter()
+        .map(|(_, p)| procfs::cpu_seconds(*p).unwrap_or(0.0))
+        .collect();
+    sim.churn(plan.churn_rate)?;
+    std::thread::sleep(plan.churn_for);
+    let applied = sim.churn_applied()?.max(1);
+    sim.churn(0.0)?;
+    std::thread::sleep(Duration::from_secs(2));
+    Ok(pids
+        .iter()
+        .zip(before)
+        .map(|((name, pid), b)| {
+            let used = procfs::cpu_seconds(*pid).unwrap_or(0.0) - b;
+            (*name, used / applied as f64 * 10_000.0)
+        })
+        .collect())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    format!(
+        "{cores} cores, {cpu}; load average at the end {}",
+        load.join(" ")
+    )
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut quick = false;
+    let mut out = PathBuf::from("docs/bench");
+    let mut bin: Option<PathBuf> = None;
+    let mut state_size: Option<PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--out" => out = args.next().context("--out takes a directory")?.into(),
+            "--bin-dir" => bin = Some(args.next().context("--bin-dir takes a directory")?.into()),
+            "--state-size" => {
+                state_size = Some(args.next().context("--state-size takes a file")?.into())
+            }
+            other => bail!("unknown argument {other:?} (usage: bench-suite [--quick] [--out DIR] [--bin-dir DIR] [--state-size FILE])"),
+        }
+    }
+    let bin = match bin {
+        Some(b) => b,
+        None => std::env::current_exe()?
+            .parent()
+            .context("no directory")?
+            .to_path_buf(),
+    };
+    for b in [
+        "kubesink",
+        "kubesink-sim",
+        "baseline-reflector",
+        "parse-floor",
+    ] {
+        if !bin.join(b).exists() {
+            bail!("{} is missing: build with `cargo build --release --workspace --bins` (scripts/bench.sh does)", bin.join(b).display());
+        }
+    }
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let plan = Plan::new(quick);
+    let ctx = Ctx {
+        bin,
+        dir: tempfile::tempdir()?,
+        rt: tokio::runtime::Runtime::new()?,
+    };
+    let started = Instant::now();
+
+    let mem = memory_runs(&ctx, &plan)?;
+    let largest = plan.sizes.iter().copied().max().unwrap_or(0);
+    let tp = throughput_runs(&ctx, largest.max(5_000))?;
+    eprintln!(
+        "== latency and CPU per change: {} pods, {} changes/s",
+        plan.churn_pods, plan.churn_rate
+    );
+    let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
+    let [lat_stdout, lat_floor] = latency_stdout(&ctx, &plan, &sim)?;
+    let lat_js = latency_jetstream(&ctx, &plan, &sim)?;
+    for l in [&lat_stdout, &lat_floor, &lat_js] {
+        eprintln!(
+            "   {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples, {:.0} changes/s)",
+            l.label, l.p50, l.p99, l.max, l.samples, l.rate
+        );
+    }
+    let cpu = cpu_per_change(&ctx, &plan, &sim)?;
+    drop(sim);
+
+    let mode = if quick { "quick" } else { "full" };
+    let state = state_size
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.contains("bytes/object"))
+                .map(str::to_owned)
+        });
+    let plot_path = out.join(format!("initial-sync-rss-{mode}.png"));
+    if let Some((k, b)) = mem.last() {
+        plot::rss_over_time(
+            &plot_path,
+            &format!("RSS during the initial sync of {} pods", k.pods),
+            &[
+                Series {
+                    label: "kubesink (stdout sink)",
+                    samples: &k.samples,
+                    color: plotters::style::RGBColor(31, 119, 180),
+                },
+                Series {
+                    label: "kube-runtime reflector, full Pod",
+                    samples: &b.samples,
+                    color: plotters::style::RGBColor(214, 39, 40),
+                },
+            ],
+        )?;
+    }
+    let report = Report {
+        mode,
+        plan: &plan,
+        mem: &mem,
+        tp: &tp,
+        lat: [&lat_stdout, &lat_js, &lat_floor],
+        cpu: &cpu,
+        state,
+        elapsed: started.elapsed(),
+    };
+    let md = report.markdown();
+    std::fs::write(out.join(format!("results-{mode}.md")), &md)?;
+    std::fs::write(
+        out.join(format!("results-{mode}.json")),
+        serde_json::to_string_pretty(&report.json())?,
+    )?;
+    std::io::stdout().write_all(md.as_bytes())?;
+    eprintln!(
+        "wrote {}/results-{mode}.md, .json and {}",
+        out.display(),
+        plot_path.display()
+    );
+    Ok(())
+}
+
+struct Report<'a> {
+    mode: &'static str,
+    plan: &'a Plan,
+    mem: &'a [(MemRun, MemRun)],
+    tp: &'a Throughput,
+    lat: [&'a Latency; 3],
+    cpu: &'a [(&'static str, f64)],
+    state: Option<String>,
+    elapsed: Duration,
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "**missed**"
+    }
+}
+
+impl Report<'_> {
+    fn slope(&self) -> Option<f64> {
+        let n = self.mem.len();
+        if n < 3 {
+            return None;
+        }
+        let (a, b) = (&self.mem[n - 2].0, &self.mem[n - 1].0);
+        Some((b.steady as f64 - a.steady as f64) / (b.pods - a.pods) as f64)
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = String::new();
+        let w = &mut s;
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            w,
+            "<!-- written by bench-suite ({} mode); do not edit -->",
+            self.mode
+        );
+        let _ = writeln!(
+            w,
+            "Machine: {}. Mode: {} ({:.0} s).\n",
+            machine(),
+            self.mode,
+            self.elapsed.as_secs_f64()
+        );
+        let _ = writeln!(w, "Memory (RSS, MiB; stdout sink to /dev/null; steady = mean over the last {:.0} s of {:.0} s after the sync):\n", self.plan.steady.as_secs_f64() / 2.0, self.plan.steady.as_secs_f64());
+        let _ = writeln!(w, "| pods | kubesink peak | kubesink steady | kubesink sync (s) | reflector peak | reflector steady | reflector sync (s) |");
+        let _ = writeln!(w, "|---:|---:|---:|---:|---:|---:|---:|");
+        for (k, b) in self.mem {
+            let _ = writeln!(
+                w,
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                k.pods,
+                mib(k.peak),
+                mib(k.steady),
+                k.sync_secs,
+                mib(b.peak),
+                mib(b.steady),
+                b.sync_secs
+            );
+        }
+        let largest = self.mem.last().map(|m| &m.0);
+        let fixed = self.mem.first().map(|m| &m.0);
+        let mut rows: Vec<[String; 4]> = Vec::new();
+        if let Some(l) = largest {
+            rows.push([
+                format!("steady RSS, {} pods", l.pods),
+                format!("{:.1} MiB", mib(l.steady)),
+                "≤ 48 MiB (100k)".into(),
+                verdict(mib(l.steady) <= 48.0).into(),
+            ]);
+            rows.push([
+                format!("peak RSS during the initial sync, {} pods", l.pods),
+                format!("{:.1} MiB", mib(l.peak)),
+                "≤ 64 MiB (100k)".into(),
+                verdict(mib(l.peak) <= 64.0).into(),
+            ]);
+        }
+        if let Some(f) = fixed {
+            rows.push([
+                "fixed cost (RSS, 0 pods)".into(),
+                format!("{:.1} MiB", mib(f.steady)),
+                "≤ 20 MiB".into(),
+                verdict(mib(f.steady) <= 20.0).into(),
+            ]);
+        }
+        if let Some(slope) = self.slope() {
+            let n = self.mem.len();
+            rows.push([
+                format!(
+                    "slope, {}→{} pods",
+                    self.mem[n - 2].0.pods,
+                    self.mem[n - 1].0.pods
+                ),
+                format!("{slope:.0} B/object"),
+                "≤ 160 B/object".into(),
+                verdict(slope <= 160.0).into(),
+            ]);
+        }
+        if let Some(st) = &self.state {
+            rows.push([
+                "informer state (`cargo bench --bench state_size`)".into(),
+                st.trim().to_owned(),
+                "—".into(),
+                "—".into(),
+            ]);
+        }
+        let f = self.tp.floor;
+        for (kind, r, note) in &self.tp.sinks {
+            let target = match kind {
+                SinkKind::Stdout => Some(0.8),
+                SinkKind::NatsCore => Some(0.6),
+                _ => None,
+            };
+            match r {
+                Some(r) => {
+                    let ratio = r.per_sec / f.per_sec;
+                    rows.push([
+                        format!("throughput, {}", kind.label()),
+                        format!(
+                            "{:.0}/s = {:.2}× floor ({:.2}× per CPU s)",
+                            r.per_sec,
+                            ratio,
+                            r.per_cpu_sec / f.per_cpu_sec
+                        ),
+                        target.map_or("measured".into(), |t| format!("≥ {t}× floor")),
+                        target.map_or("—".into(), |t| verdict(ratio >= t).into()),
+                    ]);
+                }
+                None => rows.push([
+                    format!("throughput, {}", kind.label()),
+                    note.clone(),
+                    "—".into(),
+                    "—".into(),
+                ]),
+            }
+        }
+        for (i, l) in self.lat.iter().enumerate() {
+            let control = i == 2;
+            rows.push([
+                format!("latency change → {}, {:.0} changes/s", l.label, l.rate),
+                format!(
+                    "p50 {:.1} / p99 {:.1} / max {:.1} ms ({} changes)",
+                    l.p50, l.p99, l.max, l.samples
+                ),
+                if control {
+                    "—".into()
+                } else {
+                    "p99 ≤ 50 ms".into()
+                },
+                if control {
+                    "—".into()
+                } else {
+                    verdict(l.p99 <= 50.0).into()
+                },
+            ]);
+        }
+        if let Some(idle) = largest.and_then(|l| l.idle_cpu_pct) {
+            rows.push([
+                format!(
+                    "idle CPU, {} pods cached, {:.0} s",
+                    largest.map_or(0, |l| l.pods),
+                    self.plan.idle.as_secs_f64()
+                ),
+                format!("{idle:.2}% of one core"),
+                "≤ 1%".into(),
+                verdict(idle <= 1.0).into(),
+            ]);
+        }
+        for (name, c) in self.cpu {
+            rows.push([
+                format!("CPU per 10,000 changes, {name}"),
+                format!("{c:.2} s"),
+                "—".into(),
+                "—".into(),
+            ]);
+        }
+        let _ = writeln!(w, "\nFigures (throughput: initial list of {} pods of {:.0} bytes mean JSON; parse-floor {:.0}/s, {:.0}/CPU s):\n", self.tp.pods, self.tp.mean_bytes, f.per_sec, f.per_cpu_sec);
+        let _ = writeln!(w, "| figure | measured | target | |");
+        let _ = writeln!(w, "|---|---|---|---|");
+        for r in rows {
+            let _ = writeln!(w, "| {} | {} | {} | {} |", r[0], r[1], r[2], r[3]);
+        }
+        s
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "mode": self.mode,
+            "machine": machine(),
+            "memory": self.mem.iter().map(|(k, b)| json!({
+                "pods": k.pods,
+                "kubesink": {"peak_bytes": k.peak, "steady_bytes": k.steady, "sync_secs": k.sync_secs, "idle_cpu_pct": k.idle_cpu_pct},
+                "baseline": {"peak_bytes": b.peak, "steady_bytes": b.steady, "sync_secs": b.sync_secs},
+            })).collect::<Vec<_>>(),
+            "slope_bytes_per_object": self.slope(),
+            "throughput": {
+                "pods": self.tp.pods,
+                "mean_object_bytes": self.tp.mean_bytes,
+                "floor": {"per_sec": self.tp.floor.per_sec, "per_cpu_sec": self.tp.floor.per_cpu_sec},
+                "sinks": self.tp.sinks.iter().map(|(k, r, note)| json!({
+                    "sink": k.label(),
+                    "per_sec": r.map(|r| r.per_sec),
+                    "per_cpu_sec": r.map(|r| r.per_cpu_sec),
+                    "note": note,
+                })).collect::<Vec<_>>(),
+            },
+            "latency": self.lat.iter().map(|l| json!({
+                "sink": l.label, "changes_per_sec": l.rate, "samples": l.samples,
+                "p50_ms": l.p50, "p99_ms": l.p99, "max_ms": l.max,
+            })).collect::<Vec<_>>(),
+            "cpu_seconds_per_10k_changes": self.cpu.iter().map(|(n, c)| json!({"program": n, "seconds": c})).collect::<Vec<_>>(),
+            "state_size": self.state,
+        })
+    }
+}

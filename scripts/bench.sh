@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# kubesink's benchmark suite (BENCHMARKS.md): builds the release binaries and runs the driver
+# (benches/suite), which starts the simulator, kubesink, an ordinary informer
+# (baseline-reflector), the serde_json floor (parse-floor), nats-server and tansu, and
+# measures memory, throughput, latency and CPU side by side.
+#
+#   scripts/bench.sh           full run (100,000 pods; about 15-25 minutes on 2 cores):
+#                              writes docs/bench/results-full.{md,json} and the RSS plot
+#   scripts/bench.sh --quick   small sizes, a few minutes (scripts/test.sh runs it so the
+#                              driver never rots); debug binaries (what cargo test already
+#                              built; BENCH_RELEASE=1 for release), so its figures mean
+#                              nothing; writes to $BENCH_OUT (default target/bench-quick),
+#                              never into docs/
+#
+# Needs nats-server (scripts/test.sh installs it) and, for the Kafka figure, tansu (cached
+# by scripts/test.sh; the figure is skipped without it). Figures are not asserted anywhere.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGET="${CARGO_TARGET_DIR:-target}"
+export TOOLS_CACHE_DIR="${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}"
+
+quick=""
+if [ "${1:-}" = "--quick" ]; then quick="--quick"; fi
+
+if [ -n "$quick" ] && [ -z "${BENCH_RELEASE:-}" ]; then
+  echo "== cargo build (debug: kubesink, kubesink-sim, the suite)"
+  cargo build -q -p kubesink -p kubesink-sim -p kubesink-bench --bins
+  exec "$TARGET/debug/bench-suite" --quick --out "${BENCH_OUT:-$TARGET/bench-quick}"
+fi
+
+echo "== cargo build --release (kubesink, kubesink-sim, the suite)"
+cargo build --release -q -p kubesink -p kubesink-sim -p kubesink-bench --bins
+
+if [ -n "$quick" ]; then
+  exec "$TARGET/release/bench-suite" --quick --out "${BENCH_OUT:-$TARGET/bench-quick}"
+fi
+
+# The informer's state per object (a counting allocator over the LightStore).
+out="${BENCH_OUT:-docs/bench}"
+mkdir -p "$out"
+echo "== cargo bench --bench state_size"
+if cargo bench -q --bench state_size > "$out/state_size.txt"; then
+  exec "$TARGET/release/bench-suite" --out "$out" --state-size "$out/state_size.txt"
+fi
+echo "warning: cargo bench --bench state_size failed; the informer-state figure is left out" >&2
+rm -f "$out/state_size.txt"
+exec "$TARGET/release/bench-suite" --out "$out"
