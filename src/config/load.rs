@@ -67,7 +67,7 @@ impl fmt::Display for ConfigErrors {
 /// # Errors
 /// [`ConfigErrors`] with every problem found: unreadable or missing file, TOML syntax,
 /// unknown keys, bad types or units, and semantic problems (missing `cluster.name`, bad
-/// selectors or pointers, duplicate sink names...).
+/// JSON pointers, duplicate sink names...). Selectors are validated by the API server.
 pub fn load(file: Option<&Path>) -> Result<Config, ConfigErrors> {
     load_with_env(file, Env::prefixed(ENV_PREFIX))
 }

@@ -1,6 +1,7 @@
 //! The JSON Lines source: a file, or `-` for stdin (kubesink's stdout sink writes this
 //! format). Caught up at the end of the input; `--follow` then waits for more lines (a file
-//! being appended to) until interrupted. Blank lines are skipped.
+//! being appended to) until interrupted; on stdin, `--follow` counts a 0.5 s pause as caught
+//! up and then reads until the pipe closes. Blank lines are skipped.
 
 use std::path::Path;
 
@@ -10,7 +11,11 @@ use tokio::sync::mpsc;
 use super::{Event, SourceError};
 use crate::fold::view::Record;
 
-/// Reads `path` (`-`: stdin) line by line into `tx`; `Event::CaughtUp` at the end of input.
+/// How long stdin may pause, with `--follow`, before the input counts as caught up.
+const STDIN_IDLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Reads `path` (`-`: stdin) line by line into `tx`; `Event::CaughtUp` at the end of input
+/// (with `--follow` on stdin: after a pause of [`STDIN_IDLE`]).
 ///
 /// # Errors
 /// [`SourceError::Open`] / [`SourceError::Read`] naming the path (and the line).
@@ -32,15 +37,39 @@ pub async fn read(path: &Path, follow: bool, tx: mpsc::Sender<Event>) -> Result<
     let mut line = String::new();
     let mut number = 0u64;
     let mut caught_up = false;
+    // A pipe (`-`) has no end to catch up with while its writer runs: with `--follow`, a pause
+    // of STDIN_IDLE with no partial line counts as caught up (`kubesink run | kubesink fold
+    // --file - --follow`). `read_line` keeps what it read when the timeout cancels it, so
+    // the line is resumed, not lost.
+    let pipe_follow = follow && name == "-";
+    let mut resume = false;
     loop {
-        line.clear();
-        let n = reader
-            .read_line(&mut line)
-            .await
-            .map_err(|e| SourceError::Read {
-                what: format!("{name} line {}", number + 1),
-                reason: e.to_string(),
-            })?;
+        if !resume {
+            line.clear();
+        }
+        resume = false;
+        let read = reader.read_line(&mut line);
+        let read = if pipe_follow && !caught_up {
+            match tokio::time::timeout(STDIN_IDLE, read).await {
+                Ok(r) => r,
+                Err(_) => {
+                    resume = true;
+                    if line.is_empty() {
+                        caught_up = true;
+                        if tx.send(Event::CaughtUp).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    continue;
+                }
+            }
+        } else {
+            read.await
+        };
+        let n = read.map_err(|e| SourceError::Read {
+            what: format!("{name} line {}", number + 1),
+            reason: e.to_string(),
+        })?;
         if n == 0 {
             if !caught_up {
                 caught_up = true;

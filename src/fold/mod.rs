@@ -62,6 +62,15 @@ pub enum SourceError {
 pub async fn run(args: FoldArgs, config: Option<&std::path::Path>) -> ExitCode {
     match fold(args, config).await {
         Ok(code) => code,
+        // The reader of stdout went away (`kubesink fold … | head`): not an error of fold's.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)

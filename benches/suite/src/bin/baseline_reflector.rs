@@ -16,23 +16,19 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, Client};
 
+/// An ordinary informer: a kube-runtime `reflector` over full `Pod`s from the current
+/// kubeconfig's API server, its store kept (BENCHMARKS.md).
+#[derive(clap::Parser)]
+#[command(name = "baseline-reflector")]
+struct Args {
+    /// Objects per list page (`limit`).
+    #[arg(long, default_value_t = 500)]
+    page_size: u32,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut page_size = 500u32;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--page-size" => {
-                let v = args.next().unwrap_or_default();
-                page_size = v
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("--page-size takes a number, got {v:?}"))?;
-            }
-            other => anyhow::bail!(
-                "unknown argument {other:?} (usage: baseline-reflector [--page-size N])"
-            ),
-        }
-    }
+    let Args { page_size } = <Args as clap::Parser>::parse();
     let client = Client::try_default().await?;
     let api: Api<Pod> = Api::all(client);
     let (reader, writer) = reflector::store();

@@ -680,23 +680,33 @@ fn machine() -> String {
     )
 }
 
+/// The benchmark suite's driver (BENCHMARKS.md): starts the simulator, kubesink, the
+/// baseline reflector and the parse floor side by side and writes the tables and the plot.
+#[derive(clap::Parser)]
+#[command(name = "bench-suite")]
+struct Args {
+    /// Small sizes and short windows (a few minutes; what CI runs so the driver never rots).
+    #[arg(long)]
+    quick: bool,
+    /// Where the results (`results-*.md`, `.json`, the PNG) are written.
+    #[arg(long, default_value = "docs/bench")]
+    out: PathBuf,
+    /// Directory of the binaries (`kubesink`, `kubesink-sim`, `baseline-reflector`,
+    /// `parse-floor`). Default: this program's own directory.
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Output of `cargo bench --bench state_size`, to report the informer state per object.
+    #[arg(long)]
+    state_size: Option<PathBuf>,
+}
+
 fn main() -> anyhow::Result<()> {
-    let mut quick = false;
-    let mut out = PathBuf::from("docs/bench");
-    let mut bin: Option<PathBuf> = None;
-    let mut state_size: Option<PathBuf> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--quick" => quick = true,
-            "--out" => out = args.next().context("--out takes a directory")?.into(),
-            "--bin-dir" => bin = Some(args.next().context("--bin-dir takes a directory")?.into()),
-            "--state-size" => {
-                state_size = Some(args.next().context("--state-size takes a file")?.into())
-            }
-            other => bail!("unknown argument {other:?} (usage: bench-suite [--quick] [--out DIR] [--bin-dir DIR] [--state-size FILE])"),
-        }
-    }
+    let Args {
+        quick,
+        out,
+        bin_dir: bin,
+        state_size,
+    } = <Args as clap::Parser>::parse();
     let bin = match bin {
         Some(b) => b,
         None => std::env::current_exe()?

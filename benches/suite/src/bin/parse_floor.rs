@@ -22,25 +22,25 @@ use serde_json::Value;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The floor: list and watch pods from the current kubeconfig's API server and only parse
+/// each object or event into a `serde_json::Value` and write it out (BENCHMARKS.md).
+#[derive(clap::Parser)]
+#[command(name = "parse-floor")]
+struct Args {
+    /// Objects per list page (`limit`).
+    #[arg(long, default_value_t = 500)]
+    page_size: u32,
+    /// Stop after the list (no watch).
+    #[arg(long)]
+    list_only: bool,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut page_size = 500u32;
-    let mut list_only = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--page-size" => {
-                let v = args.next().unwrap_or_default();
-                page_size = v
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("--page-size takes a number, got {v:?}"))?;
-            }
-            "--list-only" => list_only = true,
-            other => anyhow::bail!(
-                "unknown argument {other:?} (usage: parse-floor [--page-size N] [--list-only])"
-            ),
-        }
-    }
+    let Args {
+        page_size,
+        list_only,
+    } = <Args as clap::Parser>::parse();
     let client = Client::try_default().await?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 << 10, stdout.lock());
