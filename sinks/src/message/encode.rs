@@ -155,17 +155,7 @@ struct SyncedWire<'a> {
 /// each followed by a NUL byte. The same change observed again (redelivery, a restart
 /// replaying it) gets the same id.
 pub fn message_id(r: &Resource, c: &Change) -> String {
-    id_of(&[
-        r.cluster.as_str(),
-        r.group.as_str(),
-        r.kind.as_str(),
-        c.namespace.as_deref().unwrap_or(""),
-        &c.name,
-        &c.uid,
-        &c.resource_version,
-        c.op.as_str(),
-        if c.final_state_unknown { "fsu" } else { "" },
-    ])
+    change_id(r, c, c.op.as_str())
 }
 
 /// The id of the Kafka tombstone that follows a `deleted` message: [`message_id`]'s
@@ -173,6 +163,11 @@ pub fn message_id(r: &Resource, c: &Change) -> String {
 /// deduplicates by id keeps both the `deleted` record and its tombstone. Deterministic like
 /// the message id (a re-sent tombstone has the same id).
 pub fn tombstone_id(r: &Resource, c: &Change) -> String {
+    change_id(r, c, "tombstone")
+}
+
+/// The id of a change with `op_token` in the op's place (see [`message_id`]).
+fn change_id(r: &Resource, c: &Change, op_token: &str) -> String {
     id_of(&[
         r.cluster.as_str(),
         r.group.as_str(),
@@ -181,7 +176,7 @@ pub fn tombstone_id(r: &Resource, c: &Change) -> String {
         &c.name,
         &c.uid,
         &c.resource_version,
-        "tombstone",
+        op_token,
         if c.final_state_unknown { "fsu" } else { "" },
     ])
 }
