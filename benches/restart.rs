@@ -9,6 +9,9 @@
 //!
 //! `cargo bench --bench restart` (prints, asserts nothing about time)
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -19,7 +22,6 @@ use kubesink::bridge::Bridge;
 use kubesink::config::{ClusterConfig, Config, ResourceConfig, StateBackend, StateConfig};
 use kubesink::sinks::{Message, Sink, SinkError};
 use kubesink::state::SaveReport;
-use kubesink_sim::{SimConfig, Simulator, Workload};
 use serde_json::Value;
 
 /// The allocator of the `kubesink` binary, so the figures are the product's.
@@ -100,21 +102,12 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let pods: usize = std::env::var("BENCH_PODS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
-    let sim = Simulator::new(SimConfig::default());
-    sim.start(([127, 0, 0, 1], 0).into()).await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)?;
-    sim.populate(&Workload {
-        namespaces: 50,
+    let common::SimulatedPods {
+        sim,
+        kubeconfig,
+        dir,
         pods,
-        seed: 1,
-        ..Default::default()
-    })?;
+    } = common::simulated_pods(100_000, 50).await?;
     let state_file = dir.path().join("state");
     let config = Config {
         cluster: ClusterConfig {

@@ -5,6 +5,9 @@
 //!
 //! `cargo bench --bench throughput` (pods: `BENCH_PODS`, default 20000)
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +16,6 @@ use kubesink::bridge::Bridge;
 use kubesink::config::{ClusterConfig, Config, ResourceConfig};
 use kubesink::sinks::stdout::StdoutSink;
 use kubesink::sinks::Sink;
-use kubesink_sim::{SimConfig, Simulator, Workload};
 
 /// The allocator of the `kubesink` binary, so the figures are the product's.
 #[global_allocator]
@@ -21,21 +23,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let pods: usize = std::env::var("BENCH_PODS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
-    let sim = Simulator::new(SimConfig::default());
-    sim.start(([127, 0, 0, 1], 0).into()).await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)?;
-    sim.populate(&Workload {
-        namespaces: 20,
+    let common::SimulatedPods {
+        sim,
+        kubeconfig,
+        dir: _dir,
         pods,
-        seed: 1,
-        ..Default::default()
-    })?;
+    } = common::simulated_pods(20_000, 20).await?;
 
     // Floor: serde_json parse + write of the same objects.
     let wire: Vec<Vec<u8>> = sim
