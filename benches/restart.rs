@@ -108,6 +108,12 @@ async fn main() -> anyhow::Result<()> {
         dir,
         pods,
     } = common::simulated_pods(100_000, 50).await?;
+    // Pods 0..300 are updated and deleted while kubesink is down, and pod 300 is the template
+    // of the created ones.
+    anyhow::ensure!(
+        pods > 300,
+        "BENCH_PODS must be at least 301 (pods 0..300 change while kubesink is down), got {pods}"
+    );
     let state_file = dir.path().join("state");
     let config = Config {
         cluster: ClusterConfig {
