@@ -165,7 +165,9 @@ async fn list_into(
         params = params.fields(f);
     }
     loop {
-        let page = api.list(&params).await.map_err(|e| {
+        // Only names, uids and resourceVersions are compared: a metadata-only list
+        // (PartialObjectMetadataList) spares decoding and holding whole objects.
+        let page = api.list_metadata(&params).await.map_err(|e| {
             anyhow::anyhow!("cluster {cluster}: listing {}: {e}", res.display_name())
         })?;
         for o in &page.items {
