@@ -46,6 +46,14 @@ pub struct StateConfig {
     /// Default `30s`.
     #[serde(default = "default_interval")]
     pub interval: HumanDuration,
+    /// Record every new object in the state's journal before its `added` may be sent
+    /// (`docs/restarts.md`), so that after a crash the restart can send the `deleted` of
+    /// objects first sent after the last save and deleted while kubesink was down. Sends wait
+    /// for the journal (one append per batch, usually done before the batch is ready); while
+    /// the state store cannot be written, they stop. `false` keeps the sinks flowing then, at
+    /// the price of possible ghosts downstream after a crash. Default `true`.
+    #[serde(default = "yes")]
+    pub write_ahead: bool,
     /// With `backend = "nats"`: the NATS connection and the object store.
     #[cfg(feature = "nats")]
     #[serde(default)]
@@ -58,6 +66,7 @@ impl Default for StateConfig {
             backend: StateBackend::None,
             path: None,
             interval: default_interval(),
+            write_ahead: true,
             #[cfg(feature = "nats")]
             nats: StateNatsConfig::default(),
         }
@@ -69,7 +78,8 @@ fn default_interval() -> HumanDuration {
 }
 
 /// `[state.nats]`: a JetStream object store holding the state as one object
-/// (<https://docs.nats.io/nats-concepts/jetstream/obj_store>).
+/// (<https://docs.nats.io/nats-concepts/jetstream/obj_store>), and a stream beside it,
+/// `{bucket}_JOURNAL`, holding the journal of new objects between saves.
 #[cfg(feature = "nats")]
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -94,13 +104,15 @@ pub struct StateNatsConfig {
     /// can share a bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<String>,
-    /// Create the bucket when it does not exist. Default `true`.
+    /// Create the bucket, and the journal stream `{bucket}_JOURNAL` (subjects
+    /// `kubesink-journal.{bucket}.>`), when they do not exist. Default `true`.
     #[serde(default = "yes")]
     pub create: bool,
-    /// Storage of a created bucket: `file` or `memory`. Default `file`.
+    /// Storage of a created bucket and journal stream: `file` or `memory`. Default `file`.
     #[serde(default)]
     pub storage: kubesink_sinks::nats::NatsStorage,
-    /// Replicas of a created bucket in a JetStream cluster (1 to 5). Default 1.
+    /// Replicas of a created bucket and journal stream in a JetStream cluster (1 to 5).
+    /// Default 1.
     #[serde(default = "one")]
     pub replicas: usize,
     /// Authentication; at most one method (as `[sinks.auth]` of a NATS sink).
@@ -150,7 +162,6 @@ fn default_timeout() -> HumanDuration {
 fn default_bucket() -> String {
     "KUBESINK_STATE".to_owned()
 }
-#[cfg(feature = "nats")]
 fn yes() -> bool {
     true
 }

@@ -11,6 +11,7 @@
 //! | same, key known, fingerprint differs | update | `updated` (unless `updates = false`) |
 //! | same, key known, fingerprint equal | update rv | nothing (relist duplicates, dropped-field changes) |
 //! | same, key known, uid differs | replace | `deleted` (old uid, `finalStateUnknown`), then `added` |
+//! | same, key *unconfirmed* (restored; its earlier `added` may not have arrived), same uid | confirm, update | `added` (again) |
 //! | `Deleted(obj)` | remove | `deleted` with the final object |
 //! | `ListedUnreadable` (a list item that did not decode, key known) | keep, mark seen | nothing |
 //! | `ListDone { sweep: true }` | sweep keys not seen in this list | `deleted`, `finalStateUnknown: true`, each |
@@ -26,7 +27,10 @@
 //! every sink) treats its first list like a relist: not `initial`, differences only (`added`
 //! for new keys, `updated` where the fingerprint changed, nothing for unchanged objects), and
 //! its `ListDone` sweep emits the `deleted` with `finalStateUnknown` of every key that
-//! vanished while kubesink was down.
+//! vanished while kubesink was down. Unconfirmed keys in it (sent as `added` by the earlier
+//! run, or recorded in its journal, without every sink's confirmation) are re-sent as
+//! `added` when listed and swept like the others when not: a crash never leaves downstream
+//! with a key whose delete it cannot learn.
 //!
 //! # Acknowledged state and sync markers
 //!
@@ -227,10 +231,11 @@ impl Decider {
     }
 
     /// The acknowledgement handle of `msg`, the encoded form of a change this decider just
-    /// returned, for a pipeline of `sinks` sinks; `None` when acknowledgements are not
-    /// tracked.
-    pub fn ack(&self, msg: &Message, sinks: usize) -> Option<Ack> {
-        self.store.ack(&msg.meta, sinks)
+    /// returned (`rv`: its resourceVersion), for a pipeline of `sinks` sinks; `None` when
+    /// acknowledgements are not tracked. With a state journal, an `added` is recorded there
+    /// first (see `tracked.rs`).
+    pub async fn ack(&self, msg: &Message, rv: &str, sinks: usize) -> Option<Ack> {
+        self.store.ack(&msg.meta, rv, sinks).await
     }
 
     /// A change this decider returned will never be published (encoding failed): release
@@ -370,7 +375,8 @@ impl Decider {
             };
             if tracking {
                 for v in &vanished {
-                    let before = Facts::from_text(&v.uid, &v.rv, v.fingerprint);
+                    let mut before = Facts::from_text(&v.uid, &v.rv, v.fingerprint);
+                    before.unconfirmed = v.unconfirmed;
                     t.note_change(v.namespace.as_deref(), &v.name, Some(before), 1);
                 }
             }
@@ -482,12 +488,16 @@ impl Decider {
                     uid: old_uid,
                     rv: old_rv,
                     fingerprint: old_fingerprint,
+                    unconfirmed: false,
                 }));
                 Op::Added
             }
         };
         let emitted = if changes.is_empty() { 1 } else { 2 };
         t.note_change(namespace.as_deref(), &name, before, emitted);
+        if op == Op::Added {
+            t.note_added(namespace.as_deref(), &name, &uid, &rv);
+        }
         drop(t);
         changes.push(Change {
             op,

@@ -34,7 +34,9 @@ pub(super) async fn publish(
                 continue;
             }
         };
-        let ack = decider.ack(&msg, publisher.sinks());
+        let ack = decider
+            .ack(&msg, &change.resource_version, publisher.sinks())
+            .await;
         if !publisher.publish_acked(msg, ack).await {
             return false;
         }

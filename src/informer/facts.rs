@@ -41,6 +41,12 @@ pub struct Facts<'a> {
     pub rv: Rv<'a>,
     /// XXH3-64 of the emitted payload (see `payload::fingerprint`).
     pub fingerprint: u64,
+    /// The object was sent as `added` and no sink has confirmed it yet (as far as the saved
+    /// state knows): downstream may or may not have it, and `fingerprint` is not what it has.
+    /// Restored from the write-ahead journal or from a snapshot taken while the `added` was
+    /// outstanding (`state/journal.rs`). The next list re-sends it (`added`) when it is
+    /// still there, or sends its `deleted` when it is gone.
+    pub unconfirmed: bool,
 }
 
 impl<'a> Uid<'a> {
@@ -102,6 +108,18 @@ impl Facts<'_> {
             uid: Uid::parse(uid).into_owned(),
             rv: Rv::parse(rv).into_owned(),
             fingerprint,
+            unconfirmed: false,
+        }
+    }
+
+    /// The facts of an object sent as `added` and not yet confirmed by every sink: its uid
+    /// and resourceVersion, no fingerprint (see [`Facts::unconfirmed`]).
+    pub fn unconfirmed(uid: Uid<'_>, rv: Rv<'_>) -> Facts<'static> {
+        Facts {
+            uid: uid.into_owned(),
+            rv: rv.into_owned(),
+            fingerprint: 0,
+            unconfirmed: true,
         }
     }
 
@@ -111,6 +129,7 @@ impl Facts<'_> {
             uid: self.uid.into_owned(),
             rv: self.rv.into_owned(),
             fingerprint: self.fingerprint,
+            unconfirmed: self.unconfirmed,
         }
     }
 }

@@ -87,7 +87,7 @@ pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
 pub use stats::{FailureKind, InformerStats};
 pub use store::LightStore;
-pub use tracked::{Acknowledged, TrackedStore};
+pub use tracked::{Acknowledged, JournalRef, NewKeys, TrackedStore};
 // What only the benches and tests reach (`kubesink::testing`).
 #[cfg(feature = "test-util")]
 #[cfg(feature = "test-util")]

@@ -3,7 +3,9 @@
 //! Per object: namespace (interned), name, uid (16 bytes when it is a UUID, as Kubernetes
 //! issues them), resourceVersion (as an integer when decimal, as etcd-backed servers issue
 //! them), a 64-bit fingerprint of the payload that would be emitted, and the list epoch in
-//! which the object was last seen. Never the object itself: that is the whole point (the
+//! which the object was last seen, and whether it is *unconfirmed* (restored from saved state
+//! that holds its `added` as sent but not confirmed: the next list re-sends it). Never the
+//! object itself: that is the whole point (the
 //! Lyft Clutch "lightweight informer" idea, which cut informer memory by about 65%).
 //!
 //! Layout, measured by `cargo bench --bench state_size`: one `hashbrown::HashTable` slot of
@@ -22,8 +24,13 @@ const UID_TEXT: u32 = 1 << 31;
 /// Flag in [`Entry::epoch_flags`]: the resourceVersion is not decimal; its text is in the
 /// overflow map.
 const RV_TEXT: u32 = 1 << 30;
-/// The list epoch occupies the low 30 bits and wraps.
-const EPOCH_MASK: u32 = RV_TEXT - 1;
+/// Flag in [`Entry::epoch_flags`]: the object is unconfirmed (see [`Facts::unconfirmed`]):
+/// restored from saved state that holds its `added` as sent but not confirmed by every sink.
+const UNCONFIRMED: u32 = 1 << 29;
+/// The flags whose texts live in the overflow map.
+const TEXT_FLAGS: u32 = UID_TEXT | RV_TEXT;
+/// The list epoch occupies the low 29 bits and wraps.
+const EPOCH_MASK: u32 = UNCONFIRMED - 1;
 
 /// A canonical lowercase UUID (what the API server issues) as 16 bytes.
 pub(super) fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
@@ -52,7 +59,8 @@ pub struct Entry {
     pub fingerprint: u64,
     /// Interned namespace id (0 = cluster scope).
     pub ns: u32,
-    /// List epoch in which the object was last seen (low 30 bits) and the text flags.
+    /// List epoch in which the object was last seen (low 29 bits), the text flags and
+    /// [`UNCONFIRMED`].
     epoch_flags: u32,
 }
 
@@ -98,6 +106,8 @@ pub struct Vanished {
     pub rv: String,
     /// Fingerprint of the last emitted payload.
     pub fingerprint: u64,
+    /// It was unconfirmed (see [`Facts::unconfirmed`]).
+    pub unconfirmed: bool,
 }
 
 /// Keys, uids, resourceVersions and fingerprints of one watch's objects.
@@ -193,7 +203,8 @@ impl LightStore {
         let (result, old_flags) = match slot {
             hashbrown::hash_table::Entry::Occupied(mut o) => {
                 let e = o.get_mut();
-                let old_flags = e.epoch_flags & !EPOCH_MASK;
+                let old_flags = e.epoch_flags & TEXT_FLAGS;
+                let unconfirmed = e.epoch_flags & UNCONFIRMED != 0;
                 let same_uid = match uid_bytes {
                     Some(b) => old_flags & UID_TEXT == 0 && e.uid == b,
                     None => {
@@ -211,6 +222,9 @@ impl LightStore {
                         old_rv: render_rv(e, &self.overflow),
                         old_fingerprint: e.fingerprint,
                     }
+                } else if unconfirmed {
+                    // Sent as `added` by an earlier run, never confirmed: send it again.
+                    Observed::New
                 } else if e.fingerprint == fingerprint {
                     Observed::Unchanged
                 } else {
@@ -285,7 +299,7 @@ impl LightStore {
         {
             Ok(o) => {
                 let (e, _) = o.remove();
-                if e.epoch_flags & !EPOCH_MASK != 0 {
+                if e.epoch_flags & TEXT_FLAGS != 0 {
                     self.overflow.remove(&(ns_id, e.name));
                 }
                 true
@@ -315,8 +329,9 @@ impl LightStore {
                 uid: render_uid(e, overflow),
                 rv: render_rv(e, overflow),
                 fingerprint: e.fingerprint,
+                unconfirmed: e.epoch_flags & UNCONFIRMED != 0,
             });
-            if e.epoch_flags & !EPOCH_MASK != 0 {
+            if e.epoch_flags & TEXT_FLAGS != 0 {
                 overflow.remove(&(e.ns, e.name.clone()));
             }
             false
@@ -375,6 +390,7 @@ impl LightStore {
                 )
             },
             fingerprint: e.fingerprint,
+            unconfirmed: e.epoch_flags & UNCONFIRMED != 0,
         }
     }
 
@@ -391,17 +407,18 @@ impl LightStore {
     /// [`LightStore::intern`].
     pub fn restore(&mut self, ns: u32, name: &str, facts: &Facts<'_>) {
         let epoch = self.epoch & EPOCH_MASK;
-        let (uid, mut flags, uid_text) = match &facts.uid {
+        let (uid, mut text_flags, uid_text) = match &facts.uid {
             Uid::Uuid(b) => (*b, 0, None),
             Uid::Text(t) => ([0; 16], UID_TEXT, Some(Box::<str>::from(&**t))),
         };
         let (rv, rv_text) = match &facts.rv {
             Rv::Number(n) => (*n, None),
             Rv::Text(t) => {
-                flags |= RV_TEXT;
+                text_flags |= RV_TEXT;
                 (0, Some(Box::<str>::from(&**t)))
             }
         };
+        let flags = text_flags | if facts.unconfirmed { UNCONFIRMED } else { 0 };
         let hash = Self::hash(&self.hasher, ns, name);
         let hasher = &self.hasher;
         let entry = Entry {
@@ -422,7 +439,7 @@ impl LightStore {
                 v.insert(entry);
             }
         }
-        if flags != 0 {
+        if text_flags != 0 {
             self.overflow.insert(
                 (ns, name.into()),
                 Overflow {
@@ -622,6 +639,42 @@ mod tests {
         let gone = copy.end_list();
         assert_eq!(gone.len(), 1);
         assert_eq!((gone[0].name.as_str(), gone[0].fingerprint), ("node", 2));
+    }
+
+    #[test]
+    fn an_unconfirmed_object_is_new_again_when_seen_and_vanishes_like_any_other() {
+        let mut s = LightStore::new();
+        let ns = s.intern(Some("a"));
+        let unconfirmed = Facts::unconfirmed(Uid::parse(U1), Rv::parse("5"));
+        for name in ["seen", "gone", "recreated"] {
+            s.restore(ns, name, &unconfirmed);
+        }
+        assert!(s.get(Some("a"), "seen").unwrap().unconfirmed);
+        s.begin_list();
+        // Same uid: downstream may not have it, so it is new (its `added` is sent again).
+        assert_eq!(s.observe(Some("a"), "seen", U1, "5", 7), Observed::New);
+        assert!(
+            !s.get(Some("a"), "seen").unwrap().unconfirmed,
+            "confirmed once re-sent"
+        );
+        assert_eq!(
+            s.observe(Some("a"), "seen", U1, "6", 7),
+            Observed::Unchanged
+        );
+        assert!(matches!(
+            s.observe(Some("a"), "recreated", U2, "9", 7),
+            Observed::Replaced { ref old_uid, .. } if old_uid == U1
+        ));
+        let gone = s.end_list();
+        assert_eq!(gone.len(), 1);
+        assert_eq!(
+            (
+                gone[0].name.as_str(),
+                gone[0].rv.as_str(),
+                gone[0].unconfirmed
+            ),
+            ("gone", "5", true)
+        );
     }
 
     #[test]

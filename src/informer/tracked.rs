@@ -25,17 +25,53 @@
 //! after the first change settles (a count, not a history): the saved state may lag by a
 //! change, never lead; a restart then re-sends that key's current state (at-least-once).
 //!
+//! # Keys downstream may have: unconfirmed entries and the journal
+//!
+//! Lagging is safe for updates and deletes, not for a new key: if an `added` was sent but
+//! not confirmed, downstream may have the key while the acknowledged state does not, and a
+//! restart after it was deleted could never send its `deleted` (a ghost). So the overlay
+//! also remembers the uid and resourceVersion of the newest `added` of a key with outstanding
+//! changes, and the acknowledged state lists such keys as **unconfirmed**
+//! ([`Facts::unconfirmed`]): the next list re-sends them if they exist and sends their
+//! `deleted` if not. Between saves, each `added` is first recorded in the state journal
+//! ([`NewKeys`]); its acknowledgement carries the journal position that must be durable
+//! before any sink sends it ([`WriteAhead`]).
+//!
 //! This module never decides what to emit and never does I/O.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kubesink_sinks::MessageMeta;
+use async_trait::async_trait;
+use kubesink_sinks::{MessageMeta, Op};
 
-use super::facts::Facts;
+use super::facts::{Facts, Rv, Uid};
 use super::store::LightStore;
-use crate::pipeline::{Ack, Settle};
+use crate::pipeline::{Ack, Settle, WriteAhead};
+
+/// Where new keys are recorded before their `added` may be sent: the state journal
+/// (`state/journal.rs`), named here as a trait so that the informer does not depend on the
+/// state module.
+#[async_trait]
+pub trait NewKeys: Send + Sync {
+    /// Records that `(namespace, name)` of watch `watch` (its index in the journal) with
+    /// `uid` and resourceVersion `rv` is about to be sent as `added`, waiting while the
+    /// journal's buffer is full. Returns the position that must be durable before it is
+    /// sent.
+    async fn record(
+        &self,
+        watch: u32,
+        namespace: Option<&str>,
+        name: &str,
+        uid: &str,
+        rv: &str,
+    ) -> WriteAhead;
+
+    /// The position of the newest record: a change that adds no key waits for it, so it
+    /// never overtakes (by coalescing) a record of its key.
+    fn covered(&self) -> WriteAhead;
+}
 
 /// An overlay key: namespace id in the store's interner and name.
 #[derive(PartialEq, Eq)]
@@ -63,6 +99,8 @@ struct Outstanding {
     before: Option<Facts<'static>>,
     /// Changes emitted for the key and not yet settled by every sink.
     changes: u32,
+    /// uid and resourceVersion of the newest `added` among them: downstream may have it.
+    added: Option<(Uid<'static>, Rv<'static>)>,
 }
 
 /// What the lock protects.
@@ -105,11 +143,36 @@ impl Tracked {
                     Outstanding {
                         before,
                         changes: count,
+                        added: None,
                     },
                 );
             }
         }
     }
+
+    /// Records that the change just noted for `(ns, name)` is an `added` of `uid` at `rv`
+    /// (after [`Tracked::note_change`]): until it settles, the acknowledged state lists the
+    /// key as unconfirmed. Does nothing when acknowledgements are not tracked.
+    pub fn note_added(&mut self, ns: Option<&str>, name: &str, uid: &str, rv: &str) {
+        let Some(overlay) = &mut self.overlay else {
+            return;
+        };
+        let Some(id) = self.store.ns_id_of(ns) else {
+            return;
+        };
+        if let Some(o) = overlay.get_mut(&KeyRef(id, name)) {
+            o.added = Some((Uid::parse(uid).into_owned(), Rv::parse(rv).into_owned()));
+        }
+    }
+}
+
+/// A watch's place in the state journal: the journal and the watch's index in it.
+#[derive(Clone)]
+pub struct JournalRef {
+    /// The journal.
+    pub journal: Arc<dyn NewKeys>,
+    /// The watch's index in it.
+    pub watch: u32,
 }
 
 /// A watch's store and its acknowledgement overlay, shared behind one mutex. Every holder
@@ -119,6 +182,8 @@ pub struct TrackedStore {
     inner: Mutex<Tracked>,
     /// Whether the overlay is on (fixed at creation).
     tracking: bool,
+    /// Where `added` changes are recorded before they are sent (with a state journal).
+    journal: Option<JournalRef>,
     /// Bumped on every step that may change the store or the overlay: the saver skips a watch
     /// whose state did not move.
     version: AtomicU64,
@@ -127,6 +192,16 @@ pub struct TrackedStore {
 impl TrackedStore {
     /// Shares `store`; `track` turns the overlay on (only useful with a state store).
     pub fn new(store: LightStore, track: bool) -> Arc<Self> {
+        Self::build(store, track, None)
+    }
+
+    /// Shares `store`, tracking acknowledgements and recording every `added` in `journal`
+    /// before it may be sent.
+    pub fn with_journal(store: LightStore, journal: JournalRef) -> Arc<Self> {
+        Self::build(store, true, Some(journal))
+    }
+
+    fn build(store: LightStore, track: bool, journal: Option<JournalRef>) -> Arc<Self> {
         Arc::new(TrackedStore {
             inner: Mutex::new(Tracked {
                 store,
@@ -134,6 +209,7 @@ impl TrackedStore {
                 list_resource_version: String::new(),
             }),
             tracking: track,
+            journal,
             version: AtomicU64::new(0),
         })
     }
@@ -160,16 +236,40 @@ impl TrackedStore {
         self.version.load(Ordering::Relaxed)
     }
 
-    /// The acknowledgement of one published change (`meta` names its key), to be settled by
-    /// each of `sinks` sinks; `None` when acknowledgements are not tracked.
-    pub fn ack(self: &Arc<Self>, meta: &Arc<MessageMeta>, sinks: usize) -> Option<Ack> {
+    /// The acknowledgement of one published change (`meta` names its key and op; `rv` is
+    /// its resourceVersion), to be settled by each of `sinks` sinks; `None` when
+    /// acknowledgements are not tracked. With a journal, an `added` is recorded there first
+    /// (waiting while its buffer is full), and the acknowledgement carries the journal
+    /// position that must be durable before the change is sent.
+    pub async fn ack(
+        self: &Arc<Self>,
+        meta: &Arc<MessageMeta>,
+        rv: &str,
+        sinks: usize,
+    ) -> Option<Ack> {
         if !self.tracking {
             return None;
         }
+        let write_ahead = match &self.journal {
+            None => None,
+            Some(j) if meta.op == Op::Added => Some(
+                j.journal
+                    .record(
+                        j.watch,
+                        meta.namespace.as_deref(),
+                        &meta.name,
+                        &meta.uid,
+                        rv,
+                    )
+                    .await,
+            ),
+            Some(j) => Some(j.journal.covered()),
+        };
         Some(Arc::new(ChangeAck {
             remaining: AtomicUsize::new(sinks),
             store: self.clone(),
             meta: meta.clone(),
+            write_ahead,
         }))
     }
 
@@ -223,7 +323,8 @@ impl Acknowledged<'_> {
     }
 
     /// Calls `f(namespace id, name, facts)` for every acknowledged object: live entries
-    /// without outstanding changes, and the `before` facts of keys with some.
+    /// without outstanding changes, and for keys with some, the newest outstanding `added`
+    /// as unconfirmed facts (downstream may have it), else the `before` facts.
     pub fn for_each(&self, mut f: impl FnMut(u32, &str, &Facts<'_>)) {
         let overlay = self.t.overlay.as_ref().filter(|o| !o.is_empty());
         self.t.store.for_each(|ns, name, facts| {
@@ -232,8 +333,10 @@ impl Acknowledged<'_> {
             }
         });
         for (Key(ns, name), o) in overlay.into_iter().flatten() {
-            if let Some(before) = &o.before {
-                f(*ns, name, before);
+            match (&o.added, &o.before) {
+                (Some((uid, rv)), _) => f(*ns, name, &Facts::unconfirmed(uid.clone(), rv.clone())),
+                (None, Some(before)) => f(*ns, name, before),
+                (None, None) => {}
             }
         }
     }
@@ -245,6 +348,7 @@ struct ChangeAck {
     remaining: AtomicUsize,
     store: Arc<TrackedStore>,
     meta: Arc<MessageMeta>,
+    write_ahead: Option<WriteAhead>,
 }
 
 impl Settle for ChangeAck {
@@ -254,20 +358,38 @@ impl Settle for ChangeAck {
                 .settled(self.meta.namespace.as_deref(), &self.meta.name);
         }
     }
+
+    fn write_ahead(&self) -> Option<&WriteAhead> {
+        self.write_ahead.as_ref()
+    }
 }
 
-/// The acknowledged state as sorted `(namespace, name, resourceVersion)`, for tests.
+/// The confirmed part of the acknowledged state as sorted `(namespace, name,
+/// resourceVersion)`, for tests.
 #[cfg(test)]
 pub fn acknowledged_keys(s: &TrackedStore) -> Vec<(String, String, String)> {
+    keys_where(s, false)
+}
+
+/// The unconfirmed part of the acknowledged state, as [`acknowledged_keys`].
+#[cfg(test)]
+pub fn unconfirmed_keys(s: &TrackedStore) -> Vec<(String, String, String)> {
+    keys_where(s, true)
+}
+
+#[cfg(test)]
+fn keys_where(s: &TrackedStore, unconfirmed: bool) -> Vec<(String, String, String)> {
     s.acknowledged(|a| {
         let mut v = Vec::new();
         let table = a.namespaces();
         a.for_each(|ns, name, f| {
-            v.push((
-                table[ns as usize].to_string(),
-                name.to_owned(),
-                f.rv.render(),
-            ))
+            if f.unconfirmed == unconfirmed {
+                v.push((
+                    table[ns as usize].to_string(),
+                    name.to_owned(),
+                    f.rv.render(),
+                ))
+            }
         });
         v.sort();
         v
@@ -294,11 +416,16 @@ mod tests {
         })
     }
 
-    /// Observes (ns, name) at rv with fingerprint rv, recording the change like the decider.
+    /// Observes (ns, name) at rv with fingerprint rv, recording the change like the decider
+    /// (an `added` when the key is new).
     fn change(s: &TrackedStore, name: &str, rv: u64) {
         let mut t = s.lock();
         let before = t.store.get(Some("ns"), name).map(Facts::into_owned);
+        let new = before.is_none();
         t.note_change(Some("ns"), name, before, 1);
+        if new {
+            t.note_added(Some("ns"), name, U1, &rv.to_string());
+        }
         t.store.observe(Some("ns"), name, U1, &rv.to_string(), rv);
     }
 
@@ -309,25 +436,42 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_change_is_acknowledged_only_when_every_sink_settled_it() {
+    fn unconfirmed(s: &TrackedStore) -> Vec<(String, String)> {
+        unconfirmed_keys(s)
+            .into_iter()
+            .map(|(_, n, rv)| (n, rv))
+            .collect()
+    }
+
+    async fn ack(s: &Arc<TrackedStore>, name: &str, sinks: usize) -> Ack {
+        s.ack(&meta(name), "0", sinks).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_change_is_acknowledged_only_when_every_sink_settled_it() {
         let s = TrackedStore::new(LightStore::new(), true);
         change(&s, "a", 1);
-        assert_eq!(rvs(&s), [], "an unacknowledged add is absent");
-        let ack = s.ack(&meta("a"), 2).unwrap();
+        assert_eq!(rvs(&s), [], "an unacknowledged add is not confirmed");
+        assert_eq!(
+            unconfirmed(&s),
+            [("a".into(), "1".into())],
+            "but downstream may have it"
+        );
+        let ack = ack(&s, "a", 2).await;
         ack.settle();
         assert_eq!(rvs(&s), [], "one of two sinks");
         ack.settle();
         assert_eq!(rvs(&s), [("a".into(), "1".into())]);
+        assert_eq!(unconfirmed(&s), []);
         assert_eq!(s.outstanding(), 0);
     }
 
-    #[test]
-    fn the_oldest_unacknowledged_facts_stay_until_every_change_of_the_key_settled() {
+    #[tokio::test]
+    async fn the_oldest_unacknowledged_facts_stay_until_every_change_of_the_key_settled() {
         let s = TrackedStore::new(LightStore::new(), true);
         change(&s, "a", 1);
-        s.ack(&meta("a"), 1).unwrap().settle();
-        let (b2, b3) = (s.ack(&meta("a"), 1).unwrap(), s.ack(&meta("a"), 1).unwrap());
+        ack(&s, "a", 1).await.settle();
+        let (b2, b3) = (ack(&s, "a", 1).await, ack(&s, "a", 1).await);
         change(&s, "a", 2);
         change(&s, "a", 3);
         b3.settle(); // e.g. the newer change replaced the older one by coalescing
@@ -336,8 +480,8 @@ mod tests {
         assert_eq!(rvs(&s), [("a".into(), "3".into())]);
     }
 
-    #[test]
-    fn an_unacknowledged_delete_keeps_the_key_and_untracked_stores_need_no_acks() {
+    #[tokio::test]
+    async fn an_unacknowledged_delete_keeps_the_key_and_untracked_stores_need_no_acks() {
         let s = TrackedStore::new(LightStore::new(), true);
         change(&s, "a", 1);
         s.settled(Some("ns"), "a");
@@ -351,8 +495,27 @@ mod tests {
         s.settled(Some("ns"), "a");
         assert_eq!(rvs(&s), []);
         let plain = TrackedStore::new(LightStore::new(), false);
-        assert!(plain.ack(&meta("a"), 1).is_none());
+        assert!(plain.ack(&meta("a"), "0", 1).await.is_none());
         change(&plain, "a", 1);
         assert_eq!(rvs(&plain), [("a".into(), "1".into())]);
+    }
+
+    #[tokio::test]
+    async fn an_add_then_delete_both_outstanding_stays_unconfirmed_until_both_settle() {
+        // Downstream may have received the `added` and not yet the `deleted`: a restart must
+        // be able to send the delete, so the key stays in the saved state as unconfirmed.
+        let s = TrackedStore::new(LightStore::new(), true);
+        change(&s, "a", 1);
+        {
+            let mut t = s.lock();
+            let before = t.store.get(Some("ns"), "a").map(Facts::into_owned);
+            t.note_change(Some("ns"), "a", before, 1);
+            t.store.remove(Some("ns"), "a");
+        }
+        assert_eq!(unconfirmed(&s), [("a".into(), "1".into())]);
+        s.settled(Some("ns"), "a");
+        assert_eq!(unconfirmed(&s), [("a".into(), "1".into())], "one of two");
+        s.settled(Some("ns"), "a");
+        assert_eq!((rvs(&s), unconfirmed(&s)), (vec![], vec![]));
     }
 }

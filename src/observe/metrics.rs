@@ -5,7 +5,7 @@
 //! `_bytes`. Every metric is listed with its meaning in `docs/operations.md`.
 //!
 //! Labels: `cluster`, `api_version`, `kind`, `scope` (`all`, or the namespace) per watch;
-//! `sink` per sink.
+//! `sink` per sink; `cluster` per state store.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,9 +17,10 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::{Leadership, SinkEntry, WatchEntry};
+use super::{Leadership, SinkEntry, StateEntry, WatchEntry};
 use crate::informer::InformerStats;
 use crate::pipeline::{SinkStats, ERROR_KINDS};
+use crate::state::StateStats;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -27,6 +28,7 @@ type Labels = Vec<(&'static str, String)>;
 pub fn registry(
     watches: Arc<[WatchEntry]>,
     sinks: Arc<[SinkEntry]>,
+    states: Arc<[StateEntry]>,
     leadership: Option<Arc<Leadership>>,
 ) -> Registry {
     let mut r = Registry::with_prefix("kubesink");
@@ -38,6 +40,7 @@ pub fn registry(
     r.register_collector(Box::new(BridgeCollector {
         watches,
         sinks,
+        states,
         leadership,
     }));
     r
@@ -46,6 +49,7 @@ pub fn registry(
 struct BridgeCollector {
     watches: Arc<[WatchEntry]>,
     sinks: Arc<[SinkEntry]>,
+    states: Arc<[StateEntry]>,
     leadership: Option<Arc<Leadership>>,
 }
 
@@ -60,6 +64,14 @@ impl std::fmt::Debug for BridgeCollector {
 
 /// A counter of [`InformerStats`], by name.
 type Get = fn(&InformerStats) -> u64;
+
+/// One state metric: name, help, unit and how to read it from [`StateStats`].
+type StateMetric<T> = (
+    &'static str,
+    &'static str,
+    Option<Unit>,
+    fn(&StateStats) -> T,
+);
 
 fn load(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
@@ -409,10 +421,110 @@ impl BridgeCollector {
     }
 }
 
+impl BridgeCollector {
+    fn encode_states(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let name = |s: &StateEntry| vec![("cluster", s.cluster.clone())];
+        let counters: [StateMetric<u64>; 5] = [
+            (
+                "state_saves",
+                "Snapshots of the informer state stored",
+                None,
+                |s| load(&s.saves),
+            ),
+            (
+                "state_save_failures",
+                "Saves of the informer state that failed (retried at the next interval)",
+                None,
+                |s| load(&s.save_failures),
+            ),
+            (
+                "state_journal_records",
+                "Records appended to the state journal: one per added about to be sent",
+                None,
+                |s| load(&s.journal_records),
+            ),
+            (
+                "state_journal_written",
+                "Bytes of journal frames stored",
+                Some(Unit::Bytes),
+                |s| load(&s.journal_bytes),
+            ),
+            (
+                "state_journal_errors",
+                "Failed journal appends (each retried; sends wait meanwhile)",
+                None,
+                |s| load(&s.journal_errors),
+            ),
+        ];
+        for (metric, help, unit, get) in counters {
+            family(
+                e,
+                metric,
+                help,
+                unit.as_ref(),
+                self.states
+                    .iter()
+                    .map(|s| (name(s), ConstCounter::new(get(&s.stats)))),
+            )?;
+        }
+        let gauges: [StateMetric<f64>; 6] = [
+            (
+                "state_last_save_timestamp",
+                "Unix time of the last stored snapshot (0: none yet)",
+                Some(Unit::Seconds),
+                |s| load(&s.last_save_ms) as f64 / 1000.0,
+            ),
+            (
+                "state_snapshot",
+                "Size of the last stored snapshot",
+                Some(Unit::Bytes),
+                |s| load(&s.bytes) as f64,
+            ),
+            (
+                "state_objects",
+                "Objects in the last stored snapshot",
+                None,
+                |s| load(&s.objects) as f64,
+            ),
+            (
+                "state_unconfirmed_objects",
+                "Of those, sent as added and not yet confirmed by every sink",
+                None,
+                |s| load(&s.unconfirmed) as f64,
+            ),
+            (
+                "state_journal_pending_records",
+                "Journal records appended and not yet stored: the sends that wait for them",
+                None,
+                |s| s.journal_pending() as f64,
+            ),
+            (
+                "state_journal_failing",
+                "Seconds the journal has been failing to store (0 when healthy)",
+                Some(Unit::Seconds),
+                |s| s.journal_failing_for().map_or(0.0, |d| d.as_secs_f64()),
+            ),
+        ];
+        for (metric, help, unit, get) in gauges {
+            family(
+                e,
+                metric,
+                help,
+                unit.as_ref(),
+                self.states
+                    .iter()
+                    .map(|s| (name(s), ConstGauge::new(get(&s.stats)))),
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for BridgeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         self.encode_watches(&mut encoder)?;
         self.encode_sinks(&mut encoder)?;
+        self.encode_states(&mut encoder)?;
         if let Some(l) = &self.leadership {
             family(
                 &mut encoder,

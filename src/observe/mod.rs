@@ -10,8 +10,9 @@
 //!   stopped. A sink outage never fails it (the pipeline holds the backlog and retries), nor
 //!   does an API server refusing (401/403: RBAC; 404: the CRD is gone): a restart cures
 //!   neither, and the informer keeps retrying on its own.
-//! - **Readiness** (`/readyz`): every watch finished its initial sync and every sink is
-//!   ready (its healthcheck passes and its sends succeed).
+//! - **Readiness** (`/readyz`): every watch finished its initial sync, every sink is ready
+//!   (its healthcheck passes and its sends succeed), and no state journal is failing (its
+//!   sends would wait).
 //!
 //! Both answer `200` or `503` with a JSON body naming every watch and sink and what is
 //! wrong with it. This module reads counters; it never changes the data path.
@@ -32,6 +33,7 @@ pub use server::{serve, ServeError};
 
 use crate::informer::{FailureKind, InformerStats};
 use crate::pipeline::SinkHandle;
+use crate::state::StateStats;
 
 /// One watch as the observers see it (known from the configuration before discovery).
 pub struct WatchEntry {
@@ -73,6 +75,16 @@ impl Leadership {
     }
 }
 
+/// One cluster's state store as the observers see it.
+pub struct StateEntry {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Where the state is kept (`file ...`, `NATS object store ...`).
+    pub store: String,
+    /// Its counters.
+    pub stats: Arc<StateStats>,
+}
+
 /// One sink as the observers see it.
 pub struct SinkEntry {
     /// The sink with its queue and counters.
@@ -92,6 +104,7 @@ pub struct Report {
 pub struct Observed {
     watches: Arc<[WatchEntry]>,
     sinks: Arc<[SinkEntry]>,
+    states: Arc<[StateEntry]>,
     registry: Registry,
     watch_failure_timeout: Duration,
     multi_cluster: bool,
@@ -99,21 +112,29 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Observers over `watches` and `sinks`; `multi_cluster` when several clusters are
-    /// watched; `leadership` with leader election.
+    /// Observers over `watches`, `sinks` and the clusters' state stores `states`;
+    /// `multi_cluster` when several clusters are watched; `leadership` with leader election.
     pub fn new(
         watches: Vec<WatchEntry>,
         sinks: Vec<SinkEntry>,
+        states: Vec<StateEntry>,
         watch_failure_timeout: Duration,
         multi_cluster: bool,
         leadership: Option<Arc<Leadership>>,
     ) -> Self {
         let watches: Arc<[WatchEntry]> = watches.into();
         let sinks: Arc<[SinkEntry]> = sinks.into();
+        let states: Arc<[StateEntry]> = states.into();
         Observed {
-            registry: metrics::registry(watches.clone(), sinks.clone(), leadership.clone()),
+            registry: metrics::registry(
+                watches.clone(),
+                sinks.clone(),
+                states.clone(),
+                leadership.clone(),
+            ),
             watches,
             sinks,
+            states,
             watch_failure_timeout,
             multi_cluster,
             leadership,
@@ -162,6 +183,19 @@ impl Observed {
         })
     }
 
+    fn state_json(s: &StateEntry) -> Value {
+        let st = &s.stats;
+        json!({
+            "cluster": s.cluster,
+            "store": s.store,
+            "saves": st.saves.load(Ordering::Relaxed),
+            "last_save_unix_ms": st.last_save_ms.load(Ordering::Relaxed),
+            "journal_pending": st.journal_pending(),
+            "journal_failing_seconds": st.journal_failing_for().map(|d| d.as_secs()),
+            "problem": st.problem(),
+        })
+    }
+
     fn report(&self, problems: Vec<String>) -> Report {
         let ok = problems.is_empty();
         // Watches that synced once and are failing now: their data is stale, not lost.
@@ -180,6 +214,7 @@ impl Observed {
                 "degraded": degraded,
                 "watches": self.watches.iter().map(Self::watch_json).collect::<Vec<_>>(),
                 "sinks": self.sinks.iter().map(Self::sink_json).collect::<Vec<_>>(),
+                "state": self.states.iter().map(Self::state_json).collect::<Vec<_>>(),
             }),
         }
     }
@@ -245,6 +280,18 @@ impl Observed {
                     "sink {}: {}",
                     s.handle.sink().name(),
                     st.problem().unwrap_or_else(|| "not ready yet".to_owned())
+                ));
+            }
+        }
+        // A journal that cannot store holds every send back.
+        for s in self.states.iter() {
+            if let Some(d) = s.stats.journal_failing_for() {
+                problems.push(format!(
+                    "state of cluster {} ({}): journal failing for {}s, sends wait: {}",
+                    s.cluster,
+                    s.store,
+                    d.as_secs(),
+                    s.stats.problem().unwrap_or_default()
                 ));
             }
         }

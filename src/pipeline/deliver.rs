@@ -1,5 +1,5 @@
-//! One sink's worker: take a batch, deliver it until the sink confirms all of it, hand it
-//! back. Owns the delivery policy every sink shares: retries with the one [`Backoff`] (every
+//! One sink's worker: take a batch, wait for its write-ahead positions, deliver it until the
+//! sink confirms all of it, hand it back. Owns the delivery policy every sink shares: retries with the one [`Backoff`] (every
 //! wait, a destination's `retry_after` hint included, within `retry_max_backoff`), cut short
 //! when the sink's [`ReadyWatch`] says the destination is back (the backoff then starts
 //! over), partial retries that never move a key backwards, and the oversize shrink.
@@ -19,6 +19,17 @@ use crate::leader::Fence;
 pub(super) async fn run_worker(h: SinkHandle, retry: Backoff, fence: Fence) {
     let mut ready = h.ready.subscribe();
     while let Some(batch) = h.queue.next_batch().await {
+        // Write-ahead: the state journal must hold every new key of the batch before any of
+        // it leaves (see `WriteAhead`). Usually already durable: the journal is written
+        // while the previous batch was being sent.
+        for point in batch.write_ahead() {
+            if !point.is_durable() && !point.wait().await {
+                tracing::error!(
+                    sink = h.sink.name(),
+                    "the state journal stopped before recording this batch's new objects; sending anyway (a crash now could leave them undeleted downstream)"
+                );
+            }
+        }
         while !fence.is_open() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
@@ -335,6 +346,65 @@ mod tests {
 
     fn entry(name: &str, rv: u64) -> (String, String, bool) {
         (name.into(), rv.to_string(), false)
+    }
+
+    /// An acknowledgement that only carries a write-ahead position.
+    struct Gated(crate::pipeline::WriteAhead);
+
+    impl crate::pipeline::Settle for Gated {
+        fn settle(&self) {}
+        fn write_ahead(&self) -> Option<&crate::pipeline::WriteAhead> {
+            Some(&self.0)
+        }
+    }
+
+    async fn sent_within(sink: &Scripted, d: Duration) -> bool {
+        tokio::time::timeout(d, async {
+            while sink.calls().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_is_sent_only_once_its_write_ahead_position_is_durable() {
+        let sink = Arc::new(Scripted::new(vec![]));
+        let config = crate::config::PipelineConfig::default();
+        let p = crate::pipeline::Pipeline::start(
+            &config,
+            vec![sink.clone() as Arc<dyn Sink>],
+            Fence::open(),
+        );
+        let (durable, rx) = tokio::sync::watch::channel(0u64);
+        let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(rx.clone(), 2)));
+        assert!(p.publisher().publish_acked(msg("a", 1, 0), Some(ack)).await);
+        // (Paused time: these waits are the runtime going idle, not wall-clock sleeps.)
+        assert!(
+            !sent_within(&sink, Duration::from_secs(60)).await,
+            "not durable yet"
+        );
+        durable.send_replace(1);
+        assert!(
+            !sent_within(&sink, Duration::from_secs(60)).await,
+            "durable up to 1 of 2"
+        );
+        durable.send_replace(2);
+        assert!(sent_within(&sink, Duration::from_secs(60)).await);
+        assert_eq!(sink.calls(), [vec![entry("a", 1)]]);
+        // A log whose writer stopped releases what waits (shutdown order makes this the
+        // exception: a writer that died).
+        let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(rx, 3)));
+        assert!(p.publisher().publish_acked(msg("b", 2, 0), Some(ack)).await);
+        drop(durable);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while sink.calls().len() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "released");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        p.shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await;
     }
 
     #[tokio::test(start_paused = true)]

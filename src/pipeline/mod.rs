@@ -24,6 +24,12 @@
 //!   one of the same key (coalescing). A change fanned out to N sinks is settled N times;
 //!   the acknowledged informer state counts to N. Nothing settles a change that was not
 //!   confirmed (shutdown timeout, crash).
+//! - Write-ahead: a change whose [`Ack`] carries a [`WriteAhead`] position (with a state
+//!   store: every change, since the state journal records each new key before its `added`
+//!   may leave) is sent only once that log is durable up to it; the worker waits once per
+//!   batch, for the batch's highest position (`deliver.rs`). A log that cannot be written
+//!   stalls delivery, which the queues turn into backpressure: nothing is sent that a crash
+//!   could leave unaccounted for.
 //! - Sync markers are never coalesced and never overtaken (`queue.rs`), and a partial retry
 //!   re-sends a marker after the messages before it (`deliver.rs`).
 
@@ -51,6 +57,54 @@ pub trait Settle: Send + Sync {
     /// it. Called from the sink's worker or a publisher, outside the queue's lock; must not
     /// block.
     fn settle(&self);
+
+    /// The point of a write-ahead log that must be durable before any sink sends the change
+    /// (the state journal of new keys, `state/journal.rs`); `None`: no condition.
+    fn write_ahead(&self) -> Option<&WriteAhead> {
+        None
+    }
+}
+
+/// A position in a write-ahead log: a change carrying it is sent only once the log is
+/// durable up to it (group commit: the worker waits once per batch, for the highest
+/// position in it). Positions of one log grow with every record; a coalesced change is
+/// replaced by a newer one, whose position is not lower.
+#[derive(Clone, Debug)]
+pub struct WriteAhead {
+    durable: tokio::sync::watch::Receiver<u64>,
+    position: u64,
+}
+
+impl WriteAhead {
+    /// Position `position` of the log whose durable position `durable` publishes.
+    pub fn new(durable: tokio::sync::watch::Receiver<u64>, position: u64) -> Self {
+        WriteAhead { durable, position }
+    }
+
+    /// The position.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Whether the log is durable up to this position.
+    pub fn is_durable(&self) -> bool {
+        *self.durable.borrow() >= self.position
+    }
+
+    /// Waits until the log is durable up to this position. Returns `false` when the log
+    /// closed first (its writer stopped): the caller then sends without the guarantee, which
+    /// only a writer that died unexpectedly can cause (at shutdown the log outlives the
+    /// pipeline).
+    pub async fn wait(&self) -> bool {
+        let mut rx = self.durable.clone();
+        let durable = rx.wait_for(|d| *d >= self.position).await.is_ok();
+        durable
+    }
+
+    /// Whether `other` is a position of the same log.
+    pub(super) fn same_log(&self, other: &WriteAhead) -> bool {
+        self.durable.same_channel(&other.durable)
+    }
 }
 
 /// The acknowledgement handle a change carries through the queues: one reference-counted

@@ -45,7 +45,7 @@ use kubesink_sinks::{Message, Op};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::Ack;
+use super::{Ack, WriteAhead};
 
 /// Limits of one queue, from `[pipeline]`.
 #[derive(Clone, Debug)]
@@ -157,6 +157,22 @@ pub struct Batch {
     /// Their acknowledgements, settled by [`SinkQueue::complete`].
     acks: Vec<Ack>,
     bytes: usize,
+}
+
+impl Batch {
+    /// The write-ahead positions the batch must wait for before it is sent: the highest of
+    /// each log (see [`WriteAhead`]), usually one.
+    pub fn write_ahead(&self) -> Vec<WriteAhead> {
+        let mut points: Vec<WriteAhead> = Vec::new();
+        for p in self.acks.iter().filter_map(|a| a.write_ahead()) {
+            match points.iter_mut().find(|q| q.same_log(p)) {
+                Some(q) if q.position() < p.position() => *q = p.clone(),
+                Some(_) => {}
+                None => points.push(p.clone()),
+            }
+        }
+        points
+    }
 }
 
 /// The queue between the informers and one sink's worker.

@@ -4,27 +4,137 @@
 //! the new state, whole. The file follows a restart on the same volume; a ReadWriteOnce
 //! volume does not follow a hand-over to a replica on another node (use `nats` for that).
 //!
+//! The journal (`journal.rs`) lives beside it: files
+//! `{state.path}.journal-{generation:020}.{part}`, appended frame by frame, each append
+//! followed by an fdatasync (and the directory fsynced when a file is created), so an `Ok`
+//! append is on disk. A crash mid-append can leave only the last frame of a file cut short,
+//! which the reader drops as torn (`journal/frame.rs`); after a failed append the next one
+//! goes to a new part, so a torn frame is never followed by another.
+//!
 //! Blocking file I/O runs on tokio's blocking threads, never on the informers' workers.
 
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::{StateError, StateStore};
+use super::{JournalSegment, StateError, StateStore};
 
-/// The state in a local file.
+/// The state in a local file, its journal in files beside it.
 pub struct FileStore {
     path: PathBuf,
     description: String,
+    /// The journal segment open for appending: its generation and file, and the part number
+    /// the next file opened gets.
+    segment: Arc<Mutex<Segment>>,
+}
+
+#[derive(Default)]
+struct Segment {
+    open: Option<(u64, File)>,
+    next_part: u32,
 }
 
 impl FileStore {
     /// The store at `path` (nothing is touched until the first load or save).
     pub fn new(path: PathBuf) -> Self {
         let description = format!("file {}", path.display());
-        FileStore { path, description }
+        FileStore {
+            path,
+            description,
+            segment: Arc::default(),
+        }
     }
+}
+
+/// The directory of `path` (`.` for a bare file name).
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// The prefix of journal segment file names: `{file name}.journal-`.
+fn segment_prefix(path: &Path) -> String {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    format!("{name}.journal-")
+}
+
+fn segment_path(path: &Path, generation: u64, part: u32) -> PathBuf {
+    dir_of(path).join(format!("{}{generation:020}.{part}", segment_prefix(path)))
+}
+
+/// A journal segment file's place in order: (generation, part).
+type SegmentOrder = (u64, u32);
+
+/// The journal segments beside `path`, as ((generation, part), file), oldest first.
+fn segments(path: &Path) -> Result<Vec<(SegmentOrder, PathBuf)>, StateError> {
+    let prefix = segment_prefix(path);
+    let dir = dir_of(path);
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(err(path, "listing the journal segments in its directory")(
+                e,
+            ))
+        }
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(err(path, "listing the journal segments in its directory"))?;
+        let name = entry.file_name();
+        let Some(order) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|g| g.split_once('.'))
+            .and_then(|(g, p)| Some((g.parse::<u64>().ok()?, p.parse::<u32>().ok()?)))
+        else {
+            continue;
+        };
+        out.push((order, entry.path()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Appends `frame` to the segment of `generation` and syncs it, opening (and creating, with
+/// a directory fsync) the segment when it is not the open one.
+fn append_frame(
+    path: &Path,
+    segment: &Mutex<Segment>,
+    generation: u64,
+    frame: &[u8],
+) -> Result<(), StateError> {
+    let mut seg = segment.lock().unwrap_or_else(|p| p.into_inner());
+    if seg.open.as_ref().is_none_or(|(g, _)| *g != generation) {
+        let part = seg.next_part;
+        seg.next_part += 1;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(segment_path(path, generation, part))
+            .map_err(err(path, "opening a journal segment beside it"))?;
+        #[cfg(unix)]
+        File::open(dir_of(path))
+            .and_then(|d| d.sync_all())
+            .map_err(err(path, "fsyncing its directory"))?;
+        seg.open = Some((generation, file));
+    }
+    let Some((_, file)) = seg.open.as_mut() else {
+        return Ok(());
+    };
+    let written = file.write_all(frame).and_then(|()| file.sync_data());
+    if let Err(e) = written {
+        // A half-written frame stays at the end of this file (the reader drops it as torn);
+        // the retry goes to a new part so that it never follows a torn frame.
+        seg.open = None;
+        return Err(err(path, "appending to its journal segment")(e));
+    }
+    Ok(())
 }
 
 fn err<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> StateError + 'a {
@@ -37,10 +147,7 @@ fn err<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) ->
 
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename, fsync of the dir).
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = dir_of(path);
     let mut tmp = tempfile::Builder::new()
         .prefix(".kubesink-state-")
         .tempfile_in(dir)
@@ -87,6 +194,70 @@ impl StateStore for FileStore {
                 detail: e.to_string(),
             })?
     }
+
+    async fn append(&self, generation: u64, frame: Vec<u8>) -> Result<(), StateError> {
+        let (path, open) = (self.path.clone(), self.segment.clone());
+        tokio::task::spawn_blocking(move || append_frame(&path, &open, generation, &frame))
+            .await
+            .map_err(|e| StateError::Task {
+                what: "journal append",
+                detail: e.to_string(),
+            })?
+    }
+
+    async fn load_journal(&self) -> Result<Vec<JournalSegment>, StateError> {
+        let path = self.path.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for (_, file) in segments(&path)? {
+                let bytes = match std::fs::read(&file) {
+                    Ok(b) => b,
+                    // Dropped between the listing and the read: a newer snapshot covers it.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(err(&path, "reading a journal segment beside it")(e)),
+                };
+                out.push(JournalSegment {
+                    name: file.display().to_string(),
+                    bytes,
+                    may_tear: true,
+                });
+            }
+            Ok(out)
+        });
+        read.await.map_err(|e| StateError::Task {
+            what: "journal read",
+            detail: e.to_string(),
+        })?
+    }
+
+    async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError> {
+        let (path, open) = (self.path.clone(), self.segment.clone());
+        let drop = tokio::task::spawn_blocking(move || {
+            {
+                let mut seg = open.lock().unwrap_or_else(|p| p.into_inner());
+                if seg.open.as_ref().is_some_and(|(g, _)| *g < generation) {
+                    seg.open = None;
+                }
+            }
+            for ((g, _), file) in segments(&path)? {
+                if g >= generation {
+                    break;
+                }
+                match std::fs::remove_file(&file) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(err(&path, "removing an old journal segment beside it")(e))
+                    }
+                }
+            }
+            Ok(())
+        });
+        drop.await.map_err(|e| StateError::Task {
+            what: "journal cleanup",
+            detail: e.to_string(),
+        })?
+    }
 }
 
 #[cfg(test)]
@@ -109,5 +280,43 @@ mod tests {
             e.contains("no/such/dir/state") && e.contains("temporary file"),
             "{e}"
         );
+    }
+
+    #[tokio::test]
+    async fn journal_segments_are_appended_listed_in_order_and_dropped_below_a_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path().join("state"));
+        assert!(store.load_journal().await.unwrap().is_empty());
+        store.append(7, b"a".to_vec()).await.unwrap();
+        store.append(7, b"b".to_vec()).await.unwrap();
+        store.append(12, b"c".to_vec()).await.unwrap();
+        std::fs::write(dir.path().join("state.journal-notanumber"), b"x").unwrap();
+        std::fs::write(
+            dir.path().join("other.journal-00000000000000000001.0"),
+            b"x",
+        )
+        .unwrap();
+        let segs = store.load_journal().await.unwrap();
+        let got: Vec<(&[u8], bool)> = segs.iter().map(|s| (&s.bytes[..], s.may_tear)).collect();
+        assert_eq!(got, [(&b"ab"[..], true), (&b"c"[..], true)]);
+        assert!(
+            segs[0]
+                .name
+                .ends_with("state.journal-00000000000000000007.0"),
+            "{}",
+            segs[0].name
+        );
+        store.drop_journal_before(12).await.unwrap();
+        let segs = store.load_journal().await.unwrap();
+        assert_eq!(segs.len(), 1);
+        assert_eq!(segs[0].bytes, b"c");
+        store.append(12, b"d".to_vec()).await.unwrap();
+        assert_eq!(store.load_journal().await.unwrap()[0].bytes, b"cd");
+        // An append of an older generation after its segments were dropped (a frame that was
+        // in flight at the save) opens a new part: harmless, a later drop removes it.
+        store.append(7, b"e".to_vec()).await.unwrap();
+        let segs = store.load_journal().await.unwrap();
+        assert_eq!(segs.len(), 2);
+        assert!(segs[0].name.ends_with("07.2"), "{}", segs[0].name);
     }
 }

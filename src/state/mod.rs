@@ -2,11 +2,17 @@
 //!
 //! - `snapshot.rs`: the versioned, checksummed file format (per watch: identity, selection
 //!   fingerprint, list resourceVersion, the store's packed entries).
+//! - `journal.rs` (with `journal/frame.rs`, its format): the write-ahead journal of new keys
+//!   between snapshots, so that a crash never leaves downstream with a key whose delete the
+//!   restart cannot infer.
 //! - `file.rs`, `nats.rs`: the two [`StateStore`] backends (`state.backend`): a local file
-//!   written atomically, and a NATS JetStream object store that any replica can read.
-//! - this file: [`open`] the configured backend, [`restore`] each watch's store at start-up
-//!   (deciding per watch whether its part is usable, and saying why not), and the [`Keeper`]
-//!   that saves the acknowledged state every `state.interval` and at shutdown.
+//!   written atomically with its journal beside it, and a NATS JetStream object store (with a
+//!   stream for the journal) that any replica can read.
+//! - `restore.rs`: [`restore`] each watch's store at start-up from the snapshot and the
+//!   journal (deciding per watch whether its part is usable, and saying why not).
+//! - `stats.rs`: [`StateStats`], the counters behind the `kubesink_state_*` metrics.
+//! - this file: the [`StateStore`] trait, [`open`] the configured backend, and the
+//!   [`Keeper`] that saves the acknowledged state every `state.interval` and at shutdown.
 //!
 //! Bad state is never fatal: a missing, truncated, corrupt, foreign (other format version,
 //! cluster or selection) or unreadable state is logged with the reason and ignored for the
@@ -16,23 +22,43 @@
 //! informers' [`TrackedStore`]s, whose overlay holds back unacknowledged changes.
 
 mod file;
+pub mod journal;
 #[cfg(feature = "nats")]
 mod nats;
+mod restore;
 mod snapshot;
+mod stats;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use journal::Journal;
+pub use restore::{restore, Restored};
 pub use snapshot::{parse, Snapshot, SnapshotError, Writer, FORMAT_VERSION, MAGIC};
+pub use stats::StateStats;
 
 use crate::config::{StateBackend, StateConfig};
-use crate::informer::{LightStore, TrackedStore};
+use crate::informer::TrackedStore;
+use crate::leader::Fence;
 
-/// Where the state is kept: one blob, replaced whole on every save.
+/// One stored piece of the journal: a file, or one message of a stream.
+#[derive(Debug)]
+pub struct JournalSegment {
+    /// Where it is, for log lines (a file path, `stream S sequence N`).
+    pub name: String,
+    /// Its frames, back to back.
+    pub bytes: Vec<u8>,
+    /// A crash may have cut its last write short (a file), so a damaged last frame is torn,
+    /// not corrupt (`journal/frame.rs`).
+    pub may_tear: bool,
+}
+
+/// Where the state is kept: the snapshot (one blob, replaced whole on every save) and the
+/// journal of new keys (appended between saves, dropped by generation).
 #[async_trait]
 pub trait StateStore: Send + Sync {
     /// Where, for logs (`file /var/lib/kubesink/state`, `NATS object store
@@ -50,6 +76,27 @@ pub trait StateStore: Send + Sync {
     /// # Errors
     /// [`StateError`] when the store cannot be written (the caller retries at the next save).
     async fn save(&self, bytes: Vec<u8>) -> Result<(), StateError>;
+
+    /// Appends one journal frame to generation `generation`, durably: on `Ok` it survives a
+    /// crash (and, as far as the backend provides, a power loss).
+    ///
+    /// # Errors
+    /// [`StateError`] when it could not be stored (the journal retries; sends wait).
+    async fn append(&self, generation: u64, frame: Vec<u8>) -> Result<(), StateError>;
+
+    /// Every stored journal segment, oldest first.
+    ///
+    /// # Errors
+    /// [`StateError`] when the journal cannot be read (the caller starts without state).
+    async fn load_journal(&self) -> Result<Vec<JournalSegment>, StateError>;
+
+    /// Removes the journal of every generation below `generation` (a snapshot of
+    /// `generation` is stored, which covers them). Frames of older generations appended
+    /// meanwhile may survive it; the next call removes them.
+    ///
+    /// # Errors
+    /// [`StateError`] when the backend refuses (logged; the next save tries again).
+    async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError>;
 }
 
 /// Why the state store could not be read or written.
@@ -79,6 +126,12 @@ pub enum StateError {
         /// The client's description.
         detail: String,
     },
+    /// This replica may no longer lead (its leader-election fence closed): it must not
+    /// overwrite the state of the replica that took over.
+    #[error(
+        "state: not saved, this replica may no longer lead (its lease may have passed to another)"
+    )]
+    Fenced,
     /// The background task that packs or writes the state failed.
     #[error("state: the {what} task failed: {detail}")]
     Task {
@@ -128,92 +181,6 @@ pub struct WatchKey {
     pub selection: u64,
 }
 
-/// Loads the saved state and returns, for each of `watches` in order, its restored store,
-/// or `None` (with a log line saying why) when there is no usable part for it.
-pub async fn restore(
-    store: &dyn StateStore,
-    cluster: &str,
-    watches: &[WatchKey],
-) -> Vec<Option<LightStore>> {
-    let started = Instant::now();
-    let none = || watches.iter().map(|_| None).collect();
-    let bytes = match store.load().await {
-        Ok(Some(b)) => b,
-        Ok(None) => {
-            tracing::info!(
-                store = store.describe(),
-                "no saved informer state yet: every watch lists and emits everything (initial)"
-            );
-            return none();
-        }
-        Err(e) => {
-            tracing::warn!(store = store.describe(), error = %e, "saved informer state ignored: it cannot be read; every watch lists and emits everything (initial)");
-            return none();
-        }
-    };
-    let snap = match snapshot::parse(&bytes) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(store = store.describe(), reason = %e, "saved informer state ignored: {e}; every watch lists and emits everything (initial); the next save overwrites it");
-            return none();
-        }
-    };
-    if snap.cluster != cluster {
-        let reason = format!(
-            "it is of cluster {:?}, this kubesink is cluster.name = {cluster:?}",
-            snap.cluster
-        );
-        tracing::warn!(store = store.describe(), %reason, "saved informer state ignored: {reason}; every watch lists and emits everything (initial); the next save overwrites it");
-        return none();
-    }
-    let age = UNIX_EPOCH
-        .checked_add(Duration::from_millis(snap.written_at_ms))
-        .and_then(|written| SystemTime::now().duration_since(written).ok())
-        .unwrap_or_default();
-    let damaged = snap.sections.iter().filter(|s| s.is_err()).count();
-    if damaged > 0 || snap.sections.len() != snap.announced as usize {
-        tracing::warn!(store = store.describe(), damaged, found = snap.sections.len(), announced = snap.announced, "saved informer state is partly damaged; the watches of the damaged parts list and emit everything");
-    }
-    let out = watches
-        .iter()
-        .map(|w| restore_watch(&snap, w, age))
-        .collect();
-    tracing::debug!(elapsed = ?started.elapsed(), bytes = bytes.len(), "informer state loaded");
-    out
-}
-
-/// One watch's store from `snap`, or `None` with the reason logged.
-fn restore_watch(snap: &Snapshot<'_>, w: &WatchKey, age: Duration) -> Option<LightStore> {
-    let watch = w.identity.as_str();
-    let ignored = |reason: String| {
-        tracing::warn!(%watch, %reason, "saved state ignored for this watch: {reason}; it lists and emits everything (initial)");
-        None
-    };
-    let found = snap.sections.iter().find(|s| match s {
-        Ok(s) => s.identity == w.identity,
-        Err(d) => d.identity.as_deref() == Some(&w.identity),
-    });
-    let section = match found {
-        None => {
-            return ignored(
-                "no saved state for it (a watch added since the save, or its part was lost)".into(),
-            )
-        }
-        Some(Err(d)) => return ignored(d.error.to_string()),
-        Some(Ok(s)) => s,
-    };
-    if section.selection != w.selection {
-        return ignored("the resource's selection changed since the save (apiVersion, namespaces, selectors, payload, fields, drop, updates, allow_secret_data or cluster.label): what it emits differs".into());
-    }
-    match section.store() {
-        Ok(store) => {
-            tracing::info!(%watch, objects = store.len(), list_resource_version = %section.list_resource_version, saved_ago = ?Duration::from_secs(age.as_secs()), "saved state restored: the first list emits only the differences");
-            Some(store)
-        }
-        Err(e) => ignored(e.to_string()),
-    }
-}
-
 /// One watch whose acknowledged state the [`Keeper`] saves.
 pub struct Kept {
     /// Identity and selection, written with its section.
@@ -225,8 +192,10 @@ pub struct Kept {
 /// What one save did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SaveReport {
-    /// Acknowledged objects written, all watches.
+    /// Objects written, all watches (unconfirmed included).
     pub objects: u64,
+    /// Of those, unconfirmed: sent as `added`, not yet confirmed by every sink.
+    pub unconfirmed: u64,
     /// Size of the state, bytes.
     pub bytes: usize,
     /// Time to pack every watch's acknowledged state (locks included).
@@ -235,6 +204,8 @@ pub struct SaveReport {
     pub longest_lock: Duration,
     /// Time the backend took to store the bytes (file: write, fsync, rename).
     pub write: Duration,
+    /// Time to drop the journal generations the snapshot covers.
+    pub journal_drop: Duration,
 }
 
 /// Saves the acknowledged state of every watch: on an interval, and once more at shutdown.
@@ -242,17 +213,34 @@ pub struct Keeper {
     store: Arc<dyn StateStore>,
     cluster: String,
     watches: Arc<Vec<Kept>>,
+    /// The journal of new keys, rotated at every save (without `state.write_ahead`: none).
+    journal: Option<Arc<Journal>>,
+    /// Saves only while this replica may emit (leader election): a deposed leader must not
+    /// overwrite its successor's state.
+    fence: Fence,
+    stats: Arc<StateStats>,
     /// The stores' versions at the last successful save: an unchanged state is not rewritten.
     saved: Mutex<Option<Vec<u64>>>,
 }
 
 impl Keeper {
-    /// A keeper of `watches` in `store` for cluster `cluster`.
-    pub fn new(store: Arc<dyn StateStore>, cluster: &str, watches: Vec<Kept>) -> Arc<Self> {
+    /// A keeper of `watches` in `store` for cluster `cluster`, rotating `journal` at every
+    /// save, saving only while `fence` is open, counting into `stats`.
+    pub fn new(
+        store: Arc<dyn StateStore>,
+        cluster: &str,
+        watches: Vec<Kept>,
+        journal: Option<Arc<Journal>>,
+        fence: Fence,
+        stats: Arc<StateStats>,
+    ) -> Arc<Self> {
         Arc::new(Keeper {
             store,
             cluster: cluster.to_owned(),
             watches: Arc::new(watches),
+            journal,
+            fence,
+            stats,
             saved: Mutex::new(None),
         })
     }
@@ -262,13 +250,29 @@ impl Keeper {
         self.store.describe()
     }
 
-    /// Packs the acknowledged state of every watch (each store locked only while its own
-    /// section is written, on a blocking thread) and stores it. Returns `Ok(None)` without
-    /// writing when nothing changed since the last save and `force` is false.
+    /// Starts a journal generation (with a journal), packs the acknowledged state of every
+    /// watch (each store locked only while its own section is written, on a blocking thread)
+    /// with that generation, stores it, then drops the older journal generations. Returns
+    /// `Ok(None)` without writing when nothing changed since the last save and `force` is
+    /// false.
     ///
     /// # Errors
-    /// [`StateError`] from the backend or the packing task.
+    /// [`StateError`] from the backend or the packing task, and [`StateError::Fenced`] when
+    /// this replica may no longer lead.
     pub async fn save(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
+        let result = self.save_inner(force).await;
+        if let Err(e) = &result {
+            if !matches!(e, StateError::Fenced) {
+                self.stats.note_save_error(e);
+            }
+        }
+        result
+    }
+
+    async fn save_inner(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
+        if !self.fence.is_open() {
+            return Err(StateError::Fenced);
+        }
         let versions: Vec<u64> = self.watches.iter().map(|w| w.store.version()).collect();
         let unchanged = self
             .saved
@@ -279,18 +283,38 @@ impl Keeper {
         if unchanged && !force {
             return Ok(None);
         }
+        let started = Instant::now();
+        // Records appended from here on are in the new generation; everything before is in
+        // what is packed next (confirmed, or unconfirmed while outstanding).
+        let generation = self.journal.as_ref().map_or(0, |j| j.rotate());
         let (watches, cluster) = (self.watches.clone(), self.cluster.clone());
-        let packed = tokio::task::spawn_blocking(move || pack(&cluster, &watches))
+        let packed = tokio::task::spawn_blocking(move || pack(&cluster, &watches, generation))
             .await
             .map_err(|e| StateError::Task {
                 what: "packing",
                 detail: e.to_string(),
             })?;
         let (bytes, mut report) = packed;
-        let started = Instant::now();
+        if !self.fence.is_open() {
+            return Err(StateError::Fenced);
+        }
+        let writing = Instant::now();
         self.store.save(bytes).await?;
-        report.write = started.elapsed();
+        report.write = writing.elapsed();
         *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(versions);
+        self.stats.note_saved(
+            report.bytes,
+            report.objects,
+            report.unconfirmed,
+            started.elapsed(),
+        );
+        if self.journal.is_some() {
+            let dropping = Instant::now();
+            if let Err(e) = self.store.drop_journal_before(generation).await {
+                tracing::warn!(store = self.describe(), error = %e, "dropping the journal the saved state covers failed; the next save tries again (a restart replays a little more)");
+            }
+            report.journal_drop = dropping.elapsed();
+        }
         Ok(Some(report))
     }
 
@@ -313,9 +337,15 @@ impl Keeper {
                 }
                 match keeper.save(false).await {
                     Ok(Some(r)) => {
-                        tracing::debug!(store = keeper.describe(), objects = r.objects, bytes = r.bytes, pack = ?r.pack, longest_lock = ?r.longest_lock, write = ?r.write, "informer state saved")
+                        tracing::debug!(store = keeper.describe(), objects = r.objects, unconfirmed = r.unconfirmed, bytes = r.bytes, pack = ?r.pack, longest_lock = ?r.longest_lock, write = ?r.write, journal_drop = ?r.journal_drop, "informer state saved")
                     }
                     Ok(None) => {}
+                    Err(StateError::Fenced) => {
+                        tracing::debug!(
+                            store = keeper.describe(),
+                            "not saving the informer state: this replica may no longer lead"
+                        );
+                    }
                     Err(e) => {
                         tracing::warn!(store = keeper.describe(), error = %e, "saving the informer state failed; retrying at the next interval")
                     }
@@ -325,19 +355,18 @@ impl Keeper {
     }
 }
 
-/// The snapshot of `watches` and what packing it took.
-fn pack(cluster: &str, watches: &[Kept]) -> (Vec<u8>, SaveReport) {
+/// The snapshot of `watches` at journal generation `generation`, and what packing it took.
+fn pack(cluster: &str, watches: &[Kept], generation: u64) -> (Vec<u8>, SaveReport) {
     let started = Instant::now();
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let mut w = Writer::new(cluster, now_ms);
+    let mut w = Writer::new(cluster, stats::now_ms(), generation);
     let mut report = SaveReport::default();
     for kept in watches {
         let locked = Instant::now();
-        report.objects += kept
+        let (objects, unconfirmed) = kept
             .store
             .acknowledged(|a| w.section(&kept.key.identity, kept.key.selection, a));
+        report.objects += objects;
+        report.unconfirmed += unconfirmed;
         report.longest_lock = report.longest_lock.max(locked.elapsed());
     }
     let bytes = w.finish();

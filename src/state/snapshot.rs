@@ -2,20 +2,26 @@
 //! lightweight store in its packed form. Owns the byte layout, its checks and the reasons a
 //! part is unusable; never decides what to do about them (`mod.rs` does) and never does I/O.
 //!
-//! # Layout (format version 1)
+//! # Layout (format version 2)
 //!
 //! Integers are little-endian; `uvar` is an unsigned LEB128 integer; `str` is a `uvar` length
 //! and UTF-8 bytes.
 //!
 //! ```text
 //! file    := "KSNKSTAT" version:u32 header_len:u32 header_xxh3:u64 header section*
-//! header  := cluster:str written_at_ms:u64 sections:u32
+//! header  := cluster:str written_at_ms:u64 sections:u32 generation:u64
 //! section := body_len:u64 body_xxh3:u64 body
 //! body    := identity:str selection:u64 list_rv:str
 //!            namespaces:uvar namespace:str*  entries:uvar entry*
 //! entry   := namespace_index:uvar name:str flags:u8
 //!            uid:(16 bytes | str if flags&1) rv:(uvar | str if flags&2) fingerprint:u64
 //! ```
+//!
+//! `generation` is the state journal's generation the snapshot was taken at: journal
+//! segments of this generation and later hold the new keys sent since
+//! (`journal.rs`). Entry flag 4 marks an *unconfirmed* object (sent as `added`, not yet
+//! confirmed by every sink; its fingerprint is 0). Version 1 (before the journal) is the
+//! same without `generation` (read as 0) and without flag 4; this build reads both.
 //!
 //! Each part carries its own XXH3-64 checksum, so truncation or corruption costs only the
 //! parts it touches: a damaged header makes the whole file unusable, a damaged section only
@@ -30,11 +36,14 @@ use crate::informer::{Acknowledged, Facts, LightStore, Rv, Uid};
 
 /// The file's first eight bytes.
 pub const MAGIC: &[u8; 8] = b"KSNKSTAT";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes (it also reads version 1).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
 
 const UID_TEXT: u8 = 1;
 const RV_TEXT: u8 = 2;
+const UNCONFIRMED: u8 = 4;
 
 /// Why a snapshot, or one of its sections, cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,7 +55,7 @@ pub enum SnapshotError {
         found: Vec<u8>,
     },
     /// Written by a kubesink with another format.
-    #[error("state format version {found}, this kubesink reads version {FORMAT_VERSION}")]
+    #[error("state format version {found}, this kubesink reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}")]
     Version {
         /// The version in the file.
         found: u32,
@@ -86,8 +95,8 @@ pub struct Writer {
 
 impl Writer {
     /// A snapshot of cluster `cluster`, written at `written_at_ms` (milliseconds since the
-    /// Unix epoch; informational).
-    pub fn new(cluster: &str, written_at_ms: u64) -> Self {
+    /// Unix epoch; informational), taken at journal generation `generation`.
+    pub fn new(cluster: &str, written_at_ms: u64, generation: u64) -> Self {
         let mut buf = Vec::with_capacity(1 << 16);
         buf.extend_from_slice(MAGIC);
         buf.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -96,6 +105,7 @@ impl Writer {
         put_str(&mut buf, cluster);
         buf.extend_from_slice(&written_at_ms.to_le_bytes());
         buf.extend_from_slice(&0u32.to_le_bytes()); // section count, patched by finish
+        buf.extend_from_slice(&generation.to_le_bytes());
         Writer {
             buf,
             header_start,
@@ -103,8 +113,14 @@ impl Writer {
         }
     }
 
-    /// Appends one watch's acknowledged state. Returns the number of objects written.
-    pub fn section(&mut self, identity: &str, selection: u64, state: &Acknowledged<'_>) -> u64 {
+    /// Appends one watch's acknowledged state. Returns the number of objects written and, of
+    /// those, the unconfirmed.
+    pub fn section(
+        &mut self,
+        identity: &str,
+        selection: u64,
+        state: &Acknowledged<'_>,
+    ) -> (u64, u64) {
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0; 16]); // body length and checksum, patched below
         let body = self.buf.len();
@@ -119,9 +135,10 @@ impl Writer {
         }
         let count_at = b.len();
         b.extend_from_slice(&[0; 10]); // entry count, a fixed-width uvar patched below
-        let mut count = 0u64;
+        let (mut count, mut unconfirmed) = (0u64, 0u64);
         state.for_each(|ns, name, facts| {
             count += 1;
+            unconfirmed += u64::from(facts.unconfirmed);
             put_entry(b, ns, name, facts);
         });
         put_uvar_fixed(&mut b[count_at..count_at + 10], count);
@@ -130,13 +147,13 @@ impl Writer {
         self.buf[start..start + 8].copy_from_slice(&len.to_le_bytes());
         self.buf[start + 8..start + 16].copy_from_slice(&sum.to_le_bytes());
         self.sections += 1;
-        count
+        (count, unconfirmed)
     }
 
     /// The finished file.
     pub fn finish(mut self) -> Vec<u8> {
         let end = self.header_start + header_len(&self.buf[self.header_start..]);
-        self.buf[end - 4..end].copy_from_slice(&self.sections.to_le_bytes());
+        self.buf[end - 12..end - 8].copy_from_slice(&self.sections.to_le_bytes());
         let len = (end - self.header_start) as u32;
         let sum = xxh3_64(&self.buf[self.header_start..end]);
         self.buf[12..16].copy_from_slice(&len.to_le_bytes());
@@ -145,11 +162,11 @@ impl Writer {
     }
 }
 
-/// The length of a header body at the start of `b` (cluster str, u64, u32).
+/// The length of a version 2 header body at the start of `b` (cluster str, u64, u32, u64).
 fn header_len(b: &[u8]) -> usize {
     let mut r = Reader::new(b, "header");
     let _ = r.str();
-    r.pos + 12
+    r.pos + 20
 }
 
 fn put_entry(b: &mut Vec<u8>, ns: u32, name: &str, facts: &Facts<'_>) {
@@ -160,7 +177,7 @@ fn put_entry(b: &mut Vec<u8>, ns: u32, name: &str, facts: &Facts<'_>) {
         (Uid::Text(_), Rv::Number(_)) => UID_TEXT,
         (Uid::Uuid(_), Rv::Text(_)) => RV_TEXT,
         (Uid::Text(_), Rv::Text(_)) => UID_TEXT | RV_TEXT,
-    };
+    } | if facts.unconfirmed { UNCONFIRMED } else { 0 };
     b.push(flags);
     match &facts.uid {
         Uid::Uuid(bytes) => b.extend_from_slice(bytes),
@@ -209,6 +226,8 @@ pub struct Snapshot<'a> {
     pub written_at_ms: u64,
     /// Sections the header announces.
     pub announced: u32,
+    /// The journal generation it was taken at (0 for version 1).
+    pub generation: u64,
     /// The sections found, in file order.
     pub sections: Vec<Result<Section<'a>, Damaged>>,
 }
@@ -258,7 +277,7 @@ pub fn parse(bytes: &[u8]) -> Result<Snapshot<'_>, SnapshotError> {
         return Err(truncated(24));
     }
     let found = u32_at(bytes, 8);
-    if found != FORMAT_VERSION {
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&found) {
         return Err(SnapshotError::Version { found });
     }
     let header_len = u32_at(bytes, 12) as usize;
@@ -275,6 +294,7 @@ pub fn parse(bytes: &[u8]) -> Result<Snapshot<'_>, SnapshotError> {
     let cluster = r.str()?.to_owned();
     let written_at_ms = r.u64()?;
     let announced = r.u32()?;
+    let generation = if found >= 2 { r.u64()? } else { 0 };
     let mut sections = Vec::new();
     let mut at = 24 + header_len;
     while at < bytes.len() {
@@ -327,6 +347,7 @@ pub fn parse(bytes: &[u8]) -> Result<Snapshot<'_>, SnapshotError> {
         cluster,
         written_at_ms,
         announced,
+        generation,
         sections,
     })
 }
@@ -388,6 +409,7 @@ impl<'a> Section<'a> {
                     uid,
                     rv,
                     fingerprint,
+                    unconfirmed: flags & UNCONFIRMED != 0,
                 },
             );
         }

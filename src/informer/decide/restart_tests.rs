@@ -12,7 +12,7 @@ use super::{Decider, Event, Phase};
 use crate::config::ResourceConfig;
 use crate::informer::payload::Shaper;
 use crate::informer::store::LightStore;
-use crate::informer::tracked::{acknowledged_keys, TrackedStore};
+use crate::informer::tracked::{acknowledged_keys, unconfirmed_keys, TrackedStore};
 
 /// A copy of `d`'s store, as a state snapshot would carry it.
 fn saved(d: &Decider) -> LightStore {
@@ -142,18 +142,20 @@ fn sync_markers_close_each_list_with_its_count_and_whether_it_was_complete() {
     );
 }
 
+fn emit(d: &mut Decider, ev: Event<'_>, acks: &mut Vec<crate::pipeline::Ack>) {
+    let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+    for c in d.on_event(ev).unwrap() {
+        let msg = encode(&r, &c, "2026-11-30T00:00:00.000Z").unwrap();
+        let ack = futures::executor::block_on(d.ack(&msg, &c.resource_version, 2));
+        acks.push(ack.unwrap());
+    }
+}
+
 #[test]
 fn the_acknowledged_state_follows_only_settled_changes() {
     let store = TrackedStore::new(LightStore::new(), true);
     let mut d = over(store.clone(), false);
     let mut acks = Vec::new();
-    fn emit(d: &mut Decider, ev: Event<'_>, acks: &mut Vec<crate::pipeline::Ack>) {
-        let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
-        for c in d.on_event(ev).unwrap() {
-            let msg = encode(&r, &c, "2026-11-30T00:00:00.000Z").unwrap();
-            acks.push(d.ack(&msg, 2).unwrap());
-        }
-    }
     emit(&mut d, Event::ListStart, &mut acks);
     emit(
         &mut d,
@@ -167,11 +169,17 @@ fn the_acknowledged_state_follows_only_settled_changes() {
     );
     emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
     assert_eq!(acknowledged_keys(&store), [], "nothing confirmed yet");
+    let ack = |name: &str, rv: &str| ("ns".to_owned(), name.to_owned(), rv.to_owned());
+    assert_eq!(
+        unconfirmed_keys(&store),
+        [ack("a", "1"), ack("b", "2")],
+        "sent, so downstream may have them"
+    );
     for a in acks.drain(..) {
         a.settle();
         a.settle(); // both sinks
     }
-    let ack = |name: &str, rv: &str| ("ns".to_owned(), name.to_owned(), rv.to_owned());
+    assert_eq!(unconfirmed_keys(&store), []);
     assert_eq!(acknowledged_keys(&store), [ack("a", "1"), ack("b", "2")]);
     // An update and a delete in flight: the acknowledged state keeps the confirmed facts.
     emit(
@@ -209,4 +217,80 @@ fn the_acknowledged_state_follows_only_settled_changes() {
     emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
     assert_eq!(acknowledged_keys(&store), [ack("a", "1"), ack("b", "2")]);
     assert_eq!(store.outstanding(), 2);
+}
+
+#[test]
+fn unconfirmed_keys_are_sent_again_when_listed_and_deleted_when_gone() {
+    use crate::informer::facts::{Facts, Rv, Uid};
+    // A previous run sent "kept" and "gone" as `added` (its journal says so) without every
+    // sink's confirmation, and "known" was confirmed.
+    let mut saved = saved(&synced(&[pod("known", U1, 1, "v1")]));
+    let ns = saved.intern(Some("ns"));
+    for (name, rv) in [("kept", "2"), ("gone", "3")] {
+        saved.restore(ns, name, &Facts::unconfirmed(Uid::parse(U2), Rv::parse(rv)));
+    }
+    let store = TrackedStore::new(saved, true);
+    let mut d = over(store.clone(), true);
+    let mut acks = Vec::new();
+    emit(&mut d, Event::ListStart, &mut acks);
+    for p in [pod("known", U1, 1, "v1"), pod("kept", U2, 2, "v1")] {
+        emit(&mut d, Event::Listed(obj(&p)), &mut acks);
+    }
+    d.note_list_resource_version("9");
+    let before_sweep = acks.len();
+    emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
+    assert_eq!(
+        (before_sweep, acks.len()),
+        (1, 2),
+        "kept re-sent, gone deleted"
+    );
+    let key = |name: &str, rv: &str| ("ns".to_owned(), name.to_owned(), rv.to_owned());
+    // Until confirmed, both stay unconfirmed in what a save would write.
+    assert_eq!(
+        unconfirmed_keys(&store),
+        [key("gone", "3"), key("kept", "2")]
+    );
+    for a in acks.drain(..) {
+        a.settle();
+        a.settle();
+    }
+    assert_eq!(unconfirmed_keys(&store), []);
+    assert_eq!(
+        acknowledged_keys(&store),
+        [key("kept", "2"), key("known", "1")]
+    );
+}
+
+#[test]
+fn the_changes_for_unconfirmed_keys_are_an_add_and_an_inferred_delete() {
+    use crate::informer::facts::{Facts, Rv, Uid};
+    let mut saved = LightStore::new();
+    let ns = saved.intern(Some("ns"));
+    for name in ["kept", "gone", "recreated"] {
+        saved.restore(
+            ns,
+            name,
+            &Facts::unconfirmed(Uid::parse(U1), Rv::parse("5")),
+        );
+    }
+    let mut d = restored(saved);
+    d.on_event(Event::ListStart).unwrap();
+    let mut out = Vec::new();
+    for p in [pod("kept", U1, 5, "v1"), pod("recreated", U2, 8, "v1")] {
+        out.extend(d.on_event(Event::Listed(obj(&p))).unwrap());
+    }
+    out.extend(d.on_event(Event::ListDone { sweep: true }).unwrap());
+    assert_eq!(
+        summary(&out),
+        [
+            (Op::Added, "kept", false, false),
+            (Op::Deleted, "recreated", false, true),
+            (Op::Added, "recreated", false, false),
+            (Op::Deleted, "gone", false, true),
+        ]
+    );
+    assert_eq!(
+        (out[1].uid.as_str(), out[3].resource_version.as_str()),
+        (U1, "5")
+    );
 }

@@ -22,7 +22,7 @@ fn store(n: usize) -> std::sync::Arc<TrackedStore> {
 }
 
 fn file(sections: &[(&str, u64, usize)]) -> Vec<u8> {
-    let mut w = Writer::new("prod", 1_700_000_000_000);
+    let mut w = Writer::new("prod", 1_700_000_000_000, 42);
     for (id, sel, n) in sections {
         let s = store(*n);
         s.lock().list_resource_version = "777".into();
@@ -91,10 +91,10 @@ fn header_damage_makes_the_file_unusable() {
         Err(SnapshotError::Truncated { .. })
     ));
     let mut other = bytes.clone();
-    other[8] = 2;
+    other[8] = 3;
     assert_eq!(
         parse(&other).unwrap_err(),
-        SnapshotError::Version { found: 2 }
+        SnapshotError::Version { found: 3 }
     );
     let mut flipped = bytes.clone();
     flipped[26] ^= 0x40; // inside the cluster name
@@ -110,10 +110,10 @@ fn section_damage_costs_only_that_watch() {
     let bytes = file(&[("core/Pod/", 7, 50), ("core/Node/", 8, 5)]);
     let snap = parse(&bytes).unwrap();
     assert!(snap.sections.iter().all(Result::is_ok));
-    // Flip a byte among the pods' entries: the header is 24 + 17 bytes ("prod"), the
+    // Flip a byte among the pods' entries: the header is 24 + 25 bytes ("prod"), the
     // section's length and checksum 16 more.
     let mut corrupt = bytes.clone();
-    corrupt[24 + 17 + 16 + 200] ^= 1;
+    corrupt[24 + 25 + 16 + 200] ^= 1;
     let snap = parse(&corrupt).unwrap();
     let damaged = snap.sections[0].as_ref().unwrap_err();
     assert!(
@@ -146,4 +146,52 @@ fn unsigned_varints_round_trip_at_every_width() {
         assert_eq!(Reader::new(&fixed, "t").uvar().unwrap(), n);
     }
     assert!(Reader::new(&[0xff; 11], "t").uvar().is_err());
+}
+
+/// `bytes` (version 2) as the version 1 format wrote it: no generation in the header.
+fn as_version_1(bytes: &[u8]) -> Vec<u8> {
+    let header_len = u32_at(bytes, 12) as usize;
+    let header = &bytes[24..24 + header_len - 8];
+    let mut v1 = Vec::new();
+    v1.extend_from_slice(MAGIC);
+    v1.extend_from_slice(&1u32.to_le_bytes());
+    v1.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    v1.extend_from_slice(&xxh3_64(header).to_le_bytes());
+    v1.extend_from_slice(header);
+    v1.extend_from_slice(&bytes[24 + header_len..]);
+    v1
+}
+
+#[test]
+fn the_generation_and_unconfirmed_entries_round_trip_and_version_1_is_still_read() {
+    let s = store(3);
+    {
+        let mut t = s.lock();
+        let before = t.store.get(Some("ns-1"), "pod-1").map(Facts::into_owned);
+        t.note_change(Some("ns-1"), "new", None, 1);
+        t.note_added(Some("ns-1"), "new", U1, "2000");
+        t.store.observe(Some("ns-1"), "new", U1, "2000", 5);
+        assert!(before.is_some());
+    }
+    let mut w = Writer::new("prod", 1, 42);
+    s.acknowledged(|a| w.section("core/Pod/", 7, a));
+    let bytes = w.finish();
+    let snap = parse(&bytes).unwrap();
+    assert_eq!(snap.generation, 42);
+    let restored = snap.sections[0].as_ref().unwrap().store().unwrap();
+    let new = restored.get(Some("ns-1"), "new").unwrap();
+    assert!(
+        new.unconfirmed,
+        "an outstanding add is saved as unconfirmed"
+    );
+    assert_eq!((new.rv.render(), new.fingerprint), ("2000".into(), 0));
+    assert!(!restored.get(Some("ns-1"), "pod-1").unwrap().unconfirmed);
+
+    let old = as_version_1(&file(&[("core/Pod/", 7, 10)]));
+    let snap = parse(&old).unwrap();
+    assert_eq!((snap.generation, snap.announced), (0, 1));
+    assert_eq!(
+        snap.sections[0].as_ref().unwrap().store().unwrap().len(),
+        11
+    );
 }

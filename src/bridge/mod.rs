@@ -9,28 +9,32 @@
 //! unreachable or the kind is not served, and its informers start when it resolves. So one
 //! cluster that is down, or one CRD not installed yet, delays nothing else; each shows in
 //! `/readyz` and the metrics until it works.
+//!
+//! The saved state is read when this replica starts watching (`watching.rs`): at once, or,
+//! with leader election, when it becomes the leader, so a replica that took over starts from
+//! the state its predecessor saved up to the hand-over, not from what was saved when it
+//! started waiting. A follower never saves.
+
+mod watching;
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
-use kubesink_sinks::backoff::Backoff;
 use kubesink_sinks::Sink;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cluster::{self, ClusterError};
-use crate::config::{ClusterSpec, Config, ResourceConfig, WatchConfig};
-use crate::informer::{
-    Decider, FailureKind, Informer, InformerStats, LightStore, TrackedStore, WatchPlan,
-};
+use crate::config::{ClusterSpec, Config, ResourceConfig};
+use crate::informer::{InformerStats, WatchPlan};
 use crate::leader::{Elector, Fence, Lost};
-use crate::observe::{self, Leadership, Observed, SinkEntry, WatchEntry};
-use crate::pipeline::{Pipeline, Publisher};
-use crate::state::{self, Keeper, Kept, SaveReport, StateError, WatchKey};
+use crate::observe::{self, Leadership, Observed, SinkEntry, StateEntry, WatchEntry};
+use crate::pipeline::Pipeline;
+use crate::state::{self, Keeper, SaveReport, StateError, StateStats, StateStore, WatchKey};
+use watching::{lead, Watching};
 
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
@@ -78,29 +82,38 @@ pub struct Bridge {
     lost: Option<oneshot::Receiver<Lost>>,
     /// Cancelled after the pipeline drained: the leader then gives its lease up.
     release: CancellationToken,
-    /// One state keeper per cluster (with `[state]`), and the token that stops their interval
-    /// saves.
-    keepers: Vec<Arc<Keeper>>,
+    /// One state keeper per cluster that started watching (with `[state]`), registered once
+    /// its state was restored; the token that stops their interval saves; the token that
+    /// stops the journal writers (after the pipeline drained).
+    keepers: Keepers,
     stop_saving: CancellationToken,
+    stop_journals: CancellationToken,
 }
+
+/// The state keepers of the clusters that started watching.
+type Keepers = Arc<Mutex<Vec<Arc<Keeper>>>>;
 
 /// One watch to come (a namespace of a configured resource, or all of it): what exists
-/// before discovery resolved it.
-struct Scope {
+/// before the state was restored and discovery resolved it.
+struct PlannedScope {
     namespace: Option<String>,
     stats: Arc<InformerStats>,
-    /// The store its decider will own, shared with the state keeper; restored from saved
-    /// state when `restored`.
-    store: Arc<TrackedStore>,
-    restored: bool,
+    /// Its key in saved state.
+    key: WatchKey,
 }
 
-/// One configured resource of one cluster and its watches to come.
-struct Target {
-    cluster: ClusterSpec,
-    client: Client,
+/// One configured resource and its watches to come.
+struct PlannedResource {
     resource: ResourceConfig,
-    scopes: Vec<Scope>,
+    scopes: Vec<PlannedScope>,
+}
+
+/// One cluster: its client, its state store (with `[state]`) and its resources.
+struct PlannedCluster {
+    spec: ClusterSpec,
+    client: Client,
+    state: Option<(Arc<dyn StateStore>, Arc<StateStats>)>,
+    resources: Vec<PlannedResource>,
 }
 
 impl Bridge {
@@ -138,21 +151,21 @@ impl Bridge {
             });
         }
         let multi = clusters.len() > 1;
-        let mut targets = Vec::new();
+        let mut planned = Vec::new();
         let mut watches = Vec::new();
+        let mut states = Vec::new();
         let mut stats = Vec::new();
-        let mut keepers = Vec::new();
         for (spec, client) in clusters.into_iter().zip(clients) {
-            // Every watch of the cluster, in order, with its key in saved state.
-            let mut planned: Vec<(usize, Option<String>, WatchKey)> = Vec::new();
-            for (i, res) in spec.resources.iter().enumerate() {
-                let scopes: Vec<Option<String>> = if res.namespaces.is_empty() {
+            let mut resources = Vec::new();
+            for res in &spec.resources {
+                let namespaces: Vec<Option<String>> = if res.namespaces.is_empty() {
                     vec![None]
                 } else {
                     res.namespaces.iter().cloned().map(Some).collect()
                 };
                 let identity = configured_identity(&spec.name, res);
-                for ns in scopes {
+                let mut scopes = Vec::new();
+                for ns in namespaces {
                     let key = WatchKey {
                         identity: WatchPlan::identity_of(&identity, ns.as_deref()),
                         selection: WatchPlan::selection_of(
@@ -162,68 +175,52 @@ impl Bridge {
                             &spec.label,
                         ),
                     };
-                    planned.push((i, ns, key));
+                    let s = Arc::new(InformerStats::default());
+                    let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
+                    let label = if multi {
+                        format!("{}: {} ({scope})", spec.name, res.display_name())
+                    } else {
+                        format!("{} ({scope})", res.display_name())
+                    };
+                    stats.push((label, s.clone()));
+                    watches.push(WatchEntry {
+                        cluster: spec.name.clone(),
+                        api_version: res.api_version.clone(),
+                        kind: res.kind.clone(),
+                        namespace: ns.clone(),
+                        stats: s.clone(),
+                    });
+                    scopes.push(PlannedScope {
+                        namespace: ns,
+                        stats: s,
+                        key,
+                    });
                 }
-            }
-            let store = state::open(&config.state, &spec.name, multi);
-            let mut restored = match &store {
-                Some(s) => {
-                    let keys: Vec<WatchKey> = planned.iter().map(|(_, _, k)| k.clone()).collect();
-                    state::restore(&**s, &spec.name, &keys).await
-                }
-                None => Vec::new(),
-            };
-            restored.resize_with(planned.len(), || None);
-            let mut kept = Vec::new();
-            let mut by_resource: Vec<Vec<Scope>> =
-                spec.resources.iter().map(|_| Vec::new()).collect();
-            for ((i, ns, key), saved) in planned.into_iter().zip(restored) {
-                let res = &spec.resources[i];
-                let s = Arc::new(InformerStats::default());
-                let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
-                let label = if multi {
-                    format!("{}: {} ({scope})", spec.name, res.display_name())
-                } else {
-                    format!("{} ({scope})", res.display_name())
-                };
-                stats.push((label, s.clone()));
-                watches.push(WatchEntry {
-                    cluster: spec.name.clone(),
-                    api_version: res.api_version.clone(),
-                    kind: res.kind.clone(),
-                    namespace: ns.clone(),
-                    stats: s.clone(),
-                });
-                let is_restored = saved.is_some();
-                let tracked =
-                    TrackedStore::new(saved.unwrap_or_else(LightStore::new), store.is_some());
-                kept.push(Kept {
-                    key,
-                    store: tracked.clone(),
-                });
-                by_resource[i].push(Scope {
-                    namespace: ns,
-                    stats: s,
-                    store: tracked,
-                    restored: is_restored,
-                });
-            }
-            if let Some(store) = store {
-                keepers.push(Keeper::new(store, &spec.name, kept));
-            }
-            for (res, scopes) in spec.resources.iter().zip(by_resource) {
-                targets.push(Target {
-                    cluster: spec.clone(),
-                    client: client.clone(),
+                resources.push(PlannedResource {
                     resource: res.clone(),
                     scopes,
                 });
             }
+            let state = state::open(&config.state, &spec.name, multi).map(|store| {
+                let s = Arc::new(StateStats::default());
+                states.push(StateEntry {
+                    cluster: spec.name.clone(),
+                    store: store.describe().to_owned(),
+                    stats: s.clone(),
+                });
+                (store, s)
+            });
+            planned.push(PlannedCluster {
+                spec,
+                client,
+                state,
+                resources,
+            });
         }
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
         let fence = elector.as_ref().map_or_else(Fence::open, Elector::fence);
-        let pipeline = Pipeline::start(&config.pipeline, sinks, fence);
+        let pipeline = Pipeline::start(&config.pipeline, sinks, fence.clone());
         for h in pipeline.sinks() {
             tasks.spawn(observe::probe_sink(
                 h.clone(),
@@ -240,6 +237,7 @@ impl Bridge {
         let observed = Arc::new(Observed::new(
             watches,
             sink_entries,
+            states,
             config.server.watch_failure_timeout.get(),
             multi,
             leadership.clone(),
@@ -258,22 +256,18 @@ impl Bridge {
         if !every.is_zero() {
             tasks.spawn(observed.clone().log_summaries(every, cancel.clone()));
         }
-        let stop_saving = CancellationToken::new();
-        for k in &keepers {
-            tasks.spawn({
-                let task = k
-                    .clone()
-                    .spawn(config.state.interval.get(), stop_saving.clone());
-                async move {
-                    let _ = task.await;
-                }
-            });
-        }
+        let (stop_saving, stop_journals) = (CancellationToken::new(), CancellationToken::new());
+        let keepers = Keepers::default();
         let watching = Watching {
-            targets,
+            clusters: planned,
             sync_markers: config.pipeline.sync_markers,
             watch: config.watch.clone(),
+            state: config.state.clone(),
+            fence: fence.clone(),
             publisher: pipeline.publisher(),
+            keepers: keepers.clone(),
+            stop_saving: stop_saving.clone(),
+            stop_journals: stop_journals.clone(),
             cancel: cancel.clone(),
             tasks: tasks.clone(),
         };
@@ -308,26 +302,38 @@ impl Bridge {
             release,
             keepers,
             stop_saving,
+            stop_journals,
         })
+    }
+
+    /// The keepers registered so far.
+    fn keepers(&self) -> Vec<Arc<Keeper>> {
+        self.keepers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Saves the acknowledged state now (with `[state]`; `None` without): every cluster's,
     /// reported together. For tests and measurements; the bridge saves by itself on
     /// `state.interval` and at shutdown.
     pub async fn save_state(&self) -> Option<Result<SaveReport, StateError>> {
-        if self.keepers.is_empty() {
+        let keepers = self.keepers();
+        if keepers.is_empty() {
             return None;
         }
         let mut total = SaveReport::default();
-        for k in &self.keepers {
+        for k in &keepers {
             match k.save(true).await {
                 Ok(r) => {
                     let r = r.unwrap_or_default();
                     total.objects += r.objects;
+                    total.unconfirmed += r.unconfirmed;
                     total.bytes += r.bytes;
                     total.pack += r.pack;
                     total.longest_lock = total.longest_lock.max(r.longest_lock);
                     total.write += r.write;
+                    total.journal_drop += r.journal_drop;
                 }
                 Err(e) => return Some(Err(e)),
             }
@@ -379,137 +385,29 @@ impl Bridge {
         let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         self.cancel.cancel();
         self.tasks.close();
+        let keepers = self.keepers();
         let undelivered = self.pipeline.shutdown(deadline).await;
-        // What was not delivered stays out of the saved state: the next start sends it.
+        // What was not delivered stays out of the saved state (or in it as unconfirmed, for
+        // a new key): the next start sends it.
         self.stop_saving.cancel();
-        for keeper in &self.keepers {
+        for keeper in keepers {
             match keeper.save(true).await {
                 Ok(r) => {
                     let r = r.unwrap_or_default();
-                    tracing::info!(store = keeper.describe(), objects = r.objects, bytes = r.bytes, pack = ?r.pack, write = ?r.write, "informer state saved at shutdown");
+                    tracing::info!(store = keeper.describe(), objects = r.objects, unconfirmed = r.unconfirmed, bytes = r.bytes, pack = ?r.pack, write = ?r.write, "informer state saved at shutdown");
                 }
                 Err(e) => {
                     tracing::error!(store = keeper.describe(), error = %e, "saving the informer state at shutdown failed; the next start re-sends what changed since the last save");
                 }
             }
         }
+        // The journals outlive the pipeline (its sends wait for them) and the final save.
+        self.stop_journals.cancel();
         // The lease is given up only after the pipeline drained (the leader still emits
         // while it drains, and keeps renewing).
         self.release.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
         undelivered
-    }
-}
-
-/// What starts the watches: every target's resolution task.
-struct Watching {
-    targets: Vec<Target>,
-    sync_markers: bool,
-    watch: WatchConfig,
-    publisher: Publisher,
-    cancel: CancellationToken,
-    tasks: TaskTracker,
-}
-
-impl Watching {
-    fn start(self) {
-        for t in self.targets {
-            self.tasks.spawn(watch_resource(
-                t,
-                self.sync_markers,
-                self.watch.clone(),
-                self.publisher.clone(),
-                self.cancel.clone(),
-                self.tasks.clone(),
-            ));
-        }
-    }
-}
-
-/// Resolves one configured resource (retrying with backoff), then runs its informers.
-async fn watch_resource(
-    t: Target,
-    sync_markers: bool,
-    watch: WatchConfig,
-    publisher: Publisher,
-    cancel: CancellationToken,
-    tasks: TaskTracker,
-) {
-    let span = tracing::info_span!("discovery", cluster = %t.cluster.name, resource = %t.resource.display_name());
-    // The `[watch]` backoff, as for a failing list or watch.
-    let retry = Backoff::new(
-        watch.retry_initial_backoff.get(),
-        watch.retry_max_backoff.get(),
-    );
-    let mut delays = retry.delays();
-    let mut last_warn: Option<std::time::Instant> = None;
-    let resolved = loop {
-        let attempt = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = cluster::resolve(&t.client, &t.cluster.name, &t.resource) => r,
-        };
-        let e = match attempt {
-            Ok(r) => break r,
-            Err(e) => e,
-        };
-        let kind = if e.is_not_found() {
-            FailureKind::NotFound
-        } else if e.is_transient() {
-            FailureKind::Unreachable
-        } else {
-            FailureKind::Broken
-        };
-        for s in &t.scopes {
-            s.stats.errors.fetch_add(1, Ordering::Relaxed);
-            s.stats.discovery_errors.fetch_add(1, Ordering::Relaxed);
-            s.stats.set_failure(kind, e.to_string());
-        }
-        if matches!(e, ClusterError::ClusterScoped { .. }) {
-            span.in_scope(
-                || tracing::error!(error = %e, "configuration error; this resource is not watched"),
-            );
-            return;
-        }
-        let wait = delays.next().unwrap_or(retry.max);
-        // Once a minute at most at WARN; the retries go on at DEBUG.
-        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-            last_warn = Some(std::time::Instant::now());
-            span.in_scope(|| tracing::warn!(error = %e, retry_in = ?wait, "API discovery failed; retrying (the other resources are not held back)"));
-        } else {
-            span.in_scope(
-                || tracing::debug!(error = %e, retry_in = ?wait, "API discovery failed; retrying"),
-            );
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-    };
-    if last_warn.is_some() {
-        span.in_scope(|| tracing::info!("API discovery succeeded; starting its watches"));
-    }
-    let plans = WatchPlan::expand(
-        &t.resource,
-        resolved.resource,
-        resolved.api_resource,
-        &t.cluster.label,
-    );
-    for (plan, scope) in plans.into_iter().zip(t.scopes) {
-        scope.stats.clear_failure();
-        let mut decider = Decider::with_store(
-            plan.resource.clone(),
-            plan.scope(),
-            plan.shaper.clone(),
-            plan.updates,
-            scope.store,
-            scope.restored,
-            scope.stats.clone(),
-        );
-        if sync_markers {
-            decider = decider.with_sync_markers(scope.namespace);
-        }
-        let informer = Informer::new(plan, t.client.clone(), &watch, decider, scope.stats);
-        tasks.spawn(informer.run(publisher.clone(), cancel.clone()));
     }
 }
 
@@ -521,34 +419,6 @@ fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_sinks::R
         .split_once('/')
         .unwrap_or(("", res.api_version.as_str()));
     kubesink_sinks::Resource::new(cluster, group, version, &res.kind, "", true)
-}
-
-/// Leader election: campaign, watch once leading, report the loss; give the lease up at
-/// shutdown once `release` fires (after the pipeline drained).
-async fn lead(
-    mut elector: Elector,
-    leadership: Arc<Leadership>,
-    watching: Watching,
-    lost: oneshot::Sender<Lost>,
-    cancel: CancellationToken,
-    release: CancellationToken,
-) {
-    tokio::select! {
-        _ = cancel.cancelled() => return,
-        _ = elector.acquire() => {}
-    }
-    leadership.set_leader(true);
-    watching.start();
-    tokio::select! {
-        _ = release.cancelled() => {
-            elector.release().await;
-            leadership.set_leader(false);
-        }
-        why = elector.hold() => {
-            leadership.set_leader(false);
-            let _ = lost.send(why);
-        }
-    }
 }
 
 /// Builds the configured sinks.

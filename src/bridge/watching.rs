@@ -1,0 +1,313 @@
+//! Starting the watches of every cluster, once this replica may watch (at once, or when it
+//! became the leader): per cluster, restore the saved state (snapshot and journal), start its
+//! keeper and journal writer, then resolve each resource (API discovery, retried) and run its
+//! informers over the restored stores.
+//!
+//! Owns the order "state restored, then informers": a watch's decider starts from what was
+//! saved up to now, and nothing is saved before it was restored (a follower never saves, so
+//! it cannot overwrite its leader's state).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kubesink_sinks::backoff::Backoff;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{Keepers, PlannedCluster, PlannedScope};
+use crate::cluster::{self, ClusterError};
+use crate::config::{ClusterSpec, ResourceConfig, StateConfig, WatchConfig};
+use crate::informer::{
+    Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore, TrackedStore, WatchPlan,
+};
+use crate::leader::{Elector, Fence, Lost};
+use crate::observe::Leadership;
+use crate::pipeline::Publisher;
+use crate::state::{self, Journal, Keeper, Kept, StateStats, StateStore, WatchKey};
+
+/// The journal writer's retry policy: quick at first (a blip of the state store), then every
+/// few seconds (sends wait meanwhile).
+const JOURNAL_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// What starts the watches: per cluster, the state restore, then every resource's
+/// resolution task.
+pub(super) struct Watching {
+    pub clusters: Vec<PlannedCluster>,
+    pub sync_markers: bool,
+    pub watch: WatchConfig,
+    pub state: StateConfig,
+    /// Closed when this replica may no longer lead: keepers stop saving.
+    pub fence: Fence,
+    pub publisher: Publisher,
+    pub keepers: Keepers,
+    pub stop_saving: CancellationToken,
+    pub stop_journals: CancellationToken,
+    pub cancel: CancellationToken,
+    pub tasks: TaskTracker,
+}
+
+/// One watch ready to run: its store and whether it holds saved state.
+struct Scope {
+    namespace: Option<String>,
+    stats: Arc<InformerStats>,
+    store: Arc<TrackedStore>,
+    restored: bool,
+}
+
+/// One configured resource of one cluster and its watches.
+struct Target {
+    cluster: ClusterSpec,
+    client: Client,
+    resource: ResourceConfig,
+    scopes: Vec<Scope>,
+}
+
+impl Watching {
+    /// Starts every cluster's task.
+    pub fn start(self) {
+        let shared = Arc::new(self);
+        for i in 0..shared.clusters.len() {
+            let w = shared.clone();
+            shared.tasks.spawn(async move { w.start_cluster(i).await });
+        }
+    }
+
+    /// Restores cluster `i`'s state (with `[state]`), starts its keeper and journal writer,
+    /// then its resources' tasks.
+    async fn start_cluster(self: Arc<Self>, i: usize) {
+        let c = &self.clusters[i];
+        let keys: Vec<WatchKey> = c
+            .resources
+            .iter()
+            .flat_map(|r| r.scopes.iter().map(|s| s.key.clone()))
+            .collect();
+        let mut stores: Vec<(Arc<TrackedStore>, bool)> = match &c.state {
+            None => keys
+                .iter()
+                .map(|_| (TrackedStore::new(LightStore::new(), false), false))
+                .collect(),
+            Some((store, stats)) => {
+                let started = tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    s = self.start_state(&c.spec.name, store, stats, &keys) => s,
+                };
+                started
+            }
+        };
+        stores.reverse(); // handed out in order by pop()
+        for r in &c.resources {
+            let scopes = r
+                .scopes
+                .iter()
+                .map(
+                    |PlannedScope {
+                         namespace, stats, ..
+                     }| {
+                        let (store, restored) = stores.pop().unwrap_or_else(|| {
+                            (TrackedStore::new(LightStore::new(), false), false)
+                        });
+                        Scope {
+                            namespace: namespace.clone(),
+                            stats: stats.clone(),
+                            store,
+                            restored,
+                        }
+                    },
+                )
+                .collect();
+            let target = Target {
+                cluster: c.spec.clone(),
+                client: c.client.clone(),
+                resource: r.resource.clone(),
+                scopes,
+            };
+            self.tasks.spawn(watch_resource(
+                target,
+                self.sync_markers,
+                self.watch.clone(),
+                self.publisher.clone(),
+                self.cancel.clone(),
+                self.tasks.clone(),
+            ));
+        }
+    }
+
+    /// Restores one cluster's watches from `store`, starts its journal writer (with
+    /// `state.write_ahead`) and keeper, and returns each watch's store and whether it holds
+    /// saved state.
+    async fn start_state(
+        &self,
+        cluster: &str,
+        store: &Arc<dyn StateStore>,
+        stats: &Arc<StateStats>,
+        keys: &[WatchKey],
+    ) -> Vec<(Arc<TrackedStore>, bool)> {
+        let restored = state::restore(&**store, cluster, keys).await;
+        let journal = Journal::new(cluster, keys, restored.next_generation, stats.clone());
+        let mut out = Vec::with_capacity(keys.len());
+        let mut kept = Vec::with_capacity(keys.len());
+        for (watch, (saved, key)) in restored.stores.into_iter().zip(keys).enumerate() {
+            let is_restored = saved.is_some();
+            let light = saved.unwrap_or_else(LightStore::new);
+            let tracked = if self.state.write_ahead {
+                TrackedStore::with_journal(
+                    light,
+                    JournalRef {
+                        journal: journal.clone(),
+                        watch: u32::try_from(watch).unwrap_or(u32::MAX),
+                    },
+                )
+            } else {
+                TrackedStore::new(light, true)
+            };
+            kept.push(Kept {
+                key: key.clone(),
+                store: tracked.clone(),
+            });
+            out.push((tracked, is_restored));
+        }
+        if self.state.write_ahead {
+            let retry = Backoff::new(JOURNAL_RETRY.0, JOURNAL_RETRY.1);
+            self.tasks.spawn(
+                journal
+                    .clone()
+                    .run(store.clone(), retry, self.stop_journals.clone()),
+            );
+        }
+        let keeper = Keeper::new(
+            store.clone(),
+            cluster,
+            kept,
+            Some(journal),
+            self.fence.clone(),
+            stats.clone(),
+        );
+        self.keepers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(keeper.clone());
+        let task = keeper.spawn(self.state.interval.get(), self.stop_saving.clone());
+        self.tasks.spawn(async move {
+            let _ = task.await;
+        });
+        out
+    }
+}
+
+/// Resolves one configured resource (retrying with backoff), then runs its informers.
+async fn watch_resource(
+    t: Target,
+    sync_markers: bool,
+    watch: WatchConfig,
+    publisher: Publisher,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+) {
+    let span = tracing::info_span!("discovery", cluster = %t.cluster.name, resource = %t.resource.display_name());
+    // The `[watch]` backoff, as for a failing list or watch.
+    let retry = Backoff::new(
+        watch.retry_initial_backoff.get(),
+        watch.retry_max_backoff.get(),
+    );
+    let mut delays = retry.delays();
+    let mut last_warn: Option<std::time::Instant> = None;
+    let resolved = loop {
+        let attempt = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = cluster::resolve(&t.client, &t.cluster.name, &t.resource) => r,
+        };
+        let e = match attempt {
+            Ok(r) => break r,
+            Err(e) => e,
+        };
+        let kind = if e.is_not_found() {
+            FailureKind::NotFound
+        } else if e.is_transient() {
+            FailureKind::Unreachable
+        } else {
+            FailureKind::Broken
+        };
+        for s in &t.scopes {
+            s.stats.errors.fetch_add(1, Ordering::Relaxed);
+            s.stats.discovery_errors.fetch_add(1, Ordering::Relaxed);
+            s.stats.set_failure(kind, e.to_string());
+        }
+        if matches!(e, ClusterError::ClusterScoped { .. }) {
+            span.in_scope(
+                || tracing::error!(error = %e, "configuration error; this resource is not watched"),
+            );
+            return;
+        }
+        let wait = delays.next().unwrap_or(retry.max);
+        // Once a minute at most at WARN; the retries go on at DEBUG.
+        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            last_warn = Some(std::time::Instant::now());
+            span.in_scope(|| tracing::warn!(error = %e, retry_in = ?wait, "API discovery failed; retrying (the other resources are not held back)"));
+        } else {
+            span.in_scope(
+                || tracing::debug!(error = %e, retry_in = ?wait, "API discovery failed; retrying"),
+            );
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    };
+    if last_warn.is_some() {
+        span.in_scope(|| tracing::info!("API discovery succeeded; starting its watches"));
+    }
+    let plans = WatchPlan::expand(
+        &t.resource,
+        resolved.resource,
+        resolved.api_resource,
+        &t.cluster.label,
+    );
+    for (plan, scope) in plans.into_iter().zip(t.scopes) {
+        scope.stats.clear_failure();
+        let mut decider = Decider::with_store(
+            plan.resource.clone(),
+            plan.scope(),
+            plan.shaper.clone(),
+            plan.updates,
+            scope.store,
+            scope.restored,
+            scope.stats.clone(),
+        );
+        if sync_markers {
+            decider = decider.with_sync_markers(scope.namespace);
+        }
+        let informer = Informer::new(plan, t.client.clone(), &watch, decider, scope.stats);
+        tasks.spawn(informer.run(publisher.clone(), cancel.clone()));
+    }
+}
+
+/// Leader election: campaign, watch once leading, report the loss; give the lease up at
+/// shutdown once `release` fires (after the pipeline drained).
+pub(super) async fn lead(
+    mut elector: Elector,
+    leadership: Arc<Leadership>,
+    watching: Watching,
+    lost: oneshot::Sender<Lost>,
+    cancel: CancellationToken,
+    release: CancellationToken,
+) {
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = elector.acquire() => {}
+    }
+    leadership.set_leader(true);
+    watching.start();
+    tokio::select! {
+        _ = release.cancelled() => {
+            elector.release().await;
+            leadership.set_leader(false);
+        }
+        why = elector.hold() => {
+            leadership.set_leader(false);
+            let _ = lost.send(why);
+        }
+    }
+}

@@ -1,0 +1,459 @@
+//! Start-up: the saved snapshot and the journal after it, turned into each watch's restored
+//! store, or into a reason (logged) why a watch starts without state.
+//!
+//! # Rules
+//!
+//! - The snapshot is read first. Missing: no base (the journal alone may still restore a
+//!   watch). Unreadable, not a state file, another format version or another cluster: no
+//!   state at all (every watch lists and emits everything, `initial`).
+//! - Per watch, its section must be intact and of the same selection; otherwise that watch
+//!   starts without state (its journal records are ignored with it).
+//! - The journal's segments of the snapshot's generation and later are replayed onto the
+//!   bases: each record is a key sent as `added` after the snapshot was taken. A key the base
+//!   lacks, or has with another uid, becomes **unconfirmed** (downstream may have it: the
+//!   first list re-sends it, or sends its `deleted`). A key the base has with the same uid
+//!   stays as it is (the snapshot saw that `added` confirmed). A watch without a section but
+//!   with records (its run crashed before its first save) is restored from its records alone.
+//! - A frame cut short at the end of a file is dropped (it was never durable, so nothing it
+//!   records was sent). Any other damage, a journal of another cluster, or a journal that
+//!   cannot be read means some key downstream may have is unknown: every watch then starts
+//!   without state, as with a bad snapshot.
+//!
+//! Never decides what to emit: the watches' `Decider`s do, from the stores returned here.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::journal::frame::{self, Frame};
+use super::snapshot::{self, Snapshot};
+use super::stats::now_ms;
+use super::{StateStore, WatchKey};
+use crate::informer::{Facts, LightStore};
+
+/// What [`restore`] found.
+pub struct Restored {
+    /// For each watch, in order: its restored store, or `None` (it lists and emits everything
+    /// as without state; the reason was logged).
+    pub stores: Vec<Option<LightStore>>,
+    /// The first journal generation of this run: above every generation found, and at least
+    /// the wall-clock milliseconds, so this run never appends to an earlier run's segment.
+    pub next_generation: u64,
+}
+
+/// The snapshot, as far as it is usable.
+enum Base<'a> {
+    /// There is none: only the journal can restore a watch.
+    Missing,
+    /// It cannot be used at all (reason logged).
+    Unusable,
+    /// Parsed: sections are checked per watch.
+    Snap(Snapshot<'a>),
+}
+
+/// Loads the saved snapshot and journal and returns each watch's restored store (see the
+/// module rules). Never fails: every problem is logged and costs the affected watches a full
+/// emit.
+pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]) -> Restored {
+    let started = Instant::now();
+    let none = |next_generation: u64| Restored {
+        stores: watches.iter().map(|_| None).collect(),
+        next_generation,
+    };
+    let loaded = match store.load().await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(store = store.describe(), error = %e, "saved informer state ignored: it cannot be read; every watch lists and emits everything (initial)");
+            return none(now_ms());
+        }
+    };
+    let base = match loaded.as_deref() {
+        None => Base::Missing,
+        Some(bytes) => match snapshot::parse(bytes) {
+            Err(e) => {
+                tracing::warn!(store = store.describe(), reason = %e, "saved informer state ignored: {e}; every watch lists and emits everything (initial); the next save overwrites it");
+                Base::Unusable
+            }
+            Ok(snap) if snap.cluster != cluster => {
+                let reason = format!(
+                    "it is of cluster {:?}, this kubesink is cluster.name = {cluster:?}",
+                    snap.cluster
+                );
+                tracing::warn!(store = store.describe(), %reason, "saved informer state ignored: {reason}; every watch lists and emits everything (initial); the next save overwrites it");
+                Base::Unusable
+            }
+            Ok(snap) => Base::Snap(snap),
+        },
+    };
+    let from_generation = match &base {
+        Base::Unusable => return none(now_ms()),
+        Base::Missing => 0,
+        Base::Snap(s) => s.generation,
+    };
+    let journal = match read_journal(store, cluster, from_generation).await {
+        Ok(j) => j,
+        Err(reason) => {
+            tracing::warn!(store = store.describe(), %reason, "saved informer state ignored: {reason}; without every key downstream may have, deletes could be missed, so every watch lists and emits everything (initial); the next save overwrites it");
+            return none(now_ms());
+        }
+    };
+    let next_generation = journal
+        .max_generation
+        .max(from_generation)
+        .saturating_add(1)
+        .max(now_ms());
+    let snap = match &base {
+        Base::Snap(s) => Some(s),
+        _ => None,
+    };
+    if snap.is_none() && journal.frames.is_empty() {
+        tracing::info!(
+            store = store.describe(),
+            "no saved informer state yet: every watch lists and emits everything (initial)"
+        );
+        return none(next_generation);
+    }
+    if let Some(snap) = snap {
+        let damaged = snap.sections.iter().filter(|s| s.is_err()).count();
+        if damaged > 0 || snap.sections.len() != snap.announced as usize {
+            tracing::warn!(store = store.describe(), damaged, found = snap.sections.len(), announced = snap.announced, "saved informer state is partly damaged; the watches of the damaged parts list and emit everything");
+        }
+    }
+    let age = snap
+        .and_then(|s| UNIX_EPOCH.checked_add(Duration::from_millis(s.written_at_ms)))
+        .and_then(|written| SystemTime::now().duration_since(written).ok())
+        .unwrap_or_default();
+    let records = journal.by_watch();
+    let stores = watches
+        .iter()
+        .map(|w| restore_watch(snap, w, age, records.get(w.identity.as_str())))
+        .collect();
+    tracing::debug!(elapsed = ?started.elapsed(), snapshot_bytes = loaded.as_ref().map_or(0, Vec::len), journal_frames = journal.frames.len(), "informer state loaded");
+    Restored {
+        stores,
+        next_generation,
+    }
+}
+
+/// The journal frames to replay.
+struct Replay {
+    /// Frames of generation `from` and later, in order.
+    frames: Vec<Frame>,
+    /// The highest generation of any frame (0: none).
+    max_generation: u64,
+}
+
+impl Replay {
+    /// Records by watch identity: `(selection, namespace, name, facts)`.
+    fn by_watch(&self) -> HashMap<&str, Vec<(u64, &str, &str, Facts<'static>)>> {
+        let mut out: HashMap<&str, Vec<_>> = HashMap::new();
+        for f in &self.frames {
+            for r in &f.records {
+                let Some((identity, selection)) = f.watches.get(r.watch as usize) else {
+                    continue;
+                };
+                out.entry(identity.as_str()).or_default().push((
+                    *selection,
+                    r.namespace.as_str(),
+                    r.name.as_str(),
+                    Facts::unconfirmed(r.uid.clone(), r.rv.clone()),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Reads and checks every journal segment, keeping the frames of generation `from` on.
+async fn read_journal(store: &dyn StateStore, cluster: &str, from: u64) -> Result<Replay, String> {
+    let segments = store
+        .load_journal()
+        .await
+        .map_err(|e| format!("its journal of new objects cannot be read: {e}"))?;
+    let mut replay = Replay {
+        frames: Vec::new(),
+        max_generation: 0,
+    };
+    for seg in segments {
+        let parsed = frame::parse_segment(&seg.name, &seg.bytes, seg.may_tear)
+            .map_err(|e| format!("its journal of new objects is damaged: {e}"))?;
+        if let Some(torn) = parsed.torn {
+            tracing::info!(store = store.describe(), %torn, "state journal: dropped a frame a crash cut short (never durable, so nothing it records was sent)");
+        }
+        for f in parsed.frames {
+            if f.cluster != cluster {
+                return Err(format!(
+                    "its journal ({}) is of cluster {:?}, this kubesink is cluster.name = {cluster:?}",
+                    seg.name, f.cluster
+                ));
+            }
+            replay.max_generation = replay.max_generation.max(f.generation);
+            if f.generation >= from {
+                replay.frames.push(f);
+            }
+        }
+    }
+    Ok(replay)
+}
+
+/// One watch's store from its snapshot section (if any) and journal records, or `None` with
+/// the reason logged.
+fn restore_watch(
+    snap: Option<&Snapshot<'_>>,
+    w: &WatchKey,
+    age: Duration,
+    records: Option<&Vec<(u64, &str, &str, Facts<'static>)>>,
+) -> Option<LightStore> {
+    let watch = w.identity.as_str();
+    let ignored = |reason: String| {
+        tracing::warn!(%watch, %reason, "saved state ignored for this watch: {reason}; it lists and emits everything (initial)");
+        None
+    };
+    let found = snap.and_then(|snap| {
+        snap.sections.iter().find(|s| match s {
+            Ok(s) => s.identity == w.identity,
+            Err(d) => d.identity.as_deref() == Some(&w.identity),
+        })
+    });
+    let (mut store, list_rv) = match found {
+        Some(Err(d)) => return ignored(d.error.to_string()),
+        Some(Ok(s)) if s.selection != w.selection => {
+            return ignored("the resource's selection changed since the save (apiVersion, namespaces, selectors, payload, fields, drop, updates, allow_secret_data or cluster.label): what it emits differs".into());
+        }
+        Some(Ok(s)) => match s.store() {
+            Ok(store) => (store, s.list_resource_version.clone()),
+            Err(e) => return ignored(e.to_string()),
+        },
+        None if records.is_some_and(|r| !r.is_empty()) => (LightStore::new(), String::new()),
+        None => {
+            return ignored(
+                "no saved state for it (a watch added since the save, or its part was lost)".into(),
+            )
+        }
+    };
+    let (mut replayed, mut other_selection) = (0u64, 0u64);
+    for (selection, ns, name, facts) in records.into_iter().flatten() {
+        if *selection != w.selection {
+            other_selection += 1;
+            continue;
+        }
+        let ns = Some(*ns).filter(|n| !n.is_empty());
+        if store
+            .get(ns, name)
+            .is_some_and(|known| known.uid == facts.uid)
+        {
+            continue; // the snapshot saw this `added` confirmed
+        }
+        let id = store.intern(ns);
+        store.restore(id, name, facts);
+        replayed += 1;
+    }
+    let mut unconfirmed = 0u64;
+    store.for_each(|_, _, f| unconfirmed += u64::from(f.unconfirmed));
+    if other_selection > 0 {
+        tracing::warn!(%watch, records = other_selection, "state journal: records of another selection of this watch ignored");
+    }
+    let saved_ago = Duration::from_secs(age.as_secs());
+    match found {
+        Some(_) => {
+            tracing::info!(%watch, objects = store.len(), unconfirmed, journal_records = replayed, list_resource_version = %list_rv, ?saved_ago, "saved state restored: the first list emits only the differences")
+        }
+        None => {
+            tracing::info!(%watch, objects = store.len(), unconfirmed, "saved state restored from the journal alone (the last run stopped before its first save): the first list re-sends these objects and deletes those gone")
+        }
+    }
+    Some(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informer::TrackedStore;
+    use crate::state::file::FileStore;
+    use crate::state::snapshot::Writer;
+
+    const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
+    const U2: &str = "1d0f26d0-5b32-4c1a-ba4f-4c897e871cf9";
+
+    fn pods() -> WatchKey {
+        WatchKey {
+            identity: "core/Pod/".into(),
+            selection: 7,
+        }
+    }
+
+    fn nodes() -> WatchKey {
+        WatchKey {
+            identity: "core/Node/".into(),
+            selection: 8,
+        }
+    }
+
+    /// A snapshot of generation `generation` with pods `names` (uid U1, confirmed) and no
+    /// nodes.
+    fn snapshot(generation: u64, names: &[&str]) -> Vec<u8> {
+        let mut s = LightStore::new();
+        for (i, n) in names.iter().enumerate() {
+            s.observe(Some("ns"), n, U1, &(10 + i).to_string(), 1);
+        }
+        let tracked = TrackedStore::new(s, true);
+        let mut w = Writer::new("prod", 1, generation);
+        tracked.acknowledged(|a| w.section(&pods().identity, pods().selection, a));
+        TrackedStore::new(LightStore::new(), true)
+            .acknowledged(|a| w.section(&nodes().identity, nodes().selection, a));
+        w.finish()
+    }
+
+    /// A journal frame of generation `generation` recording pods `(name, uid)`, with the pod
+    /// watch's selection `selection`, written by cluster `cluster`.
+    fn journal(cluster: &str, generation: u64, selection: u64, pods: &[(&str, &str)]) -> Vec<u8> {
+        let mut records = Vec::new();
+        for (name, uid) in pods {
+            frame::put_record(&mut records, 0, "ns", name, uid, "99");
+        }
+        let watches = [("core/Pod/".to_owned(), selection)];
+        frame::encode(
+            cluster,
+            generation,
+            1,
+            &watches,
+            pods.len() as u64,
+            &records,
+        )
+    }
+
+    async fn restored(store: &FileStore) -> Restored {
+        restore(store, "prod", &[pods(), nodes()]).await
+    }
+
+    /// (name, uid, unconfirmed) of the restored pods, sorted.
+    fn pod_facts(r: &Restored) -> Vec<(String, String, bool)> {
+        let Some(s) = &r.stores[0] else {
+            return Vec::new();
+        };
+        let mut v = Vec::new();
+        s.for_each(|_, name, f| v.push((name.to_owned(), f.uid.render(), f.unconfirmed)));
+        v.sort();
+        v
+    }
+
+    fn fact(name: &str, uid: &str, unconfirmed: bool) -> (String, String, bool) {
+        (name.into(), uid.into(), unconfirmed)
+    }
+
+    fn dir_store() -> (tempfile::TempDir, FileStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path().join("state"));
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn journal_records_after_the_snapshot_become_unconfirmed_keys() {
+        let (_dir, store) = dir_store();
+        store
+            .save(snapshot(5, &["known", "recreated"]))
+            .await
+            .unwrap();
+        // Generation 4 is older than the snapshot: covered by it, ignored.
+        store
+            .append(4, journal("prod", 4, 7, &[("stale", U1)]))
+            .await
+            .unwrap();
+        let after = [("new", U2), ("known", U1), ("recreated", U2)];
+        store
+            .append(5, journal("prod", 5, 7, &after))
+            .await
+            .unwrap();
+        store
+            .append(6, journal("prod", 6, 9, &[("other-selection", U1)]))
+            .await
+            .unwrap();
+        let r = restored(&store).await;
+        assert_eq!(
+            pod_facts(&r),
+            [
+                fact("known", U1, false),
+                fact("new", U2, true),
+                fact("recreated", U2, true),
+            ]
+        );
+        assert!(
+            r.stores[1].as_ref().is_some_and(|s| s.is_empty()),
+            "nodes restored, empty"
+        );
+        assert!(r.next_generation > 6 && r.next_generation >= now_ms() - 60_000);
+    }
+
+    #[tokio::test]
+    async fn without_a_snapshot_the_journal_alone_restores_the_watches_it_names() {
+        let (_dir, store) = dir_store();
+        let r = restored(&store).await;
+        assert!(r.stores.iter().all(Option::is_none), "nothing saved at all");
+        store
+            .append(3, journal("prod", 3, 7, &[("a", U1), ("b", U1)]))
+            .await
+            .unwrap();
+        let r = restored(&store).await;
+        assert_eq!(pod_facts(&r), [fact("a", U1, true), fact("b", U1, true)]);
+        assert!(
+            r.stores[1].is_none(),
+            "nothing was sent for nodes: an initial list"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_frame_is_dropped_and_any_other_damage_drops_all_state() {
+        let (dir, store) = dir_store();
+        store.save(snapshot(5, &["known"])).await.unwrap();
+        store
+            .append(5, journal("prod", 5, 7, &[("a", U1)]))
+            .await
+            .unwrap();
+        let torn = journal("prod", 5, 7, &[("b", U1)]);
+        store
+            .append(5, torn[..torn.len() / 2].to_vec())
+            .await
+            .unwrap();
+        let r = restored(&store).await;
+        assert_eq!(
+            pod_facts(&r),
+            [fact("a", U1, true), fact("known", U1, false)]
+        );
+
+        // A flipped byte in the first frame, with the second after it: corrupt.
+        let seg = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().contains(".journal-"))
+            .unwrap();
+        let mut bytes = std::fs::read(&seg).unwrap();
+        bytes[30] ^= 1;
+        std::fs::write(&seg, &bytes).unwrap();
+        let r = restored(&store).await;
+        assert!(
+            r.stores.iter().all(Option::is_none),
+            "every watch lists and emits everything"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_journal_of_another_cluster_or_a_bad_snapshot_drops_all_state() {
+        let (_dir, store) = dir_store();
+        store.save(snapshot(5, &["known"])).await.unwrap();
+        store
+            .append(5, journal("elsewhere", 5, 7, &[("a", U1)]))
+            .await
+            .unwrap();
+        assert!(restored(&store).await.stores.iter().all(Option::is_none));
+        let (_dir, store) = dir_store();
+        store.save(b"not a snapshot".to_vec()).await.unwrap();
+        store
+            .append(5, journal("prod", 5, 7, &[("a", U1)]))
+            .await
+            .unwrap();
+        let r = restored(&store).await;
+        assert!(
+            r.stores.iter().all(Option::is_none),
+            "the journal alone is not trusted"
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! Counters of one cluster's state store: saves and the journal, for `/metrics`, `/readyz`
+//! and the logs. Written by the keeper and the journal writer; this module only counts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch.
+pub(super) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The counters of one cluster's state.
+#[derive(Debug, Default)]
+pub struct StateStats {
+    /// Saves that stored a snapshot.
+    pub saves: AtomicU64,
+    /// Saves that failed (packing or the backend).
+    pub save_failures: AtomicU64,
+    /// Unix time in milliseconds of the last stored snapshot (0: none yet).
+    pub last_save_ms: AtomicU64,
+    /// Size of the last stored snapshot, bytes.
+    pub bytes: AtomicU64,
+    /// Objects in the last stored snapshot (unconfirmed included).
+    pub objects: AtomicU64,
+    /// Of those, unconfirmed (sent as `added`, not yet confirmed by every sink).
+    pub unconfirmed: AtomicU64,
+    /// Duration of the last save (packing and storing), milliseconds.
+    pub last_save_duration_ms: AtomicU64,
+    /// Journal records appended (one per `added` about to be sent).
+    pub journal_records: AtomicU64,
+    /// Journal records durable (appended and stored); the difference is what sends wait for.
+    pub journal_durable: AtomicU64,
+    /// Journal frames stored.
+    pub journal_frames: AtomicU64,
+    /// Journal bytes stored.
+    pub journal_bytes: AtomicU64,
+    /// Failed journal appends (each retried).
+    pub journal_errors: AtomicU64,
+    /// Unix time in milliseconds since which journal appends fail (0: the last succeeded).
+    pub journal_failing_since_ms: AtomicU64,
+    /// Why the last journal append or save failed, while it does.
+    problem: Mutex<Option<String>>,
+}
+
+impl StateStats {
+    /// Records an append failure.
+    pub fn note_journal_error(&self, e: &dyn std::fmt::Display) {
+        self.journal_errors.fetch_add(1, Ordering::Relaxed);
+        let _ = self.journal_failing_since_ms.compare_exchange(
+            0,
+            now_ms(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        self.set_problem(Some(format!("journal: {e}")));
+    }
+
+    /// Records a stored frame of `bytes` bytes; returns how long appends had been failing.
+    pub fn note_journal_stored(&self, bytes: usize, durable: u64) -> Option<Duration> {
+        self.journal_frames.fetch_add(1, Ordering::Relaxed);
+        self.journal_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.journal_durable.store(durable, Ordering::Relaxed);
+        let since = self.journal_failing_since_ms.swap(0, Ordering::Relaxed);
+        (since != 0).then(|| {
+            self.set_problem(None);
+            Duration::from_millis(now_ms().saturating_sub(since))
+        })
+    }
+
+    /// How long journal appends have been failing, if they are.
+    pub fn journal_failing_for(&self) -> Option<Duration> {
+        match self.journal_failing_since_ms.load(Ordering::Relaxed) {
+            0 => None,
+            since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
+        }
+    }
+
+    /// Journal records appended and not yet durable.
+    pub fn journal_pending(&self) -> u64 {
+        self.journal_records
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.journal_durable.load(Ordering::Relaxed))
+    }
+
+    /// Records a failed save.
+    pub fn note_save_error(&self, e: &dyn std::fmt::Display) {
+        self.save_failures.fetch_add(1, Ordering::Relaxed);
+        self.set_problem(Some(format!("save: {e}")));
+    }
+
+    /// Records a stored snapshot.
+    pub fn note_saved(&self, bytes: usize, objects: u64, unconfirmed: u64, took: Duration) {
+        self.saves.fetch_add(1, Ordering::Relaxed);
+        self.last_save_ms.store(now_ms(), Ordering::Relaxed);
+        self.bytes.store(bytes as u64, Ordering::Relaxed);
+        self.objects.store(objects, Ordering::Relaxed);
+        self.unconfirmed.store(unconfirmed, Ordering::Relaxed);
+        self.last_save_duration_ms.store(
+            u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        if self.journal_failing_since_ms.load(Ordering::Relaxed) == 0 {
+            self.set_problem(None);
+        }
+    }
+
+    /// What is wrong, if anything.
+    pub fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_problem(&self, p: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = p;
+    }
+}
