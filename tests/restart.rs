@@ -180,6 +180,16 @@ async fn sigkill_mid_churn_then_restart(
     }
     let updated: BTreeSet<Key> = updated.iter().map(|o| obj_key(o)).collect();
     let deleted: BTreeSet<Key> = deleted.iter().map(|o| obj_key(o)).collect();
+    // And every pod the churn created while A ran: those A sent after its last save (or
+    // whose `added` was in flight at the kill) are in no snapshot, only in its journal.
+    let churn_created: BTreeSet<Key> = pods
+        .iter()
+        .map(obj_key)
+        .filter(|k| !initial.contains_key(k))
+        .collect();
+    for k in &churn_created {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
 
     let b = Kubesink::start(BIN, config_b, dir_b, "b", &debug);
     let want = sim_state(&c.sim, &[("v1", "Pod")]);
@@ -213,7 +223,7 @@ async fn sigkill_mid_churn_then_restart(
             "create of {k:?} missing"
         );
     }
-    for k in &deleted {
+    for k in deleted.iter().chain(&churn_created) {
         assert!(
             by_key(k).iter().any(|m| m["op"] == "deleted"
                 && m["finalStateUnknown"] == true
@@ -221,6 +231,10 @@ async fn sigkill_mid_churn_then_restart(
             "delete of {k:?} missing"
         );
     }
+    eprintln!(
+        "restart: {} pods the churn created while A ran were deleted while it was down; each got its delete",
+        churn_created.len()
+    );
     // Objects untouched since the initial list and during the downtime: never re-sent.
     let quiet: BTreeSet<Key> = untouched
         .iter()
@@ -237,7 +251,12 @@ async fn sigkill_mid_churn_then_restart(
     // The rest is about churned objects: either a repeat (the first process had delivered
     // that final state: its window of changes not yet saved as acknowledged) or a change it
     // never delivered.
-    let downtime: BTreeSet<&Key> = updated.iter().chain(&created).chain(&deleted).collect();
+    let downtime: BTreeSet<&Key> = updated
+        .iter()
+        .chain(&created)
+        .chain(&deleted)
+        .chain(&churn_created)
+        .collect();
     let mut delivered_by_a: BTreeMap<Key, &Value> = BTreeMap::new();
     for m in &a_msgs {
         delivered_by_a.insert(key(m), m);
@@ -388,6 +407,443 @@ async fn a_nats_state_written_by_one_process_is_read_by_another_in_another_direc
     eprintln!("NATS state object: {} bytes; {r:?}", info.size);
 }
 
+/// A pod like `template` named `name`, as a client would create it.
+fn new_pod(template: &Value, name: &str) -> Value {
+    let mut o = template.clone();
+    let meta = o["metadata"].as_object_mut().unwrap();
+    for k in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "generation",
+        "managedFields",
+    ] {
+        meta.remove(k);
+    }
+    meta.insert("name".into(), name.into());
+    o
+}
+
+fn stderr_has(k: &Kubesink, what: &str) -> bool {
+    k.stderr().contains(what)
+}
+
+/// What the crash-gap scenario saw.
+struct CrashGap {
+    /// Every message of the three runs, in order.
+    all: Vec<Value>,
+    /// The restarted run's messages.
+    b: Vec<Value>,
+    /// Pods created while the second run was up (after its last save) and deleted while it
+    /// was down.
+    created: BTreeSet<Key>,
+    /// Pods from before, deleted and updated while it was down.
+    deleted: BTreeSet<Key>,
+    updated: BTreeSet<Key>,
+}
+
+/// The crash gap of issue 8, made deterministic: 500 pods; run A1 lists them and stops
+/// cleanly (its final save); run A2 starts from that state, then 30 pods are created and
+/// reach its output, and A2 is SIGKILLed (no save since its start: `state.interval` is an
+/// hour). While it is down those 30 are deleted, with 20 older pods, and 10 others updated.
+/// Run B (config `config_b`, in `dir_b`) starts from the state and is stopped cleanly once
+/// its list's sweep was delivered.
+async fn new_objects_sent_after_the_last_save_then_deleted_while_down(
+    c: &Cluster,
+    config_a: &Path,
+    dir_a: &Path,
+    config_b: &Path,
+    dir_b: &Path,
+) -> CrashGap {
+    let a1 = Kubesink::start(BIN, config_a, dir_a, "a1", &[]);
+    until("A1's initial list", &a1, || a1.count() >= 500).await;
+    let mut all = a1.terminate().await;
+
+    let a2 = Kubesink::start(BIN, config_a, dir_a, "a2", &[]);
+    until("A2's list against the saved state", &a2, || {
+        stderr_has(&a2, "relist complete")
+    })
+    .await;
+    let pods = c.sim.objects("v1", "Pod");
+    let mut created = BTreeSet::new();
+    for i in 0..30 {
+        let o = new_pod(&pods[0], &format!("after-the-save-{i}"));
+        let made = c.sim.create(o).expect("create");
+        created.insert(obj_key(&made));
+    }
+    until("A2 sent the 30 new pods", &a2, || {
+        a2.messages()
+            .iter()
+            .filter(|m| m["op"] == "added" && created.contains(&key(m)))
+            .count()
+            == 30
+    })
+    .await;
+    all.extend(a2.kill().await);
+
+    for k in &created {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
+    let deleted: BTreeSet<Key> = pods[1..21].iter().map(obj_key).collect();
+    for k in &deleted {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
+    let mut updated = BTreeSet::new();
+    for o in &pods[21..31] {
+        let mut o = o.clone();
+        o["metadata"]["labels"]["touched"] = "while-down".into();
+        c.sim.replace(o.clone()).expect("update");
+        updated.insert(obj_key(&o));
+    }
+
+    let b = Kubesink::start(BIN, config_b, dir_b, "b", &[]);
+    // The sweep's deletes go out together, right after the list: once the 20 older pods'
+    // deletes arrived, a clean stop delivers the rest.
+    until("B's list and its sweep", &b, || {
+        b.messages()
+            .iter()
+            .filter(|m| m["op"] == "deleted" && deleted.contains(&key(m)))
+            .count()
+            == 20
+    })
+    .await;
+    let b = b.terminate().await;
+    all.extend(b.iter().cloned());
+    assert_eq!(
+        sim_view(&c.sim).len(),
+        480,
+        "500 - 20 deleted; the 30 created are gone"
+    );
+    let want_view = sim_view(&c.sim);
+    let got_view = view(&all);
+    let ghosts: Vec<&Key> = got_view
+        .keys()
+        .filter(|k| !want_view.contains_key(*k))
+        .collect();
+    eprintln!(
+        "crash gap: restarted run sent {} messages; {} ghosts in the folded view",
+        b.len(),
+        ghosts.len()
+    );
+    CrashGap {
+        all,
+        b,
+        created,
+        deleted,
+        updated,
+    }
+}
+
+async fn cluster_of_500_pods() -> Cluster {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 500,
+            seed: 17,
+            ..Default::default()
+        })
+        .unwrap();
+    c
+}
+
+/// A state config with the given backend lines and no interval save.
+fn crash_gap_state(backend: &str, write_ahead: bool) -> String {
+    format!("[state]\n{backend}interval = \"1h\"\nwrite_ahead = {write_ahead}\n")
+}
+
+/// The restarted run sent exactly the deletes (the 30 new pods from the journal, the 20
+/// older ones from the snapshot) and the 10 updates, nothing else, and the folded view is
+/// the cluster: no ghost.
+fn assert_no_ghosts(r: &CrashGap, c_view: usize) {
+    let deletes_of = |set: &BTreeSet<Key>| {
+        r.b.iter()
+            .filter(|m| {
+                m["op"] == "deleted" && m["finalStateUnknown"] == true && set.contains(&key(m))
+            })
+            .count()
+    };
+    assert_eq!(
+        deletes_of(&r.created),
+        30,
+        "the journal's keys were deleted"
+    );
+    assert_eq!(deletes_of(&r.deleted), 20);
+    let updates =
+        r.b.iter()
+            .filter(|m| m["op"] == "updated" && r.updated.contains(&key(m)))
+            .count();
+    assert_eq!(updates, 10);
+    assert_eq!(r.b.len(), 60, "nothing else: {:#?}", r.b);
+    assert!(r.b.iter().all(|m| m["initial"] == false));
+    let folded = view(&r.all);
+    assert_eq!(folded.len(), c_view, "no ghost in the folded view");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_leaves_no_ghost_of_objects_sent_after_the_last_save_file_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let backend = format!(
+        "backend = \"file\"\npath = {:?}\n",
+        state.display().to_string()
+    );
+    let c = cluster_of_500_pods().await;
+    let cfg = write_config(
+        dir.path(),
+        &c.kubeconfig,
+        "restart",
+        POD_METADATA,
+        &crash_gap_state(&backend, true),
+    );
+    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
+        &c,
+        &cfg,
+        dir.path(),
+        &cfg,
+        dir.path(),
+    )
+    .await;
+    assert_no_ghosts(&r, 480);
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".journal-")
+        })
+        .count();
+    assert!(
+        segments <= 2,
+        "old journal generations were dropped: {segments} left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_journal_the_same_crash_leaves_ghosts() {
+    // The gap the journal closes, shown by the same scenario with `write_ahead = false`: the
+    // 30 pods sent after the last save are in no saved state, so no delete is inferred.
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let backend = format!(
+        "backend = \"file\"\npath = {:?}\n",
+        state.display().to_string()
+    );
+    let c = cluster_of_500_pods().await;
+    let cfg = write_config(
+        dir.path(),
+        &c.kubeconfig,
+        "restart",
+        POD_METADATA,
+        &crash_gap_state(&backend, false),
+    );
+    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
+        &c,
+        &cfg,
+        dir.path(),
+        &cfg,
+        dir.path(),
+    )
+    .await;
+    let ghosts: Vec<Key> = view(&r.all)
+        .into_keys()
+        .filter(|k| r.created.contains(k))
+        .collect();
+    assert_eq!(
+        ghosts.len(),
+        30,
+        "every pod sent after the last save is a ghost"
+    );
+    assert_eq!(r.b.len(), 30, "only the 20 deletes and 10 updates");
+}
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_leaves_no_ghost_with_the_nats_backend_read_by_a_process_on_another_node() {
+    let server = nats_server::NatsServer::start("");
+    let c = cluster_of_500_pods().await;
+    let backend = format!(
+        "backend = \"nats\"\n[state.nats]\nservers = [{:?}]\nbucket = \"KUBESINK_STATE\"\n",
+        server.url()
+    );
+    // `[state.nats]` must come after the `[state]` keys.
+    let state = format!("[state]\ninterval = \"1h\"\nwrite_ahead = true\n{backend}");
+    let (node_a, node_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let cfg_a = write_config(
+        node_a.path(),
+        &c.kubeconfig,
+        "restart",
+        POD_METADATA,
+        &state,
+    );
+    let cfg_b = write_config(
+        node_b.path(),
+        &c.kubeconfig,
+        "restart",
+        POD_METADATA,
+        &state,
+    );
+    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
+        &c,
+        &cfg_a,
+        node_a.path(),
+        &cfg_b,
+        node_b.path(),
+    )
+    .await;
+    assert_no_ghosts(&r, 480);
+    // B's clean stop saved a snapshot and dropped the journal generations it covers.
+    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let mut journal = js.get_stream("KUBESINK_STATE_JOURNAL").await.unwrap();
+    let info = journal.info().await.unwrap();
+    eprintln!(
+        "journal stream after B's stop: {} messages",
+        info.state.messages
+    );
+    assert_eq!(
+        info.state.messages, 0,
+        "every generation is covered by B's final snapshot"
+    );
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_over() {
+    // The follower starts while the leader has saved 300 pods. The leader then sends 40 new
+    // pods (some saved since, some only in its journal) and is SIGKILLed; during the
+    // hand-over those 40 and 10 older pods are deleted. The new leader must read the state
+    // when it takes over, not when it started waiting: it sends the 50 deletes and nothing
+    // about the other pods, and it never saved while following.
+    let server = nats_server::NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 300,
+            seed: 23,
+            ..Default::default()
+        })
+        .unwrap();
+    let extra = format!(
+        "[leader_election]\nenabled = true\nlease_name = \"kubesink-state\"\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"3s\"\nretry_period = \"500ms\"\n[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\n",
+        server.url()
+    );
+    let (node_l, node_f) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let cfg_l = write_config(
+        node_l.path(),
+        &c.kubeconfig,
+        "handover",
+        POD_METADATA,
+        &extra,
+    );
+    let cfg_f = write_config(
+        node_f.path(),
+        &c.kubeconfig,
+        "handover",
+        POD_METADATA,
+        &extra,
+    );
+    let env = |id: &'static str| {
+        [
+            ("KUBESINK_LEADER_ELECTION__IDENTITY", id),
+            ("RUST_LOG", "info,kubesink::state=debug"),
+        ]
+    };
+    let l = Kubesink::start(BIN, &cfg_l, node_l.path(), "leader", &env("leader"));
+    until("the leader's initial list", &l, || l.count() >= 300).await;
+    until("a save of the 300 pods", &l, || saves(&l) >= 1).await;
+    let f = Kubesink::start(BIN, &cfg_f, node_f.path(), "follower", &env("follower"));
+    until("the follower follows", &f, || stderr_has(&f, "following")).await;
+
+    let pods = c.sim.objects("v1", "Pod");
+    let mut created = BTreeSet::new();
+    for i in 0..40 {
+        let made = c
+            .sim
+            .create(new_pod(&pods[0], &format!("by-the-old-leader-{i}")))
+            .expect("create");
+        created.insert(obj_key(&made));
+        if i == 19 {
+            until("the leader sent the first 20", &l, || {
+                l.messages()
+                    .iter()
+                    .filter(|m| m["op"] == "added" && created.contains(&key(m)))
+                    .count()
+                    == 20
+            })
+            .await;
+            until("a save with them", &l, || stderr_has(&l, "objects=320")).await;
+        }
+    }
+    until("the leader sent the 40 new pods", &l, || {
+        l.messages()
+            .iter()
+            .filter(|m| m["op"] == "added" && created.contains(&key(m)))
+            .count()
+            == 40
+    })
+    .await;
+    let l_msgs = l.kill().await;
+    let older: BTreeSet<Key> = pods[1..11].iter().map(obj_key).collect();
+    for k in created.iter().chain(&older) {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
+    until("the new leader's sweep", &f, || {
+        f.messages()
+            .iter()
+            .filter(|m| m["op"] == "deleted" && older.contains(&key(m)))
+            .count()
+            == 10
+    })
+    .await;
+    let log = f.stderr();
+    let f_msgs = f.terminate().await;
+    let deleted: BTreeSet<Key> = f_msgs
+        .iter()
+        .filter(|m| m["op"] == "deleted")
+        .map(key)
+        .collect();
+    let missing: Vec<&Key> = created
+        .iter()
+        .chain(&older)
+        .filter(|k| !deleted.contains(*k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "deletes the new leader did not send: {missing:?}\n{log}"
+    );
+    let others: Vec<&Value> = f_msgs
+        .iter()
+        .filter(|m| !created.contains(&key(m)) && !older.contains(&key(m)))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "the new leader re-sent {} objects, e.g. {:#}",
+        others.len(),
+        others[0]
+    );
+    let mut all = l_msgs;
+    all.extend(f_msgs);
+    assert_eq!(
+        view(&all),
+        sim_view(&c.sim),
+        "the folded view is the cluster"
+    );
+    let led = log
+        .find("became the leader")
+        .expect("the follower took over");
+    assert!(
+        log.find("informer state saved")
+            .is_none_or(|saved| saved > led),
+        "the follower saved state before it led:\n{log}"
+    );
+    assert!(
+        log.find("saved state restored").is_some_and(|r| r > led),
+        "the state is read when taking over:\n{log}"
+    );
+}
+
 /// Byte offsets of the sections of a state file: (start, end) of each, in file order.
 fn sections(bytes: &[u8]) -> Vec<(usize, usize)> {
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
@@ -428,13 +884,7 @@ type Outcome = ((usize, bool), (usize, bool), String);
 /// and returns what each resource sent and whether its marker says the list was complete,
 /// with the run's stderr.
 async fn run_until_synced(dir: &Path, cfg: std::path::PathBuf) -> Outcome {
-    let k = Kubesink::start(BIN, &cfg, dir, "k", &[]);
-    until("both sync markers", &k, || {
-        k.messages().iter().filter(|m| m["op"] == "synced").count() >= 2
-    })
-    .await;
-    let stderr = k.stderr();
-    let msgs = k.terminate().await;
+    let (msgs, stderr) = messages_until_synced(dir, cfg).await;
     let (pod_changes, pod_marker) = of_kind(&msgs, "Pod");
     let (node_changes, node_marker) = of_kind(&msgs, "Node");
     assert_eq!(pod_marker["count"], 200);
@@ -448,6 +898,18 @@ async fn run_until_synced(dir: &Path, cfg: std::path::PathBuf) -> Outcome {
         (node_changes.len(), node_marker["initial"] == true),
         stderr,
     )
+}
+
+/// Runs kubesink with `cfg` until both lists ended (their sync markers), stops it cleanly,
+/// and returns its messages and stderr.
+async fn messages_until_synced(dir: &Path, cfg: std::path::PathBuf) -> (Vec<Value>, String) {
+    let k = Kubesink::start(BIN, &cfg, dir, "k", &[]);
+    until("both sync markers", &k, || {
+        k.messages().iter().filter(|m| m["op"] == "synced").count() >= 2
+    })
+    .await;
+    let stderr = k.stderr();
+    (k.terminate().await, stderr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -564,5 +1026,97 @@ async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logge
             kubesink::state::parse(&rewritten).is_ok(),
             "{what}: the bad state was overwritten by a good one at shutdown"
         );
+    }
+
+    // The journal: a frame a crash cut short is dropped (the record before it is used: its
+    // pod, which no longer exists, gets its delete); damage elsewhere, or a journal of
+    // another cluster, costs every watch a full emit.
+    use kubesink::state::journal::frame;
+    let snap = kubesink::state::parse(&good).unwrap();
+    let watches: Vec<(String, u64)> = snap
+        .sections
+        .iter()
+        .map(|s| {
+            let s = s.as_ref().unwrap();
+            (s.identity.clone(), s.selection)
+        })
+        .collect();
+    let pod_watch = watches
+        .iter()
+        .position(|(id, _)| id == "core/Pod/")
+        .unwrap() as u32;
+    let frame_of = |cluster: &str, name: &str| {
+        let mut records = Vec::new();
+        let uid = "0b6cd7a8-5a0e-4c46-8f52-8a4c1f3e9d21";
+        frame::put_record(&mut records, pod_watch, "ns-0", name, uid, "1");
+        frame::encode(cluster, snap.generation, 1, &watches, 1, &records)
+    };
+    let segment = dir
+        .path()
+        .join(format!("state.journal-{:020}.0", snap.generation));
+    let torn_second = frame_of("restart", "never-sent");
+    let journal_cases: Vec<(&str, Vec<u8>, (usize, bool), (usize, bool), &str)> = vec![
+        (
+            "torn journal tail",
+            [
+                frame_of("restart", "sent-then-gone"),
+                torn_second[..40].to_vec(),
+            ]
+            .concat(),
+            (1, false),
+            quiet,
+            "a frame a crash cut short",
+        ),
+        (
+            "corrupt journal",
+            {
+                let mut b = [frame_of("restart", "a"), frame_of("restart", "b")].concat();
+                b[30] ^= 1;
+                b
+            },
+            full_pods,
+            full_nodes,
+            "journal of new objects is damaged",
+        ),
+        (
+            "journal of another cluster",
+            frame_of("elsewhere", "a"),
+            full_pods,
+            full_nodes,
+            "is of cluster \"elsewhere\"",
+        ),
+    ];
+    for (what, bytes, want_pods, want_nodes, reason) in journal_cases {
+        std::fs::write(&state, &good).unwrap();
+        std::fs::write(&segment, &bytes).unwrap();
+        let (msgs, log) = messages_until_synced(dir.path(), config("restart", &both)).await;
+        let (pods_sent, pod_marker) = of_kind(&msgs, "Pod");
+        let (nodes_sent, node_marker) = of_kind(&msgs, "Node");
+        let outcome = (
+            (pods_sent.len(), pod_marker["initial"] == true),
+            (nodes_sent.len(), node_marker["initial"] == true),
+        );
+        assert_eq!(outcome, (want_pods, want_nodes), "{what}: {log}");
+        assert!(
+            log.contains(reason),
+            "{what}: no line saying {reason:?} in\n{log}"
+        );
+        if what == "torn journal tail" {
+            let m = pods_sent[0];
+            assert_eq!(
+                (&m["op"], &m["name"], &m["finalStateUnknown"]),
+                (
+                    &Value::from("deleted"),
+                    &Value::from("sent-then-gone"),
+                    &Value::from(true)
+                )
+            );
+        }
+        assert!(
+            !segment.exists(),
+            "{what}: the save at shutdown dropped the old journal"
+        );
+        // Back to the good state for the next case (this run rewrote it).
+        assert!(kubesink::state::parse(&std::fs::read(&state).unwrap()).is_ok());
     }
 }
