@@ -12,6 +12,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubesink_sim::{Churn, SimConfig, Workload};
@@ -842,6 +843,102 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
         log.find("saved state restored").is_some_and(|r| r > led),
         "the state is read when taking over:\n{log}"
     );
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
+    use kubesink::config::{HumanDuration, ResourceConfig, StateBackend, StateConfig};
+    let mut server = nats_server::NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 1,
+            pods: 50,
+            seed: 31,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
+    cfg.state = StateConfig {
+        backend: StateBackend::Nats,
+        interval: HumanDuration(Duration::from_millis(300)),
+        ..Default::default()
+    };
+    cfg.state.nats.servers = vec![server.url()];
+    cfg.state.nats.timeout = HumanDuration(Duration::from_secs(1));
+    let sink = CaptureSink::new();
+    let sinks: Vec<Arc<dyn kubesink::sinks::Sink>> = vec![sink.clone()];
+    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let bridge = kubesink::bridge::Bridge::start(&cfg, client, sinks)
+        .await
+        .unwrap();
+    let addr = bridge.server_addr().unwrap();
+    wait_for("the initial list", LONG, || sink.len() >= 50).await;
+
+    server.stop();
+    let template = c.sim.objects("v1", "Pod")[0].clone();
+    for i in 0..5 {
+        c.sim
+            .create(new_pod(&template, &format!("while-nats-is-down-{i}")))
+            .unwrap();
+    }
+    let mut body = String::new();
+    let deadline = tokio::time::Instant::now() + LONG;
+    while !body.contains("journal failing") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "readiness never said so: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        body = http_get(addr, "/readyz").await.1;
+    }
+    let (code, _) = http_get(addr, "/readyz").await;
+    assert_eq!(
+        code, 503,
+        "not ready while sends wait for the journal: {body}"
+    );
+    let new = |s: &CaptureSink| {
+        s.messages()
+            .iter()
+            .filter(|m| {
+                m["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("while-nats")
+            })
+            .count()
+    };
+    assert_eq!(new(&sink), 0, "nothing leaves before the journal holds it");
+    let metrics = http_get(addr, "/metrics").await.1;
+    assert!(
+        metric(
+            &metrics,
+            "kubesink_state_journal_errors_total",
+            &[("cluster", "test")]
+        ) >= 1.0
+    );
+    assert!(
+        metric(
+            &metrics,
+            "kubesink_state_journal_pending_records",
+            &[("cluster", "test")]
+        ) >= 1.0
+    );
+
+    server.restart();
+    wait_for("the 5 pods after the journal recovered", LONG, || {
+        new(&sink) == 5
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + LONG;
+    while http_get(addr, "/readyz").await.0 != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "ready again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let want = sim_state(&c.sim, &[("v1", "Pod")]);
+    assert_eq!(fold(&sink.messages()), want);
+    assert_eq!(bridge.shutdown().await, 0);
 }
 
 /// Byte offsets of the sections of a state file: (start, end) of each, in file order.
