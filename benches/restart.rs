@@ -1,11 +1,15 @@
 //! Restart from saved state at scale: messages re-sent, state size and save time.
 //!
 //! A simulated cluster of `BENCH_PODS` pods (default 100,000) is listed by kubesink with a
-//! `file` state store and a counting sink; the acknowledged state is saved (size, pack time,
-//! longest lock of an informer's store, write time: the median of five saves while the
-//! informers run) and kubesink shuts down. While it is down, 100 pods are updated, 100
-//! created and 100 deleted. A second kubesink starts from the state file and every message
-//! it sends is counted, then a third without state, for comparison.
+//! `file` state store and a counting sink (every `added` of the initial list goes through the
+//! state journal first: its size is measured before the first save); the acknowledged state
+//! is saved (size, pack time, longest lock of an informer's store, write time, journal drop:
+//! the median of five saves while the informers run) and kubesink shuts down. While it is
+//! down, 100 pods are updated, 100 created and 100 deleted. A second kubesink starts from the
+//! state file and every message it sends is counted, then a third without state, for
+//! comparison, and a fourth with state but `write_ahead = false`: the initial lists of the
+//! first, third and fourth runs, side by side, give the cost of the journal and of tracking
+//! acknowledgements.
 //!
 //! `cargo bench --bench restart` (prints, asserts nothing about time)
 
@@ -132,9 +136,20 @@ async fn main() -> anyhow::Result<()> {
         ..Default::default()
     };
 
-    // First run: the full initial list, then saves while the informers run.
+    // First run: the full initial list (through the journal), then saves while the
+    // informers run.
     let first = Arc::new(Counting::default());
     let (bridge, listed) = run(&config, &first).await?;
+    let journal_bytes: u64 = std::fs::read_dir(dir.path())?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("state.journal-")
+        })
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
     let mut reports: Vec<SaveReport> = Vec::new();
     for _ in 0..5 {
         if let Some(r) = bridge.save_state().await {
@@ -187,18 +202,37 @@ async fn main() -> anyhow::Result<()> {
     let mut stateless = config.clone();
     stateless.state = StateConfig::default();
     let third = Arc::new(Counting::default());
-    let (bridge, _) = run(&stateless, &third).await?;
+    let (bridge, listed_stateless) = run(&stateless, &third).await?;
+    bridge.shutdown().await;
+    // Fourth run: with state, without the journal, from nothing (another file).
+    let mut no_journal = config.clone();
+    no_journal.state.path = Some(dir.path().join("state-without-journal"));
+    no_journal.state.write_ahead = false;
+    let fourth = Arc::new(Counting::default());
+    let (bridge, listed_no_journal) = run(&no_journal, &fourth).await?;
     bridge.shutdown().await;
     sim.shutdown();
 
-    println!("objects: {pods} pods; initial list {listed:.2?}");
+    let per_s = |d: Duration| pods as f64 / d.as_secs_f64();
     println!(
-        "state: {size} bytes ({:.1} bytes/object); save (median of {}): pack {:.2?} (longest informer lock {:.2?}), write+fsync+rename {:.2?}",
+        "objects: {pods} pods; initial list with state and journal {listed:.2?} ({:.0}/s), with state without journal {listed_no_journal:.2?} ({:.0}/s), without state {listed_stateless:.2?} ({:.0}/s): journal + tracking cost {:.1}% of the stateless rate",
+        per_s(listed),
+        per_s(listed_no_journal),
+        per_s(listed_stateless),
+        (1.0 - per_s(listed) / per_s(listed_stateless)) * 100.0,
+    );
+    println!(
+        "journal of the initial list: {journal_bytes} bytes ({:.1} bytes/object), dropped by the first save",
+        journal_bytes as f64 / pods as f64
+    );
+    println!(
+        "state: {size} bytes ({:.1} bytes/object); save (median of {}): pack {:.2?} (longest informer lock {:.2?}), write+fsync+rename {:.2?}, journal drop {:.2?}",
         size as f64 / pods as f64,
         reports.len(),
         median(reports.iter().map(|r| r.pack).collect()),
         median(reports.iter().map(|r| r.longest_lock).collect()),
         median(reports.iter().map(|r| r.write).collect()),
+        median(reports.iter().map(|r| r.journal_drop).collect()),
     );
     println!(
         "restart after 100 updates + 100 creates + 100 deletes while down: {} messages {:?} (list {relisted:.2?})",

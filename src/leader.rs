@@ -47,6 +47,12 @@ impl Fence {
         }
     }
 
+    /// A closed fence (a replica that lost its lease), for tests.
+    #[cfg(test)]
+    pub fn closed_for_tests() -> Self {
+        Fence::new()
+    }
+
     /// A fence that is always open (no leader election).
     pub fn open() -> Self {
         let f = Fence::new();

@@ -18,8 +18,9 @@
 //! 5. [`sinks`]: the `Sink` trait and the destinations (stdout, NATS, Kafka).
 //!
 //! Beside the path, [`state`] keeps the acknowledged informer state (what every sink
-//! confirmed) in a file or a NATS object store, so a restart, or another replica taking
-//! over, sends only the differences and the deletes it missed.
+//! confirmed) in a file or a NATS object store, with a journal of the new keys sent since the
+//! last save (recorded before any sink may send them), so a restart, a crash, or another
+//! replica taking over sends only the differences and the deletes it missed.
 //!
 //! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
 //! shuts it down; [`observe`] serves metrics and health and logs summaries; [`rbac`] derives

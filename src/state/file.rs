@@ -319,4 +319,32 @@ mod tests {
         assert_eq!(segs.len(), 2);
         assert!(segs[0].name.ends_with("07.2"), "{}", segs[0].name);
     }
+
+    #[test]
+    fn after_a_failed_append_the_next_one_goes_to_a_new_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state");
+        let segment = Mutex::new(Segment::default());
+        append_frame(&path, &segment, 3, b"good").unwrap();
+        // Make the open file refuse writes (as a full disk would): a read-only handle.
+        {
+            let mut seg = segment.lock().unwrap();
+            let readonly = File::open(segment_path(&path, 3, 0)).unwrap();
+            seg.open = Some((3, readonly));
+        }
+        let e = append_frame(&path, &segment, 3, b"lost")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("appending to its journal segment"), "{e}");
+        append_frame(&path, &segment, 3, b"retried").unwrap();
+        let parts: Vec<(SegmentOrder, Vec<u8>)> = segments(&path)
+            .unwrap()
+            .into_iter()
+            .map(|(o, f)| (o, std::fs::read(f).unwrap()))
+            .collect();
+        assert_eq!(
+            parts,
+            [((3, 0), b"good".to_vec()), ((3, 1), b"retried".to_vec())]
+        );
+    }
 }

@@ -133,11 +133,6 @@ impl Journal {
         b.generation
     }
 
-    /// The generation being written.
-    pub fn generation(&self) -> u64 {
-        self.lock().generation
-    }
-
     fn point(&self, position: u64) -> WriteAhead {
         WriteAhead::new(self.durable_rx.clone(), position)
     }

@@ -10,9 +10,10 @@
 //!   stream for the journal) that any replica can read.
 //! - `restore.rs`: [`restore`] each watch's store at start-up from the snapshot and the
 //!   journal (deciding per watch whether its part is usable, and saying why not).
+//! - `keeper.rs`: the [`Keeper`] that saves the acknowledged state every `state.interval` and
+//!   at shutdown (rotating the journal around each snapshot).
 //! - `stats.rs`: [`StateStats`], the counters behind the `kubesink_state_*` metrics.
-//! - this file: the [`StateStore`] trait, [`open`] the configured backend, and the
-//!   [`Keeper`] that saves the acknowledged state every `state.interval` and at shutdown.
+//! - this file: the [`StateStore`] trait and [`open`] the configured backend.
 //!
 //! Bad state is never fatal: a missing, truncated, corrupt, foreign (other format version,
 //! cluster or selection) or unreadable state is logged with the reason and ignored for the
@@ -23,27 +24,24 @@
 
 mod file;
 pub mod journal;
+mod keeper;
 #[cfg(feature = "nats")]
 mod nats;
 mod restore;
 mod snapshot;
 mod stats;
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 pub use journal::Journal;
+pub use keeper::{Keeper, Kept, SaveReport};
 pub use restore::{restore, Restored};
 pub use snapshot::{parse, Snapshot, SnapshotError, Writer, FORMAT_VERSION, MAGIC};
 pub use stats::StateStats;
 
 use crate::config::{StateBackend, StateConfig};
-use crate::informer::TrackedStore;
-use crate::leader::Fence;
 
 /// One stored piece of the journal: a file, or one message of a stream.
 #[derive(Debug)]
@@ -179,198 +177,4 @@ pub struct WatchKey {
     pub identity: String,
     /// The selection fingerprint (`WatchPlan::selection`).
     pub selection: u64,
-}
-
-/// One watch whose acknowledged state the [`Keeper`] saves.
-pub struct Kept {
-    /// Identity and selection, written with its section.
-    pub key: WatchKey,
-    /// The informer's shared store.
-    pub store: Arc<TrackedStore>,
-}
-
-/// What one save did.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SaveReport {
-    /// Objects written, all watches (unconfirmed included).
-    pub objects: u64,
-    /// Of those, unconfirmed: sent as `added`, not yet confirmed by every sink.
-    pub unconfirmed: u64,
-    /// Size of the state, bytes.
-    pub bytes: usize,
-    /// Time to pack every watch's acknowledged state (locks included).
-    pub pack: Duration,
-    /// The longest a watch's store was locked while packed (its informer waits meanwhile).
-    pub longest_lock: Duration,
-    /// Time the backend took to store the bytes (file: write, fsync, rename).
-    pub write: Duration,
-    /// Time to drop the journal generations the snapshot covers.
-    pub journal_drop: Duration,
-}
-
-/// Saves the acknowledged state of every watch: on an interval, and once more at shutdown.
-pub struct Keeper {
-    store: Arc<dyn StateStore>,
-    cluster: String,
-    watches: Arc<Vec<Kept>>,
-    /// The journal of new keys, rotated at every save (without `state.write_ahead`: none).
-    journal: Option<Arc<Journal>>,
-    /// Saves only while this replica may emit (leader election): a deposed leader must not
-    /// overwrite its successor's state.
-    fence: Fence,
-    stats: Arc<StateStats>,
-    /// The stores' versions at the last successful save: an unchanged state is not rewritten.
-    saved: Mutex<Option<Vec<u64>>>,
-}
-
-impl Keeper {
-    /// A keeper of `watches` in `store` for cluster `cluster`, rotating `journal` at every
-    /// save, saving only while `fence` is open, counting into `stats`.
-    pub fn new(
-        store: Arc<dyn StateStore>,
-        cluster: &str,
-        watches: Vec<Kept>,
-        journal: Option<Arc<Journal>>,
-        fence: Fence,
-        stats: Arc<StateStats>,
-    ) -> Arc<Self> {
-        Arc::new(Keeper {
-            store,
-            cluster: cluster.to_owned(),
-            watches: Arc::new(watches),
-            journal,
-            fence,
-            stats,
-            saved: Mutex::new(None),
-        })
-    }
-
-    /// Where the state goes, for logs.
-    pub fn describe(&self) -> &str {
-        self.store.describe()
-    }
-
-    /// Starts a journal generation (with a journal), packs the acknowledged state of every
-    /// watch (each store locked only while its own section is written, on a blocking thread)
-    /// with that generation, stores it, then drops the older journal generations. Returns
-    /// `Ok(None)` without writing when nothing changed since the last save and `force` is
-    /// false.
-    ///
-    /// # Errors
-    /// [`StateError`] from the backend or the packing task, and [`StateError::Fenced`] when
-    /// this replica may no longer lead.
-    pub async fn save(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
-        let result = self.save_inner(force).await;
-        if let Err(e) = &result {
-            if !matches!(e, StateError::Fenced) {
-                self.stats.note_save_error(e);
-            }
-        }
-        result
-    }
-
-    async fn save_inner(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
-        if !self.fence.is_open() {
-            return Err(StateError::Fenced);
-        }
-        let versions: Vec<u64> = self.watches.iter().map(|w| w.store.version()).collect();
-        let unchanged = self
-            .saved
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            == Some(&versions);
-        if unchanged && !force {
-            return Ok(None);
-        }
-        let started = Instant::now();
-        // Records appended from here on are in the new generation; everything before is in
-        // what is packed next (confirmed, or unconfirmed while outstanding).
-        let generation = self.journal.as_ref().map_or(0, |j| j.rotate());
-        let (watches, cluster) = (self.watches.clone(), self.cluster.clone());
-        let packed = tokio::task::spawn_blocking(move || pack(&cluster, &watches, generation))
-            .await
-            .map_err(|e| StateError::Task {
-                what: "packing",
-                detail: e.to_string(),
-            })?;
-        let (bytes, mut report) = packed;
-        if !self.fence.is_open() {
-            return Err(StateError::Fenced);
-        }
-        let writing = Instant::now();
-        self.store.save(bytes).await?;
-        report.write = writing.elapsed();
-        *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(versions);
-        self.stats.note_saved(
-            report.bytes,
-            report.objects,
-            report.unconfirmed,
-            started.elapsed(),
-        );
-        if self.journal.is_some() {
-            let dropping = Instant::now();
-            if let Err(e) = self.store.drop_journal_before(generation).await {
-                tracing::warn!(store = self.describe(), error = %e, "dropping the journal the saved state covers failed; the next save tries again (a restart replays a little more)");
-            }
-            report.journal_drop = dropping.elapsed();
-        }
-        Ok(Some(report))
-    }
-
-    /// Saves every `interval` until `cancel` fires (the final save is the caller's, after the
-    /// pipeline drained). A failed save is logged and retried at the next tick.
-    pub fn spawn(
-        self: &Arc<Self>,
-        interval: Duration,
-        cancel: CancellationToken,
-    ) -> JoinHandle<()> {
-        let keeper = self.clone();
-        tokio::spawn(async move {
-            let mut tick =
-                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                match keeper.save(false).await {
-                    Ok(Some(r)) => {
-                        tracing::debug!(store = keeper.describe(), objects = r.objects, unconfirmed = r.unconfirmed, bytes = r.bytes, pack = ?r.pack, longest_lock = ?r.longest_lock, write = ?r.write, journal_drop = ?r.journal_drop, "informer state saved")
-                    }
-                    Ok(None) => {}
-                    Err(StateError::Fenced) => {
-                        tracing::debug!(
-                            store = keeper.describe(),
-                            "not saving the informer state: this replica may no longer lead"
-                        );
-                    }
-                    Err(e) => {
-                        tracing::warn!(store = keeper.describe(), error = %e, "saving the informer state failed; retrying at the next interval")
-                    }
-                }
-            }
-        })
-    }
-}
-
-/// The snapshot of `watches` at journal generation `generation`, and what packing it took.
-fn pack(cluster: &str, watches: &[Kept], generation: u64) -> (Vec<u8>, SaveReport) {
-    let started = Instant::now();
-    let mut w = Writer::new(cluster, stats::now_ms(), generation);
-    let mut report = SaveReport::default();
-    for kept in watches {
-        let locked = Instant::now();
-        let (objects, unconfirmed) = kept
-            .store
-            .acknowledged(|a| w.section(&kept.key.identity, kept.key.selection, a));
-        report.objects += objects;
-        report.unconfirmed += unconfirmed;
-        report.longest_lock = report.longest_lock.max(locked.elapsed());
-    }
-    let bytes = w.finish();
-    report.bytes = bytes.len();
-    report.pack = started.elapsed();
-    (bytes, report)
 }

@@ -1,0 +1,307 @@
+//! The keeper: saves one cluster's acknowledged informer state on an interval and at
+//! shutdown. Each save starts a journal generation, packs every watch's acknowledged state
+//! (confirmed entries, and unconfirmed ones for outstanding `added`s) tagged with it, stores
+//! it, then drops the journal generations it covers (`journal.rs`). Never saves while this
+//! replica may not lead (its fence closed), so a deposed leader cannot overwrite its
+//! successor's state.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::snapshot::Writer;
+use super::stats::{self, StateStats};
+use super::{Journal, StateError, StateStore, WatchKey};
+use crate::informer::TrackedStore;
+use crate::leader::Fence;
+
+/// One watch whose acknowledged state the [`Keeper`] saves.
+pub struct Kept {
+    /// Identity and selection, written with its section.
+    pub key: WatchKey,
+    /// The informer's shared store.
+    pub store: Arc<TrackedStore>,
+}
+
+/// What one save did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SaveReport {
+    /// Objects written, all watches (unconfirmed included).
+    pub objects: u64,
+    /// Of those, unconfirmed: sent as `added`, not yet confirmed by every sink.
+    pub unconfirmed: u64,
+    /// Size of the state, bytes.
+    pub bytes: usize,
+    /// Time to pack every watch's acknowledged state (locks included).
+    pub pack: Duration,
+    /// The longest a watch's store was locked while packed (its informer waits meanwhile).
+    pub longest_lock: Duration,
+    /// Time the backend took to store the bytes (file: write, fsync, rename).
+    pub write: Duration,
+    /// Time to drop the journal generations the snapshot covers.
+    pub journal_drop: Duration,
+}
+
+/// Saves the acknowledged state of every watch: on an interval, and once more at shutdown.
+pub struct Keeper {
+    store: Arc<dyn StateStore>,
+    cluster: String,
+    watches: Arc<Vec<Kept>>,
+    /// The journal of new keys, rotated at every save (without `state.write_ahead`: none).
+    journal: Option<Arc<Journal>>,
+    /// Saves only while this replica may emit (leader election): a deposed leader must not
+    /// overwrite its successor's state.
+    fence: Fence,
+    stats: Arc<StateStats>,
+    /// The stores' versions at the last successful save: an unchanged state is not rewritten.
+    saved: Mutex<Option<Vec<u64>>>,
+}
+
+impl Keeper {
+    /// A keeper of `watches` in `store` for cluster `cluster`, rotating `journal` at every
+    /// save, saving only while `fence` is open, counting into `stats`.
+    pub fn new(
+        store: Arc<dyn StateStore>,
+        cluster: &str,
+        watches: Vec<Kept>,
+        journal: Option<Arc<Journal>>,
+        fence: Fence,
+        stats: Arc<StateStats>,
+    ) -> Arc<Self> {
+        Arc::new(Keeper {
+            store,
+            cluster: cluster.to_owned(),
+            watches: Arc::new(watches),
+            journal,
+            fence,
+            stats,
+            saved: Mutex::new(None),
+        })
+    }
+
+    /// Where the state goes, for logs.
+    pub fn describe(&self) -> &str {
+        self.store.describe()
+    }
+
+    /// Starts a journal generation (with a journal), packs the acknowledged state of every
+    /// watch (each store locked only while its own section is written, on a blocking thread)
+    /// with that generation, stores it, then drops the older journal generations. Returns
+    /// `Ok(None)` without writing when nothing changed since the last save and `force` is
+    /// false.
+    ///
+    /// # Errors
+    /// [`StateError`] from the backend or the packing task, and [`StateError::Fenced`] when
+    /// this replica may no longer lead.
+    pub async fn save(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
+        let result = self.save_inner(force).await;
+        if let Err(e) = &result {
+            if !matches!(e, StateError::Fenced) {
+                self.stats.note_save_error(e);
+            }
+        }
+        result
+    }
+
+    async fn save_inner(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
+        if !self.fence.is_open() {
+            return Err(StateError::Fenced);
+        }
+        let versions: Vec<u64> = self.watches.iter().map(|w| w.store.version()).collect();
+        let unchanged = self
+            .saved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            == Some(&versions);
+        if unchanged && !force {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        // Records appended from here on are in the new generation; everything before is in
+        // what is packed next (confirmed, or unconfirmed while outstanding).
+        let generation = self.journal.as_ref().map_or(0, |j| j.rotate());
+        let (watches, cluster) = (self.watches.clone(), self.cluster.clone());
+        let packed = tokio::task::spawn_blocking(move || pack(&cluster, &watches, generation))
+            .await
+            .map_err(|e| StateError::Task {
+                what: "packing",
+                detail: e.to_string(),
+            })?;
+        let (bytes, mut report) = packed;
+        if !self.fence.is_open() {
+            return Err(StateError::Fenced);
+        }
+        let writing = Instant::now();
+        self.store.save(bytes).await?;
+        report.write = writing.elapsed();
+        *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(versions);
+        self.stats.note_saved(
+            report.bytes,
+            report.objects,
+            report.unconfirmed,
+            started.elapsed(),
+        );
+        if self.journal.is_some() {
+            let dropping = Instant::now();
+            if let Err(e) = self.store.drop_journal_before(generation).await {
+                tracing::warn!(store = self.describe(), error = %e, "dropping the journal the saved state covers failed; the next save tries again (a restart replays a little more)");
+            }
+            report.journal_drop = dropping.elapsed();
+        }
+        Ok(Some(report))
+    }
+
+    /// Saves every `interval` until `cancel` fires (the final save is the caller's, after the
+    /// pipeline drained). A failed save is logged and retried at the next tick.
+    pub fn spawn(
+        self: &Arc<Self>,
+        interval: Duration,
+        cancel: CancellationToken,
+    ) -> JoinHandle<()> {
+        let keeper = self.clone();
+        tokio::spawn(async move {
+            let mut tick =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match keeper.save(false).await {
+                    Ok(Some(r)) => {
+                        tracing::debug!(store = keeper.describe(), objects = r.objects, unconfirmed = r.unconfirmed, bytes = r.bytes, pack = ?r.pack, longest_lock = ?r.longest_lock, write = ?r.write, journal_drop = ?r.journal_drop, "informer state saved")
+                    }
+                    Ok(None) => {}
+                    Err(StateError::Fenced) => {
+                        tracing::debug!(
+                            store = keeper.describe(),
+                            "not saving the informer state: this replica may no longer lead"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(store = keeper.describe(), error = %e, "saving the informer state failed; retrying at the next interval")
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// The snapshot of `watches` at journal generation `generation`, and what packing it took.
+fn pack(cluster: &str, watches: &[Kept], generation: u64) -> (Vec<u8>, SaveReport) {
+    let started = Instant::now();
+    let mut w = Writer::new(cluster, stats::now_ms(), generation);
+    let mut report = SaveReport::default();
+    for kept in watches {
+        let locked = Instant::now();
+        let (objects, unconfirmed) = kept
+            .store
+            .acknowledged(|a| w.section(&kept.key.identity, kept.key.selection, a));
+        report.objects += objects;
+        report.unconfirmed += unconfirmed;
+        report.longest_lock = report.longest_lock.max(locked.elapsed());
+    }
+    let bytes = w.finish();
+    report.bytes = bytes.len();
+    report.pack = started.elapsed();
+    (bytes, report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informer::{Facts, LightStore};
+    use crate::state::file::FileStore;
+    use crate::state::journal::frame;
+
+    const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
+
+    fn key() -> WatchKey {
+        WatchKey {
+            identity: "core/Pod/".into(),
+            selection: 7,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_save_rotates_the_journal_and_drops_the_generations_it_covers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> = Arc::new(FileStore::new(dir.path().join("state")));
+        let stats = Arc::new(StateStats::default());
+        let journal = Journal::new("prod", &[key()], 100, stats.clone());
+        let tracked = TrackedStore::new(LightStore::new(), true);
+        {
+            // An `added` still outstanding: it goes into the snapshot as unconfirmed.
+            let mut t = tracked.lock();
+            t.note_change(Some("ns"), "a", None, 1);
+            t.note_added(Some("ns"), "a", U1, "5");
+            t.store.observe(Some("ns"), "a", U1, "5", 9);
+        }
+        let records = [("core/Pod/".to_owned(), 7)];
+        let mut body = Vec::new();
+        frame::put_record(&mut body, 0, "ns", "a", U1, "5");
+        store
+            .append(100, frame::encode("prod", 100, 1, &records, 1, &body))
+            .await
+            .unwrap();
+        let keeper = Keeper::new(
+            store.clone(),
+            "prod",
+            vec![Kept {
+                key: key(),
+                store: tracked.clone(),
+            }],
+            Some(journal.clone()),
+            Fence::open(),
+            stats.clone(),
+        );
+        let r = keeper.save(false).await.unwrap().expect("saved");
+        assert_eq!((r.objects, r.unconfirmed), (1, 1));
+        let snap_bytes = store.load().await.unwrap().unwrap();
+        let snap = crate::state::parse(&snap_bytes).unwrap();
+        assert_eq!(snap.generation, 101, "the generation started by this save");
+        let restored = snap.sections[0].as_ref().unwrap().store().unwrap();
+        assert!(restored.get(Some("ns"), "a").unwrap().unconfirmed);
+        assert!(
+            store.load_journal().await.unwrap().is_empty(),
+            "generation 100 dropped"
+        );
+        assert_eq!(stats.saves.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(
+            keeper.save(false).await.unwrap().map(|r| r.objects),
+            None,
+            "unchanged"
+        );
+        tracked.settled(Some("ns"), "a");
+        keeper.save(false).await.unwrap().expect("changed: saved");
+        let snap_bytes = store.load().await.unwrap().unwrap();
+        let restored = crate::state::parse(&snap_bytes).unwrap().sections[0]
+            .as_ref()
+            .unwrap()
+            .store()
+            .unwrap();
+        assert_eq!(
+            restored
+                .get(Some("ns"), "a")
+                .map(Facts::into_owned)
+                .map(|f| f.unconfirmed),
+            Some(false),
+            "confirmed once settled"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_may_no_longer_lead_does_not_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> = Arc::new(FileStore::new(dir.path().join("state")));
+        let stats = Arc::new(StateStats::default());
+        let closed = crate::leader::Fence::closed_for_tests();
+        let keeper = Keeper::new(store.clone(), "prod", Vec::new(), None, closed, stats);
+        assert!(matches!(keeper.save(true).await, Err(StateError::Fenced)));
+        assert!(store.load().await.unwrap().is_none(), "nothing written");
+    }
+}
