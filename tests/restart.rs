@@ -11,7 +11,7 @@ mod process;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +61,16 @@ fn write_config(
     )
     .expect("write config");
     file
+}
+
+/// Two replicas' directories ("nodes": nothing on disk is shared), each with a config of
+/// cluster `cluster` watching pods metadata-only with `extra` TOML.
+fn two_nodes(c: &Cluster, cluster: &str, extra: &str) -> [(tempfile::TempDir, PathBuf); 2] {
+    [(); 2].map(|()| {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), &c.kubeconfig, cluster, POD_METADATA, extra);
+        (dir, cfg)
+    })
 }
 
 /// Pods watched metadata-only: the same list/watch protocol and state, a fraction of the
@@ -385,22 +395,7 @@ async fn a_nats_state_written_by_one_process_is_read_by_another_in_another_direc
         "[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\nbucket = \"KUBESINK_STATE\"\n",
         server.url()
     );
-    // Two replicas on two "nodes": nothing on disk is shared.
-    let (node_a, node_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let cfg_a = write_config(
-        node_a.path(),
-        &c.kubeconfig,
-        "restart",
-        POD_METADATA,
-        &state,
-    );
-    let cfg_b = write_config(
-        node_b.path(),
-        &c.kubeconfig,
-        "restart",
-        POD_METADATA,
-        &state,
-    );
+    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
     let r = sigkill_mid_churn_then_restart(&c, &cfg_a, node_a.path(), &cfg_b, node_b.path()).await;
     assert!(
         r.sent >= 300 && r.repeated + r.caught_up <= r.churned,
@@ -589,30 +584,28 @@ fn assert_no_ghosts(r: &CrashGap, c_view: usize) {
     assert_eq!(folded.len(), c_view, "no ghost in the folded view");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_leaves_no_ghost_of_objects_sent_after_the_last_save_file_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+/// The crash-gap scenario with the `file` backend in `dir` (one directory for all runs).
+async fn crash_gap_with_a_state_file(dir: &Path, write_ahead: bool) -> CrashGap {
+    let state = dir.join("state");
     let backend = format!(
         "backend = \"file\"\npath = {:?}\n",
         state.display().to_string()
     );
     let c = cluster_of_500_pods().await;
     let cfg = write_config(
-        dir.path(),
+        dir,
         &c.kubeconfig,
         "restart",
         POD_METADATA,
-        &crash_gap_state(&backend, true),
+        &crash_gap_state(&backend, write_ahead),
     );
-    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
-        &c,
-        &cfg,
-        dir.path(),
-        &cfg,
-        dir.path(),
-    )
-    .await;
+    new_objects_sent_after_the_last_save_then_deleted_while_down(&c, &cfg, dir, &cfg, dir).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_leaves_no_ghost_of_objects_sent_after_the_last_save_file_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = crash_gap_with_a_state_file(dir.path(), true).await;
     assert_no_ghosts(&r, 480);
     let segments = std::fs::read_dir(dir.path())
         .unwrap()
@@ -635,27 +628,7 @@ async fn without_the_journal_the_same_crash_leaves_ghosts() {
     // The gap the journal closes, shown by the same scenario with `write_ahead = false`: the
     // 30 pods sent after the last save are in no saved state, so no delete is inferred.
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let backend = format!(
-        "backend = \"file\"\npath = {:?}\n",
-        state.display().to_string()
-    );
-    let c = cluster_of_500_pods().await;
-    let cfg = write_config(
-        dir.path(),
-        &c.kubeconfig,
-        "restart",
-        POD_METADATA,
-        &crash_gap_state(&backend, false),
-    );
-    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
-        &c,
-        &cfg,
-        dir.path(),
-        &cfg,
-        dir.path(),
-    )
-    .await;
+    let r = crash_gap_with_a_state_file(dir.path(), false).await;
     let ghosts: Vec<Key> = view(&r.all)
         .into_keys()
         .filter(|k| r.created.contains(k))
@@ -667,6 +640,7 @@ async fn without_the_journal_the_same_crash_leaves_ghosts() {
     );
     assert_eq!(r.b.len(), 30, "only the 20 deletes and 10 updates");
 }
+
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_leaves_no_ghost_with_the_nats_backend_read_by_a_process_on_another_node() {
@@ -678,21 +652,7 @@ async fn a_crash_leaves_no_ghost_with_the_nats_backend_read_by_a_process_on_anot
     );
     // `[state.nats]` must come after the `[state]` keys.
     let state = format!("[state]\ninterval = \"1h\"\nwrite_ahead = true\n{backend}");
-    let (node_a, node_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let cfg_a = write_config(
-        node_a.path(),
-        &c.kubeconfig,
-        "restart",
-        POD_METADATA,
-        &state,
-    );
-    let cfg_b = write_config(
-        node_b.path(),
-        &c.kubeconfig,
-        "restart",
-        POD_METADATA,
-        &state,
-    );
+    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
     let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
         &c,
         &cfg_a,
@@ -738,21 +698,7 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
         "[leader_election]\nenabled = true\nlease_name = \"kubesink-state\"\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"3s\"\nretry_period = \"500ms\"\n[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\n",
         server.url()
     );
-    let (node_l, node_f) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let cfg_l = write_config(
-        node_l.path(),
-        &c.kubeconfig,
-        "handover",
-        POD_METADATA,
-        &extra,
-    );
-    let cfg_f = write_config(
-        node_f.path(),
-        &c.kubeconfig,
-        "handover",
-        POD_METADATA,
-        &extra,
-    );
+    let [(node_l, cfg_l), (node_f, cfg_f)] = two_nodes(&c, "handover", &extra);
     let env = |id: &'static str| {
         [
             ("KUBESINK_LEADER_ELECTION__IDENTITY", id),

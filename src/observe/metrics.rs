@@ -423,7 +423,6 @@ impl BridgeCollector {
 
 impl BridgeCollector {
     fn encode_states(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let name = |s: &StateEntry| vec![("cluster", s.cluster.clone())];
         let counters: [StateMetric<u64>; 5] = [
             (
                 "state_saves",
@@ -456,17 +455,7 @@ impl BridgeCollector {
                 |s| load(&s.journal_errors),
             ),
         ];
-        for (metric, help, unit, get) in counters {
-            family(
-                e,
-                metric,
-                help,
-                unit.as_ref(),
-                self.states
-                    .iter()
-                    .map(|s| (name(s), ConstCounter::new(get(&s.stats)))),
-            )?;
-        }
+        self.state_families(e, counters, ConstCounter::new)?;
         let gauges: [StateMetric<f64>; 6] = [
             (
                 "state_last_save_timestamp",
@@ -505,7 +494,17 @@ impl BridgeCollector {
                 |s| s.journal_failing_for().map_or(0.0, |d| d.as_secs_f64()),
             ),
         ];
-        for (metric, help, unit, get) in gauges {
+        self.state_families(e, gauges, ConstGauge::new)
+    }
+
+    /// One family per metric of `metrics`, a sample per cluster's state store.
+    fn state_families<T, M: EncodeMetric, const N: usize>(
+        &self,
+        e: &mut DescriptorEncoder,
+        metrics: [StateMetric<T>; N],
+        make: fn(T) -> M,
+    ) -> Result<(), std::fmt::Error> {
+        for (metric, help, unit, get) in metrics {
             family(
                 e,
                 metric,
@@ -513,7 +512,7 @@ impl BridgeCollector {
                 unit.as_ref(),
                 self.states
                     .iter()
-                    .map(|s| (name(s), ConstGauge::new(get(&s.stats)))),
+                    .map(|s| (vec![("cluster", s.cluster.clone())], make(get(&s.stats)))),
             )?;
         }
         Ok(())

@@ -1,7 +1,8 @@
 //! Acknowledged informer state that survives restarts and hand-overs (`docs/restarts.md`).
 //!
 //! - `snapshot.rs`: the versioned, checksummed file format (per watch: identity, selection
-//!   fingerprint, list resourceVersion, the store's packed entries).
+//!   fingerprint, list resourceVersion, the store's packed entries); `codec.rs`: the integers,
+//!   strings and uid/resourceVersion forms it shares with the journal's frames.
 //! - `journal.rs` (with `journal/frame.rs`, its format): the write-ahead journal of new keys
 //!   between snapshots, so that a crash never leaves downstream with a key whose delete the
 //!   restart cannot infer.
@@ -22,6 +23,7 @@
 //! from the restored store) and never saves anything a sink has not confirmed: it reads the
 //! informers' [`TrackedStore`]s, whose overlay holds back unacknowledged changes.
 
+mod codec;
 mod file;
 pub mod journal;
 mod keeper;

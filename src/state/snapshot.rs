@@ -32,6 +32,7 @@ use std::str;
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::codec::{self, put_str, put_uvar, put_uvar_fixed, u32_at, u64_at};
 use crate::informer::{Acknowledged, Facts, LightStore, Rv, Uid};
 
 /// The file's first eight bytes.
@@ -41,8 +42,8 @@ pub const FORMAT_VERSION: u32 = 2;
 /// The oldest format version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 
-const UID_TEXT: u8 = 1;
-const RV_TEXT: u8 = 2;
+/// Entry flag: the object is unconfirmed (the uid and resourceVersion text flags are
+/// [`codec::UID_TEXT`] and [`codec::RV_TEXT`]).
 const UNCONFIRMED: u8 = 4;
 
 /// Why a snapshot, or one of its sections, cannot be used.
@@ -164,7 +165,7 @@ impl Writer {
 
 /// The length of a version 2 header body at the start of `b` (cluster str, u64, u32, u64).
 fn header_len(b: &[u8]) -> usize {
-    let mut r = Reader::new(b, "header");
+    let mut r = codec::Reader::new(b);
     let _ = r.str();
     r.pos + 20
 }
@@ -172,49 +173,9 @@ fn header_len(b: &[u8]) -> usize {
 fn put_entry(b: &mut Vec<u8>, ns: u32, name: &str, facts: &Facts<'_>) {
     put_uvar(b, u64::from(ns));
     put_str(b, name);
-    let flags = match (&facts.uid, &facts.rv) {
-        (Uid::Uuid(_), Rv::Number(_)) => 0,
-        (Uid::Text(_), Rv::Number(_)) => UID_TEXT,
-        (Uid::Uuid(_), Rv::Text(_)) => RV_TEXT,
-        (Uid::Text(_), Rv::Text(_)) => UID_TEXT | RV_TEXT,
-    } | if facts.unconfirmed { UNCONFIRMED } else { 0 };
-    b.push(flags);
-    match &facts.uid {
-        Uid::Uuid(bytes) => b.extend_from_slice(bytes),
-        Uid::Text(t) => put_str(b, t),
-    }
-    match &facts.rv {
-        Rv::Number(n) => put_uvar(b, *n),
-        Rv::Text(t) => put_str(b, t),
-    }
+    let extra = if facts.unconfirmed { UNCONFIRMED } else { 0 };
+    codec::put_uid_rv(b, &facts.uid, &facts.rv, extra);
     b.extend_from_slice(&facts.fingerprint.to_le_bytes());
-}
-
-fn put_uvar(b: &mut Vec<u8>, mut n: u64) {
-    loop {
-        let byte = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            b.push(byte);
-            return;
-        }
-        b.push(byte | 0x80);
-    }
-}
-
-/// `n` as a LEB128 integer padded to exactly `out.len()` (10) bytes.
-fn put_uvar_fixed(out: &mut [u8], mut n: u64) {
-    let last = out.len() - 1;
-    for (i, slot) in out.iter_mut().enumerate() {
-        let byte = (n & 0x7f) as u8;
-        n >>= 7;
-        *slot = if i == last { byte } else { byte | 0x80 };
-    }
-}
-
-fn put_str(b: &mut Vec<u8>, s: &str) {
-    put_uvar(b, s.len() as u64);
-    b.extend_from_slice(s.as_bytes());
 }
 
 /// A parsed snapshot: the header, and each section checked but not yet decoded.
@@ -358,7 +319,7 @@ impl<'a> Section<'a> {
         let identity = r.str()?.to_owned();
         let selection = r.u64()?;
         let list_resource_version = r.str()?.to_owned();
-        let rest = &body[r.pos..];
+        let rest = &body[r.at()..];
         Ok(Section {
             identity,
             selection,
@@ -390,17 +351,7 @@ impl<'a> Section<'a> {
                 .copied()
                 .ok_or_else(|| r.malformed(format!("namespace index {ns} out of range")))?;
             let name = r.str()?;
-            let flags = r.byte()?;
-            let uid = if flags & UID_TEXT == 0 {
-                Uid::Uuid(r.bytes16()?)
-            } else {
-                Uid::Text(r.str()?.into())
-            };
-            let rv = if flags & RV_TEXT == 0 {
-                Rv::Number(r.uvar()?)
-            } else {
-                Rv::Text(r.str()?.into())
-            };
+            let (flags, uid, rv) = r.uid_rv()?;
             let fingerprint = r.u64()?;
             store.restore(
                 id,
@@ -413,39 +364,29 @@ impl<'a> Section<'a> {
                 },
             );
         }
-        if r.pos != self.rest.len() {
+        if r.at() != self.rest.len() {
             return Err(r.malformed(format!(
                 "{} bytes after the last entry",
-                self.rest.len() - r.pos
+                self.rest.len() - r.at()
             )));
         }
         Ok(store)
     }
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-/// A cursor over checked bytes; every read fails with [`SnapshotError::Malformed`] rather
-/// than panicking.
+/// A cursor over checked bytes ([`codec::Reader`]) whose failures are
+/// [`SnapshotError::Malformed`] naming the part read.
 struct Reader<'a> {
-    b: &'a [u8],
-    pos: usize,
+    r: codec::Reader<'a>,
     part: &'a str,
 }
 
 impl<'a> Reader<'a> {
     fn new(b: &'a [u8], part: &'a str) -> Self {
-        Reader { b, pos: 0, part }
+        Reader {
+            r: codec::Reader::new(b),
+            part,
+        }
     }
 
     fn malformed(&self, what: String) -> SnapshotError {
@@ -455,54 +396,29 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.b.len());
-        let Some(end) = end else {
-            return Err(self.malformed(format!("{n} bytes needed at offset {}", self.pos)));
-        };
-        let s = &self.b[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn byte(&mut self) -> Result<u8, SnapshotError> {
-        Ok(self.take(1)?[0])
+    fn at(&self) -> usize {
+        self.r.pos
     }
 
     fn u32(&mut self) -> Result<u32, SnapshotError> {
-        Ok(u32_at(self.take(4)?, 0))
+        self.r.u32().map_err(|w| self.malformed(w))
     }
 
     fn u64(&mut self) -> Result<u64, SnapshotError> {
-        Ok(u64_at(self.take(8)?, 0))
-    }
-
-    fn bytes16(&mut self) -> Result<[u8; 16], SnapshotError> {
-        let mut a = [0; 16];
-        a.copy_from_slice(self.take(16)?);
-        Ok(a)
+        self.r.u64().map_err(|w| self.malformed(w))
     }
 
     fn uvar(&mut self) -> Result<u64, SnapshotError> {
-        let mut n = 0u64;
-        for shift in (0..70).step_by(7) {
-            let byte = self.byte()?;
-            if shift == 63 && byte > 1 {
-                break;
-            }
-            n |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(n);
-            }
-        }
-        Err(self.malformed(format!("integer too long at offset {}", self.pos)))
+        self.r.uvar().map_err(|w| self.malformed(w))
     }
 
     fn str(&mut self) -> Result<&'a str, SnapshotError> {
-        let len = self.uvar()?;
-        let len = usize::try_from(len).map_err(|_| self.malformed("string too long".into()))?;
-        let bytes = self.take(len)?;
-        str::from_utf8(bytes).map_err(|e| self.malformed(format!("string not UTF-8: {e}")))
+        self.r.str().map_err(|w| self.malformed(w))
+    }
+
+    #[allow(clippy::type_complexity)] // the three fields of one entry
+    fn uid_rv(&mut self) -> Result<(u8, Uid<'a>, Rv<'a>), SnapshotError> {
+        self.r.uid_rv().map_err(|w| self.malformed(w))
     }
 }
 

@@ -26,11 +26,10 @@
 //! durable, so nothing it records was sent ([`Parsed::torn`]); damage anywhere else means
 //! bytes were changed ([`FrameError`]).
 
-use std::str;
-
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::informer::{Rv, Uid};
+use crate::state::codec::{put_str, put_uid_rv, put_uvar, u32_at, u64_at, Reader};
 
 /// A frame's first eight bytes.
 pub const MAGIC: &[u8; 8] = b"KSNKJRNL";
@@ -38,9 +37,6 @@ pub const MAGIC: &[u8; 8] = b"KSNKJRNL";
 pub const VERSION: u32 = 1;
 /// Bytes before a frame's body: magic, version, length, checksum.
 const HEAD: usize = 24;
-
-const UID_TEXT: u8 = 1;
-const RV_TEXT: u8 = 2;
 
 /// Why a frame cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,22 +109,7 @@ pub fn put_record(buf: &mut Vec<u8>, watch: u32, namespace: &str, name: &str, ui
     put_uvar(buf, u64::from(watch));
     put_str(buf, namespace);
     put_str(buf, name);
-    let (uid, rv) = (Uid::parse(uid), Rv::parse(rv));
-    let flags = match (&uid, &rv) {
-        (Uid::Uuid(_), Rv::Number(_)) => 0,
-        (Uid::Text(_), Rv::Number(_)) => UID_TEXT,
-        (Uid::Uuid(_), Rv::Text(_)) => RV_TEXT,
-        (Uid::Text(_), Rv::Text(_)) => UID_TEXT | RV_TEXT,
-    };
-    buf.push(flags);
-    match &uid {
-        Uid::Uuid(b) => buf.extend_from_slice(b),
-        Uid::Text(t) => put_str(buf, t),
-    }
-    match &rv {
-        Rv::Number(n) => put_uvar(buf, *n),
-        Rv::Text(t) => put_str(buf, t),
-    }
+    put_uid_rv(buf, &Uid::parse(uid), &Rv::parse(rv), 0);
 }
 
 /// A whole frame around `records` (`count` of them, made by [`put_record`]), the first
@@ -238,7 +219,7 @@ fn bad_start(part: String, rest: &[u8]) -> FrameError {
 }
 
 fn parse_body(body: &[u8], part: &str) -> Result<Frame, FrameError> {
-    let mut r = Reader { b: body, pos: 0 };
+    let mut r = Reader::new(body);
     let malformed = |what: String| FrameError::Malformed {
         part: part.to_owned(),
         what,
@@ -262,23 +243,13 @@ fn parse_body(body: &[u8], part: &str) -> Result<Frame, FrameError> {
             .ok_or_else(|| malformed(format!("watch index {watch} out of range")))?;
         let namespace = r.str().map_err(malformed)?.to_owned();
         let name = r.str().map_err(malformed)?.to_owned();
-        let flags = r.byte().map_err(malformed)?;
-        let uid = if flags & UID_TEXT == 0 {
-            Uid::Uuid(r.bytes16().map_err(malformed)?)
-        } else {
-            Uid::Text(r.str().map_err(malformed)?.to_owned().into())
-        };
-        let rv = if flags & RV_TEXT == 0 {
-            Rv::Number(r.uvar().map_err(malformed)?)
-        } else {
-            Rv::Text(r.str().map_err(malformed)?.to_owned().into())
-        };
+        let (_, uid, rv) = r.uid_rv().map_err(malformed)?;
         records.push(Record {
             watch,
             namespace,
             name,
-            uid,
-            rv,
+            uid: uid.into_owned(),
+            rv: rv.into_owned(),
         });
     }
     if r.pos != body.len() {
@@ -294,89 +265,6 @@ fn parse_body(body: &[u8], part: &str) -> Result<Frame, FrameError> {
         watches,
         records,
     })
-}
-
-fn put_uvar(b: &mut Vec<u8>, mut n: u64) {
-    loop {
-        let byte = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            b.push(byte);
-            return;
-        }
-        b.push(byte | 0x80);
-    }
-}
-
-fn put_str(b: &mut Vec<u8>, s: &str) {
-    put_uvar(b, s.len() as u64);
-    b.extend_from_slice(s.as_bytes());
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-/// A cursor over checked bytes; a failed read says what, never panics.
-struct Reader<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.b.len());
-        let Some(end) = end else {
-            return Err(format!("{n} bytes needed at offset {}", self.pos));
-        };
-        let s = &self.b[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn byte(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64_at(self.take(8)?, 0))
-    }
-
-    fn bytes16(&mut self) -> Result<[u8; 16], String> {
-        let mut a = [0; 16];
-        a.copy_from_slice(self.take(16)?);
-        Ok(a)
-    }
-
-    fn uvar(&mut self) -> Result<u64, String> {
-        let mut n = 0u64;
-        for shift in (0..70).step_by(7) {
-            let byte = self.byte()?;
-            if shift == 63 && byte > 1 {
-                break;
-            }
-            n |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(n);
-            }
-        }
-        Err(format!("integer too long at offset {}", self.pos))
-    }
-
-    fn str(&mut self) -> Result<&'a str, String> {
-        let len = self.uvar()?;
-        let len = usize::try_from(len).map_err(|_| "string too long".to_owned())?;
-        let bytes = self.take(len)?;
-        str::from_utf8(bytes).map_err(|e| format!("string not UTF-8: {e}"))
-    }
 }
 
 #[cfg(test)]
