@@ -1,15 +1,15 @@
 //! Restart from saved state at scale: messages re-sent, state size and save time.
 //!
 //! A simulated cluster of `BENCH_PODS` pods (default 100,000) is listed by kubesink with a
-//! `file` state store and a counting sink (every `added` of the initial list goes through the
-//! state journal first: its size is measured before the first save); the acknowledged state
-//! is saved (size, pack time, longest lock of an informer's store, write time, journal drop:
-//! the median of five saves while the informers run) and kubesink shuts down. While it is
-//! down, 100 pods are updated, 100 created and 100 deleted. A second kubesink starts from the
-//! state file and every message it sends is counted, then a third without state, for
-//! comparison, and a fourth with state but `write_ahead = false`: the initial lists of the
-//! first, third and fourth runs, side by side, give the cost of the journal and of tracking
-//! acknowledgements.
+//! `file` state store and a counting sink, in three modes interleaved over five rounds
+//! (medians side by side, the machine being shared): with state and its journal (every
+//! `added` of the initial list recorded first: size and appends measured before the first
+//! save), with state without the journal (`write_ahead = false`), without state. On the
+//! first journal run the acknowledged state is saved five times while the informers run
+//! (size, pack time, longest lock of an informer's store, write time, journal drop:
+//! medians). While kubesink is down, 100 pods are updated, 100 created and 100 deleted; a
+//! kubesink starts from the state file and every message it sends is counted, then one
+//! without state, for comparison.
 //!
 //! `cargo bench --bench restart` (prints, asserts nothing about time)
 
@@ -136,28 +136,70 @@ async fn main() -> anyhow::Result<()> {
         ..Default::default()
     };
 
-    // First run: the full initial list (through the journal), then saves while the
-    // informers run.
-    let first = Arc::new(Counting::default());
-    let (bridge, listed) = run(&config, &first).await?;
-    let journal_bytes: u64 = std::fs::read_dir(dir.path())?
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("state.journal-")
-        })
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
+    // A stateless list first, so that no run below pays for a cold simulator (its first
+    // list serializes every object); its time is not reported.
+    let mut stateless = config.clone();
+    stateless.state = StateConfig::default();
+    let (bridge, _) = run(&stateless, &Arc::new(Counting::default())).await?;
+    bridge.shutdown().await;
+
+    // The initial list in three modes, interleaved over ROUNDS rounds (the machine is shared
+    // and noisy: the medians side by side are the figure): with state and journal, with
+    // state without the journal, without state. Round 0's journal run is the one whose state
+    // the restart below starts from; the others start from empty files of their own.
+    const ROUNDS: usize = 5;
+    let mut listed: [Vec<Duration>; 3] = Default::default();
+    let (mut journal_bytes, mut records, mut appends, mut journal_wait) = (0u64, 0.0, 0.0, 0.0);
     let mut reports: Vec<SaveReport> = Vec::new();
-    for _ in 0..5 {
-        if let Some(r) = bridge.save_state().await {
-            reports.push(r?);
+    let mut size = 0;
+    for round in 0..ROUNDS {
+        for (mode, list) in listed.iter_mut().enumerate() {
+            let mut c = match mode {
+                0 | 1 => config.clone(),
+                _ => stateless.clone(),
+            };
+            if round > 0 || mode == 1 {
+                c.state.path = Some(dir.path().join(format!("scratch-{round}-{mode}")));
+            }
+            c.state.write_ahead = mode == 0;
+            let (bridge, took) = run(&c, &Arc::new(Counting::default())).await?;
+            list.push(took);
+            if round == 0 && mode == 0 {
+                let (exposition, _) = bridge.observed().metrics();
+                let metric = |name: &str| {
+                    exposition
+                        .lines()
+                        .find(|l| l.starts_with(name))
+                        .and_then(|l| l.rsplit(' ').next())
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .unwrap_or(0.0)
+                };
+                journal_wait = metric("kubesink_sink_journal_wait_seconds_total");
+                records = metric("kubesink_state_journal_records_total");
+                appends = metric("kubesink_state_journal_appends_total");
+                journal_bytes = std::fs::read_dir(dir.path())?
+                    .filter_map(Result::ok)
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with("state.journal-")
+                    })
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum();
+                // Saves while the informers run.
+                for _ in 0..5 {
+                    if let Some(r) = bridge.save_state().await {
+                        reports.push(r?);
+                    }
+                }
+                bridge.shutdown().await;
+                size = std::fs::metadata(&state_file)?.len();
+            } else {
+                bridge.shutdown().await;
+            }
         }
     }
-    bridge.shutdown().await;
-    let size = std::fs::metadata(&state_file)?.len();
 
     // While down: 100 updates, 100 creates, 100 deletes.
     let objects = sim.objects("v1", "Pod");
@@ -199,31 +241,37 @@ async fn main() -> anyhow::Result<()> {
     let (bridge, relisted) = run(&config, &second).await?;
     bridge.shutdown().await;
     // Third run: without state (as before issue 8).
-    let mut stateless = config.clone();
-    stateless.state = StateConfig::default();
     let third = Arc::new(Counting::default());
-    let (bridge, listed_stateless) = run(&stateless, &third).await?;
-    bridge.shutdown().await;
-    // Fourth run: with state, without the journal, from nothing (another file).
-    let mut no_journal = config.clone();
-    no_journal.state.path = Some(dir.path().join("state-without-journal"));
-    no_journal.state.write_ahead = false;
-    let fourth = Arc::new(Counting::default());
-    let (bridge, listed_no_journal) = run(&no_journal, &fourth).await?;
+    let (bridge, _) = run(&stateless, &third).await?;
     bridge.shutdown().await;
     sim.shutdown();
 
+    let range = |v: &[Duration]| {
+        let (lo, hi) = (v.iter().min(), v.iter().max());
+        format!(
+            "{:.2?}..{:.2?}",
+            lo.copied().unwrap_or_default(),
+            hi.copied().unwrap_or_default()
+        )
+    };
+    let ranges = [range(&listed[0]), range(&listed[1]), range(&listed[2])];
+    let [journal, no_journal, no_state] = listed.map(median);
     let per_s = |d: Duration| pods as f64 / d.as_secs_f64();
     println!(
-        "objects: {pods} pods; initial list with state and journal {listed:.2?} ({:.0}/s), with state without journal {listed_no_journal:.2?} ({:.0}/s), without state {listed_stateless:.2?} ({:.0}/s): journal + tracking cost {:.1}% of the stateless rate",
-        per_s(listed),
-        per_s(listed_no_journal),
-        per_s(listed_stateless),
-        (1.0 - per_s(listed) / per_s(listed_stateless)) * 100.0,
+        "objects: {pods} pods; initial list, medians of {ROUNDS} interleaved rounds (range): with state and journal {journal:.2?} ({:.0}/s; {}), with state without journal {no_journal:.2?} ({:.0}/s; {}), without state {no_state:.2?} ({:.0}/s; {}); journal + tracking at {:.2}x the stateless rate, the journal alone at {:.2}x",
+        per_s(journal),
+        ranges[0],
+        per_s(no_journal),
+        ranges[1],
+        per_s(no_state),
+        ranges[2],
+        per_s(journal) / per_s(no_state),
+        per_s(journal) / per_s(no_journal),
     );
     println!(
-        "journal of the initial list: {journal_bytes} bytes ({:.1} bytes/object), dropped by the first save",
-        journal_bytes as f64 / pods as f64
+        "journal of the initial list: {journal_bytes} bytes ({:.1} bytes/object), {records} records in {appends} appends ({:.0} records per write + fdatasync), the sink's batches waited {journal_wait:.3} s for it in all; dropped by the first save",
+        journal_bytes as f64 / pods as f64,
+        records / appends.max(1.0),
     );
     println!(
         "state: {size} bytes ({:.1} bytes/object); save (median of {}): pack {:.2?} (longest informer lock {:.2?}), write+fsync+rename {:.2?}, journal drop {:.2?}",

@@ -56,17 +56,20 @@ use crate::pipeline::{Ack, Settle, WriteAhead};
 #[async_trait]
 pub trait NewKeys: Send + Sync {
     /// Records that `(namespace, name)` of watch `watch` (its index in the journal) with
-    /// `uid` and resourceVersion `rv` is about to be sent as `added`, waiting while the
-    /// journal's buffer is full. Returns the position that must be durable before it is
-    /// sent.
-    async fn record(
+    /// `uid` and resourceVersion `rv` is about to be sent as `added`, and returns the position
+    /// that must be durable before it is sent; `None` when the journal's buffer is full (wait
+    /// for [`NewKeys::room`], then try again).
+    fn try_record(
         &self,
         watch: u32,
         namespace: Option<&str>,
         name: &str,
         uid: &str,
         rv: &str,
-    ) -> WriteAhead;
+    ) -> Option<WriteAhead>;
+
+    /// Resolves when the buffer may have room again.
+    async fn room(&self);
 
     /// The position of the newest record: a change that adds no key waits for it, so it
     /// never overtakes (by coalescing) a record of its key.
@@ -252,17 +255,13 @@ impl TrackedStore {
         }
         let write_ahead = match &self.journal {
             None => None,
-            Some(j) if meta.op == Op::Added => Some(
-                j.journal
-                    .record(
-                        j.watch,
-                        meta.namespace.as_deref(),
-                        &meta.name,
-                        &meta.uid,
-                        rv,
-                    )
-                    .await,
-            ),
+            Some(j) if meta.op == Op::Added => loop {
+                let ns = meta.namespace.as_deref();
+                match j.journal.try_record(j.watch, ns, &meta.name, &meta.uid, rv) {
+                    Some(point) => break Some(point),
+                    None => j.journal.room().await,
+                }
+            },
             Some(j) => Some(j.journal.covered()),
         };
         Some(Arc::new(ChangeAck {

@@ -368,6 +368,16 @@ impl BridgeCollector {
             "Messages sent again after a failed send",
             |st, _| load(&st.retried),
         )?;
+        family(
+            e,
+            "sink_journal_wait",
+            "Time the sink's batches waited for the state journal to hold their new objects",
+            Some(&Unit::Seconds),
+            self.sinks.iter().map(|s| {
+                let us = load(&s.handle.stats().write_ahead_wait_us);
+                (name(s), ConstCounter::new(us as f64 / 1e6))
+            }),
+        )?;
         self.sink_counter(
             e,
             "sink_truncated_messages",
@@ -423,7 +433,7 @@ impl BridgeCollector {
 
 impl BridgeCollector {
     fn encode_states(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let counters: [StateMetric<u64>; 5] = [
+        let counters: [StateMetric<u64>; 6] = [
             (
                 "state_saves",
                 "Snapshots of the informer state stored",
@@ -447,6 +457,12 @@ impl BridgeCollector {
                 "Bytes of journal frames stored",
                 Some(Unit::Bytes),
                 |s| load(&s.journal_bytes),
+            ),
+            (
+                "state_journal_appends",
+                "Journal store operations (file: one write and fdatasync; NATS: one PubAck); records per append is the group commit",
+                None,
+                |s| load(&s.journal_frames),
             ),
             (
                 "state_journal_errors",

@@ -23,7 +23,16 @@ pub(super) async fn run_worker(h: SinkHandle, retry: Backoff, fence: Fence) {
         // it leaves (see `WriteAhead`). Usually already durable: the journal is written
         // while the previous batch was being sent.
         for point in batch.write_ahead() {
-            if !point.is_durable() && !point.wait().await {
+            if point.is_durable() {
+                continue;
+            }
+            let waiting = std::time::Instant::now();
+            let durable = point.wait().await;
+            let waited = u64::try_from(waiting.elapsed().as_micros()).unwrap_or(u64::MAX);
+            h.stats
+                .write_ahead_wait_us
+                .fetch_add(waited, Ordering::Relaxed);
+            if !durable {
                 tracing::error!(
                     sink = h.sink.name(),
                     "the state journal stopped before recording this batch's new objects; sending anyway (a crash now could leave them undeleted downstream)"
@@ -378,7 +387,8 @@ mod tests {
             Fence::open(),
         );
         let (durable, rx) = tokio::sync::watch::channel(0u64);
-        let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(rx.clone(), 2)));
+        let log = crate::pipeline::Durability::new(rx);
+        let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(log.clone(), 2)));
         assert!(p.publisher().publish_acked(msg("a", 1, 0), Some(ack)).await);
         // (Paused time: these waits are the runtime going idle, not wall-clock sleeps.)
         assert!(
@@ -395,7 +405,12 @@ mod tests {
         assert_eq!(sink.calls(), [vec![entry("a", 1)]]);
         // A log whose writer stopped releases what waits (shutdown order makes this the
         // exception: a writer that died).
-        let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(rx, 3)));
+        assert_eq!(
+            log.wanted(),
+            2,
+            "the writer was told what the sender waits for"
+        );
+        let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(log.clone(), 3)));
         assert!(p.publisher().publish_acked(msg("b", 2, 0), Some(ack)).await);
         drop(durable);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -65,20 +65,59 @@ pub trait Settle: Send + Sync {
     }
 }
 
+/// How far one write-ahead log is durable, shared by its writer (which publishes the durable
+/// position) and the senders that wait for it (which say how far they need it, so the writer
+/// can store at once on demand rather than on a timer).
+#[derive(Debug)]
+pub struct Durability {
+    durable: tokio::sync::watch::Receiver<u64>,
+    /// The highest position a sender waits for.
+    wanted: AtomicU64,
+    demand: tokio::sync::Notify,
+}
+
+impl Durability {
+    /// The durability whose durable position `durable` publishes (the writer keeps the
+    /// sender; dropping it releases every waiting sender).
+    pub fn new(durable: tokio::sync::watch::Receiver<u64>) -> Arc<Self> {
+        Arc::new(Durability {
+            durable,
+            wanted: AtomicU64::new(0),
+            demand: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The durable position.
+    pub fn durable(&self) -> u64 {
+        *self.durable.borrow()
+    }
+
+    /// The highest position a sender has waited for.
+    pub fn wanted(&self) -> u64 {
+        self.wanted.load(Ordering::Acquire)
+    }
+
+    /// Resolves when a sender starts waiting for a position (or already did since the last
+    /// call): the writer's cue to store what it holds.
+    pub async fn demanded(&self) {
+        self.demand.notified().await
+    }
+}
+
 /// A position in a write-ahead log: a change carrying it is sent only once the log is
 /// durable up to it (group commit: the worker waits once per batch, for the highest
 /// position in it). Positions of one log grow with every record; a coalesced change is
 /// replaced by a newer one, whose position is not lower.
 #[derive(Clone, Debug)]
 pub struct WriteAhead {
-    durable: tokio::sync::watch::Receiver<u64>,
+    log: Arc<Durability>,
     position: u64,
 }
 
 impl WriteAhead {
-    /// Position `position` of the log whose durable position `durable` publishes.
-    pub fn new(durable: tokio::sync::watch::Receiver<u64>, position: u64) -> Self {
-        WriteAhead { durable, position }
+    /// Position `position` of the log `log`.
+    pub fn new(log: Arc<Durability>, position: u64) -> Self {
+        WriteAhead { log, position }
     }
 
     /// The position.
@@ -88,22 +127,27 @@ impl WriteAhead {
 
     /// Whether the log is durable up to this position.
     pub fn is_durable(&self) -> bool {
-        *self.durable.borrow() >= self.position
+        self.log.durable() >= self.position
     }
 
-    /// Waits until the log is durable up to this position. Returns `false` when the log
-    /// closed first (its writer stopped): the caller then sends without the guarantee, which
-    /// only a writer that died unexpectedly can cause (at shutdown the log outlives the
-    /// pipeline).
+    /// Waits until the log is durable up to this position, telling its writer it is wanted.
+    /// Returns `false` when the log closed first (its writer stopped): the caller then sends
+    /// without the guarantee, which only a writer that died unexpectedly can cause (at
+    /// shutdown the log outlives the pipeline).
     pub async fn wait(&self) -> bool {
-        let mut rx = self.durable.clone();
+        let mut rx = self.log.durable.clone();
+        if *rx.borrow_and_update() >= self.position {
+            return true;
+        }
+        self.log.wanted.fetch_max(self.position, Ordering::AcqRel);
+        self.log.demand.notify_one();
         let durable = rx.wait_for(|d| *d >= self.position).await.is_ok();
         durable
     }
 
     /// Whether `other` is a position of the same log.
     pub(super) fn same_log(&self, other: &WriteAhead) -> bool {
-        self.durable.same_channel(&other.durable)
+        Arc::ptr_eq(&self.log, &other.log)
     }
 }
 
@@ -124,6 +168,8 @@ pub struct SinkStats {
     pub errors_by_kind: [AtomicU64; 4],
     /// Messages sent again after a failure.
     pub retried: AtomicU64,
+    /// Microseconds batches waited for their write-ahead positions (the state journal).
+    pub write_ahead_wait_us: AtomicU64,
     /// Messages reduced by the oversize policy.
     pub truncated: AtomicU64,
     /// Messages per confirmed batch.
@@ -150,6 +196,7 @@ impl Default for SinkStats {
             errors: AtomicU64::new(0),
             errors_by_kind: Default::default(),
             retried: AtomicU64::new(0),
+            write_ahead_wait_us: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
             // 1 .. 4096 messages.
             batch_size: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(

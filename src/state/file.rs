@@ -101,13 +101,13 @@ fn segments(path: &Path) -> Result<Vec<(SegmentOrder, PathBuf)>, StateError> {
     Ok(out)
 }
 
-/// Appends `frame` to the segment of `generation` and syncs it, opening (and creating, with
-/// a directory fsync) the segment when it is not the open one.
-fn append_frame(
+/// Appends `frames` to the segment of `generation` in one write and syncs it, opening (and
+/// creating, with a directory fsync) the segment when it is not the open one.
+fn append_frames(
     path: &Path,
     segment: &Mutex<Segment>,
     generation: u64,
-    frame: &[u8],
+    frames: &[Vec<u8>],
 ) -> Result<(), StateError> {
     let mut seg = segment.lock().unwrap_or_else(|p| p.into_inner());
     if seg.open.as_ref().is_none_or(|(g, _)| *g != generation) {
@@ -127,7 +127,9 @@ fn append_frame(
     let Some((_, file)) = seg.open.as_mut() else {
         return Ok(());
     };
-    let written = file.write_all(frame).and_then(|()| file.sync_data());
+    let written = file
+        .write_all(&frames.concat())
+        .and_then(|()| file.sync_data());
     if let Err(e) = written {
         // A half-written frame stays at the end of this file (the reader drops it as torn);
         // the retry goes to a new part so that it never follows a torn frame.
@@ -195,9 +197,9 @@ impl StateStore for FileStore {
             })?
     }
 
-    async fn append(&self, generation: u64, frame: Vec<u8>) -> Result<(), StateError> {
+    async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
         let (path, open) = (self.path.clone(), self.segment.clone());
-        tokio::task::spawn_blocking(move || append_frame(&path, &open, generation, &frame))
+        tokio::task::spawn_blocking(move || append_frames(&path, &open, generation, &frames))
             .await
             .map_err(|e| StateError::Task {
                 what: "journal append",
@@ -287,9 +289,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileStore::new(dir.path().join("state"));
         assert!(store.load_journal().await.unwrap().is_empty());
-        store.append(7, b"a".to_vec()).await.unwrap();
-        store.append(7, b"b".to_vec()).await.unwrap();
-        store.append(12, b"c".to_vec()).await.unwrap();
+        store.append(7, vec![b"a".to_vec()]).await.unwrap();
+        store.append(7, vec![b"b".to_vec()]).await.unwrap();
+        store.append(12, vec![b"c".to_vec()]).await.unwrap();
         std::fs::write(dir.path().join("state.journal-notanumber"), b"x").unwrap();
         std::fs::write(
             dir.path().join("other.journal-00000000000000000001.0"),
@@ -310,11 +312,11 @@ mod tests {
         let segs = store.load_journal().await.unwrap();
         assert_eq!(segs.len(), 1);
         assert_eq!(segs[0].bytes, b"c");
-        store.append(12, b"d".to_vec()).await.unwrap();
+        store.append(12, vec![b"d".to_vec()]).await.unwrap();
         assert_eq!(store.load_journal().await.unwrap()[0].bytes, b"cd");
         // An append of an older generation after its segments were dropped (a frame that was
         // in flight at the save) opens a new part: harmless, a later drop removes it.
-        store.append(7, b"e".to_vec()).await.unwrap();
+        store.append(7, vec![b"e".to_vec()]).await.unwrap();
         let segs = store.load_journal().await.unwrap();
         assert_eq!(segs.len(), 2);
         assert!(segs[0].name.ends_with("07.2"), "{}", segs[0].name);
@@ -325,18 +327,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state");
         let segment = Mutex::new(Segment::default());
-        append_frame(&path, &segment, 3, b"good").unwrap();
+        append_frames(&path, &segment, 3, &[b"good".to_vec()]).unwrap();
         // Make the open file refuse writes (as a full disk would): a read-only handle.
         {
             let mut seg = segment.lock().unwrap();
             let readonly = File::open(segment_path(&path, 3, 0)).unwrap();
             seg.open = Some((3, readonly));
         }
-        let e = append_frame(&path, &segment, 3, b"lost")
+        let e = append_frames(&path, &segment, 3, &[b"lost".to_vec()])
             .unwrap_err()
             .to_string();
         assert!(e.contains("appending to its journal segment"), "{e}");
-        append_frame(&path, &segment, 3, b"retried").unwrap();
+        append_frames(&path, &segment, 3, &[b"re".to_vec(), b"tried".to_vec()]).unwrap();
         let parts: Vec<(SegmentOrder, Vec<u8>)> = segments(&path)
             .unwrap()
             .into_iter()

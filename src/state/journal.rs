@@ -12,17 +12,20 @@
 //!
 //! # How (group commit, as a database's write-ahead log)
 //!
-//! - [`Journal::record`] appends a record (key, uid, resourceVersion; ~60 bytes) to an
+//! - [`Journal::record`] appends a record (key, uid, resourceVersion; ~57 bytes) to an
 //!   in-memory chunk and returns its position; the change's acknowledgement carries it
 //!   ([`WriteAhead`]), and a sink's worker sends a batch only once the journal is durable up
 //!   to the batch's highest position (`pipeline/deliver.rs`). Changes that add no key carry
 //!   the newest position, so a coalesced change never drops its key's record.
-//! - One writer task ([`Journal::run`]) stores chunk after chunk as frames
-//!   (`journal/frame.rs`) through the [`StateStore`] (file: write + fdatasync; NATS: a
-//!   JetStream publish and its PubAck), and publishes the durable position. It writes while
-//!   the sinks send, so a batch rarely waits: one store operation covers every record
-//!   appended during the previous one. At most [`MAX_CHUNKS`] chunks of [`CHUNK_BYTES`] wait;
-//!   beyond that, [`Journal::record`] waits (backpressure, like a full sink queue).
+//! - One writer task ([`Journal::run`]) stores what is pending in one operation of the
+//!   [`StateStore`] (file: one write of its frames and one fdatasync; NATS: a JetStream
+//!   publish per frame, then their PubAcks), and publishes the durable position. It stores
+//!   **on demand**: as soon as a sink's worker waits for a position not yet durable
+//!   ([`Durability::demanded`]), when a chunk is full, or at the latest [`LINGER`] after the
+//!   first pending record. So a lone change waits one store operation and no timer, and
+//!   under load one operation covers a whole batch (measured in `benches/restart.rs`: records
+//!   per append). At most [`MAX_CHUNKS`] chunks of [`CHUNK_BYTES`] are pending; beyond that,
+//!   [`Journal::record`] waits (backpressure, like a full sink queue).
 //! - Failing appends are retried with backoff, forever; sends wait meanwhile (nothing leaves
 //!   that a crash could leave unaccounted for). The failure is logged, counted and shown in
 //!   `/readyz`.
@@ -30,14 +33,15 @@
 //!   ([`Journal::rotate`]), then packs the snapshot (which lists every key whose `added` is
 //!   still unconfirmed, `tracked.rs`) and stores it with that generation; only then are the
 //!   older generations dropped. At start-up, the segments of the snapshot's generation and
-//!   later are replayed onto it (`restore.rs`). A chunk is tagged with the generation current
-//!   when the writer takes it, so a record appended after a rotation is never in an older
-//!   generation. Generations are at least the wall-clock milliseconds at start, so a new
+//!   later are replayed onto it (`restore.rs`). Pending chunks are tagged with the generation
+//!   current when the writer takes them, so a record appended after a rotation is never in an
+//!   older generation. Generations are at least the wall-clock milliseconds at start, so a new
 //!   process never appends to a segment an earlier one may have left torn.
 //!
 //! Never decides what is emitted, and never holds more than the chunks bound.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -49,17 +53,22 @@ use tokio_util::sync::CancellationToken;
 use super::stats::StateStats;
 use super::{StateStore, WatchKey};
 use crate::informer::NewKeys;
-use crate::pipeline::WriteAhead;
+use crate::pipeline::{Durability, WriteAhead};
 
 pub mod frame;
 
-/// Records per chunk are bounded by bytes: a chunk is one frame, one store operation. 64 KiB
-/// (about 1,000 records) is below any NATS server's `max_payload` in practice (default 1 MB).
+/// Records per chunk are bounded by bytes: a chunk is one frame. 64 KiB (about 1,100
+/// records) is below any NATS server's `max_payload` in practice (default 1 MB).
 pub const CHUNK_BYTES: usize = 64 * 1024;
-/// Chunks waiting (the one being written not counted) before [`Journal::record`] waits.
+/// Chunks pending (the ones being stored not counted) before [`Journal::record`] waits.
 pub const MAX_CHUNKS: usize = 4;
+/// The longest a record waits to be stored when no sink asks for it yet.
+pub const LINGER: Duration = Duration::from_millis(5);
 /// How often a journal that keeps failing is logged again at WARN.
 const FAILURE_REMINDER: Duration = Duration::from_secs(60);
+/// A record's bytes beyond its names: watch index, lengths, flags, uid, resourceVersion (a
+/// bound for the chunk's fit check; text uids and resourceVersions add their length).
+const RECORD_OVERHEAD: usize = 48;
 
 /// Records appended and not yet stored.
 struct Chunk {
@@ -74,6 +83,8 @@ struct Buffer {
     last: u64,
     /// The generation new chunks are written to.
     generation: u64,
+    /// When the oldest pending record was appended.
+    since: Option<Instant>,
 }
 
 /// One cluster's journal of new keys (see the module docs). Shared by its watches' stores
@@ -87,7 +98,7 @@ pub struct Journal {
     room: Notify,
     /// Durable position; dropped when the writer stops, which releases waiting sends.
     durable_tx: Mutex<Option<watch::Sender<u64>>>,
-    durable_rx: watch::Receiver<u64>,
+    durability: Arc<Durability>,
     stats: Arc<StateStats>,
 }
 
@@ -111,11 +122,12 @@ impl Journal {
                 chunks: VecDeque::new(),
                 last: 0,
                 generation,
+                since: None,
             }),
             data: Notify::new(),
             room: Notify::new(),
             durable_tx: Mutex::new(Some(tx)),
-            durable_rx: rx,
+            durability: Durability::new(rx),
             stats,
         })
     }
@@ -134,11 +146,42 @@ impl Journal {
     }
 
     fn point(&self, position: u64) -> WriteAhead {
-        WriteAhead::new(self.durable_rx.clone(), position)
+        WriteAhead::new(self.durability.clone(), position)
     }
 
-    /// Stores chunks until `stop` fires (after the pipeline drained at shutdown), retrying a
-    /// failed append with `retry` forever. On return, waiting sends are released.
+    /// Waits until what is pending should be stored: a sink waits for it, a chunk is full,
+    /// or the oldest record waited [`LINGER`]. `false` when `stop` fired.
+    async fn due(&self, stop: &CancellationToken) -> bool {
+        loop {
+            let notified = self.data.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let deadline = {
+                let b = self.lock();
+                match b.since {
+                    None => None,
+                    Some(_) if b.chunks.len() > 1 => return true,
+                    Some(_) if self.durability.wanted() > self.durability.durable() => return true,
+                    Some(since) => Some(since + LINGER),
+                }
+            };
+            match deadline {
+                None => tokio::select! {
+                    _ = stop.cancelled() => return false,
+                    _ = &mut notified => {}
+                },
+                Some(at) => tokio::select! {
+                    _ = stop.cancelled() => return false,
+                    _ = &mut notified => {}
+                    _ = self.durability.demanded() => {}
+                    _ = tokio::time::sleep_until(at.into()) => return true,
+                },
+            }
+        }
+    }
+
+    /// Stores what is pending until `stop` fires (after the pipeline drained at shutdown),
+    /// retrying a failed append with `retry` forever. On return, waiting sends are released.
     pub async fn run(
         self: Arc<Self>,
         store: Arc<dyn StateStore>,
@@ -146,34 +189,33 @@ impl Journal {
         stop: CancellationToken,
     ) {
         let mut failing: Option<(Instant, Instant, u64)> = None; // since, last warn, count
-        'chunks: loop {
-            let notified = self.data.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let taken = {
+        'appends: while self.due(&stop).await {
+            let (generation, chunks) = {
                 let mut b = self.lock();
-                let generation = b.generation;
-                b.chunks.pop_front().map(|c| (generation, c))
-            };
-            let Some((generation, chunk)) = taken else {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = &mut notified => continue,
-                }
+                b.since = None;
+                (b.generation, std::mem::take(&mut b.chunks))
             };
             self.room.notify_waiters();
-            let bytes = frame::encode(
-                &self.cluster,
-                generation,
-                chunk.first,
-                &self.watches,
-                chunk.count,
-                &chunk.bytes,
-            );
-            let last = chunk.first + chunk.count - 1;
+            let Some(last) = chunks.back().map(|c| c.first + c.count - 1) else {
+                continue;
+            };
+            let frames: Vec<Vec<u8>> = chunks
+                .iter()
+                .map(|c| {
+                    frame::encode(
+                        &self.cluster,
+                        generation,
+                        c.first,
+                        &self.watches,
+                        c.count,
+                        &c.bytes,
+                    )
+                })
+                .collect();
+            let bytes: usize = frames.iter().map(Vec::len).sum();
             let mut delays = retry.delays();
             loop {
-                match store.append(generation, bytes.clone()).await {
+                match store.append(generation, frames.clone()).await {
                     Ok(()) => break,
                     Err(e) => {
                         self.stats.note_journal_error(&e);
@@ -195,13 +237,13 @@ impl Journal {
                             }
                         }
                         tokio::select! {
-                            _ = stop.cancelled() => break 'chunks,
+                            _ = stop.cancelled() => break 'appends,
                             _ = tokio::time::sleep(wait) => {}
                         }
                     }
                 }
             }
-            if let Some(took) = self.stats.note_journal_stored(bytes.len(), last) {
+            if let Some(took) = self.stats.note_journal_stored(bytes, last) {
                 tracing::info!(store = store.describe(), failed_for = ?took, "state journal recording again");
                 failing = None;
             }
@@ -233,48 +275,58 @@ impl Journal {
 
 #[async_trait]
 impl NewKeys for Journal {
-    async fn record(
+    fn try_record(
         &self,
         watch: u32,
         namespace: Option<&str>,
         name: &str,
         uid: &str,
         rv: &str,
-    ) -> WriteAhead {
-        let mut record = Vec::with_capacity(64 + name.len());
-        frame::put_record(&mut record, watch, namespace.unwrap_or(""), name, uid, rv);
-        loop {
-            let notified = self.room.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut b = self.lock();
-                let fits_last = b
-                    .chunks
-                    .back()
-                    .is_some_and(|c| c.bytes.len() + record.len() <= CHUNK_BYTES);
-                if fits_last || b.chunks.len() < MAX_CHUNKS || self.stopped() {
-                    b.last += 1;
-                    let n = b.last;
-                    match b.chunks.back_mut() {
-                        Some(c) if fits_last => {
-                            c.bytes.extend_from_slice(&record);
-                            c.count += 1;
-                        }
-                        _ => b.chunks.push_back(Chunk {
-                            bytes: record,
-                            first: n,
-                            count: 1,
-                        }),
-                    }
-                    drop(b);
-                    self.stats
-                        .journal_records
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.data.notify_one();
-                    return self.point(n);
-                }
-            }
+    ) -> Option<WriteAhead> {
+        let namespace = namespace.unwrap_or("");
+        let size = RECORD_OVERHEAD + namespace.len() + name.len() + uid.len() + rv.len();
+        let mut b = self.lock();
+        let fits_last = b
+            .chunks
+            .back()
+            .is_some_and(|c| c.bytes.len() + size <= CHUNK_BYTES);
+        if !fits_last && b.chunks.len() >= MAX_CHUNKS && !self.stopped() {
+            return None;
+        }
+        b.last += 1;
+        let n = b.last;
+        // The writer is told only what can make it store: the first pending record (its
+        // linger starts) and a full chunk; a sink waiting tells it too (`Durability`).
+        let wake = b.since.is_none() || !fits_last;
+        if !fits_last {
+            b.chunks.push_back(Chunk {
+                bytes: Vec::with_capacity(CHUNK_BYTES),
+                first: n,
+                count: 0,
+            });
+        }
+        if let Some(c) = b.chunks.back_mut() {
+            frame::put_record(&mut c.bytes, watch, namespace, name, uid, rv);
+            c.count += 1;
+        }
+        b.since.get_or_insert_with(Instant::now);
+        drop(b);
+        self.stats.journal_records.fetch_add(1, Ordering::Relaxed);
+        if wake {
+            self.data.notify_one();
+        }
+        Some(self.point(n))
+    }
+
+    async fn room(&self) {
+        let notified = self.room.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let full = {
+            let b = self.lock();
+            b.chunks.len() >= MAX_CHUNKS && !self.stopped()
+        };
+        if full {
             notified.await;
         }
     }
@@ -292,6 +344,16 @@ mod tests {
 
     const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
 
+    /// Records like the informer does: waiting for room when the buffer is full.
+    async fn record(j: &Journal, ns: Option<&str>, name: &str, rv: &str) -> WriteAhead {
+        loop {
+            match j.try_record(0, ns, name, U1, rv) {
+                Some(p) => return p,
+                None => j.room().await,
+            }
+        }
+    }
+
     fn journal(generation: u64) -> Arc<Journal> {
         let watches = [WatchKey {
             identity: "core/Pod/".into(),
@@ -305,8 +367,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn StateStore> = Arc::new(FileStore::new(dir.path().join("state")));
         let j = journal(10);
-        let a = j.record(0, Some("ns"), "a", U1, "1").await;
-        let b = j.record(0, Some("ns"), "b", U1, "2").await;
+        let a = record(&j, Some("ns"), "a", "1").await;
+        let b = record(&j, Some("ns"), "b", "2").await;
         assert_eq!(
             (a.position(), b.position(), j.covered().position()),
             (1, 2, 2)
@@ -322,10 +384,13 @@ mod tests {
             .await
             .unwrap());
         assert_eq!(j.rotate(), 11);
-        let c = j.record(0, None, "node", U1, "3").await;
-        assert!(tokio::time::timeout(Duration::from_secs(10), c.wait())
-            .await
-            .unwrap());
+        let c = record(&j, None, "node", "3").await;
+        // Nobody waits for it: stored anyway, after the linger.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !c.is_durable() {
+            assert!(Instant::now() < deadline, "stored without demand");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         stop.cancel();
         writer.await.unwrap();
         let segments = store.load_journal().await.unwrap();
@@ -347,7 +412,7 @@ mod tests {
             .collect();
         assert_eq!(names, [(10, "a"), (10, "b"), (11, "node")]);
         // Once stopped, nothing waits for it.
-        let late = j.record(0, None, "late", U1, "4").await;
+        let late = record(&j, None, "late", "4").await;
         assert!(!late.wait().await, "released, not durable");
     }
 
@@ -356,10 +421,10 @@ mod tests {
         let j = journal(1);
         let name = "x".repeat(CHUNK_BYTES / 2);
         for i in 0..MAX_CHUNKS {
-            j.record(0, None, &format!("{name}{i}"), U1, "1").await;
+            record(&j, None, &format!("{name}{i}"), "1").await;
         }
         let more_name = format!("{name}-more");
-        let more = j.record(0, None, &more_name, U1, "1");
+        let more = record(&j, None, &more_name, "1");
         assert!(
             tokio::time::timeout(Duration::from_millis(200), more)
                 .await
@@ -374,7 +439,7 @@ mod tests {
             Backoff::new(Duration::from_millis(10), Duration::from_millis(50)),
             stop.clone(),
         ));
-        let more = j.record(0, None, &more_name, U1, "1");
+        let more = record(&j, None, &more_name, "1");
         let p = tokio::time::timeout(Duration::from_secs(10), more)
             .await
             .unwrap();

@@ -245,7 +245,7 @@ mod tests {
         let mut body = Vec::new();
         frame::put_record(&mut body, 0, "ns", "a", U1, "5");
         store
-            .append(100, frame::encode("prod", 100, 1, &records, 1, &body))
+            .append(100, vec![frame::encode("prod", 100, 1, &records, 1, &body)])
             .await
             .unwrap();
         let keeper = Keeper::new(

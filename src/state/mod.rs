@@ -77,12 +77,15 @@ pub trait StateStore: Send + Sync {
     /// [`StateError`] when the store cannot be written (the caller retries at the next save).
     async fn save(&self, bytes: Vec<u8>) -> Result<(), StateError>;
 
-    /// Appends one journal frame to generation `generation`, durably: on `Ok` it survives a
-    /// crash (and, as far as the backend provides, a power loss).
+    /// Appends journal frames to generation `generation`, in order and durably: on `Ok` they
+    /// survive a crash (and, as far as the backend provides, a power loss). One call is one
+    /// group commit (file: one write, one fdatasync; NATS: one message per frame, all their
+    /// PubAcks awaited).
     ///
     /// # Errors
-    /// [`StateError`] when it could not be stored (the journal retries; sends wait).
-    async fn append(&self, generation: u64, frame: Vec<u8>) -> Result<(), StateError>;
+    /// [`StateError`] when they could not all be stored (the journal retries them all; sends
+    /// wait).
+    async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError>;
 
     /// Every stored journal segment, oldest first.
     ///

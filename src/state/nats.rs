@@ -258,21 +258,27 @@ impl StateStore for NatsStore {
         .await
     }
 
-    async fn append(&self, generation: u64, frame: Vec<u8>) -> Result<(), StateError> {
+    async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
         let what = "appending to the journal of";
         let limit = self.config.timeout.get() * 2;
         let appended = tokio::time::timeout(limit, async {
             self.journal(true).await?;
             let js = self.connect().await?.js;
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(GENERATION_HEADER, generation.to_string().as_str());
-            let ack = js
-                .publish_with_headers(self.journal_subject.clone(), headers, frame.into())
-                .await
-                .map_err(|e| self.error(what, e))?
-                .await
-                .map_err(|e| self.error(what, e))?;
-            self.note_sequence(generation, ack.sequence);
+            // Published in order, then every PubAck awaited: one round trip per group.
+            let mut acks = Vec::with_capacity(frames.len());
+            for frame in frames {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(GENERATION_HEADER, generation.to_string().as_str());
+                let ack = js
+                    .publish_with_headers(self.journal_subject.clone(), headers, frame.into())
+                    .await
+                    .map_err(|e| self.error(what, e))?;
+                acks.push(ack);
+            }
+            for ack in acks {
+                let ack = ack.await.map_err(|e| self.error(what, e))?;
+                self.note_sequence(generation, ack.sequence);
+            }
             Ok(())
         })
         .await;

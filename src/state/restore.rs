@@ -355,16 +355,16 @@ mod tests {
             .unwrap();
         // Generation 4 is older than the snapshot: covered by it, ignored.
         store
-            .append(4, journal("prod", 4, 7, &[("stale", U1)]))
+            .append(4, vec![journal("prod", 4, 7, &[("stale", U1)])])
             .await
             .unwrap();
         let after = [("new", U2), ("known", U1), ("recreated", U2)];
         store
-            .append(5, journal("prod", 5, 7, &after))
+            .append(5, vec![journal("prod", 5, 7, &after)])
             .await
             .unwrap();
         store
-            .append(6, journal("prod", 6, 9, &[("other-selection", U1)]))
+            .append(6, vec![journal("prod", 6, 9, &[("other-selection", U1)])])
             .await
             .unwrap();
         let r = restored(&store).await;
@@ -389,7 +389,7 @@ mod tests {
         let r = restored(&store).await;
         assert!(r.stores.iter().all(Option::is_none), "nothing saved at all");
         store
-            .append(3, journal("prod", 3, 7, &[("a", U1), ("b", U1)]))
+            .append(3, vec![journal("prod", 3, 7, &[("a", U1), ("b", U1)])])
             .await
             .unwrap();
         let r = restored(&store).await;
@@ -405,12 +405,12 @@ mod tests {
         let (dir, store) = dir_store();
         store.save(snapshot(5, &["known"])).await.unwrap();
         store
-            .append(5, journal("prod", 5, 7, &[("a", U1)]))
+            .append(5, vec![journal("prod", 5, 7, &[("a", U1)])])
             .await
             .unwrap();
         let torn = journal("prod", 5, 7, &[("b", U1)]);
         store
-            .append(5, torn[..torn.len() / 2].to_vec())
+            .append(5, vec![torn[..torn.len() / 2].to_vec()])
             .await
             .unwrap();
         let r = restored(&store).await;
@@ -440,14 +440,14 @@ mod tests {
         let (_dir, store) = dir_store();
         store.save(snapshot(5, &["known"])).await.unwrap();
         store
-            .append(5, journal("elsewhere", 5, 7, &[("a", U1)]))
+            .append(5, vec![journal("elsewhere", 5, 7, &[("a", U1)])])
             .await
             .unwrap();
         assert!(restored(&store).await.stores.iter().all(Option::is_none));
         let (_dir, store) = dir_store();
         store.save(b"not a snapshot".to_vec()).await.unwrap();
         store
-            .append(5, journal("prod", 5, 7, &[("a", U1)]))
+            .append(5, vec![journal("prod", 5, 7, &[("a", U1)])])
             .await
             .unwrap();
         let r = restored(&store).await;
