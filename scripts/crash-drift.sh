@@ -23,7 +23,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 "$SIM" --kubeconfig "$dir/kubeconfig" --pods 300 --deployments 20 --nodes 5 --services 10 \
   --namespaces 4 --seed 7 >"$dir/sim.log" 2>&1 &
 for _ in $(seq 100); do [ -s "$dir/kubeconfig" ] && break; sleep 0.1; done
-server=$(sed -n 's/^ *server: *//p' "$dir/kubeconfig" | head -1)
+server=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["clusters"][0]["cluster"]["server"])' "$dir/kubeconfig")
 cat >"$dir/kubesink.toml" <<EOF
 [cluster]
 name = "demo"
