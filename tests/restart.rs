@@ -852,6 +852,12 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
         code, 503,
         "not ready while sends wait for the journal: {body}"
     );
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["state"][0]["restore"], "no state used: none saved yet",
+        "{v}"
+    );
+    assert_eq!(v["sinks"][0]["waiting_for_journal"], true, "{v}");
     let new = |s: &CaptureSink| {
         s.messages()
             .iter()

@@ -311,6 +311,23 @@ impl Simulator {
         workload::spawn_churn(self, churn)
     }
 
+    /// Starts `churn` as the simulator's own churn, the one `POST /_sim/churn` replaces or
+    /// stops (`rate=0`) and `/_sim/stats` counts (`churnApplied`); the churn started before
+    /// is stopped. (A [`Simulator::spawn_churn`] handle is independent of it.)
+    pub fn set_churn(&self, churn: Churn) {
+        let mut slot = self
+            .inner
+            .admin_churn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = slot.take() {
+            old.stop();
+        }
+        if churn.rate_per_sec > 0.0 {
+            *slot = Some(workload::spawn_churn(self, churn));
+        }
+    }
+
     /// Like [`Simulator::spawn_churn`], but every added or updated pod carries the
     /// annotation `stamp` set to the write's wall-clock time in Unix microseconds (a decimal
     /// string), for measuring change-to-delivery latency (the benchmark suite,

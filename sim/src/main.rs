@@ -44,7 +44,8 @@ struct Args {
     /// Namespaces to spread objects over.
     #[arg(long, default_value_t = 1)]
     namespaces: usize,
-    /// Churn rate in changes per second (0 = none).
+    /// Churn rate in changes per second (0 = none); the same churn `POST /_sim/churn`
+    /// changes or stops (`rate=0`).
     #[arg(long, default_value_t = 0.0)]
     churn: f64,
     /// Seed for generated names and churn.
@@ -96,11 +97,10 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("writing kubeconfig {}", path.display()))?;
         println!("kubeconfig written to {}", path.display());
     }
-    let _churn = (args.churn > 0.0).then(|| {
-        sim.spawn_churn(Churn {
-            rate_per_sec: args.churn,
-            seed: args.seed,
-        })
+    // The admin churn: `POST /_sim/churn?rate=0` stops it, `/_sim/stats` counts it.
+    sim.set_churn(Churn {
+        rate_per_sec: args.churn,
+        seed: args.seed,
     });
     tokio::signal::ctrl_c()
         .await

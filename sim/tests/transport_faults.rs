@@ -199,3 +199,36 @@ async fn list_and_watch_requests_are_counted_per_resource_and_path_even_when_rej
         0
     );
 }
+
+#[tokio::test]
+async fn the_simulators_own_churn_is_the_one_the_admin_endpoint_stops() {
+    let (sim, addr) = start(SimConfig::default()).await;
+    sim.populate(&kubesink_sim::Workload {
+        pods: 20,
+        seed: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    // As `kubesink-sim --churn 200` starts it.
+    sim.set_churn(kubesink_sim::Churn {
+        rate_per_sec: 200.0,
+        seed: 4,
+    });
+    let applied = || async { get(addr, "/_sim/stats").await.json()["churnApplied"].clone() };
+    let deadline = Instant::now() + T;
+    while applied().await.as_u64().unwrap_or(0) < 5 {
+        assert!(Instant::now() < deadline, "the churn runs and is counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopped = request(addr, "POST", "/_sim/churn?rate=0", None, None).await;
+    assert_eq!(stopped.status, 200, "{}", stopped.body);
+    let rv = sim.resource_version();
+    // A negative check needs a window: at 200 changes/s a running churn would write ~40
+    // times in it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        sim.resource_version(),
+        rv,
+        "rate=0 stopped the simulator's churn"
+    );
+}

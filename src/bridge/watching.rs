@@ -146,6 +146,13 @@ impl Watching {
         keys: &[WatchKey],
     ) -> Vec<(Arc<TrackedStore>, bool)> {
         let restored = state::restore(&**store, cluster, keys).await;
+        let (objects, unconfirmed) = restored.objects();
+        stats.note_restore(
+            objects,
+            unconfirmed,
+            restored.ignored,
+            restored.summary.clone(),
+        );
         let journal = Journal::new(cluster, keys, restored.next_generation, stats.clone());
         let mut out = Vec::with_capacity(keys.len());
         let mut kept = Vec::with_capacity(keys.len());

@@ -180,14 +180,17 @@ impl StateConfig {
         }
         match self.backend {
             StateBackend::None => {}
-            StateBackend::File => {
-                if self.path.as_ref().is_none_or(|p| p.as_os_str().is_empty()) {
-                    bad(
-                        "path",
-                        "required with state.backend = \"file\": the state file, e.g. \"/var/lib/kubesink/state\"".into(),
-                    );
+            StateBackend::File => match self.path.as_ref().filter(|p| !p.as_os_str().is_empty()) {
+                None => bad(
+                    "path",
+                    "required with state.backend = \"file\": the state file, e.g. \"/var/lib/kubesink/state\"".into(),
+                ),
+                Some(path) => {
+                    if let Some(message) = file_problem(path) {
+                        bad("path", message);
+                    }
                 }
-            }
+            },
             #[cfg(feature = "nats")]
             StateBackend::Nats => {
                 let n = &self.nats;
@@ -229,4 +232,28 @@ impl StateConfig {
         }
         errs
     }
+}
+
+/// What is wrong with `path` as the state file, if anything a look at the file system can
+/// tell: it must not be a directory, and its directory must exist (kubesink writes the state,
+/// a temporary file and the journal's files there; it creates no directories).
+fn file_problem(path: &std::path::Path) -> Option<String> {
+    if path.is_dir() {
+        return Some(format!(
+            "{} is a directory: give the state file's path inside it, e.g. \"{}\"",
+            path.display(),
+            path.join("state").display()
+        ));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Some(format!(
+            "the directory {} does not exist (kubesink writes the state, its temporary file and its journal there, and creates no directory)",
+            dir.display()
+        ));
+    }
+    None
 }

@@ -212,7 +212,21 @@ fn state_settings_are_checked_with_key_and_source() {
         let all = errors_of(Some(Path::new("s.toml"))).join("\n");
         assert!(all.contains("state.backend: unknown variant"), "{all}");
         jail.set_env("KUBESINK_STATE__BACKEND", "file");
-        jail.set_env("KUBESINK_STATE__PATH", "/var/lib/kubesink/state");
+        // A path that cannot be the state file: a directory, or in a directory that is not.
+        jail.set_env("KUBESINK_STATE__PATH", ".");
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(
+            all.contains("state.path: . is a directory")
+                && all.contains("(from env KUBESINK_STATE__PATH)"),
+            "{all}"
+        );
+        jail.set_env("KUBESINK_STATE__PATH", "no/such/dir/state");
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(
+            all.contains("state.path: the directory no/such/dir does not exist"),
+            "{all}"
+        );
+        jail.set_env("KUBESINK_STATE__PATH", "state");
         jail.set_env("KUBESINK_PIPELINE__SYNC_MARKERS", "true");
         let c = load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
         assert_eq!(c.state.backend, StateBackend::File);

@@ -472,7 +472,25 @@ impl BridgeCollector {
             ),
         ];
         self.state_families(e, counters, ConstCounter::new)?;
-        let gauges: [StateMetric<f64>; 6] = [
+        let gauges: [StateMetric<f64>; 9] = [
+            (
+                "state_restored_objects",
+                "Objects restored from the saved state when this replica started watching",
+                None,
+                |s| load(&s.restored_objects) as f64,
+            ),
+            (
+                "state_restored_unconfirmed_objects",
+                "Of those, unconfirmed: re-sent, or deleted, by the first list",
+                None,
+                |s| load(&s.restored_unconfirmed) as f64,
+            ),
+            (
+                "state_restore_ignored_watches",
+                "Watches whose saved state could not be used (each listed and emitted everything; the log says why)",
+                None,
+                |s| load(&s.restore_ignored_watches) as f64,
+            ),
             (
                 "state_last_save_timestamp",
                 "Unix time of the last stored snapshot (0: none yet)",

@@ -179,6 +179,7 @@ impl Observed {
             "sink": s.handle.sink().name(),
             "ready": st.ready(),
             "pending": s.handle.held(),
+            "waiting_for_journal": st.waiting_for_journal.load(Ordering::Relaxed),
             "problem": st.problem(),
         })
     }
@@ -192,6 +193,7 @@ impl Observed {
             "last_save_unix_ms": st.last_save_ms.load(Ordering::Relaxed),
             "journal_pending": st.journal_pending(),
             "journal_failing_seconds": st.journal_failing_for().map(|d| d.as_secs()),
+            "restore": st.restore(),
             "problem": st.problem(),
         })
     }

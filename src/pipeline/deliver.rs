@@ -27,7 +27,9 @@ pub(super) async fn run_worker(h: SinkHandle, retry: Backoff, fence: Fence) {
                 continue;
             }
             let waiting = std::time::Instant::now();
+            h.stats.waiting_for_journal.store(true, Ordering::Relaxed);
             let durable = point.wait().await;
+            h.stats.waiting_for_journal.store(false, Ordering::Relaxed);
             let waited = u64::try_from(waiting.elapsed().as_micros()).unwrap_or(u64::MAX);
             h.stats
                 .write_ahead_wait_us

@@ -170,6 +170,8 @@ pub struct SinkStats {
     pub retried: AtomicU64,
     /// Microseconds batches waited for their write-ahead positions (the state journal).
     pub write_ahead_wait_us: AtomicU64,
+    /// A batch waits for the state journal now.
+    pub waiting_for_journal: AtomicBool,
     /// Messages reduced by the oversize policy.
     pub truncated: AtomicU64,
     /// Messages per confirmed batch.
@@ -197,6 +199,7 @@ impl Default for SinkStats {
             errors_by_kind: Default::default(),
             retried: AtomicU64::new(0),
             write_ahead_wait_us: AtomicU64::new(0),
+            waiting_for_journal: AtomicBool::new(false),
             truncated: AtomicU64::new(0),
             // 1 .. 4096 messages.
             batch_size: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
@@ -427,10 +430,17 @@ impl Pipeline {
                 abort.abort();
                 let left = h.queue.held();
                 undelivered += left;
+                let problem = match h.stats.problem() {
+                    Some(p) => p,
+                    None if h.stats.waiting_for_journal.load(Ordering::Relaxed) => {
+                        "its batch was waiting for the state journal, which could not be stored (see the state journal's log lines)".to_owned()
+                    }
+                    None => "none recorded".to_owned(),
+                };
                 tracing::error!(
                     sink = h.sink.name(),
                     undelivered = left,
-                    problem = h.stats.problem().as_deref().unwrap_or("none recorded"),
+                    %problem,
                     "shutdown deadline passed: changes not delivered"
                 );
                 drained.push(false);

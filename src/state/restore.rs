@@ -38,14 +38,46 @@ pub struct Restored {
     /// The first journal generation of this run: above every generation found, and at least
     /// the wall-clock milliseconds, so this run never appends to an earlier run's segment.
     pub next_generation: u64,
+    /// One line for `/readyz`: what was restored, and what was ignored and why.
+    pub summary: String,
+    /// Watches whose saved state could not be used (each lists and emits everything).
+    pub ignored: u64,
 }
+
+impl Restored {
+    /// Objects restored, all watches, and of those the unconfirmed.
+    pub fn objects(&self) -> (u64, u64) {
+        let mut counts = (0, 0);
+        for s in self.stores.iter().flatten() {
+            counts.0 += s.len() as u64;
+            s.for_each(|_, _, f| counts.1 += u64::from(f.unconfirmed));
+        }
+        counts
+    }
+}
+
+/// The summary of a restore: `restored` of `total` watches, and the `ignored` ones with
+/// their reason.
+fn summarize(restored: usize, total: usize, ignored: &[String]) -> String {
+    match ignored {
+        [] => format!("{restored} of {total} watches restored"),
+        _ => format!(
+            "{restored} of {total} watches restored; ignored (full initial list): {}",
+            ignored.join("; ")
+        ),
+    }
+}
+
+/// Said wherever a watch falls back to a full initial list: it cannot send the deletes of
+/// what vanished while kubesink was down.
+const SWEEP_HINT: &str = " (deletes made while kubesink was down cannot be inferred then: consumers that keep their view drop them on the list's sync marker, pipeline.sync_markers, see docs/restarts.md)";
 
 /// The snapshot, as far as it is usable.
 enum Base<'a> {
     /// There is none: only the journal can restore a watch.
     Missing,
-    /// It cannot be used at all (reason logged).
-    Unusable,
+    /// It cannot be used at all (the reason, logged).
+    Unusable(String),
     /// Parsed: sections are checked per watch.
     Snap(Snapshot<'a>),
 }
@@ -55,45 +87,51 @@ enum Base<'a> {
 /// emit.
 pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]) -> Restored {
     let started = Instant::now();
-    let none = |next_generation: u64| Restored {
+    let none = |next_generation: u64, why: &str| Restored {
         stores: watches.iter().map(|_| None).collect(),
         next_generation,
+        summary: format!("no state used: {why}"),
+        ignored: if why == "none saved yet" {
+            0
+        } else {
+            watches.len() as u64
+        },
     };
     let loaded = match store.load().await {
         Ok(b) => b,
         Err(e) => {
-            tracing::warn!(store = store.describe(), error = %e, "saved informer state ignored: it cannot be read; every watch lists and emits everything (initial)");
-            return none(now_ms());
+            tracing::warn!(store = store.describe(), error = %e, "saved informer state ignored: it cannot be read; every watch lists and emits everything (initial){SWEEP_HINT}");
+            return none(now_ms(), &format!("it cannot be read: {e}"));
         }
     };
     let base = match loaded.as_deref() {
         None => Base::Missing,
         Some(bytes) => match snapshot::parse(bytes) {
             Err(e) => {
-                tracing::warn!(store = store.describe(), reason = %e, "saved informer state ignored: {e}; every watch lists and emits everything (initial); the next save overwrites it");
-                Base::Unusable
+                tracing::warn!(store = store.describe(), "saved informer state ignored: {e}; every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+                Base::Unusable(e.to_string())
             }
             Ok(snap) if snap.cluster != cluster => {
                 let reason = format!(
                     "it is of cluster {:?}, this kubesink is cluster.name = {cluster:?}",
                     snap.cluster
                 );
-                tracing::warn!(store = store.describe(), %reason, "saved informer state ignored: {reason}; every watch lists and emits everything (initial); the next save overwrites it");
-                Base::Unusable
+                tracing::warn!(store = store.describe(), "saved informer state ignored: {reason}; every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+                Base::Unusable(reason)
             }
             Ok(snap) => Base::Snap(snap),
         },
     };
     let from_generation = match &base {
-        Base::Unusable => return none(now_ms()),
+        Base::Unusable(why) => return none(now_ms(), why),
         Base::Missing => 0,
         Base::Snap(s) => s.generation,
     };
     let journal = match read_journal(store, cluster, from_generation).await {
         Ok(j) => j,
         Err(reason) => {
-            tracing::warn!(store = store.describe(), %reason, "saved informer state ignored: {reason}; without every key downstream may have, deletes could be missed, so every watch lists and emits everything (initial); the next save overwrites it");
-            return none(now_ms());
+            tracing::warn!(store = store.describe(), "saved informer state ignored: {reason}; it may lack keys downstream has, so every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+            return none(now_ms(), &reason);
         }
     };
     let next_generation = journal
@@ -110,7 +148,7 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
             store = store.describe(),
             "no saved informer state yet: every watch lists and emits everything (initial)"
         );
-        return none(next_generation);
+        return none(next_generation, "none saved yet");
     }
     if let Some(snap) = snap {
         let damaged = snap.sections.iter().filter(|s| s.is_err()).count();
@@ -123,12 +161,20 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
         .and_then(|written| SystemTime::now().duration_since(written).ok())
         .unwrap_or_default();
     let records = journal.by_watch();
-    let stores = watches
+    let mut ignored = Vec::new();
+    let stores: Vec<Option<LightStore>> = watches
         .iter()
-        .map(|w| restore_watch(snap, w, age, records.get(w.identity.as_str())))
+        .map(|w| {
+            restore_watch(snap, w, age, records.get(w.identity.as_str())).unwrap_or_else(|reason| {
+                ignored.push(format!("{}: {reason}", w.identity));
+                None
+            })
+        })
         .collect();
     tracing::debug!(elapsed = ?started.elapsed(), snapshot_bytes = loaded.as_ref().map_or(0, Vec::len), journal_frames = journal.frames.len(), "informer state loaded");
     Restored {
+        summary: summarize(stores.iter().flatten().count(), stores.len(), &ignored),
+        ignored: ignored.len() as u64,
         stores,
         next_generation,
     }
@@ -195,19 +241,27 @@ async fn read_journal(store: &dyn StateStore, cluster: &str, from: u64) -> Resul
     Ok(replay)
 }
 
-/// One watch's store from its snapshot section (if any) and journal records, or `None` with
-/// the reason logged.
+/// One watch's store from its snapshot section (if any) and journal records; `Ok(None)`
+/// when nothing was saved or journaled for it, `Err` with the reason (logged) when its state
+/// cannot be used.
 fn restore_watch(
     snap: Option<&Snapshot<'_>>,
     w: &WatchKey,
     age: Duration,
     records: Option<&Vec<(u64, &str, &str, Facts<'static>)>>,
-) -> Option<LightStore> {
+) -> Result<Option<LightStore>, String> {
     let watch = w.identity.as_str();
     let ignored = |reason: String| {
-        tracing::warn!(%watch, %reason, "saved state ignored for this watch: {reason}; it lists and emits everything (initial)");
-        None
+        tracing::warn!(%watch, "saved state ignored for this watch: {reason}; it lists and emits everything (initial){SWEEP_HINT}");
+        Err(reason)
     };
+    // A state cut short loses its last sections: say so rather than "no state for it".
+    let truncated = snap.is_some_and(|s| {
+        s.sections.len() < s.announced as usize
+            || s.sections.iter().any(|p| {
+                matches!(p, Err(d) if matches!(d.error, super::SnapshotError::Truncated { .. }))
+            })
+    });
     let found = snap.and_then(|snap| {
         snap.sections.iter().find(|s| match s {
             Ok(s) => s.identity == w.identity,
@@ -224,11 +278,10 @@ fn restore_watch(
             Err(e) => return ignored(e.to_string()),
         },
         None if records.is_some_and(|r| !r.is_empty()) => (LightStore::new(), String::new()),
-        None => {
-            return ignored(
-                "no saved state for it (a watch added since the save, or its part was lost)".into(),
-            )
-        }
+        None if truncated => return ignored("its part is missing from a truncated state".into()),
+        // Nothing saved and nothing journaled for it: a plain initial list.
+        None if snap.is_none() => return Ok(None),
+        None => return ignored("no saved state for it (a watch added since the save)".into()),
     };
     let (mut replayed, mut other_selection) = (0u64, 0u64);
     for (selection, ns, name, facts) in records.into_iter().flatten() {
@@ -261,7 +314,7 @@ fn restore_watch(
             tracing::info!(%watch, objects = store.len(), unconfirmed, "saved state restored from the journal alone (the last run stopped before its first save): the first list re-sends these objects and deletes those gone")
         }
     }
-    Some(store)
+    Ok(Some(store))
 }
 
 #[cfg(test)]
@@ -454,6 +507,40 @@ mod tests {
         assert!(
             r.stores.iter().all(Option::is_none),
             "the journal alone is not trusted"
+        );
+        assert_eq!(r.ignored, 2);
+        assert!(
+            r.summary
+                .contains("not a kubesink state file (it starts with \"not a sn\""),
+            "{}",
+            r.summary
+        );
+    }
+
+    #[tokio::test]
+    async fn the_summary_names_each_ignored_watch_and_why() {
+        let (_dir, store) = dir_store();
+        let mut bytes = snapshot(5, &["known"]);
+        let last = bytes.len() - 3; // inside the (last) node section
+        bytes[last] ^= 1;
+        store.save(bytes).await.unwrap();
+        let r = restored(&store).await;
+        assert_eq!(
+            (r.stores[0].is_some(), r.stores[1].is_none(), r.ignored),
+            (true, true, 1)
+        );
+        assert_eq!(
+            r.summary,
+            "1 of 2 watches restored; ignored (full initial list): core/Node/: corrupt section 2: checksum mismatch"
+        );
+        // Cut in the middle of the pods' section: that watch is truncated, the next missing.
+        let good = snapshot(5, &["a", "b", "c"]);
+        store.save(good[..good.len() - 40].to_vec()).await.unwrap();
+        let r = restored(&store).await;
+        assert!(
+            r.summary.contains("missing from a truncated state"),
+            "{}",
+            r.summary
         );
     }
 }

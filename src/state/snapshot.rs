@@ -50,7 +50,7 @@ const UNCONFIRMED: u8 = 4;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// Not a kubesink state file.
-    #[error("not a kubesink state file (magic bytes {found:?})")]
+    #[error("not a kubesink state file (it starts with \"{}\", not \"KSNKSTAT\")", .found.escape_ascii())]
     BadMagic {
         /// The first bytes found.
         found: Vec<u8>,

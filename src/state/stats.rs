@@ -41,6 +41,14 @@ pub struct StateStats {
     pub journal_errors: AtomicU64,
     /// Unix time in milliseconds since which journal appends fail (0: the last succeeded).
     pub journal_failing_since_ms: AtomicU64,
+    /// Objects restored at start (or when becoming the leader), all watches.
+    pub restored_objects: AtomicU64,
+    /// Of those, unconfirmed (re-sent or deleted by the first list).
+    pub restored_unconfirmed: AtomicU64,
+    /// Watches that could not use the saved state (a full initial list each).
+    pub restore_ignored_watches: AtomicU64,
+    /// What the restore did, in one line (`/readyz`).
+    restore: Mutex<Option<String>>,
     /// Why the last journal append or save failed, while it does.
     problem: Mutex<Option<String>>,
 }
@@ -106,6 +114,24 @@ impl StateStats {
         if self.journal_failing_since_ms.load(Ordering::Relaxed) == 0 {
             self.set_problem(None);
         }
+    }
+
+    /// Records what the restore did.
+    pub fn note_restore(&self, objects: u64, unconfirmed: u64, ignored: u64, summary: String) {
+        self.restored_objects.store(objects, Ordering::Relaxed);
+        self.restored_unconfirmed
+            .store(unconfirmed, Ordering::Relaxed);
+        self.restore_ignored_watches
+            .store(ignored, Ordering::Relaxed);
+        *self.restore.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+    }
+
+    /// What the restore did, once it ran.
+    pub fn restore(&self) -> Option<String> {
+        self.restore
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// What is wrong, if anything.

@@ -42,7 +42,7 @@ const HEAD: usize = 24;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
     /// Not a journal frame where one must start.
-    #[error("{part}: not a kubesink journal frame (magic bytes {found:?})")]
+    #[error("{part}: not a kubesink journal frame (it starts with \"{}\", not \"KSNKJRNL\")", .found.escape_ascii())]
     BadMagic {
         /// `segment S, frame N`.
         part: String,
