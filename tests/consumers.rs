@@ -164,7 +164,15 @@ fn sigterm(child: &Child) {
 
 /// The scenario, for any broker: churn with every consumer running; the first one killed
 /// and restarted mid-run; then each resumes and must hold exactly the simulator's objects.
-async fn run_scenario(c: &Cluster, consumers: Vec<Consumer>, fold_args: &[&str], churn_seed: u64) {
+/// `kafka`: the broker and topic, for the high-watermark flush before each catch-up
+/// ([`kafka_server::Tansu::flush_high_watermarks`]) and the records dumped on a failure.
+async fn run_scenario(
+    c: &Cluster,
+    consumers: Vec<Consumer>,
+    fold_args: &[&str],
+    churn_seed: u64,
+    kafka: Option<(&kafka_server::Tansu, &str)>,
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     let checkpoint = |i: usize| dir.path().join(format!("consumer-{i}.json"));
     let mut running: Vec<Child> = consumers
@@ -201,6 +209,9 @@ async fn run_scenario(c: &Cluster, consumers: Vec<Consumer>, fold_args: &[&str],
     for (i, k) in consumers.iter().enumerate() {
         let deadline = tokio::time::Instant::now() + LONG;
         loop {
+            if let Some((broker, topic)) = kafka {
+                broker.flush_high_watermarks(topic, 4).await;
+            }
             let view = k.catch_up(&checkpoint(i)).await;
             let want = sim_keys(&c.sim, "test", &KINDS);
             let got = view_keys(&view);
@@ -216,17 +227,67 @@ async fn run_scenario(c: &Cluster, consumers: Vec<Consumer>, fold_args: &[&str],
                 // What the topic itself folds to, to tell a consumer's mistake from the
                 // topic's.
                 let fold = run_kubesink(fold_args, b"").await;
+                let differ: Vec<String> = want
+                    .keys()
+                    .chain(got.keys())
+                    .filter(|k| want.get(*k) != got.get(*k))
+                    .cloned()
+                    .collect();
+                let records = match kafka {
+                    Some((broker, topic)) => kafka_history(&broker.bootstrap, topic, &differ).await,
+                    None => String::new(),
+                };
+                let saved = std::fs::read_to_string(checkpoint(i)).unwrap_or_default();
                 panic!(
-                    "{}: view != simulator: {}\nkubesink fold of the same source: {}\n{}",
+                    "{}: view != simulator: {}\nkubesink fold of the same source: {}\n{}\nthe topic's records of those keys:\n{records}\nthe consumer's checkpoint: {}",
                     k.name,
                     view_diff(&want, &got),
                     view_diff(&want, &view_keys(&fold.stdout)),
-                    fold.stderr
+                    fold.stderr,
+                    saved.chars().take(4000).collect::<String>()
                 );
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
+}
+
+/// Every record of `keys` in `topic` (read from the beginning until it stops growing), one
+/// line each: partition, offset, op, id, uid, resourceVersion; for a failure message.
+async fn kafka_history(bootstrap: &str, topic: &str, keys: &[String]) -> String {
+    let reader = kafka_server::Reader::start(bootstrap, topic, 4);
+    let mut last = usize::MAX;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let n = reader.len();
+        if n == last {
+            break;
+        }
+        last = n;
+    }
+    let mut out = String::new();
+    for r in reader.records().iter().filter(|r| keys.contains(&r.key)) {
+        let m: serde_json::Value = r
+            .value
+            .as_deref()
+            .and_then(|v| serde_json::from_slice(v).ok())
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {} p{} @{} op={} id={} uid={} rv={}\n",
+            r.key,
+            r.partition,
+            r.offset,
+            if r.value.is_none() {
+                "tombstone"
+            } else {
+                m["op"].as_str().unwrap_or("?")
+            },
+            m["id"].as_str().unwrap_or(""),
+            m["uid"].as_str().unwrap_or(""),
+            m["resourceVersion"].as_str().unwrap_or("")
+        ));
+    }
+    out
 }
 
 fn setup_config(c: &Cluster) -> Config {
@@ -290,6 +351,7 @@ async fn the_jetstream_consumers_keep_the_simulators_objects_across_a_crash() {
         list,
         &["fold", "--nats", &url, "--stream", "KUBESINK"],
         61,
+        None,
     )
     .await;
     bridge.shutdown().await;
@@ -327,6 +389,13 @@ async fn the_kafka_consumers_keep_the_simulators_objects_across_a_crash() {
         ],
     );
     let b = broker.bootstrap.clone();
-    run_scenario(&c, list, &["fold", "--kafka", &b, "--topic", topic], 71).await;
+    run_scenario(
+        &c,
+        list,
+        &["fold", "--kafka", &b, "--topic", topic],
+        71,
+        Some((&broker, topic)),
+    )
+    .await;
     bridge.shutdown().await;
 }

@@ -58,9 +58,18 @@ async fn start_bridge(cfg: &Config) -> Bridge {
 
 /// Runs `kubesink fold ARGS` until its view equals the simulator's objects (re-reading the
 /// simulator each time: a stopped churn may finish one last write); returns the last run.
-async fn fold_until_equal(c: &Cluster, args: &[&str]) -> FoldRun {
+/// `kafka`: the broker and topic folded, whose high watermarks are flushed before each fold
+/// ([`kafka_server::Tansu::flush_high_watermarks`]).
+async fn fold_until_equal(
+    c: &Cluster,
+    args: &[&str],
+    kafka: Option<(&kafka_server::Tansu, &str)>,
+) -> FoldRun {
     let deadline = tokio::time::Instant::now() + LONG;
     loop {
+        if let Some((broker, topic)) = kafka {
+            broker.flush_high_watermarks(topic, 4).await;
+        }
         let run = run_kubesink(args, b"").await;
         assert_eq!(run.code, Some(0), "fold failed: {}", run.stderr);
         let want = sim_keys(&c.sim, "test", &KINDS);
@@ -249,7 +258,7 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_and_a_stateless_rest
     let run = run_kubesink(&["fold", "--nats", &url, "--stream", "KUBESINK"], b"").await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     churn.stop();
-    let run = fold_until_equal(&c, &["fold", "--nats", &url, "--stream", "KUBESINK"]).await;
+    let run = fold_until_equal(&c, &["fold", "--nats", &url, "--stream", "KUBESINK"], None).await;
     assert!(run
         .stderr
         .contains("caught up with JetStream stream KUBESINK"));
@@ -382,7 +391,7 @@ async fn a_kafka_topic_folds_to_the_simulators_objects_after_churn() {
     let mid = run_kubesink(&args, b"").await;
     assert_eq!(mid.code, Some(0), "{}", mid.stderr);
     churn.stop();
-    fold_until_equal(&c, &args).await;
+    fold_until_equal(&c, &args, Some((&broker, topic))).await;
     bridge.shutdown().await;
 
     let missing = run_kubesink(

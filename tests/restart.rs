@@ -172,22 +172,11 @@ async fn sigkill_mid_churn_then_restart(
     }
     let mut created = BTreeSet::new();
     for i in 0..100 {
-        let mut o = untouched[300].clone();
-        let name = format!("created-while-down-{i}");
-        let meta = o["metadata"].as_object_mut().unwrap();
-        for k in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "generation",
-            "managedFields",
-        ] {
-            meta.remove(k);
-        }
-        meta.insert("name".into(), name.clone().into());
-        let ns = meta["namespace"].as_str().unwrap().to_owned();
-        c.sim.create(o).expect("create");
-        created.insert((ns, name));
+        let made = c
+            .sim
+            .create(new_pod(untouched[300], &format!("created-while-down-{i}")))
+            .expect("create");
+        created.insert(obj_key(&made));
     }
     let updated: BTreeSet<Key> = updated.iter().map(|o| obj_key(o)).collect();
     let deleted: BTreeSet<Key> = deleted.iter().map(|o| obj_key(o)).collect();
