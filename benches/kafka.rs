@@ -10,6 +10,8 @@
 
 #[path = "../tests/support/kafka_server.rs"]
 mod kafka_server;
+#[path = "../tests/support/ports.rs"]
+mod ports;
 
 use std::sync::Arc;
 use std::time::Instant;

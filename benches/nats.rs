@@ -11,6 +11,8 @@
 
 #[path = "../tests/support/nats_server.rs"]
 mod nats_server;
+#[path = "../tests/support/ports.rs"]
+mod ports;
 
 use std::sync::Arc;
 use std::time::Instant;

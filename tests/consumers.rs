@@ -13,6 +13,8 @@
 mod kafka_server;
 #[path = "support/nats_server.rs"]
 mod nats_server;
+#[path = "support/ports.rs"]
+mod ports;
 mod support;
 
 use std::path::{Path, PathBuf};

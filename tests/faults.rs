@@ -8,6 +8,8 @@
 
 #[path = "support/nats_server.rs"]
 mod nats_server;
+#[path = "support/ports.rs"]
+mod ports;
 mod support;
 
 use std::io::{Read, Write};

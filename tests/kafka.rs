@@ -4,6 +4,8 @@
 
 #[path = "support/kafka_server.rs"]
 mod kafka_server;
+#[path = "support/ports.rs"]
+mod ports;
 mod support;
 
 use std::collections::{BTreeMap, HashMap};

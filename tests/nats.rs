@@ -4,6 +4,8 @@
 
 #[path = "support/nats_server.rs"]
 mod nats_server;
+#[path = "support/ports.rs"]
+mod ports;
 mod support;
 
 use std::path::Path;

@@ -4,6 +4,7 @@
 //! network and back; topic creation through rdkafka's AdminClient; a background consumer.
 #![allow(dead_code)] // each test binary uses a subset
 
+use crate::ports::free_port;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,14 +33,6 @@ pub fn tansu_bin() -> PathBuf {
             PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/kubesink")
         });
     cache.join("tansu/bin/tansu")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind port 0")
-        .local_addr()
-        .expect("local addr")
-        .port()
 }
 
 /// A running tansu broker (memory storage engine).
@@ -85,7 +78,7 @@ impl Tansu {
         let port = free_port();
         let broker_addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let proxy = if proxied {
-            Some(Proxy::start(free_port(), broker_addr).await)
+            Some(Proxy::start(broker_addr).await)
         } else {
             None
         };
@@ -204,19 +197,46 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(port: u16, target: SocketAddr) -> Proxy {
-        let mut p = Proxy {
-            addr: ([127, 0, 0, 1], port).into(),
-            target,
-            task: None,
-            conns: Arc::default(),
-        };
-        p.resume().await;
-        p
+    /// Starts a proxy to `target` on a free port (another one if the first is taken).
+    async fn start(target: SocketAddr) -> Proxy {
+        let mut last = None;
+        for _ in 0..20 {
+            let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            match TcpListener::bind(addr).await {
+                Ok(listener) => {
+                    let mut p = Proxy {
+                        addr,
+                        target,
+                        task: None,
+                        conns: Arc::default(),
+                    };
+                    p.serve(listener);
+                    return p;
+                }
+                Err(e) => last = Some(format!("{addr}: {e}")),
+            }
+        }
+        panic!("no port for the proxy: last tried {last:?}");
     }
 
+    /// Listens again on the same address. The listener of [`Proxy::stop`] is closed when its
+    /// aborted task is dropped, which the runtime does soon but not at once: retried for 10 s.
     async fn resume(&mut self) {
-        let listener = TcpListener::bind(self.addr).await.expect("proxy bind");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match TcpListener::bind(self.addr).await {
+                Ok(l) => break l,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("proxy bind {} (retrying): {e}", self.addr);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("proxy bind {}: {e}", self.addr),
+            }
+        };
+        self.serve(listener);
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
         let target = self.target;
         let conns = self.conns.clone();
         self.task = Some(tokio::spawn(async move {

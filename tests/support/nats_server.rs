@@ -4,7 +4,8 @@
 //! with the `openssl` CLI.
 #![allow(dead_code)] // each test binary uses a subset
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use crate::ports::free_port;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -133,16 +134,6 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-fn free_port() -> u16 {
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = l.local_addr().expect("addr").port();
-        if port != 4222 {
-            return port;
-        }
     }
 }
 
