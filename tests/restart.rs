@@ -3,6 +3,7 @@
 //! store read by another process in another directory); and saved state that is bad in every
 //! way the issue lists, which must cost a full emit of the affected resources only.
 
+#[cfg(feature = "nats")]
 #[path = "support/nats_server.rs"]
 mod nats_server;
 #[cfg(feature = "nats")]
