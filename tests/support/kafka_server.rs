@@ -4,7 +4,7 @@
 //! network and back; topic creation through rdkafka's AdminClient; a background consumer.
 #![allow(dead_code)] // each test binary uses a subset
 
-use crate::ports::free_port;
+use crate::ports::{free_listener, free_port};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -197,26 +197,21 @@ struct Proxy {
 }
 
 impl Proxy {
-    /// Starts a proxy to `target` on a free port (another one if the first is taken).
+    /// Starts a proxy to `target` on a free port, held from the moment it is chosen.
     async fn start(target: SocketAddr) -> Proxy {
-        let mut last = None;
-        for _ in 0..20 {
-            let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-            match TcpListener::bind(addr).await {
-                Ok(listener) => {
-                    let mut p = Proxy {
-                        addr,
-                        target,
-                        task: None,
-                        conns: Arc::default(),
-                    };
-                    p.serve(listener);
-                    return p;
-                }
-                Err(e) => last = Some(format!("{addr}: {e}")),
-            }
-        }
-        panic!("no port for the proxy: last tried {last:?}");
+        let listener = free_listener();
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let listener = TcpListener::from_std(listener).expect("proxy listener");
+        let mut p = Proxy {
+            addr: listener.local_addr().expect("proxy address"),
+            target,
+            task: None,
+            conns: Arc::default(),
+        };
+        p.serve(listener);
+        p
     }
 
     /// Listens again on the same address. The listener of [`Proxy::stop`] is closed when its

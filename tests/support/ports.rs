@@ -10,7 +10,8 @@
 //! itself (TCP simultaneous open) and holds it. Tests running in parallel in one binary hit the
 //! first case (`AddrInUse` on the proxy's bind in `tests/kafka.rs`). So ports are drawn at random
 //! from outside the ephemeral range, checked free by binding, never 4222 (the machine's NATS),
-//! and never handed out twice by this process.
+//! and never handed out twice by this process. A server in the test's own process takes the
+//! bound listener itself ([`free_listener`]), so there is no window at all.
 //!
 //! A test binary that includes `kafka_server.rs` or `nats_server.rs` declares this module at
 //! its root (`#[path = "support/ports.rs"] mod ports;`): one copy, so one set of ports
@@ -26,27 +27,40 @@ use std::sync::Mutex;
 static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// A TCP port on 127.0.0.1 that is free now, outside the ephemeral range where the machine
-/// leaves room for one (else from `bind(0)`), not 4222, and not returned before by this process.
+/// leaves room for one (else from `bind(0)`), not 4222, and not returned before by this process:
+/// for a server the test starts as another process.
 ///
 /// Panics when no port can be found (a test set-up failure).
 pub fn free_port() -> u16 {
+    free_listener()
+        .local_addr()
+        .expect("a bound listener's address")
+        .port()
+}
+
+/// A listener on 127.0.0.1 bound to a port chosen as [`free_port`] chooses it, for a server
+/// in the test's own process: it holds the port from the moment it is chosen.
+///
+/// Panics when no port can be found (a test set-up failure).
+pub fn free_listener() -> TcpListener {
     let mut handed = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
     let usable = |p: u16| p != 4222 && !handed.contains(&p);
-    let chosen = match outside_ephemeral() {
+    let bound = match outside_ephemeral() {
         Some((lo, hi)) => (0..100_000).find_map(|_| {
             let span = u64::from(hi - lo) + 1;
             let p = lo + (RandomState::new().hash_one(0u8) % span) as u16;
-            (usable(p) && TcpListener::bind(("127.0.0.1", p)).is_ok()).then_some(p)
+            usable(p)
+                .then(|| TcpListener::bind(("127.0.0.1", p)).ok())
+                .flatten()
         }),
         None => (0..1_000).find_map(|_| {
             let l = TcpListener::bind("127.0.0.1:0").ok()?;
-            let p = l.local_addr().ok()?.port();
-            usable(p).then_some(p)
+            usable(l.local_addr().ok()?.port()).then_some(l)
         }),
     };
-    let p = chosen.expect("no free TCP port on 127.0.0.1");
-    handed.insert(p);
-    p
+    let l = bound.expect("no free TCP port on 127.0.0.1");
+    handed.insert(l.local_addr().expect("a bound listener's address").port());
+    l
 }
 
 /// A range of at least 5,000 unprivileged ports that the kernel does not use for `bind(0)`
