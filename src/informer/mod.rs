@@ -87,6 +87,8 @@ pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
 pub use stats::{FailureKind, InformerStats};
 pub use store::LightStore;
+#[cfg(test)] // the journal's tests record as the informer does
+pub use tracked::record_new_key;
 pub use tracked::{Acknowledged, JournalRef, NewKeys, TrackedStore};
 // What only the benches and tests reach (`kubesink::testing`).
 #[cfg(feature = "test-util")]

@@ -76,6 +76,26 @@ pub trait NewKeys: Send + Sync {
     fn covered(&self) -> WriteAhead;
 }
 
+/// Records a new key in `journal` ([`NewKeys::try_record`]), waiting for [`NewKeys::room`]
+/// while its buffer is full (backpressure). A plain function rather than a provided trait
+/// method: the `async_trait` method would box a future for every `added`, where this boxes
+/// one only when the informer has to wait.
+pub async fn record_new_key(
+    journal: &dyn NewKeys,
+    watch: u32,
+    namespace: Option<&str>,
+    name: &str,
+    uid: &str,
+    rv: &str,
+) -> WriteAhead {
+    loop {
+        match journal.try_record(watch, namespace, name, uid, rv) {
+            Some(point) => return point,
+            None => journal.room().await,
+        }
+    }
+}
+
 /// An overlay key: namespace id in the store's interner and name.
 #[derive(PartialEq, Eq)]
 struct Key(u32, Box<str>);
@@ -255,13 +275,10 @@ impl TrackedStore {
         }
         let write_ahead = match &self.journal {
             None => None,
-            Some(j) if meta.op == Op::Added => loop {
+            Some(j) if meta.op == Op::Added => {
                 let ns = meta.namespace.as_deref();
-                match j.journal.try_record(j.watch, ns, &meta.name, &meta.uid, rv) {
-                    Some(point) => break Some(point),
-                    None => j.journal.room().await,
-                }
-            },
+                Some(record_new_key(&*j.journal, j.watch, ns, &meta.name, &meta.uid, rv).await)
+            }
             Some(j) => Some(j.journal.covered()),
         };
         Some(Arc::new(ChangeAck {

@@ -141,6 +141,7 @@ impl WriteAhead {
         }
         self.log.wanted.fetch_max(self.position, Ordering::AcqRel);
         self.log.demand.notify_one();
+        // Bound first: the `Ref` the wait returns borrows `rx` and must be dropped before it.
         let durable = rx.wait_for(|d| *d >= self.position).await.is_ok();
         durable
     }

@@ -12,7 +12,7 @@
 //!
 //! # How (group commit, as a database's write-ahead log)
 //!
-//! - [`Journal::record`] appends a record (key, uid, resourceVersion; ~57 bytes) to an
+//! - [`NewKeys::try_record`] appends a record (key, uid, resourceVersion; ~57 bytes) to an
 //!   in-memory chunk and returns its position; the change's acknowledgement carries it
 //!   ([`WriteAhead`]), and a sink's worker sends a batch only once the journal is durable up
 //!   to the batch's highest position (`pipeline/deliver.rs`). Changes that add no key carry
@@ -25,7 +25,8 @@
 //!   first pending record. So a lone change waits one store operation and no timer, and
 //!   under load one operation covers a whole batch (measured in `benches/restart.rs`: records
 //!   per append). At most [`MAX_CHUNKS`] chunks of [`CHUNK_BYTES`] are pending; beyond that,
-//!   [`Journal::record`] waits (backpressure, like a full sink queue).
+//!   [`NewKeys::try_record`] refuses and the informer waits for [`NewKeys::room`]
+//!   (backpressure, like a full sink queue).
 //! - Failing appends are retried with backoff, forever; sends wait meanwhile (nothing leaves
 //!   that a crash could leave unaccounted for). The failure is logged, counted and shown in
 //!   `/readyz`.
@@ -60,7 +61,7 @@ pub mod frame;
 /// Records per chunk are bounded by bytes: a chunk is one frame. 64 KiB (about 1,100
 /// records) is below any NATS server's `max_payload` in practice (default 1 MB).
 pub const CHUNK_BYTES: usize = 64 * 1024;
-/// Chunks pending (the ones being stored not counted) before [`Journal::record`] waits.
+/// Chunks pending (the ones being stored not counted) before [`NewKeys::try_record`] refuses.
 pub const MAX_CHUNKS: usize = 4;
 /// The longest a record waits to be stored when no sink asks for it yet.
 pub const LINGER: Duration = Duration::from_millis(5);
@@ -346,12 +347,7 @@ mod tests {
 
     /// Records like the informer does: waiting for room when the buffer is full.
     async fn record(j: &Journal, ns: Option<&str>, name: &str, rv: &str) -> WriteAhead {
-        loop {
-            match j.try_record(0, ns, name, U1, rv) {
-                Some(p) => return p,
-                None => j.room().await,
-            }
-        }
+        crate::informer::record_new_key(j, 0, ns, name, U1, rv).await
     }
 
     fn journal(generation: u64) -> Arc<Journal> {

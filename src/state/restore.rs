@@ -87,21 +87,21 @@ enum Base<'a> {
 /// emit.
 pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]) -> Restored {
     let started = Instant::now();
-    let none = |next_generation: u64, why: &str| Restored {
+    // No watch restored: because none was saved (`None`), or every watch's state ignored.
+    let none = |next_generation: u64, ignored_because: Option<&str>| Restored {
         stores: watches.iter().map(|_| None).collect(),
         next_generation,
-        summary: format!("no state used: {why}"),
-        ignored: if why == "none saved yet" {
-            0
-        } else {
-            watches.len() as u64
-        },
+        summary: format!(
+            "no state used: {}",
+            ignored_because.unwrap_or("none saved yet")
+        ),
+        ignored: ignored_because.map_or(0, |_| watches.len() as u64),
     };
     let loaded = match store.load().await {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(store = store.describe(), error = %e, "saved informer state ignored: it cannot be read; every watch lists and emits everything (initial){SWEEP_HINT}");
-            return none(now_ms(), &format!("it cannot be read: {e}"));
+            return none(now_ms(), Some(&format!("it cannot be read: {e}")));
         }
     };
     let base = match loaded.as_deref() {
@@ -123,7 +123,7 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
         },
     };
     let from_generation = match &base {
-        Base::Unusable(why) => return none(now_ms(), why),
+        Base::Unusable(why) => return none(now_ms(), Some(why)),
         Base::Missing => 0,
         Base::Snap(s) => s.generation,
     };
@@ -131,7 +131,7 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
         Ok(j) => j,
         Err(reason) => {
             tracing::warn!(store = store.describe(), "saved informer state ignored: {reason}; it may lack keys downstream has, so every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
-            return none(now_ms(), &reason);
+            return none(now_ms(), Some(&reason));
         }
     };
     let next_generation = journal
@@ -148,7 +148,7 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
             store = store.describe(),
             "no saved informer state yet: every watch lists and emits everything (initial)"
         );
-        return none(next_generation, "none saved yet");
+        return none(next_generation, None);
     }
     if let Some(snap) = snap {
         let damaged = snap.sections.iter().filter(|s| s.is_err()).count();
