@@ -118,7 +118,11 @@ async fn a_forbidden_list_backs_off_with_growth_and_other_kinds_flow() {
         2,
         "once per kind, not per attempt"
     );
-    assert!(run.count("ConfigMap", |s| &s.forbidden) >= 7);
+    // The simulator saw the seventh list arrive; kubesink counts it once the 403 is back.
+    wait_for("kubesink counted seven forbidden lists", LONG, || {
+        run.count("ConfigMap", |s| &s.forbidden) >= 7
+    })
+    .await;
     assert!(run.sink.messages().iter().all(|m| m["kind"] == "Node"));
 
     c.sim.faults().clear_resource_status("", "configmaps");
