@@ -208,7 +208,11 @@ fn wait_line(
         {
             return Ok(());
         }
-        proc.check_running()?;
+        if let Err(e) = proc.check_running() {
+            let lines = lines.lock().unwrap_or_else(|p| p.into_inner());
+            let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+            bail!("{e}; its last stderr lines:\n{tail}");
+        }
         if Instant::now() > deadline {
             bail!("{} printed no {prefix:?} within {within:?}", proc.name);
         }
