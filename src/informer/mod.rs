@@ -9,6 +9,7 @@
 //! - `payload.rs`: [`Shaper`] (payload modes, Secret data, cluster label) → JSON + fingerprint.
 //! - `decide.rs`: [`Decider`], the synchronous decision step and its semantics table.
 //! - `store.rs`: [`LightStore`], key, uid, resourceVersion and fingerprint per object.
+//! - `recovery.rs`: the failure policy, (situation, failure) → (next request, wait).
 //! - `stats.rs`: [`InformerStats`], counters and health.
 //! - this file: [`Informer`], the list/watch state machine.
 //!
@@ -31,11 +32,17 @@
 //! | no byte of a list page for `watch.idle_timeout` | the list again | backoff |
 //! | an event line that does not decode (cut, not JSON, not UTF-8, not an event) | watch from the last good resourceVersion (it replays the event); relist after 3 in a row at one resourceVersion | backoff from the second |
 //! | a well-formed event whose object does not decode | skip that object (one line: name, namespace, reason, excerpt) | — |
-//! | 401 / 403 (RBAC revoked) | the same request | backoff to the cap; the store is kept, no deletes inferred |
+//! | 401 / 403 (RBAC revoked) | the list again, or the watch from the last resourceVersion | backoff to the cap; the store is kept, no deletes inferred |
 //! | 404 (the CRD is gone) | relist (when it is back, the sweep emits the differences) | backoff |
 //! | 400 or another refusal of a watch (e.g. an opaque resourceVersion the server does not take back) | relist | backoff |
-//! | 429 / 5xx | the same request | `Retry-After` if longer than the backoff |
-//! | connection failure (refused, reset, too many open files) | the same request | backoff |
+//! | 429 / 5xx | the list again, or the watch from the last resourceVersion | `Retry-After` if longer than the backoff |
+//! | connection failure (refused, reset, too many open files) | the list again, or the watch from the last resourceVersion | backoff |
+//!
+//! The failure rows are one pure function, `recovery::recover`, with a unit test per row. A
+//! watch is never restarted from an older resourceVersion than the last event or bookmark it
+//! processed: restarting from where the failed watch *began* would replay its events, older
+//! states after newer ones. As a second line of defence the decider drops a watch event
+//! whose decimal resourceVersion is older than the one it holds for the key (`decide.rs`).
 //!
 //! The backoff is `watch.retry_initial_backoff` doubling per consecutive failure up to
 //! `watch.retry_max_backoff` (jitter inside the cap). A failure is logged at WARN when a
@@ -62,6 +69,7 @@ mod facts;
 mod object;
 mod payload;
 mod plan;
+mod recovery;
 mod stats;
 mod store;
 mod tracked;
@@ -100,11 +108,8 @@ pub use store::{Entry as StoreEntry, Observed, Vanished};
 use crate::config::WatchConfig;
 use crate::pipeline::Publisher;
 use decode::WatchLine;
+use recovery::{Failed, Situation, Then, Wait, DECODE_RETRIES_BEFORE_RELIST};
 use watch::{Failure, Requests, WATCH_TIMEOUT_SECS};
-
-/// After this many undecodable events in a row at one resourceVersion, relist instead of
-/// re-watching.
-const DECODE_RETRIES_BEFORE_RELIST: u32 = 3;
 
 /// What the loop does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,7 +330,7 @@ impl Informer {
                 }
                 Step::Failed { failure, listing } => {
                     let (after, wait) = self.failed(failure, listing);
-                    next = after.unwrap_or(next);
+                    next = after;
                     wait
                 }
             };
@@ -389,9 +394,10 @@ impl Informer {
         wait
     }
 
-    /// Logs and counts a failure; returns where to go next (`None`: retry the same) and how
-    /// long to wait first.
-    fn failed(&mut self, failure: Failure, listing: bool) -> (Option<Next>, Option<Duration>) {
+    /// Logs and counts a failure; returns where to go next and how long to wait first. The
+    /// decision is `recovery::recover`'s (a pure table, tested row by row); this method
+    /// only gathers the situation, applies the backoff and logs.
+    fn failed(&mut self, failure: Failure, listing: bool) -> (Next, Option<Duration>) {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
         let what = match (listing, self.stats.synced.load(Ordering::Relaxed)) {
             (false, _) => "watch failed",
@@ -405,59 +411,13 @@ impl Informer {
             _ => FailureKind::Broken,
         };
         self.stats.set_failure(kind, format!("{what}: {failure}"));
-        let resume = || self.last_rv.clone().map(Next::Watch);
-        match failure {
-            Failure::Gone(_) => {
-                self.stats.gone.fetch_add(1, Ordering::Relaxed);
-                if listing {
-                    tracing::info!("list continue token expired (410); restarting the list from its first page (no deletes are inferred from the part already read)");
-                    return (Some(Next::List), None);
-                }
-                if self.unproductive_relist || self.lines_since_list == 0 {
-                    // The watch right after a list answered 410 before any event: relisting
-                    // at once could loop as fast as the server answers.
-                    self.unproductive_relist = true;
-                    let wait = self.retry.next();
-                    self.log_failure(
-                        "gone right after a list",
-                        "resourceVersion expired (410 Gone) right after a list; relisting after a backoff",
-                        wait,
-                    );
-                    return (Some(Next::List), Some(wait));
-                }
-                tracing::info!("resourceVersion expired (410 Gone); relisting");
-                (Some(Next::List), None)
-            }
-            Failure::Idle(d) => {
-                self.stats.idle_restarts.fetch_add(1, Ordering::Relaxed);
-                if listing {
-                    let wait = self.retry.next();
-                    self.log_failure(
-                        "list stalled",
-                        &format!(
-                            "{what}: no byte of the list arrived for {}; listing again",
-                            humantime::format_duration(d)
-                        ),
-                        wait,
-                    );
-                    return (Some(Next::List), Some(wait));
-                }
-                tracing::warn!(idle = ?d, "watch silent (no event or bookmark) for {}; re-establishing it", humantime::format_duration(d));
-                (resume(), None)
-            }
-            Failure::Decode(e) => {
-                self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-                if listing {
-                    let wait = self.retry.next();
-                    self.log_failure(
-                        "list does not decode",
-                        &format!("{what}: response does not decode: {e}"),
-                        wait,
-                    );
-                    return (Some(Next::List), Some(wait));
-                }
-                let at = self.last_rv.clone().unwrap_or_default();
-                let count = match &mut self.decode_failures {
+        let at = self.last_rv.clone().unwrap_or_default();
+        let failed = match &failure {
+            Failure::Gone(_) => Failed::Gone,
+            Failure::Idle(_) => Failed::Idle,
+            Failure::Decode(_) if listing => Failed::Decode { in_a_row: 1 },
+            Failure::Decode(_) => Failed::Decode {
+                in_a_row: match &mut self.decode_failures {
                     Some((rv, n)) if *rv == at => {
                         *n += 1;
                         *n
@@ -466,36 +426,116 @@ impl Informer {
                         *other = Some((at.clone(), 1));
                         1
                     }
-                };
-                if count >= DECODE_RETRIES_BEFORE_RELIST || self.last_rv.is_none() {
-                    self.decode_failures = None;
-                    let wait = self.retry.next();
-                    tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, retry_in = ?wait, "watch event does not decode ({count} times after this resourceVersion); relisting");
-                    (Some(Next::List), Some(wait))
+                },
+            },
+            Failure::Api { status, .. } => Failed::Status(status.code),
+            Failure::Transport(_) => Failed::Transport,
+            Failure::Request(_) => Failed::Request,
+        };
+        let situation = Situation {
+            listing,
+            resume_point: self.last_rv.is_some(),
+            delivered_since_list: self.lines_since_list > 0,
+            unproductive_relist: self.unproductive_relist,
+        };
+        let rec = recovery::recover(situation, failed);
+        if rec.unproductive {
+            self.unproductive_relist = true;
+        }
+        let retry_after = match &failure {
+            Failure::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        };
+        let wait = match rec.wait {
+            Wait::No => None,
+            Wait::Backoff => Some(self.retry.next()),
+            Wait::BackoffOrRetryAfter => {
+                let backoff = self.retry.next();
+                Some(retry_after.map_or(backoff, |r| r.max(backoff)))
+            }
+        };
+        let next = match (rec.then, &self.last_rv) {
+            (Then::Resume, Some(rv)) => Next::Watch(rv.clone()),
+            _ => Next::List,
+        };
+        if next == Next::List {
+            self.decode_failures = None;
+        }
+        self.log_recovery(&failure, what, listing, &next, wait);
+        (next, wait)
+    }
+
+    /// Counts and logs a failure once its recovery is decided.
+    fn log_recovery(
+        &mut self,
+        failure: &Failure,
+        what: &str,
+        listing: bool,
+        next: &Next,
+        wait: Option<Duration>,
+    ) {
+        let retry_in = wait.unwrap_or_default();
+        match failure {
+            Failure::Gone(_) => {
+                self.stats.gone.fetch_add(1, Ordering::Relaxed);
+                if listing {
+                    tracing::info!("list continue token expired (410); restarting the list from its first page (no deletes are inferred from the part already read)");
+                } else if wait.is_some() {
+                    // The watch right after a list answered 410 before any event: relisting
+                    // at once could loop as fast as the server answers.
+                    self.log_failure(
+                        "gone right after a list",
+                        "resourceVersion expired (410 Gone) right after a list; relisting after a backoff",
+                        retry_in,
+                    );
                 } else {
-                    let wait = (count > 1).then(|| self.retry.next());
+                    tracing::info!("resourceVersion expired (410 Gone); relisting");
+                }
+            }
+            Failure::Idle(d) => {
+                self.stats.idle_restarts.fetch_add(1, Ordering::Relaxed);
+                if listing {
+                    self.log_failure(
+                        "list stalled",
+                        &format!(
+                            "{what}: no byte of the list arrived for {}; listing again",
+                            humantime::format_duration(*d)
+                        ),
+                        retry_in,
+                    );
+                } else {
+                    tracing::warn!(idle = ?d, "watch silent (no event or bookmark) for {}; re-establishing it", humantime::format_duration(*d));
+                }
+            }
+            Failure::Decode(e) => {
+                self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                let at = self.last_rv.clone().unwrap_or_default();
+                if listing {
+                    self.log_failure(
+                        "list does not decode",
+                        &format!("{what}: response does not decode: {e}"),
+                        retry_in,
+                    );
+                } else if *next == Next::List {
+                    tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, retry_in = ?retry_in, "watch event does not decode ({DECODE_RETRIES_BEFORE_RELIST} times after this resourceVersion, or no resourceVersion to resume from); relisting");
+                } else {
                     tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, "watch event does not decode; watching again from the last good resourceVersion to replay it");
-                    (resume(), wait)
                 }
             }
             Failure::Api {
                 status,
                 retry_after,
             } => {
-                let wait = self.retry.next();
-                let wait = retry_after.map_or(wait, |r| r.max(wait));
                 // One streak per status, whether the watch or the list that follows meets it.
                 let signature = format!("status {}", status.code);
                 match status.code {
                     401 | 403 => {
                         self.stats.forbidden.fetch_add(1, Ordering::Relaxed);
-                        self.log_failure(&signature, &format!("{what}: {status}; not allowed (RBAC?): keeping the last known state, retrying"), wait);
-                        (None, Some(wait))
+                        self.log_failure(&signature, &format!("{what}: {status}; not allowed (RBAC?): keeping the last known state, retrying"), retry_in);
                     }
                     404 => {
                         self.stats.not_found.fetch_add(1, Ordering::Relaxed);
-                        self.log_failure(&signature, &format!("{what}: {status}; the resource is not served (CRD removed?): keeping the last known state, relisting when it is back"), wait);
-                        (Some(Next::List), Some(wait))
+                        self.log_failure(&signature, &format!("{what}: {status}; the resource is not served (CRD removed?): keeping the last known state, relisting when it is back"), retry_in);
                     }
                     429 | 500..=599 => {
                         let counter = if status.code == 429 {
@@ -504,7 +544,7 @@ impl Informer {
                             &self.stats.server_errors
                         };
                         counter.fetch_add(1, Ordering::Relaxed);
-                        let obeyed = if retry_after.is_some_and(|r| r >= wait) {
+                        let obeyed = if retry_after.is_some_and(|r| r >= retry_in) {
                             " (as Retry-After asks)"
                         } else {
                             ""
@@ -512,9 +552,8 @@ impl Informer {
                         self.log_failure(
                             &signature,
                             &format!("{what}: {status}; retrying{obeyed}"),
-                            wait,
+                            retry_in,
                         );
-                        (None, Some(wait))
                     }
                     _ if !listing => {
                         // 400 and the like: the request itself is refused, most likely its
@@ -524,32 +563,35 @@ impl Informer {
                         self.log_failure(
                             &signature,
                             &format!("{what}: {status}; the server refuses to watch from resourceVersion {:?}: relisting", self.last_rv.as_deref().unwrap_or("")),
-                            wait,
+                            retry_in,
                         );
-                        (Some(Next::List), Some(wait))
                     }
                     _ => {
                         self.stats.other_errors.fetch_add(1, Ordering::Relaxed);
-                        self.log_failure(&signature, &format!("{what}: {status}; retrying"), wait);
-                        (None, Some(wait))
+                        self.log_failure(
+                            &signature,
+                            &format!("{what}: {status}; retrying"),
+                            retry_in,
+                        );
                     }
                 }
             }
             Failure::Transport(cause) => {
                 self.stats.transport_errors.fetch_add(1, Ordering::Relaxed);
-                let wait = self.retry.next();
-                let message = format!("{what}: {cause}; retrying");
-                self.log_failure(&cause, &message, wait);
-                (None, Some(wait))
+                let message = match next {
+                    Next::Watch(rv) => {
+                        format!("{what}: {cause}; resuming from resourceVersion {rv:?}")
+                    }
+                    Next::List => format!("{what}: {cause}; retrying"),
+                };
+                self.log_failure(cause, &message, retry_in);
             }
             Failure::Request(e) => {
-                let wait = self.retry.next();
                 let message = format!("{what}: {e}");
                 let (loud, _) = self.failure_log.note(&message);
                 if loud {
-                    tracing::error!(retry_in = ?wait, "{message}");
+                    tracing::error!(retry_in = ?retry_in, "{message}");
                 }
-                (None, Some(wait))
             }
         }
     }

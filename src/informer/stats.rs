@@ -27,6 +27,9 @@ pub struct InformerStats {
     pub emitted_deleted: AtomicU64,
     /// Events that changed nothing in the emitted payload.
     pub suppressed: AtomicU64,
+    /// Watch events dropped because their resourceVersion is older than the one already
+    /// held for the key (a replay: see `decide.rs`).
+    pub stale_events: AtomicU64,
     /// Deletes inferred after a relist or uid change.
     pub inferred_deletes: AtomicU64,
     /// Lists started (1 = initial sync only; more = relists or retried lists).

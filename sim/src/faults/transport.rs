@@ -31,6 +31,16 @@ impl Faults {
         }
     }
 
+    /// Resets every open connection (watches mid-stream included) at once, without a final
+    /// chunk, as a load balancer, a proxy restart or a NAT timeout does; new connections are
+    /// served as usual. A client sees its watch body end in a transport error, not a clean
+    /// end, and must resume from the last resourceVersion it processed.
+    pub fn reset_connections(&self) {
+        let mut cut = self.cut.lock().unwrap_or_else(|p| p.into_inner());
+        cut.cancel();
+        *cut = CancellationToken::new();
+    }
+
     /// Whether the server is unreachable now.
     pub fn is_unreachable(&self) -> bool {
         self.unreachable.load(Ordering::SeqCst)

@@ -23,6 +23,8 @@
 //! - `POST /_sim/dribble?bytes=N&ms=M`: write bodies N bytes at a time, M ms apart (N=0 off)
 //! - `POST /_sim/unreachable?on=true&for_ms=M`: cut every connection and refuse service
 //!   (for M ms, then resume, if given)
+//! - `POST /_sim/reset-connections`: reset every open connection (watches mid-stream), keep
+//!   serving new ones
 //! - `POST /_sim/insert-raw?apiVersion=v1&kind=Pod&resourceVersion=as-given|assigned` with a
 //!   JSON body: store it without validation
 //! - `POST /_sim/churn?rate=R&seed=S&stamp=ANNOTATION`: start pod churn at R changes/s
@@ -86,6 +88,7 @@ pub const ADMIN_ENDPOINTS: &[AdminEndpoint] = &[
     ep("POST", "/_sim/explicit-empty-continue?on=true", "last list pages carry \"continue\": \"\""),
     ep("POST", "/_sim/dribble?bytes=64&ms=20", "write response bodies N bytes at a time, M ms apart (bytes=0 disables)"),
     ep("POST", "/_sim/unreachable?on=true&for_ms=2000", "cut every connection and close new ones at once (for M ms if given); on=false resumes"),
+    ep("POST", "/_sim/reset-connections", "reset every open connection mid-stream (no final chunk); new connections are served"),
     ep("POST", "/_sim/insert-raw?apiVersion=v1&kind=ConfigMap&resourceVersion=as-given", "store the JSON body without validation (resourceVersion=as-given keeps an opaque one)"),
     ep("POST", "/_sim/churn?rate=2000&seed=1&stamp=bench.kubesink.io/changed-at", "start pod churn at R changes/s (rate=0 stops); stamp=A sets annotation A of added/updated pods to the write's Unix microseconds"),
     ep("POST", "/_sim/reset-stats", "zero the list/watch request counts"),
@@ -228,6 +231,7 @@ pub fn handle(
                 });
             }
         }
+        "reset-connections" => faults.reset_connections(),
         "insert-raw" => {
             let api_version = query.get("apiVersion").map_or("v1", String::as_str);
             let kind = query
