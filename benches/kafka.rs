@@ -43,6 +43,7 @@ fn messages(n: usize, payload: usize) -> Vec<Message> {
                 resource_version: i.to_string(),
                 initial: false,
                 final_state_unknown: false,
+                may_be_held: false,
                 object: Some(ObjectJson::from_value(
                     &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": "default"},

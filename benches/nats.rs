@@ -39,6 +39,7 @@ fn messages(n: usize) -> Vec<Message> {
                 resource_version: (1000 + i).to_string(),
                 initial: false,
                 final_state_unknown: false,
+                may_be_held: false,
                 object: Some(ObjectJson::from_value(
                     &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},

@@ -37,6 +37,8 @@ pub struct Fence {
     base: Instant,
     /// Nanoseconds after `base` until which the fence is open (0: closed).
     until: Arc<AtomicU64>,
+    /// Told when the fence is closed early ([`Fence::close`]) or its deadline moves.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Fence {
@@ -44,6 +46,34 @@ impl Fence {
         Fence {
             base: Instant::now(),
             until: Arc::new(AtomicU64::new(0)),
+            changed: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Resolves once the fence is closed: its deadline passed (on the monotonic clock, so
+    /// also right after a process frozen with SIGSTOP wakes up) or it was closed. A send
+    /// raced against it is abandoned when the fence closes first (`pipeline/deliver.rs`):
+    /// what it carried is not acknowledged, so the next leader sends it again. Pending
+    /// forever on a fence that is always open.
+    pub async fn closed(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let until = self.until.load(Ordering::SeqCst);
+            let now = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            if now >= until {
+                return;
+            }
+            if until == u64::MAX {
+                changed.await;
+                continue;
+            }
+            let deadline = self.base + Duration::from_nanos(until);
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+                _ = &mut changed => {}
+            }
         }
     }
 
@@ -71,10 +101,12 @@ impl Fence {
             .unwrap_or(u64::MAX)
             .max(1);
         self.until.store(nanos, Ordering::SeqCst);
+        self.changed.notify_waiters();
     }
 
     fn close(&self) {
         self.until.store(0, Ordering::SeqCst);
+        self.changed.notify_waiters();
     }
 }
 
@@ -128,6 +160,14 @@ fn timed_out() -> kube::Error {
         std::io::ErrorKind::TimedOut,
         "the API server did not answer in time",
     )))
+}
+
+/// `leaseDurationSeconds` for `d`: whole seconds, rounded up (a sub-second or fractional
+/// duration truncated would tell the other replicas the lease expires before it does; a
+/// zero would make it free at once), at least 1.
+fn lease_seconds(d: Duration) -> i32 {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
 }
 
 /// The identity of this replica: `identity`, else `POD_NAME`, else the host name.
@@ -276,7 +316,7 @@ impl Elector {
     async fn attempt(&mut self) -> Result<Attempt, kube::Error> {
         let started = Instant::now();
         let now = MicroTime(Timestamp::now());
-        let secs = i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let secs = lease_seconds(self.lease_duration);
         let Some(current) = self.api.get_opt(&self.name).await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -308,11 +348,15 @@ impl Elector {
                 spec.renew_time, current.metadata.resource_version
             ),
         );
+        // When the record was first seen: after the GET returned, as client-go's
+        // `observedTime` (taking it before would let a follower count the request's own
+        // latency as time the holder failed to renew, and take over early).
         let seen_at = match &self.observed {
             Some((h, r, at)) if *h == record.0 && *r == record.1 => *at,
             _ => {
-                self.observed = Some((record.0, record.1, started));
-                started
+                let seen = Instant::now();
+                self.observed = Some((record.0, record.1, seen));
+                seen
             }
         };
         let duration = spec
@@ -366,5 +410,42 @@ mod tests {
         f.close();
         assert!(!f.is_open());
         assert!(Fence::open().is_open());
+    }
+
+    #[test]
+    fn a_lease_record_never_claims_a_shorter_lease_than_configured() {
+        assert_eq!(lease_seconds(Duration::from_millis(500)), 1);
+        assert_eq!(lease_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(lease_seconds(Duration::from_secs(15)), 15);
+        assert_eq!(lease_seconds(Duration::ZERO), 1);
+    }
+
+    #[tokio::test]
+    async fn closed_resolves_at_the_deadline_or_when_closed_and_never_when_always_open() {
+        let f = Fence::new();
+        f.extend_to(Instant::now() + Duration::from_millis(30));
+        tokio::time::timeout(Duration::from_secs(30), f.closed())
+            .await
+            .expect("resolves once the deadline passed");
+        assert!(!f.is_open());
+        f.extend_to(Instant::now() + Duration::from_secs(3600));
+        let waiter = {
+            let f = f.clone();
+            tokio::spawn(async move { f.closed().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        f.close();
+        tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("resolves when closed")
+            .unwrap();
+        let open = Fence::open();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), open.closed())
+                .await
+                .is_err(),
+            "an always-open fence never closes"
+        );
     }
 }

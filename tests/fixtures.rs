@@ -119,6 +119,7 @@ fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
                 resource_version: m["resourceVersion"].as_str().unwrap().to_owned(),
                 initial: event == "LIST",
                 final_state_unknown: false,
+                may_be_held: false,
                 object: Some(result.object.clone()),
             };
             let msg = encode(&resource, &change, "2026-06-15T04:16:00.000Z").unwrap();

@@ -205,6 +205,7 @@ fn change(
         resource_version: "7".into(),
         initial: false,
         final_state_unknown: object.is_none(),
+        may_be_held: false,
         object,
     }
 }

@@ -1171,3 +1171,95 @@ async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logge
         assert!(kubesink::state::parse(&std::fs::read(&state).unwrap()).is_ok());
     }
 }
+
+/// Issue 19, defect 1: after a crash, the keys the journal holds as sent but unconfirmed are
+/// re-sent as `added` by the next run's list. If such an object is deleted while that
+/// re-sent `added` still waits in the queue (here: a 20 s linger), the queue must not cancel
+/// the pair: the crashed run had already delivered the `added`, so only the `deleted` tells
+/// downstream the object is gone. Before the fix, every one of the 30 pods became a ghost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_of_an_object_re_sent_after_a_crash_is_never_cancelled_in_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let backend = format!(
+        "backend = \"file\"\npath = {:?}\n",
+        state.display().to_string()
+    );
+    let c = cluster_of_500_pods().await;
+    let cfg = write_config(
+        dir.path(),
+        &c.kubeconfig,
+        "restart",
+        POD_METADATA,
+        &crash_gap_state(&backend, true),
+    );
+    let a1 = Kubesink::start(BIN, &cfg, dir.path(), "a1", &[]);
+    until("A1's initial list", &a1, || a1.count() >= 500).await;
+    let mut all = a1.terminate().await;
+    let a2 = Kubesink::start(BIN, &cfg, dir.path(), "a2", &[]);
+    until("A2's list against the saved state", &a2, || {
+        stderr_has(&a2, "relist complete")
+    })
+    .await;
+    let pods = c.sim.objects("v1", "Pod");
+    let mut created = BTreeSet::new();
+    for i in 0..30 {
+        let made = c
+            .sim
+            .create(new_pod(&pods[0], &format!("re-sent-{i}")))
+            .expect("create");
+        created.insert(obj_key(&made));
+    }
+    until("A2 sent the 30 new pods", &a2, || {
+        a2.messages()
+            .iter()
+            .filter(|m| m["op"] == "added" && created.contains(&key(m)))
+            .count()
+            == 30
+    })
+    .await;
+    all.extend(a2.kill().await);
+
+    // B re-sends the 30 (unconfirmed in the journal) and holds them for its linger.
+    let b = Kubesink::start(
+        BIN,
+        &cfg,
+        dir.path(),
+        "b",
+        &[("KUBESINK_PIPELINE__LINGER", "20s")],
+    );
+    until("B's list against the saved state", &b, || {
+        stderr_has(&b, "relist complete")
+    })
+    .await;
+    for k in &created {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
+    // A change after the deletes, on the same watch: once it is out, so are they.
+    let mut sentinel = c.sim.objects("v1", "Pod")[1].clone();
+    sentinel["metadata"]["labels"]["sentinel"] = "after-the-deletes".into();
+    let sentinel = obj_key(&c.sim.replace(sentinel).expect("update"));
+    until("B sent the change made after the deletes", &b, || {
+        b.messages()
+            .iter()
+            .any(|m| m["op"] == "updated" && key(m) == sentinel)
+    })
+    .await;
+    let b = b.terminate().await;
+    let deletes = b
+        .iter()
+        .filter(|m| m["op"] == "deleted" && created.contains(&key(m)))
+        .count();
+    all.extend(b);
+    let ghosts: Vec<Key> = view(&all)
+        .into_keys()
+        .filter(|k| created.contains(k))
+        .collect();
+    eprintln!(
+        "re-sent then deleted: {deletes} deletes sent, {} ghosts",
+        ghosts.len()
+    );
+    assert_eq!(deletes, 30, "each re-sent pod's delete reached the sink");
+    assert!(ghosts.is_empty(), "ghosts in the folded view: {ghosts:?}");
+    assert_eq!(view(&all).len(), sim_view(&c.sim).len());
+}

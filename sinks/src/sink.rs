@@ -70,6 +70,13 @@ pub trait Sink: Send + Sync {
     /// What could not be flushed.
     async fn close(&self) -> Result<(), SinkError>;
 
+    /// The pipeline gave up on the `send` it was running (the leadership fence closed during
+    /// it, see `kubesink::leader`): drop whatever the client library still holds of it, so
+    /// none of it is written after this replica stopped being the leader. What was already
+    /// written stays written (at-least-once: the next leader sends it again). The default
+    /// does nothing (a sink whose `send` holds nothing once its future is dropped).
+    async fn abandon(&self) {}
+
     /// The largest payload in bytes the destination accepts, when known up front (NATS
     /// `max_payload`, Kafka `message.max.bytes`). The pipeline shrinks larger messages before
     /// sending them. `None` (the default) means no known limit.

@@ -373,6 +373,21 @@ impl Loader {
                     "leader_election.retry_period",
                     "must be greater than zero and shorter than leader_election.renew_deadline",
                 );
+            } else if le.renew_deadline.0 + 2 * le.retry_period.0 >= le.lease_duration.0
+                && le.renew_deadline < le.lease_duration
+            {
+                // The leader learns that it missed its renew deadline at the end of a renew
+                // attempt: up to one retry_period of sleep plus one of request time after
+                // the deadline. Only then does it stop and exit; until then it must still hold
+                // the lease, or another replica could take over while it runs.
+                self.problem(
+                    "leader_election.lease_duration",
+                    format!(
+                        "must be longer than renew_deadline + 2 × retry_period ({} + 2 × {}): a leader that cannot renew stops up to two retry periods after its renew deadline, and must not outlive its lease",
+                        humantime::format_duration(le.renew_deadline.0),
+                        humantime::format_duration(le.retry_period.0)
+                    ),
+                );
             }
             if let Some(name) = &le.cluster {
                 if !c.clusters.iter().any(|e| &e.name == name) {

@@ -11,7 +11,7 @@
 //! | same, key known, fingerprint differs | update | `updated` (unless `updates = false`) |
 //! | same, key known, fingerprint equal | update rv | nothing (relist duplicates, dropped-field changes) |
 //! | same, key known, uid differs | replace | `deleted` (old uid, `finalStateUnknown`), then `added` |
-//! | same, key *unconfirmed* (restored; its earlier `added` may not have arrived), same uid | confirm, update | `added` (again) |
+//! | same, key *unconfirmed* (restored; its earlier `added` may not have arrived), same uid | confirm, update | `added` (again, `may_be_held`: never cancelled by a later `deleted`) |
 //! | `Deleted(obj)` | remove | `deleted` with the final object |
 //! | `ListedUnreadable` (a list item that did not decode, key known) | keep, mark seen | nothing |
 //! | `ListDone { sweep: true }` | sweep keys not seen in this list | `deleted`, `finalStateUnknown: true`, each |
@@ -20,6 +20,10 @@
 //! | an object a pointer cannot shape | keep the last state (mark seen in a list) | nothing; [`InformerError::Shape`] |
 //!
 //! `initial` is true for changes emitted during the informer's first list ([`Phase`]).
+//! Every `added` before this decider's first completed list, and every re-sent unconfirmed
+//! one, carries `may_be_held` (`Change::may_be_held`): a destination may already hold it
+//! from a previous run or leader, so the pipeline sends its later `deleted` instead of
+//! cancelling the pair.
 //!
 //! # Starting from saved state
 //!
@@ -160,6 +164,9 @@ pub struct Decider {
     list_max_rv: Option<u64>,
     /// The current list's own resourceVersion, when the watch loop knows it.
     list_rv: Option<String>,
+    /// A list of this decider completed. Before that, every `added` may repeat what a
+    /// previous run or leader delivered ([`Change::may_be_held`]).
+    listed_once: bool,
 }
 
 /// The store as [`Decider::store`] lends it (under the store's lock).
@@ -219,6 +226,7 @@ impl Decider {
             synced: None,
             list_max_rv: None,
             list_rv: None,
+            listed_once: false,
         }
     }
 
@@ -305,9 +313,37 @@ impl Decider {
                 Ok(Vec::new())
             }
             Event::ListDone { sweep } => Ok(self.end_list(sweep)),
+            Event::Applied(obj) if self.stale(&obj) => Ok(Vec::new()),
             Event::Applied(obj) => self.apply(obj, false),
+            Event::Deleted(obj) if self.stale(&obj) => Ok(Vec::new()),
             Event::Deleted(obj) => self.delete(obj),
         }
+    }
+
+    /// A watch event older than what the store holds for its key: both resourceVersions are
+    /// decimal (etcd's revisions, which grow with every write) and the event's is lower. Such
+    /// an event is a replay (a watch restarted from an older resourceVersion, or a server
+    /// that sent it twice); emitting it would move the key backwards, or (for another uid)
+    /// infer a false replace. Dropped and counted. Lists are not checked: a list without a
+    /// resourceVersion is a consistent read, the truth the relist resynchronizes to (after an
+    /// etcd restore the revisions may even have gone back).
+    fn stale(&self, obj: &RawObject<'_>) -> bool {
+        let (Some(name), Ok(rv)) = (obj.name(), obj.resource_version().parse::<u64>()) else {
+            return false;
+        };
+        let held = match self.store.lock().store.get(obj.namespace(), name) {
+            Some(Facts {
+                rv: super::facts::Rv::Number(held),
+                ..
+            }) => held,
+            _ => return false,
+        };
+        if rv >= held {
+            return false;
+        }
+        self.stats.stale_events.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(name, namespace = ?obj.namespace(), resource_version = rv, held, "watch event older than the state held for its key; dropped");
+        true
     }
 
     /// Whether a list is in progress.
@@ -401,6 +437,7 @@ impl Decider {
             self.stats.note_initial_sync(started.elapsed());
         }
         self.phase = Phase::Watching;
+        self.listed_once = true;
         self.stats.synced.store(true, Ordering::Relaxed);
         self.note_size();
         self.stats
@@ -469,8 +506,14 @@ impl Decider {
             .objects
             .store(t.store.len() as u64, Ordering::Relaxed);
         let mut changes = Vec::with_capacity(1);
+        // An `added` a destination may already hold is never cancelled downstream.
+        let mut may_be_held = !self.listed_once;
         let op = match observed {
             Observed::New => Op::Added,
+            Observed::Resend => {
+                may_be_held = true;
+                Op::Added
+            }
             Observed::Changed if self.updates => Op::Updated,
             Observed::Changed | Observed::Unchanged => {
                 self.stats.suppressed.fetch_add(1, Ordering::Relaxed);
@@ -508,6 +551,7 @@ impl Decider {
             initial,
             final_state_unknown: false,
             object: Some(shaped.object),
+            may_be_held: op == Op::Added && may_be_held,
         });
         self.count_emitted(&changes);
         Ok(changes)
@@ -543,6 +587,7 @@ impl Decider {
             initial: false,
             final_state_unknown: object.is_none(),
             object,
+            may_be_held: false,
         }])
     }
 }
@@ -558,6 +603,7 @@ fn inferred_delete(v: Vanished) -> Change {
         initial: false,
         final_state_unknown: true,
         object: None,
+        may_be_held: false,
     }
 }
 
@@ -627,6 +673,55 @@ mod tests {
         }
         d.on_event(Event::ListDone { sweep: true }).unwrap();
         d
+    }
+
+    #[test]
+    fn an_added_of_the_first_list_may_be_held_one_first_seen_by_the_watch_may_not() {
+        let mut d = decider(ResourceConfig::new("v1", "Pod"));
+        d.on_event(Event::ListStart).unwrap();
+        let c = listed(&mut d, &pod("a", U1, 1, "i"));
+        assert!(c[0].may_be_held, "a previous run may have delivered it");
+        d.on_event(Event::ListDone { sweep: true }).unwrap();
+        let c = applied(&mut d, &pod("b", U2, 2, "i"));
+        assert!(!c[0].may_be_held, "created while this process watched");
+        // A relist's new key was created while the watch was down: no one sent it either.
+        d.on_event(Event::ListStart).unwrap();
+        let c = listed(&mut d, &pod("c", U1, 3, "i"));
+        assert!(!c[0].may_be_held);
+    }
+
+    #[test]
+    fn a_replayed_watch_event_older_than_the_held_state_is_dropped() {
+        let mut d = synced(&[pod("a", U1, 10, "i1")]);
+        let c = applied(&mut d, &pod("a", U1, 12, "i2"));
+        assert_eq!(summary(&c), [(Op::Updated, "a", false, false)]);
+        // A watch restarted from an older resourceVersion replays rv 11: never emitted.
+        assert_eq!(applied(&mut d, &pod("a", U1, 11, "i-old")), vec![]);
+        assert_eq!(d.stats().stale_events.load(Ordering::Relaxed), 1);
+        // The same state again (rv 12) is a duplicate: suppressed, not stale.
+        assert_eq!(applied(&mut d, &pod("a", U1, 12, "i2")), vec![]);
+        // A replayed ADDED of an older uid infers no false replace.
+        assert_eq!(applied(&mut d, &pod("a", U2, 5, "other")), vec![]);
+        let d_store = d.store();
+        let held = d_store.get(Some("ns"), "a").unwrap();
+        assert_eq!(held.rv, crate::informer::facts::Rv::Number(12));
+        drop(d_store);
+        // A replayed DELETED older than the held state removes nothing.
+        let old = pod("a", U1, 11, "i-old");
+        assert_eq!(d.on_event(Event::Deleted(obj(&old))).unwrap(), vec![]);
+        assert!(d.store().get(Some("ns"), "a").is_some());
+        // Newer events go on as usual.
+        let c = applied(&mut d, &pod("a", U1, 13, "i3"));
+        assert_eq!(summary(&c), [(Op::Updated, "a", false, false)]);
+    }
+
+    #[test]
+    fn a_list_is_taken_as_the_truth_even_when_its_resource_version_is_lower() {
+        // A consistent list after an etcd restore can carry lower revisions.
+        let mut d = synced(&[pod("a", U1, 10, "i1")]);
+        d.on_event(Event::ListStart).unwrap();
+        let c = listed(&mut d, &pod("a", U1, 4, "restored"));
+        assert_eq!(summary(&c), [(Op::Updated, "a", false, false)]);
     }
 
     #[test]

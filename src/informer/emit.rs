@@ -37,7 +37,7 @@ pub(super) async fn publish(
         let ack = decider
             .ack(&msg, &change.resource_version, publisher.sinks())
             .await;
-        if !publisher.publish_acked(msg, ack).await {
+        if !publisher.publish_acked(msg, ack, change.may_be_held).await {
             return false;
         }
     }

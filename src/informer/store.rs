@@ -77,6 +77,11 @@ struct Overflow {
 pub enum Observed {
     /// A key never seen before.
     New,
+    /// A known key, same uid, *unconfirmed* (see [`Facts::unconfirmed`]): an earlier run sent
+    /// its `added` and no sink confirmed it, so a destination may or may not hold it. It is
+    /// confirmed now; its `added` goes out again, and must never be cancelled (see
+    /// [`kubesink_sinks::message::Change::may_be_held`]).
+    Resend,
     /// Known key, same uid, different fingerprint.
     Changed,
     /// Known key, same uid, same fingerprint: nothing to emit.
@@ -117,6 +122,13 @@ pub struct LightStore {
     hasher: DefaultHashBuilder,
     namespaces: Vec<Box<str>>,
     ns_ids: hashbrown::HashMap<Box<str>, u32>,
+    /// References to each namespace id: table entries, plus pins (the acknowledgement
+    /// overlay's keys, see `tracked.rs`). At zero the namespace is forgotten and its id
+    /// reused, so the table (and the saved state) holds the namespaces in use, not every
+    /// namespace ever seen (CI and preview namespaces come and go).
+    ns_refs: Vec<u32>,
+    /// Ids of forgotten namespaces (their slot in `namespaces` is `""`), reused first.
+    free_ns: Vec<u32>,
     overflow: hashbrown::HashMap<(u32, Box<str>), Overflow>,
     epoch: u32,
 }
@@ -126,6 +138,7 @@ impl LightStore {
     pub fn new() -> Self {
         let mut s = LightStore::default();
         s.namespaces.push("".into()); // id 0: cluster scope
+        s.ns_refs.push(0);
         s
     }
 
@@ -147,10 +160,68 @@ impl LightStore {
         if let Some(id) = self.ns_ids.get(ns) {
             return *id;
         }
-        let id = u32::try_from(self.namespaces.len()).unwrap_or(u32::MAX);
-        self.namespaces.push(ns.into());
+        let id = match self.free_ns.pop() {
+            Some(id) => {
+                self.namespaces[id as usize] = ns.into();
+                id
+            }
+            None => {
+                self.namespaces.push(ns.into());
+                self.ns_refs.push(0);
+                u32::try_from(self.namespaces.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
         self.ns_ids.insert(ns.into(), id);
         id
+    }
+
+    /// One more reference to namespace `id` (an entry, or a pin).
+    fn ns_ref(&mut self, id: u32) {
+        if let Some(n) = self.ns_refs.get_mut(id as usize).filter(|_| id != 0) {
+            *n += 1;
+        }
+    }
+
+    /// One reference less to namespace `id`; at zero the namespace is forgotten.
+    fn ns_unref(&mut self, id: u32) {
+        let Some(n) = self.ns_refs.get_mut(id as usize).filter(|_| id != 0) else {
+            return;
+        };
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.forget_ns(id);
+        }
+    }
+
+    fn forget_ns(&mut self, id: u32) {
+        let Some(slot) = self.namespaces.get_mut(id as usize) else {
+            return;
+        };
+        if slot.is_empty() {
+            return;
+        }
+        let name = std::mem::take(slot);
+        self.ns_ids.remove(&name);
+        self.free_ns.push(id);
+    }
+
+    /// Keeps namespace `ns` (interning it) while something outside the table refers to it
+    /// by id: the acknowledgement overlay's keys. Returns its id. Undo with
+    /// [`LightStore::unpin_namespace`].
+    pub fn pin_namespace(&mut self, ns: Option<&str>) -> u32 {
+        let id = self.ns_id(ns);
+        self.ns_ref(id);
+        id
+    }
+
+    /// Releases a [`LightStore::pin_namespace`].
+    pub fn unpin_namespace(&mut self, id: u32) {
+        self.ns_unref(id);
+    }
+
+    /// Namespaces known now (interned and not forgotten), cluster scope excluded.
+    pub fn namespace_count(&self) -> usize {
+        self.ns_ids.len()
     }
 
     #[cfg(any(test, feature = "test-util"))]
@@ -224,7 +295,7 @@ impl LightStore {
                     }
                 } else if unconfirmed {
                     // Sent as `added` by an earlier run, never confirmed: send it again.
-                    Observed::New
+                    Observed::Resend
                 } else if e.fingerprint == fingerprint {
                     Observed::Unchanged
                 } else {
@@ -245,6 +316,7 @@ impl LightStore {
                     ns,
                     epoch_flags: epoch | flags,
                 });
+                self.ns_ref(ns);
                 (Observed::New, 0)
             }
         };
@@ -302,6 +374,7 @@ impl LightStore {
                 if e.epoch_flags & TEXT_FLAGS != 0 {
                     self.overflow.remove(&(ns_id, e.name));
                 }
+                self.ns_unref(ns_id);
                 true
             }
             Err(_) => false,
@@ -314,12 +387,14 @@ impl LightStore {
     pub fn end_list(&mut self) -> Vec<Vanished> {
         let epoch = self.epoch & EPOCH_MASK;
         let mut gone = Vec::new();
+        let mut unref = Vec::new();
         let namespaces = &self.namespaces;
         let overflow = &mut self.overflow;
         self.table.retain(|e| {
             if e.epoch_flags & EPOCH_MASK == epoch {
                 return true;
             }
+            unref.push(e.ns);
             gone.push(Vanished {
                 namespace: match e.ns {
                     0 => None,
@@ -336,6 +411,15 @@ impl LightStore {
             }
             false
         });
+        for id in unref {
+            self.ns_unref(id);
+        }
+        // Namespaces interned without ever being referenced (a restored table's empty ones).
+        for id in 1..self.ns_refs.len() {
+            if self.ns_refs[id] == 0 {
+                self.forget_ns(u32::try_from(id).unwrap_or(u32::MAX));
+            }
+        }
         gone.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         gone
     }
@@ -437,6 +521,7 @@ impl LightStore {
             hashbrown::hash_table::Entry::Occupied(mut o) => *o.get_mut() = entry,
             hashbrown::hash_table::Entry::Vacant(v) => {
                 v.insert(entry);
+                self.ns_ref(ns);
             }
         }
         if text_flags != 0 {
@@ -642,6 +727,45 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_without_objects_are_forgotten_and_their_ids_reused() {
+        let mut s = LightStore::new();
+        // CI namespaces come and go: 1,000 of them, one pod each, created then deleted.
+        for i in 0..1000 {
+            let ns = format!("ci-{i}");
+            assert_eq!(s.observe(Some(&ns), "pod", U1, "1", 1), Observed::New);
+            assert!(s.remove(Some(&ns), "pod"));
+        }
+        assert_eq!(s.namespace_count(), 0);
+        assert!(
+            s.namespace_table().len() <= 2,
+            "{} slots",
+            s.namespace_table().len()
+        );
+        // Swept by a list, the same.
+        s.observe(Some("kept"), "a", U1, "1", 1);
+        s.observe(Some("swept"), "b", U1, "1", 1);
+        s.begin_list();
+        s.observe(Some("kept"), "a", U1, "1", 1);
+        let gone = s.end_list();
+        assert_eq!(gone[0].namespace.as_deref(), Some("swept"));
+        assert_eq!(s.namespace_count(), 1);
+        assert_eq!(s.get(Some("kept"), "a").map(|f| f.fingerprint), Some(1));
+        // A pin keeps a namespace with no object (the overlay's deleted keys).
+        let id = s.pin_namespace(Some("pinned"));
+        s.observe(Some("pinned"), "c", U1, "1", 1);
+        s.remove(Some("pinned"), "c");
+        assert_eq!(s.ns_id_of(Some("pinned")), Some(id));
+        s.unpin_namespace(id);
+        assert_eq!(s.ns_id_of(Some("pinned")), None);
+        // A namespace interned and never used is forgotten at the next list end.
+        s.intern(Some("restored-but-empty"));
+        s.begin_list();
+        s.observe(Some("kept"), "a", U1, "1", 1);
+        s.end_list();
+        assert_eq!(s.namespace_count(), 1);
+    }
+
+    #[test]
     fn an_unconfirmed_object_is_new_again_when_seen_and_vanishes_like_any_other() {
         let mut s = LightStore::new();
         let ns = s.intern(Some("a"));
@@ -652,7 +776,7 @@ mod tests {
         assert!(s.get(Some("a"), "seen").unwrap().unconfirmed);
         s.begin_list();
         // Same uid: downstream may not have it, so it is new (its `added` is sent again).
-        assert_eq!(s.observe(Some("a"), "seen", U1, "5", 7), Observed::New);
+        assert_eq!(s.observe(Some("a"), "seen", U1, "5", 7), Observed::Resend);
         assert!(
             !s.get(Some("a"), "seen").unwrap().unconfirmed,
             "confirmed once re-sent"

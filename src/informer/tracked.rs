@@ -161,6 +161,8 @@ impl Tracked {
         match overlay.get_mut(&KeyRef(id, name)) {
             Some(o) => o.changes += count,
             None => {
+                // The overlay refers to the namespace by id: keep it while the key is here.
+                self.store.pin_namespace(ns);
                 overlay.insert(
                     Key(id, name.into()),
                     Outstanding {
@@ -293,7 +295,8 @@ impl TrackedStore {
     /// encoding failure): the overlay forgets it, and the key's live facts become
     /// acknowledged once no other change of it is outstanding.
     pub fn settled(&self, ns: Option<&str>, name: &str) {
-        let mut t = self.lock();
+        let mut guard = self.lock();
+        let t = &mut *guard;
         let Some(id) = t.store.ns_id_of(ns) else {
             return;
         };
@@ -305,6 +308,7 @@ impl TrackedStore {
             o.changes = o.changes.saturating_sub(1);
             if o.changes == 0 {
                 overlay.remove(&key);
+                t.store.unpin_namespace(id);
             }
         }
     }

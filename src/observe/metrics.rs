@@ -200,6 +200,12 @@ impl BridgeCollector {
         )?;
         self.watch_counter(
             e,
+            "stale_events",
+            "Watch events dropped because their resourceVersion is older than the one held for the key (a replayed event)",
+            |s| load(&s.stale_events),
+        )?;
+        self.watch_counter(
+            e,
             "inferred_deletes",
             "Deletes inferred after a relist or a uid change (finalStateUnknown)",
             |s| load(&s.inferred_deletes),
@@ -377,6 +383,12 @@ impl BridgeCollector {
                 let us = load(&s.handle.stats().write_ahead_wait_us);
                 (name(s), ConstCounter::new(us as f64 / 1e6))
             }),
+        )?;
+        self.sink_counter(
+            e,
+            "sink_abandoned_messages",
+            "Messages whose send was abandoned because the leadership fence closed during it (the next leader sends them)",
+            |st, _| load(&st.abandoned),
         )?;
         self.sink_counter(
             e,

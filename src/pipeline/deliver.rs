@@ -61,6 +61,11 @@ pub(super) async fn run_worker(h: SinkHandle, retry: Backoff, fence: Fence) {
 /// shutdown deadline cancels this future from outside; the batch then counts as
 /// undelivered.) Between attempts it waits for the backoff or for `ready`, whichever comes
 /// first.
+///
+/// A sync marker goes out only once everything before it is confirmed: the batch is sent
+/// in segments that each begin at a marker (a sink may deliver a batch's messages
+/// concurrently, and a marker that reached the destination before a message of its list
+/// failed would tell consumers to sweep a key that is still coming).
 pub(super) async fn deliver(
     sink: &dyn Sink,
     batch: &[Message],
@@ -85,6 +90,41 @@ pub(super) async fn deliver(
             }
         }
     }
+    let mut start = 0;
+    while start < todo.len() {
+        let end = todo[start + 1..]
+            .iter()
+            .position(|m| m.meta.op.is_marker())
+            .map_or(todo.len(), |p| start + 1 + p);
+        deliver_segment(
+            sink,
+            todo[start..end].to_vec(),
+            levels[start..end].to_vec(),
+            stats,
+            retry,
+            fence,
+            ready,
+        )
+        .await;
+        start = end;
+    }
+    stats.delivered.fetch_add(total, Ordering::Relaxed);
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+    stats.batch_size.observe(total as f64);
+    stats.note_success();
+}
+
+/// Sends one segment of a batch (no marker but possibly its first message) until the sink
+/// confirmed all of it.
+async fn deliver_segment(
+    sink: &dyn Sink,
+    mut todo: Vec<Message>,
+    mut levels: Vec<Option<TruncateLevel>>,
+    stats: &SinkStats,
+    retry: Backoff,
+    fence: &Fence,
+    ready: &mut ReadyWatch,
+) {
     let mut delays = retry.delays();
     let mut attempt = 0u64;
     loop {
@@ -101,11 +141,28 @@ pub(super) async fn deliver(
         }
         ready.mark_seen();
         let started = std::time::Instant::now();
-        let sent = sink.send(&todo).await;
+        // The send races the fence: a leader whose fence closes mid-send (its lease may
+        // pass to another replica; a process frozen with SIGSTOP wakes up past it) abandons
+        // the send instead of completing it, and the sink drops what it still holds
+        // (`Sink::abandon`: librdkafka's queue is purged). Nothing of it is acknowledged, so
+        // the next leader sends it again.
+        let sent = tokio::select! {
+            biased;
+            _ = fence.closed() => None,
+            sent = sink.send(&todo) => Some(sent),
+        };
         stats.send_seconds.observe(started.elapsed().as_secs_f64());
         let err = match sent {
-            Ok(()) => break,
-            Err(e) => e,
+            Some(Ok(())) => break,
+            Some(Err(e)) => e,
+            None => {
+                stats
+                    .abandoned
+                    .fetch_add(todo.len() as u64, Ordering::Relaxed);
+                tracing::warn!(sink = sink.name(), messages = todo.len(), "leadership fence closed during a send: send abandoned (the next leader sends these again)");
+                sink.abandon().await;
+                continue;
+            }
         };
         stats.note_error(&err);
         let mut delay = delays.next().unwrap_or(retry.max);
@@ -148,10 +205,6 @@ pub(super) async fn deliver(
             }
         }
     }
-    stats.delivered.fetch_add(total, Ordering::Relaxed);
-    stats.batches.fetch_add(1, Ordering::Relaxed);
-    stats.batch_size.observe(total as f64);
-    stats.note_success();
 }
 
 fn err_limit(e: &SinkError) -> Option<usize> {
@@ -161,29 +214,44 @@ fn err_limit(e: &SinkError) -> Option<usize> {
     }
 }
 
-/// Keeps the failed messages, in order, except those superseded by a later message of the
-/// same key that was delivered (re-sending them would move that key backwards). A sync
-/// marker is kept too when any message before it is kept, so it is delivered again after
-/// them (a marker must follow its list's messages on every destination).
+/// What a partial failure leaves to re-send, in order:
+/// - each failed message, unless a later message of the same key *and uid* was delivered
+///   (it carries that object's newer state; re-sending the older one would move the key
+///   backwards). A later message of another uid does not supersede it: the failed `deleted`
+///   of a re-created object's old uid must still arrive;
+/// - after a kept message of a key, every later message of that key, delivered or not, so
+///   the key's last state is again the last one the destination receives (a re-sent
+///   `deleted` of uid 1 must not end up after the `added` of uid 2, nor its Kafka
+///   tombstone);
+/// - a sync marker when any message before it is kept, so it is delivered again after them
+///   (a marker must follow its list's messages on every destination).
 fn retain_failed(
     todo: &[Message],
     levels: &[Option<TruncateLevel>],
     failed: &[usize],
 ) -> (Vec<Message>, Vec<Option<TruncateLevel>>) {
     let failed: HashSet<usize> = failed.iter().copied().filter(|i| *i < todo.len()).collect();
-    let mut last_delivered: HashMap<&str, usize> = HashMap::new();
+    let mut last_delivered: HashMap<(&str, &str), usize> = HashMap::new();
     for (i, m) in todo.iter().enumerate() {
         if !failed.contains(&i) {
-            last_delivered.insert(&m.key, i);
+            last_delivered.insert((&m.key, &m.meta.uid), i);
         }
     }
     let mut kept_before = false;
+    let mut resent_keys: HashSet<&str> = HashSet::new();
     let mut keep = Vec::new();
     let mut keep_levels = Vec::new();
     for (i, (m, l)) in todo.iter().zip(levels).enumerate() {
-        let retry = failed.contains(&i) && last_delivered.get(&*m.key).is_none_or(|d| *d < i);
-        if retry || (kept_before && m.meta.op.is_marker()) {
+        let retry = failed.contains(&i)
+            && last_delivered
+                .get(&(&*m.key, &*m.meta.uid))
+                .is_none_or(|d| *d < i);
+        let behind_a_retry = !m.meta.op.is_marker() && resent_keys.contains(&*m.key);
+        if retry || behind_a_retry || (kept_before && m.meta.op.is_marker()) {
             kept_before = true;
+            if !m.meta.op.is_marker() {
+                resent_keys.insert(&m.key);
+            }
             keep.push(m.clone());
             keep_levels.push(*l);
         }
@@ -341,6 +409,7 @@ mod tests {
             resource_version: rv.to_string(),
             initial: false,
             final_state_unknown: false,
+            may_be_held: false,
             object: Some(ObjectJson::from_value(&object)),
         };
         encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()
@@ -391,7 +460,11 @@ mod tests {
         let (durable, rx) = tokio::sync::watch::channel(0u64);
         let log = crate::pipeline::Durability::new(rx);
         let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(log.clone(), 2)));
-        assert!(p.publisher().publish_acked(msg("a", 1, 0), Some(ack)).await);
+        assert!(
+            p.publisher()
+                .publish_acked(msg("a", 1, 0), Some(ack), false)
+                .await
+        );
         // (Paused time: these waits are the runtime going idle, not wall-clock sleeps.)
         assert!(
             !sent_within(&sink, Duration::from_secs(60)).await,
@@ -413,7 +486,11 @@ mod tests {
             "the writer was told what the sender waits for"
         );
         let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(log.clone(), 3)));
-        assert!(p.publisher().publish_acked(msg("b", 2, 0), Some(ack)).await);
+        assert!(
+            p.publisher()
+                .publish_acked(msg("b", 2, 0), Some(ack), false)
+                .await
+        );
         drop(durable);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while sink.calls().len() < 2 {
@@ -470,8 +547,7 @@ mod tests {
         assert_eq!(stats.delivered.load(Ordering::Relaxed), 4);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_sync_marker_is_sent_again_after_a_failed_message_before_it() {
+    fn marker() -> Message {
         let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
         let synced = kubesink_sinks::message::Synced {
             namespace: None,
@@ -479,13 +555,87 @@ mod tests {
             resource_version: "9".into(),
             initial: true,
         };
-        let marker =
-            kubesink_sinks::message::encode_synced(&r, &synced, "2026-11-30T00:00:00.000Z")
-                .unwrap();
-        // a@1 failed, the marker was delivered: a@1 is re-sent, then the marker again.
+        kubesink_sinks::message::encode_synced(&r, &synced, "2026-11-30T00:00:00.000Z").unwrap()
+    }
+
+    /// The ops of each call's messages.
+    fn ops(sink: &Scripted) -> Vec<Vec<String>> {
+        sink.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                b.iter()
+                    .map(|m| m["op"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_marker_goes_out_only_after_everything_before_it_is_confirmed() {
+        // a@1 fails: the marker must not have reached the destination before it.
         let sink = Scripted::new(vec![Reply::Partial(vec![0]), Reply::Ok]);
         let stats = SinkStats::default();
-        let batch = [msg("a", 1, 0), msg("b", 2, 0), marker];
+        let batch = [msg("a", 1, 0), msg("b", 2, 0), marker(), msg("c", 3, 0)];
+        deliver(
+            &sink,
+            &batch,
+            &stats,
+            policy(),
+            &Fence::open(),
+            &mut quiet(),
+        )
+        .await;
+        assert_eq!(
+            ops(&sink),
+            [
+                vec!["updated", "updated"],
+                vec!["updated"],
+                vec!["synced", "updated"]
+            ]
+        );
+        assert_eq!(sink.calls.lock().unwrap()[1][0]["name"], "a");
+        assert_eq!(stats.delivered.load(Ordering::Relaxed), 4);
+        // Within a segment a marker is only ever first; should one be kept behind a failed
+        // message, it is re-sent after it.
+        let batch = [msg("a", 1, 0), marker()];
+        let (keep, _) = retain_failed(&batch, &[None; 2], &[0]);
+        assert_eq!(keep.len(), 2);
+        let (keep, _) = retain_failed(&batch, &[None; 2], &[]);
+        assert!(keep.is_empty());
+    }
+
+    /// A message of key `name` with `op` and `uid`.
+    fn change_of(name: &str, op: Op, uid: &str, rv: u64) -> Message {
+        let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": name, "namespace": "ns", "uid": uid}});
+        let change = Change {
+            op,
+            namespace: Some("ns".into()),
+            name: name.into(),
+            uid: uid.into(),
+            resource_version: rv.to_string(),
+            initial: false,
+            final_state_unknown: false,
+            may_be_held: false,
+            object: Some(ObjectJson::from_value(&object)),
+        };
+        encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_delete_of_an_old_uid_is_not_superseded_by_the_new_uids_added() {
+        // The deleted of uid 1 failed, the added of uid 2 (a re-created object) went
+        // through: the delete is re-sent, then the added again, so the key ends on uid 2.
+        let sink = Scripted::new(vec![Reply::Partial(vec![0]), Reply::Ok]);
+        let stats = SinkStats::default();
+        let batch = [
+            change_of("b", Op::Deleted, "u1", 5),
+            change_of("b", Op::Added, "u2", 6),
+            change_of("c", Op::Updated, "u3", 7),
+        ];
         deliver(
             &sink,
             &batch,
@@ -496,13 +646,17 @@ mod tests {
         )
         .await;
         let calls = sink.calls.lock().unwrap();
-        let retried: Vec<&str> = calls[1].iter().map(|m| m["op"].as_str().unwrap()).collect();
-        assert_eq!(retried, ["updated", "synced"]);
-        // Nothing failed before it: a marker that was delivered is not sent again.
-        let (keep, _) = retain_failed(&batch, &[None; 3], &[1]);
-        assert_eq!(keep.len(), 2, "b and the marker after it");
-        let (keep, _) = retain_failed(&batch[..3], &[None; 3], &[]);
-        assert!(keep.is_empty());
+        let retried: Vec<(String, String)> = calls[1]
+            .iter()
+            .map(|m| (m["op"].to_string(), m["uid"].to_string()))
+            .collect();
+        assert_eq!(
+            retried,
+            [
+                ("\"deleted\"".to_owned(), "\"u1\"".to_owned()),
+                ("\"added\"".to_owned(), "\"u2\"".to_owned())
+            ]
+        );
     }
 
     #[tokio::test(start_paused = true)]

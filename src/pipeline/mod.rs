@@ -175,6 +175,8 @@ pub struct SinkStats {
     pub waiting_for_journal: AtomicBool,
     /// Messages reduced by the oversize policy.
     pub truncated: AtomicU64,
+    /// Messages whose send was abandoned because the leadership fence closed during it.
+    pub abandoned: AtomicU64,
     /// Messages per confirmed batch.
     pub batch_size: Histogram,
     /// Duration of each `send` call, in seconds (failed ones included).
@@ -202,6 +204,7 @@ impl Default for SinkStats {
             write_ahead_wait_us: AtomicU64::new(0),
             waiting_for_journal: AtomicBool::new(false),
             truncated: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
             // 1 .. 4096 messages.
             batch_size: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
                 1.0, 4.0, 7,
@@ -337,15 +340,17 @@ impl Publisher {
     /// Queues `msg` for every sink, waiting while any queue is full (backpressure). Returns
     /// `false` when the pipeline is shutting down.
     pub async fn publish(&self, msg: Message) -> bool {
-        self.publish_acked(msg, None).await
+        self.publish_acked(msg, None, true).await
     }
 
     /// [`Publisher::publish`] with an acknowledgement: each sink settles `ack` once (see
     /// [`Settle`]), so it is settled [`Publisher::sinks`] times when every sink is done.
-    pub async fn publish_acked(&self, msg: Message, ack: Option<Ack>) -> bool {
+    /// `may_be_held` ([`kubesink_sinks::message::Change::may_be_held`]): an `added` that a
+    /// destination may already hold, which no later `deleted` may cancel in a queue.
+    pub async fn publish_acked(&self, msg: Message, ack: Option<Ack>, may_be_held: bool) -> bool {
         let mut all = true;
         for q in self.queues.iter() {
-            all &= q.push(msg.clone(), ack.clone()).await;
+            all &= q.push_change(msg.clone(), ack.clone(), may_be_held).await;
         }
         all
     }

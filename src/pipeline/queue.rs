@@ -14,7 +14,10 @@
 //! - Cancellation: a `deleted` whose key's pending change is *fresh* (it began as an `added`
 //!   that was never delivered, possibly replaced since by `updated`s of the same uid, so what
 //!   the sink last received of the key says "absent") removes that change and is not queued
-//!   either: nothing of the pair is sent. A pending `updated` or `deleted` chain is not fresh,
+//!   either: nothing of the pair is sent. An `added` pushed as one a destination may already
+//!   hold (`may_be_held`: re-sent after a restart, a crash or a hand-over, or from a
+//!   process's first list, see `Change::may_be_held`) is never fresh: a `deleted` replaces
+//!   it, so the destination learns of the delete (cancelling it left ghosts after a crash). A pending `updated` or `deleted` chain is not fresh,
 //!   and a `deleted` then replaces it as usual. Both acknowledgements are settled at once
 //!   (the acknowledged state ends with the key absent, as it was before the `added`).
 //! - `pending + in flight <= max_pending` changes and, but for a single oversize message,
@@ -205,9 +208,11 @@ impl SinkQueue {
     }
 
     /// Queues a change with its acknowledgement (if any), waiting while the queue is full
-    /// (backpressure). Returns `false` if the queue is closed (shutdown), in which case the
-    /// message was not queued and `ack` is never settled by this queue.
-    pub async fn push(&self, msg: Message, ack: Option<Ack>) -> bool {
+    /// (backpressure). `may_be_held`: for an `added`, a destination may already hold it, so
+    /// a later `deleted` never cancels it (see the module docs). Returns `false` if the queue
+    /// is closed (shutdown), in which case the message was not queued and `ack` is never
+    /// settled by this queue.
+    pub async fn push_change(&self, msg: Message, ack: Option<Ack>, may_be_held: bool) -> bool {
         let mut item = Some((msg, ack));
         loop {
             let notified = self.space.notified();
@@ -221,7 +226,7 @@ impl SinkQueue {
                 let Some((m, a)) = item.take() else {
                     return false;
                 };
-                match self.try_push(&mut st, m, a) {
+                match self.try_push(&mut st, m, a, may_be_held) {
                     Ok(done) => {
                         drop(st);
                         for ack in done.acks.into_iter().flatten() {
@@ -250,6 +255,7 @@ impl SinkQueue {
         st: &mut State,
         msg: Message,
         ack: Option<Ack>,
+        may_be_held: bool,
     ) -> Result<Done, (Message, Option<Ack>)> {
         let size = msg.size();
         let marker = msg.meta.op.is_marker();
@@ -304,7 +310,7 @@ impl SinkQueue {
             st.index.insert(msg.key.clone(), seq);
         }
         st.pending_bytes += size;
-        let fresh = msg.meta.op == Op::Added;
+        let fresh = msg.meta.op == Op::Added && !may_be_held;
         st.pending.push_back(Slot {
             msg,
             enqueued_at: Instant::now(),
@@ -448,6 +454,13 @@ mod tests {
     use crate::pipeline::Settle;
     use bytes::Bytes;
     use kubesink_sinks::{MessageMeta, Op, Resource};
+
+    impl SinkQueue {
+        /// A change no destination can hold yet (an `added` of it is cancellable).
+        async fn push(&self, msg: Message, ack: Option<Ack>) -> bool {
+            self.push_change(msg, ack, false).await
+        }
+    }
 
     fn msg(key: &str, payload: &str) -> Message {
         Message {
@@ -715,6 +728,25 @@ mod tests {
             payloads(&q.next_batch().await.unwrap()),
             ["a:added:u", "a:deleted:u"]
         );
+    }
+
+    #[tokio::test]
+    async fn a_delete_never_cancels_an_added_a_destination_may_already_hold() {
+        let q = SinkQueue::new(limits(true, 10));
+        let (added, deleted) = (Arc::new(Counter::default()), Arc::new(Counter::default()));
+        // Re-sent after a crash: the previous run may have delivered it.
+        q.push_change(change("a", Op::Added, "u"), Some(added.clone()), true)
+            .await;
+        q.push(change("a", Op::Updated, "u"), None).await; // coalesces, stays not fresh
+        q.push(change("a", Op::Deleted, "u"), Some(deleted.clone()))
+            .await;
+        assert_eq!(settled(&added), 1, "replaced by the deleted");
+        assert_eq!(settled(&deleted), 0, "still to be sent");
+        assert_eq!(q.held(), 1);
+        let b = q.next_batch().await.unwrap();
+        assert_eq!(payloads(&b), ["a:deleted:u"]);
+        q.complete(b);
+        assert_eq!(settled(&deleted), 1);
     }
 
     #[tokio::test]

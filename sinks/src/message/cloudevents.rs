@@ -274,6 +274,7 @@ mod tests {
             resource_version: "7".into(),
             initial: false,
             final_state_unknown: false,
+            may_be_held: false,
             object: Some(ObjectJson::from_trusted(r#"{"a":"x \"y\""}"#.into())),
         };
         encode(&r, &c, "2026-11-30T10:00:00.123Z").unwrap()

@@ -64,6 +64,14 @@ pub struct Change {
     pub final_state_unknown: bool,
     /// The shaped object; `None` when `final_state_unknown`.
     pub object: Option<ObjectJson>,
+    /// For an `added`: a destination may already hold this object (this uid), so what it
+    /// last received of the key may say "present". True for an `added` re-sent after a
+    /// restart, a crash or a hand-over (a restored key the saved state holds as sent but
+    /// unconfirmed) and for every `added` of a process's first list (a previous run or
+    /// leader may have delivered it). The pipeline never cancels such an `added` against a
+    /// later `deleted` of the same uid (`pipeline/queue.rs`): the `deleted` must reach the
+    /// destination. Not part of the message; ignored for other ops.
+    pub may_be_held: bool,
 }
 
 /// The wire form (serde field order is the documented order).
@@ -432,6 +440,7 @@ mod tests {
             resource_version: "17".into(),
             initial: false,
             final_state_unknown: object.is_none(),
+            may_be_held: false,
             object,
         }
     }

@@ -294,3 +294,32 @@ fn the_changes_for_unconfirmed_keys_are_an_add_and_an_inferred_delete() {
         (U1, "5")
     );
 }
+
+#[test]
+fn a_re_sent_unconfirmed_key_may_be_held_even_when_the_watch_brings_it() {
+    use crate::informer::facts::{Facts, Rv, Uid};
+    // "kept" was sent by a crashed run and never confirmed; the first list is a half list
+    // (an unreadable item without a key: no sweep), so it stays unconfirmed until the watch
+    // brings it. Its `added` may repeat one downstream holds: never cancellable.
+    let mut saved = LightStore::new();
+    let ns = saved.intern(Some("ns"));
+    saved.restore(
+        ns,
+        "kept",
+        &Facts::unconfirmed(Uid::parse(U2), Rv::parse("2")),
+    );
+    let mut d = over(TrackedStore::new(saved, false), true);
+    d.on_event(Event::ListStart).unwrap();
+    d.on_event(Event::ListDone { sweep: false }).unwrap();
+    let c = d
+        .on_event(Event::Applied(obj(&pod("kept", U2, 3, "v1"))))
+        .unwrap();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].op, Op::Added);
+    assert!(c[0].may_be_held);
+    // A key the watch creates now is new to every destination.
+    let c = d
+        .on_event(Event::Applied(obj(&pod("fresh", U1, 4, "v1"))))
+        .unwrap();
+    assert!(!c[0].may_be_held);
+}
