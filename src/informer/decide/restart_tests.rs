@@ -80,7 +80,10 @@ fn a_restored_store_makes_the_first_list_emit_only_differences_never_initial() {
             (Op::Deleted, "gone", false, true),
         ]
     );
-    assert_eq!(out[4].resource_version, "3", "the last state known");
+    assert_eq!(
+        out[4].resource_version, "12",
+        "the list that showed it gone: newer than any state a previous run sent"
+    );
     assert!(d.stats().synced.load(Ordering::Relaxed));
     assert_eq!(d.store().len(), 4);
 }
@@ -291,7 +294,8 @@ fn the_changes_for_unconfirmed_keys_are_an_add_and_an_inferred_delete() {
     );
     assert_eq!(
         (out[1].uid.as_str(), out[3].resource_version.as_str()),
-        (U1, "5")
+        (U1, "8"),
+        "the inferred delete carries the list's resourceVersion"
     );
 }
 
