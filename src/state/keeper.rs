@@ -294,6 +294,140 @@ mod tests {
         );
     }
 
+    /// A state store whose snapshot writes wait until the test releases them, one at a time
+    /// (a slow state store); everything else goes to a file store at once.
+    struct HeldStore {
+        inner: FileStore,
+        /// The saves that entered and wait, oldest first: their release.
+        held: Mutex<Vec<tokio::sync::oneshot::Sender<()>>>,
+        entered: std::sync::atomic::AtomicUsize,
+    }
+
+    impl HeldStore {
+        fn entered(&self) -> usize {
+            self.entered.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
+        /// Lets the newest waiting save go on; false when none waits.
+        fn release_newest(&self) -> bool {
+            match self.held.lock().unwrap().pop() {
+                Some(go) => go.send(()).is_ok(),
+                None => false,
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl StateStore for HeldStore {
+        fn describe(&self) -> &str {
+            "held store"
+        }
+        async fn load(&self) -> Result<Option<Vec<u8>>, StateError> {
+            self.inner.load().await
+        }
+        async fn save(&self, bytes: Vec<u8>) -> Result<(), StateError> {
+            let (go, wait) = tokio::sync::oneshot::channel();
+            self.held.lock().unwrap().push(go);
+            self.entered
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = wait.await;
+            self.inner.save(bytes).await
+        }
+        async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
+            self.inner.append(generation, frames).await
+        }
+        async fn load_journal(&self) -> Result<Vec<super::super::JournalSegment>, StateError> {
+            self.inner.load_journal().await
+        }
+        async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError> {
+            self.inner.drop_journal_before(generation).await
+        }
+    }
+
+    /// Polls `cond` every 5 ms; panics with `what` after 20 s.
+    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_save_requested_while_another_stores_lands_after_it_and_keeps_the_journal_it_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Arc::new(HeldStore {
+            inner: FileStore::new(dir.path().join("state")),
+            held: Mutex::default(),
+            entered: Default::default(),
+        });
+        let store: Arc<dyn StateStore> = held.clone();
+        let stats = Arc::new(StateStats::default());
+        let journal = Journal::new("prod", &[key()], 100, stats.clone());
+        let tracked = TrackedStore::new(LightStore::new(), true);
+        tracked.lock().store.observe(Some("ns"), "a", U1, "5", 9);
+        let keeper = Keeper::new(
+            store.clone(),
+            "prod",
+            vec![Kept {
+                key: key(),
+                store: tracked.clone(),
+            }],
+            Some(journal.clone()),
+            Fence::open(),
+            stats,
+        );
+        // The interval save: packed at generation 101, its write held.
+        let k = keeper.clone();
+        let interval = tokio::spawn(async move { k.save(false).await });
+        until("the interval save writing", || held.entered() == 1).await;
+        // Meanwhile a new key is sent: journaled in generation 101, outstanding in the store.
+        const U2: &str = "0b6d3e63-3a49-4f0a-9d52-3c7c2f1e8a11";
+        {
+            let mut t = tracked.lock();
+            t.note_change(Some("ns"), "b", None, 1);
+            t.note_added(Some("ns"), "b", U2, "6");
+            t.store.observe(Some("ns"), "b", U2, "6", 10);
+        }
+        let mut body = Vec::new();
+        frame::put_record(&mut body, 0, "ns", "b", U2, "6");
+        let records = [("core/Pod/".to_owned(), 7)];
+        store
+            .append(101, vec![frame::encode("prod", 101, 2, &records, 1, &body)])
+            .await
+            .unwrap();
+        // Shutdown's final save, while the interval save still writes.
+        let k = keeper.clone();
+        let last = tokio::spawn(async move { k.save(true).await });
+        until("the final save writing too", || held.entered() == 2).await;
+        // The store answers the newest write first, then the older.
+        while !(interval.is_finished() && last.is_finished()) {
+            if !held.release_newest() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        interval.await.unwrap().unwrap();
+        last.await.unwrap().unwrap();
+
+        let snap_bytes = store.load().await.unwrap().unwrap();
+        let snap = crate::state::parse(&snap_bytes).unwrap();
+        assert_eq!(
+            snap.generation, 102,
+            "the final save's snapshot is the one stored, not the interval save's"
+        );
+        let restored = crate::state::restore(&*store, "prod", &[key()]).await;
+        let restored = restored.stores[0].as_ref().expect("state restored");
+        assert!(restored.get(Some("ns"), "a").is_some());
+        assert!(
+            restored.get(Some("ns"), "b").is_some(),
+            "the key sent between the two saves is known after a restart (in the snapshot or \
+             its journal)"
+        );
+    }
+
     #[tokio::test]
     async fn a_replica_that_may_no_longer_lead_does_not_save() {
         let dir = tempfile::tempdir().unwrap();
