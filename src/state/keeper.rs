@@ -4,7 +4,16 @@
 //! it, then drops the journal generations it covers (`journal.rs`). Never saves while this
 //! replica may not lead (its fence closed), so a deposed leader cannot overwrite its
 //! successor's state.
+//!
+//! One save at a time: a save requested while another runs (shutdown's final save while an
+//! interval save still stores) waits for it, so snapshots are stored, and journal
+//! generations dropped, in the order their generations started; an older snapshot can never
+//! land over a newer one whose covered journal is already gone. A save, once it has its turn,
+//! runs to its end in its own task even when its caller stops waiting (shutdown's deadline),
+//! so the next one cannot start while it still writes. The final save is the last: no save
+//! runs after it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,6 +66,19 @@ pub struct Keeper {
     stats: Arc<StateStats>,
     /// The stores' versions at the last successful save: an unchanged state is not rewritten.
     saved: Mutex<Option<Vec<u64>>>,
+    /// One save at a time: held, for the whole of a save, by the task that runs it.
+    turn: Arc<tokio::sync::Mutex<Turn>>,
+    /// Saves requested while another runs, waiting for their turn.
+    waiting: AtomicUsize,
+    /// When the save that has the turn started it.
+    running_since: Mutex<Option<Instant>>,
+}
+
+/// The state of the save turn.
+#[derive(Debug, Default)]
+struct Turn {
+    /// The final save took its turn: no save runs after it.
+    closed: bool,
 }
 
 impl Keeper {
@@ -78,7 +100,24 @@ impl Keeper {
             fence,
             stats,
             saved: Mutex::new(None),
+            turn: Arc::default(),
+            waiting: AtomicUsize::new(0),
+            running_since: Mutex::new(None),
         })
+    }
+
+    /// Saves requested while another runs, waiting for it.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// How long the save that runs now has been running (`None`: none runs), for the log
+    /// line of a shutdown that could not wait for it.
+    pub fn running_for(&self) -> Option<std::time::Duration> {
+        self.running_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|t| t.elapsed())
     }
 
     /// Where the state goes, for logs.
@@ -86,23 +125,62 @@ impl Keeper {
         self.store.describe()
     }
 
-    /// Starts a journal generation (with a journal), packs the acknowledged state of every
-    /// watch (each store locked only while its own section is written, on a blocking thread)
-    /// with that generation, stores it, then drops the older journal generations. Returns
-    /// `Ok(None)` without writing when nothing changed since the last save and `force` is
-    /// false.
+    /// Waits for its turn (a save that runs finishes first), then starts a journal generation
+    /// (with a journal), packs the acknowledged state of every watch (each store locked only
+    /// while its own section is written, on a blocking thread) with that generation, stores
+    /// it, then drops the older journal generations. Returns `Ok(None)` without writing when
+    /// nothing changed since the last save and `force` is false, or when the final save
+    /// already had its turn. Runs in a task of its own: a caller that stops waiting does not
+    /// stop it.
     ///
     /// # Errors
     /// [`StateError`] from the backend or the packing task, and [`StateError::Fenced`] when
     /// this replica may no longer lead.
-    pub async fn save(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
-        let result = self.save_inner(force).await;
-        if let Err(e) = &result {
-            if !matches!(e, StateError::Fenced) {
-                self.stats.note_save_error(e);
+    pub async fn save(self: &Arc<Self>, force: bool) -> Result<Option<SaveReport>, StateError> {
+        self.in_turn(force, false).await
+    }
+
+    /// The final save, at shutdown after the pipeline drained: [`Keeper::save`] forced, after
+    /// any save that runs or waits, and the last one (later requests write nothing).
+    ///
+    /// # Errors
+    /// As [`Keeper::save`].
+    pub async fn final_save(self: &Arc<Self>) -> Result<Option<SaveReport>, StateError> {
+        self.in_turn(true, true).await
+    }
+
+    async fn in_turn(
+        self: &Arc<Self>,
+        force: bool,
+        last: bool,
+    ) -> Result<Option<SaveReport>, StateError> {
+        let keeper = self.clone();
+        let task = tokio::spawn(async move {
+            keeper.waiting.fetch_add(1, Ordering::SeqCst);
+            let mut turn = keeper.turn.clone().lock_owned().await;
+            keeper.waiting.fetch_sub(1, Ordering::SeqCst);
+            if turn.closed {
+                return Ok(None);
             }
-        }
-        result
+            turn.closed = last;
+            keeper.set_running(Some(Instant::now()));
+            let result = keeper.save_inner(force).await;
+            keeper.set_running(None);
+            if let Err(e) = &result {
+                if !matches!(e, StateError::Fenced) {
+                    keeper.stats.note_save_error(e);
+                }
+            }
+            result
+        });
+        task.await.map_err(|e| StateError::Task {
+            what: "saving",
+            detail: e.to_string(),
+        })?
+    }
+
+    fn set_running(&self, since: Option<Instant>) {
+        *self.running_since.lock().unwrap_or_else(|p| p.into_inner()) = since;
     }
 
     async fn save_inner(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
@@ -155,7 +233,8 @@ impl Keeper {
     }
 
     /// Saves every `interval` until `cancel` fires (the final save is the caller's, after the
-    /// pipeline drained). A failed save is logged and retried at the next tick.
+    /// pipeline drained: [`Keeper::final_save`], which waits for a save this task runs). A
+    /// failed save is logged and retried at the next tick.
     pub fn spawn(
         self: &Arc<Self>,
         interval: Duration,
@@ -401,8 +480,12 @@ mod tests {
             .unwrap();
         // Shutdown's final save, while the interval save still writes.
         let k = keeper.clone();
-        let last = tokio::spawn(async move { k.save(true).await });
-        until("the final save writing too", || held.entered() == 2).await;
+        let last = tokio::spawn(async move { k.final_save().await });
+        until(
+            "the final save writing too, or waiting for its turn",
+            || held.entered() == 2 || keeper.waiting() == 1,
+        )
+        .await;
         // The store answers the newest write first, then the older.
         while !(interval.is_finished() && last.is_finished()) {
             if !held.release_newest() {
