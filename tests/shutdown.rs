@@ -100,10 +100,16 @@ async fn a_panicked_sink_worker_fails_health_and_its_changes_count_as_undelivere
         "nothing retried the batch: the worker is gone"
     );
 
-    let left = bridge.shutdown().await;
+    let report = bridge.shutdown_report().await;
+    assert_eq!(report.panicked, ["panics"], "{report:?}");
     assert!(
-        left >= 5,
-        "the 5 configmaps the panicked worker held are undelivered, not drained: {left}"
+        report.undelivered >= 5,
+        "the 5 configmaps the panicked worker held are undelivered, not drained: {report:?}"
+    );
+    assert_eq!(
+        report.exit_code(),
+        kubesink::bridge::WORKER_PANICKED_EXIT,
+        "{report:?}"
     );
 }
 
@@ -164,6 +170,7 @@ async fn a_hanging_state_store_cannot_hold_shutdown_past_its_deadline_and_what_w
     let code = exited.unwrap_or_else(|| {
         panic!("still running 22 s after SIGTERM with shutdown_timeout = 2s; stderr:\n{stderr}")
     });
+    eprintln!("exited with {code:?}; stderr:\n{stderr}");
     assert_eq!(
         code,
         Some(5),
