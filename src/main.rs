@@ -60,7 +60,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
     {
-        Ok(rt) => rt.block_on(async_main()),
+        Ok(rt) => {
+            let code = rt.block_on(async_main());
+            // Work the shutdown deadline abandoned (a save blocked in a write) must not hold
+            // the exit: dropping the runtime would wait for its blocking threads.
+            rt.shutdown_background();
+            code
+        }
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             ExitCode::FAILURE
@@ -94,7 +100,11 @@ async fn async_main() -> ExitCode {
         Err(e) => {
             tracing::error!("{e:#}");
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // A shutdown that was not clean says how (docs/operations.md, exit codes).
+            match e.downcast_ref::<kubesink::bridge::Unclean>() {
+                Some(unclean) => ExitCode::from(u8::try_from(unclean.0.exit_code()).unwrap_or(1)),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

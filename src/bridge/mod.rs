@@ -1,8 +1,9 @@
 //! Wiring: configuration → clients → saved state → discovery → informers → pipeline → sinks,
-//! the observers (metrics, health, summaries), leader election, and the orderly shutdown
-//! (stop the watches, flush, close the sinks, all within `pipeline.shutdown_timeout`
-//! counted from the signal; then save the acknowledged state; `kubesink run` exits non-zero
-//! when changes were left undelivered, [`Undelivered`]).
+//! the observers (metrics, health, summaries), leader election, and the orderly shutdown:
+//! stop the watches, flush, close the sinks, save the acknowledged state, give the lease up
+//! and wait for the tasks, all within one deadline, `pipeline.shutdown_timeout` counted from
+//! the signal ([`Bridge::shutdown_report`]); what does not fit is abandoned and named, and
+//! `kubesink run` exits non-zero ([`Unclean`] and its exit codes).
 //!
 //! Start-up never waits for an API server: each configured resource of each cluster is
 //! resolved (API discovery) by its own task, retried with backoff while the server is
@@ -58,17 +59,76 @@ pub enum StartError {
     },
 }
 
-/// `kubesink run` stopped with changes that were not delivered before the shutdown
-/// deadline (`pipeline.shutdown_timeout`): the process exits non-zero.
-#[derive(Debug, thiserror::Error)]
-#[error("{count} changes were not delivered within pipeline.shutdown_timeout = {}; they are sent again after the next start (saved state), or with its full list", humantime::format_duration(*.timeout))]
-pub struct Undelivered {
-    /// Changes held by the sinks' queues (pending or in flight) at the deadline, summed over
-    /// the sinks.
-    pub count: usize,
-    /// The deadline that passed.
+/// What a shutdown could not finish ([`Bridge::shutdown_report`]).
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownReport {
+    /// Changes not delivered: held by the sinks' queues (pending or in flight) when the
+    /// drain's deadline passed, or by a sink whose worker had panicked; summed over the sinks.
+    pub undelivered: usize,
+    /// The sinks whose worker had panicked.
+    pub panicked: Vec<String>,
+    /// What the deadline cut off after the drain, in words (`the final save of the informer
+    /// state to ...`, `giving up the leader lease`, `waiting for N background tasks`).
+    pub abandoned: Vec<String>,
+    /// `pipeline.shutdown_timeout`.
     pub timeout: Duration,
 }
+
+impl ShutdownReport {
+    /// Everything delivered and done within the deadline.
+    pub fn is_clean(&self) -> bool {
+        self.undelivered == 0 && self.panicked.is_empty() && self.abandoned.is_empty()
+    }
+
+    /// The process's exit code: 0 when clean; else the gravest of [`WORKER_PANICKED_EXIT`],
+    /// 1 (changes undelivered) and [`SHUTDOWN_ABANDONED_EXIT`], in that order.
+    pub fn exit_code(&self) -> i32 {
+        if !self.panicked.is_empty() {
+            WORKER_PANICKED_EXIT
+        } else if self.undelivered > 0 {
+            1
+        } else if !self.abandoned.is_empty() {
+            SHUTDOWN_ABANDONED_EXIT
+        } else {
+            0
+        }
+    }
+}
+
+/// `kubesink run` stopped uncleanly: a sink's worker had panicked, changes were left
+/// undelivered, or the deadline cut off the final save, the lease release or the wait for
+/// the tasks. The process exits with [`ShutdownReport::exit_code`].
+#[derive(Debug, thiserror::Error)]
+#[error("{}", describe(.0))]
+pub struct Unclean(pub ShutdownReport);
+
+fn describe(r: &ShutdownReport) -> String {
+    let timeout = humantime::format_duration(r.timeout);
+    let mut parts = Vec::new();
+    if !r.panicked.is_empty() {
+        parts.push(format!(
+            "the worker of sink {} had panicked (a bug; it delivered nothing more)",
+            r.panicked.join(", ")
+        ));
+    }
+    if r.undelivered > 0 {
+        parts.push(format!("{} changes were not delivered within pipeline.shutdown_timeout = {timeout}; they are sent again after the next start (saved state), or with its full list", r.undelivered));
+    }
+    if !r.abandoned.is_empty() {
+        parts.push(format!(
+            "pipeline.shutdown_timeout = {timeout} passed before the shutdown was done; abandoned: {}",
+            r.abandoned.join("; ")
+        ));
+    }
+    parts.join("; ")
+}
+
+/// The share of `pipeline.shutdown_timeout` the drain leaves to what follows it (the final
+/// save, the lease release, the tasks): a fifth. A dead sink makes the drain take all it is
+/// given, while the steps after it take milliseconds when their stores answer and cost much
+/// when skipped (the restart repeats what changed since the last save; a successor waits for
+/// the lease to expire).
+const AFTER_DRAIN_SHARE: u32 = 5;
 
 /// A running bridge: informers feeding the pipeline, observed.
 pub struct Bridge {
@@ -82,6 +142,9 @@ pub struct Bridge {
     lost: Option<oneshot::Receiver<Lost>>,
     /// Cancelled after the pipeline drained: the leader then gives its lease up.
     release: CancellationToken,
+    /// With leader election: cancelled once the leader task ended (its lease given up, or
+    /// never held).
+    released: Option<CancellationToken>,
     /// One state keeper per cluster that started watching (with `[state]`), registered once
     /// its state was restored; the token that stops their interval saves; the token that
     /// stops the journal writers (after the pipeline drained).
@@ -272,22 +335,28 @@ impl Bridge {
             tasks: tasks.clone(),
         };
         let release = CancellationToken::new();
-        let lost = match (elector, leadership) {
+        let (lost, released) = match (elector, leadership) {
             (Some(elector), Some(leadership)) => {
                 let (tx, rx) = oneshot::channel();
-                tasks.spawn(lead(
+                let released = CancellationToken::new();
+                let ended = released.clone().drop_guard();
+                let leading = lead(
                     elector,
                     leadership,
                     watching,
                     tx,
                     cancel.clone(),
                     release.clone(),
-                ));
-                Some(rx)
+                );
+                tasks.spawn(async move {
+                    leading.await;
+                    drop(ended);
+                });
+                (Some(rx), Some(released))
             }
             _ => {
                 watching.start();
-                None
+                (None, None)
             }
         };
         Ok(Bridge {
@@ -300,6 +369,7 @@ impl Bridge {
             shutdown_timeout: config.pipeline.shutdown_timeout.get(),
             lost,
             release,
+            released,
             keepers,
             stop_saving,
             stop_journals,
@@ -378,36 +448,84 @@ impl Bridge {
         }
     }
 
-    /// Stops the watches, delivers what is pending and closes the sinks, all within
-    /// `pipeline.shutdown_timeout` from now; then saves the acknowledged state and gives up
-    /// the lease. Returns the number of changes not delivered in time.
+    /// [`Bridge::shutdown_report`], returning only the number of changes not delivered (a
+    /// panicked sink worker's included).
     pub async fn shutdown(self) -> usize {
+        self.shutdown_report().await.undelivered
+    }
+
+    /// Shuts down within one deadline, `pipeline.shutdown_timeout` from now: stops the
+    /// watches, delivers what is pending and closes the sinks (until four fifths of the
+    /// deadline at most: what follows has at least a fifth), then saves the acknowledged
+    /// state (the final save, after any save still running), gives the lease up (after the
+    /// save, so a successor reads it) and waits for the tasks. A step the deadline cuts off is
+    /// abandoned: logged at ERROR with what it costs, and listed in the report.
+    pub async fn shutdown_report(self) -> ShutdownReport {
         let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        let drain_deadline = deadline - self.shutdown_timeout / AFTER_DRAIN_SHARE;
         self.cancel.cancel();
         self.tasks.close();
         let keepers = self.keepers();
-        let undelivered = self.pipeline.shutdown(deadline).await;
+        let drained = self.pipeline.drain(drain_deadline).await;
+        let mut abandoned = Vec::new();
         // What was not delivered stays out of the saved state (or in it as unconfirmed, for
         // a new key): the next start sends it.
         self.stop_saving.cancel();
-        for keeper in keepers {
-            match keeper.save(true).await {
-                Ok(r) => {
+        let saves = keepers
+            .iter()
+            .map(|k| async move { tokio::time::timeout_at(deadline, k.final_save()).await });
+        let saved = futures::future::join_all(saves).await;
+        for (keeper, saved) in keepers.iter().zip(saved) {
+            match saved {
+                Ok(Ok(r)) => {
                     let r = r.unwrap_or_default();
                     tracing::info!(store = keeper.describe(), objects = r.objects, unconfirmed = r.unconfirmed, bytes = r.bytes, pack = ?r.pack, write = ?r.write, "informer state saved at shutdown");
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::error!(store = keeper.describe(), error = %e, "saving the informer state at shutdown failed; the next start re-sends what changed since the last save");
+                }
+                Err(_) => {
+                    let what = if keeper.waiting() > 0 {
+                        "waiting for an earlier save that was still storing"
+                    } else {
+                        "storing"
+                    };
+                    tracing::error!(store = keeper.describe(), running_for = ?keeper.running_for(), "shutdown deadline passed: abandoned the final save of the informer state ({what}; the state store did not answer in time); the next start re-sends what changed since the last save that landed");
+                    abandoned.push(format!(
+                        "the final save of the informer state to {}",
+                        keeper.describe()
+                    ));
                 }
             }
         }
         // The journals outlive the pipeline (its sends wait for them) and the final save.
         self.stop_journals.cancel();
         // The lease is given up only after the pipeline drained (the leader still emits
-        // while it drains, and keeps renewing).
+        // while it drains, and keeps renewing) and the state was saved.
         self.release.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
-        undelivered
+        if let Some(released) = &self.released {
+            if tokio::time::timeout_at(deadline, released.cancelled())
+                .await
+                .is_err()
+            {
+                tracing::error!("shutdown deadline passed: abandoned giving up the leader lease (the API server did not answer in time); a successor takes over once it expires (leader_election.lease_duration)");
+                abandoned.push("giving up the leader lease".to_owned());
+            }
+        }
+        if tokio::time::timeout_at(deadline, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            let left = self.tasks.len();
+            tracing::error!(tasks = left, "shutdown deadline passed: abandoned waiting for the background tasks (watches, probes, state journal writers) to stop");
+            abandoned.push(format!("waiting for {left} background tasks to stop"));
+        }
+        ShutdownReport {
+            undelivered: drained.undelivered,
+            panicked: drained.panicked,
+            abandoned,
+            timeout: self.shutdown_timeout,
+        }
     }
 }
 
@@ -462,12 +580,21 @@ pub async fn shutdown_signal() {
 /// one starts as a follower.
 pub const LOST_LEADERSHIP_EXIT: i32 = 3;
 
-/// `kubesink run`: runs the bridge until a signal, then shuts down cleanly. Exits the
-/// process with [`LOST_LEADERSHIP_EXIT`] when leadership is lost.
+/// The exit code after a shutdown in which a sink's worker had panicked (a bug): delivery to
+/// that sink had stopped; what it held is sent again after the next start.
+pub const WORKER_PANICKED_EXIT: i32 = 4;
+
+/// The exit code after a shutdown whose deadline cut off the final save, the lease release
+/// or the wait for the tasks (everything was delivered).
+pub const SHUTDOWN_ABANDONED_EXIT: i32 = 5;
+
+/// `kubesink run`: runs the bridge until a signal, then shuts down within
+/// `pipeline.shutdown_timeout`. Exits the process with [`LOST_LEADERSHIP_EXIT`] when
+/// leadership is lost.
 ///
 /// # Errors
-/// Client construction, server start or sink construction failures; [`Undelivered`] when the
-/// shutdown left changes undelivered.
+/// Client construction, server start or sink construction failures; [`Unclean`] (with its
+/// exit code) when the shutdown was not clean.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     crate::limits::prepare(&config);
     for w in crate::config::warnings(&config) {
@@ -505,15 +632,48 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     tracing::info!("shutting down: stopping watches, flushing sinks");
-    let timeout = bridge.shutdown_timeout();
-    let left = bridge.shutdown().await;
-    if left > 0 {
-        return Err(Undelivered {
-            count: left,
-            timeout,
-        }
-        .into());
+    let report = bridge.shutdown_report().await;
+    if !report.is_clean() {
+        return Err(Unclean(report).into());
     }
     tracing::info!("shutdown complete: every change delivered");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_code_names_the_gravest_way_a_shutdown_was_not_clean() {
+        let clean = ShutdownReport {
+            timeout: Duration::from_secs(10),
+            ..Default::default()
+        };
+        assert!(clean.is_clean());
+        assert_eq!(clean.exit_code(), 0);
+        let abandoned = ShutdownReport {
+            abandoned: vec!["giving up the leader lease".into()],
+            ..clean.clone()
+        };
+        assert_eq!(abandoned.exit_code(), SHUTDOWN_ABANDONED_EXIT);
+        let undelivered = ShutdownReport {
+            undelivered: 3,
+            ..abandoned.clone()
+        };
+        assert_eq!(undelivered.exit_code(), 1);
+        let panicked = ShutdownReport {
+            panicked: vec!["nats".into()],
+            ..undelivered.clone()
+        };
+        assert_eq!(panicked.exit_code(), WORKER_PANICKED_EXIT);
+        assert_eq!(
+            Unclean(panicked).to_string(),
+            "the worker of sink nats had panicked (a bug; it delivered nothing more); 3 changes \
+             were not delivered within pipeline.shutdown_timeout = 10s; they are sent again \
+             after the next start (saved state), or with its full list; \
+             pipeline.shutdown_timeout = 10s passed before the shutdown was done; abandoned: \
+             giving up the leader lease"
+        );
+    }
 }

@@ -267,8 +267,11 @@ pub struct PipelineConfig {
     /// sink that reports its destination reachable again ends the wait at once. Default 30s.
     pub retry_max_backoff: HumanDuration,
     /// On SIGINT/SIGTERM, the deadline of the whole shutdown: stopping the watches,
-    /// delivering what is pending and closing the sinks. `kubesink run` exits 1 naming how
-    /// many changes were left undelivered. Default 10s.
+    /// delivering what is pending and closing the sinks (four fifths of it at most), then the
+    /// final state save, the lease release and the wait for the tasks. What does not fit is
+    /// abandoned and named; `kubesink run` exits 1 naming how many changes were left
+    /// undelivered, 5 when only later steps were abandoned (`docs/operations.md`). Keep it
+    /// below the Pod's `terminationGracePeriodSeconds`. Default 10s.
     pub shutdown_timeout: HumanDuration,
     /// After each list (initial list or relist) of each watch, send a sync marker (`op:
     /// "synced"`, see `docs/message-contract.md`) to every destination of the resource, after

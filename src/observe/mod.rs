@@ -6,13 +6,14 @@
 //!
 //! - **Liveness** (`/healthz`) fails only when restarting the process could help: a watch
 //!   that could not be re-established (connection failures, dead or undecodable watches,
-//!   server errors) for longer than `server.watch_failure_timeout`, or an informer that
-//!   stopped. A sink outage never fails it (the pipeline holds the backlog and retries), nor
+//!   server errors) for longer than `server.watch_failure_timeout`, an informer that
+//!   stopped, or a sink whose worker panicked (delivery to it stopped for good; the restart
+//!   resumes it from the saved state). A sink outage never fails it (the pipeline holds the backlog and retries), nor
 //!   does an API server refusing (401/403: RBAC; 404: the CRD is gone): a restart cures
 //!   neither, and the informer keeps retrying on its own.
 //! - **Readiness** (`/readyz`): every watch finished its initial sync, every sink is ready
-//!   (its healthcheck passes and its sends succeed), and no state journal is failing (its
-//!   sends would wait).
+//!   (its worker runs, its healthcheck passes and its sends succeed), and no state journal is
+//!   failing (its sends would wait).
 //!
 //! Both answer `200` or `503` with a JSON body naming every watch and sink and what is
 //! wrong with it. This module reads counters; it never changes the data path.
@@ -180,6 +181,7 @@ impl Observed {
             "ready": st.ready(),
             "pending": s.handle.held(),
             "waiting_for_journal": st.waiting_for_journal.load(Ordering::Relaxed),
+            "worker_panicked": st.panicked().is_some(),
             "problem": st.problem(),
         })
     }
@@ -257,6 +259,15 @@ impl Observed {
                         w.stats.failure().unwrap_or_default()
                     ));
                 }
+            }
+        }
+        // A panicked worker delivers nothing more: only a restart resumes delivery.
+        for s in self.sinks.iter() {
+            if let Some(p) = s.handle.stats().panicked() {
+                problems.push(format!(
+                    "sink {}: its worker panicked, nothing more is delivered to it until a restart: {p}",
+                    s.handle.sink().name()
+                ));
             }
         }
         self.report(problems)

@@ -32,6 +32,11 @@
 //!   could leave unaccounted for.
 //! - Sync markers are never coalesced and never overtaken (`queue.rs`), and a partial retry
 //!   re-sends a marker after the messages before it (`deliver.rs`).
+//! - A worker that panics (a bug, in a sink's `send` say) is not restarted: its panic is
+//!   caught, logged and kept in [`SinkStats::panicked`], so the sink fails readiness and
+//!   liveness (`observe`) and the restart that follows resumes delivery; meanwhile its queue
+//!   fills and stalls the informers, as a dead sink does. At shutdown it counts as not
+//!   drained: what its queue holds is undelivered ([`Drained::panicked`]).
 
 mod deliver;
 mod queue;
@@ -188,6 +193,8 @@ pub struct SinkStats {
     pub healthy: AtomicBool,
     /// Why the last healthcheck or send failed, while it does.
     problem: Mutex<Option<String>>,
+    /// The worker's panic message, once it panicked (it delivers nothing more).
+    panic: Mutex<Option<String>>,
 }
 
 /// Names of [`SinkStats::errors_by_kind`], in order.
@@ -216,6 +223,7 @@ impl Default for SinkStats {
             failing_since_ms: AtomicU64::new(0),
             healthy: AtomicBool::new(false),
             problem: Mutex::new(None),
+            panic: Mutex::new(None),
         }
     }
 }
@@ -265,17 +273,34 @@ impl SinkStats {
         }
     }
 
-    /// Whether the sink is ready: its healthcheck passes and sends are not failing.
+    /// Whether the sink is ready: its worker runs, its healthcheck passes and sends are not
+    /// failing.
     pub fn ready(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed) && self.failing_since_ms.load(Ordering::Relaxed) == 0
+        self.healthy.load(Ordering::Relaxed)
+            && self.failing_since_ms.load(Ordering::Relaxed) == 0
+            && self.panicked().is_none()
     }
 
-    /// What is wrong with the sink, if anything.
+    /// What is wrong with the sink, if anything (a panicked worker first).
     pub fn problem(&self) -> Option<String> {
+        if let Some(p) = self.panicked() {
+            return Some(format!(
+                "its worker panicked, nothing more is delivered to it until a restart: {p}"
+            ));
+        }
         self.problem
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The panic message of the sink's worker, once it panicked.
+    pub fn panicked(&self) -> Option<String> {
+        self.panic.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn note_panic(&self, message: String) {
+        *self.panic.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
     }
 
     fn set_problem(&self, p: Option<String>) {
@@ -393,10 +418,9 @@ impl Pipeline {
                 queue: Arc::new(SinkQueue::new(limits.clone())),
                 stats: Arc::new(SinkStats::default()),
             };
-            workers.push(tokio::spawn(deliver::run_worker(
+            workers.push(tokio::spawn(supervise(
                 h.clone(),
-                retry,
-                fence.clone(),
+                deliver::run_worker(h.clone(), retry, fence.clone()),
             )));
             handles.push(h);
         }
@@ -420,22 +444,45 @@ impl Pipeline {
         &self.sinks
     }
 
+    /// [`Pipeline::drain`], returning only the number of changes that were not delivered.
+    pub async fn shutdown(self, deadline: tokio::time::Instant) -> usize {
+        self.drain(deadline).await.undelivered
+    }
+
     /// Stops accepting changes and delivers what is pending until `deadline`, then closes
     /// every sink, the close included in the same deadline (a sink's `close` is cancelled
-    /// when it passes). Returns the number of changes that were not delivered (0 on a clean
-    /// flush), and logs one error line per sink that left some.
-    pub async fn shutdown(self, deadline: tokio::time::Instant) -> usize {
+    /// when it passes). Returns what was not delivered (nothing on a clean flush), and logs
+    /// one error line per sink that left some. A sink whose worker had panicked is not
+    /// drained: what its queue holds is undelivered.
+    pub async fn drain(self, deadline: tokio::time::Instant) -> Drained {
         for h in &self.sinks {
             h.queue.close();
         }
-        let mut undelivered = 0;
+        let mut out = Drained::default();
         let mut drained = Vec::with_capacity(self.sinks.len());
         for (h, worker) in self.sinks.iter().zip(self.workers) {
             let abort = worker.abort_handle();
-            if tokio::time::timeout_at(deadline, worker).await.is_err() {
+            let joined = tokio::time::timeout_at(deadline, worker).await;
+            // Caught by `supervise`; a panic that escaped it shows in the join error.
+            let panic = match &joined {
+                Ok(Err(e)) if e.is_panic() => Some(e.to_string()),
+                _ => h.stats.panicked(),
+            };
+            if let Some(panic) = panic {
+                let left = h.queue.held();
+                out.undelivered += left;
+                out.panicked.push(h.sink.name().to_owned());
+                tracing::error!(
+                    sink = h.sink.name(),
+                    undelivered = left,
+                    %panic,
+                    "shutdown: the sink's worker had panicked; its changes were not delivered"
+                );
+                drained.push(false);
+            } else if joined.is_err() {
                 abort.abort();
                 let left = h.queue.held();
-                undelivered += left;
+                out.undelivered += left;
                 let problem = match h.stats.problem() {
                     Some(p) => p,
                     None if h.stats.waiting_for_journal.load(Ordering::Relaxed) => {
@@ -473,6 +520,36 @@ impl Pipeline {
                 }
             });
         futures::future::join_all(closes).await;
-        undelivered
+        out
+    }
+}
+
+/// What [`Pipeline::drain`] could not deliver.
+#[derive(Debug, Default)]
+pub struct Drained {
+    /// Changes held by the sinks' queues (pending or in flight) at the deadline, or by a
+    /// sink whose worker had panicked, summed over the sinks.
+    pub undelivered: usize,
+    /// The sinks whose worker had panicked.
+    pub panicked: Vec<String>,
+}
+
+/// Runs a sink's worker, catching a panic in it (a bug): logged and kept in the sink's
+/// stats, so health fails (`observe`) instead of delivery stopping silently.
+async fn supervise(h: SinkHandle, worker: impl std::future::Future<Output = ()>) {
+    use futures::FutureExt;
+    if let Err(panic) = std::panic::AssertUnwindSafe(worker).catch_unwind().await {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        tracing::error!(
+            sink = h.sink.name(),
+            held = h.queue.held(),
+            panic = %message,
+            "the sink's worker panicked (a bug): nothing more is delivered to this sink; /readyz and /healthz fail so that a restart resumes delivery"
+        );
+        h.stats.note_panic(message);
     }
 }

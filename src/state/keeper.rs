@@ -4,7 +4,16 @@
 //! it, then drops the journal generations it covers (`journal.rs`). Never saves while this
 //! replica may not lead (its fence closed), so a deposed leader cannot overwrite its
 //! successor's state.
+//!
+//! One save at a time: a save requested while another runs (shutdown's final save while an
+//! interval save still stores) waits for it, so snapshots are stored, and journal
+//! generations dropped, in the order their generations started; an older snapshot can never
+//! land over a newer one whose covered journal is already gone. A save, once it has its turn,
+//! runs to its end in its own task even when its caller stops waiting (shutdown's deadline),
+//! so the next one cannot start while it still writes. The final save is the last: no save
+//! runs after it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,6 +66,19 @@ pub struct Keeper {
     stats: Arc<StateStats>,
     /// The stores' versions at the last successful save: an unchanged state is not rewritten.
     saved: Mutex<Option<Vec<u64>>>,
+    /// One save at a time: held, for the whole of a save, by the task that runs it.
+    turn: Arc<tokio::sync::Mutex<Turn>>,
+    /// Saves requested while another runs, waiting for their turn.
+    waiting: AtomicUsize,
+    /// When the save that has the turn started it.
+    running_since: Mutex<Option<Instant>>,
+}
+
+/// The state of the save turn.
+#[derive(Debug, Default)]
+struct Turn {
+    /// The final save took its turn: no save runs after it.
+    closed: bool,
 }
 
 impl Keeper {
@@ -78,7 +100,24 @@ impl Keeper {
             fence,
             stats,
             saved: Mutex::new(None),
+            turn: Arc::default(),
+            waiting: AtomicUsize::new(0),
+            running_since: Mutex::new(None),
         })
+    }
+
+    /// Saves requested while another runs, waiting for it.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// How long the save that runs now has been running (`None`: none runs), for the log
+    /// line of a shutdown that could not wait for it.
+    pub fn running_for(&self) -> Option<std::time::Duration> {
+        self.running_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|t| t.elapsed())
     }
 
     /// Where the state goes, for logs.
@@ -86,23 +125,62 @@ impl Keeper {
         self.store.describe()
     }
 
-    /// Starts a journal generation (with a journal), packs the acknowledged state of every
-    /// watch (each store locked only while its own section is written, on a blocking thread)
-    /// with that generation, stores it, then drops the older journal generations. Returns
-    /// `Ok(None)` without writing when nothing changed since the last save and `force` is
-    /// false.
+    /// Waits for its turn (a save that runs finishes first), then starts a journal generation
+    /// (with a journal), packs the acknowledged state of every watch (each store locked only
+    /// while its own section is written, on a blocking thread) with that generation, stores
+    /// it, then drops the older journal generations. Returns `Ok(None)` without writing when
+    /// nothing changed since the last save and `force` is false, or when the final save
+    /// already had its turn. Runs in a task of its own: a caller that stops waiting does not
+    /// stop it.
     ///
     /// # Errors
     /// [`StateError`] from the backend or the packing task, and [`StateError::Fenced`] when
     /// this replica may no longer lead.
-    pub async fn save(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
-        let result = self.save_inner(force).await;
-        if let Err(e) = &result {
-            if !matches!(e, StateError::Fenced) {
-                self.stats.note_save_error(e);
+    pub async fn save(self: &Arc<Self>, force: bool) -> Result<Option<SaveReport>, StateError> {
+        self.in_turn(force, false).await
+    }
+
+    /// The final save, at shutdown after the pipeline drained: [`Keeper::save`] forced, after
+    /// any save that runs or waits, and the last one (later requests write nothing).
+    ///
+    /// # Errors
+    /// As [`Keeper::save`].
+    pub async fn final_save(self: &Arc<Self>) -> Result<Option<SaveReport>, StateError> {
+        self.in_turn(true, true).await
+    }
+
+    async fn in_turn(
+        self: &Arc<Self>,
+        force: bool,
+        last: bool,
+    ) -> Result<Option<SaveReport>, StateError> {
+        let keeper = self.clone();
+        let task = tokio::spawn(async move {
+            keeper.waiting.fetch_add(1, Ordering::SeqCst);
+            let mut turn = keeper.turn.clone().lock_owned().await;
+            keeper.waiting.fetch_sub(1, Ordering::SeqCst);
+            if turn.closed {
+                return Ok(None);
             }
-        }
-        result
+            turn.closed = last;
+            keeper.set_running(Some(Instant::now()));
+            let result = keeper.save_inner(force).await;
+            keeper.set_running(None);
+            if let Err(e) = &result {
+                if !matches!(e, StateError::Fenced) {
+                    keeper.stats.note_save_error(e);
+                }
+            }
+            result
+        });
+        task.await.map_err(|e| StateError::Task {
+            what: "saving",
+            detail: e.to_string(),
+        })?
+    }
+
+    fn set_running(&self, since: Option<Instant>) {
+        *self.running_since.lock().unwrap_or_else(|p| p.into_inner()) = since;
     }
 
     async fn save_inner(&self, force: bool) -> Result<Option<SaveReport>, StateError> {
@@ -155,7 +233,8 @@ impl Keeper {
     }
 
     /// Saves every `interval` until `cancel` fires (the final save is the caller's, after the
-    /// pipeline drained). A failed save is logged and retried at the next tick.
+    /// pipeline drained: [`Keeper::final_save`], which waits for a save this task runs). A
+    /// failed save is logged and retried at the next tick.
     pub fn spawn(
         self: &Arc<Self>,
         interval: Duration,
@@ -291,6 +370,144 @@ mod tests {
                 .map(|f| f.unconfirmed),
             Some(false),
             "confirmed once settled"
+        );
+    }
+
+    /// A state store whose snapshot writes wait until the test releases them, one at a time
+    /// (a slow state store); everything else goes to a file store at once.
+    struct HeldStore {
+        inner: FileStore,
+        /// The saves that entered and wait, oldest first: their release.
+        held: Mutex<Vec<tokio::sync::oneshot::Sender<()>>>,
+        entered: std::sync::atomic::AtomicUsize,
+    }
+
+    impl HeldStore {
+        fn entered(&self) -> usize {
+            self.entered.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
+        /// Lets the newest waiting save go on; false when none waits.
+        fn release_newest(&self) -> bool {
+            match self.held.lock().unwrap().pop() {
+                Some(go) => go.send(()).is_ok(),
+                None => false,
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl StateStore for HeldStore {
+        fn describe(&self) -> &str {
+            "held store"
+        }
+        async fn load(&self) -> Result<Option<Vec<u8>>, StateError> {
+            self.inner.load().await
+        }
+        async fn save(&self, bytes: Vec<u8>) -> Result<(), StateError> {
+            let (go, wait) = tokio::sync::oneshot::channel();
+            self.held.lock().unwrap().push(go);
+            self.entered
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = wait.await;
+            self.inner.save(bytes).await
+        }
+        async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
+            self.inner.append(generation, frames).await
+        }
+        async fn load_journal(&self) -> Result<Vec<super::super::JournalSegment>, StateError> {
+            self.inner.load_journal().await
+        }
+        async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError> {
+            self.inner.drop_journal_before(generation).await
+        }
+    }
+
+    /// Polls `cond` every 5 ms; panics with `what` after 20 s.
+    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_save_requested_while_another_stores_lands_after_it_and_keeps_the_journal_it_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Arc::new(HeldStore {
+            inner: FileStore::new(dir.path().join("state")),
+            held: Mutex::default(),
+            entered: Default::default(),
+        });
+        let store: Arc<dyn StateStore> = held.clone();
+        let stats = Arc::new(StateStats::default());
+        let journal = Journal::new("prod", &[key()], 100, stats.clone());
+        let tracked = TrackedStore::new(LightStore::new(), true);
+        tracked.lock().store.observe(Some("ns"), "a", U1, "5", 9);
+        let keeper = Keeper::new(
+            store.clone(),
+            "prod",
+            vec![Kept {
+                key: key(),
+                store: tracked.clone(),
+            }],
+            Some(journal.clone()),
+            Fence::open(),
+            stats,
+        );
+        // The interval save: packed at generation 101, its write held.
+        let k = keeper.clone();
+        let interval = tokio::spawn(async move { k.save(false).await });
+        until("the interval save writing", || held.entered() == 1).await;
+        // Meanwhile a new key is sent: journaled in generation 101, outstanding in the store.
+        const U2: &str = "0b6d3e63-3a49-4f0a-9d52-3c7c2f1e8a11";
+        {
+            let mut t = tracked.lock();
+            t.note_change(Some("ns"), "b", None, 1);
+            t.note_added(Some("ns"), "b", U2, "6");
+            t.store.observe(Some("ns"), "b", U2, "6", 10);
+        }
+        let mut body = Vec::new();
+        frame::put_record(&mut body, 0, "ns", "b", U2, "6");
+        let records = [("core/Pod/".to_owned(), 7)];
+        store
+            .append(101, vec![frame::encode("prod", 101, 2, &records, 1, &body)])
+            .await
+            .unwrap();
+        // Shutdown's final save, while the interval save still writes.
+        let k = keeper.clone();
+        let last = tokio::spawn(async move { k.final_save().await });
+        until(
+            "the final save writing too, or waiting for its turn",
+            || held.entered() == 2 || keeper.waiting() == 1,
+        )
+        .await;
+        // The store answers the newest write first, then the older.
+        while !(interval.is_finished() && last.is_finished()) {
+            if !held.release_newest() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        interval.await.unwrap().unwrap();
+        last.await.unwrap().unwrap();
+
+        let snap_bytes = store.load().await.unwrap().unwrap();
+        let snap = crate::state::parse(&snap_bytes).unwrap();
+        assert_eq!(
+            snap.generation, 102,
+            "the final save's snapshot is the one stored, not the interval save's"
+        );
+        let restored = crate::state::restore(&*store, "prod", &[key()]).await;
+        let restored = restored.stores[0].as_ref().expect("state restored");
+        assert!(restored.get(Some("ns"), "a").is_some());
+        assert!(
+            restored.get(Some("ns"), "b").is_some(),
+            "the key sent between the two saves is known after a restart (in the snapshot or \
+             its journal)"
         );
     }
 

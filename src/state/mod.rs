@@ -12,7 +12,7 @@
 //! - `restore.rs`: [`restore`] each watch's store at start-up from the snapshot and the
 //!   journal (deciding per watch whether its part is usable, and saying why not).
 //! - `keeper.rs`: the [`Keeper`] that saves the acknowledged state every `state.interval` and
-//!   at shutdown (rotating the journal around each snapshot).
+//!   at shutdown (rotating the journal around each snapshot), one save at a time.
 //! - `stats.rs`: [`StateStats`], the counters behind the `kubesink_state_*` metrics.
 //! - this file: the [`StateStore`] trait and [`open`] the configured backend.
 //!
@@ -135,10 +135,10 @@ pub enum StateError {
         "state: not saved, this replica may no longer lead (its lease may have passed to another)"
     )]
     Fenced,
-    /// The background task that packs or writes the state failed.
+    /// The background task that packs, writes or runs a save failed.
     #[error("state: the {what} task failed: {detail}")]
     Task {
-        /// `packing` or `writing`.
+        /// `packing`, `writing`, `journal append` or `saving`.
         what: &'static str,
         /// The join error.
         detail: String,

@@ -94,6 +94,25 @@ impl NatsServer {
         }
     }
 
+    /// SIGSTOP: the server keeps its connections open and answers nothing (a hung server).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`NatsServer::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// Starts it again on the same port with the same store.
     pub fn restart(&mut self) {
         self.stop();

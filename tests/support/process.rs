@@ -130,6 +130,21 @@ impl Kubesink {
         lines
     }
 
+    /// Sends `signal` (`TERM`, `INT`) and waits at most `within` for the exit: its code, or
+    /// `None` when it was still running then (it is killed when dropped).
+    pub async fn signal_and_wait(&mut self, signal: &str, within: Duration) -> Option<Option<i32>> {
+        let pid = self.child.id().expect("running").to_string();
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        match tokio::time::timeout(within, self.child.wait()).await {
+            Ok(status) => Some(status.expect("wait").code()),
+            Err(_) => None,
+        }
+    }
+
     async fn drain(&mut self) -> Vec<Value> {
         if let Some(r) = self.reader.take() {
             let _ = tokio::time::timeout(Duration::from_secs(30), r).await;
