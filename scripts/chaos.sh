@@ -16,13 +16,16 @@
 #   scripts/chaos.sh --seed 42             # replay a schedule
 #   scripts/chaos.sh --minutes 30          # a long run
 #
-# Uses target/debug binaries by default (BIN, SIM to override; built when missing), the
+# Uses the target/debug binaries (built first; BIN and SIM to use others), the
 # Python of the reference consumers' venv for the order check (CONSUMERS_PYTHON, with
 # nats-py; scripts/test.sh sets it), curl and nats-server. Exit 0 when both oracles agree,
 # 1 when one does not (the seed and the evidence are printed), 2 when the set-up fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN="${BIN:-target/debug/kubesink}"
+if [ -z "${BIN:-}" ]; then
+  cargo build -q -p kubesink -p kubesink-sim   # up to date in a second after cargo test
+  BIN=target/debug/kubesink SIM=target/debug/kubesink-sim
+fi
 SIM="${SIM:-target/debug/kubesink-sim}"
 PY="${CONSUMERS_PYTHON:-python3}"
 seconds=60
@@ -35,7 +38,6 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--seed N] [--seconds N | --minutes N]" >&2; exit 2 ;;
   esac
 done
-[ -x "$BIN" ] && [ -x "$SIM" ] || cargo build -q -p kubesink -p kubesink-sim
 "$PY" -c 'import nats' 2>/dev/null || { echo "chaos: $PY has no nats-py (set CONSUMERS_PYTHON)" >&2; exit 2; }
 RANDOM=$seed
 echo "== chaos: seed $seed, ${seconds}s of faults (replay: scripts/chaos.sh --seed $seed --seconds $seconds)"
@@ -213,7 +215,8 @@ order=$?
 set -e
 sed 's/^/  /' "$dir/order.log"
 ghosts=$(grep -c '"drift":"ghost"' "$dir/fold.jsonl" 2>/dev/null || true)
-echo "== chaos: seed $seed, $faults faults in ${seconds}s; fold: ${agreed:+agrees}${agreed:-DIFFERS (${ghosts:-0} ghosts)}; order: $([ "$order" -eq 0 ] && echo ok || echo VIOLATED)"
+if [ -n "$agreed" ]; then verdict="agrees"; else verdict="DIFFERS (${ghosts:-0} ghosts)"; fi
+echo "== chaos: seed $seed, $faults faults in ${seconds}s; fold: $verdict; order: $([ "$order" -eq 0 ] && echo ok || echo VIOLATED)"
 if [ -z "$agreed" ] || [ "$order" -ne 0 ]; then
   echo "schedule:"; cat "$dir/schedule.log"
   echo "drift:"; head -20 "$dir/fold.jsonl"

@@ -81,6 +81,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p kubesink --lib -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+# The fault campaign (issue 19): two replicas, the simulator's faults, restarts and broker
+# outages under churn, a random seed (printed, so a failure can be replayed), then the
+# stream folded against the cluster and checked for per-key order. `--minutes N` for long
+# runs (docs/robustness.md).
+echo "== fault campaign (scripts/chaos.sh --seconds 60)"
+scripts/chaos.sh --seconds 60
 # The deploy kit (deploy/, Dockerfile, docker-compose.yml), offline; it installs its own tools
 # (a Python venv and an npm package, cached in $TOOLS_CACHE_DIR) and uses the kubesink binary
 # cargo test just built.
