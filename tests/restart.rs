@@ -81,17 +81,18 @@ fn two_nodes(c: &Cluster, cluster: &str, extra: &str) -> [(tempfile::TempDir, Pa
 const POD_METADATA: &str =
     "[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"metadata\"\n";
 
-/// Waits until `cond` holds, polling every 50 ms; panics with `what` and kubesink's log.
+/// Waits until `cond` holds; on timeout shows `what` and kubesink's log.
 async fn until(what: &str, k: &Kubesink, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + LONG;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {LONG:?} waiting for {what}; kubesink stderr:\n{}",
-            k.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_seen(what, LONG, || {
+        let holds = cond();
+        let log = if holds {
+            String::new()
+        } else {
+            format!("kubesink stderr:\n{}", k.stderr())
+        };
+        (holds, log)
+    })
+    .await
 }
 
 fn saves(k: &Kubesink) -> usize {
@@ -829,16 +830,15 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
             .create(new_pod(&template, &format!("while-nats-is-down-{i}")))
             .unwrap();
     }
-    let mut body = String::new();
-    let deadline = tokio::time::Instant::now() + LONG;
-    while !body.contains("journal failing") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "readiness never said so: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        body = http_get(addr, "/readyz").await.1;
-    }
+    let body = wait_until("readiness to say the journal is failing", LONG, || async {
+        let body = http_get(addr, "/readyz").await.1;
+        if body.contains("journal failing") {
+            Ok(body)
+        } else {
+            Err(body)
+        }
+    })
+    .await;
     let (code, _) = http_get(addr, "/readyz").await;
     assert_eq!(
         code, 503,
@@ -864,14 +864,14 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
     assert_eq!(new(&sink), 0, "nothing leaves before the journal holds it");
     let metrics = http_get(addr, "/metrics").await.1;
     assert!(
-        metric(
+        metric_value(
             &metrics,
             "kubesink_state_journal_errors_total",
             &[("cluster", "test")]
         ) >= 1.0
     );
     assert!(
-        metric(
+        metric_value(
             &metrics,
             "kubesink_state_journal_pending_records",
             &[("cluster", "test")]
@@ -883,11 +883,13 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
         new(&sink) == 5
     })
     .await;
-    let deadline = tokio::time::Instant::now() + LONG;
-    while http_get(addr, "/readyz").await.0 != 200 {
-        assert!(tokio::time::Instant::now() < deadline, "ready again");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("ready again", LONG, || async {
+        match http_get(addr, "/readyz").await {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    })
+    .await;
     let want = sim_state(&c.sim, &[("v1", "Pod")]);
     assert_eq!(fold(&sink.messages()), want);
     assert_eq!(bridge.shutdown().await, 0);
