@@ -205,3 +205,30 @@ fn a_stateless_restart_may_re_list_over_present_keys() {
     assert_eq!(f.len(), 2);
     assert!(violations(&msgs, Expect::STRICT).len() >= 3);
 }
+
+#[test]
+fn after_a_restart_a_delete_may_come_again_inferred_with_the_last_acknowledged_version() {
+    // The process that saw the delete crashed before its state acknowledged it: the next one
+    // infers the delete, with the resourceVersion it last acknowledged.
+    let msgs = [
+        msg("added", "a", "u1", "5"),
+        msg("deleted", "a", "u1", "9"),
+        msg("deleted", "a", "u1", "5!"),
+    ];
+    let mut o = Oracle::new(Expect::STRICT.restarts());
+    for m in &msgs {
+        o.apply(m);
+    }
+    assert!(o.violations().is_empty(), "{:#?}", o.violations());
+    assert_eq!(o.notes().len(), 1, "tolerated, and said so");
+    let v = violations(&msgs, Expect::STRICT);
+    assert!(
+        v.iter().any(|v| v.contains("deleted for an absent key")),
+        "{v:#?}"
+    );
+    assert!(
+        v.iter()
+            .any(|v| v.contains("resourceVersion went back from 9")),
+        "{v:#?}"
+    );
+}

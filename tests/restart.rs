@@ -148,6 +148,17 @@ async fn sigkill_mid_churn_then_restart(
     // Mid-churn: the churn stops as the SIGKILL is sent, with changes still in flight.
     let churn_stats = churn.stats();
     churn.stop();
+    // The churn task may still apply the operation it had begun: wait until the simulator's
+    // resourceVersion stands still, so nothing changes behind the "while down" changes below.
+    wait_until("the churn to stop writing", LONG, || async {
+        let before = c.sim.resource_version();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        match c.sim.resource_version() {
+            now if now == before => Ok(()),
+            now => Err(format!("resourceVersion {before} → {now}")),
+        }
+    })
+    .await;
     let a_msgs = a.kill().await;
 
     // While kubesink is down: 100 updates and 100 deletes of pods untouched since the
@@ -160,7 +171,8 @@ async fn sigkill_mid_churn_then_restart(
                 == o["metadata"]["resourceVersion"].as_str()
         })
         .collect();
-    let churned = pods.len() + churn_stats.deletes - untouched.len();
+    // (+1: the operation the churn may have applied after its stats were read.)
+    let churned = pods.len() + churn_stats.deletes - untouched.len() + 1;
     assert!(untouched.len() > 9_000, "{} untouched", untouched.len());
     let (updated, deleted): (Vec<_>, Vec<_>) =
         (untouched[..100].to_vec(), untouched[100..200].to_vec());
@@ -206,6 +218,12 @@ async fn sigkill_mid_churn_then_restart(
     .await;
     let b_msgs = b.terminate().await;
     assert_schema_valid(&schema(), &b_msgs);
+    // Both runs as the one stream a consumer folds: ops, uids, per-key order and ids hold
+    // across the SIGKILL and the restart from state (the oracle's checks).
+    fold_expecting(
+        &[a_msgs.clone(), b_msgs.clone()].concat(),
+        Expect::STRICT.restarts(),
+    );
 
     assert!(
         b_msgs.iter().all(|m| m["initial"] == false),
@@ -506,6 +524,9 @@ async fn new_objects_sent_after_the_last_save_then_deleted_while_down(
     .await;
     let b = b.terminate().await;
     all.extend(b.iter().cloned());
+    // What the three runs sent, in order, is one stream a consumer folds: the shared oracle
+    // checks its ops, uids, per-key order and ids across the restarts.
+    fold_expecting(&all, Expect::STRICT.restarts());
     assert_eq!(
         sim_view(&c.sim).len(),
         480,
@@ -747,6 +768,10 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
     .await;
     let log = f.stderr();
     let f_msgs = f.terminate().await;
+    fold_expecting(
+        &[l_msgs.clone(), f_msgs.clone()].concat(),
+        Expect::STRICT.restarts(),
+    );
     let deleted: BTreeSet<Key> = f_msgs
         .iter()
         .filter(|m| m["op"] == "deleted")

@@ -19,7 +19,9 @@
 //!   initial list, or a key the saved state did not hold as acknowledged), and a `deleted`
 //!   may come for a key already gone.
 //! - **uid**: a key's uid changes only after a `deleted` of the old uid.
-//! - **order**: per key and uid, decimal resourceVersions never decrease.
+//! - **order**: per key and uid, decimal resourceVersions never decrease. (After a restart
+//!   from saved state, [`Expect::restarts`], an inferred `deleted` of a uid whose delete
+//!   already arrived may carry the older, last acknowledged resourceVersion: noted, printed.)
 //! - Storage that keeps only each key's last message ([`Expect::last_per_key`]) may start a
 //!   key with its `updated` or `deleted`.
 //! - `synced` (sync markers) are not folded (no sweep); any other op is a violation.
@@ -108,6 +110,15 @@ pub fn fold_expecting(msgs: &[Value], expect: Expect) -> Fold {
         o.apply(m);
     }
     o.assert_clean();
+    if !o.notes.is_empty() {
+        eprintln!(
+            "the oracle allowed {} deviation(s) from the strict contract ({expect:?}), e.g.:",
+            o.notes.len()
+        );
+        for n in o.notes.iter().take(5) {
+            eprintln!("- {n}");
+        }
+    }
     o.fold()
 }
 
@@ -120,6 +131,9 @@ pub struct Oracle {
     /// id → (index, the change it carries, its summary).
     ids: HashMap<String, (usize, Change, String)>,
     violations: Vec<String>,
+    /// What an [`Expect`] allowed that the strict contract forbids, printed by
+    /// [`fold_expecting`] so a test shows what it tolerated.
+    notes: Vec<String>,
 }
 
 #[derive(Default)]
@@ -145,12 +159,18 @@ impl Oracle {
             keys: BTreeMap::new(),
             ids: HashMap::new(),
             violations: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
     /// The violations found so far, each naming the key and the messages involved.
     pub fn violations(&self) -> &[String] {
         &self.violations
+    }
+
+    /// What the [`Expect`] let through that the strict contract would not.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Panics listing the violations, if any.
@@ -290,13 +310,28 @@ impl Oracle {
             _ => {}
         }
         if let Ok(v) = rv.parse::<u128>() {
-            let max = k.max_rv.entry(uid.clone()).or_insert(v);
-            if v < *max {
-                found.push(format!(
-                    "resourceVersion went back from {max} for uid {uid}: #{i}: {line}"
-                ));
+            let max = *k.max_rv.entry(uid.clone()).or_insert(v);
+            if v < max {
+                let text =
+                    format!("resourceVersion went back from {max} for uid {uid}: #{i}: {line}");
+                // After a crash, a process restarted from saved state re-sends the delete of
+                // an object whose delete arrived but was not yet acknowledged in the state:
+                // inferred, so with the last *acknowledged* resourceVersion, older than the
+                // observed delete's (a consumer sees a second delete of an absent key).
+                if expect.restarts
+                    && op == "deleted"
+                    && m["finalStateUnknown"] == true
+                    && k.deleted_uids.contains(&uid)
+                {
+                    self.notes.push(format!(
+                        "{key}: the inferred delete of a uid already deleted, re-sent after a restart: {text}; history:{}",
+                        history(k)
+                    ));
+                } else {
+                    found.push(text);
+                }
             }
-            *max = (*max).max(v);
+            k.max_rv.insert(uid.clone(), max.max(v));
         }
         if !found.is_empty() {
             let h = history(k);
