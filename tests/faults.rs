@@ -144,20 +144,31 @@ fn create_configmaps(c: &Cluster, from: usize, n: usize) {
     }
 }
 
-async fn stored(server: &NatsServer) -> u64 {
-    let client = async_nats::connect(server.url()).await.expect("connect");
+/// Messages in the stream (0 while it does not exist); `Err` while the server does not
+/// accept connections (yet).
+async fn try_stored(server: &NatsServer) -> Result<u64, String> {
+    let client = async_nats::connect(server.url())
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
     let js = async_nats::jetstream::new(client);
-    match js.get_stream("KUBESINK").await {
+    Ok(match js.get_stream("KUBESINK").await {
         Ok(mut s) => s.info().await.map_or(0, |i| i.state.messages),
         Err(_) => 0,
-    }
+    })
+}
+
+async fn stored(server: &NatsServer) -> u64 {
+    try_stored(server)
+        .await
+        .expect("the NATS server accepts connections")
 }
 
 async fn wait_stored(server: &NatsServer, n: u64) {
     wait_until(&format!("{n} messages in the stream"), LONG, || async {
-        match stored(server).await {
-            s if s >= n => Ok(()),
-            s => Err(format!("{s} messages")),
+        match try_stored(server).await {
+            Ok(s) if s >= n => Ok(()),
+            Ok(s) => Err(format!("{s} messages")),
+            Err(e) => Err(e),
         }
     })
     .await
