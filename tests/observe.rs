@@ -225,8 +225,9 @@ async fn readiness_follows_sync_and_sinks_while_liveness_survives_a_sink_outage(
             ..Default::default()
         })
         .unwrap();
-    // The first list is held back by a slow API server: not ready until it is done.
-    c.sim.faults().set_delay(Duration::from_millis(1500));
+    // The first list is held back by a slow API server: not ready until it is done. 5 s: the
+    // readiness probe below must come before the list ends, even on a loaded machine.
+    c.sim.faults().set_delay(Duration::from_secs(5));
     let cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
