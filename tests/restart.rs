@@ -173,7 +173,13 @@ async fn sigkill_mid_churn_then_restart(
         .collect();
     // (+1: the operation the churn may have applied after its stats were read.)
     let churned = pods.len() + churn_stats.deletes - untouched.len() + 1;
-    assert!(untouched.len() > 9_000, "{} untouched", untouched.len());
+    // Enough for the picks below. How many the churn touched depends on how long the two
+    // saves took (a loaded machine: longer, so more churn), not on kubesink's correctness.
+    assert!(untouched.len() > 1_000, "{} untouched", untouched.len());
+    eprintln!(
+        "restart: {} pods untouched since the initial list",
+        untouched.len()
+    );
     let (updated, deleted): (Vec<_>, Vec<_>) =
         (untouched[..100].to_vec(), untouched[100..200].to_vec());
     for o in &updated {
