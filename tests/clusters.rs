@@ -83,15 +83,16 @@ async fn two_clusters_flow_independently_and_a_dead_one_is_named() {
         fold(&of(&sink.messages(), "east")) == want
     })
     .await;
-    let mut body = Value::Null;
-    for _ in 0..600 {
+    let body: Value = wait_until("readiness to name west degraded", LONG, || async {
         let (_, b) = http_get(addr, "/readyz").await;
-        body = serde_json::from_str(&b).unwrap();
+        let body: Value = serde_json::from_str(&b).unwrap();
         if body["degraded"].to_string().contains("west") {
-            break;
+            Ok(body)
+        } else {
+            Err(b)
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     assert!(
         body["degraded"].to_string().contains("west v1 Pod"),
         "{body}"

@@ -209,20 +209,22 @@ async fn run_scenario(
         let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
     }
     for (i, k) in consumers.iter().enumerate() {
-        let deadline = tokio::time::Instant::now() + LONG;
-        loop {
+        let caught_up = try_wait_until(LONG, || async {
             let view = k.catch_up(&checkpoint(i)).await;
             let want = sim_keys(&c.sim, "test", &KINDS);
             let got = view_keys(&view);
             if got == want {
-                eprintln!(
-                    "{}: view of {} keys equals the simulator's",
-                    k.name,
-                    got.len()
-                );
-                break;
+                Ok(got.len())
+            } else {
+                Err(view)
             }
-            if tokio::time::Instant::now() > deadline {
+        })
+        .await;
+        match caught_up {
+            Ok(n) => eprintln!("{}: view of {n} keys equals the simulator's", k.name),
+            Err(view) => {
+                let want = sim_keys(&c.sim, "test", &KINDS);
+                let got = view_keys(&view);
                 // What the topic itself folds to, to tell a consumer's mistake from the
                 // topic's.
                 let fold = run_kubesink(fold_args, b"").await;
@@ -246,7 +248,6 @@ async fn run_scenario(
                     saved.chars().take(4000).collect::<String>()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
 }

@@ -15,7 +15,7 @@ mod support;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kubesink_sim::SimConfig;
 use nats_server::NatsServer;
@@ -93,10 +93,9 @@ impl Running {
         text
     }
 
-    /// Sends `signal`, waits for the exit; returns the exit code and how long it took.
-    async fn signal(&mut self, signal: &str) -> (Option<i32>, Duration) {
+    /// Sends `signal`, waits for the exit; returns the exit code.
+    async fn signal(&mut self, signal: &str) -> Option<i32> {
         let pid = self.child.id().expect("running").to_string();
-        let sent = Instant::now();
         assert!(std::process::Command::new("kill")
             .args([signal, &pid])
             .status()
@@ -106,7 +105,7 @@ impl Running {
             .await
             .expect("exits after the signal")
             .unwrap();
-        (status.code(), sent.elapsed())
+        status.code()
     }
 }
 
@@ -145,25 +144,34 @@ fn create_configmaps(c: &Cluster, from: usize, n: usize) {
     }
 }
 
-async fn stored(server: &NatsServer) -> u64 {
-    let client = async_nats::connect(server.url()).await.expect("connect");
+/// Messages in the stream (0 while it does not exist); `Err` while the server does not
+/// accept connections (yet).
+async fn try_stored(server: &NatsServer) -> Result<u64, String> {
+    let client = async_nats::connect(server.url())
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
     let js = async_nats::jetstream::new(client);
-    match js.get_stream("KUBESINK").await {
+    Ok(match js.get_stream("KUBESINK").await {
         Ok(mut s) => s.info().await.map_or(0, |i| i.state.messages),
         Err(_) => 0,
-    }
+    })
+}
+
+async fn stored(server: &NatsServer) -> u64 {
+    try_stored(server)
+        .await
+        .expect("the NATS server accepts connections")
 }
 
 async fn wait_stored(server: &NatsServer, n: u64) {
-    let deadline = tokio::time::Instant::now() + LONG;
-    while stored(server).await < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the stream holds {} of {n} messages",
-            stored(server).await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until(&format!("{n} messages in the stream"), LONG, || async {
+        match try_stored(server).await {
+            Ok(s) if s >= n => Ok(()),
+            Ok(s) => Err(format!("{s} messages")),
+            Err(e) => Err(e),
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,17 +193,23 @@ async fn sigterm_with_a_dead_server_exits_within_shutdown_timeout_non_zero_namin
     create_configmaps(&c, 10, 50);
     wait_for("50 changes pending and sends failing", LONG, || {
         let m = Running::metrics(&addr);
-        metric(&m, "kubesink_sink_pending_messages", &[("sink", "nats")]) >= 50.0
-            && metric(&m, "kubesink_sink_errors_total", &[("sink", "nats")]) > 0.0
+        metric(&m, "kubesink_sink_pending_messages", &[("sink", "nats")]).is_some_and(|v| v >= 50.0)
+            && metric(&m, "kubesink_sink_errors_total", &[("sink", "nats")])
+                .is_some_and(|v| v > 0.0)
     })
     .await;
-    let (code, took) = run.signal("-TERM").await;
+    let code = run.signal("-TERM").await;
     let log = run.log();
-    eprintln!("exited with {code:?} after {took:?}");
     assert_ne!(code, Some(0), "{log}");
     assert!(code.is_some(), "exited, not killed: {log}");
-    // The bound the issue asks for, with slack for a loaded machine (before: 10.1 s).
-    assert!(took < Duration::from_secs(8), "took {took:?}\n{log}");
+    // The bound the issue asks for (before: 10.1 s, close() waited for publish_timeout
+    // after the flush), by kubesink's own clock: from its "shutting down" line to its last.
+    let took = last_logged_at(&log).duration_since(logged_at(&log, "shutting down"));
+    eprintln!("exited with {code:?}, shutdown took {took:?} by its log");
+    assert!(
+        took < jiff::SignedDuration::from_secs(7),
+        "shutdown took {took:?}\n{log}"
+    );
     assert!(
         log.contains("50 changes were not delivered within pipeline.shutdown_timeout = 5s"),
         "{log}"
@@ -224,15 +238,17 @@ async fn sigterm_with_a_long_linger_delivers_what_is_pending_and_exits_0() {
             &Running::metrics(&addr),
             "kubesink_sink_pending_messages",
             &[("sink", "nats")],
-        ) >= 40.0
+        )
+        .is_some_and(|v| v >= 40.0)
     })
     .await;
     assert_eq!(stored(&server).await, 0, "nothing sent while lingering");
-    let (code, took) = run.signal("-TERM").await;
+    let code = run.signal("-TERM").await;
     let log = run.log();
+    // Exit 0 and "every change delivered": the flush ended within shutdown_timeout (20 s)
+    // instead of waiting out the 10 min linger.
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(stored(&server).await, 40, "{log}");
-    assert!(took < Duration::from_secs(20), "took {took:?}");
     assert!(log.contains("every change delivered"), "{log}");
 }
 
@@ -298,7 +314,7 @@ async fn logged_retry_waits_never_exceed_retry_max_backoff() {
     .await;
     server.restart();
     wait_stored(&server, 30).await;
-    let (code, _) = run.signal("-TERM").await;
+    let code = run.signal("-TERM").await;
     let log = run.log();
     assert_eq!(code, Some(0), "{log}");
     let waits = retry_waits(&log);

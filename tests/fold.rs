@@ -67,27 +67,29 @@ async fn fold_until_equal(
     args: &[&str],
     kafka: Option<(&kafka_server::Tansu, &str)>,
 ) -> FoldRun {
-    let deadline = tokio::time::Instant::now() + LONG;
-    loop {
-        if let Some((broker, topic)) = kafka {
-            broker.flush_high_watermarks(topic, 4).await;
-        }
-        let run = run_kubesink(args, b"").await;
-        assert_eq!(run.code, Some(0), "fold failed: {}", run.stderr);
-        let want = sim_keys(&c.sim, "test", &KINDS);
-        let got = view_keys(&run.stdout);
-        if got == want {
-            return run;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!(
-                "fold {args:?} != simulator after {LONG:?}: {}\nstderr: {}",
-                view_diff(&want, &got),
-                run.stderr
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_until(
+        &format!("fold {args:?} to equal the simulator"),
+        LONG,
+        || async {
+            if let Some((broker, topic)) = kafka {
+                broker.flush_high_watermarks(topic, 4).await;
+            }
+            let run = run_kubesink(args, b"").await;
+            assert_eq!(run.code, Some(0), "fold failed: {}", run.stderr);
+            let want = sim_keys(&c.sim, "test", &KINDS);
+            let got = view_keys(&run.stdout);
+            if got == want {
+                Ok(run)
+            } else {
+                Err(format!(
+                    "{}\nstderr: {}",
+                    view_diff(&want, &got),
+                    run.stderr
+                ))
+            }
+        },
+    )
+    .await
 }
 
 fn line(op: &str, id: &str, name: &str, uid: &str, initial: bool) -> String {
@@ -280,29 +282,28 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_and_a_stateless_rest
     }
     let bridge = start_bridge(&cfg).await;
     let args = ["fold", "--nats", &url, "--stream", "KUBESINK"];
-    let deadline = tokio::time::Instant::now() + LONG;
-    loop {
-        let run = run_kubesink(&args, b"").await;
-        let want = sim_keys(&c.sim, "test", &KINDS);
-        let got = view_keys(&run.stdout);
-        let extra: std::collections::BTreeSet<String> = got
-            .keys()
-            .filter(|k| !want.contains_key(*k))
-            .cloned()
-            .collect();
-        let live_kept = want.iter().all(|(k, u)| got.get(k) == Some(u));
-        if live_kept && extra == ghosts && run.stderr.contains("warning: 3 sync marker(s)") {
-            eprintln!("after a stateless restart: {}", run.stderr.trim());
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "after the restart: {}\n{}",
-            view_diff(&want, &got),
-            run.stderr
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_until(
+        "the fold after the restart: every live object, the ghosts, the warning",
+        LONG,
+        || async {
+            let run = run_kubesink(&args, b"").await;
+            let want = sim_keys(&c.sim, "test", &KINDS);
+            let got = view_keys(&run.stdout);
+            let extra: std::collections::BTreeSet<String> = got
+                .keys()
+                .filter(|k| !want.contains_key(*k))
+                .cloned()
+                .collect();
+            let live_kept = want.iter().all(|(k, u)| got.get(k) == Some(u));
+            if live_kept && extra == ghosts && run.stderr.contains("warning: 3 sync marker(s)") {
+                eprintln!("after a stateless restart: {}", run.stderr.trim());
+                Ok(())
+            } else {
+                Err(format!("{}\n{}", view_diff(&want, &got), run.stderr))
+            }
+        },
+    )
+    .await;
 
     // A subject filter the default stream (`kubesink.*.*.*.*.*`) accepts: pods only.
     let pods = run_kubesink(

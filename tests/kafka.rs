@@ -140,19 +140,34 @@ fn assert_headers_and_key(recs: &[Rec]) {
     }
 }
 
-/// Waits until the compacted fold of what `reader` read equals `want`; on timeout, panics
-/// with the differences.
-async fn wait_fold(reader: &Reader, sim: &kubesink_sim::Simulator, bootstrap: &str) {
-    let deadline = tokio::time::Instant::now() + LONG;
-    loop {
+/// The records' messages in a consumer's order (per partition by offset: a key's records
+/// are on one partition), tombstones left out, for the shared oracle.
+fn messages(recs: &[Rec]) -> Vec<serde_json::Value> {
+    let mut sorted: Vec<&Rec> = recs.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    sorted
+        .iter()
+        .filter_map(|r| r.value.as_deref())
+        .map(|v| serde_json::from_slice(v).expect("JSON value"))
+        .collect()
+}
+
+/// Waits until the compacted fold of what `reader` read equals the simulator's objects and
+/// the records pass the shared oracle (`expect`); on timeout, panics with the differences.
+async fn wait_fold(
+    reader: &Reader,
+    sim: &kubesink_sim::Simulator,
+    bootstrap: &str,
+    expect: Expect,
+) {
+    let waited = try_wait_until(LONG, || {
         // Recomputed each time: a stopped churn may still apply its last operation.
-        let want = &sim_state(sim, &KINDS);
+        let want = sim_state(sim, &KINDS);
         let recs = reader.records();
         let got = compacted(&recs);
-        if &got == want {
-            return;
-        }
-        if tokio::time::Instant::now() > deadline {
+        std::future::ready(if got == want {
+            Ok(recs)
+        } else {
             let missing: Vec<_> = want
                 .iter()
                 .filter(|(k, v)| got.get(*k) != Some(v))
@@ -163,6 +178,25 @@ async fn wait_fold(reader: &Reader, sim: &kubesink_sim::Simulator, bootstrap: &s
                 .filter(|(k, _)| !want.contains_key(*k))
                 .take(5)
                 .collect();
+            Err(format!(
+                "{} records read, {} keys folded, {} wanted; missing or different (want): {missing:?}; extra: {extra:?}",
+                recs.len(),
+                got.len(),
+                want.len()
+            ))
+        })
+    })
+    .await;
+    match waited {
+        Ok(recs) => {
+            let view = fold_expecting(&messages(&recs), expect);
+            assert_eq!(
+                view,
+                compacted(&recs),
+                "the oracle's fold and compaction agree"
+            );
+        }
+        Err(observed) => {
             // Read again with a fresh consumer: tells a reader problem from a broker one.
             let fresh = Reader::start(bootstrap, "kubesink.test", 6);
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -170,17 +204,10 @@ async fn wait_fold(reader: &Reader, sim: &kubesink_sim::Simulator, bootstrap: &s
             eprintln!(
                 "fresh reader: {} records, fold equal: {}",
                 again.len(),
-                &compacted(&again) == want
+                compacted(&again) == sim_state(sim, &KINDS)
             );
-            panic!(
-                "compacted fold != simulator after {LONG:?}: {} records read, {} keys folded, {} wanted; \
-                 missing or different (want): {missing:?}; extra: {extra:?}",
-                recs.len(),
-                got.len(),
-                want.len()
-            );
+            panic!("compacted fold != simulator after {LONG:?}: {observed}");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -221,7 +248,7 @@ async fn a_six_partition_topic_folds_to_the_simulators_objects_under_churn() {
     })
     .await;
     drop(churn);
-    wait_fold(&reader, &c.sim, &broker.bootstrap).await;
+    wait_fold(&reader, &c.sim, &broker.bootstrap, Expect::STRICT).await;
     bridge.shutdown().await;
     let recs = reader.records();
     assert_per_key_order(&recs);
@@ -303,7 +330,13 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
     );
     drop(churn);
     let reader = Reader::start(&broker.bootstrap, topic, 6);
-    wait_fold(&reader, &c.sim, &broker.bootstrap).await;
+    wait_fold(
+        &reader,
+        &c.sim,
+        &broker.bootstrap,
+        Expect::STRICT.redelivery(),
+    )
+    .await;
     bridge.shutdown().await;
     let recs = reader.records();
     assert_per_key_order(&recs);
@@ -386,18 +419,18 @@ async fn a_broker_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_
     .await;
     let (text, _) = bridge.observed().metrics();
     assert!(
-        metric(&text, "kubesink_sink_errors_total", &[("sink", "kafka")]) > 0.0,
+        metric_value(&text, "kubesink_sink_errors_total", &[("sink", "kafka")]) > 0.0,
         "{text}"
     );
     assert_eq!(
-        metric(&text, "kubesink_sink_ready", &[("sink", "kafka")]),
+        metric_value(&text, "kubesink_sink_ready", &[("sink", "kafka")]),
         0.0
     );
     assert_eq!(h.held(), want, "held for the Kafka sink");
 
     broker.reconnect().await;
     let reader = Reader::start(&broker.bootstrap, topic, 6);
-    wait_fold(&reader, &c.sim, &broker.bootstrap).await;
+    wait_fold(&reader, &c.sim, &broker.bootstrap, Expect::STRICT).await;
     assert_eq!(capture.len(), want, "the other sink got each change once");
     bridge.shutdown().await;
 }
@@ -498,7 +531,7 @@ async fn an_object_over_message_max_bytes_is_sent_truncated_and_counted() {
     assert_eq!(h.stats().truncated.load(Ordering::SeqCst), 1);
     let (text, _) = bridge.observed().metrics();
     assert_eq!(
-        metric(
+        metric_value(
             &text,
             "kubesink_sink_truncated_messages_total",
             &[("sink", "kafka")]

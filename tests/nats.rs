@@ -117,31 +117,47 @@ async fn stream_messages(js: &jetstream::Context, stream: &str) -> Vec<(String, 
     out
 }
 
-async fn stream_fold(js: &jetstream::Context, stream: &str) -> Fold {
+/// The stream's messages folded by the shared oracle (`expect`).
+async fn stream_fold(js: &jetstream::Context, stream: &str, expect: Expect) -> Fold {
     let msgs: Vec<Value> = stream_messages(js, stream)
         .await
         .into_iter()
         .map(|(_, v)| v)
         .collect();
-    fold(&msgs)
+    fold_expecting(&msgs, expect)
+}
+
+/// How a fold differs from the simulator's objects, for timeouts.
+fn fold_diff(want: &Fold, got: &Fold) -> String {
+    let missing = want.iter().filter(|(k, v)| got.get(*k) != Some(*v)).count();
+    let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+    format!(
+        "{missing} missing or stale, {extra} extra of {} wanted",
+        want.len()
+    )
 }
 
 /// Polls the stream's fold until it equals the simulator's objects.
-async fn wait_stream_equals_sim(js: &jetstream::Context, stream: &str, c: &Cluster) {
-    let deadline = tokio::time::Instant::now() + LONG;
-    loop {
-        let want = sim_state(&c.sim, &KINDS);
-        let got = stream_fold(js, stream).await;
-        if got == want {
-            return;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let missing = want.iter().filter(|(k, v)| got.get(*k) != Some(*v)).count();
-            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
-            panic!("stream fold != simulator after {LONG:?}: {missing} missing or stale, {extra} extra");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+async fn wait_stream_equals_sim(
+    js: &jetstream::Context,
+    stream: &str,
+    c: &Cluster,
+    expect: Expect,
+) {
+    wait_until(
+        "the stream's fold to equal the simulator's objects",
+        LONG,
+        || async {
+            let want = sim_state(&c.sim, &KINDS);
+            let got = stream_fold(js, stream, expect).await;
+            if got == want {
+                Ok(())
+            } else {
+                Err(fold_diff(&want, &got))
+            }
+        },
+    )
+    .await
 }
 
 fn message(name: &str, namespace: Option<&str>, id: &str, payload: Value) -> Message {
@@ -233,28 +249,30 @@ async fn core_delivery_of_a_churning_cluster_folds_to_the_simulators_state() {
     churn.stop();
     // The simulator is read on every poll: the churn task may finish one last write after
     // `stop()` returns.
-    let deadline = tokio::time::Instant::now() + LONG;
-    loop {
-        let want = sim_state(&c.sim, &KINDS);
-        let got = fold(&received.lock().unwrap());
-        if got == want {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let missing = want.iter().filter(|(k, v)| got.get(*k) != Some(*v)).count();
-            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+    wait_for_seen(
+        "the core subscription's fold to equal the simulator",
+        LONG,
+        || {
+            let want = sim_state(&c.sim, &KINDS);
+            let got = fold(&received.lock().unwrap());
+            if got == want {
+                return (true, String::new());
+            }
             let stats = &bridge.pipeline().sinks()[0].stats();
-            panic!(
-                "core fold != simulator after {LONG:?}: {missing} missing or stale, {extra} extra; \
-                 received {}, delivered {}, errors {}\nserver log:\n{}",
-                received.lock().unwrap().len(),
-                stats.delivered.load(Ordering::SeqCst),
-                stats.errors.load(Ordering::SeqCst),
-                server.log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            (
+                false,
+                format!(
+                    "{}; received {}, delivered {}, errors {}\nserver log:\n{}",
+                    fold_diff(&want, &got),
+                    received.lock().unwrap().len(),
+                    stats.delivered.load(Ordering::SeqCst),
+                    stats.errors.load(Ordering::SeqCst),
+                    server.log()
+                ),
+            )
+        },
+    )
+    .await;
     assert_schema_valid(&schema(), &received.lock().unwrap());
     bridge.shutdown().await;
     reader.abort();
@@ -286,7 +304,7 @@ async fn jetstream_delivery_with_the_example_config_holds_exactly_the_live_objec
     .await;
     churn.stop();
     let js = js_client(&server).await;
-    wait_stream_equals_sim(&js, "KUBESINK", &c).await;
+    wait_stream_equals_sim(&js, "KUBESINK", &c, Expect::STRICT.last_per_key()).await;
     // max_msgs_per_subject = 1: one message per subject, so the stream is the topology
     // (plus the delete markers of deleted objects).
     let msgs = stream_messages(&js, "KUBESINK").await;
@@ -349,7 +367,7 @@ async fn a_ten_second_outage_mid_churn_loses_nothing_and_memory_stays_bounded() 
     .await;
     churn.stop();
     let js = js_client(&server).await;
-    wait_stream_equals_sim(&js, "KUBESINK", &c).await;
+    wait_stream_equals_sim(&js, "KUBESINK", &c, Expect::STRICT).await;
     let queue = &bridge.pipeline().sinks()[0];
     assert!(
         queue.high_water() <= 100,
@@ -675,24 +693,23 @@ const CONFIGMAPS: [(&str, &str); 1] = [("v1", "ConfigMap")];
 /// Polls the stream's fold of ConfigMaps until it equals the simulator's (the stream may
 /// not exist yet: a sink that started without a server creates it once connected).
 async fn wait_configmaps_in_stream(js: &jetstream::Context, stream: &str, c: &Cluster) {
-    let deadline = tokio::time::Instant::now() + LONG;
-    loop {
-        let want = sim_state(&c.sim, &CONFIGMAPS);
-        let got = match js.get_stream(stream).await {
-            Ok(_) => stream_fold(js, stream).await,
-            Err(_) => Fold::new(),
-        };
-        if got == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "stream fold != simulator after {LONG:?}: {} stored, {} wanted",
-            got.len(),
-            want.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until(
+        "the stream's ConfigMaps to equal the simulator's",
+        LONG,
+        || async {
+            let want = sim_state(&c.sim, &CONFIGMAPS);
+            let got = match js.get_stream(stream).await {
+                Ok(_) => stream_fold(js, stream, Expect::STRICT).await,
+                Err(_) => Fold::new(),
+            };
+            if got == want {
+                Ok(())
+            } else {
+                Err(fold_diff(&want, &got))
+            }
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -701,10 +718,12 @@ async fn delivery_resumes_within_seconds_of_the_server_coming_back_not_after_the
     let c = cluster(SimConfig::default()).await;
     create_configmaps(&c, 0, 10);
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
-    // Long waits between retries: after a 20 s outage the next retry of the backoff alone
-    // would come at least 11 s after the restart (10 s, then 20-30 s).
-    cfg.pipeline.retry_initial_backoff = HumanDuration::from_secs(10);
-    cfg.pipeline.retry_max_backoff = HumanDuration::from_secs(30);
+    // Waits between retries longer than the test waits: after a 20 s outage the backoff
+    // alone would retry no sooner than 280 s after the restart (300 s after the first
+    // failure), so delivery within LONG (120 s) of the restart shows the backoff was cut
+    // short, however slow the machine, without timing it.
+    cfg.pipeline.retry_initial_backoff = HumanDuration::from_secs(300);
+    cfg.pipeline.retry_max_backoff = HumanDuration::from_secs(600);
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
     let bridge = start(&cfg, build_sinks(&cfg).await).await;
     let h = &bridge.pipeline().sinks()[0];
@@ -734,16 +753,13 @@ async fn delivery_resumes_within_seconds_of_the_server_coming_back_not_after_the
     assert!(stats.delivered.load(Ordering::SeqCst) < 50);
     server.restart();
     let back = std::time::Instant::now();
-    wait_for("delivered after the restart", LONG, || {
-        stats.delivered.load(Ordering::SeqCst) >= 50
-    })
+    wait_for(
+        "delivery after the restart, before the backoff's own retry (the backoff was not cut short)",
+        LONG,
+        || stats.delivered.load(Ordering::SeqCst) >= 50,
+    )
     .await;
-    let took = back.elapsed();
-    eprintln!("delivered {took:?} after the server came back");
-    assert!(
-        took < Duration::from_secs(8),
-        "delivery resumed {took:?} after the restart: the backoff was not cut short"
-    );
+    eprintln!("delivered {:?} after the server came back", back.elapsed());
     let js = js_client(&server).await;
     wait_configmaps_in_stream(&js, "KUBESINK", &c).await;
     let conns: Vec<_> = server
@@ -785,7 +801,7 @@ async fn a_server_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_
     .await;
     let (text, _) = bridge.observed().metrics();
     assert!(
-        metric(
+        metric_value(
             &text,
             "kubesink_sink_errors_total",
             &[("sink", "nats"), ("kind", "transient")]
@@ -793,7 +809,7 @@ async fn a_server_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_
         "{text}"
     );
     assert_eq!(
-        metric(&text, "kubesink_sink_ready", &[("sink", "nats")]),
+        metric_value(&text, "kubesink_sink_ready", &[("sink", "nats")]),
         0.0
     );
     assert_eq!(
@@ -844,7 +860,7 @@ async fn a_server_flapping_for_thirty_seconds_loses_nothing_over_one_connection(
     }
     churn.stop();
     let js = js_client(&server).await;
-    wait_stream_equals_sim(&js, "KUBESINK", &c).await;
+    wait_stream_equals_sim(&js, "KUBESINK", &c, Expect::STRICT).await;
     let h = &bridge.pipeline().sinks()[0];
     assert!(h.high_water() <= 200, "high water {}", h.high_water());
     assert!(
@@ -877,18 +893,14 @@ async fn sync_markers_arrive_on_the_reserved_subject_after_every_message_of_thei
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
     let bridge = start(&cfg, build_sinks(&cfg).await).await;
     let js = js_client(&server).await;
-    let deadline = tokio::time::Instant::now() + LONG;
-    let msgs = loop {
+    let msgs = wait_until("three markers in the stream", LONG, || async {
         let msgs = stream_messages(&js, "KUBESINK").await;
-        if msgs.iter().filter(|(_, m)| m["op"] == "synced").count() == KINDS.len() {
-            break msgs;
+        match msgs.iter().filter(|(_, m)| m["op"] == "synced").count() {
+            n if n == KINDS.len() => Ok(msgs),
+            n => Err(format!("{n} markers in {} messages", msgs.len())),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no three markers in the stream"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     bridge.shutdown().await;
     for (api, kind) in KINDS {
         let group = api.split_once('/').map_or("core", |(g, _)| g);

@@ -50,21 +50,30 @@ async fn scrape(addr: SocketAddr) -> Scrape {
         .collect()
 }
 
-/// Scrapes until `cond` holds (counters are updated right after the sink confirmed).
-async fn scrape_until(addr: SocketAddr, cond: impl Fn(&Scrape) -> bool) -> Scrape {
-    let deadline = tokio::time::Instant::now() + LONG;
-    loop {
+/// Scrapes until `cond` holds (counters are updated right after the sink confirmed); fails
+/// the test after `LONG`, showing `what` and the last scrape.
+async fn scrape_until(addr: SocketAddr, what: &str, cond: impl Fn(&Scrape) -> bool) -> Scrape {
+    wait_until(what, LONG, || async {
         let s = scrape(addr).await;
-        if cond(&s) || tokio::time::Instant::now() > deadline {
-            return s;
+        if cond(&s) {
+            Ok(s)
+        } else {
+            let mut seen: Vec<String> = s
+                .iter()
+                .map(|((n, l), v)| format!("{n}{l:?} {v}"))
+                .collect();
+            seen.sort();
+            Err(seen.join("\n"))
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
-/// The sum of `name` over the samples whose labels include every pair of `with`.
-fn sum(s: &Scrape, name: &str, with: &[(&str, &str)]) -> f64 {
-    s.iter()
+/// The sum of `name` over the samples whose labels include every pair of `with`; `None`
+/// when there is no such sample (a labelled counter appears once incremented).
+fn sum(s: &Scrape, name: &str, with: &[(&str, &str)]) -> Option<f64> {
+    let values: Vec<f64> = s
+        .iter()
         .filter(|((n, labels), _)| {
             n == name
                 && with
@@ -72,7 +81,14 @@ fn sum(s: &Scrape, name: &str, with: &[(&str, &str)]) -> f64 {
                     .all(|(k, v)| labels.iter().any(|(lk, lv)| lk == k && lv == v))
         })
         .map(|(_, v)| *v)
-        .sum()
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// [`sum`] of a series that must be exposed: panics naming it when it is not.
+fn value(s: &Scrape, name: &str, with: &[(&str, &str)]) -> f64 {
+    sum(s, name, with)
+        .unwrap_or_else(|| panic!("metric {name} with labels {with:?} is not exposed"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,41 +117,41 @@ async fn metrics_are_exposed_and_move_under_churn() {
     let addr = bridge.server_addr().expect("server enabled");
     wait_for("initial sync", LONG, || sink.len() >= 105).await;
 
-    let before = scrape_until(addr, |s| {
-        sum(s, "kubesink_sink_delivered_messages_total", &[]) >= 105.0
+    let before = scrape_until(addr, "105 messages delivered in the metrics", |s| {
+        sum(s, "kubesink_sink_delivered_messages_total", &[]).is_some_and(|v| v >= 105.0)
     })
     .await;
     let pod = [("kind", "Pod"), ("cluster", "test"), ("scope", "all")];
-    assert_eq!(sum(&before, "kubesink_objects", &pod), 100.0);
-    assert_eq!(sum(&before, "kubesink_synced", &[("kind", "Node")]), 1.0);
+    assert_eq!(value(&before, "kubesink_objects", &pod), 100.0);
+    assert_eq!(value(&before, "kubesink_synced", &[("kind", "Node")]), 1.0);
     assert!(
-        sum(
+        value(
             &before,
             "kubesink_watch_events_total",
             &[("kind", "Pod"), ("type", "listed")]
         ) >= 100.0
     );
-    assert!(sum(&before, "kubesink_messages_total", &[("op", "added")]) >= 105.0);
-    assert!(sum(&before, "kubesink_initial_sync_duration_seconds", &pod) > 0.0);
+    assert!(value(&before, "kubesink_messages_total", &[("op", "added")]) >= 105.0);
+    assert!(value(&before, "kubesink_initial_sync_duration_seconds", &pod) > 0.0);
     assert!(
-        sum(
+        value(
             &before,
             "kubesink_sink_delivered_messages_total",
             &[("sink", "capture")]
         ) >= 105.0
     );
     assert_eq!(
-        sum(&before, "kubesink_sink_ready", &[("sink", "capture")]),
+        value(&before, "kubesink_sink_ready", &[("sink", "capture")]),
         1.0
     );
     assert!(
-        sum(
+        value(
             &before,
             "kubesink_sink_batch_size_count",
             &[("sink", "capture")]
         ) >= 1.0
     );
-    assert!(sum(&before, "kubesink_sink_send_duration_seconds_count", &[]) >= 1.0);
+    assert!(value(&before, "kubesink_sink_send_duration_seconds_count", &[]) >= 1.0);
     assert!(before
         .keys()
         .any(|(n, l)| n == "kubesink_build_info" && l.iter().any(|(k, _)| k == "version")));
@@ -164,13 +180,15 @@ async fn metrics_are_exposed_and_move_under_churn() {
     let want = sim_state(&c.sim, &[("v1", "Pod"), ("v1", "Node")]);
     wait_for("churn delivered", LONG, || fold(&sink.messages()) == want).await;
     let delivered = sink.len() as f64;
-    let after = scrape_until(addr, |s| {
-        sum(s, "kubesink_watch_gone_total", &[]) >= 1.0
-            && sum(s, "kubesink_sink_delivered_messages_total", &[]) >= delivered
+    let after = scrape_until(addr, "the relist and the churn in the metrics", |s| {
+        sum(s, "kubesink_watch_gone_total", &[]).is_some_and(|v| v >= 1.0)
+            && sum(s, "kubesink_sink_delivered_messages_total", &[]).is_some_and(|v| v >= delivered)
     })
     .await;
-    let moved =
-        |name: &str, with: &[(&str, &str)]| sum(&after, name, with) > sum(&before, name, with);
+    // A labelled counter not yet incremented before the churn is absent from `before`.
+    let moved = |name: &str, with: &[(&str, &str)]| {
+        value(&after, name, with) > sum(&before, name, with).unwrap_or(0.0)
+    };
     assert!(moved(
         "kubesink_watch_events_total",
         &[("type", "modified")]
@@ -180,9 +198,20 @@ async fn metrics_are_exposed_and_move_under_churn() {
     assert!(moved("kubesink_sink_delivered_messages_total", &[]));
     assert!(moved("kubesink_watch_gone_total", &[]));
     assert!(moved("kubesink_lists_total", &[]));
-    let age = sum(&after, "kubesink_watch_last_event_age_seconds", &pod);
+    let age = value(&after, "kubesink_watch_last_event_age_seconds", &pod);
     assert!((0.0..30.0).contains(&age), "last event age {age}");
     bridge.shutdown().await;
+}
+
+/// Waits until `/readyz` answers 200.
+async fn ready(addr: SocketAddr, what: &str) {
+    wait_until(what, LONG, || async {
+        match http_get(addr, "/readyz").await {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,8 +225,9 @@ async fn readiness_follows_sync_and_sinks_while_liveness_survives_a_sink_outage(
             ..Default::default()
         })
         .unwrap();
-    // The first list is held back by a slow API server: not ready until it is done.
-    c.sim.faults().set_delay(Duration::from_millis(1500));
+    // The first list is held back by a slow API server: not ready until it is done. 5 s: the
+    // readiness probe below must come before the list ends, even on a loaded machine.
+    c.sim.faults().set_delay(Duration::from_secs(5));
     let cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
@@ -212,28 +242,18 @@ async fn readiness_follows_sync_and_sinks_while_liveness_survives_a_sink_outage(
     c.sim.faults().set_delay(Duration::ZERO);
 
     wait_for("synced", LONG, || sink.len() >= 50).await;
-    let mut ready = false;
-    for _ in 0..200 {
-        if http_get(addr, "/readyz").await.0 == 200 {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "ready after the initial sync");
+    ready(addr, "ready after the initial sync").await;
 
     // The sink goes down: not ready, naming it; alive all the same.
     sink.down.store(true, Ordering::SeqCst);
     c.sim.churn_steps(20, 4).unwrap();
-    let mut body = String::new();
-    for _ in 0..200 {
-        let (code, b) = http_get(addr, "/readyz").await;
-        body = b;
-        if code == 503 {
-            break;
+    let body = wait_until("not ready while the sink is down", LONG, || async {
+        match http_get(addr, "/readyz").await {
+            (503, body) => Ok(body),
+            (code, body) => Err(format!("{code} {body}")),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON body");
     assert_eq!(v["status"], "failing", "{v}");
     assert!(v["problems"].to_string().contains("sink capture"), "{v}");
@@ -248,14 +268,6 @@ async fn readiness_follows_sync_and_sinks_while_liveness_survives_a_sink_outage(
         fold(&sink.messages()) == want
     })
     .await;
-    let mut ready = false;
-    for _ in 0..200 {
-        if http_get(addr, "/readyz").await.0 == 200 {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "ready again once the sink is back");
+    ready(addr, "ready again once the sink is back").await;
     bridge.shutdown().await;
 }

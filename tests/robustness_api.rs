@@ -61,7 +61,11 @@ async fn a_watch_that_ends_at_once_is_backed_off_counted_and_logged() {
         in_5s < 5,
         "{in_5s} watch requests in 5 s: the empty watch is re-opened in a loop"
     );
-    assert!(in_5s >= 1, "the informer gave up re-watching");
+    // And it keeps trying (a positive event after the window, however slow the machine).
+    wait_for("the informer re-watches", LONG, || {
+        c.sim.request_counts().path(CONFIGMAPS).watches >= 1
+    })
+    .await;
     let early = run.count("ConfigMap", |s| &s.early_ends);
     assert!(early >= 2, "early ends counted: {early}");
     let warned: Vec<String> = run

@@ -376,26 +376,32 @@ sasl_password = "kafka-sasl-pw-SECRET1"
         .spawn()
         .unwrap();
     let log = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    let deadline = tokio::time::Instant::now() + LONG;
-    let addr = loop {
-        if let Some(a) = metrics_addr(&log()) {
-            break a;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline && child.try_wait().unwrap().is_none(),
-            "no metrics address; log:\n{}",
-            log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let addr = wait_until("the metrics address in the log", LONG, || {
+        let found = match metrics_addr(&log()) {
+            Some(a) => Ok(a),
+            None => {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!(
+                        "kubesink exited ({status}) before serving metrics; log:\n{}",
+                        log()
+                    );
+                }
+                Err(log())
+            }
+        };
+        std::future::ready(found)
+    })
+    .await;
     wait_for(
         "the NATS sinks delivered and the Kafka sink failed",
         LONG,
         || {
             let m = http_get(&addr, "/metrics");
             ["nats-token", "nats-nkey", "nats-creds"].iter().all(|s| {
-                metric(&m, "kubesink_sink_delivered_messages_total", &[("sink", s)]) >= 1.0
-            }) && metric(&m, "kubesink_sink_errors_total", &[("sink", "kafka")]) >= 1.0
+                metric(&m, "kubesink_sink_delivered_messages_total", &[("sink", s)])
+                    .is_some_and(|v| v >= 1.0)
+            }) && metric(&m, "kubesink_sink_errors_total", &[("sink", "kafka")])
+                .is_some_and(|v| v >= 1.0)
         },
     )
     .await;

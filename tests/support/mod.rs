@@ -2,6 +2,10 @@
 //! capturing sink with fault switches, condition waits with timeouts, the message schema.
 #![allow(dead_code)] // each test binary uses a subset
 
+mod oracle;
+#[allow(unused_imports)] // each test binary uses a subset
+pub use oracle::{fold, fold_expecting, Expect, Fold, Oracle};
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -218,15 +222,94 @@ pub async fn post_json(client: &kube::Client, path: &str, body: String) {
     assert!(created.is_ok(), "POST {path}: {:?}", created.err());
 }
 
-/// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
-pub async fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !cond() {
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for: {what}");
+/// The one wait of the tests: polls `probe` every 20 ms until it answers `Ok(value)`, and
+/// returns that value. `Err(observed)` says what it saw this time; after `timeout` the wait
+/// panics naming `what` it awaited and the last thing observed. Timeouts are generous (the
+/// machine may be loaded): tests assert outcomes and order, never speed.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    match try_wait_until(timeout, probe).await {
+        Ok(v) => v,
+        Err(observed) => {
+            panic!("timed out after {timeout:?} waiting for: {what}\nlast observed: {observed}")
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// [`wait_until`] that hands the last observation back instead of panicking, for a caller
+/// that gathers more evidence before it fails.
+pub async fn try_wait_until<T, F, Fut>(timeout: Duration, mut probe: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let started = tokio::time::Instant::now();
+    loop {
+        let probed = tokio::time::Instant::now();
+        match probe().await {
+            Ok(v) => return Ok(v),
+            Err(observed) if started.elapsed() > timeout => return Err(observed),
+            // A costly probe (a fold of thousands of messages) waits as long as it took, so
+            // waiting does not take the CPU from what it waits for.
+            Err(_) => {
+                let pause = probed
+                    .elapsed()
+                    .clamp(Duration::from_millis(20), Duration::from_millis(500));
+                tokio::time::sleep(pause).await
+            }
+        }
+    }
+}
+
+/// [`wait_until`] for a condition without a value to show.
+pub async fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    wait_until(what, timeout, || {
+        std::future::ready(if cond() {
+            Ok(())
+        } else {
+            Err("the condition was false".to_owned())
+        })
+    })
+    .await
+}
+
+/// [`wait_until`] for a condition that says what it saw: `check` returns `(holds, observed)`.
+pub async fn wait_for_seen(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> (bool, String),
+) {
+    wait_until(what, timeout, || {
+        let (holds, observed) = check();
+        std::future::ready(if holds { Ok(()) } else { Err(observed) })
+    })
+    .await
+}
+
+/// The timestamp kubesink wrote on the first line of `log` containing `text` (its human log
+/// format starts each line with an RFC 3339 timestamp): for durations by kubesink's own clock,
+/// which a loaded test machine does not stretch as it does the test's observations.
+pub fn logged_at(log: &str, text: &str) -> jiff::Timestamp {
+    let line = log
+        .lines()
+        .find(|l| l.contains(text))
+        .unwrap_or_else(|| panic!("no {text:?} in the log:\n{log}"));
+    line_time(line).unwrap_or_else(|| panic!("no timestamp in {line:?}"))
+}
+
+/// The timestamp of the last line of `log` that has one.
+pub fn last_logged_at(log: &str) -> jiff::Timestamp {
+    log.lines()
+        .rev()
+        .find_map(line_time)
+        .unwrap_or_else(|| panic!("no timestamped line in the log:\n{log}"))
+}
+
+fn line_time(line: &str) -> Option<jiff::Timestamp> {
+    line.split_whitespace().next()?.parse().ok()
 }
 
 /// The topology message v1 schema validator.
@@ -246,33 +329,6 @@ pub fn assert_schema_valid(validator: &jsonschema::Validator, msgs: &[Value]) {
             panic!("message does not match the schema: {e}\n{m:#}");
         }
     }
-}
-
-/// Object identity as tests compare it: (kind, namespace, name) → resourceVersion.
-pub type Fold = BTreeMap<(String, String, String), String>;
-
-/// Folds messages by key in order: added/updated set, deleted removes.
-pub fn fold(msgs: &[Value]) -> Fold {
-    let mut state = Fold::new();
-    for m in msgs {
-        let key = (
-            m["kind"].as_str().unwrap_or_default().to_owned(),
-            m["namespace"].as_str().unwrap_or_default().to_owned(),
-            m["name"].as_str().unwrap_or_default().to_owned(),
-        );
-        match m["op"].as_str() {
-            Some("deleted") => {
-                state.remove(&key);
-            }
-            _ => {
-                state.insert(
-                    key,
-                    m["resourceVersion"].as_str().unwrap_or_default().to_owned(),
-                );
-            }
-        }
-    }
-    state
 }
 
 /// The simulator's current objects of the given (apiVersion, kind)s, folded the same way.
@@ -302,10 +358,11 @@ pub fn sim_state(sim: &Simulator, kinds: &[(&str, &str)]) -> Fold {
     state
 }
 
-/// The value of the sample of `name` whose labels include every `labels` pair, from the
-/// Prometheus text `exposition` (0 when absent).
-pub fn metric(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    exposition
+/// The sum of the samples of `name` whose labels include every `labels` pair, from the
+/// Prometheus text `exposition`; `None` when no such series is exposed (a labelled counter
+/// appears only once incremented). For waits; assertions use [`metric_value`].
+pub fn metric(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let values: Vec<f64> = exposition
         .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
@@ -317,7 +374,21 @@ pub fn metric(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
                     .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
             .then(|| value.parse::<f64>().ok())?
         })
-        .sum()
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// [`metric`], panicking when the series is absent (so "is 0" cannot pass for a metric that
+/// is not exposed at all), naming the metric, the labels and the series of that name.
+pub fn metric_value(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metric(exposition, name, labels).unwrap_or_else(|| {
+        let same_name: Vec<&str> = exposition
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.starts_with(name))
+            .take(10)
+            .collect();
+        panic!("metric {name} with labels {labels:?} is not exposed; series of that name: {same_name:#?}")
+    })
 }
 
 /// The simulator's current objects of the given (apiVersion, kind)s as a consumer's view
