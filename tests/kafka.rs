@@ -595,9 +595,36 @@ fn config_map(name: &str, value: &str) -> serde_json::Value {
 /// answers `UNKNOWN_PRODUCER_ID` to each produce of the old producer id and librdkafka
 /// bumps the epoch locally and retries, forever (measured: the epoch climbs by ~30 a
 /// second, every record ends `Message timed out`). The sink must replace the producer so
-/// that the changes made after the restart arrive, in order per key, and count it.
+/// that the changes made after the restart arrive, in order per key, and count it. With
+/// librdkafka's statistics (kubesink's default) the climbing epoch gives it away within
+/// seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_that_lost_the_producer_id_gets_a_new_producer_and_the_changes_arrive() {
+    let took = lost_producer_id(|k| {
+        // A message timeout shorter than the default minute, so that a fix that waited for
+        // one would still fit the deadline on a loaded machine.
+        k.message_timeout = kubesink::config::HumanDuration::from_secs(10);
+    })
+    .await;
+    eprintln!("changes after the restart arrived {took:?} after it");
+}
+
+/// The same without librdkafka's statistics: the fallback, a send whose records all timed
+/// out while the broker answers metadata requests, replaces the producer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_statistics_a_send_timing_out_while_the_broker_answers_replaces_the_producer() {
+    let took = lost_producer_id(|k| {
+        k.message_timeout = kubesink::config::HumanDuration::from_secs(3);
+        k.librdkafka
+            .insert("statistics.interval.ms".into(), "0".into());
+    })
+    .await;
+    eprintln!("changes after the restart arrived {took:?} after it");
+}
+
+/// Runs the lost-producer-id case with the Kafka sink of the example as `tweak` changes it;
+/// returns how long after the restart every change had arrived.
+async fn lost_producer_id(tweak: impl FnOnce(&mut KafkaConfig)) -> Duration {
     let _ = tracing_subscriber::fmt()
         .with_env_filter("info")
         .with_test_writer()
@@ -608,12 +635,12 @@ async fn a_broker_that_lost_the_producer_id_gets_a_new_producer_and_the_changes_
     broker.create_topic(topic, partitions).await;
     let c = cluster(SimConfig::default()).await;
     for i in 0..3 {
-        c.sim.create(config_map(&format!("before-{i}"), "0")).unwrap();
+        c.sim
+            .create(config_map(&format!("before-{i}"), "0"))
+            .unwrap();
     }
     let mut k = example_sink(&broker.bootstrap);
-    // A message timeout shorter than the default minute, so that a fix that waits for one
-    // still fits the test's deadline on a loaded machine.
-    k.message_timeout = kubesink::config::HumanDuration::from_secs(10);
+    tweak(&mut k);
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
     cfg.sinks = vec![SinkConfig::Kafka(k.clone())];
     let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
@@ -628,6 +655,7 @@ async fn a_broker_that_lost_the_producer_id_gets_a_new_producer_and_the_changes_
     let errors_before = h.stats().errors.load(Ordering::SeqCst);
 
     broker.restart_empty().await;
+    let restarted = std::time::Instant::now();
     broker.create_topic(topic, partitions).await;
     let reader = Reader::start(&broker.bootstrap, topic, partitions);
     // New objects, and three updates of one of them (per-key order).
@@ -678,6 +706,7 @@ async fn a_broker_that_lost_the_producer_id_gets_a_new_producer_and_the_changes_
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let took = restarted.elapsed();
     let recs = reader.records();
     assert_per_key_order(&recs);
     assert!(
@@ -695,4 +724,5 @@ async fn a_broker_that_lost_the_producer_id_gets_a_new_producer_and_the_changes_
     );
     eprintln!("readiness while wedged (first not-ready answer seen): {not_ready:?}");
     bridge.shutdown().await;
+    took
 }

@@ -167,6 +167,12 @@ pub fn is_secret_property(name: &str) -> bool {
 /// 10 s, so a broker that comes back would be used again only up to 10 s later.
 pub const DEFAULT_RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
+/// `statistics.interval.ms` unless the passthrough map sets it: the sink reads the
+/// idempotent producer's epoch from librdkafka's statistics to notice a broker that keeps
+/// rejecting its producer id (`rebuild.rs`). `"0"` in the passthrough map turns that off
+/// (a wedged producer is then replaced after a message timeout only).
+pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "1000";
+
 /// `[sinks.security]` of a Kafka sink.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -517,6 +523,12 @@ impl KafkaConfig {
             set(
                 "reconnect.backoff.max.ms",
                 DEFAULT_RECONNECT_BACKOFF_MAX_MS.to_owned(),
+            );
+        }
+        if !self.librdkafka.contains_key("statistics.interval.ms") {
+            set(
+                "statistics.interval.ms",
+                DEFAULT_STATISTICS_INTERVAL_MS.to_owned(),
             );
         }
         for (k, v) in self.librdkafka.iter() {
