@@ -47,12 +47,15 @@ pub enum Seen {
         brokers_answer: bool,
     },
     /// librdkafka's statistics: the producer's epoch was bumped `bumps` times since its last
-    /// successful delivery.
+    /// successful delivery (librdkafka also bumps it once after records time out, so a long
+    /// outage adds bumps too: hence `brokers_answer`).
     EpochBumps {
         /// The producer id the broker keeps rejecting.
         producer_id: i64,
         /// Epoch bumps since the last successful delivery.
         bumps: i64,
+        /// The brokers answered a metadata request right after.
+        brokers_answer: bool,
     },
     /// Any other failed send (brokers down, authorization, unknown topic, oversize): says
     /// nothing about the producer's id.
@@ -98,7 +101,14 @@ impl ProducerHealth {
         match (self, seen) {
             (_, Seen::Delivered) => (H::Delivering, None),
             (_, Seen::StateLost(why)) => rebuild(why),
-            (_, Seen::EpochBumps { producer_id, bumps }) if bumps >= EPOCH_BUMPS_BEFORE_REBUILD => {
+            (
+                _,
+                Seen::EpochBumps {
+                    producer_id,
+                    bumps,
+                    brokers_answer: true,
+                },
+            ) if bumps >= EPOCH_BUMPS_BEFORE_REBUILD => {
                 rebuild(format!(
                     "the brokers keep rejecting producer id {producer_id}: librdkafka bumped its epoch {bumps} times without a delivery (UNKNOWN_PRODUCER_ID: the broker lost the idempotent producer's state)"
                 ))
@@ -223,15 +233,17 @@ mod tests {
 
     #[test]
     fn a_few_epoch_bumps_are_librdkafkas_own_recovery_many_are_a_wedge() {
-        let few = Seen::EpochBumps {
+        let bumps = |bumps, brokers_answer| Seen::EpochBumps {
             producer_id: 1,
-            bumps: EPOCH_BUMPS_BEFORE_REBUILD - 1,
+            bumps,
+            brokers_answer,
         };
+        let few = bumps(EPOCH_BUMPS_BEFORE_REBUILD - 1, true);
         assert_eq!(H::Delivering.step(few), (H::Delivering, None));
-        let many = Seen::EpochBumps {
-            producer_id: 1,
-            bumps: EPOCH_BUMPS_BEFORE_REBUILD,
-        };
+        // Many, but the brokers are away: the bumps are librdkafka's after timeouts.
+        let outage = bumps(EPOCH_BUMPS_BEFORE_REBUILD * 3, false);
+        assert_eq!(H::Delivering.step(outage), (H::Delivering, None));
+        let many = bumps(EPOCH_BUMPS_BEFORE_REBUILD, true);
         let (next, rebuild) = H::Delivering.step(many);
         let why = rebuild.unwrap();
         assert!(why.contains("producer id 1") && why.contains("UNKNOWN_PRODUCER_ID"));

@@ -445,6 +445,7 @@ impl KafkaService {
                         let seen = Seen::EpochBumps {
                             producer_id: current.epoch.producer_id(),
                             bumps: current.epoch.bumps(),
+                            brokers_answer: self.brokers_answer(&current.producer).await,
                         };
                         replaced = self.observe(&current, seen).await;
                     }
