@@ -89,7 +89,9 @@ pub struct KafkaConfig {
     pub security: Box<KafkaSecurity>,
     /// Any other librdkafka property, passed through as is (`"socket.keepalive.enable" =
     /// "true"`). A property kubesink manages is a configuration error. Values of credential
-    /// properties ([`is_secret_property`]) are never printed.
+    /// properties ([`is_secret_property`]) are never printed. Unless set here, kubesink sets
+    /// `reconnect.backoff.max.ms = 1000` and `statistics.interval.ms = 1000` (the producer's
+    /// epoch, to notice a broker that lost its producer id; `"0"` turns that off).
     #[serde(default)]
     pub librdkafka: Passthrough,
 }
