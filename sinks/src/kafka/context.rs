@@ -63,13 +63,13 @@ impl Default for EpochWatch {
 
 impl EpochWatch {
     /// Records one statistics report (`eos.producer_id`, `eos.producer_epoch`; -1: none
-    /// assigned yet).
+    /// assigned yet). A producer id seen for the first time counts from its epoch then.
     fn note(&self, producer_id: i64, epoch: i64) {
-        self.producer_id.store(producer_id, Ordering::Relaxed);
+        let previous = self.producer_id.swap(producer_id, Ordering::Relaxed);
         self.epoch.store(epoch, Ordering::Relaxed);
-        let _ =
-            self.at_last_delivery
-                .compare_exchange(-1, epoch, Ordering::Relaxed, Ordering::Relaxed);
+        if previous != producer_id {
+            self.at_last_delivery.store(epoch, Ordering::Relaxed);
+        }
         if self.bumps() >= EPOCH_BUMPS_BEFORE_REBUILD {
             self.wedged.notify_one();
         }
@@ -230,5 +230,53 @@ impl ClientContext for KafkaContext {
         } else {
             tracing::debug!(sink = %self.sink, error = %error, "kafka client error: {reason}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn epoch_bumps_count_from_the_last_delivery_and_a_new_producer_id() {
+        let w = EpochWatch::default();
+        w.note(-1, -1);
+        assert_eq!(w.bumps(), 0, "no producer id yet");
+        w.note(1, 0);
+        w.note(1, 4);
+        assert_eq!(w.bumps(), 4);
+        w.delivered();
+        w.note(1, 6);
+        assert_eq!(w.bumps(), 2, "counted from the epoch at the last delivery");
+        w.note(2, 0);
+        assert_eq!(w.bumps(), 0, "a new producer id starts over");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), w.wedged())
+                .await
+                .is_err(),
+            "not wedged yet"
+        );
+        w.note(2, EPOCH_BUMPS_BEFORE_REBUILD);
+        tokio::time::timeout(Duration::from_secs(5), w.wedged())
+            .await
+            .expect("wedged once the epoch ran that far ahead");
+    }
+
+    #[test]
+    fn only_the_eos_object_of_the_statistics_is_read() {
+        let w = Arc::new(EpochWatch::default());
+        let ctx = KafkaContext::new("k", &BrokerWatch::default(), &w);
+        ctx.stats_raw(br#"{"name": "p", "brokers": {"b": {"x": [1, 2]}}, "eos": {"idemp_state": "Assigned", "producer_id": 7, "producer_epoch": 3, "epoch_cnt": 1}}"#);
+        assert_eq!(w.producer_id(), 7);
+        ctx.stats_raw(br#"{"name": "p", "eos": {"producer_id": 7, "producer_epoch": 5}}"#);
+        assert_eq!(w.bumps(), 2);
+        ctx.stats_raw(b"not json");
+        assert_eq!(
+            w.producer_id(),
+            7,
+            "a report it cannot read changes nothing"
+        );
     }
 }
