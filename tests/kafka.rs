@@ -615,3 +615,147 @@ async fn sync_markers_reach_every_partition_after_the_lists_records() {
         }
     }
 }
+
+fn config_map(name: &str, value: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"v": value}})
+}
+
+/// The broker loses every producer id (tansu restarted on its memory engine, the topic
+/// created again; real Kafka does the same to an idle producer after
+/// `producer.id.expiration.ms`, and to all of them with a re-created topic). tansu then
+/// answers `UNKNOWN_PRODUCER_ID` to each produce of the old producer id and librdkafka
+/// bumps the epoch locally and retries, forever (measured: the epoch climbs by ~30 a
+/// second, every record ends `Message timed out`). The sink must replace the producer so
+/// that the changes made after the restart arrive, in order per key, and count it. With
+/// librdkafka's statistics (kubesink's default) the climbing epoch gives it away within
+/// seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_lost_the_producer_id_gets_a_new_producer_and_the_changes_arrive() {
+    let took = lost_producer_id(|k| {
+        // A message timeout shorter than the default minute, so that a fix that waited for
+        // one would still fit the deadline on a loaded machine.
+        k.message_timeout = kubesink::config::HumanDuration::from_secs(10);
+    })
+    .await;
+    eprintln!("changes after the restart arrived {took:?} after it");
+}
+
+/// The same without librdkafka's statistics: the fallback, a send whose records all timed
+/// out while the broker answers metadata requests, replaces the producer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_statistics_a_send_timing_out_while_the_broker_answers_replaces_the_producer() {
+    let took = lost_producer_id(|k| {
+        k.message_timeout = kubesink::config::HumanDuration::from_secs(3);
+        k.librdkafka
+            .insert("statistics.interval.ms".into(), "0".into());
+    })
+    .await;
+    eprintln!("changes after the restart arrived {took:?} after it");
+}
+
+/// Runs the lost-producer-id case with the Kafka sink of the example as `tweak` changes it;
+/// returns how long after the restart every change had arrived.
+async fn lost_producer_id(tweak: impl FnOnce(&mut KafkaConfig)) -> Duration {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_test_writer()
+        .try_init();
+    let mut broker = Tansu::start().await;
+    let topic = "kubesink.test";
+    let partitions = 3;
+    broker.create_topic(topic, partitions).await;
+    let c = cluster(SimConfig::default()).await;
+    for i in 0..3 {
+        c.sim
+            .create(config_map(&format!("before-{i}"), "0"))
+            .unwrap();
+    }
+    let mut k = example_sink(&broker.bootstrap);
+    tweak(&mut k);
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
+    cfg.sinks = vec![SinkConfig::Kafka(k.clone())];
+    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let bridge = Bridge::start(&cfg, client, vec![kafka_sink(k).await])
+        .await
+        .unwrap();
+    let h = &bridge.pipeline().sinks()[0];
+    wait_for("the first changes delivered", LONG, || {
+        h.stats().delivered.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    let errors_before = h.stats().errors.load(Ordering::SeqCst);
+
+    broker.restart_empty().await;
+    let restarted = std::time::Instant::now();
+    broker.create_topic(topic, partitions).await;
+    let reader = Reader::start(&broker.bootstrap, topic, partitions);
+    // New objects, and three updates of one of them (per-key order).
+    let names: Vec<String> = (0..12).map(|i| format!("after-{i}")).collect();
+    for n in &names {
+        c.sim.create(config_map(n, "0")).unwrap();
+    }
+    for v in 1..=3 {
+        c.sim
+            .replace(config_map("after-0", &v.to_string()))
+            .unwrap();
+    }
+    let want_last_rv = c
+        .sim
+        .objects("v1", "ConfigMap")
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == "after-0")
+        .and_then(|o| o["metadata"]["resourceVersion"].as_str().map(str::to_owned))
+        .expect("after-0 exists");
+    let mut not_ready: Option<String> = None;
+    let arrived = |recs: &[Rec]| {
+        names.iter().all(|n| {
+            recs.iter()
+                .any(|r| r.key == format!("test/core/ConfigMap/default/{n}"))
+        }) && recs.iter().any(|r| {
+            r.key.ends_with("/after-0")
+                && r.value.as_deref().is_some_and(|v| {
+                    serde_json::from_slice::<serde_json::Value>(v).unwrap()["resourceVersion"]
+                        == want_last_rv.as_str()
+                })
+        })
+    };
+    let deadline = tokio::time::Instant::now() + LONG;
+    while !arrived(&reader.records()) {
+        let report = bridge.observed().readiness();
+        if !report.ok && not_ready.is_none() {
+            not_ready = Some(report.body.to_string());
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the changes made after the broker lost its state did not arrive within {LONG:?}: \
+             {} of {} records read; sink problem: {:?}; readiness: {}; errors since: {}",
+            reader.len(),
+            names.len() + 3,
+            h.stats().problem(),
+            bridge.observed().readiness().body,
+            h.stats().errors.load(Ordering::SeqCst) - errors_before,
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = restarted.elapsed();
+    let recs = reader.records();
+    assert_per_key_order(&recs);
+    assert!(
+        h.stats().errors.load(Ordering::SeqCst) > errors_before,
+        "the wedged producer's failure was noticed (readiness fails while sends fail)"
+    );
+    let (text, _) = bridge.observed().metrics();
+    assert!(
+        metric(
+            &text,
+            "kubesink_sink_client_rebuilds_total",
+            &[("sink", "kafka")]
+        ) >= 1.0,
+        "{text}"
+    );
+    eprintln!("readiness while wedged (first not-ready answer seen): {not_ready:?}");
+    bridge.shutdown().await;
+    took
+}

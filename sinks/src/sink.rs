@@ -84,6 +84,13 @@ pub trait Sink: Send + Sync {
         None
     }
 
+    /// How many times the sink replaced its client because the destination stopped
+    /// accepting it while it answered (Kafka: a new producer after the brokers lost or kept
+    /// rejecting its idempotent producer id). Default 0: the sink never does.
+    fn client_rebuilds(&self) -> u64 {
+        0
+    }
+
     /// The signal this sink bumps when its destination becomes reachable again (see the
     /// contract). `None` (the default): the sink has no such event; the pipeline then makes
     /// its own signal, which only the readiness probe bumps.

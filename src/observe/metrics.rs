@@ -392,6 +392,12 @@ impl BridgeCollector {
         )?;
         self.sink_counter(
             e,
+            "sink_client_rebuilds",
+            "Times the sink replaced its client because the destination stopped accepting it while it answered (Kafka: a new producer after the brokers lost its producer id)",
+            |_, s| s.handle.sink().client_rebuilds(),
+        )?;
+        self.sink_counter(
+            e,
             "sink_truncated_messages",
             "Messages reduced by the oversize policy (metadata only, or no object)",
             |st, _| load(&st.truncated),

@@ -83,23 +83,7 @@ impl Tansu {
             None
         };
         let advertised = proxy.as_ref().map_or(broker_addr, |p| p.addr);
-        let log = std::fs::File::create(dir.path().join("tansu.log")).expect("log file");
-        let child = Command::new(&bin)
-            .current_dir(dir.path())
-            .args([
-                "broker",
-                "--listener-url",
-                &format!("tcp://{broker_addr}"),
-                "--advertised-listener-url",
-                &format!("tcp://{advertised}"),
-                "--storage-engine",
-                "memory://tansu/",
-            ])
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn tansu");
+        let child = spawn_tansu(&bin, dir.path(), broker_addr, advertised);
         let t = Tansu {
             child,
             broker_addr,
@@ -107,16 +91,34 @@ impl Tansu {
             proxy,
             dir,
         };
+        t.wait_accepting().await;
+        t
+    }
+
+    async fn wait_accepting(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(broker_addr).await.is_err() {
+        while TcpStream::connect(self.broker_addr).await.is_err() {
             assert!(
                 Instant::now() < deadline,
                 "tansu did not accept connections within 30 s; log: {}",
-                t.log()
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        t
+    }
+
+    /// Kills the broker and starts a new one on the same address with an empty memory
+    /// engine: every topic, record and producer id is gone (what a broker that lost its
+    /// state looks like to clients; create the topics again). Its stderr is appended to the
+    /// same log.
+    pub async fn restart_empty(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let advertised: SocketAddr = self.bootstrap.parse().expect("bootstrap address");
+        // The listening port is free once the process is gone: measured, the new broker
+        // binds it at once although the clients' connections to the old one were open.
+        self.child = spawn_tansu(&tansu_bin(), self.dir.path(), self.broker_addr, advertised);
+        self.wait_accepting().await;
     }
 
     /// The broker's stderr so far.
@@ -187,6 +189,37 @@ impl Tansu {
             .resume()
             .await;
     }
+}
+
+/// Starts tansu on `listen` (memory engine, empty), advertising `advertised`, its stderr
+/// appended to `dir/tansu.log`.
+fn spawn_tansu(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    listen: SocketAddr,
+    advertised: SocketAddr,
+) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("tansu.log"))
+        .expect("log file");
+    Command::new(bin)
+        .current_dir(dir)
+        .args([
+            "broker",
+            "--listener-url",
+            &format!("tcp://{listen}"),
+            "--advertised-listener-url",
+            &format!("tcp://{advertised}"),
+            "--storage-engine",
+            "memory://tansu/",
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn tansu")
 }
 
 struct Proxy {

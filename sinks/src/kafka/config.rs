@@ -89,7 +89,9 @@ pub struct KafkaConfig {
     pub security: Box<KafkaSecurity>,
     /// Any other librdkafka property, passed through as is (`"socket.keepalive.enable" =
     /// "true"`). A property kubesink manages is a configuration error. Values of credential
-    /// properties ([`is_secret_property`]) are never printed.
+    /// properties ([`is_secret_property`]) are never printed. Unless set here, kubesink sets
+    /// `reconnect.backoff.max.ms = 1000` and `statistics.interval.ms = 1000` (the producer's
+    /// epoch, to notice a broker that lost its producer id; `"0"` turns that off).
     #[serde(default)]
     pub librdkafka: Passthrough,
 }
@@ -166,6 +168,12 @@ pub fn is_secret_property(name: &str) -> bool {
 /// `reconnect.backoff.max.ms` unless the passthrough map sets it: librdkafka's default is
 /// 10 s, so a broker that comes back would be used again only up to 10 s later.
 pub const DEFAULT_RECONNECT_BACKOFF_MAX_MS: &str = "1000";
+
+/// `statistics.interval.ms` unless the passthrough map sets it: the sink reads the
+/// idempotent producer's epoch from librdkafka's statistics to notice a broker that keeps
+/// rejecting its producer id (`rebuild.rs`). `"0"` in the passthrough map turns that off
+/// (a wedged producer is then replaced after a message timeout only).
+pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "1000";
 
 /// `[sinks.security]` of a Kafka sink.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -517,6 +525,12 @@ impl KafkaConfig {
             set(
                 "reconnect.backoff.max.ms",
                 DEFAULT_RECONNECT_BACKOFF_MAX_MS.to_owned(),
+            );
+        }
+        if !self.librdkafka.contains_key("statistics.interval.ms") {
+            set(
+                "statistics.interval.ms",
+                DEFAULT_STATISTICS_INTERVAL_MS.to_owned(),
             );
         }
         for (k, v) in self.librdkafka.iter() {

@@ -1,34 +1,118 @@
 //! librdkafka's callbacks (its log lines and client errors, into `tracing` with the sink's
 //! name) and what they tell about the brokers ([`BrokerWatch`]): librdkafka's last client
 //! error since the brokers last answered (e.g. "Connect to ipv4#127.0.0.1:9092 failed:
-//! Connection refused"), logged once per outage, and whether a broker-up watcher runs. The
-//! callbacks run on librdkafka's threads: they only record and log, never block.
+//! Connection refused"), logged once per outage, and whether a broker-up watcher runs; and
+//! what librdkafka's statistics tell about one producer's idempotence state
+//! ([`EpochWatch`]: its producer id and epoch). The callbacks run on librdkafka's threads:
+//! they only record, notify and log, never block.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 
+use super::rebuild::EPOCH_BUMPS_BEFORE_REBUILD;
 use super::service::{classify, Failure};
 use crate::ReadySignal;
 
 /// librdkafka callbacks: its log lines and client errors go to `tracing`, tagged with the
-/// sink name; the last client error is kept for the sink's errors ([`BrokerWatch`]).
+/// sink name; the last client error is kept for the sink's errors ([`BrokerWatch`]); the
+/// statistics' producer id and epoch go to the producer's [`EpochWatch`].
 pub struct KafkaContext {
     sink: String,
     watch: BrokerWatch,
+    epoch: Arc<EpochWatch>,
 }
 
 impl KafkaContext {
-    /// The context of sink `sink`, recording into `watch`.
-    pub fn new(sink: &str, watch: &BrokerWatch) -> Self {
+    /// The context of one producer of sink `sink`, recording into `watch` (shared by the
+    /// sink's producers) and `epoch` (this producer's).
+    pub fn new(sink: &str, watch: &BrokerWatch, epoch: &Arc<EpochWatch>) -> Self {
         KafkaContext {
             sink: sink.to_owned(),
             watch: watch.clone(),
+            epoch: epoch.clone(),
         }
     }
+}
+
+/// One producer's idempotence state as librdkafka's statistics (`statistics.interval.ms`)
+/// report it: its producer id and epoch, and the epoch at its last successful delivery.
+/// When the epoch runs [`EPOCH_BUMPS_BEFORE_REBUILD`] ahead of that, the brokers keep
+/// rejecting the producer id, and [`EpochWatch::wedged`] resolves.
+#[derive(Debug)]
+pub struct EpochWatch {
+    producer_id: AtomicI64,
+    epoch: AtomicI64,
+    at_last_delivery: AtomicI64,
+    wedged: tokio::sync::Notify,
+}
+
+impl Default for EpochWatch {
+    fn default() -> Self {
+        EpochWatch {
+            producer_id: AtomicI64::new(-1),
+            epoch: AtomicI64::new(-1),
+            at_last_delivery: AtomicI64::new(-1),
+            wedged: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl EpochWatch {
+    /// Records one statistics report (`eos.producer_id`, `eos.producer_epoch`; -1: none
+    /// assigned yet). A producer id seen for the first time counts from its epoch then.
+    fn note(&self, producer_id: i64, epoch: i64) {
+        let previous = self.producer_id.swap(producer_id, Ordering::Relaxed);
+        self.epoch.store(epoch, Ordering::Relaxed);
+        if previous != producer_id {
+            self.at_last_delivery.store(epoch, Ordering::Relaxed);
+        }
+        if self.bumps() >= EPOCH_BUMPS_BEFORE_REBUILD {
+            self.wedged.notify_one();
+        }
+    }
+
+    /// A record was delivered: the epoch it has now is the producer's working one.
+    pub(super) fn delivered(&self) {
+        self.at_last_delivery
+            .store(self.epoch.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Epoch bumps since the last successful delivery (as of the last statistics report).
+    pub(super) fn bumps(&self) -> i64 {
+        let at = self.at_last_delivery.load(Ordering::Relaxed);
+        if at < 0 {
+            return 0;
+        }
+        self.epoch.load(Ordering::Relaxed).saturating_sub(at)
+    }
+
+    /// The producer id of the last statistics report (-1: none yet).
+    pub(super) fn producer_id(&self) -> i64 {
+        self.producer_id.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once a statistics report showed [`EPOCH_BUMPS_BEFORE_REBUILD`] bumps since the
+    /// last delivery (at once if one did since the last wait). Cancel-safe.
+    pub(super) async fn wedged(&self) {
+        self.wedged.notified().await;
+    }
+}
+
+/// The part of librdkafka's statistics JSON (`STATISTICS.md`) the sink reads; the rest is
+/// skipped without being decoded.
+#[derive(serde::Deserialize)]
+struct Statistics {
+    eos: Option<Eos>,
+}
+
+#[derive(serde::Deserialize)]
+struct Eos {
+    producer_id: i64,
+    producer_epoch: i64,
 }
 
 /// What the sink knows of its brokers' reachability, shared by the librdkafka context (which
@@ -102,6 +186,17 @@ impl BrokerWatch {
 }
 
 impl ClientContext for KafkaContext {
+    /// Only the idempotence state (`eos`) is read, into the producer's [`EpochWatch`].
+    fn stats_raw(&self, statistics: &[u8]) {
+        match serde_json::from_slice::<Statistics>(statistics) {
+            Ok(Statistics { eos: Some(e) }) => self.epoch.note(e.producer_id, e.producer_epoch),
+            Ok(Statistics { eos: None }) => {}
+            Err(e) => {
+                tracing::debug!(sink = %self.sink, error = %e, "librdkafka statistics not understood")
+            }
+        }
+    }
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         use RDKafkaLogLevel as L;
         match level {
@@ -135,5 +230,53 @@ impl ClientContext for KafkaContext {
         } else {
             tracing::debug!(sink = %self.sink, error = %error, "kafka client error: {reason}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn epoch_bumps_count_from_the_last_delivery_and_a_new_producer_id() {
+        let w = EpochWatch::default();
+        w.note(-1, -1);
+        assert_eq!(w.bumps(), 0, "no producer id yet");
+        w.note(1, 0);
+        w.note(1, 4);
+        assert_eq!(w.bumps(), 4);
+        w.delivered();
+        w.note(1, 6);
+        assert_eq!(w.bumps(), 2, "counted from the epoch at the last delivery");
+        w.note(2, 0);
+        assert_eq!(w.bumps(), 0, "a new producer id starts over");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), w.wedged())
+                .await
+                .is_err(),
+            "not wedged yet"
+        );
+        w.note(2, EPOCH_BUMPS_BEFORE_REBUILD);
+        tokio::time::timeout(Duration::from_secs(5), w.wedged())
+            .await
+            .expect("wedged once the epoch ran that far ahead");
+    }
+
+    #[test]
+    fn only_the_eos_object_of_the_statistics_is_read() {
+        let w = Arc::new(EpochWatch::default());
+        let ctx = KafkaContext::new("k", &BrokerWatch::default(), &w);
+        ctx.stats_raw(br#"{"name": "p", "brokers": {"b": {"x": [1, 2]}}, "eos": {"idemp_state": "Assigned", "producer_id": 7, "producer_epoch": 3, "epoch_cnt": 1}}"#);
+        assert_eq!(w.producer_id(), 7);
+        ctx.stats_raw(br#"{"name": "p", "eos": {"producer_id": 7, "producer_epoch": 5}}"#);
+        assert_eq!(w.bumps(), 2);
+        ctx.stats_raw(b"not json");
+        assert_eq!(
+            w.producer_id(),
+            7,
+            "a report it cannot read changes nothing"
+        );
     }
 }

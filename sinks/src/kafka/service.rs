@@ -12,18 +12,26 @@
 //! failure reported there makes the send fatal. After a failed send or healthcheck, a
 //! broker-up watcher asks for metadata every half second and notifies the sink's ready
 //! signal when the brokers answer again.
+//!
+//! Brokers that answer but lost this producer's state: what each send shows of the producer
+//! goes to [`ProducerHealth::step`] (`rebuild.rs`), and when it says so the producer is
+//! replaced by a new one with the same properties, the old one purged. The pipeline re-sends
+//! what was not confirmed, and that retry goes to the new producer. A wedge librdkafka's
+//! statistics reveal (its epoch bumped again and again) ends the send at once; the healthcheck
+//! fails until the new producer delivers.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
 
 use super::config::is_secret_property;
-use super::context::{BrokerWatch, KafkaContext};
+use super::context::{BrokerWatch, EpochWatch, KafkaContext};
+use super::rebuild::{ProducerHealth, Seen};
 use super::request::{Record, MAX_TOPIC_LEN};
 use crate::SinkError;
 
@@ -147,17 +155,26 @@ pub fn needs_new_producer(code: RDKafkaErrorCode) -> bool {
 
 type Producer_ = FutureProducer<KafkaContext>;
 
+/// The producer in use and what its statistics tell of its idempotence state.
+#[derive(Clone)]
+struct Current {
+    producer: Arc<Producer_>,
+    epoch: Arc<EpochWatch>,
+}
+
 /// One librdkafka producer (the idempotent producer by default) with its delivery
 /// bookkeeping; replaced by a fresh one when librdkafka or the broker makes it unusable.
 pub struct KafkaService {
     s: Settings,
-    producer: RwLock<Arc<Producer_>>,
+    current: RwLock<Current>,
+    /// What the sends showed of the current producer (`rebuild.rs`).
+    health: Mutex<ProducerHealth>,
+    /// Times the producer was replaced.
+    rebuilds: AtomicU64,
     /// Topics this sink produced to, checked by the healthcheck.
     topics: Mutex<BTreeSet<String>>,
     /// Times an enqueue met `QueueFull` and waited.
     queue_full_waits: AtomicU64,
-    /// A delivery report settled while waiting for queue room asked for a new producer.
-    reset_needed: AtomicBool,
     watch: BrokerWatch,
 }
 
@@ -165,12 +182,28 @@ fn create_producer(
     name: &str,
     properties: &Properties,
     watch: &BrokerWatch,
-) -> Result<Producer_, KafkaError> {
+) -> Result<Current, KafkaError> {
     let mut cc = ClientConfig::new();
     for (k, v) in &properties.0 {
         cc.set(k, v);
     }
-    cc.create_with_context(KafkaContext::new(name, watch))
+    let epoch = Arc::new(EpochWatch::default());
+    let producer = cc.create_with_context(KafkaContext::new(name, watch, &epoch))?;
+    Ok(Current {
+        producer: Arc::new(producer),
+        epoch,
+    })
+}
+
+/// What the delivery reports of a send showed.
+#[derive(Default, Clone, Copy)]
+struct Settled {
+    /// An error meant the producer must be replaced ([`needs_new_producer`]).
+    reset: bool,
+    /// A record timed out (`MSG_TIMED_OUT`).
+    timed_out: bool,
+    /// A record failed otherwise (enqueue errors included).
+    other: bool,
 }
 
 /// Interval and metadata timeout of the broker-up watcher.
@@ -194,14 +227,15 @@ impl KafkaService {
     /// The [`KafkaError`] when librdkafka rejects a property (its message names it).
     pub fn new(s: Settings) -> Result<Self, KafkaError> {
         let watch = BrokerWatch::default();
-        let producer = create_producer(&s.sink, &s.properties, &watch)?;
+        let current = create_producer(&s.sink, &s.properties, &watch)?;
         tracing::info!(sink = %s.sink, config = ?s.properties, "kafka producer created");
         Ok(KafkaService {
             s,
-            producer: RwLock::new(Arc::new(producer)),
+            current: RwLock::new(current),
+            health: Mutex::new(ProducerHealth::default()),
+            rebuilds: AtomicU64::new(0),
             topics: Mutex::new(BTreeSet::new()),
             queue_full_waits: AtomicU64::new(0),
-            reset_needed: AtomicBool::new(false),
             watch,
         })
     }
@@ -278,37 +312,92 @@ impl KafkaService {
     }
 
     fn producer(&self) -> Arc<Producer_> {
-        self.producer
+        self.current().producer
+    }
+
+    fn current(&self) -> Current {
+        self.current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// After a fatal error, or a delivery error that means the broker no longer accepts
-    /// this producer's id or epoch ([`needs_new_producer`]), librdkafka's producer is
-    /// unusable: replace it with a fresh one.
-    fn reset_if_fatal(&self, current: &Arc<Producer_>, producer_state_lost: bool) {
-        if let Some((code, reason)) = current.client().fatal_error() {
-            tracing::error!(sink = %self.s.sink, code = ?code, reason = %reason, "fatal producer error: recreating the producer");
-        } else if producer_state_lost {
-            tracing::warn!(sink = %self.s.sink, "the broker rejected the producer's id or epoch: recreating the producer");
-        } else {
-            return;
-        }
+    /// How many times the producer was replaced by a new one.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds.load(Ordering::Relaxed)
+    }
+
+    /// Why the producer keeps the sink from being ready, while it does (it was replaced and
+    /// the new one has not delivered yet).
+    pub fn producer_problem(&self) -> Option<String> {
+        self.health
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .problem()
+    }
+
+    /// Feeds what a send showed of `current` to [`ProducerHealth::step`] and replaces the
+    /// producer when it says so. Returns the reason of the replacement.
+    async fn observe(&self, current: &Current, seen: Seen) -> Option<String> {
+        let reason = {
+            let mut h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            // What an old producer showed says nothing about the new one.
+            if !Arc::ptr_eq(&self.current().producer, &current.producer) {
+                return None;
+            }
+            let (next, reason) = h.step(seen);
+            *h = next;
+            reason?
+        };
+        self.rebuild(current, &reason).await;
+        Some(reason)
+    }
+
+    /// Replaces `old` by a new producer with the same properties, then purges `old` (its
+    /// queued and in-flight records fail at once with a purge error; the pipeline sends
+    /// them again, to the new producer) and lets it go on a blocking thread (dropping a
+    /// producer flushes and joins librdkafka's threads).
+    async fn rebuild(&self, old: &Current, reason: &str) {
+        let fatal = old.producer.client().fatal_error();
         match create_producer(&self.s.sink, &self.s.properties, &self.watch) {
-            Ok(p) => {
-                let mut w = self
-                    .producer
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if Arc::ptr_eq(&w, current) {
-                    *w = Arc::new(p);
+            Ok(new) => {
+                {
+                    let mut w = self.current.write().unwrap_or_else(PoisonError::into_inner);
+                    if !Arc::ptr_eq(&w.producer, &old.producer) {
+                        return;
+                    }
+                    *w = new;
                 }
+                let n = self.rebuilds.fetch_add(1, Ordering::Relaxed) + 1;
+                match fatal {
+                    Some((code, why)) => {
+                        tracing::error!(sink = %self.s.sink, code = ?code, fatal = %why, reason, rebuilds = n, "fatal producer error: replaced the producer by a new one")
+                    }
+                    None => {
+                        tracing::warn!(sink = %self.s.sink, reason, rebuilds = n, "replaced the Kafka producer by a new one; what it did not deliver is sent again")
+                    }
+                }
+                let old = old.producer.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    old.purge(PurgeConfig::default().queue().inflight());
+                })
+                .await;
+                // The retry need not wait for the pipeline's backoff.
+                self.watch.ready().notify();
             }
             Err(e) => {
-                tracing::error!(sink = %self.s.sink, error = %describe_error(&e), "recreating the producer failed")
+                tracing::error!(sink = %self.s.sink, error = %describe_error(&e), reason, "creating a new Kafka producer failed; the next failure tries again")
             }
         }
+    }
+
+    /// Whether the brokers answer a metadata request (within `healthcheck_timeout`).
+    async fn brokers_answer(&self, producer: &Arc<Producer_>) -> bool {
+        let p = producer.clone();
+        let timeout = self.s.healthcheck_timeout;
+        tokio::task::spawn_blocking(move || p.client().fetch_metadata(None, timeout).is_ok())
+            .await
+            .unwrap_or(false)
     }
 
     /// Produces `records` (one per message of the batch, in order) and waits for every
@@ -319,37 +408,66 @@ impl KafkaService {
     /// authorization, unknown topic or TLS, [`SinkError::Partial`] naming the failed
     /// messages, or [`SinkError::Transient`] when none was delivered.
     pub async fn send(&self, records: &[Record<'_>]) -> Result<(), SinkError> {
-        let producer = self.producer();
-        let mut failures: Vec<Option<(Failure, Arc<str>)>> = vec![None; records.len()];
-        let mut pending: VecDeque<Pending> = VecDeque::with_capacity(records.len() * 2);
-        let mut reset = false;
+        let current = self.current();
+        let producer = current.producer.clone();
+        let mut reports = Reports {
+            pending: VecDeque::with_capacity(records.len() * 2),
+            failures: vec![None; records.len()],
+            settled: Settled::default(),
+            epoch: current.epoch.clone(),
+        };
         for (i, r) in records.iter().enumerate() {
             match &r.fan_out {
                 None => {
                     let target = (&r.topic, None);
-                    self.produce(&producer, r, i, target, &mut pending, &mut failures)
-                        .await;
+                    self.produce(&producer, r, i, target, &mut reports).await;
                 }
                 Some(destinations) => {
                     for (topic, partition) in destinations {
                         let target = (topic, Some(*partition));
-                        if !self
-                            .produce(&producer, r, i, target, &mut pending, &mut failures)
-                            .await
-                        {
+                        if !self.produce(&producer, r, i, target, &mut reports).await {
                             break;
                         }
                     }
                 }
             }
         }
-        while let Some(p) = pending.pop_front() {
-            reset |= settle(p, &mut failures).await;
+        // Why the producer was replaced while this batch waited for its reports.
+        let mut replaced: Option<String> = None;
+        while let Some(mut p) = reports.pending.pop_front() {
+            let report = loop {
+                if replaced.is_some() {
+                    break (&mut p.future).await;
+                }
+                tokio::select! {
+                    r = &mut p.future => break r,
+                    () = current.epoch.wedged() => {
+                        let seen = Seen::EpochBumps {
+                            producer_id: current.epoch.producer_id(),
+                            bumps: current.epoch.bumps(),
+                            brokers_answer: self.brokers_answer(&current.producer).await,
+                        };
+                        replaced = self.observe(&current, seen).await;
+                    }
+                }
+            };
+            reports.settle(report.ok(), p.index, p.topic);
         }
         self.note_topics(records);
-        reset |= self.reset_needed.swap(false, Ordering::Relaxed);
-        self.reset_if_fatal(&producer, reset);
-        let outcome = self.outcome(records, failures);
+        if replaced.is_none() {
+            let seen = self.seen(&current, &reports).await;
+            replaced = self.observe(&current, seen).await;
+        }
+        let mut outcome = self.outcome(records, reports.failures);
+        if let Some(why) = &replaced {
+            if let Err(SinkError::Transient { message, .. } | SinkError::Partial { message, .. }) =
+                &mut outcome
+            {
+                *message = format!(
+                    "{message}; the producer was replaced by a new one ({why}), which gets the retry"
+                );
+            }
+        }
         match &outcome {
             Ok(()) => {
                 self.watch.clear();
@@ -359,28 +477,54 @@ impl KafkaService {
             }
             Err(_) => {}
         }
+        if replaced.is_some() {
+            // Dropping a producer blocks (flush, joining librdkafka's threads): not here.
+            let old = (producer, current);
+            tokio::task::spawn_blocking(move || drop(old));
+        }
         outcome
+    }
+
+    /// What this send showed of the producer, for [`ProducerHealth::step`].
+    async fn seen(&self, current: &Current, reports: &Reports) -> Seen {
+        let settled = reports.settled;
+        if let Some((code, reason)) = current.producer.client().fatal_error() {
+            return Seen::StateLost(format!("librdkafka fatal error {code:?}: {reason}"));
+        }
+        if settled.reset {
+            return Seen::StateLost(
+                "the broker rejected the producer's id, epoch or sequence numbers".into(),
+            );
+        }
+        if reports.failures.iter().all(Option::is_none) {
+            return Seen::Delivered;
+        }
+        if settled.timed_out && !settled.other {
+            let brokers_answer = self.brokers_answer(&current.producer).await;
+            return Seen::TimedOut { brokers_answer };
+        }
+        Seen::OtherFailure
     }
 
     /// Enqueues record `i` on `target` (topic, and the partition for a sync marker; none:
     /// by key), then its tombstone if it has one. Returns `false` when it failed (recorded in
-    /// `failures`).
+    /// `reports`).
     async fn produce(
         &self,
         producer: &Arc<Producer_>,
         r: &Record<'_>,
         i: usize,
         (topic, partition): (&Arc<str>, Option<i32>),
-        pending: &mut VecDeque<Pending>,
-        failures: &mut [Option<(Failure, Arc<str>)>],
+        reports: &mut Reports,
     ) -> bool {
         if topic.len() > MAX_TOPIC_LEN {
-            failures[i] = Some((
+            reports.fail(
+                i,
                 Failure::Fatal(format!(
                     "topic {topic:?} is longer than Kafka's {MAX_TOPIC_LEN} characters: shorten `topic`"
                 )),
-                topic.clone(),
-            ));
+                topic,
+            );
             return false;
         }
         let mut value = FutureRecord::to(topic)
@@ -393,11 +537,8 @@ impl KafkaService {
         if let Some(ms) = r.timestamp {
             value = value.timestamp(ms);
         }
-        if let Err(e) = self
-            .enqueue(producer, value, i, topic, pending, failures)
-            .await
-        {
-            failures[i] = Some((classify(&e, topic), topic.clone()));
+        if let Err(e) = self.enqueue(producer, value, i, topic, reports).await {
+            reports.fail(i, classify(&e, topic), topic);
             return false;
         }
         if let Some(headers) = &r.tombstone {
@@ -406,11 +547,8 @@ impl KafkaService {
             if let Some(ms) = r.timestamp {
                 record = record.timestamp(ms);
             }
-            if let Err(e) = self
-                .enqueue(producer, record, i, topic, pending, failures)
-                .await
-            {
-                failures[i] = Some((classify(&e, topic), topic.clone()));
+            if let Err(e) = self.enqueue(producer, record, i, topic, reports).await {
+                reports.fail(i, classify(&e, topic), topic);
                 return false;
             }
         }
@@ -425,13 +563,12 @@ impl KafkaService {
         mut record: FutureRecord<'a, [u8], [u8]>,
         index: usize,
         topic: &Arc<str>,
-        pending: &mut VecDeque<Pending>,
-        failures: &mut [Option<(Failure, Arc<str>)>],
+        reports: &mut Reports,
     ) -> Result<(), KafkaError> {
         loop {
             match producer.send_result(record) {
                 Ok(future) => {
-                    pending.push_back(Pending {
+                    reports.pending.push_back(Pending {
                         index,
                         topic: topic.clone(),
                         future,
@@ -441,11 +578,10 @@ impl KafkaService {
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     record = r;
                     self.queue_full_waits.fetch_add(1, Ordering::Relaxed);
-                    match pending.pop_front() {
+                    match reports.pending.pop_front() {
                         Some(p) => {
-                            if settle(p, failures).await {
-                                self.reset_needed.store(true, Ordering::Relaxed);
-                            }
+                            let report = p.future.await.ok();
+                            reports.settle(report, p.index, p.topic);
                         }
                         None => {
                             // Records of an earlier (cancelled) batch fill the queue: wait
@@ -566,11 +702,13 @@ impl KafkaService {
     }
 
     /// Fetches the cluster metadata (brokers reachable, authenticated) and checks that every
-    /// topic this sink produced to is present with partitions.
+    /// topic this sink produced to is present with partitions, and that the producer is not
+    /// a replacement that has yet to deliver.
     ///
     /// # Errors
-    /// [`SinkError::Transient`] while the brokers do not answer; [`SinkError::Fatal`] for a
-    /// fatal producer error, authentication, or a topic missing from the metadata.
+    /// [`SinkError::Transient`] while the brokers do not answer or the new producer has not
+    /// delivered yet; [`SinkError::Fatal`] for a fatal producer error, authentication, or a
+    /// topic missing from the metadata.
     pub async fn healthcheck(&self) -> Result<(), SinkError> {
         let producer = self.producer();
         if let Some((code, reason)) = producer.client().fatal_error() {
@@ -604,6 +742,9 @@ impl KafkaService {
         if self.watch.clear() {
             tracing::info!(sink = %self.s.sink, "kafka brokers answer again");
             self.watch.ready().notify();
+        }
+        if let Some(p) = self.producer_problem() {
+            return Err(SinkError::transient(&self.s.sink, p));
         }
         let wanted: Vec<String> = self
             .topics
@@ -674,24 +815,53 @@ impl KafkaService {
     }
 }
 
-/// Waits for one delivery report and records a failure against its message. Returns
-/// whether the error means the producer must be replaced ([`needs_new_producer`]).
-async fn settle(p: Pending, failures: &mut [Option<(Failure, Arc<str>)>]) -> bool {
-    let mut reset = false;
-    let failure = match p.future.await {
-        Ok(Ok(_)) => None,
-        Ok(Err((e, _))) => {
-            reset = e.rdkafka_error_code().is_some_and(needs_new_producer);
-            Some(classify(&e, &p.topic))
-        }
-        Err(_) => Some(Failure::Transient(
-            "producer dropped before the delivery report".into(),
-        )),
-    };
-    if let Some(f) = failure {
-        if failures[p.index].is_none() {
-            failures[p.index] = Some((f, p.topic));
+/// The delivery reports one send waits for, and what those that arrived showed.
+struct Reports {
+    pending: VecDeque<Pending>,
+    /// Per message of the batch: its first failure, and the topic it went to.
+    failures: Vec<Option<(Failure, Arc<str>)>>,
+    settled: Settled,
+    /// The producer's, told of each delivery.
+    epoch: Arc<EpochWatch>,
+}
+
+impl Reports {
+    /// Records one delivery report (`None`: the producer was dropped before it) against its
+    /// message (`index`, `topic`).
+    fn settle(
+        &mut self,
+        report: Option<rdkafka::producer::future_producer::OwnedDeliveryResult>,
+        index: usize,
+        topic: Arc<str>,
+    ) {
+        let failure = match report {
+            Some(Ok(_)) => {
+                self.epoch.delivered();
+                return;
+            }
+            Some(Err((e, _))) => {
+                let code = e.rdkafka_error_code();
+                self.settled.reset |= code.is_some_and(needs_new_producer);
+                if code == Some(RDKafkaErrorCode::MessageTimedOut) {
+                    self.settled.timed_out = true;
+                } else {
+                    self.settled.other = true;
+                }
+                classify(&e, &topic)
+            }
+            None => {
+                self.settled.other = true;
+                Failure::Transient("producer dropped before the delivery report".into())
+            }
+        };
+        if self.failures[index].is_none() {
+            self.failures[index] = Some((failure, topic));
         }
     }
-    reset
+
+    /// Records a failure to enqueue message `index`.
+    fn fail(&mut self, index: usize, failure: Failure, topic: &Arc<str>) {
+        self.settled.other = true;
+        self.failures[index] = Some((failure, topic.clone()));
+    }
 }

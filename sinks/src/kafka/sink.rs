@@ -164,6 +164,11 @@ impl Sink for KafkaSink {
         self.service.close().await
     }
 
+    /// Producers replaced because the brokers lost or kept rejecting the producer id.
+    fn client_rebuilds(&self) -> u64 {
+        self.service.rebuilds()
+    }
+
     /// Notified when the brokers answer again after a failed send or healthcheck.
     fn ready_signal(&self) -> Option<ReadySignal> {
         Some(self.service.watch().ready().clone())

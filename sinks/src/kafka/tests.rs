@@ -246,6 +246,26 @@ fn turning_tls_verification_off_is_warned_about() {
 }
 
 #[test]
+fn statistics_are_on_for_the_producer_epoch_unless_the_passthrough_sets_them() {
+    let c = parse(r#"{"bootstrap_servers": "b:9092"}"#);
+    assert_eq!(
+        c.render().get("statistics.interval.ms"),
+        Some(DEFAULT_STATISTICS_INTERVAL_MS)
+    );
+    let c =
+        parse(r#"{"bootstrap_servers": "b:9092", "librdkafka": {"statistics.interval.ms": "0"}}"#);
+    let r = c.render();
+    assert_eq!(r.get("statistics.interval.ms"), Some("0"));
+    assert_eq!(
+        r.0.iter()
+            .filter(|(k, _)| k == "statistics.interval.ms")
+            .count(),
+        1,
+        "set once: {r:?}"
+    );
+}
+
+#[test]
 fn a_rejected_property_is_named_without_its_value() {
     let e = KafkaError::ClientConfig(
         rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
