@@ -475,13 +475,11 @@ impl Loader {
 
     fn check_resource(&mut self, at_key: &str, r: &ResourceConfig) {
         let at = |k: &str| format!("{at_key}.{k}");
-        let version = r.api_version.rsplit('/').next().unwrap_or("");
-        if r.api_version.is_empty() || r.api_version.matches('/').count() > 1 || version.is_empty()
-        {
+        if let Err(why) = check_api_version(&r.api_version) {
             self.problem(
                 &at("api_version"),
                 format!(
-                    "{:?} is not an apiVersion (expected \"v1\" or \"group/version\")",
+                    "{:?} is not an apiVersion: {why} (expected \"v1\" for the core group, or \"group/version\" such as \"apps/v1\")",
                     r.api_version
                 ),
             );
@@ -645,6 +643,50 @@ fn check_label_key(k: &str) -> Result<(), &'static str> {
     check_label_value(name).map_err(|_| {
         "has an invalid name part: use [A-Za-z0-9._-], at most 63, alphanumeric at both ends"
     })
+}
+
+/// An apiVersion as Kubernetes writes it: `version` (the core group) or `group/version`, the
+/// group a DNS subdomain and the version a DNS-1035 label (`v1`, `v1beta1`). Anything else
+/// (`/v1`, `v1/`, `a/b/c`, whitespace, capitals) is refused: discovery would resolve some of
+/// these spellings to a kind all the same, and every decision about the resource is then made
+/// from what discovery resolved.
+fn check_api_version(v: &str) -> Result<(), String> {
+    if v.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    if v.chars().any(char::is_whitespace) {
+        return Err("it contains whitespace".to_owned());
+    }
+    let (group, version) = match v.split_once('/') {
+        Some((g, v)) => (Some(g), v),
+        None => (None, v),
+    };
+    if version.contains('/') {
+        return Err("it has more than one '/'".to_owned());
+    }
+    match group {
+        Some("") => {
+            return Err(
+                "the group before '/' is empty (the core group is written without it: \"v1\")"
+                    .to_owned(),
+            )
+        }
+        Some(g) if g.len() > 253 || !g.split('.').all(|l| check_dns_label(l).is_ok()) => {
+            return Err(format!(
+                "the group {g:?} is not a DNS subdomain (lowercase letters, digits, '-' and '.')"
+            ))
+        }
+        _ => {}
+    }
+    if version.is_empty() {
+        return Err("the version after '/' is empty".to_owned());
+    }
+    if check_dns_label(version).is_err() || !version.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Err(format!(
+            "the version {version:?} is not a lowercase DNS label starting with a letter, such as \"v1\" or \"v1beta1\""
+        ));
+    }
+    Ok(())
 }
 
 /// RFC 1123 DNS label (namespace names).

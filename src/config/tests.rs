@@ -237,6 +237,48 @@ fn state_settings_are_checked_with_key_and_source() {
 }
 
 #[test]
+fn malformed_api_versions_are_rejected_naming_the_key_and_the_file() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        for bad in [
+            "", "/v1", "v1/", "/", "//v1", "a/b/c", "apps//v1", " v1", "v1 ", "\tv1", "apps/ v1",
+            "ap ps/v1", "V1", "Apps/v1", ".apps/v1", "apps./v1", "apps/v1/",
+        ] {
+            jail.create_file(
+                "r.toml",
+                &format!(
+                    "[cluster]\nname = \"p\"\n[[resources]]\napi_version = {bad:?}\nkind = \"Secret\"\n"
+                ),
+            )?;
+            let errs = errors_of(Some(Path::new("r.toml")));
+            assert!(
+                errs.iter()
+                    .any(|e| e.starts_with("resources.0.api_version: ")
+                        && e.contains("is not an apiVersion")
+                        && e.ends_with("r.toml)")),
+                "{bad:?}: {errs:?}"
+            );
+        }
+        for good in [
+            "v1",
+            "apps/v1",
+            "example.com/v1alpha1",
+            "k8s-openapi-tests-custom-resource-definition.com/v1",
+            "autoscaling/v2",
+        ] {
+            jail.create_file(
+                "r.toml",
+                &format!(
+                    "[cluster]\nname = \"p\"\n[[resources]]\napi_version = {good:?}\nkind = \"Foo\"\n"
+                ),
+            )?;
+            load(Some(Path::new("r.toml"))).map_err(|e| format!("{good:?}: {e}"))?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
 fn a_named_config_file_that_is_missing_is_an_error() {
     Jail::expect_with(|jail| {
         jail.clear_env();
