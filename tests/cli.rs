@@ -238,3 +238,78 @@ async fn check_warns_when_two_resources_are_the_same_objects_under_two_api_group
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn check_rejects_a_state_location_without_a_backend_from_the_file_or_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.toml");
+    let name = "[cluster]\nname = \"p\"\n";
+    let state_file = dir.path().join("state").display().to_string();
+    let mut cases: Vec<(String, Vec<(&str, String)>, &str, &str)> = vec![
+        (
+            format!("{name}[state]\npath = {state_file:?}\n"),
+            vec![],
+            "state.path: ",
+            "state.backend = \"file\"",
+        ),
+        (
+            name.to_owned(),
+            vec![("KUBESINK_STATE__PATH", state_file.clone())],
+            "state.path: ",
+            "state.backend = \"file\"",
+        ),
+    ];
+    if cfg!(feature = "nats") {
+        cases.push((
+            format!("{name}[state.nats]\nbucket = \"KUBESINK_STATE\"\n"),
+            vec![],
+            "state.nats.bucket: ",
+            "state.backend = \"nats\"",
+        ));
+        cases.push((
+            name.to_owned(),
+            vec![("KUBESINK_STATE__NATS__BUCKET", "B".to_owned())],
+            "state.nats.bucket: ",
+            "state.backend = \"nats\"",
+        ));
+    }
+    for (toml, env, key, fix) in &cases {
+        std::fs::write(&file, toml).unwrap();
+        let mut cmd = kubesink();
+        cmd.args(["check", "--config"]).arg(&file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().await.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{toml:?} {env:?}: {stderr}");
+        let source = match env.first() {
+            Some((k, _)) => format!("(from env {k})"),
+            None => format!("(from file {})", file.display()),
+        };
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains(key) && l.contains(fix) && l.ends_with(&source)),
+            "{toml:?} {env:?}: {stderr}"
+        );
+    }
+    // Naming the backend makes the same file valid.
+    std::fs::write(
+        &file,
+        format!("{name}[state]\nbackend = \"file\"\npath = {state_file:?}\n"),
+    )
+    .unwrap();
+    let out = kubesink()
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -318,6 +318,31 @@ impl Loader {
         });
     }
 
+    /// The dotted keys under `key` that the file or the environment set (not the built-in
+    /// defaults), in key order; a list counts as one key.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    fn set_keys(&self, key: &str) -> Vec<String> {
+        fn walk(figment: &Figment, key: String, v: &Value, out: &mut Vec<String>) {
+            if let Value::Dict(_, dict) = v {
+                for (k, v) in dict {
+                    walk(figment, format!("{key}.{k}"), v, out);
+                }
+                return;
+            }
+            let default = figment
+                .find_metadata(&key)
+                .is_none_or(|md| matches!(md.source, Some(Source::Code(_))));
+            if !default {
+                out.push(key);
+            }
+        }
+        let mut out = Vec::new();
+        if let Ok(v) = self.figment.find_value(key) {
+            walk(&self.figment, key.to_owned(), &v, &mut out);
+        }
+        out
+    }
+
     fn check_cluster_name(&mut self, key: &str, name: &str) {
         if let Err(why) = check_label_value(name) {
             self.problem(key, format!("{name:?} {why}"));
@@ -454,6 +479,18 @@ impl Loader {
         }
         for (key, message) in c.state.problems() {
             self.problem(&key, message);
+        }
+        #[cfg(feature = "nats")]
+        if c.state.backend == super::StateBackend::None {
+            if let Some(key) = self.set_keys("state.nats").into_iter().next() {
+                self.problem(
+                    &key,
+                    format!(
+                        "is a [state.nats] setting but state.backend is \"none\" (the default), so no state would be kept and every delete made while kubesink is down would be lost at the next restart: {}",
+                        super::state::NO_BACKEND_FIX_NATS
+                    ),
+                );
+            }
         }
         let mut names = std::collections::HashSet::new();
         for (i, s) in c.sinks.iter().enumerate() {

@@ -279,6 +279,89 @@ fn malformed_api_versions_are_rejected_naming_the_key_and_the_file() {
 }
 
 #[test]
+fn a_state_location_without_a_backend_is_an_error_naming_the_backend_to_set() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        let name = "[cluster]\nname = \"p\"\n";
+        let cases: &[(&str, &[(&str, &str)], &str, &str)] = &[
+            (
+                "[state]\npath = \"state\"\n",
+                &[],
+                "state.path: ",
+                "state.backend = \"file\"",
+            ),
+            (
+                "[state]\nbackend = \"none\"\npath = \"state\"\n",
+                &[],
+                "state.path: ",
+                "state.backend = \"file\"",
+            ),
+            (
+                "",
+                &[("KUBESINK_STATE__PATH", "state")],
+                "state.path: ",
+                "state.backend = \"file\"",
+            ),
+            (
+                "[state]\npath = \"\"\n",
+                &[],
+                "state.path: ",
+                "state.backend = \"file\"",
+            ),
+            (
+                "[state.nats]\nbucket = \"KUBESINK_STATE\"\n",
+                &[],
+                "state.nats.bucket: ",
+                "state.backend = \"nats\"",
+            ),
+            (
+                "[state.nats.auth]\ntoken = \"t\"\n",
+                &[],
+                "state.nats.auth.token: ",
+                "state.backend = \"nats\"",
+            ),
+            (
+                "",
+                &[("KUBESINK_STATE__NATS__SERVERS", "[\"nats://n:4222\"]")],
+                "state.nats.servers: ",
+                "state.backend = \"nats\"",
+            ),
+        ];
+        for (toml, env, key, fix) in cases {
+            if key.starts_with("state.nats") && !cfg!(feature = "nats") {
+                continue;
+            }
+            jail.clear_env();
+            jail.create_file("s.toml", &format!("{name}{toml}"))?;
+            for (k, v) in *env {
+                jail.set_env(k, v);
+            }
+            let source = match env.first() {
+                Some((k, _)) => format!("(from env {k})"),
+                None => "s.toml)".to_owned(),
+            };
+            let errs = errors_of(Some(Path::new("s.toml")));
+            assert!(
+                errs.iter()
+                    .any(|e| e.starts_with(key) && e.contains(fix) && e.ends_with(&source)),
+                "{toml:?} {env:?}: {errs:?}"
+            );
+        }
+        // With the backend set, the same settings load.
+        jail.create_file(
+            "s.toml",
+            &format!("{name}[state]\nbackend = \"file\"\npath = \"state\"\n"),
+        )?;
+        load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
+        jail.set_env("KUBESINK_STATE__PATH", "state");
+        jail.set_env("KUBESINK_STATE__BACKEND", "file");
+        jail.create_file("s.toml", name)?;
+        load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
+        Ok(())
+    });
+}
+
+#[test]
 fn a_named_config_file_that_is_missing_is_an_error() {
     Jail::expect_with(|jail| {
         jail.clear_env();
