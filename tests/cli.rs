@@ -245,45 +245,50 @@ async fn check_rejects_a_state_location_without_a_backend_from_the_file_or_the_e
     let file = dir.path().join("s.toml");
     let name = "[cluster]\nname = \"p\"\n";
     let state_file = dir.path().join("state").display().to_string();
-    let mut cases: Vec<(String, Vec<(&str, String)>, &str, &str)> = vec![
+    // (file contents, environment variable, key reported, fix named)
+    let file_path = format!("{name}[state]\npath = {state_file:?}\n");
+    let env_path = ("KUBESINK_STATE__PATH", state_file.as_str());
+    let mut cases = vec![
         (
-            format!("{name}[state]\npath = {state_file:?}\n"),
-            vec![],
+            file_path.as_str(),
+            None,
             "state.path: ",
             "state.backend = \"file\"",
         ),
         (
-            name.to_owned(),
-            vec![("KUBESINK_STATE__PATH", state_file.clone())],
+            name,
+            Some(env_path),
             "state.path: ",
             "state.backend = \"file\"",
         ),
     ];
+    let file_nats = format!("{name}[state.nats]\nbucket = \"KUBESINK_STATE\"\n");
     if cfg!(feature = "nats") {
+        let env_nats = ("KUBESINK_STATE__NATS__BUCKET", "B");
         cases.push((
-            format!("{name}[state.nats]\nbucket = \"KUBESINK_STATE\"\n"),
-            vec![],
+            file_nats.as_str(),
+            None,
             "state.nats.bucket: ",
             "state.backend = \"nats\"",
         ));
         cases.push((
-            name.to_owned(),
-            vec![("KUBESINK_STATE__NATS__BUCKET", "B".to_owned())],
+            name,
+            Some(env_nats),
             "state.nats.bucket: ",
             "state.backend = \"nats\"",
         ));
     }
-    for (toml, env, key, fix) in &cases {
+    for (toml, env, key, fix) in cases {
         std::fs::write(&file, toml).unwrap();
         let mut cmd = kubesink();
         cmd.args(["check", "--config"]).arg(&file);
-        for (k, v) in env {
+        if let Some((k, v)) = env {
             cmd.env(k, v);
         }
         let out = cmd.output().await.unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{toml:?} {env:?}: {stderr}");
-        let source = match env.first() {
+        let source = match env {
             Some((k, _)) => format!("(from env {k})"),
             None => format!("(from file {})", file.display()),
         };
