@@ -131,11 +131,8 @@ pub async fn resolve(
     cluster: &str,
     res: &ResourceConfig,
 ) -> Result<Resolved, ClusterError> {
-    let (group, version) = match res.api_version.split_once('/') {
-        Some((g, v)) => (g.to_owned(), v.to_owned()),
-        None => (String::new(), res.api_version.clone()),
-    };
-    let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &res.kind);
+    let (group, version) = res.group_version();
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, &res.kind);
     let (ar, caps) = pinned_kind(client, &gvk)
         .await
         .map_err(|source| ClusterError::Discovery {

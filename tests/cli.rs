@@ -238,3 +238,267 @@ async fn check_warns_when_two_resources_are_the_same_objects_under_two_api_group
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn check_rejects_a_state_location_without_a_backend_from_the_file_or_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.toml");
+    let name = "[cluster]\nname = \"p\"\n";
+    let state_file = dir.path().join("state").display().to_string();
+    // (file contents, environment variable, key reported, fix named)
+    let file_path = format!("{name}[state]\npath = {state_file:?}\n");
+    let env_path = ("KUBESINK_STATE__PATH", state_file.as_str());
+    let mut cases = vec![
+        (
+            file_path.as_str(),
+            None,
+            "state.path: ",
+            "state.backend = \"file\"",
+        ),
+        (
+            name,
+            Some(env_path),
+            "state.path: ",
+            "state.backend = \"file\"",
+        ),
+    ];
+    let file_nats = format!("{name}[state.nats]\nbucket = \"KUBESINK_STATE\"\n");
+    if cfg!(feature = "nats") {
+        let env_nats = ("KUBESINK_STATE__NATS__BUCKET", "B");
+        cases.push((
+            file_nats.as_str(),
+            None,
+            "state.nats.bucket: ",
+            "state.backend = \"nats\"",
+        ));
+        cases.push((
+            name,
+            Some(env_nats),
+            "state.nats.bucket: ",
+            "state.backend = \"nats\"",
+        ));
+    }
+    for (toml, env, key, fix) in cases {
+        std::fs::write(&file, toml).unwrap();
+        let mut cmd = kubesink();
+        cmd.args(["check", "--config"]).arg(&file);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().await.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{toml:?} {env:?}: {stderr}");
+        let source = match env {
+            Some((k, _)) => format!("(from env {k})"),
+            None => format!("(from file {})", file.display()),
+        };
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains(key) && l.contains(fix) && l.ends_with(&source)),
+            "{toml:?} {env:?}: {stderr}"
+        );
+    }
+    // Naming the backend makes the same file valid.
+    std::fs::write(
+        &file,
+        format!("{name}[state]\nbackend = \"file\"\npath = {state_file:?}\n"),
+    )
+    .unwrap();
+    let out = kubesink()
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every credential a configuration can send, over plaintext and over TLS.
+#[cfg(all(feature = "nats", feature = "kafka"))]
+fn credentials_config(kubeconfig: &std::path::Path) -> String {
+    format!(
+        r#"[cluster]
+name = "creds"
+kubeconfig = {kubeconfig:?}
+[[resources]]
+api_version = "v1"
+kind = "ConfigMap"
+[[sinks]]
+type = "stdout"
+[[sinks]]
+type = "nats"
+name = "n-token"
+servers = ["nats://127.0.0.1:1"]
+[sinks.auth]
+token = "token-SECRET1"
+[[sinks]]
+type = "nats"
+name = "n-user"
+servers = ["127.0.0.1:1"]
+[sinks.auth]
+user = "u"
+password = "password-SECRET2"
+[[sinks]]
+type = "nats"
+name = "n-nkey"
+servers = ["nats://127.0.0.1:1"]
+[sinks.auth]
+nkey_seed = "SUSEED-SECRET3"
+[[sinks]]
+type = "nats"
+name = "n-creds"
+servers = ["nats://127.0.0.1:1"]
+[sinks.auth]
+credentials_file = "/etc/kubesink/nats.creds"
+[sinks.tls]
+ca_file = "/etc/kubesink/ca.pem"
+[[sinks]]
+type = "nats"
+name = "n-url"
+servers = ["nats://u:url-SECRET4@127.0.0.1:1"]
+[[sinks]]
+type = "nats"
+name = "n-mixed"
+servers = ["tls://127.0.0.1:1", "nats://127.0.0.2:1"]
+[sinks.auth]
+token = "token-SECRET5"
+[[sinks]]
+type = "nats"
+name = "n-tls-url"
+servers = ["tls://127.0.0.1:1"]
+[sinks.auth]
+token = "token-SECRET6"
+[[sinks]]
+type = "nats"
+name = "n-tls-required"
+servers = ["nats://127.0.0.1:1"]
+[sinks.auth]
+token = "token-SECRET7"
+[sinks.tls]
+required = true
+[[sinks]]
+type = "nats"
+name = "n-anonymous"
+servers = ["nats://127.0.0.1:1"]
+[[sinks]]
+type = "kafka"
+name = "k-plain"
+bootstrap_servers = "127.0.0.1:1"
+[sinks.security]
+protocol = "sasl_plaintext"
+sasl_mechanism = "SCRAM-SHA-512"
+sasl_username = "u"
+sasl_password = "sasl-SECRET8"
+[[sinks]]
+type = "kafka"
+name = "k-tls"
+bootstrap_servers = "127.0.0.1:1"
+[sinks.security]
+protocol = "sasl_ssl"
+sasl_mechanism = "PLAIN"
+sasl_username = "u"
+sasl_password = "sasl-SECRET9"
+[state]
+backend = "nats"
+[state.nats]
+servers = ["nats://127.0.0.1:1"]
+[state.nats.auth]
+user = "u"
+password = "state-SECRET10"
+"#
+    )
+}
+
+/// The warnings `check` and `run` must give for [`credentials_config`], as (key, text).
+#[cfg(all(feature = "nats", feature = "kafka"))]
+const PLAINTEXT_WARNINGS: &[&str] = &[
+    "sinks[1] (n-token): auth.token: ",
+    "sinks[2] (n-user): auth.password: ",
+    "sinks[3] (n-nkey): auth.nkey_seed: ",
+    "sinks[4] (n-creds): auth.credentials_file: ",
+    "sinks[5] (n-url): servers: ",
+    "sinks[6] (n-mixed): auth.token: ",
+    "sinks[10] (k-plain): security.protocol: sasl_plaintext",
+    "state.nats.auth.password: ",
+];
+
+#[cfg(all(feature = "nats", feature = "kafka"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_warn_about_every_credential_sent_without_tls() {
+    let c = cluster(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("creds.toml");
+    std::fs::write(&file, credentials_config(&c.kubeconfig)).unwrap();
+    let out = kubesink()
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "warnings, not errors: {stderr}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("warning: "))
+        .filter(|l| !l.contains("open files"))
+        .collect();
+    for want in PLAINTEXT_WARNINGS {
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.starts_with(want) && w.contains("TLS")),
+            "no warning {want:?} in {warnings:#?}"
+        );
+    }
+    assert_eq!(
+        warnings.len(),
+        PLAINTEXT_WARNINGS.len(),
+        "over TLS (tls:// URLs, tls.required) or without credentials: no warning: {warnings:#?}"
+    );
+    for w in &warnings {
+        assert!(!w.contains("SECRET"), "a warning shows a credential: {w}");
+    }
+    assert!(
+        warnings.iter().any(|w| w.starts_with("sinks[6]")
+            && w.contains("nats://127.0.0.2:1")
+            && !w.contains("tls://127.0.0.1:1")),
+        "the mixed list names its plaintext server: {warnings:#?}"
+    );
+
+    // `run` logs the same warnings at start (before it connects anywhere).
+    let mut child = kubesink()
+        .args(["run", "--config"])
+        .arg(&file)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut missing: Vec<&str> = PLAINTEXT_WARNINGS.to_vec();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !missing.is_empty() {
+            let Some(l) = lines.next_line().await.unwrap() else {
+                break;
+            };
+            if l.contains("WARN") {
+                missing.retain(|w| !l.contains(w));
+            }
+            seen.push(l);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("run did not log {missing:?}; stderr: {seen:#?}"));
+    assert!(
+        missing.is_empty(),
+        "run did not log {missing:?}; stderr: {seen:#?}"
+    );
+    let _ = child.kill().await;
+}

@@ -4,7 +4,8 @@
 //! - a Secret created the way `kubectl apply` creates it (its whole manifest, data
 //!   included, in the `last-applied-configuration` annotation) leaves kubesink without its
 //!   values through every payload mode (full, metadata, fields with pointers into the data
-//!   and the annotations) and every sink (stdout, NATS, Kafka);
+//!   and the annotations) and every sink (stdout, NATS, Kafka), and under every spelling of
+//!   its apiVersion that `kubesink check` accepts;
 //! - credentials (Kafka SASL password and credential passthrough properties, NATS token, nkey
 //!   seed and credentials file, kubeconfig token and client key) appear in no log line, no
 //!   `kubesink check` output, no metric, no health answer and no error.
@@ -205,6 +206,120 @@ bootstrap_servers = "{kafka}"
             assert!(!everything.contains(leak), "{leak:?} leaked:\n{everything}");
         }
     }
+}
+
+/// Spellings of core/v1's apiVersion a configuration may try. Each one `check` accepts must
+/// keep Secret values out of every payload mode; each it rejects is named with its key and
+/// file; and it accepts exactly `v1`.
+const CORE_V1_SPELLINGS: &[&str] = &["v1", "/v1", " v1", "v1 ", "\tv1", "v1/", "//v1", "/v1/"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_check_accepts_for_core_v1_secrets_keeps_their_values_out_of_every_payload_mode(
+) {
+    let c = cluster(SimConfig::default()).await;
+    for ns in ["full", "meta", "fields"] {
+        c.sim.create(applied_secret(ns)).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut accepted = Vec::new();
+    for (i, spelling) in CORE_V1_SPELLINGS.iter().enumerate() {
+        let file = dir.path().join(format!("k{i}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                r#"[cluster]
+name = "sec{i}"
+kubeconfig = {kubeconfig:?}
+[server]
+listen = "127.0.0.1:0"
+[log]
+summary_interval = "0s"
+[[resources]]
+api_version = {spelling:?}
+kind = "Secret"
+namespaces = ["full"]
+[[resources]]
+api_version = {spelling:?}
+kind = "Secret"
+namespaces = ["meta"]
+payload = "metadata"
+[[resources]]
+api_version = {spelling:?}
+kind = "Secret"
+namespaces = ["fields"]
+payload = "fields"
+fields = ["/data/password", "/data", "/metadata/annotations", "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration", "/type"]
+[[sinks]]
+type = "stdout"
+"#,
+                kubeconfig = c.kubeconfig.display().to_string(),
+            ),
+        )
+        .unwrap();
+        let check = kubesink()
+            .args(["check", "--config"])
+            .arg(&file)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&check.stderr).into_owned();
+        if check.status.code() != Some(0) {
+            assert_eq!(check.status.code(), Some(1), "{spelling:?}: {stderr}");
+            for j in 0..3 {
+                assert!(
+                    stderr.contains(&format!(
+                        "resources.{j}.api_version: {spelling:?} is not an apiVersion"
+                    )) && stderr.contains(&format!("(from file {})", file.display())),
+                    "{spelling:?}: {stderr}"
+                );
+            }
+            continue;
+        }
+        accepted.push(*spelling);
+
+        // Accepted: run it; the three Secrets arrive without their values.
+        let mut child = kubesink()
+            .args(["run", "--config"])
+            .arg(&file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut out: Vec<Value> = Vec::new();
+        tokio::time::timeout(LONG, async {
+            while out.len() < 3 {
+                let l = lines.next_line().await.unwrap().expect("stdout open");
+                out.push(serde_json::from_str(&l).unwrap());
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{spelling:?}: the three Secrets within {LONG:?}: {out:?}"));
+        child.kill().await.unwrap();
+        let namespaces: std::collections::BTreeSet<&str> =
+            out.iter().filter_map(|m| m["namespace"].as_str()).collect();
+        assert_eq!(
+            namespaces.len(),
+            3,
+            "{spelling:?}: one per payload mode: {out:?}"
+        );
+        for m in &out {
+            let text = m.to_string();
+            for leak in [PASSWORD, &b64(PASSWORD), "last-applied-configuration"] {
+                assert!(
+                    !text.contains(leak),
+                    "{spelling:?}: {leak:?} left kubesink: {m}"
+                );
+            }
+            assert_eq!(m["object"]["kind"], "Secret", "{spelling:?}: {m}");
+            assert_eq!(m["object"]["apiVersion"], "v1", "{spelling:?}: {m}");
+        }
+    }
+    assert_eq!(
+        accepted,
+        ["v1"],
+        "check accepts exactly one spelling of core/v1"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

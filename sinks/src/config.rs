@@ -79,12 +79,14 @@ impl SinkConfig {
 
     /// Settings that work but weaken security (TLS verification off, credentials without
     /// TLS), one sentence each naming the entry and key; `kubesink check` prints them and
-    /// `build` logs them.
-    #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
+    /// `kubesink run` logs them at start.
+    #[cfg_attr(not(any(feature = "nats", feature = "kafka")), allow(unused_variables))]
     pub fn warnings(&self, index: usize) -> Vec<String> {
         match self {
             #[cfg(feature = "kafka")]
             SinkConfig::Kafka(c) => c.warnings(index),
+            #[cfg(feature = "nats")]
+            SinkConfig::Nats(c) => c.warnings(index),
             #[allow(unreachable_patterns)]
             _ => Vec::new(),
         }

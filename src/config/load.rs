@@ -318,6 +318,31 @@ impl Loader {
         });
     }
 
+    /// The dotted keys under `key` that the file or the environment set (not the built-in
+    /// defaults), in key order; a list counts as one key.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    fn set_keys(&self, key: &str) -> Vec<String> {
+        fn walk(figment: &Figment, key: String, v: &Value, out: &mut Vec<String>) {
+            if let Value::Dict(_, dict) = v {
+                for (k, v) in dict {
+                    walk(figment, format!("{key}.{k}"), v, out);
+                }
+                return;
+            }
+            let default = figment
+                .find_metadata(&key)
+                .is_none_or(|md| matches!(md.source, Some(Source::Code(_))));
+            if !default {
+                out.push(key);
+            }
+        }
+        let mut out = Vec::new();
+        if let Ok(v) = self.figment.find_value(key) {
+            walk(&self.figment, key.to_owned(), &v, &mut out);
+        }
+        out
+    }
+
     fn check_cluster_name(&mut self, key: &str, name: &str) {
         if let Err(why) = check_label_value(name) {
             self.problem(key, format!("{name:?} {why}"));
@@ -470,6 +495,18 @@ impl Loader {
         for (key, message) in c.state.problems() {
             self.problem(&key, message);
         }
+        #[cfg(feature = "nats")]
+        if c.state.backend == super::StateBackend::None {
+            if let Some(key) = self.set_keys("state.nats").into_iter().next() {
+                self.problem(
+                    &key,
+                    format!(
+                        "is a [state.nats] setting but state.backend is \"none\" (the default), so no state would be kept and every delete made while kubesink is down would be lost at the next restart: {}",
+                        super::state::NO_BACKEND_FIX_NATS
+                    ),
+                );
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for (i, s) in c.sinks.iter().enumerate() {
             if !names.insert(s.name().to_owned()) {
@@ -490,13 +527,11 @@ impl Loader {
 
     fn check_resource(&mut self, at_key: &str, r: &ResourceConfig) {
         let at = |k: &str| format!("{at_key}.{k}");
-        let version = r.api_version.rsplit('/').next().unwrap_or("");
-        if r.api_version.is_empty() || r.api_version.matches('/').count() > 1 || version.is_empty()
-        {
+        if let Err(why) = check_api_version(&r.api_version) {
             self.problem(
                 &at("api_version"),
                 format!(
-                    "{:?} is not an apiVersion (expected \"v1\" or \"group/version\")",
+                    "{:?} is not an apiVersion: {why} (expected \"v1\" for the core group, or \"group/version\" such as \"apps/v1\")",
                     r.api_version
                 ),
             );
@@ -660,6 +695,50 @@ fn check_label_key(k: &str) -> Result<(), &'static str> {
     check_label_value(name).map_err(|_| {
         "has an invalid name part: use [A-Za-z0-9._-], at most 63, alphanumeric at both ends"
     })
+}
+
+/// An apiVersion as Kubernetes writes it: `version` (the core group) or `group/version`, the
+/// group a DNS subdomain and the version a DNS-1035 label (`v1`, `v1beta1`). Anything else
+/// (`/v1`, `v1/`, `a/b/c`, whitespace, capitals) is refused: discovery would resolve some of
+/// these spellings to a kind all the same, and every decision about the resource is then made
+/// from what discovery resolved.
+fn check_api_version(v: &str) -> Result<(), String> {
+    if v.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    if v.chars().any(char::is_whitespace) {
+        return Err("it contains whitespace".to_owned());
+    }
+    let (group, version) = match v.split_once('/') {
+        Some((g, v)) => (Some(g), v),
+        None => (None, v),
+    };
+    if version.contains('/') {
+        return Err("it has more than one '/'".to_owned());
+    }
+    match group {
+        Some("") => {
+            return Err(
+                "the group before '/' is empty (the core group is written without it: \"v1\")"
+                    .to_owned(),
+            )
+        }
+        Some(g) if g.len() > 253 || !g.split('.').all(|l| check_dns_label(l).is_ok()) => {
+            return Err(format!(
+                "the group {g:?} is not a DNS subdomain (lowercase letters, digits, '-' and '.')"
+            ))
+        }
+        _ => {}
+    }
+    if version.is_empty() {
+        return Err("the version after '/' is empty".to_owned());
+    }
+    if check_dns_label(version).is_err() || !version.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Err(format!(
+            "the version {version:?} is not a lowercase DNS label starting with a letter, such as \"v1\" or \"v1beta1\""
+        ));
+    }
+    Ok(())
 }
 
 /// RFC 1123 DNS label (namespace names).

@@ -391,7 +391,8 @@ pub enum PayloadMode {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceConfig {
-    /// `apiVersion` of the kind: `v1`, `apps/v1`, `example.com/v1alpha1`.
+    /// `apiVersion` of the kind as Kubernetes writes it: `v1` (the core group), `apps/v1`,
+    /// `example.com/v1alpha1`. Any other spelling (`/v1`, `v1/`, whitespace) is an error.
     pub api_version: String,
     /// PascalCase kind: `Pod`, `Deployment`, a CRD's kind.
     pub kind: String,
@@ -460,6 +461,16 @@ impl ResourceConfig {
             allow_secret_data: false,
             page_size: default_page_size(),
             plural: None,
+        }
+    }
+
+    /// The `(group, version)` API discovery is asked for: `group/version`, or the core group
+    /// (`""`) for a bare version. `check` accepts only well-formed apiVersions, so `v1` is
+    /// the one spelling of the core group.
+    pub fn group_version(&self) -> (&str, &str) {
+        match self.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", self.api_version.as_str()),
         }
     }
 

@@ -38,7 +38,7 @@ pub struct StateConfig {
     pub backend: StateBackend,
     /// With `backend = "file"` (required there): the state file. Written as a temporary file
     /// in the same directory, fsynced, then renamed over it; the directory must exist and be
-    /// writable. Default: none.
+    /// writable. Set without a backend it is an error (set `backend = "file"`). Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
     /// How often the state is saved while running (it is also saved at shutdown, after the
@@ -54,7 +54,8 @@ pub struct StateConfig {
     /// the price of possible ghosts downstream after a crash. Default `true`.
     #[serde(default = "yes")]
     pub write_ahead: bool,
-    /// With `backend = "nats"`: the NATS connection and the object store.
+    /// With `backend = "nats"`: the NATS connection and the object store. Any of its
+    /// settings without a backend is an error (set `backend = "nats"`).
     #[cfg(feature = "nats")]
     #[serde(default)]
     pub nats: StateNatsConfig,
@@ -171,7 +172,9 @@ fn one() -> usize {
 }
 
 impl StateConfig {
-    /// Problems serde cannot see, as `(key, message)` with full dotted keys.
+    /// Problems serde cannot see, as `(key, message)` with full dotted keys. A `state.path`
+    /// without a backend is one of them; a `[state.nats]` setting without one is found by the
+    /// loader, which sees which keys were set (the section always has its defaults here).
     pub fn problems(&self) -> Vec<(String, String)> {
         let mut errs = Vec::new();
         let mut bad = |key: &str, message: String| errs.push((format!("state.{key}"), message));
@@ -179,7 +182,11 @@ impl StateConfig {
             bad("interval", "must be greater than zero".into());
         }
         match self.backend {
-            StateBackend::None => {}
+            StateBackend::None => {
+                if self.path.is_some() {
+                    bad("path", format!("names a state file but state.backend is \"none\" (the default), so no state would be kept and every delete made while kubesink is down would be lost at the next restart: {}", NO_BACKEND_FIX_FILE));
+                }
+            }
             StateBackend::File => match self.path.as_ref().filter(|p| !p.as_os_str().is_empty()) {
                 None => bad(
                     "path",
@@ -233,6 +240,15 @@ impl StateConfig {
         errs
     }
 }
+
+/// How to fix a `state.path` given without a backend.
+const NO_BACKEND_FIX_FILE: &str =
+    "set state.backend = \"file\" (KUBESINK_STATE__BACKEND=file), or remove state.path";
+
+/// How to fix a `[state.nats]` setting given without a backend.
+#[cfg(feature = "nats")]
+pub(super) const NO_BACKEND_FIX_NATS: &str =
+    "set state.backend = \"nats\" (KUBESINK_STATE__BACKEND=nats), or remove the [state.nats] settings";
 
 /// What is wrong with `path` as the state file, if anything a look at the file system can
 /// tell: it must not be a directory, and its directory must exist (kubesink writes the state,

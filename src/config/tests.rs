@@ -237,6 +237,119 @@ fn state_settings_are_checked_with_key_and_source() {
 }
 
 #[test]
+fn malformed_api_versions_are_rejected_naming_the_key_and_the_file() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        for bad in [
+            "", "/v1", "v1/", "/", "//v1", "a/b/c", "apps//v1", " v1", "v1 ", "\tv1", "apps/ v1",
+            "ap ps/v1", "V1", "Apps/v1", ".apps/v1", "apps./v1", "apps/v1/",
+        ] {
+            jail.create_file(
+                "r.toml",
+                &format!(
+                    "[cluster]\nname = \"p\"\n[[resources]]\napi_version = {bad:?}\nkind = \"Secret\"\n"
+                ),
+            )?;
+            let errs = errors_of(Some(Path::new("r.toml")));
+            assert!(
+                errs.iter()
+                    .any(|e| e.starts_with("resources.0.api_version: ")
+                        && e.contains("is not an apiVersion")
+                        && e.ends_with("r.toml)")),
+                "{bad:?}: {errs:?}"
+            );
+        }
+        for good in [
+            "v1",
+            "apps/v1",
+            "example.com/v1alpha1",
+            "k8s-openapi-tests-custom-resource-definition.com/v1",
+            "autoscaling/v2",
+        ] {
+            jail.create_file(
+                "r.toml",
+                &format!(
+                    "[cluster]\nname = \"p\"\n[[resources]]\napi_version = {good:?}\nkind = \"Foo\"\n"
+                ),
+            )?;
+            load(Some(Path::new("r.toml"))).map_err(|e| format!("{good:?}: {e}"))?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn a_state_location_without_a_backend_is_an_error_naming_the_backend_to_set() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        let name = "[cluster]\nname = \"p\"\n";
+        // (file contents, environment variable, key reported)
+        let cases = [
+            ("[state]\npath = \"state\"\n", None, "state.path: "),
+            (
+                "[state]\nbackend = \"none\"\npath = \"state\"\n",
+                None,
+                "state.path: ",
+            ),
+            ("", Some(("KUBESINK_STATE__PATH", "state")), "state.path: "),
+            ("[state]\npath = \"\"\n", None, "state.path: "),
+            (
+                "[state.nats]\nbucket = \"KUBESINK_STATE\"\n",
+                None,
+                "state.nats.bucket: ",
+            ),
+            (
+                "[state.nats.auth]\ntoken = \"t\"\n",
+                None,
+                "state.nats.auth.token: ",
+            ),
+            (
+                "",
+                Some(("KUBESINK_STATE__NATS__SERVERS", "[\"nats://n:4222\"]")),
+                "state.nats.servers: ",
+            ),
+        ];
+        for (toml, env, key) in cases {
+            let nats = key.starts_with("state.nats");
+            if nats && !cfg!(feature = "nats") {
+                continue;
+            }
+            let fix = if nats {
+                "state.backend = \"nats\""
+            } else {
+                "state.backend = \"file\""
+            };
+            jail.clear_env();
+            jail.create_file("s.toml", &format!("{name}{toml}"))?;
+            if let Some((k, v)) = env {
+                jail.set_env(k, v);
+            }
+            let source = match env {
+                Some((k, _)) => format!("(from env {k})"),
+                None => "s.toml)".to_owned(),
+            };
+            let errs = errors_of(Some(Path::new("s.toml")));
+            assert!(
+                errs.iter()
+                    .any(|e| e.starts_with(key) && e.contains(fix) && e.ends_with(&source)),
+                "{toml:?} {env:?}: {errs:?}"
+            );
+        }
+        // With the backend set, the same settings load.
+        jail.create_file(
+            "s.toml",
+            &format!("{name}[state]\nbackend = \"file\"\npath = \"state\"\n"),
+        )?;
+        load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
+        jail.set_env("KUBESINK_STATE__PATH", "state");
+        jail.set_env("KUBESINK_STATE__BACKEND", "file");
+        jail.create_file("s.toml", name)?;
+        load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
+        Ok(())
+    });
+}
+
+#[test]
 fn a_named_config_file_that_is_missing_is_an_error() {
     Jail::expect_with(|jail| {
         jail.clear_env();

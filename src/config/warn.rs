@@ -7,7 +7,8 @@
 //!   and `events.k8s.io/v1` `Event`; `extensions/v1beta1` and `apps/v1` Deployments...), with
 //!   overlapping namespaces. Every change would then be reported twice.
 //! - Sink settings that turn TLS verification off or send credentials without TLS
-//!   ([`SinkConfig::warnings`](kubesink_sinks::SinkConfig::warnings)).
+//!   ([`SinkConfig::warnings`](kubesink_sinks::SinkConfig::warnings)), and the same for the
+//!   NATS state store's connection (`state.nats.auth.*`, `state.nats.servers`).
 
 use super::Config;
 
@@ -70,6 +71,15 @@ pub fn warnings(c: &Config) -> Vec<String> {
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }
+    #[cfg(feature = "nats")]
+    if c.state.backend == super::StateBackend::Nats {
+        let n = &c.state.nats;
+        for (key, message) in
+            kubesink_sinks::nats::plaintext_credentials(&n.servers, &n.auth, &n.tls)
+        {
+            out.push(format!("state.nats.{key}: {message}"));
+        }
+    }
     out
 }
 
@@ -110,6 +120,38 @@ mod tests {
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("two API groups"), "{w:?}");
         assert!(w[1].contains("two versions of one API group"), "{w:?}");
+    }
+
+    #[cfg(feature = "nats")]
+    #[test]
+    fn state_store_credentials_without_tls_are_warned_about_naming_the_key() {
+        use crate::config::{StateBackend, StateConfig};
+        let with = |backend, servers: &[&str], required: bool| {
+            let mut state = StateConfig {
+                backend,
+                ..Default::default()
+            };
+            state.nats.servers = servers.iter().map(|s| s.to_string()).collect();
+            state.nats.auth.token = Some(kubesink_sinks::Secret::new("t0ken-value"));
+            state.nats.tls.required = required;
+            warnings(&Config {
+                state,
+                ..Default::default()
+            })
+        };
+        let w = with(StateBackend::Nats, &["nats://n:4222"], false);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("state.nats.auth.token: ") && w[0].contains("without TLS"),
+            "{w:?}"
+        );
+        assert!(!w[0].contains("t0ken-value"), "{w:?}");
+        assert!(with(StateBackend::Nats, &["tls://n:4222"], false).is_empty());
+        assert!(with(StateBackend::Nats, &["nats://n:4222"], true).is_empty());
+        assert!(
+            with(StateBackend::None, &["nats://n:4222"], false).is_empty(),
+            "no store, no connection"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! message carries, serialized once, and its fingerprint taken while it is written.
 //!
 //! Order of operations (each resource's [`Shaper`]): `metadata.managedFields` is never read
-//! (see `object.rs`); for a core/v1 Secret without `allow_secret_data`, `data`, `stringData`
+//! (see `object.rs`); for a Secret of the core group (as API discovery resolved the resource,
+//! whatever the configuration's spelling) without `allow_secret_data`, `data`, `stringData`
 //! and every annotation that may hold them are removed ([`secret_annotation`]: the
 //! `kubectl.kubernetes.io/last-applied-configuration` annotation, which holds the whole
 //! applied manifest, data included, the same of other apply tools, any annotation that
@@ -24,6 +25,7 @@
 use std::borrow::Cow;
 
 use kubesink_sinks::message::ObjectJson;
+use kubesink_sinks::Resource;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::Xxh3;
@@ -145,20 +147,33 @@ enum Field<'a> {
 type Body<'a> = Vec<(Cow<'a, str>, Field<'a>)>;
 
 impl Shaper {
-    /// A shaper for `res`, labelling objects with `label_key = label_value`.
-    pub fn new(res: &ResourceConfig, label_key: &str, label_value: &str) -> Self {
+    /// A shaper for the objects of `resource` (as API discovery resolved `res`), labelling
+    /// them with `label_key` = the resource's cluster. Whether Secret data is removed is
+    /// decided here, from the discovered group and kind (core group, `Secret`), never from
+    /// how the configuration spells its apiVersion; so is the apiVersion a metadata-only
+    /// payload names.
+    pub fn for_resource(res: &ResourceConfig, resource: &Resource, label_key: &str) -> Self {
         Shaper {
             mode: res.payload,
             fields: res.fields.clone(),
             drop: res.drop.clone(),
-            strip_secret_data: res.api_version == "v1"
-                && res.kind == "Secret"
+            strip_secret_data: resource.group.is_empty()
+                && resource.kind == "Secret"
                 && !res.allow_secret_data,
             label_key: label_key.to_owned(),
-            label_value: label_value.to_owned(),
-            api_version: res.api_version.clone(),
-            kind: res.kind.clone(),
+            label_value: resource.cluster.clone(),
+            api_version: resource.api_version.clone(),
+            kind: resource.kind.clone(),
         }
+    }
+
+    /// A shaper for `res` without API discovery (tests, fuzzing, recorded fixtures): the
+    /// resource as discovery would be asked for it ([`ResourceConfig::group_version`]),
+    /// labelling objects with `label_key = label_value`.
+    pub fn new(res: &ResourceConfig, label_key: &str, label_value: &str) -> Self {
+        let (group, version) = res.group_version();
+        let resource = Resource::new(label_value, group, version, &res.kind, "", true);
+        Shaper::for_resource(res, &resource, label_key)
     }
 
     /// Turns a watched object into the emitted object and its fingerprint.

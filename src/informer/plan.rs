@@ -67,7 +67,7 @@ impl WatchPlan {
         } else {
             res.namespaces.iter().cloned().map(Some).collect()
         };
-        let shaper = Shaper::new(res, label_key, &resource.cluster);
+        let shaper = Shaper::for_resource(res, &resource, label_key);
         namespaces
             .into_iter()
             .map(|namespace| WatchPlan {
@@ -178,6 +178,69 @@ mod tests {
         ));
         for (i, c) in changed.iter().enumerate() {
             assert_ne!(*c, s0, "change {i} kept the selection");
+        }
+    }
+
+    #[test]
+    fn secret_redaction_follows_the_discovered_resource_not_the_configured_spelling() {
+        use super::super::object::RawObject;
+        let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"ns",
+            "annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"data\":{\"password\":\"aHVudGVyMg==\"}}"}},
+            "type":"Opaque","data":{"password":"aHVudGVyMg=="}}"#;
+        let discovered = Arc::new(Resource::new("prod", "", "v1", "Secret", "secrets", true));
+        let api_resource = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            plural: "secrets".into(),
+        };
+        // Spellings discovery has resolved to core/v1 Secrets (a configuration that `check`
+        // rejects can still reach a plan through the library).
+        for spelling in ["v1", "/v1", " v1"] {
+            for mode in [
+                PayloadMode::Full,
+                PayloadMode::Metadata,
+                PayloadMode::Fields,
+            ] {
+                let mut res = ResourceConfig::new(spelling, "Secret");
+                res.payload = mode;
+                if mode == PayloadMode::Fields {
+                    res.fields = vec!["/data".into(), "/metadata/annotations".into()];
+                }
+                let plans = WatchPlan::expand(&res, discovered.clone(), api_resource.clone(), "l");
+                let shaped = plans[0]
+                    .shaper
+                    .shape(&RawObject::parse(secret).unwrap())
+                    .unwrap();
+                let text = shaped.object.as_str();
+                assert!(
+                    !text.contains("aHVudGVyMg") && !text.contains("last-applied"),
+                    "{spelling:?} {mode:?}: {text}"
+                );
+                assert!(
+                    text.starts_with(r#"{"apiVersion":"v1","kind":"Secret""#),
+                    "{text}"
+                );
+            }
+            // Metadata mode receives PartialObjectMetadata: the message names the discovered
+            // apiVersion, not the configured text.
+            let partial = secret
+                .replace(r#""kind":"Secret""#, r#""kind":"PartialObjectMetadata""#)
+                .replace(r#""apiVersion":"v1""#, r#""apiVersion":"meta.k8s.io/v1""#);
+            let mut res = ResourceConfig::new(spelling, "Secret");
+            res.payload = PayloadMode::Metadata;
+            let plans = WatchPlan::expand(&res, discovered.clone(), api_resource.clone(), "l");
+            let shaped = plans[0]
+                .shaper
+                .shape(&RawObject::parse(&partial).unwrap())
+                .unwrap();
+            let text = shaped.object.as_str();
+            assert!(
+                text.starts_with(r#"{"apiVersion":"v1","kind":"Secret""#),
+                "{text}"
+            );
+            assert!(!text.contains("last-applied"), "{spelling:?}: {text}");
         }
     }
 }

@@ -118,7 +118,8 @@ pub struct NatsTls {
     /// PEM private key of `cert_file`.
     pub key_file: Option<PathBuf>,
     /// Refuse a connection without TLS (`tls_required`). Default `false`; `tls://` URLs
-    /// and the server's own `tls_required` turn TLS on regardless.
+    /// and the server's own `tls_required` turn TLS on regardless (`ca_file` and the client
+    /// certificate alone do not). Credentials without it or `tls://` URLs are warned about.
     #[serde(default)]
     pub required: bool,
 }
@@ -318,6 +319,81 @@ pub fn connection_problems(
     errs
 }
 
+/// Whether a server URL guarantees TLS: the `tls://` scheme (or `wss://`). `nats://`, and a
+/// bare `host:port`, use TLS only when the server demands it (or `tls.required` is set); a
+/// `tls.ca_file` or client certificate alone does not turn it on (async-nats upgrades only
+/// on `tls_required` or a `tls://` URL).
+fn tls_url(server: &str) -> bool {
+    let lower = server.trim().to_ascii_lowercase();
+    lower.starts_with("tls://") || lower.starts_with("wss://")
+}
+
+/// Whether a server URL carries credentials in its user info (`nats://user:pass@host`,
+/// `nats://token@host`).
+fn url_has_credentials(server: &str) -> bool {
+    let rest = server.split_once("://").map_or(server, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    authority.contains('@')
+}
+
+/// The credentials of a NATS connection that may cross the network without TLS, as
+/// `(key, message)` with keys relative to the section (`auth.token`, `servers`), for the
+/// warnings of `kubesink check` and the start-up log. TLS is guaranteed by `tls.required =
+/// true` or by `tls://` URLs only; with any other server in the list, every configured
+/// credential (user/password, token, NKey, credentials file, user info in a URL) is named.
+/// Shared by the sink and the `[state.nats]` store. Never includes a secret.
+pub fn plaintext_credentials(
+    servers: &[String],
+    auth: &NatsAuth,
+    tls: &NatsTls,
+) -> Vec<(&'static str, String)> {
+    if tls.required {
+        return Vec::new();
+    }
+    let plain: Vec<&String> = servers.iter().filter(|s| !tls_url(s)).collect();
+    if plain.is_empty() {
+        return Vec::new();
+    }
+    let to = plain
+        .iter()
+        .map(|s| redact_url(s))
+        .collect::<Vec<_>>()
+        .join(",");
+    let fix = "use tls:// URLs or set tls.required = true outside a trusted network";
+    let mut out = Vec::new();
+    let mut warn = |key: &'static str, what: &str| {
+        out.push((
+            key,
+            format!("{what} without TLS to {to} (unless the server itself demands TLS); {fix}"),
+        ))
+    };
+    if auth.password.is_some() || auth.user.is_some() {
+        warn("auth.password", "the user's password is sent");
+    }
+    if auth.token.is_some() {
+        warn("auth.token", "the token is sent");
+    }
+    if auth.nkey_seed.is_some() {
+        warn(
+            "auth.nkey_seed",
+            "NKey authentication (public key and signed nonce) and the session it opens go",
+        );
+    }
+    if auth.credentials_file.is_some() {
+        warn(
+            "auth.credentials_file",
+            "the credentials file's user JWT and signed nonce, and the session they open, go",
+        );
+    }
+    if plain.iter().any(|s| url_has_credentials(s)) {
+        warn(
+            "servers",
+            "the user info of a server URL (user/password or token) is sent",
+        );
+    }
+    out
+}
+
 /// The parsed server addresses (invalid ones left out: [`connection_problems`] reports them).
 pub fn server_addrs(servers: &[String]) -> Vec<ServerAddr> {
     servers
@@ -385,6 +461,16 @@ pub async fn client_options(
 }
 
 impl NatsConfig {
+    /// Settings that work but weaken security, one sentence each naming the entry and key:
+    /// every credential that may go without TLS ([`plaintext_credentials`]). TLS verification
+    /// itself cannot be turned off.
+    pub fn warnings(&self, index: usize) -> Vec<String> {
+        plaintext_credentials(&self.servers, &self.auth, &self.tls)
+            .into_iter()
+            .map(|(key, message)| format!("sinks[{index}] ({}): {key}: {message}", self.name))
+            .collect()
+    }
+
     /// Problems serde cannot see, every one found. `index` is the entry's position.
     pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
         let mut errs = Vec::new();
@@ -614,6 +700,51 @@ mod tests {
                 "stream.max_msgs_per_subject"
             ]
         );
+    }
+
+    #[test]
+    fn every_credential_without_tls_is_warned_about_naming_its_key() {
+        let warnings = |json: &str| crate::SinkConfig::Nats(parse(json)).warnings(3);
+        for (json, key) in [
+            (r#"{"auth": {"token": "t"}}"#, "auth.token"),
+            (
+                r#"{"auth": {"user": "u", "password": "p"}}"#,
+                "auth.password",
+            ),
+            (r#"{"auth": {"nkey_seed": "SU"}}"#, "auth.nkey_seed"),
+            (
+                r#"{"auth": {"credentials_file": "/c"}, "tls": {"ca_file": "/ca"}}"#,
+                "auth.credentials_file",
+            ),
+            (r#"{"servers": ["nats://u:p@h:4222"]}"#, "servers"),
+            (r#"{"servers": ["tok@h:4222"]}"#, "servers"),
+            (
+                r#"{"servers": ["tls://a:4222", "nats://b:4222"], "auth": {"token": "t"}}"#,
+                "auth.token",
+            ),
+        ] {
+            let w = warnings(json);
+            assert_eq!(w.len(), 1, "{json}: {w:?}");
+            assert!(
+                w[0].starts_with(&format!("sinks[3] (nats): {key}: ")) && w[0].contains("TLS"),
+                "{json}: {w:?}"
+            );
+            assert!(!w[0].contains(":p@") && !w[0].contains("tok@"), "{w:?}");
+        }
+        assert!(
+            warnings(r#"{"servers": ["tls://a:4222", "nats://b:4222"], "auth": {"token": "t"}}"#)
+                [0]
+            .contains("nats://b:4222"),
+            "names the plaintext server"
+        );
+        for json in [
+            "{}",
+            r#"{"servers": ["tls://h:4222"], "auth": {"token": "t"}}"#,
+            r#"{"servers": ["TLS://h:4222", "tls://u:p@i:4222"]}"#,
+            r#"{"auth": {"user": "u", "password": "p"}, "tls": {"required": true}}"#,
+        ] {
+            assert_eq!(warnings(json), Vec::<String>::new(), "{json}");
+        }
     }
 
     #[test]

@@ -29,8 +29,9 @@ mod service;
 mod sink;
 
 pub use config::{
-    client_options, connection_problems, server_addrs, servers_text, ClientSettings, NatsAuth,
-    NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls, DEFAULT_SUBJECT,
+    client_options, connection_problems, plaintext_credentials, server_addrs, servers_text,
+    ClientSettings, NatsAuth, NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls,
+    DEFAULT_SUBJECT,
 };
 pub use connection::ConnectionWatch;
 pub use request::{escape_token, subject_template, unescape_token, EMPTY_TOKEN, SUBJECT};
