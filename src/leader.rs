@@ -83,6 +83,20 @@ impl Fence {
         Fence::new()
     }
 
+    /// A fence open until `deadline`, closable with [`Fence::close_for_tests`], for tests.
+    #[cfg(test)]
+    pub fn open_until_for_tests(deadline: Instant) -> Self {
+        let f = Fence::new();
+        f.extend_to(deadline);
+        f
+    }
+
+    /// Closes the fence now, for tests.
+    #[cfg(test)]
+    pub fn close_for_tests(&self) {
+        self.close();
+    }
+
     /// A fence that is always open (no leader election).
     pub fn open() -> Self {
         let f = Fence::new();

@@ -748,7 +748,7 @@ async fn lost_producer_id(tweak: impl FnOnce(&mut KafkaConfig)) -> Duration {
     );
     let (text, _) = bridge.observed().metrics();
     assert!(
-        metric(
+        metric_value(
             &text,
             "kubesink_sink_client_rebuilds_total",
             &[("sink", "kafka")]

@@ -213,7 +213,13 @@ impl Keeper {
             return Err(StateError::Fenced);
         }
         let writing = Instant::now();
-        self.store.save(bytes).await?;
+        // A save raced against the fence (issue 19, defect 4d): a leader deposed while it
+        // writes abandons the write rather than landing a state after its successor's.
+        tokio::select! {
+            biased;
+            _ = self.fence.closed() => return Err(StateError::Fenced),
+            saved = self.store.save(bytes) => saved?,
+        }
         report.write = writing.elapsed();
         *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(versions);
         self.stats.note_saved(
@@ -224,7 +230,14 @@ impl Keeper {
         );
         if self.journal.is_some() {
             let dropping = Instant::now();
-            if let Err(e) = self.store.drop_journal_before(generation).await {
+            // Dropping journal generations is fenced too: a deposed leader's purge could
+            // delete frames its successor relies on.
+            let dropped = tokio::select! {
+                biased;
+                _ = self.fence.closed() => return Err(StateError::Fenced),
+                dropped = self.store.drop_journal_before(generation) => dropped,
+            };
+            if let Err(e) = dropped {
                 tracing::warn!(store = self.describe(), error = %e, "dropping the journal the saved state covers failed; the next save tries again (a restart replays a little more)");
             }
             report.journal_drop = dropping.elapsed();
@@ -508,6 +521,59 @@ mod tests {
             restored.get(Some("ns"), "b").is_some(),
             "the key sent between the two saves is known after a restart (in the snapshot or \
              its journal)"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_save_still_writing_when_the_fence_closes_is_abandoned_and_drops_no_journal() {
+        // Issue 19, defect 4d: a leader deposed while its save writes must not land that
+        // state, nor drop journal generations, after its successor took over.
+        let dir = tempfile::tempdir().unwrap();
+        let held = Arc::new(HeldStore {
+            inner: FileStore::new(dir.path().join("state")),
+            held: Mutex::default(),
+            entered: Default::default(),
+        });
+        let store: Arc<dyn StateStore> = held.clone();
+        let stats = Arc::new(StateStats::default());
+        let journal = Journal::new("prod", &[key()], 100, stats.clone());
+        let tracked = TrackedStore::new(LightStore::new(), true);
+        tracked.lock().store.observe(Some("ns"), "a", U1, "5", 9);
+        let mut body = Vec::new();
+        frame::put_record(&mut body, 0, "ns", "a", U1, "5");
+        let records = [("core/Pod/".to_owned(), 7)];
+        store
+            .append(100, vec![frame::encode("prod", 100, 1, &records, 1, &body)])
+            .await
+            .unwrap();
+        let fence =
+            Fence::open_until_for_tests(std::time::Instant::now() + Duration::from_secs(3600));
+        let keeper = Keeper::new(
+            store.clone(),
+            "prod",
+            vec![Kept {
+                key: key(),
+                store: tracked.clone(),
+            }],
+            Some(journal.clone()),
+            fence.clone(),
+            stats,
+        );
+        let k = keeper.clone();
+        let save = tokio::spawn(async move { k.save(true).await });
+        until("the save writing", || held.entered() == 1).await;
+        fence.close_for_tests();
+        let result = tokio::time::timeout(Duration::from_secs(20), save)
+            .await
+            .expect("the fenced save returns without waiting for the store")
+            .unwrap();
+        assert!(matches!(result, Err(StateError::Fenced)), "{result:?}");
+        held.release_newest();
+        assert!(store.load().await.unwrap().is_none(), "nothing was stored");
+        assert_eq!(
+            store.load_journal().await.unwrap().len(),
+            1,
+            "the journal generation the successor needs is still there"
         );
     }
 

@@ -391,6 +391,19 @@ impl KafkaService {
         }
     }
 
+    /// The pipeline abandoned a send (the leadership fence closed during it): purges what
+    /// librdkafka still queues or has in flight (`rd_kafka_purge` with `RD_KAFKA_PURGE_F_QUEUE
+    /// | RD_KAFKA_PURGE_F_INFLIGHT`), so a deposed leader writes none of it later. Records
+    /// already on the wire may still land (the broker is not told); the next leader re-sends
+    /// them (at-least-once).
+    pub async fn abandon(&self) {
+        let producer = self.producer();
+        let _ = tokio::task::spawn_blocking(move || {
+            producer.purge(PurgeConfig::default().queue().inflight());
+        })
+        .await;
+    }
+
     /// Whether the brokers answer a metadata request (within `healthcheck_timeout`).
     async fn brokers_answer(&self, producer: &Arc<Producer_>) -> bool {
         let p = producer.clone();

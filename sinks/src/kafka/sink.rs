@@ -164,6 +164,11 @@ impl Sink for KafkaSink {
         self.service.close().await
     }
 
+    /// Purges librdkafka's queue: a deposed leader writes nothing more of the abandoned send.
+    async fn abandon(&self) {
+        self.service.abandon().await
+    }
+
     /// Producers replaced because the brokers lost or kept rejecting the producer id.
     fn client_rebuilds(&self) -> u64 {
         self.service.rebuilds()
