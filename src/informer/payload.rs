@@ -170,6 +170,7 @@ impl Shaper {
     /// A shaper for `res` without API discovery (tests, fuzzing, recorded fixtures): the
     /// resource as discovery would be asked for it ([`ResourceConfig::group_version`]),
     /// labelling objects with `label_key = label_value`.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn new(res: &ResourceConfig, label_key: &str, label_value: &str) -> Self {
         let (group, version) = res.group_version();
         let resource = Resource::new(label_value, group, version, &res.kind, "", true);
