@@ -80,10 +80,17 @@ fn a_wrong_op_is_a_violation() {
         "added for a key already present",
     );
     one(
-        &[msg("deleted", "a", "u1", "1")],
+        &[
+            msg("added", "a", "u1", "1"),
+            msg("deleted", "a", "u1", "2"),
+            msg("deleted", "a", "u1", "3"),
+        ],
         s,
-        "deleted for an absent key",
+        "deleted again for a key already deleted",
     );
+    // The delete of a uid the stream never carried: an `added` an earlier run may have
+    // delivered, never cancelled, so its `deleted` goes alone (issue 19, defect 1).
+    assert!(violations(&[msg("deleted", "a", "u1", "1")], s).is_empty());
     one(
         &[msg("updated", "a", "u1", "1")],
         s.uncoalesced(),
@@ -223,7 +230,8 @@ fn after_a_restart_a_delete_may_come_again_inferred_with_the_last_acknowledged_v
     assert_eq!(o.notes().len(), 1, "tolerated, and said so");
     let v = violations(&msgs, Expect::STRICT);
     assert!(
-        v.iter().any(|v| v.contains("deleted for an absent key")),
+        v.iter()
+            .any(|v| v.contains("deleted again for a key already deleted")),
         "{v:#?}"
     );
     assert!(

@@ -11,8 +11,10 @@
 //! - **duplicates**: a repeated id is a violation unless the test expects redelivery
 //!   ([`Expect::redelivery`]); even then it must repeat the key's *last* message (a consumer
 //!   deduplicates on that alone, `docs/consumers.md` "Deduplication"). Duplicates are skipped.
-//! - **op**: `added` for a key already present, `deleted` for an absent key or of another
-//!   uid, `updated` of another uid or of a uid already deleted: violations. `updated` for an
+//! - **op**: `added` for a key already present, `deleted` of another uid or of a key already
+//!   deleted, `updated` of another uid or of a uid already deleted: violations. A `deleted`
+//!   of a uid the stream never carried is not: an `added` a destination may hold from an
+//!   earlier run or leader is never cancelled, so its `deleted` may go alone. `updated` for an
 //!   absent key is a coalesced `added` (an `added` overtaken by an `updated` arrives as
 //!   `updated`) unless the test says coalescing is off ([`Expect::uncoalesced`]). After a
 //!   restart ([`Expect::restarts`]) an `added` may announce a present key again (a new
@@ -301,6 +303,18 @@ impl Oracle {
             ("updated", None) if expect.uncoalesced && !expect.last_per_key => found.push(format!(
                 "updated for an absent key (coalescing is off): #{i}: {line}"
             )),
+            ("deleted", None)
+                if !expect.last_per_key && !expect.restarts && k.deleted_uids.contains(&uid) =>
+            {
+                found.push(format!(
+                    "deleted again for a key already deleted: #{i}: {line}"
+                ))
+            }
+            // The delete of a uid this stream never carried: an `added` a destination may
+            // already hold (from an earlier run or leader: a first list's, or one re-sent
+            // after a crash) is never cancelled by its `deleted`, which then goes alone
+            // (docs/message-contract.md, "Restarts"; issue 19, defect 1).
+            ("deleted", None) if !k.history.iter().any(|(_, l)| l.contains(&uid)) => {}
             ("deleted", None) if !expect.last_per_key && !expect.restarts => {
                 found.push(format!("deleted for an absent key: #{i}: {line}"))
             }
