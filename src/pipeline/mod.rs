@@ -34,6 +34,8 @@
 //!   re-sends a marker after the messages before it (`deliver.rs`).
 
 mod deliver;
+#[cfg(test)]
+mod model_tests;
 mod queue;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
