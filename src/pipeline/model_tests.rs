@@ -18,14 +18,20 @@
 //! - a crash drops the decider, the queues and the batches in flight (nothing of them
 //!   settles); the restored store is the acknowledged state written and read back by the real
 //!   snapshot codec (`state/snapshot.rs`), unconfirmed keys included, and the new decider
-//!   (`restored = true`) starts with a full list of the cluster.
+//!   (`restored = true`) starts with a full list of the cluster. In half the cases the state
+//!   is the last periodic save instead ([`Step::Save`]) with a journal of every `added`
+//!   published since replayed onto it by the rules of `state/restore.rs` (modelled here, not
+//!   the journal's own code).
 //!
 //! # The model and the invariants
 //!
 //! The cluster is a map key → (uid, resourceVersion, content) with one etcd revision counter;
 //! every write appends its watch event to a history the informer reads with a cursor. Watch
 //! faults: a relist that misses the events after the cursor (a 410 Gone), a list that fails
-//! half-way, a replayed older event, a watch restarted from an older resourceVersion. A
+//! half-way, a half list (an item without a readable key: no sweep), a replayed older event
+//! (a duplicate when it is the last one), a watch restarted from an older resourceVersion.
+//! Sink faults: a failed send, a partial failure of any subset of a segment, a stall (no
+//! send for many steps, so changes wait and coalesce or cancel in the queues). A
 //! destination is an append-only log; its folded view applies `added`/`updated` as an upsert
 //! of (uid, resourceVersion, content) and `deleted` as a removal when the uid matches.
 //!
@@ -49,12 +55,21 @@
 //! `fold/view.rs`, no resourceVersion check on inferred deletes, no replayed watch events),
 //! so that it keeps searching for others. Each open defect's minimal sequence is an ignored
 //! test below, and `the_destination_converges_strictly` searches with every invariant as
-//! stated: `cargo test -p kubesink --lib model -- --ignored`. A long search:
+//! stated: `cargo test -p kubesink --lib model -- --ignored`; to search past some of them,
+//! name the checks to tolerate, e.g. `KUBESINK_MODEL_TOLERATE=uid_deletes,inferred_rv`
+//! (fields of [`Strict`]). A long search:
 //! `KUBESINK_MODEL_CASES=200000 cargo test -p kubesink --release --lib model -- --nocapture`.
 //! A failing case prints the invariant broken, the trace of the run (steps, changes emitted,
 //! messages received) and the shrunk input; proptest records its seed in
 //! `proptest-regressions/pipeline/model_tests.txt` and replays it first on the next run
 //! (commit the line once the defect is fixed, as `tests/fuzz.proptest-regressions`).
+//!
+//! Its reach, checked by breaking the code on purpose (2026-12-01): a queue that cancels an
+//! `added` it may not (`may_be_held` ignored, defect 1), a decider without its stale check,
+//! a queue whose sync marker is no barrier, and a restore without the journal each fail
+//! within the 2,000 cases, in under a second. Not modelled: the journal's own code and
+//! write-ahead waits, leadership fences, oversize truncation, backpressure (the queues
+//! never fill), linger timers, several watches or namespaces, `updates = false`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -68,7 +83,9 @@ use serde_json::{json, Value};
 use super::deliver::retain_failed;
 use super::queue::{Batch, QueueLimits, SinkQueue};
 use crate::config::ResourceConfig;
-use crate::informer::{Decider, Event, LightStore, RawObject, Shaper, TrackedStore};
+use crate::informer::{
+    Decider, Event, Facts, LightStore, RawObject, Rv, Shaper, TrackedStore, Uid,
+};
 
 /// Object names: few, so that changes of one key meet in the queues.
 const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -98,9 +115,14 @@ enum Step {
     Relist,
     /// A relist fails after listing `k` objects; the informer must list again.
     AbortedList(u8),
+    /// A relist in which object `k` (of those listed) did not decode and had no readable
+    /// key: a half list, `ListDone { sweep: false }`, that proves no deletes.
+    HalfList(u8),
     /// Sink `sink` (modulo the number of sinks) makes one send attempt.
     Send { sink: usize, outcome: Outcome },
-    /// The process crashes and restarts from its acknowledged state.
+    /// The state saver writes a snapshot of the acknowledged state (with `Setup::saves`).
+    Save,
+    /// The process crashes and restarts from its saved state.
     Crash,
 }
 
@@ -141,6 +163,19 @@ impl Strict {
         replays: true,
         partial_resends: true,
     };
+    /// [`Strict::ALL`] but for the checks named in `KUBESINK_MODEL_TOLERATE` (a comma list
+    /// of the field names), to search past one open defect for others.
+    fn from_env() -> Strict {
+        let tolerate = std::env::var("KUBESINK_MODEL_TOLERATE").unwrap_or_default();
+        let on = |name: &str| !tolerate.split(',').any(|t| t.trim() == name);
+        Strict {
+            uid_deletes: on("uid_deletes"),
+            inferred_rv: on("inferred_rv"),
+            replays: on("replays"),
+            partial_resends: on("partial_resends"),
+        }
+    }
+
     /// Open defects tolerated: the fold of `fold/view.rs`, no rv check on inferred deletes,
     /// no replayed events of keys the store no longer holds, no superseded partial re-sends.
     const CI: Strict = Strict {
@@ -158,6 +193,9 @@ struct Setup {
     coalesce: bool,
     max_batch_events: usize,
     markers: bool,
+    /// A crash restores the last [`Step::Save`] plus a journal of every `added` since (the
+    /// rules of `state/restore.rs`); off: the acknowledged state at the crash.
+    saves: bool,
 }
 
 #[derive(Clone)]
@@ -344,6 +382,10 @@ struct World {
     dests: Vec<Dest>,
     run: Option<Run>,
     trace: Vec<String>,
+    /// The last snapshot written (with `Setup::saves`).
+    snapshot: Option<Vec<u8>>,
+    /// Every `added` published since that snapshot: (name, uid, resourceVersion).
+    journal: Vec<(String, String, String)>,
 }
 
 impl World {
@@ -357,6 +399,8 @@ impl World {
             dests,
             run: None,
             trace: Vec::new(),
+            snapshot: None,
+            journal: Vec::new(),
         };
         w.start(LightStore::new(), false);
         w
@@ -422,6 +466,11 @@ impl World {
             .on_event(event)
             .expect("the model's objects decode");
         for c in changes {
+            if c.op == Op::Added && self.setup.saves {
+                // Recorded before it may be sent, as `TrackedStore::ack` does with a journal.
+                self.journal
+                    .push((c.name.clone(), c.uid.clone(), c.resource_version.clone()));
+            }
             let msg = encode(&resource, &c, OBSERVED_AT).expect("encodes");
             let ack = run
                 .decider
@@ -535,26 +584,74 @@ impl World {
                 run.cursor = run.cursor.saturating_sub(k as usize);
             }
             Step::Relist => self.relist(usize::MAX),
+            Step::HalfList(k) => {
+                let listed = self.cluster.listed();
+                self.feed(Event::ListStart);
+                for (j, text) in listed.iter().enumerate() {
+                    if j != k as usize {
+                        self.feed(Event::Listed(RawObject::parse(text).expect("JSON")));
+                    }
+                }
+                self.feed(Event::ListDone { sweep: false });
+                let end = self.cluster.history.len();
+                let run = self.run();
+                (run.cursor, run.seen, run.needs_relist) = (end, end, false);
+            }
             Step::AbortedList(k) => {
                 let k = (k as usize).min(self.cluster.objects.len().saturating_sub(1));
                 self.relist(k);
                 self.run().needs_relist = true;
             }
             Step::Send { sink, outcome } => self.send(sink % self.setup.sinks, outcome)?,
+            Step::Save if self.setup.saves => {
+                self.snapshot = Some(self.snapshot_bytes());
+                self.journal.clear();
+            }
+            Step::Save => {}
             Step::Crash => self.crash(),
         }
         self.check_acknowledged()
     }
 
-    /// The acknowledged state, written and read back with the snapshot codec.
-    fn saved(&self) -> LightStore {
+    /// The acknowledged state, written with the snapshot codec.
+    fn snapshot_bytes(&self) -> Vec<u8> {
         let run = self.run.as_ref().expect("a process runs");
         let mut w = crate::state::Writer::new("test", 0, 0);
         run.store.acknowledged(|a| w.section("core/Pod/ns", 0, a));
-        let bytes = w.finish();
-        let snapshot = crate::state::parse(&bytes).expect("a snapshot");
-        let section = snapshot.sections[0].as_ref().expect("its section");
-        section.store().expect("its store")
+        w.finish()
+    }
+
+    /// What a restart restores: the acknowledged state now, or (with `Setup::saves`) the
+    /// last snapshot with the journal replayed onto it: a journaled key the snapshot lacks,
+    /// or has with another uid, becomes unconfirmed (`state/restore.rs`).
+    fn saved(&self) -> LightStore {
+        let bytes = if self.setup.saves {
+            self.snapshot.clone()
+        } else {
+            Some(self.snapshot_bytes())
+        };
+        let mut store = match bytes {
+            Some(bytes) => {
+                let snapshot = crate::state::parse(&bytes).expect("a snapshot");
+                let section = snapshot.sections[0].as_ref().expect("its section");
+                section.store().expect("its store")
+            }
+            None => LightStore::new(),
+        };
+        for (name, uid, rv) in &self.journal {
+            let same = store
+                .get(Some("ns"), name)
+                .is_some_and(|f| f.uid == Uid::parse(uid));
+            if !same {
+                let ns = store.intern(Some("ns"));
+                store.restore(
+                    ns,
+                    name,
+                    &Facts::unconfirmed(Uid::parse(uid), Rv::parse(rv)),
+                );
+            }
+        }
+        store
     }
 
     fn crash(&mut self) {
@@ -817,20 +914,30 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (1..4u8).prop_map(Step::Rewind),
         2 => Just(Step::Relist),
         1 => (0..3u8).prop_map(Step::AbortedList),
+        1 => (0..3u8).prop_map(Step::HalfList),
         6 => (0..2usize, outcome()).prop_map(|(sink, outcome)| Step::Send { sink, outcome }),
+        1 => Just(Step::Save),
         1 => Just(Step::Crash),
     ]
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
-    (1..=2usize, any::<bool>(), 1..=4usize, any::<bool>()).prop_map(
-        |(sinks, coalesce, max_batch_events, markers)| Setup {
-            sinks,
-            coalesce,
-            max_batch_events,
-            markers,
-        },
+    (
+        1..=2usize,
+        any::<bool>(),
+        1..=4usize,
+        any::<bool>(),
+        any::<bool>(),
     )
+        .prop_map(
+            |(sinks, coalesce, max_batch_events, markers, saves)| Setup {
+                sinks,
+                coalesce,
+                max_batch_events,
+                markers,
+                saves,
+            },
+        )
 }
 
 fn cases() -> u32 {
@@ -868,14 +975,15 @@ proptest! {
         }
     }
 
-    /// The invariants as stated ([`Strict::ALL`]): fails on the open defects pinned below.
+    /// The invariants as stated ([`Strict::ALL`], less `KUBESINK_MODEL_TOLERATE`): fails on
+    /// the open defects pinned below.
     #[test]
     #[ignore = "issue 19 model: fails on the open defects pinned by the ignored tests below"]
     fn the_destination_converges_strictly(
         setup in setup(),
         steps in proptest::collection::vec(step(), 0..40),
     ) {
-        if let Err(e) = run_case(setup.clone(), Strict::ALL, &steps) {
+        if let Err(e) = run_case(setup.clone(), Strict::from_env(), &steps) {
             return Err(TestCaseError::fail(e));
         }
     }
@@ -902,6 +1010,7 @@ fn an_inferred_delete_after_a_crash_carries_an_older_resource_version() {
         coalesce: false,
         max_batch_events: 2,
         markers: false,
+        saves: false,
     };
     let steps = [
         Step::Create(0),
@@ -934,6 +1043,7 @@ fn a_crash_between_a_re_creation_and_its_delivery_never_loses_the_old_uids_delet
         coalesce: true,
         max_batch_events: 1,
         markers: false,
+        saves: false,
     };
     let steps = [
         Step::Create(0),
@@ -964,6 +1074,7 @@ fn a_replayed_event_of_a_deleted_key_never_resurrects_it() {
         coalesce: true,
         max_batch_events: 4,
         markers: false,
+        saves: false,
     };
     let ok = Step::Send {
         sink: 0,
@@ -999,6 +1110,7 @@ fn a_partial_retry_never_sends_a_state_older_than_one_delivered() {
         coalesce: false,
         max_batch_events: 4,
         markers: false,
+        saves: false,
     };
     let steps = [
         Step::Create(0),
