@@ -100,7 +100,8 @@ pub use tracked::record_new_key;
 pub use tracked::{Acknowledged, JournalRef, NewKeys, TrackedStore};
 // What only the benches and tests reach (`kubesink::testing`).
 #[cfg(feature = "test-util")]
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
+// and the pipeline's model (`pipeline/model_tests.rs`)
 pub use payload::{ShapeError, Shaped, Shaper};
 #[cfg(feature = "test-util")]
 pub use store::{Entry as StoreEntry, Observed, Vanished};

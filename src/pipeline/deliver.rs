@@ -225,7 +225,7 @@ fn err_limit(e: &SinkError) -> Option<usize> {
 ///   tombstone);
 /// - a sync marker when any message before it is kept, so it is delivered again after them
 ///   (a marker must follow its list's messages on every destination).
-fn retain_failed(
+pub(super) fn retain_failed(
     todo: &[Message],
     levels: &[Option<TruncateLevel>],
     failed: &[usize],

@@ -39,6 +39,8 @@
 //!   drained: what its queue holds is undelivered ([`Drained::panicked`]).
 
 mod deliver;
+#[cfg(test)]
+mod model_tests;
 mod queue;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

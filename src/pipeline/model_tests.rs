@@ -1,0 +1,997 @@
+//! A model-checked core (issue 19): random sequences of cluster changes, watch faults, sink
+//! behaviour and crashes, driven through the real parts, against invariants. It searches
+//! rather than confirms (`STYLE.md`, "Tests that search, not only confirm"); a failing case
+//! is shrunk by proptest and printed (the steps, and the seed in the regressions file).
+//!
+//! # What runs for real
+//!
+//! - [`Decider`] over a [`TrackedStore`] that tracks acknowledgements, fed the watch events
+//!   of a model cluster (`Event::Applied`/`Deleted`, and lists: `ListStart`, `Listed` of
+//!   every object, `ListDone { sweep: true }`), with sync markers on or off;
+//! - each change encoded with `kubesink_sinks::message::encode`, its [`Ack`](super::Ack)
+//!   from [`Decider::ack`], pushed into one real [`SinkQueue`] per sink with
+//!   `push_change(msg, ack, change.may_be_held)`, then the list's marker (as `emit.rs`);
+//! - batches taken with [`SinkQueue::next_batch`] and handed back with
+//!   [`SinkQueue::complete`] once delivered; in between, the worker's rule of `deliver.rs`:
+//!   one segment at a time (a segment begins at a sync marker), a partial failure re-sends
+//!   what the real `retain_failed` keeps, a failed send re-sends the segment;
+//! - a crash drops the decider, the queues and the batches in flight (nothing of them
+//!   settles); the restored store is the acknowledged state written and read back by the real
+//!   snapshot codec (`state/snapshot.rs`), unconfirmed keys included, and the new decider
+//!   (`restored = true`) starts with a full list of the cluster. In half the cases the state
+//!   is the last periodic save instead ([`Step::Save`]) with a journal of every `added`
+//!   published since replayed onto it by the rules of `state/restore.rs` (modelled here, not
+//!   the journal's own code).
+//!
+//! # The model and the invariants
+//!
+//! The cluster is a map key → (uid, resourceVersion, content) with one etcd revision counter;
+//! every write appends its watch event to a history the informer reads with a cursor. Watch
+//! faults: a relist that misses the events after the cursor (a 410 Gone), a list that fails
+//! half-way, a half list (an item without a readable key: no sweep), a replayed older event
+//! (a duplicate when it is the last one), a watch restarted from an older resourceVersion.
+//! Sink faults: a failed send, a partial failure of any subset of a segment, a stall (no
+//! send for many steps, so changes wait and coalesce or cancel in the queues). A
+//! destination is an append-only log; its folded view applies `added`/`updated` as an upsert
+//! of (uid, resourceVersion, content) and `deleted` as a removal when the uid matches.
+//!
+//! 1. Once the run settles (the cluster stops, a final relist, every sink delivers all), each
+//!    destination's folded view equals the cluster: same keys and uids, the same content,
+//!    and a resourceVersion of that uid with that content, never newer than the cluster's
+//!    (a change of the resourceVersion alone is suppressed by design).
+//! 2. Per destination, key and uid, the resourceVersions delivered never decrease.
+//! 3. A sync marker is delivered only after what it closes: for each key, the last change
+//!    queued before it was delivered (or, for a `deleted`, the destination does not hold
+//!    that uid: an `added` and its `deleted` cancelled in the queue).
+//! 4. After every step, each confirmed (not unconfirmed) key of the acknowledged state names
+//!    an object state every destination received: a delivered message of that key and uid
+//!    with the same content, at that resourceVersion or an earlier one of the same content.
+//!
+//! # Running it
+//!
+//! `cargo test -p kubesink --lib model` runs 2,000 cases of
+//! `the_destination_converges_to_the_cluster_through_faults_and_crashes` (6 to 10 s in a
+//! debug build on a shared 2-core machine; 20,000 cases 82 s) with the four open defects the
+//! model found tolerated ([`Strict::CI`]: the key-only fold of `fold/view.rs`, no
+//! resourceVersion check on inferred deletes, no replay of a key the store no longer holds,
+//! no superseded partial re-send), so that it keeps searching for others. Each open defect's
+//! minimal sequence is an ignored test in `model_tests/found.rs`
+//! (`a_crash_between_a_re_creation_and_its_delivery_never_loses_the_old_uids_delete`,
+//! `an_inferred_delete_after_a_crash_carries_an_older_resource_version`,
+//! `a_replayed_event_of_a_deleted_key_never_resurrects_it`,
+//! `a_partial_retry_never_sends_a_state_older_than_one_delivered`), and `the_destination_converges_strictly` searches with every invariant as
+//! stated: `cargo test -p kubesink --lib model -- --ignored`; to search past some of them,
+//! name the checks to tolerate, e.g. `KUBESINK_MODEL_TOLERATE=uid_deletes,inferred_rv`
+//! (fields of [`Strict`]). A long search:
+//! `KUBESINK_MODEL_CASES=200000 cargo test -p kubesink --release --lib model -- --nocapture`.
+//! A failing case prints the invariant broken, the trace of the run (steps, changes emitted,
+//! messages received) and the shrunk input; proptest records its seed in
+//! `proptest-regressions/pipeline/model_tests.txt` and replays it first on the next run
+//! (commit the line once the defect is fixed, as `tests/fuzz.proptest-regressions`).
+//!
+//! Its reach, checked by breaking the code on purpose (2026-12-01): a queue that cancels an
+//! `added` it may not (`may_be_held` ignored, defect 1), a decider without its stale check,
+//! a queue whose sync marker is no barrier, and a restore without the journal each fail
+//! within the 2,000 cases, in under a second. Not modelled: the journal's own code and
+//! write-ahead waits, leadership fences, oversize truncation, backpressure (the queues
+//! never fill), linger timers, several watches or namespaces, `updates = false`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::FutureExt;
+use kubesink_sinks::message::{encode, encode_synced};
+use kubesink_sinks::{Message, Op, Resource};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::deliver::retain_failed;
+use super::queue::{Batch, QueueLimits, SinkQueue};
+use crate::config::ResourceConfig;
+use crate::informer::{
+    Decider, Event, Facts, LightStore, RawObject, Rv, Shaper, TrackedStore, Uid,
+};
+
+/// Object names: few, so that changes of one key meet in the queues.
+const NAMES: [&str; 3] = ["a", "b", "c"];
+const OBSERVED_AT: &str = "2026-12-01T00:00:00.000Z";
+
+/// One step of a run.
+#[derive(Debug, Clone)]
+enum Step {
+    /// The cluster creates `NAMES[i]` (if absent).
+    Create(usize),
+    /// The cluster changes the object's content.
+    Update(usize),
+    /// The cluster bumps the object's resourceVersion only (e.g. a status or managedFields
+    /// write the payload does not carry).
+    Touch(usize),
+    /// The cluster deletes the object.
+    Delete(usize),
+    /// The cluster deletes the object and creates it again with a new uid.
+    Recreate(usize),
+    /// The informer reads the next `n` watch events.
+    Watch(u8),
+    /// The watch delivers again the event `k` before the last one it read.
+    Replay(u8),
+    /// The watch restarts `k` events back (it replays them as it reads on).
+    Rewind(u8),
+    /// A relist (410 Gone or a reconnect): every event not yet read is missed.
+    Relist,
+    /// A relist fails after listing `k` objects; the informer must list again.
+    AbortedList(u8),
+    /// A relist in which object `k` (of those listed) did not decode and had no readable
+    /// key: a half list, `ListDone { sweep: false }`, that proves no deletes.
+    HalfList(u8),
+    /// Sink `sink` (modulo the number of sinks) makes one send attempt.
+    Send { sink: usize, outcome: Outcome },
+    /// The state saver writes a snapshot of the acknowledged state (with `Setup::saves`).
+    Save,
+    /// The process crashes and restarts from its saved state.
+    Crash,
+}
+
+/// What one send attempt does.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// Everything is confirmed.
+    Ok,
+    /// Nothing is (a transient error).
+    Fail,
+    /// The messages whose index bit is set in the mask fail, the others are delivered.
+    Partial(u8),
+}
+
+/// What the model holds kubesink to. [`Strict::ALL`] is the invariants as stated; the CI
+/// run tolerates the open defects it found (issue 19, each pinned by an ignored test below)
+/// so that it keeps searching for others.
+#[derive(Debug, Clone, Copy)]
+struct Strict {
+    /// The folded view removes a key on `deleted` only when the uid matches (a consumer
+    /// indexing by uid); off: any `deleted` of the key removes it (`fold/view.rs`).
+    uid_deletes: bool,
+    /// Invariant 2 covers inferred deletes (`finalStateUnknown`) too.
+    inferred_rv: bool,
+    /// The watch replays older events of keys the store no longer holds (`Step::Replay`,
+    /// `Step::Rewind`); off: such a replay is skipped (one of a held key is still delivered).
+    replays: bool,
+    /// A partial failure re-sends exactly what `retain_failed` keeps; off: a kept message
+    /// followed by a kept one of the same key and uid is dropped (the newer carries the
+    /// state), so a superseded state is not re-sent after its successor was delivered.
+    partial_resends: bool,
+}
+
+impl Strict {
+    const ALL: Strict = Strict {
+        uid_deletes: true,
+        inferred_rv: true,
+        replays: true,
+        partial_resends: true,
+    };
+    /// [`Strict::ALL`] but for the checks named in `KUBESINK_MODEL_TOLERATE` (a comma list
+    /// of the field names), to search past one open defect for others.
+    fn from_env() -> Strict {
+        let tolerate = std::env::var("KUBESINK_MODEL_TOLERATE").unwrap_or_default();
+        let on = |name: &str| !tolerate.split(',').any(|t| t.trim() == name);
+        Strict {
+            uid_deletes: on("uid_deletes"),
+            inferred_rv: on("inferred_rv"),
+            replays: on("replays"),
+            partial_resends: on("partial_resends"),
+        }
+    }
+
+    /// Open defects tolerated: the fold of `fold/view.rs`, no rv check on inferred deletes,
+    /// no replayed events of keys the store no longer holds, no superseded partial re-sends.
+    const CI: Strict = Strict {
+        uid_deletes: false,
+        inferred_rv: false,
+        replays: false,
+        partial_resends: false,
+    };
+}
+
+/// The pipeline's shape for one case.
+#[derive(Debug, Clone)]
+struct Setup {
+    sinks: usize,
+    coalesce: bool,
+    max_batch_events: usize,
+    markers: bool,
+    /// A crash restores the last [`Step::Save`] plus a journal of every `added` since (the
+    /// rules of `state/restore.rs`); off: the acknowledged state at the crash.
+    saves: bool,
+}
+
+#[derive(Clone)]
+struct Obj {
+    uid: String,
+    rv: u64,
+    image: String,
+}
+
+/// The model cluster: objects, the etcd revision, and the watch history.
+#[derive(Default)]
+struct Cluster {
+    objects: BTreeMap<usize, Obj>,
+    revision: u64,
+    uids: u64,
+    /// Every watch event ever, as (deleted, object JSON).
+    history: Vec<(bool, String)>,
+    /// Every state an object ever had: (uid, resourceVersion) → content.
+    contents: HashMap<(String, u64), String>,
+}
+
+fn pod(name: &str, o: &Obj) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "uid": o.uid,
+                     "resourceVersion": o.rv.to_string()},
+        "spec": {"containers": [{"name": "c", "image": o.image}]}
+    })
+    .to_string()
+}
+
+impl Cluster {
+    fn write(&mut self, i: usize, image: Option<String>, new_uid: bool) {
+        self.revision += 1;
+        let rv = self.revision;
+        if new_uid {
+            self.uids += 1;
+        }
+        let uid = format!("00000000-0000-4000-8000-{:012x}", self.uids);
+        let o = self.objects.entry(i).or_insert(Obj {
+            uid: uid.clone(),
+            rv,
+            image: String::new(),
+        });
+        if new_uid {
+            o.uid = uid;
+        }
+        o.rv = rv;
+        if let Some(image) = image {
+            o.image = image;
+        }
+        let o = o.clone();
+        self.contents.insert((o.uid.clone(), rv), o.image.clone());
+        self.history.push((false, pod(NAMES[i], &o)));
+    }
+
+    fn delete(&mut self, i: usize) {
+        let Some(mut o) = self.objects.remove(&i) else {
+            return;
+        };
+        self.revision += 1;
+        o.rv = self.revision;
+        self.contents.insert((o.uid.clone(), o.rv), o.image.clone());
+        self.history.push((true, pod(NAMES[i], &o)));
+    }
+
+    fn apply(&mut self, step: &Step) {
+        let image = |c: &Cluster| Some(format!("img-{}", c.revision + 1));
+        match *step {
+            Step::Create(i) if !self.objects.contains_key(&i) => self.write(i, image(self), true),
+            Step::Update(i) if self.objects.contains_key(&i) => self.write(i, image(self), false),
+            Step::Touch(i) if self.objects.contains_key(&i) => self.write(i, None, false),
+            Step::Delete(i) => self.delete(i),
+            Step::Recreate(i) => {
+                self.delete(i);
+                self.write(i, image(self), true);
+            }
+            _ => {}
+        }
+    }
+
+    fn listed(&self) -> Vec<String> {
+        self.objects
+            .iter()
+            .map(|(i, o)| pod(NAMES[*i], o))
+            .collect()
+    }
+}
+
+/// One message as a destination received it.
+#[derive(Debug, Clone)]
+struct Delivered {
+    op: String,
+    name: String,
+    uid: String,
+    rv: u64,
+    image: String,
+    /// An inferred `deleted` (`finalStateUnknown`): its resourceVersion is the last one the
+    /// acknowledged state knew.
+    inferred: bool,
+}
+
+fn delivered(m: &Message) -> Delivered {
+    let v: Value = serde_json::from_slice(&m.payload).expect("a JSON message");
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    Delivered {
+        op: s(&v["op"]),
+        name: s(&v["name"]),
+        uid: s(&v["uid"]),
+        rv: s(&v["resourceVersion"]).parse().unwrap_or(0),
+        image: s(&v["object"]["spec"]["containers"][0]["image"]),
+        inferred: v["finalStateUnknown"] == true,
+    }
+}
+
+/// A destination: what it received, in order.
+#[derive(Default)]
+struct Dest {
+    log: Vec<Delivered>,
+}
+
+impl Dest {
+    /// The folded view: name → (uid, resourceVersion, content).
+    fn fold(&self, uid_deletes: bool) -> BTreeMap<String, (String, u64, String)> {
+        let mut view = BTreeMap::new();
+        for d in &self.log {
+            match d.op.as_str() {
+                "added" | "updated" => {
+                    view.insert(d.name.clone(), (d.uid.clone(), d.rv, d.image.clone()));
+                }
+                "deleted"
+                    if !uid_deletes || view.get(&d.name).is_some_and(|(u, _, _)| *u == d.uid) =>
+                {
+                    view.remove(&d.name);
+                }
+                _ => {}
+            }
+        }
+        view
+    }
+}
+
+/// The last change of a key queued before a marker: (op, uid, resourceVersion).
+type Closes = HashMap<String, (Op, String, u64)>;
+
+/// A batch a sink is working on (the worker's state in `deliver.rs`).
+struct InFlight {
+    batch: Batch,
+    /// The batch's messages after the current segment.
+    rest: Vec<Message>,
+    /// The current segment's messages still to confirm.
+    todo: Vec<Message>,
+}
+
+/// One sink of one process: its queue, the batch in flight, what the queue was given.
+struct SinkRun {
+    queue: SinkQueue,
+    inflight: Option<InFlight>,
+    /// Since this queue was created: the last change of each key pushed.
+    pushed: Closes,
+    /// Each marker pushed and what it closes, by payload address (the payload is kept alive
+    /// here, so the address stays unique).
+    markers: Vec<(bytes::Bytes, Closes)>,
+    /// Where this queue's deliveries start in the destination's log.
+    log_start: usize,
+}
+
+/// One process: the decider, its store, its sinks, its place in the watch.
+struct Run {
+    decider: Decider,
+    store: Arc<TrackedStore>,
+    sinks: Vec<SinkRun>,
+    cursor: usize,
+    /// Events before this index were read already: reading them again is a replay.
+    seen: usize,
+    needs_relist: bool,
+}
+
+struct World {
+    setup: Setup,
+    strict: Strict,
+    resource: Arc<Resource>,
+    cluster: Cluster,
+    dests: Vec<Dest>,
+    run: Option<Run>,
+    trace: Vec<String>,
+    /// The last snapshot written (with `Setup::saves`).
+    snapshot: Option<Vec<u8>>,
+    /// Every `added` published since that snapshot: (name, uid, resourceVersion).
+    journal: Vec<(String, String, String)>,
+}
+
+impl World {
+    fn new(setup: Setup, strict: Strict) -> Self {
+        let dests = (0..setup.sinks).map(|_| Dest::default()).collect();
+        let mut w = World {
+            setup,
+            strict,
+            resource: Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true)),
+            cluster: Cluster::default(),
+            dests,
+            run: None,
+            trace: Vec::new(),
+            snapshot: None,
+            journal: Vec::new(),
+        };
+        w.start(LightStore::new(), false);
+        w
+    }
+
+    /// Starts a process over `store` and lists the cluster.
+    fn start(&mut self, store: LightStore, restored: bool) {
+        let res = ResourceConfig::new("v1", "Pod");
+        let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
+        let store = TrackedStore::new(store, true);
+        let mut decider = Decider::with_store(
+            self.resource.clone(),
+            "all namespaces".into(),
+            shaper,
+            true,
+            store.clone(),
+            restored,
+            Arc::default(),
+        );
+        if self.setup.markers {
+            decider = decider.with_sync_markers(None);
+        }
+        let limits = QueueLimits {
+            coalesce: self.setup.coalesce,
+            max_pending: 1 << 20,
+            max_pending_bytes: 1 << 30,
+            max_batch_events: self.setup.max_batch_events,
+            max_batch_bytes: 1 << 30,
+            linger: std::time::Duration::ZERO,
+        };
+        let sinks = self
+            .dests
+            .iter()
+            .map(|d| SinkRun {
+                queue: SinkQueue::new(limits.clone()),
+                inflight: None,
+                pushed: Closes::new(),
+                markers: Vec::new(),
+                log_start: d.log.len(),
+            })
+            .collect();
+        self.run = Some(Run {
+            decider,
+            store,
+            sinks,
+            cursor: 0,
+            seen: 0,
+            needs_relist: true,
+        });
+        self.relist(usize::MAX);
+    }
+
+    fn run(&mut self) -> &mut Run {
+        self.run.as_mut().expect("a process runs")
+    }
+
+    /// Applies one event and publishes what it emitted, as `emit.rs` does.
+    fn feed(&mut self, event: Event<'_>) {
+        let resource = self.resource.clone();
+        let run = self.run.as_mut().expect("a process runs");
+        let changes = run
+            .decider
+            .on_event(event)
+            .expect("the model's objects decode");
+        for c in changes {
+            if c.op == Op::Added && self.setup.saves {
+                // Recorded before it may be sent, as `TrackedStore::ack` does with a journal.
+                self.journal
+                    .push((c.name.clone(), c.uid.clone(), c.resource_version.clone()));
+            }
+            let msg = encode(&resource, &c, OBSERVED_AT).expect("encodes");
+            let ack = run
+                .decider
+                .ack(&msg, &c.resource_version, run.sinks.len())
+                .now_or_never()
+                .expect("no journal: the ack is at once");
+            self.trace.push(format!(
+                "    emit {:?} {} uid …{} rv {}{}",
+                c.op,
+                c.name,
+                &c.uid[c.uid.len().saturating_sub(2)..],
+                c.resource_version,
+                if c.may_be_held { " (may be held)" } else { "" }
+            ));
+            for s in &mut run.sinks {
+                let rv = c.resource_version.parse().unwrap_or(0);
+                s.pushed.insert(c.name.clone(), (c.op, c.uid.clone(), rv));
+                let queued = s
+                    .queue
+                    .push_change(msg.clone(), ack.clone(), c.may_be_held)
+                    .now_or_never()
+                    .expect("the model's queues never fill");
+                assert!(queued);
+            }
+        }
+        if let Some(synced) = run.decider.take_synced() {
+            let msg = encode_synced(&resource, &synced, OBSERVED_AT).expect("encodes");
+            self.trace.push("    emit synced".into());
+            for s in &mut run.sinks {
+                s.markers.push((msg.payload.clone(), s.pushed.clone()));
+                let queued = s
+                    .queue
+                    .push_change(msg.clone(), None, true)
+                    .now_or_never()
+                    .expect("the model's queues never fill");
+                assert!(queued);
+            }
+        }
+    }
+
+    /// A list of the first `upto` objects of the cluster; a complete one skips the events
+    /// not yet read.
+    fn relist(&mut self, upto: usize) {
+        self.feed(Event::ListStart);
+        let listed = self.cluster.listed();
+        let complete = upto >= listed.len();
+        for text in listed.iter().take(upto) {
+            self.feed(Event::Listed(RawObject::parse(text).expect("JSON")));
+        }
+        if complete {
+            self.feed(Event::ListDone { sweep: true });
+            let end = self.cluster.history.len();
+            let run = self.run();
+            run.cursor = end;
+            run.seen = end;
+            run.needs_relist = false;
+        }
+    }
+
+    /// Feeds watch event `at` of the history; `replayed`: it was read before.
+    fn watch_event(&mut self, at: usize, replayed: bool) {
+        let (deleted, text) = self.cluster.history[at].clone();
+        let obj = RawObject::parse(&text).expect("JSON");
+        if replayed && !self.strict.replays {
+            let name = obj.name().expect("named");
+            if self.run().decider.store().get(Some("ns"), name).is_none() {
+                self.trace
+                    .push("    (replay of a key not held: skipped)".into());
+                return;
+            }
+        }
+        self.feed(if deleted {
+            Event::Deleted(obj)
+        } else {
+            Event::Applied(obj)
+        });
+    }
+
+    fn step(&mut self, step: &Step) -> Result<(), String> {
+        self.trace.push(format!("{step:?}"));
+        match *step {
+            Step::Create(_)
+            | Step::Update(_)
+            | Step::Touch(_)
+            | Step::Delete(_)
+            | Step::Recreate(_) => self.cluster.apply(step),
+            Step::Watch(n) => {
+                for _ in 0..n {
+                    let end = self.cluster.history.len();
+                    let run = self.run();
+                    if run.needs_relist || run.cursor >= end {
+                        break;
+                    }
+                    let at = run.cursor;
+                    let replayed = at < run.seen;
+                    run.cursor += 1;
+                    run.seen = run.seen.max(run.cursor);
+                    self.watch_event(at, replayed);
+                }
+            }
+            Step::Replay(k) => {
+                let run = self.run();
+                if !run.needs_relist {
+                    if let Some(at) = run.cursor.checked_sub(1 + k as usize) {
+                        self.watch_event(at, true);
+                    }
+                }
+            }
+            Step::Rewind(k) => {
+                let run = self.run();
+                run.cursor = run.cursor.saturating_sub(k as usize);
+            }
+            Step::Relist => self.relist(usize::MAX),
+            Step::HalfList(k) => {
+                let listed = self.cluster.listed();
+                self.feed(Event::ListStart);
+                for (j, text) in listed.iter().enumerate() {
+                    if j != k as usize {
+                        self.feed(Event::Listed(RawObject::parse(text).expect("JSON")));
+                    }
+                }
+                self.feed(Event::ListDone { sweep: false });
+                let end = self.cluster.history.len();
+                let run = self.run();
+                (run.cursor, run.seen, run.needs_relist) = (end, end, false);
+            }
+            Step::AbortedList(k) => {
+                let k = (k as usize).min(self.cluster.objects.len().saturating_sub(1));
+                self.relist(k);
+                self.run().needs_relist = true;
+            }
+            Step::Send { sink, outcome } => self.send(sink % self.setup.sinks, outcome)?,
+            Step::Save if self.setup.saves => {
+                self.snapshot = Some(self.snapshot_bytes());
+                self.journal.clear();
+            }
+            Step::Save => {}
+            Step::Crash => self.crash(),
+        }
+        self.check_acknowledged()
+    }
+
+    /// The acknowledged state, written with the snapshot codec.
+    fn snapshot_bytes(&self) -> Vec<u8> {
+        let run = self.run.as_ref().expect("a process runs");
+        let mut w = crate::state::Writer::new("test", 0, 0);
+        run.store.acknowledged(|a| w.section("core/Pod/ns", 0, a));
+        w.finish()
+    }
+
+    /// What a restart restores: the acknowledged state now, or (with `Setup::saves`) the
+    /// last snapshot with the journal replayed onto it: a journaled key the snapshot lacks,
+    /// or has with another uid, becomes unconfirmed (`state/restore.rs`).
+    fn saved(&self) -> LightStore {
+        let bytes = if self.setup.saves {
+            self.snapshot.clone()
+        } else {
+            Some(self.snapshot_bytes())
+        };
+        let mut store = match bytes {
+            Some(bytes) => {
+                let snapshot = crate::state::parse(&bytes).expect("a snapshot");
+                let section = snapshot.sections[0].as_ref().expect("its section");
+                section.store().expect("its store")
+            }
+            None => LightStore::new(),
+        };
+        for (name, uid, rv) in &self.journal {
+            let same = store
+                .get(Some("ns"), name)
+                .is_some_and(|f| f.uid == Uid::parse(uid));
+            if !same {
+                let ns = store.intern(Some("ns"));
+                store.restore(
+                    ns,
+                    name,
+                    &Facts::unconfirmed(Uid::parse(uid), Rv::parse(rv)),
+                );
+            }
+        }
+        store
+    }
+
+    fn crash(&mut self) {
+        let saved = self.saved();
+        self.run = None; // decider, queues, batches in flight: gone, unsettled
+        self.start(saved, true);
+    }
+
+    /// One send attempt of sink `i` (`deliver.rs`'s rule, one attempt at a time).
+    fn send(&mut self, i: usize, outcome: Outcome) -> Result<(), String> {
+        let run = self.run.as_mut().expect("a process runs");
+        let s = &mut run.sinks[i];
+        if s.inflight.is_none() {
+            if s.queue.held() == 0 {
+                return Ok(());
+            }
+            let batch = s
+                .queue
+                .next_batch()
+                .now_or_never()
+                .expect("linger 0: a batch at once")
+                .expect("the queue is open");
+            let rest = batch.messages.clone();
+            s.inflight = Some(InFlight {
+                batch,
+                rest,
+                todo: Vec::new(),
+            });
+        }
+        let f = s.inflight.as_mut().expect("just set");
+        if f.todo.is_empty() {
+            // The next segment: up to (not including) the next marker after its first message.
+            let end = f.rest[1..]
+                .iter()
+                .position(|m| m.meta.op.is_marker())
+                .map_or(f.rest.len(), |p| p + 1);
+            f.todo = f.rest.drain(..end).collect();
+        }
+        let got: Vec<Message> = match outcome {
+            Outcome::Ok => std::mem::take(&mut f.todo),
+            Outcome::Fail => Vec::new(),
+            Outcome::Partial(mask) => {
+                let failed: Vec<usize> = (0..f.todo.len())
+                    .filter(|i| mask & (1 << (i % 8)) != 0)
+                    .collect();
+                let got = (0..f.todo.len())
+                    .filter(|i| !failed.contains(i))
+                    .map(|i| f.todo[i].clone())
+                    .collect();
+                let levels = vec![None; f.todo.len()];
+                f.todo = retain_failed(&f.todo, &levels, &failed).0;
+                if !self.strict.partial_resends {
+                    f.todo = without_superseded(std::mem::take(&mut f.todo));
+                }
+                got
+            }
+        };
+        for m in &got {
+            let d = delivered(m);
+            self.trace.push(format!(
+                "    sink {i} got {} {} uid …{} rv {}",
+                d.op,
+                d.name,
+                &d.uid[d.uid.len().saturating_sub(2)..],
+                d.rv
+            ));
+            if m.meta.op.is_marker() {
+                check_marker(&s.markers, m, &self.dests[i], s.log_start, self.strict)?;
+            } else {
+                check_monotonic(&self.dests[i], &d, self.strict)?;
+            }
+            self.dests[i].log.push(d);
+        }
+        if f.todo.is_empty() && f.rest.is_empty() {
+            let f = s.inflight.take().expect("in flight");
+            s.queue.complete(f.batch);
+        }
+        Ok(())
+    }
+
+    /// Invariant 4: every confirmed key of the acknowledged state was received by every
+    /// destination, in that state (same uid and content).
+    fn check_acknowledged(&self) -> Result<(), String> {
+        let run = self.run.as_ref().expect("a process runs");
+        let mut claims = Vec::new();
+        run.store.acknowledged(|a| {
+            a.for_each(|_, name, facts| {
+                if !facts.unconfirmed {
+                    claims.push((name.to_owned(), facts.uid.render(), facts.rv.render()));
+                }
+            })
+        });
+        for (name, uid, rv) in claims {
+            let rv: u64 = rv.parse().expect("decimal");
+            let Some(image) = self.cluster.contents.get(&(uid.clone(), rv)) else {
+                return Err(format!(
+                    "invariant 4: acknowledged {name} uid {uid} rv {rv} was never in the cluster"
+                ));
+            };
+            for (i, d) in self.dests.iter().enumerate() {
+                let held = d.log.iter().any(|m| {
+                    m.op != "deleted"
+                        && m.name == name
+                        && m.uid == uid
+                        && m.rv <= rv
+                        && m.image == *image
+                });
+                if !held {
+                    return Err(format!(
+                        "invariant 4: the acknowledged state confirms {name} uid {uid} rv {rv} ({image}), sink {i} never received it"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Settles the run (the cluster stops, a final relist, every sink delivers everything)
+    /// and checks invariant 1.
+    fn settle(&mut self) -> Result<(), String> {
+        self.trace
+            .push("settle: final relist, every sink delivers".into());
+        self.relist(usize::MAX);
+        for i in 0..self.setup.sinks {
+            for _ in 0..10_000 {
+                let s = &self.run().sinks[i];
+                if s.inflight.is_none() && s.queue.held() == 0 {
+                    break;
+                }
+                self.send(i, Outcome::Ok)?;
+            }
+        }
+        self.check_acknowledged()?;
+        let want: BTreeMap<String, (String, u64, String)> = self
+            .cluster
+            .objects
+            .iter()
+            .map(|(i, o)| (NAMES[*i].to_owned(), (o.uid.clone(), o.rv, o.image.clone())))
+            .collect();
+        for (i, d) in self.dests.iter().enumerate() {
+            let got = d.fold(self.strict.uid_deletes);
+            let keys = |m: &BTreeMap<String, (String, u64, String)>| {
+                m.iter()
+                    .map(|(k, (u, _, img))| (k.clone(), u.clone(), img.clone()))
+                    .collect::<Vec<_>>()
+            };
+            if keys(&got) != keys(&want) {
+                return Err(format!(
+                    "invariant 1: sink {i}'s folded view {got:?} differs from the cluster {want:?}"
+                ));
+            }
+            for (k, (uid, rv, image)) in &got {
+                let cluster_rv = want[k].1;
+                let same = self.cluster.contents.get(&(uid.clone(), *rv)) == Some(image);
+                if *rv > cluster_rv || !same {
+                    return Err(format!(
+                        "invariant 1: sink {i} holds {k} at rv {rv}, the cluster at {cluster_rv}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `todo` without each message a later one of the same key and uid follows (see
+/// `Strict::partial_resends`).
+fn without_superseded(todo: Vec<Message>) -> Vec<Message> {
+    let superseded = |i: usize| {
+        let m = &todo[i];
+        !m.meta.op.is_marker()
+            && todo[i + 1..]
+                .iter()
+                .any(|n| n.key == m.key && n.meta.uid == m.meta.uid)
+    };
+    let keep: Vec<bool> = (0..todo.len()).map(|i| !superseded(i)).collect();
+    todo.into_iter()
+        .zip(keep)
+        .filter_map(|(m, k)| k.then_some(m))
+        .collect()
+}
+
+/// Invariant 2: per key and uid, the resourceVersions a destination receives never decrease.
+/// An inferred `deleted` is exempt unless `Strict::inferred_rv`: after a crash it
+/// carries the acknowledged state's resourceVersion, which can be older than one a sink
+/// already received (see `an_inferred_delete_after_a_crash_carries_an_older_resource_version`).
+fn check_monotonic(dest: &Dest, d: &Delivered, strict: Strict) -> Result<(), String> {
+    if d.inferred && !strict.inferred_rv {
+        return Ok(());
+    }
+    let prior = dest
+        .log
+        .iter()
+        .filter(|m| m.name == d.name && m.uid == d.uid && m.op != "synced")
+        .map(|m| m.rv)
+        .max();
+    match prior {
+        Some(p) if p > d.rv => Err(format!(
+            "invariant 2: {} {} uid {} rv {} delivered after rv {p}",
+            d.op, d.name, d.uid, d.rv
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Invariant 3: a marker arrives after the last change of each key queued before it.
+fn check_marker(
+    markers: &[(bytes::Bytes, Closes)],
+    m: &Message,
+    dest: &Dest,
+    start: usize,
+    strict: Strict,
+) -> Result<(), String> {
+    let Some((_, closes)) = markers
+        .iter()
+        .find(|(p, _)| p.as_ptr() == m.payload.as_ptr())
+    else {
+        return Err("a marker this process never queued".into());
+    };
+    let log = &dest.log[start.min(dest.log.len())..];
+    let view = dest.fold(strict.uid_deletes);
+    for (name, (op, uid, rv)) in closes {
+        let ok = match op {
+            Op::Deleted => {
+                log.iter()
+                    .any(|d| d.op == "deleted" && d.name == *name && d.uid == *uid)
+                    || view.get(name).is_none_or(|(u, _, _)| u != uid)
+            }
+            _ => log
+                .iter()
+                .any(|d| d.op != "deleted" && d.name == *name && d.uid == *uid && d.rv == *rv),
+        };
+        if !ok {
+            return Err(format!(
+                "invariant 3: a marker delivered before {op:?} {name} uid {uid} rv {rv} it closes"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        4 => Just(Outcome::Ok),
+        1 => Just(Outcome::Fail),
+        2 => (1..=255u8).prop_map(Outcome::Partial),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let name = 0..NAMES.len();
+    prop_oneof![
+        3 => name.clone().prop_map(Step::Create),
+        3 => name.clone().prop_map(Step::Update),
+        1 => name.clone().prop_map(Step::Touch),
+        2 => name.clone().prop_map(Step::Delete),
+        2 => name.prop_map(Step::Recreate),
+        6 => (1..4u8).prop_map(Step::Watch),
+        1 => (0..4u8).prop_map(Step::Replay),
+        1 => (1..4u8).prop_map(Step::Rewind),
+        2 => Just(Step::Relist),
+        1 => (0..3u8).prop_map(Step::AbortedList),
+        1 => (0..3u8).prop_map(Step::HalfList),
+        6 => (0..2usize, outcome()).prop_map(|(sink, outcome)| Step::Send { sink, outcome }),
+        1 => Just(Step::Save),
+        1 => Just(Step::Crash),
+    ]
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    (
+        1..=2usize,
+        any::<bool>(),
+        1..=4usize,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(sinks, coalesce, max_batch_events, markers, saves)| Setup {
+                sinks,
+                coalesce,
+                max_batch_events,
+                markers,
+                saves,
+            },
+        )
+}
+
+fn cases() -> u32 {
+    std::env::var("KUBESINK_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
+/// Runs one case; `Err` names the invariant broken, with the trace of the run.
+fn run_case(setup: Setup, strict: Strict, steps: &[Step]) -> Result<(), String> {
+    let mut w = World::new(setup, strict);
+    let result = steps
+        .iter()
+        .try_for_each(|s| w.step(s))
+        .and_then(|()| w.settle());
+    result.map_err(|e| format!("{e}\ntrace:\n{}", w.trace.join("\n")))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 20_000,
+        ..ProptestConfig::default()
+    })]
+
+    /// The CI run: every invariant, the open defects of issue 19 tolerated ([`Strict::CI`]).
+    #[test]
+    fn the_destination_converges_to_the_cluster_through_faults_and_crashes(
+        setup in setup(),
+        steps in proptest::collection::vec(step(), 0..40),
+    ) {
+        if let Err(e) = run_case(setup.clone(), Strict::CI, &steps) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+
+    /// The invariants as stated ([`Strict::ALL`], less `KUBESINK_MODEL_TOLERATE`): fails on
+    /// the open defects pinned below.
+    #[test]
+    #[ignore = "issue 19 model: fails on the open defects pinned by the ignored tests below"]
+    fn the_destination_converges_strictly(
+        setup in setup(),
+        steps in proptest::collection::vec(step(), 0..40),
+    ) {
+        if let Err(e) = run_case(setup.clone(), Strict::from_env(), &steps) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+}
+
+mod found;
