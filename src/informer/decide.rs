@@ -167,6 +167,10 @@ pub struct Decider {
     /// A list of this decider completed. Before that, every `added` may repeat what a
     /// previous run or leader delivered ([`Change::may_be_held`]).
     listed_once: bool,
+    /// The highest decimal resourceVersion the watch has reached since the last list: the
+    /// list's own, then each watch event's. A watch event at or below it is a replay (etcd
+    /// revisions are unique per write and a watch delivers them in order).
+    watch_floor: Option<u64>,
 }
 
 /// The store as [`Decider::store`] lends it (under the store's lock).
@@ -227,6 +231,7 @@ impl Decider {
             list_max_rv: None,
             list_rv: None,
             listed_once: false,
+            watch_floor: None,
         }
     }
 
@@ -327,20 +332,27 @@ impl Decider {
     /// infer a false replace. Dropped and counted. Lists are not checked: a list without a
     /// resourceVersion is a consistent read, the truth the relist resynchronizes to (after an
     /// etcd restore the revisions may even have gone back).
-    fn stale(&self, obj: &RawObject<'_>) -> bool {
+    fn stale(&mut self, obj: &RawObject<'_>) -> bool {
         let (Some(name), Ok(rv)) = (obj.name(), obj.resource_version().parse::<u64>()) else {
             return false;
         };
+        // Below the watch's floor: a replay even of a key no longer held (a replayed ADDED
+        // of a deleted object would bring it back; found by the model test).
+        let replayed = !self.listing() && self.watch_floor.is_some_and(|floor| rv <= floor);
+        if !self.listing() && !replayed {
+            self.watch_floor = Some(rv);
+        }
         let held = match self.store.lock().store.get(obj.namespace(), name) {
             Some(Facts {
                 rv: super::facts::Rv::Number(held),
                 ..
-            }) => held,
-            _ => return false,
+            }) => Some(held),
+            _ => None,
         };
-        if rv >= held {
+        if !replayed && held.is_none_or(|held| rv >= held) {
             return false;
         }
+        let held = held.unwrap_or_default();
         self.stats.stale_events.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(name, namespace = ?obj.namespace(), resource_version = rv, held, "watch event older than the state held for its key; dropped");
         true
@@ -438,6 +450,11 @@ impl Decider {
         }
         self.phase = Phase::Watching;
         self.listed_once = true;
+        // Reset, not raised: after an etcd restore a consistent list can be lower. A list
+        // without a resourceVersion (empty, and none given) keeps the floor it had.
+        if let Ok(rv) = resource_version.parse() {
+            self.watch_floor = Some(rv);
+        }
         self.stats.synced.store(true, Ordering::Relaxed);
         self.note_size();
         self.stats

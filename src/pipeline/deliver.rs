@@ -256,6 +256,28 @@ pub(super) fn retain_failed(
             keep_levels.push(*l);
         }
     }
+    // Of what is kept, a message superseded by a later kept one of the same key and uid
+    // goes: re-sent, it would land after a newer state of that uid already delivered (found
+    // by the model test: `updated` rv 4 delivered, the `added` rv 3 before it re-sent).
+    let mut later: HashSet<(&str, &str)> = HashSet::new();
+    let mut superseded = vec![false; keep.len()];
+    for (i, m) in keep.iter().enumerate().rev() {
+        if m.meta.op.is_marker() {
+            continue;
+        }
+        superseded[i] = !later.insert((&m.key, &m.meta.uid));
+    }
+    let mut it = superseded.iter();
+    let mut it2 = superseded.iter();
+    let keep_levels = keep_levels
+        .into_iter()
+        .filter(|_| !it2.next().copied().unwrap_or(false))
+        .collect();
+    let keep = keep
+        .iter()
+        .filter(|_| !it.next().copied().unwrap_or(false))
+        .cloned()
+        .collect();
     (keep, keep_levels)
 }
 

@@ -18,7 +18,6 @@ fn replay(setup: Setup, steps: &[Step]) {
 /// `deleted` rv 1 after `updated` rv 2 of the same uid: a consumer that ignores messages
 /// older than what it holds (per key and uid) keeps a ghost.
 #[test]
-#[ignore = "issue 19 model: an inferred delete after a crash carries the acknowledged resourceVersion, older than one a sink already received"]
 fn an_inferred_delete_after_a_crash_carries_an_older_resource_version() {
     let setup = Setup {
         sinks: 2,
@@ -82,7 +81,6 @@ fn a_crash_between_a_re_creation_and_its_delivery_never_loses_the_old_uids_delet
 /// receives `added` rv 1 after `deleted` rv 2 of the same uid, a deleted object back until
 /// the next relist.
 #[test]
-#[ignore = "issue 19 model: a replayed watch event of a deleted key resurrects it (stale check needs the key held)"]
 fn a_replayed_event_of_a_deleted_key_never_resurrects_it() {
     let setup = Setup {
         sinks: 1,
@@ -118,7 +116,6 @@ fn a_replayed_event_of_a_deleted_key_never_resurrects_it() {
 /// does. Skipping a kept message that a later kept one of the same key and uid supersedes
 /// would keep the order and the final state.
 #[test]
-#[ignore = "issue 19 model: a partial retry re-sends a superseded state after its successor was delivered"]
 fn a_partial_retry_never_sends_a_state_older_than_one_delivered() {
     let setup = Setup {
         sinks: 1,
