@@ -20,7 +20,7 @@ use tokio::process::{Child, Command};
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 /// Short lease timings for the tests (production defaults are 15 s / 10 s / 2 s).
 const LEASE: Duration = Duration::from_secs(4);
-const RENEW_DEADLINE: Duration = Duration::from_secs(3);
+const RENEW_DEADLINE: Duration = Duration::from_millis(2500);
 const RETRY: Duration = Duration::from_millis(500);
 
 /// A kubesink process writing JSON Lines to `out`.

@@ -715,7 +715,7 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
         })
         .unwrap();
     let extra = format!(
-        "[leader_election]\nenabled = true\nlease_name = \"kubesink-state\"\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"3s\"\nretry_period = \"500ms\"\n[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\n",
+        "[leader_election]\nenabled = true\nlease_name = \"kubesink-state\"\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"2500ms\"\nretry_period = \"500ms\"\n[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\n",
         server.url()
     );
     let [(node_l, cfg_l), (node_f, cfg_f)] = two_nodes(&c, "handover", &extra);

@@ -704,3 +704,30 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn lease_timings_that_let_the_leader_outlive_its_lease_are_rejected() {
+    // Issue 19, defect 4e: 15 s / 14 s / 13 s passed every earlier rule, yet a leader that
+    // cannot renew notices up to two retry periods after its renew deadline.
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "k.toml",
+            "[cluster]\nname = \"prod\"\n[leader_election]\nenabled = true\nlease_duration = \"15s\"\nrenew_deadline = \"14s\"\nretry_period = \"13s\"\n",
+        )?;
+        let errs = errors_of(Some(Path::new("k.toml")));
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("leader_election.lease_duration:")
+                    && e.contains("renew_deadline + 2 × retry_period")
+                    && e.contains("k.toml")),
+            "{errs:?}"
+        );
+        jail.create_file(
+            "ok.toml",
+            "[cluster]\nname = \"prod\"\n[leader_election]\nenabled = true\nlease_duration = \"15s\"\nrenew_deadline = \"10s\"\nretry_period = \"2s\"\n",
+        )?;
+        load(Some(Path::new("ok.toml"))).map_err(|e| e.to_string())?;
+        Ok(())
+    });
+}
