@@ -517,8 +517,10 @@ impl Informer {
                         &format!("{what}: response does not decode: {e}"),
                         retry_in,
                     );
+                } else if *next == Next::List && self.last_rv.is_none() {
+                    tracing::warn!(error = %e, line = self.decode_position, retry_in = ?retry_in, "watch event does not decode and there is no resourceVersion to resume from; relisting");
                 } else if *next == Next::List {
-                    tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, retry_in = ?retry_in, "watch event does not decode ({DECODE_RETRIES_BEFORE_RELIST} times after this resourceVersion, or no resourceVersion to resume from); relisting");
+                    tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, retry_in = ?retry_in, "watch event does not decode ({DECODE_RETRIES_BEFORE_RELIST} times after this resourceVersion); relisting");
                 } else {
                     tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, "watch event does not decode; watching again from the last good resourceVersion to replay it");
                 }
