@@ -407,6 +407,10 @@ impl Decider {
     /// the list was incomplete: then nothing is inferred).
     fn end_list(&mut self, sweep: bool) -> Vec<Change> {
         let tracking = self.store.tracking();
+        let own_rv = self
+            .list_rv
+            .as_deref()
+            .and_then(|rv| rv.parse::<u64>().ok());
         let resource_version = match self.list_rv.take() {
             Some(rv) => rv,
             None => self.list_max_rv.map(|n| n.to_string()).unwrap_or_default(),
@@ -450,11 +454,14 @@ impl Decider {
         }
         self.phase = Phase::Watching;
         self.listed_once = true;
-        // Reset, not raised: after an etcd restore a consistent list can be lower. A list
-        // without a resourceVersion (empty, and none given) keeps the floor it had.
-        if let Ok(rv) = resource_version.parse() {
-            self.watch_floor = Some(rv);
-        }
+        // The list's own resourceVersion resets the floor (after an etcd restore a
+        // consistent list can be lower); the highest listed object's, a stand-in, only
+        // raises it (it can be below events the watch already delivered).
+        self.watch_floor = match (own_rv, resource_version.parse::<u64>().ok()) {
+            (Some(own), _) => Some(own),
+            (None, Some(listed)) => Some(self.watch_floor.map_or(listed, |f| f.max(listed))),
+            (None, None) => self.watch_floor,
+        };
         self.stats.synced.store(true, Ordering::Relaxed);
         self.note_size();
         self.stats

@@ -605,6 +605,11 @@ impl World {
                         self.feed(Event::Listed(RawObject::parse(text).expect("JSON")));
                     }
                 }
+                // The list's own resourceVersion, as the informer passes it.
+                let rv = self.cluster.revision.to_string();
+                if let Some(run) = self.run.as_mut() {
+                    run.decider.note_list_resource_version(&rv);
+                }
                 self.feed(Event::ListDone { sweep: false });
                 let end = self.cluster.history.len();
                 let run = self.run();
