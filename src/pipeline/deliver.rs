@@ -239,9 +239,8 @@ pub(super) fn retain_failed(
     }
     let mut kept_before = false;
     let mut resent_keys: HashSet<&str> = HashSet::new();
-    let mut keep = Vec::new();
-    let mut keep_levels = Vec::new();
-    for (i, (m, l)) in todo.iter().zip(levels).enumerate() {
+    let mut kept: Vec<usize> = Vec::new();
+    for (i, m) in todo.iter().enumerate() {
         let retry = failed.contains(&i)
             && last_delivered
                 .get(&(&*m.key, &*m.meta.uid))
@@ -252,33 +251,26 @@ pub(super) fn retain_failed(
             if !m.meta.op.is_marker() {
                 resent_keys.insert(&m.key);
             }
-            keep.push(m.clone());
-            keep_levels.push(*l);
+            kept.push(i);
         }
     }
     // Of what is kept, a message superseded by a later kept one of the same key and uid
     // goes: re-sent, it would land after a newer state of that uid already delivered (found
     // by the model test: `updated` rv 4 delivered, the `added` rv 3 before it re-sent).
     let mut later: HashSet<(&str, &str)> = HashSet::new();
-    let mut superseded = vec![false; keep.len()];
-    for (i, m) in keep.iter().enumerate().rev() {
-        if m.meta.op.is_marker() {
-            continue;
-        }
-        superseded[i] = !later.insert((&m.key, &m.meta.uid));
-    }
-    let mut it = superseded.iter();
-    let mut it2 = superseded.iter();
-    let keep_levels = keep_levels
+    let mut kept: Vec<usize> = kept
         .into_iter()
-        .filter(|_| !it2.next().copied().unwrap_or(false))
+        .rev()
+        .filter(|&i| {
+            let m = &todo[i];
+            m.meta.op.is_marker() || later.insert((&m.key, &m.meta.uid))
+        })
         .collect();
-    let keep = keep
-        .iter()
-        .filter(|_| !it.next().copied().unwrap_or(false))
-        .cloned()
-        .collect();
-    (keep, keep_levels)
+    kept.reverse();
+    (
+        kept.iter().map(|&i| todo[i].clone()).collect(),
+        kept.iter().map(|&i| levels[i]).collect(),
+    )
 }
 
 /// Applies the next truncation level; `false` when nothing more can be removed.
