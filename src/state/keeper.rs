@@ -436,20 +436,17 @@ mod tests {
         }
     }
 
-    /// Polls `cond` every 5 ms; panics with `what` after 20 s.
-    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !cond() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    /// A keeper of one watch (key `ns/a` known) over a [`HeldStore`] in a temporary
+    /// directory, with a journal, saving while `fence` is open.
+    struct HeldKeeper {
+        _dir: tempfile::TempDir,
+        held: Arc<HeldStore>,
+        store: Arc<dyn StateStore>,
+        tracked: Arc<TrackedStore>,
+        keeper: Arc<Keeper>,
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_save_requested_while_another_stores_lands_after_it_and_keeps_the_journal_it_needs() {
+    fn held_keeper(fence: Fence) -> HeldKeeper {
         let dir = tempfile::tempdir().unwrap();
         let held = Arc::new(HeldStore {
             inner: FileStore::new(dir.path().join("state")),
@@ -468,10 +465,40 @@ mod tests {
                 key: key(),
                 store: tracked.clone(),
             }],
-            Some(journal.clone()),
-            Fence::open(),
+            Some(journal),
+            fence,
             stats,
         );
+        HeldKeeper {
+            _dir: dir,
+            held,
+            store,
+            tracked,
+            keeper,
+        }
+    }
+
+    /// Polls `cond` every 5 ms; panics with `what` after 20 s.
+    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_save_requested_while_another_stores_lands_after_it_and_keeps_the_journal_it_needs() {
+        let HeldKeeper {
+            _dir,
+            held,
+            store,
+            tracked,
+            keeper,
+        } = held_keeper(Fence::open());
         // The interval save: packed at generation 101, its write held.
         let k = keeper.clone();
         let interval = tokio::spawn(async move { k.save(false).await });
@@ -528,17 +555,15 @@ mod tests {
     async fn a_save_still_writing_when_the_fence_closes_is_abandoned_and_drops_no_journal() {
         // Issue 19, defect 4d: a leader deposed while its save writes must not land that
         // state, nor drop journal generations, after its successor took over.
-        let dir = tempfile::tempdir().unwrap();
-        let held = Arc::new(HeldStore {
-            inner: FileStore::new(dir.path().join("state")),
-            held: Mutex::default(),
-            entered: Default::default(),
-        });
-        let store: Arc<dyn StateStore> = held.clone();
-        let stats = Arc::new(StateStats::default());
-        let journal = Journal::new("prod", &[key()], 100, stats.clone());
-        let tracked = TrackedStore::new(LightStore::new(), true);
-        tracked.lock().store.observe(Some("ns"), "a", U1, "5", 9);
+        let fence =
+            Fence::open_until_for_tests(std::time::Instant::now() + Duration::from_secs(3600));
+        let HeldKeeper {
+            _dir,
+            held,
+            store,
+            keeper,
+            ..
+        } = held_keeper(fence.clone());
         let mut body = Vec::new();
         frame::put_record(&mut body, 0, "ns", "a", U1, "5");
         let records = [("core/Pod/".to_owned(), 7)];
@@ -546,19 +571,6 @@ mod tests {
             .append(100, vec![frame::encode("prod", 100, 1, &records, 1, &body)])
             .await
             .unwrap();
-        let fence =
-            Fence::open_until_for_tests(std::time::Instant::now() + Duration::from_secs(3600));
-        let keeper = Keeper::new(
-            store.clone(),
-            "prod",
-            vec![Kept {
-                key: key(),
-                store: tracked.clone(),
-            }],
-            Some(journal.clone()),
-            fence.clone(),
-            stats,
-        );
         let k = keeper.clone();
         let save = tokio::spawn(async move { k.save(true).await });
         until("the save writing", || held.entered() == 1).await;
