@@ -13,6 +13,7 @@ fi
 # System packages (Debian), installed once when missing:
 # - nats-server and openssl: the NATS sink's tests start real servers (tests/nats.rs) and make
 #   TLS test certificates;
+# - curl: the fault campaign (scripts/chaos.sh) drives the simulator's admin endpoints;
 # - build-essential, libssl-dev, zlib1g-dev, pkg-config: rdkafka builds librdkafka from source
 #   (zstd is vendored), and the tansu build below needs a C toolchain too;
 # - python3-venv: the venvs of the reference consumers, kubectl and the deploy checks
@@ -22,7 +23,7 @@ export TOOLS_CACHE_DIR
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if command -v dpkg >/dev/null 2>&1; then
   missing=""
-  for p in nats-server openssl build-essential libssl-dev zlib1g-dev pkg-config; do
+  for p in nats-server openssl curl build-essential libssl-dev zlib1g-dev pkg-config; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
   done
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$missing python3-venv"
