@@ -13,6 +13,7 @@
 //! | same, key known, uid differs | replace | `deleted` (old uid, `finalStateUnknown`), then `added` |
 //! | same, key *unconfirmed* (restored; its earlier `added` may not have arrived), same uid | confirm, update | `added` (again, `may_be_held`: never cancelled by a later `deleted`) |
 //! | `Deleted(obj)` | remove | `deleted` with the final object |
+//! | `Deleted(obj)`, key known with another uid (replaced unseen) | remove | `deleted` (held uid, `finalStateUnknown`), then `deleted` with the final object |
 //! | `ListedUnreadable` (a list item that did not decode, key known) | keep, mark seen | nothing |
 //! | `ListDone { sweep: true }` | sweep keys not seen in this list | `deleted`, `finalStateUnknown: true`, each |
 //! | `ListDone { sweep: false }` (an unreadable item without a key: a half list) | keep all | nothing |
@@ -255,8 +256,9 @@ impl Decider {
     /// it, as if every sink had confirmed it.
     pub fn abandon(&self, change: &Change) {
         if self.store.tracking() {
+            let deleted = (change.op == Op::Deleted).then_some(change.uid.as_str());
             self.store
-                .settled(change.namespace.as_deref(), &change.name);
+                .settled(change.namespace.as_deref(), &change.name, deleted);
         }
     }
 
@@ -301,7 +303,7 @@ impl Decider {
         match event {
             Event::ListStart => {
                 self.begin_list();
-                Ok(Vec::new())
+                Ok(self.owed_deletes())
             }
             Event::Listed(obj) => {
                 self.stats.listed.fetch_add(1, Ordering::Relaxed);
@@ -356,6 +358,39 @@ impl Decider {
         self.stats.stale_events.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(name, namespace = ?obj.namespace(), resource_version = rv, held, "watch event older than the state held for its key; dropped");
         true
+    }
+
+    /// The `deleted`s saved state owes ([`Former`](super::store::Former)): uids of keys
+    /// re-created before a crash whose `deleted` no sink had confirmed. A uid never returns,
+    /// so each is certainly gone: sent at once, before anything the list brings for its key
+    /// (the contract's order: the old uid's `deleted`, then the new uid's changes). Each
+    /// carries the key's current resourceVersion when newer (see [`inferred_delete`]).
+    fn owed_deletes(&mut self) -> Vec<Change> {
+        let owed = {
+            let mut t = self.store.lock();
+            let owed = t.store.take_owed();
+            for o in &owed {
+                let before = t.before(o.namespace.as_deref(), &o.name);
+                t.note_change(o.namespace.as_deref(), &o.name, before, 1);
+            }
+            owed
+        };
+        if owed.is_empty() {
+            return Vec::new();
+        }
+        tracing::info!(
+            deletes = owed.len(),
+            "sending the deletes of re-created objects' old uids that no sink had confirmed before the restart"
+        );
+        self.stats
+            .inferred_deletes
+            .fetch_add(owed.len() as u64, Ordering::Relaxed);
+        let changes: Vec<Change> = owed
+            .into_iter()
+            .map(|o| inferred_delete(o.vanished, o.seen_gone.as_deref().unwrap_or_default()))
+            .collect();
+        self.count_emitted(&changes);
+        changes
     }
 
     /// Whether a list is in progress.
@@ -429,7 +464,10 @@ impl Decider {
                 for v in &vanished {
                     let mut before = Facts::from_text(&v.uid, &v.rv, v.fingerprint);
                     before.unconfirmed = v.unconfirmed;
-                    t.note_change(v.namespace.as_deref(), &v.name, Some(before), 1);
+                    let (ns, name) = (v.namespace.as_deref(), &v.name);
+                    t.note_change(ns, name, Some(before), 1);
+                    let rv = inferred_rv(&v.rv, &resource_version);
+                    t.note_deleted(ns, name, &v.uid, rv);
                 }
             }
             t.list_resource_version = resource_version.clone();
@@ -563,6 +601,13 @@ impl Decider {
                     },
                     &rv,
                 ));
+                let gone = &changes[0];
+                t.note_deleted(
+                    namespace.as_deref(),
+                    &name,
+                    &gone.uid,
+                    &gone.resource_version,
+                );
                 Op::Added
             }
         };
@@ -592,13 +637,39 @@ impl Decider {
             return Err(self.missing_name(&obj));
         };
         let namespace = obj.namespace().map(str::to_owned);
+        let (uid, rv) = (obj.uid(), obj.resource_version());
+        let mut changes = Vec::with_capacity(1);
         {
             let mut t = self.store.lock();
-            let before = t.before(namespace.as_deref(), &name);
-            t.note_change(namespace.as_deref(), &name, before, 1);
-            t.store.remove(namespace.as_deref(), &name);
+            let ns = namespace.as_deref();
+            let before = t.before(ns, &name);
+            // The key holds another uid: that object was deleted (and this one created)
+            // unseen, e.g. while a half list proved nothing. Its `deleted` comes first, as
+            // for a replace (found by the model test: a destination indexing by uid kept it).
+            let replaced = t
+                .store
+                .get(ns, &name)
+                .filter(|held| held.uid != super::facts::Uid::parse(uid))
+                .map(|held| Vanished {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    uid: held.uid.render(),
+                    rv: held.rv.render(),
+                    fingerprint: held.fingerprint,
+                    unconfirmed: held.unconfirmed,
+                });
+            if let Some(v) = replaced {
+                let gone = inferred_delete(v, rv);
+                t.note_deleted(ns, &name, &gone.uid, &gone.resource_version);
+                changes.push(gone);
+                self.stats.inferred_deletes.fetch_add(1, Ordering::Relaxed);
+            }
+            t.note_change(ns, &name, before, 1 + changes.len() as u32);
+            t.note_deleted(ns, &name, uid, rv);
+            t.store.remove(ns, &name);
         }
         self.note_size();
+        self.count_emitted(&changes);
         self.stats.emitted_deleted.fetch_add(1, Ordering::Relaxed);
         // The delete is emitted even when the final state cannot be shaped: without it.
         let object = match self.shaper.shape(&obj) {
@@ -608,17 +679,27 @@ impl Decider {
                 None
             }
         };
-        Ok(vec![Change {
+        changes.push(Change {
             op: Op::Deleted,
             namespace,
             name,
-            uid: obj.uid().to_owned(),
-            resource_version: obj.resource_version().to_owned(),
+            uid: uid.to_owned(),
+            resource_version: rv.to_owned(),
             initial: false,
             final_state_unknown: object.is_none(),
             object,
             may_be_held: false,
-        }])
+        });
+        Ok(changes)
+    }
+}
+
+/// The resourceVersion of an inferred `deleted` ([`inferred_delete`]): `seen_gone` when
+/// both are decimal and it is newer than `last`, else `last`.
+fn inferred_rv<'a>(last: &'a str, seen_gone: &'a str) -> &'a str {
+    match (last.parse::<u64>(), seen_gone.parse::<u64>()) {
+        (Ok(l), Ok(gone)) if gone > l => seen_gone,
+        _ => last,
     }
 }
 
@@ -632,10 +713,7 @@ impl Decider {
 /// backwards (found by scripts/chaos.sh: 32 such deletes in one 40 s run), and a consumer
 /// that drops messages older than what it holds would keep the object forever.
 fn inferred_delete(v: Vanished, seen_gone: &str) -> Change {
-    let resource_version = match (v.rv.parse::<u64>(), seen_gone.parse::<u64>()) {
-        (Ok(last), Ok(gone)) if gone > last => seen_gone.to_owned(),
-        _ => v.rv,
-    };
+    let resource_version = inferred_rv(&v.rv, seen_gone).to_owned();
     Change {
         op: Op::Deleted,
         namespace: v.namespace,
@@ -755,6 +833,34 @@ mod tests {
         // Newer events go on as usual.
         let c = applied(&mut d, &pod("a", U1, 13, "i3"));
         assert_eq!(summary(&c), [(Op::Updated, "a", false, false)]);
+    }
+
+    #[test]
+    fn a_watch_delete_of_another_uid_than_the_held_one_deletes_the_held_uid_first() {
+        // The key was re-created unseen (e.g. during a half list); the watch then deletes
+        // the new uid. A destination indexing by uid holds the old one: its `deleted` too.
+        let mut d = synced(&[pod("a", U1, 10, "i1")]);
+        let c = d
+            .on_event(Event::Deleted(obj(&pod("a", U2, 14, "new"))))
+            .unwrap();
+        assert_eq!(
+            summary(&c),
+            [
+                (Op::Deleted, "a", false, true),
+                (Op::Deleted, "a", false, false)
+            ]
+        );
+        assert_eq!(
+            (
+                c[0].uid.as_str(),
+                c[0].resource_version.as_str(),
+                c[1].uid.as_str()
+            ),
+            (U1, "14", U2),
+            "the held uid's, at the resourceVersion that showed it gone"
+        );
+        assert!(d.store().get(Some("ns"), "a").is_none());
+        assert_eq!(d.stats().inferred_deletes.load(Ordering::Relaxed), 1);
     }
 
     #[test]

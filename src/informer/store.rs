@@ -115,6 +115,37 @@ pub struct Vanished {
     pub unconfirmed: bool,
 }
 
+/// A uid a key had before its current one that a destination may still hold: the key was
+/// re-created (a uid never returns, so the object of that uid is gone) and its `deleted`
+/// has not been confirmed by every sink. Kept only while acknowledgements are tracked
+/// (`tracked.rs`), so that the saved state can name it and a restart still sends that
+/// `deleted` (issue 19, found by the model test: the saved state kept one uid per key, and
+/// a crash between a re-creation and its delivery lost the old uid's `deleted`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Former {
+    /// The old uid.
+    pub uid: Uid<'static>,
+    /// The resourceVersion its `deleted` carries (or, restored, the last one known).
+    pub rv: Rv<'static>,
+    /// Its `deleted` is emitted (and waits for the sinks); `false` when restored from saved
+    /// state: owed, emitted by the decider's next list start ([`LightStore::take_owed`]).
+    pub sent: bool,
+}
+
+/// An owed `deleted` of a former uid ([`LightStore::take_owed`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Owed {
+    /// The key's namespace, `None` at cluster scope.
+    pub namespace: Option<String>,
+    /// The key's name.
+    pub name: String,
+    /// The former uid, and the resourceVersion last known for it.
+    pub vanished: Vanished,
+    /// The resourceVersion of the key's current object, if any (newer than the former's):
+    /// the point at which the former uid was known gone.
+    pub seen_gone: Option<String>,
+}
+
 /// Keys, uids, resourceVersions and fingerprints of one watch's objects.
 #[derive(Default)]
 pub struct LightStore {
@@ -130,6 +161,9 @@ pub struct LightStore {
     /// Ids of forgotten namespaces (their slot in `namespaces` is `""`), reused first.
     free_ns: Vec<u32>,
     overflow: hashbrown::HashMap<(u32, Box<str>), Overflow>,
+    /// Former uids a destination may hold, by key ([`Former`]); empty but for keys
+    /// re-created while their changes wait. Each key holds a reference to its namespace.
+    former: hashbrown::HashMap<(u32, Box<str>), Vec<Former>>,
     epoch: u32,
 }
 
@@ -224,7 +258,7 @@ impl LightStore {
         self.ns_ids.len()
     }
 
-    #[cfg(any(test, feature = "test-util"))]
+    /// The name of namespace `id` (`None` for cluster scope).
     fn ns_name(&self, id: u32) -> Option<String> {
         match id {
             0 => None,
@@ -503,7 +537,18 @@ impl LightStore {
             }
         };
         let flags = text_flags | if facts.unconfirmed { UNCONFIRMED } else { 0 };
+        // Saved state lists a key's former uids before its current one (see
+        // `Acknowledged::for_each`), and journal records come after the snapshot: an entry
+        // of another uid than the one held makes the held one former.
         let hash = Self::hash(&self.hasher, ns, name);
+        let held = self
+            .table
+            .find(hash, |e| e.ns == ns && &*e.name == name)
+            .map(|e| self.facts(e).into_owned());
+        if let Some(held) = held.filter(|h| h.uid != facts.uid) {
+            self.add_former(ns, name, held.uid, held.rv, false);
+        }
+        self.drop_former(ns, name, &facts.uid);
         let hasher = &self.hasher;
         let entry = Entry {
             name: name.into(),
@@ -537,6 +582,103 @@ impl LightStore {
         }
     }
 
+    /// Records that key `(ns, name)` (namespace id from [`LightStore::intern`]) had `uid`
+    /// before its current one and a destination may still hold it ([`Former`]). A uid
+    /// already recorded for the key is kept as it is.
+    pub fn add_former(
+        &mut self,
+        ns: u32,
+        name: &str,
+        uid: Uid<'static>,
+        rv: Rv<'static>,
+        sent: bool,
+    ) {
+        let key = (ns, Box::<str>::from(name));
+        let list = match self.former.get_mut(&key) {
+            Some(list) => list,
+            None => {
+                self.ns_ref(ns);
+                self.former.entry(key).or_default()
+            }
+        };
+        if list.iter().all(|f| f.uid != uid) {
+            list.push(Former { uid, rv, sent });
+        }
+    }
+
+    /// Forgets former `uid` of `(ns, name)`: its `deleted` is confirmed by every sink, or
+    /// the key is back with that uid (saved state replayed). Returns whether it was there.
+    pub fn settle_former(&mut self, ns: Option<&str>, name: &str, uid: &str) -> bool {
+        match self.ns_id_of(ns) {
+            Some(id) => self.drop_former(id, name, &Uid::parse(uid)),
+            None => false,
+        }
+    }
+
+    fn drop_former(&mut self, ns: u32, name: &str, uid: &Uid<'_>) -> bool {
+        if self.former.is_empty() {
+            return false;
+        }
+        let key = (ns, Box::<str>::from(name));
+        let Some(list) = self.former.get_mut(&key) else {
+            return false;
+        };
+        let before = list.len();
+        list.retain(|f| f.uid != *uid);
+        let dropped = list.len() != before;
+        if list.is_empty() {
+            self.former.remove(&key);
+            self.ns_unref(ns);
+        }
+        dropped
+    }
+
+    /// The owed `deleted`s: every former uid not yet sent (restored from saved state), now
+    /// marked sent. They stay (and in the saved state) until [`LightStore::settle_former`].
+    pub fn take_owed(&mut self) -> Vec<Owed> {
+        let mut owed = Vec::new();
+        let keys: Vec<(u32, Box<str>)> = self
+            .former
+            .iter()
+            .filter(|(_, list)| list.iter().any(|f| !f.sent))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (ns, name) in keys {
+            let namespace = self.ns_name(ns);
+            let seen_gone = self.get(namespace.as_deref(), &name).map(|f| f.rv.render());
+            let Some(list) = self.former.get_mut(&(ns, name.clone())) else {
+                continue;
+            };
+            for f in list.iter_mut().filter(|f| !f.sent) {
+                f.sent = true;
+                owed.push(Owed {
+                    namespace: namespace.clone(),
+                    name: name.to_string(),
+                    vanished: Vanished {
+                        namespace: namespace.clone(),
+                        name: name.to_string(),
+                        uid: f.uid.render(),
+                        rv: f.rv.render(),
+                        fingerprint: 0,
+                        unconfirmed: true,
+                    },
+                    seen_gone: seen_gone.clone(),
+                });
+            }
+        }
+        owed.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        owed
+    }
+
+    /// Calls `f(namespace id, name, former)` for every former uid ([`Former`]).
+    pub fn for_each_former(&self, mut f: impl FnMut(u32, &str, &Former)) {
+        for ((ns, name), list) in &self.former {
+            for former in list {
+                f(*ns, name, former);
+            }
+        }
+    }
+
     /// Every known key as `(namespace, name)`, for tests and diagnostics.
     #[cfg(any(test, feature = "test-util"))]
     pub fn keys(&self) -> Vec<(Option<String>, String)> {
@@ -565,7 +707,12 @@ impl LightStore {
                     + 64
             })
             .sum();
-        slots + names + ns + overflow
+        let former: usize = self
+            .former
+            .iter()
+            .map(|((_, n), list)| n.len() + list.len() * std::mem::size_of::<Former>() + 64)
+            .sum();
+        slots + names + ns + overflow + former
     }
 }
 
@@ -810,5 +957,61 @@ mod tests {
         assert!(!s.remove(Some("a"), "x"));
         assert!(!s.remove(Some("zzz"), "x"));
         assert_eq!(s.keys(), vec![(Some("b".to_owned()), "x".to_owned())]);
+    }
+
+    #[test]
+    fn restoring_another_uid_of_a_key_makes_the_held_one_former_and_owed_once() {
+        let mut s = LightStore::new();
+        let ns = s.intern(Some("a"));
+        let confirmed = Facts::from_text(U1, "5", 7);
+        s.restore(ns, "x", &confirmed);
+        s.restore(ns, "x", &Facts::unconfirmed(Uid::parse(U2), Rv::parse("8")));
+        assert_eq!(s.len(), 1, "one key");
+        assert_eq!(s.get(Some("a"), "x").map(|f| f.uid), Some(Uid::parse(U2)));
+        let owed = s.take_owed();
+        assert_eq!(owed.len(), 1);
+        assert_eq!(
+            (owed[0].vanished.uid.as_str(), owed[0].vanished.rv.as_str()),
+            (U1, "5")
+        );
+        assert_eq!(owed[0].seen_gone.as_deref(), Some("8"), "the current uid's");
+        assert_eq!(s.take_owed(), [], "owed once: now sent");
+        let mut named = Vec::new();
+        s.for_each_former(|_, name, f| named.push((name.to_owned(), f.uid.render(), f.sent)));
+        assert_eq!(
+            named,
+            [("x".to_owned(), U1.to_owned(), true)],
+            "kept until settled"
+        );
+        // The namespace stays while only the former refers to it.
+        s.remove(Some("a"), "x");
+        assert_eq!(s.namespace_count(), 1);
+        assert!(s.settle_former(Some("a"), "x", U1));
+        assert!(!s.settle_former(Some("a"), "x", U1));
+        assert_eq!(s.namespace_count(), 0, "forgotten with its last reference");
+    }
+
+    #[test]
+    fn restoring_a_key_with_its_former_uid_forgets_that_former() {
+        let mut s = LightStore::new();
+        let ns = s.intern(None);
+        s.restore(ns, "x", &Facts::from_text(U1, "5", 7));
+        s.restore(ns, "x", &Facts::from_text(U1, "6", 7));
+        assert_eq!(s.take_owed(), [], "same uid: no former");
+        s.add_former(
+            ns,
+            "x",
+            Uid::parse(U2).into_owned(),
+            Rv::parse("4").into_owned(),
+            true,
+        );
+        s.restore(ns, "x", &Facts::from_text(U2, "9", 7));
+        let mut formers = Vec::new();
+        s.for_each_former(|_, _, f| formers.push((f.uid.render(), f.sent)));
+        assert_eq!(
+            formers,
+            [(U1.to_owned(), false)],
+            "U2 is current again, U1 former"
+        );
     }
 }

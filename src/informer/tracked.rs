@@ -175,6 +175,21 @@ impl Tracked {
         }
     }
 
+    /// Records that the change just noted for `(ns, name)` is (or includes) the `deleted`
+    /// of `uid`, carrying resourceVersion `rv`: until every sink settled it, a destination
+    /// may still hold that uid, and the acknowledged state names it (a
+    /// [`Former`](super::store::Former) in the store) even once the key has a newer uid, so
+    /// a crash before the `deleted` arrives still sends it after the restart. Does nothing
+    /// when acknowledgements are not tracked.
+    pub fn note_deleted(&mut self, ns: Option<&str>, name: &str, uid: &str, rv: &str) {
+        if self.overlay.is_none() {
+            return;
+        }
+        let id = self.store.intern(ns);
+        let (uid, rv) = (Uid::parse(uid).into_owned(), Rv::parse(rv).into_owned());
+        self.store.add_former(id, name, uid, rv, true);
+    }
+
     /// Records that the change just noted for `(ns, name)` is an `added` of `uid` at `rv`
     /// (after [`Tracked::note_change`]): until it settles, the acknowledged state lists the
     /// key as unconfirmed. Does nothing when acknowledgements are not tracked.
@@ -293,10 +308,15 @@ impl TrackedStore {
 
     /// One change of `(ns, name)` is settled by every sink (or will never be published: an
     /// encoding failure): the overlay forgets it, and the key's live facts become
-    /// acknowledged once no other change of it is outstanding.
-    pub fn settled(&self, ns: Option<&str>, name: &str) {
+    /// acknowledged once no other change of it is outstanding. `deleted_uid`: the change was
+    /// the `deleted` of that uid; when it is a former uid of the key ([`Former`](super::store::Former)), the
+    /// acknowledged state stops naming it.
+    pub fn settled(&self, ns: Option<&str>, name: &str, deleted_uid: Option<&str>) {
         let mut guard = self.lock();
         let t = &mut *guard;
+        if let Some(uid) = deleted_uid {
+            t.store.settle_former(ns, name, uid);
+        }
         let Some(id) = t.store.ns_id_of(ns) else {
             return;
         };
@@ -342,11 +362,36 @@ impl Acknowledged<'_> {
         &self.t.list_resource_version
     }
 
-    /// Calls `f(namespace id, name, facts)` for every acknowledged object: live entries
-    /// without outstanding changes, and for keys with some, the newest outstanding `added`
-    /// as unconfirmed facts (downstream may have it), else the `before` facts.
+    /// Calls `f(namespace id, name, facts)` for every acknowledged object: first every
+    /// former uid a destination may hold ([`Former`](super::store::Former), as unconfirmed facts), then live
+    /// entries without outstanding changes, and for keys with some, the newest outstanding
+    /// `added` as unconfirmed facts (downstream may have it), else the `before` facts.
+    ///
+    /// A key can come more than once, with different uids: its former ones first. Restoring
+    /// the entries in this order ([`LightStore::restore`]) rebuilds the formers.
     pub fn for_each(&self, mut f: impl FnMut(u32, &str, &Facts<'_>)) {
         let overlay = self.t.overlay.as_ref().filter(|o| !o.is_empty());
+        let store = &self.t.store;
+        store.for_each_former(|ns, name, former| {
+            // The uid the entries below name for the key: no need to name it twice.
+            let current = match overlay.and_then(|o| o.get(&KeyRef(ns, name))) {
+                Some(o) => match (&o.added, &o.before) {
+                    (Some((uid, _)), _) => Some(uid.clone()),
+                    (None, before) => before.as_ref().map(|b| b.uid.clone()),
+                },
+                None => {
+                    let ns = store.namespace_table().get(ns as usize).map(|n| &**n);
+                    store.get(ns, name).map(|f| f.uid.into_owned())
+                }
+            };
+            if current.as_ref() != Some(&former.uid) {
+                f(
+                    ns,
+                    name,
+                    &Facts::unconfirmed(former.uid.clone(), former.rv.clone()),
+                )
+            }
+        });
         self.t.store.for_each(|ns, name, facts| {
             if overlay.is_none_or(|o| !o.contains_key(&KeyRef(ns, name))) {
                 f(ns, name, &facts);
@@ -374,8 +419,9 @@ struct ChangeAck {
 impl Settle for ChangeAck {
     fn settle(&self) {
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let deleted = (self.meta.op == Op::Deleted).then_some(&*self.meta.uid);
             self.store
-                .settled(self.meta.namespace.as_deref(), &self.meta.name);
+                .settled(self.meta.namespace.as_deref(), &self.meta.name, deleted);
         }
     }
 
@@ -504,7 +550,7 @@ mod tests {
     async fn an_unacknowledged_delete_keeps_the_key_and_untracked_stores_need_no_acks() {
         let s = TrackedStore::new(LightStore::new(), true);
         change(&s, "a", 1);
-        s.settled(Some("ns"), "a");
+        s.settled(Some("ns"), "a", None);
         {
             let mut t = s.lock();
             let before = t.store.get(Some("ns"), "a").map(Facts::into_owned);
@@ -512,7 +558,7 @@ mod tests {
             t.store.remove(Some("ns"), "a");
         }
         assert_eq!(rvs(&s), [("a".into(), "1".into())]);
-        s.settled(Some("ns"), "a");
+        s.settled(Some("ns"), "a", None);
         assert_eq!(rvs(&s), []);
         let plain = TrackedStore::new(LightStore::new(), false);
         assert!(plain.ack(&meta("a"), "0", 1).await.is_none());
@@ -533,9 +579,9 @@ mod tests {
             t.store.remove(Some("ns"), "a");
         }
         assert_eq!(unconfirmed(&s), [("a".into(), "1".into())]);
-        s.settled(Some("ns"), "a");
+        s.settled(Some("ns"), "a", None);
         assert_eq!(unconfirmed(&s), [("a".into(), "1".into())], "one of two");
-        s.settled(Some("ns"), "a");
+        s.settled(Some("ns"), "a", None);
         assert_eq!((rvs(&s), unconfirmed(&s)), (vec![], vec![]));
     }
 }

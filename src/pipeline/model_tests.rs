@@ -50,17 +50,10 @@
 //! # Running it
 //!
 //! `cargo test -p kubesink --lib model` runs 2,000 cases of
-//! `the_destination_converges_to_the_cluster_through_faults_and_crashes` (6 to 10 s in a
-//! debug build on a shared 2-core machine; 20,000 cases 82 s) with the four open defects the
-//! model found tolerated ([`Strict::CI`]: the key-only fold of `fold/view.rs`, no
-//! resourceVersion check on inferred deletes, no replay of a key the store no longer holds,
-//! no superseded partial re-send), so that it keeps searching for others. Each open defect's
-//! minimal sequence is an ignored test in `model_tests/found.rs`
-//! (`a_crash_between_a_re_creation_and_its_delivery_never_loses_the_old_uids_delete`,
-//! `an_inferred_delete_after_a_crash_carries_an_older_resource_version`,
-//! `a_replayed_event_of_a_deleted_key_never_resurrects_it`,
-//! `a_partial_retry_never_sends_a_state_older_than_one_delivered`), and `the_destination_converges_strictly` searches with every invariant as
-//! stated: `cargo test -p kubesink --lib model -- --ignored`; to search past some of them,
+//! `the_destination_converges_to_the_cluster_through_faults_and_crashes` with every
+//! invariant as stated ([`Strict::ALL`]; 6 to 10 s in a debug build on a shared 2-core
+//! machine, 20,000 cases about 35 s). The defects it found are each a test of their minimal
+//! sequence in `model_tests/found.rs`, all fixed. To search past a defect while it is open,
 //! name the checks to tolerate, e.g. `KUBESINK_MODEL_TOLERATE=uid_deletes,inferred_rv`
 //! (fields of [`Strict`]). A long search:
 //! `KUBESINK_MODEL_CASES=200000 cargo test -p kubesink --release --lib model -- --nocapture`.
@@ -142,9 +135,9 @@ enum Outcome {
     Partial(u8),
 }
 
-/// What the model holds kubesink to. [`Strict::ALL`] is the invariants as stated; the CI
-/// run tolerates the open defects it found (issue 19, each pinned by an ignored test below)
-/// so that it keeps searching for others.
+/// What the model holds kubesink to. [`Strict::ALL`] is the invariants as stated, what CI
+/// runs; each field can be turned off (`KUBESINK_MODEL_TOLERATE`) to search past a defect
+/// for others while it is open.
 #[derive(Debug, Clone, Copy)]
 struct Strict {
     /// The folded view removes a key on `deleted` only when the uid matches (a consumer
@@ -180,18 +173,6 @@ impl Strict {
             partial_resends: on("partial_resends"),
         }
     }
-
-    /// The one open defect tolerated: the fold of `fold/view.rs` (a `deleted` removes the key
-    /// whatever its uid), since a crash between a re-creation and its delivery still loses
-    /// the old uid's `deleted` (`found.rs`). The three others the model found are fixed and
-    /// checked: inferred deletes carry the list's resourceVersion, replays of keys no longer
-    /// held are dropped below the watch's floor, superseded partial re-sends are dropped.
-    const CI: Strict = Strict {
-        uid_deletes: false,
-        inferred_rv: true,
-        replays: true,
-        partial_resends: true,
-    };
 }
 
 /// The pipeline's shape for one case.
@@ -982,22 +963,10 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// The CI run: every invariant, the open defects of issue 19 tolerated ([`Strict::CI`]).
+    /// The CI run: every invariant as stated ([`Strict::ALL`], less the checks named in
+    /// `KUBESINK_MODEL_TOLERATE`, to search past a defect for others).
     #[test]
     fn the_destination_converges_to_the_cluster_through_faults_and_crashes(
-        setup in setup(),
-        steps in proptest::collection::vec(step(), 0..40),
-    ) {
-        if let Err(e) = run_case(setup.clone(), Strict::CI, &steps) {
-            return Err(TestCaseError::fail(e));
-        }
-    }
-
-    /// The invariants as stated ([`Strict::ALL`], less `KUBESINK_MODEL_TOLERATE`): fails on
-    /// the open defects pinned below.
-    #[test]
-    #[ignore = "issue 19 model: fails on the open defects pinned by the ignored tests below"]
-    fn the_destination_converges_strictly(
         setup in setup(),
         steps in proptest::collection::vec(step(), 0..40),
     ) {

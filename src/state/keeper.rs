@@ -368,7 +368,7 @@ mod tests {
             None,
             "unchanged"
         );
-        tracked.settled(Some("ns"), "a");
+        tracked.settled(Some("ns"), "a", None);
         keeper.save(false).await.unwrap().expect("changed: saved");
         let snap_bytes = store.load().await.unwrap().unwrap();
         let restored = crate::state::parse(&snap_bytes).unwrap().sections[0]

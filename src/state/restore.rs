@@ -11,7 +11,9 @@
 //! - The journal's segments of the snapshot's generation and later are replayed onto the
 //!   bases: each record is a key sent as `added` after the snapshot was taken. A key the base
 //!   lacks, or has with another uid, becomes **unconfirmed** (downstream may have it: the
-//!   first list re-sends it, or sends its `deleted`). A key the base has with the same uid
+//!   first list re-sends it, or sends its `deleted`); the base's other uid becomes a
+//!   *former* uid of the key (`informer/store.rs`), whose `deleted` the first list start
+//!   sends (downstream may still hold it: issue 19). A key the base has with the same uid
 //!   stays as it is (the snapshot saw that `added` confirmed). A watch without a section but
 //!   with records (its run crashed before its first save) is restored from its records alone.
 //! - A frame cut short at the end of a file is dropped (it was never durable, so nothing it
@@ -428,6 +430,15 @@ mod tests {
                 fact("new", U2, true),
                 fact("recreated", U2, true),
             ]
+        );
+        let mut former = Vec::new();
+        if let Some(s) = &r.stores[0] {
+            s.for_each_former(|_, name, f| former.push((name.to_owned(), f.uid.render(), f.sent)));
+        }
+        assert_eq!(
+            former,
+            [("recreated".to_owned(), U1.to_owned(), false)],
+            "the snapshot's uid of a re-created key is former: its `deleted` is owed"
         );
         assert!(
             r.stores[1].as_ref().is_some_and(|s| s.is_empty()),

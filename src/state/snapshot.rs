@@ -20,7 +20,10 @@
 //! `generation` is the state journal's generation the snapshot was taken at: journal
 //! segments of this generation and later hold the new keys sent since
 //! (`journal.rs`). Entry flag 4 marks an *unconfirmed* object (sent as `added`, not yet
-//! confirmed by every sink; its fingerprint is 0). Version 1 (before the journal) is the
+//! confirmed by every sink; its fingerprint is 0). A key may have several entries: its
+//! *former* uids (a `deleted` not yet confirmed by every sink, so downstream may still hold
+//! that uid; flag 4) come before its current one, and reading them back in order rebuilds
+//! them (`LightStore::restore`). Version 1 (before the journal) is the
 //! same without `generation` (read as 0) and without flag 4; this build reads both.
 //!
 //! Each part carries its own XXH3-64 checksum, so truncation or corruption costs only the

@@ -327,3 +327,106 @@ fn a_re_sent_unconfirmed_key_may_be_held_even_when_the_watch_brings_it() {
         .unwrap();
     assert!(!c[0].may_be_held);
 }
+
+/// A store rebuilt from `store`'s acknowledged state in the order a snapshot writes it.
+fn saved_acknowledged(store: &TrackedStore) -> LightStore {
+    store.acknowledged(|a| {
+        let table = a.namespaces().to_vec();
+        let mut copy = LightStore::new();
+        a.for_each(|ns, name, facts| {
+            let id = copy.intern(Some(&table[ns as usize]));
+            copy.restore(id, name, facts);
+        });
+        copy
+    })
+}
+
+#[test]
+fn a_crash_before_a_re_creation_is_delivered_still_sends_the_old_uids_delete() {
+    // Issue 19 (found by the model test): "a" (U1) is confirmed; the watch sees it
+    // re-created (U2), and neither the old uid's `deleted` nor the new uid's `added` is
+    // confirmed when the process crashes. A destination may hold U1, U2 or both.
+    let store = TrackedStore::new(LightStore::new(), true);
+    let mut d = over(store.clone(), false);
+    let mut acks = Vec::new();
+    emit(&mut d, Event::ListStart, &mut acks);
+    emit(
+        &mut d,
+        Event::Listed(obj(&pod("a", U1, 1, "v1"))),
+        &mut acks,
+    );
+    emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
+    for a in acks.drain(..) {
+        a.settle();
+        a.settle();
+    }
+    emit(
+        &mut d,
+        Event::Applied(obj(&pod("a", U2, 3, "v1"))),
+        &mut acks,
+    );
+    assert_eq!(acks.len(), 2, "the old uid's deleted, the new uid's added");
+    let named = store.acknowledged(|a| {
+        let mut v = Vec::new();
+        a.for_each(|_, name, f| v.push((name.to_owned(), f.uid.render(), f.unconfirmed)));
+        v
+    });
+    assert_eq!(
+        named,
+        [("a".into(), U1.into(), true), ("a".into(), U2.into(), true)],
+        "the saved state names both uids, the former first"
+    );
+
+    // Restarted from it, with "a" gone meanwhile: both uids' deletes, the old one first,
+    // sent when the list starts, carrying the newer uid's resourceVersion.
+    let restarted = TrackedStore::new(saved_acknowledged(&store), true);
+    let mut d = over(restarted.clone(), true);
+    let first = d.on_event(Event::ListStart).unwrap();
+    assert_eq!(
+        summary(&first),
+        [(Op::Deleted, "a", false, true)],
+        "owed at once"
+    );
+    assert_eq!(
+        (first[0].uid.as_str(), first[0].resource_version.as_str()),
+        (U1, "3")
+    );
+    d.note_list_resource_version("9");
+    let swept = d.on_event(Event::ListDone { sweep: true }).unwrap();
+    assert_eq!(
+        (summary(&swept), swept[0].uid.as_str()),
+        (vec![(Op::Deleted, "a", false, true)], U2)
+    );
+    // A list that starts again (the first failed half-way) owes nothing more.
+    assert_eq!(d.on_event(Event::ListStart).unwrap(), []);
+
+    // And with "a" still there (U2): the old uid's delete, then the re-sent `added`.
+    let restarted = TrackedStore::new(saved_acknowledged(&store), true);
+    let mut d = over(restarted.clone(), true);
+    let mut acks = Vec::new();
+    emit(&mut d, Event::ListStart, &mut acks);
+    emit(
+        &mut d,
+        Event::Listed(obj(&pod("a", U2, 3, "v1"))),
+        &mut acks,
+    );
+    emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
+    assert_eq!(acks.len(), 2, "deleted U1, added U2 again");
+    let formers = |s: &TrackedStore| {
+        s.acknowledged(|a| {
+            let mut n = 0;
+            a.for_each(|_, _, f| n += usize::from(f.uid.render() == U1));
+            n
+        })
+    };
+    assert_eq!(formers(&restarted), 1, "named until every sink settled it");
+    for a in acks.drain(..) {
+        a.settle();
+        a.settle();
+    }
+    assert_eq!(formers(&restarted), 0);
+    assert_eq!(
+        acknowledged_keys(&restarted),
+        [("ns".to_owned(), "a".to_owned(), "3".to_owned())]
+    );
+}
