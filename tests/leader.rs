@@ -48,6 +48,30 @@ impl Proc {
         Proc { child, out, err }
     }
 
+    /// Like [`Proc::start`], with stdout a pipe nobody reads: once its buffer (64 KiB) is
+    /// full, the stdout sink's writes block and nothing more is delivered. The reading end
+    /// stays open in the child handle.
+    fn start_unread(config: &Path, dir: &Path, identity: &str) -> Proc {
+        let err = dir.join(format!("{identity}.log"));
+        let child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("KUBESINK_LEADER_ELECTION__IDENTITY", identity)
+            .env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0")
+            .env("KUBESINK_PIPELINE__SHUTDOWN_TIMEOUT", "300s")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Proc {
+            child,
+            out: dir.join(format!("{identity}.unread")),
+            err,
+        }
+    }
+
     /// Bytes written to stdout so far.
     fn emitted(&self) -> u64 {
         std::fs::metadata(&self.out).map(|m| m.len()).unwrap_or(0)
@@ -261,4 +285,46 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
         margin < jiff::SignedDuration::try_from(LEASE).unwrap(),
         "stopped {margin:?} after its last renewal, lease {LEASE:?}:\n{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_while_draining_exits_at_once_not_at_the_deadline() {
+    // Issue 19 (4): a leader shutting down keeps renewing while it drains; when it cannot,
+    // its fence closes and nothing more can be sent or saved, so it exits (3) then, rather
+    // than waiting out `pipeline.shutdown_timeout` (300 s here) with its delivery blocked.
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 600, // full payloads: far more than a pipe's 64 KiB
+            seed: 5,
+            ..Default::default()
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &c.kubeconfig);
+    let mut a = Proc::start_unread(&cfg, dir.path(), "drains");
+    wait_for_seen("leads and lists", LONG, || {
+        let log = a.log();
+        (log.contains("initial sync complete"), log)
+    })
+    .await;
+    let first = renew_time(&c.sim);
+    wait_for("a renewal", LONG, || renew_time(&c.sim) > first).await;
+    a.signal("-TERM");
+    wait_for_seen("the shutdown to begin", LONG, || {
+        let log = a.log();
+        (log.contains("shutting down"), log)
+    })
+    .await;
+    c.sim.faults().set_unreachable(true);
+    let code = a.exit_code(LONG).await;
+    c.sim.faults().set_unreachable(false);
+    let log = a.log();
+    assert_eq!(
+        code,
+        Some(3),
+        "exits as lost leadership while draining (not after the 300 s deadline, 1):\n{log}"
+    );
+    assert!(log.contains("lost leadership while shutting down"), "{log}");
 }

@@ -437,14 +437,19 @@ impl Bridge {
         self.shutdown_timeout
     }
 
-    /// Resolves when this replica lost its leadership (never without leader election).
-    pub async fn lost_leadership(&mut self) -> Lost {
-        match self.lost.as_mut() {
-            Some(rx) => match rx.await {
-                Ok(lost) => lost,
-                Err(_) => std::future::pending().await,
-            },
-            None => std::future::pending().await,
+    /// A future that resolves when this replica loses its leadership, while running or
+    /// while shutting down (until the lease is given up); it never resolves without leader
+    /// election, or once the lease was given up. Taken once: the bridge keeps no other.
+    pub fn take_lost_leadership(&mut self) -> impl std::future::Future<Output = Lost> {
+        let lost = self.lost.take();
+        async move {
+            match lost {
+                Some(rx) => match rx.await {
+                    Ok(lost) => lost,
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
         }
     }
 
@@ -624,15 +629,26 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut bridge = Bridge::start_with(&config, clients, sinks, elector).await?;
     let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
     tracing::info!(clusters = ?names, sinks = config.sinks.len(), leader_election = config.leader_election.enabled, "kubesink running");
+    let lost = bridge.take_lost_leadership();
+    tokio::pin!(lost);
     tokio::select! {
         _ = shutdown_signal() => {}
-        lost = bridge.lost_leadership() => {
+        lost = &mut lost => {
             tracing::error!(error = %lost, "lost leadership: stopping at once without emitting more (exit {LOST_LEADERSHIP_EXIT}); the replacement process starts as a follower");
             std::process::exit(LOST_LEADERSHIP_EXIT);
         }
     }
     tracing::info!("shutting down: stopping watches, flushing sinks");
-    let report = bridge.shutdown_report().await;
+    // A leader that loses the lease while it drains stops at once too (issue 19): its fence
+    // is closed, so nothing more can be sent or saved, and waiting out
+    // `pipeline.shutdown_timeout` would only hold the Pod.
+    let report = tokio::select! {
+        report = bridge.shutdown_report() => report,
+        lost = &mut lost => {
+            tracing::error!(error = %lost, "lost leadership while shutting down: stopping at once; what was not delivered is sent by the next leader (exit {LOST_LEADERSHIP_EXIT})");
+            std::process::exit(LOST_LEADERSHIP_EXIT);
+        }
+    };
     if !report.is_clean() {
         return Err(Unclean(report).into());
     }
