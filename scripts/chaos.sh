@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # The fault campaign (issue 19): two kubesink replicas (leader election on a Lease, the
-# saved informer state in NATS, a JetStream sink) against the simulator and a real
-# nats-server, under pod churn, with a seeded random schedule of faults: every simulator
-# fault control (watches closed, 410, silenced, damaged; connections reset; the API server
-# unreachable; 500s; slow answers; expired continue tokens), SIGKILL and SIGTERM restarts of
-# either replica (leader hand-overs), nats-server stopped, frozen (SIGSTOP) and restarted.
-# Then the faults stop, the churn stops, and two oracles judge what JetStream holds:
-#   1. `kubesink fold --nats … --against-cluster`: the folded stream equals the cluster
-#      (no ghost, nothing missing, no uid mismatch);
-#   2. a per-key order check of every message in the stream: per key and uid, the
+# saved informer state in NATS, two sinks: JetStream and Kafka) against the simulator, a
+# real nats-server and a real Kafka-protocol broker (tansu), under pod churn, with a seeded
+# random schedule of faults: every simulator fault control (watches closed, 410, silenced,
+# damaged; connections reset; the API server unreachable; 500s; slow answers; expired
+# continue tokens), SIGKILL and SIGTERM restarts of either replica (leader hand-overs),
+# nats-server frozen (SIGSTOP) and restarted, tansu frozen. (tansu is not restarted: its
+# memory engine would lose the topic, and the oracles could no longer judge what was sent.)
+# Then the faults stop, the churn stops, and three oracles judge what each destination holds:
+#   1. `kubesink fold … --against-cluster`: the stream (topic) folded by key equals the
+#      cluster (no ghost, nothing missing, no uid mismatch);
+#   2. per key and uid, in the destination's order (scripts/chaos_check.py), the
 #      resourceVersion never goes backwards, and nothing of a uid follows its `deleted`
-#      except a repeat of that `deleted` (at-least-once).
+#      except a repeat of that `deleted` (at-least-once);
+#   3. folded by (key, uid), as a consumer indexing by uid does, the pairs held equal the
+#      cluster's: no old uid left behind by a re-creation (scripts/chaos_check.py).
 #
 #   scripts/chaos.sh                       # 60 s of faults, a random seed (printed)
 #   scripts/chaos.sh --seed 42             # replay a schedule
 #   scripts/chaos.sh --minutes 30          # a long run
 #
 # Uses the target/debug binaries (built first; BIN and SIM to use others), the
-# Python of the reference consumers' venv for the order check (CONSUMERS_PYTHON, with
-# nats-py; scripts/test.sh sets it), curl and nats-server. Exit 0 when both oracles agree,
+# Python of the reference consumers' venv for the checks (CONSUMERS_PYTHON, with nats-py and
+# confluent-kafka; scripts/test.sh sets it), curl, nats-server and tansu (TANSU_BIN, else
+# the one scripts/test.sh caches in ${TOOLS_CACHE_DIR:-~/.cache/kubesink}). Exit 0 when both oracles agree,
 # 1 when one does not (the seed and the evidence are printed), 2 when the set-up fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,13 +43,15 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--seed N] [--seconds N | --minutes N]" >&2; exit 2 ;;
   esac
 done
-"$PY" -c 'import nats' 2>/dev/null || { echo "chaos: $PY has no nats-py (set CONSUMERS_PYTHON)" >&2; exit 2; }
+"$PY" -c 'import nats, confluent_kafka' 2>/dev/null || { echo "chaos: $PY lacks nats-py or confluent-kafka (set CONSUMERS_PYTHON; scripts/test.sh builds that venv)" >&2; exit 2; }
+TANSU="${TANSU_BIN:-${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}/tansu/bin/tansu}"
+[ -x "$TANSU" ] || { echo "chaos: no tansu at $TANSU (set TANSU_BIN; scripts/test.sh builds it)" >&2; exit 2; }
 RANDOM=$seed
 echo "== chaos: seed $seed, ${seconds}s of faults (replay: scripts/chaos.sh --seed $seed --seconds $seconds)"
 
 dir=$(mktemp -d)
 cleanup() {
-  kill -CONT "${nats_pid:-0}" 2>/dev/null || true
+  kill -CONT "${nats_pid:-0}" "${tansu_pid:-0}" 2>/dev/null || true
   kill $(jobs -p) 2>/dev/null || true
   wait 2>/dev/null || true
   [ "${KEEP:-}" = 1 ] && echo "kept $dir" || rm -rf "$dir"
@@ -68,6 +75,20 @@ start_nats() {
 }
 start_nats
 nats_url="nats://127.0.0.1:$nats_port"
+
+kafka_port=$(free_port)
+(cd "$dir" && exec "$TANSU" broker --listener-url "tcp://127.0.0.1:$kafka_port" \
+  --advertised-listener-url "tcp://127.0.0.1:$kafka_port" --storage-engine memory://tansu/) \
+  >"$dir/tansu.log" 2>&1 &
+tansu_pid=$!
+for _ in $(seq 300); do (echo >"/dev/tcp/127.0.0.1/$kafka_port") 2>/dev/null && break; sleep 0.1; done
+kafka="127.0.0.1:$kafka_port"
+"$PY" - "$kafka" <<'PY' || { echo "chaos: creating the Kafka topic failed"; cat "$dir/tansu.log"; exit 2; }
+import sys
+from confluent_kafka.admin import AdminClient, NewTopic
+f = AdminClient({"bootstrap.servers": sys.argv[1]}).create_topics([NewTopic("chaos", 3, 1)])
+f["chaos"].result(30)
+PY
 
 cat >"$dir/kubesink.toml" <<EOF
 [cluster]
@@ -111,6 +132,11 @@ subject = "kubesink.{cluster}.{group}.{kind}.{namespace}.{name}"
 [sinks.stream]
 name = "CHAOS"
 create = true
+[[sinks]]
+type = "kafka"
+bootstrap_servers = "$kafka"
+topic = "chaos"
+message_timeout = "5s"
 EOF
 "$BIN" --config "$dir/kubesink.toml" check >"$dir/check.log" 2>&1 || { cat "$dir/check.log"; exit 2; }
 
@@ -129,7 +155,7 @@ t0=$(date +%s)
 while [ $(( $(date +%s) - t0 )) -lt "$seconds" ]; do
   r=${pid[a]}; who=a
   if [ $((RANDOM % 2)) -eq 1 ]; then r=${pid[b]}; who=b; fi
-  case $((RANDOM % 14)) in
+  case $((RANDOM % 15)) in
     0) log_fault "close every watch"; admin close-watches ;;
     1) log_fault "next 2 watches answer 410"; admin "fail-watches?count=2" ;;
     2) log_fault "reset every connection mid-stream"; admin reset-connections ;;
@@ -144,6 +170,7 @@ while [ $(( $(date +%s) - t0 )) -lt "$seconds" ]; do
     11) log_fault "SIGTERM replica $who, restarted"; kill -TERM "$r" 2>/dev/null || true; wait "$r" 2>/dev/null || true; start_replica "$who" ;;
     12) log_fault "nats-server frozen (SIGSTOP) for 2s"; kill -STOP "$nats_pid"; sleep 2; kill -CONT "$nats_pid" ;;
     13) log_fault "nats-server restarted"; kill -TERM "$nats_pid"; wait "$nats_pid" 2>/dev/null || true; sleep "0.$((RANDOM % 10))"; start_nats ;;
+    14) log_fault "tansu frozen (SIGSTOP) for 2s"; kill -STOP "$tansu_pid"; sleep 2; kill -CONT "$tansu_pid" ;;
   esac
   sleep "$((RANDOM % 3)).$((RANDOM % 10))"
   [ $((RANDOM % 4)) -eq 0 ] && admin "delay?ms=0"
@@ -155,71 +182,38 @@ echo "== faults stop ($faults injected); churn stops; waiting for the stream to 
 admin clear-faults
 admin "churn?rate=0"
 for w in a b; do kill -0 "${pid[$w]}" 2>/dev/null || start_replica "$w"; done
-agreed=""
+# Oracle 1 for each destination, until both agree (delivery may still be catching up).
+fold() {
+  "$BIN" --config "$dir/kubesink.toml" fold "$@" --against-cluster
+}
+agreed_nats="" agreed_kafka=""
 deadline=$(( $(date +%s) + 180 ))
 while [ "$(date +%s)" -lt "$deadline" ]; do
   set +e
-  "$BIN" --config "$dir/kubesink.toml" fold --nats "$nats_url" --stream CHAOS --against-cluster \
-    >"$dir/fold.jsonl" 2>"$dir/fold.log"
-  code=$?
+  [ -n "$agreed_nats" ] || { fold --nats "$nats_url" --stream CHAOS >"$dir/fold-nats.jsonl" 2>"$dir/fold-nats.log" && agreed_nats=1; }
+  [ -n "$agreed_kafka" ] || { fold --kafka "$kafka" --topic chaos >"$dir/fold-kafka.jsonl" 2>"$dir/fold-kafka.log" && agreed_kafka=1; }
   set -e
-  if [ "$code" -eq 0 ]; then agreed=1; break; fi
+  [ -n "$agreed_nats" ] && [ -n "$agreed_kafka" ] && break
   sleep 2
 done
-grep -h "DRIFT\|agree" "$dir/fold.log" | tail -1 | sed 's/^/  fold: /' || true
+for d in nats kafka; do grep -h "DRIFT\|agree" "$dir/fold-$d.log" | tail -1 | sed "s/^/  fold ($d): /" || true; done
 
-# The order check reads every message of the stream.
+# Oracles 2 and 3 read every message each destination holds.
 set +e
-"$PY" - "$nats_url" <<'PY' >"$dir/order.log" 2>&1
-import asyncio, json, sys
-import nats
-
-async def main(url):
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    info = await js.stream_info("CHAOS")
-    last = info.state.last_seq
-    sub = await js.subscribe("kubesink.>", stream="CHAOS", ordered_consumer=True)
-    seen, rv, deleted, problems = 0, {}, {}, []
-    while seen < last and info.state.messages:
-        try:
-            m = await sub.next_msg(timeout=10)
-        except Exception:
-            break
-        seen = m.metadata.sequence.stream
-        msg = json.loads(m.data)
-        if msg.get("op") == "synced":
-            continue
-        key, uid, op = msg["key"], msg["uid"], msg["op"]
-        try:
-            n = int(msg["resourceVersion"])
-        except ValueError:
-            continue
-        k = (key, uid)
-        if k in deleted and op != "deleted":
-            problems.append(f"{key} uid {uid}: {op} at rv {n} (stream seq {seen}) after its deleted at rv {deleted[k]}")
-        if k in rv and n < rv[k]:
-            problems.append(f"{key} uid {uid}: rv {n} (stream seq {seen}, {op}) after rv {rv[k]}")
-        rv[k] = max(rv.get(k, 0), n)
-        if op == "deleted":
-            deleted[k] = n
-    await nc.close()
-    print(f"order check: {seen} messages, {len(rv)} (key, uid) pairs, {len(problems)} problems")
-    for p in problems[:50]:
-        print("  " + p)
-    sys.exit(1 if problems else 0)
-
-asyncio.run(main(sys.argv[1]))
-PY
-order=$?
+"$PY" scripts/chaos_check.py --server "$server" nats "$nats_url" CHAOS >"$dir/order-nats.log" 2>&1
+order_nats=$?
+"$PY" scripts/chaos_check.py --server "$server" kafka "$kafka" chaos >"$dir/order-kafka.log" 2>&1
+order_kafka=$?
 set -e
-sed 's/^/  /' "$dir/order.log"
-ghosts=$(grep -c '"drift":"ghost"' "$dir/fold.jsonl" 2>/dev/null || true)
-if [ -n "$agreed" ]; then verdict="agrees"; else verdict="DIFFERS (${ghosts:-0} ghosts)"; fi
-echo "== chaos: seed $seed, $faults faults in ${seconds}s; fold: $verdict; order: $([ "$order" -eq 0 ] && echo ok || echo VIOLATED)"
-if [ -z "$agreed" ] || [ "$order" -ne 0 ]; then
+sed 's/^/  /' "$dir/order-nats.log" "$dir/order-kafka.log"
+verdict() {  # $1 agreed, $2 fold file
+  if [ -n "$1" ]; then echo agrees; else echo "DIFFERS ($(grep -c '"drift":"ghost"' "$2" 2>/dev/null || true) ghosts)"; fi
+}
+ok() { [ "$1" -eq 0 ] && echo ok || echo VIOLATED; }
+echo "== chaos: seed $seed, $faults faults in ${seconds}s; NATS fold: $(verdict "$agreed_nats" "$dir/fold-nats.jsonl"), order and uid: $(ok $order_nats); Kafka fold: $(verdict "$agreed_kafka" "$dir/fold-kafka.jsonl"), order and uid: $(ok $order_kafka)"
+if [ -z "$agreed_nats" ] || [ -z "$agreed_kafka" ] || [ "$order_nats" -ne 0 ] || [ "$order_kafka" -ne 0 ]; then
   echo "schedule:"; cat "$dir/schedule.log"
-  echo "drift:"; head -20 "$dir/fold.jsonl"
+  for d in nats kafka; do echo "drift ($d):"; head -20 "$dir/fold-$d.jsonl"; done
   for w in a b; do echo "replica $w, last log lines:"; tail -15 "$dir/replica-$w.log"; done
   exit 1
 fi

@@ -320,20 +320,26 @@ impl Decider {
                 Ok(Vec::new())
             }
             Event::ListDone { sweep } => Ok(self.end_list(sweep)),
-            Event::Applied(obj) if self.stale(&obj) => Ok(Vec::new()),
-            Event::Applied(obj) => self.apply(obj, false),
-            Event::Deleted(obj) if self.stale(&obj) => Ok(Vec::new()),
-            Event::Deleted(obj) => self.delete(obj),
+            // Not match guards: `stale` raises the watch's floor for an event it admits.
+            Event::Applied(obj) => match self.stale(&obj) {
+                true => Ok(Vec::new()),
+                false => self.apply(obj, false),
+            },
+            Event::Deleted(obj) => match self.stale(&obj) {
+                true => Ok(Vec::new()),
+                false => self.delete(obj),
+            },
         }
     }
 
-    /// A watch event older than what the store holds for its key: both resourceVersions are
-    /// decimal (etcd's revisions, which grow with every write) and the event's is lower. Such
-    /// an event is a replay (a watch restarted from an older resourceVersion, or a server
-    /// that sent it twice); emitting it would move the key backwards, or (for another uid)
-    /// infer a false replace. Dropped and counted. Lists are not checked: a list without a
-    /// resourceVersion is a consistent read, the truth the relist resynchronizes to (after an
-    /// etcd restore the revisions may even have gone back).
+    /// Whether a watch event is *stale* (dropped and counted), raising the watch's floor to
+    /// it when it is not. Stale: at or below the floor, or older
+    /// than what the store holds for its key (both resourceVersions decimal: etcd's
+    /// revisions, which grow with every write). Such an event is a replay (a watch restarted
+    /// from an older resourceVersion, or a server that sent it twice); emitting it would
+    /// move the key backwards, or (for another uid) infer a false replace. Lists are not
+    /// checked: a list without a resourceVersion is a consistent read, the truth the relist
+    /// resynchronizes to (after an etcd restore the revisions may even have gone back).
     fn stale(&mut self, obj: &RawObject<'_>) -> bool {
         let (Some(name), Ok(rv)) = (obj.name(), obj.resource_version().parse::<u64>()) else {
             return false;
