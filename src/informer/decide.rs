@@ -376,8 +376,9 @@ impl Decider {
             let mut t = self.store.lock();
             let owed = t.store.take_owed();
             for o in &owed {
-                let before = t.before(o.namespace.as_deref(), &o.name);
-                t.note_change(o.namespace.as_deref(), &o.name, before, 1);
+                let (ns, name) = (o.vanished.namespace.as_deref(), &o.vanished.name);
+                let before = t.before(ns, name);
+                t.note_change(ns, name, before, 1);
             }
             owed
         };

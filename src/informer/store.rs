@@ -135,11 +135,7 @@ pub struct Former {
 /// An owed `deleted` of a former uid ([`LightStore::take_owed`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Owed {
-    /// The key's namespace, `None` at cluster scope.
-    pub namespace: Option<String>,
-    /// The key's name.
-    pub name: String,
-    /// The former uid, and the resourceVersion last known for it.
+    /// The key, the former uid and the resourceVersion last known for it.
     pub vanished: Vanished,
     /// The resourceVersion of the key's current object, if any (newer than the former's):
     /// the point at which the former uid was known gone.
@@ -652,8 +648,6 @@ impl LightStore {
             for f in list.iter_mut().filter(|f| !f.sent) {
                 f.sent = true;
                 owed.push(Owed {
-                    namespace: namespace.clone(),
-                    name: name.to_string(),
                     vanished: Vanished {
                         namespace: namespace.clone(),
                         name: name.to_string(),
@@ -666,7 +660,10 @@ impl LightStore {
                 });
             }
         }
-        owed.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        owed.sort_by(|a, b| {
+            let (a, b) = (&a.vanished, &b.vanished);
+            (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
+        });
         owed
     }
 
