@@ -86,8 +86,8 @@ kafka="127.0.0.1:$kafka_port"
 "$PY" - "$kafka" <<'PY' || { echo "chaos: creating the Kafka topic failed"; cat "$dir/tansu.log"; exit 2; }
 import sys
 from confluent_kafka.admin import AdminClient, NewTopic
-f = AdminClient({"bootstrap.servers": sys.argv[1]}).create_topics([NewTopic("chaos", 3, 1)])
-f["chaos"].result(30)
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})  # kept: its futures need it alive
+admin.create_topics([NewTopic("chaos", 3, 1)])["chaos"].result(30)
 PY
 
 cat >"$dir/kubesink.toml" <<EOF

@@ -208,6 +208,38 @@ async fn demo_shows_messages_within_seconds_and_stops_on_ctrl_c() {
     assert_eq!(signal_and_wait(&mut child, "-INT").await, Some(0));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_piped_into_a_reader_that_stops_reading_exits_instead_of_retrying_forever() {
+    // `kubesink demo | head -3`: once the reader is gone every write fails with EPIPE.
+    // Found by a newcomer's try: it retried forever ("transient"), so the pipeline never
+    // ended. Now it exits, saying why.
+    let dir = tempfile::tempdir().unwrap();
+    let err = dir.path().join("stderr.log");
+    let mut child = kubesink()
+        .args([
+            "demo",
+            "--pods",
+            "200",
+            "--churn",
+            "200",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let msgs = read_lines(&mut child, 3, Duration::from_secs(60)).await; // the pipe's reader is dropped
+    assert_eq!(msgs.len(), 3);
+    let exited = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
+    let log = std::fs::read_to_string(&err).unwrap_or_default();
+    let status = exited
+        .unwrap_or_else(|_| panic!("still running 60 s after its reader left:\n{log}"))
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("closed by its reader"), "{log}");
+}
+
 #[tokio::test]
 async fn check_warns_when_two_resources_are_the_same_objects_under_two_api_groups() {
     let dir = tempfile::tempdir().unwrap();

@@ -77,9 +77,25 @@ impl Default for StdoutConfig {
 impl StdoutConfig {
     /// Builds the sink writing to the process's standard output.
     pub fn build(&self) -> StdoutSink {
-        StdoutSink::new(self.name.clone(), Box::new(tokio::io::stdout()))
-            .with_format(self.format.into())
+        let mut sink = StdoutSink::new(self.name.clone(), Box::new(tokio::io::stdout()))
+            .with_format(self.format.into());
+        sink.process_stdout = true;
+        sink
     }
+}
+
+/// The exit code when standard output was closed by its reader ([`closed_by_reader`]).
+pub const STDOUT_CLOSED_EXIT: i32 = 1;
+
+/// Standard output was closed by its reader (`EPIPE`: `kubesink demo | head`, a consumer
+/// that died): nothing written there can ever arrive, so retrying would hold the process
+/// forever. Rust ignores `SIGPIPE`, which would otherwise end the process as it ends any
+/// Unix tool; this does the same, with a line that says so, exiting with
+/// [`STDOUT_CLOSED_EXIT`]. What was not confirmed stays out of the saved state, so the next
+/// start (with a reader) sends it again.
+fn closed_by_reader(sink: &str, batch: usize) -> ! {
+    tracing::warn!(sink, batch, "standard output was closed by its reader (broken pipe): nothing more can be delivered to it; exiting (code {STDOUT_CLOSED_EXIT}); the next start sends again what was not delivered");
+    std::process::exit(STDOUT_CLOSED_EXIT)
 }
 
 /// Writes each message's payload followed by `\n`; flushes once per batch.
@@ -87,6 +103,9 @@ pub struct StdoutSink {
     name: String,
     format: Format,
     out: Mutex<Box<dyn AsyncWrite + Send + Unpin>>,
+    /// `out` is the process's standard output: a broken pipe ends the process
+    /// ([`closed_by_reader`]); any other writer's is a transient error.
+    process_stdout: bool,
 }
 
 impl StdoutSink {
@@ -97,6 +116,7 @@ impl StdoutSink {
             name,
             format: Format::Json,
             out: Mutex::new(out),
+            process_stdout: false,
         }
     }
 
@@ -121,8 +141,12 @@ impl Sink for StdoutSink {
             buf.push(b'\n');
         }
         let mut out = self.out.lock().await;
-        let io =
-            |e: std::io::Error| SinkError::transient(&self.name, format!("write to stdout: {e}"));
+        let io = |e: std::io::Error| {
+            if self.process_stdout && e.kind() == std::io::ErrorKind::BrokenPipe {
+                closed_by_reader(&self.name, batch.len());
+            }
+            SinkError::transient(&self.name, format!("write to stdout: {e}"))
+        };
         out.write_all(&buf).await.map_err(io)?;
         out.flush().await.map_err(io)
     }
