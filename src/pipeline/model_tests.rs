@@ -67,7 +67,8 @@
 //! a queue whose sync marker is no barrier, and a restore without the journal each fail
 //! within the 2,000 cases, in under a second. Not modelled: the journal's own code and
 //! write-ahead waits, leadership fences, oversize truncation, backpressure (the queues
-//! never fill), linger timers, several watches or namespaces, `updates = false`.
+//! never fill), linger timers, several watches, `updates = false`. Each object has its own
+//! namespace, so namespaces come and go with their objects.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -87,6 +88,19 @@ use crate::informer::{
 
 /// Object names: few, so that changes of one key meet in the queues.
 const NAMES: [&str; 3] = ["a", "b", "c"];
+
+/// The namespace of object `name`: one each, so that a namespace is forgotten whenever its
+/// object goes and its id reused by the next new one (`LightStore`'s interning, which the
+/// acknowledgement overlay and the former uids pin); a stale id would show as a message in
+/// the wrong namespace.
+fn namespace_of(name: &str) -> String {
+    format!("ns-{name}")
+}
+
+/// The key the destinations fold by: `namespace/name`.
+fn key_of(name: &str) -> String {
+    format!("{}/{name}", namespace_of(name))
+}
 const OBSERVED_AT: &str = "2026-12-01T00:00:00.000Z";
 
 /// One step of a run.
@@ -209,7 +223,7 @@ struct Cluster {
 fn pod(name: &str, o: &Obj) -> String {
     json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ns", "uid": o.uid,
+        "metadata": {"name": name, "namespace": namespace_of(name), "uid": o.uid,
                      "resourceVersion": o.rv.to_string()},
         "spec": {"containers": [{"name": "c", "image": o.image}]}
     })
@@ -292,7 +306,7 @@ fn delivered(m: &Message) -> Delivered {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     Delivered {
         op: s(&v["op"]),
-        name: s(&v["name"]),
+        name: format!("{}/{}", s(&v["namespace"]), s(&v["name"])),
         uid: s(&v["uid"]),
         rv: s(&v["resourceVersion"]).parse().unwrap_or(0),
         image: s(&v["object"]["spec"]["containers"][0]["image"]),
@@ -476,7 +490,7 @@ impl World {
             ));
             for s in &mut run.sinks {
                 let rv = c.resource_version.parse().unwrap_or(0);
-                s.pushed.insert(c.name.clone(), (c.op, c.uid.clone(), rv));
+                s.pushed.insert(key_of(&c.name), (c.op, c.uid.clone(), rv));
                 let queued = s
                     .queue
                     .push_change(msg.clone(), ack.clone(), c.may_be_held)
@@ -530,7 +544,8 @@ impl World {
         let obj = RawObject::parse(&text).expect("JSON");
         if replayed && !self.strict.replays {
             let name = obj.name().expect("named");
-            if self.run().decider.store().get(Some("ns"), name).is_none() {
+            let ns = namespace_of(name);
+            if self.run().decider.store().get(Some(&ns), name).is_none() {
                 self.trace
                     .push("    (replay of a key not held: skipped)".into());
                 return;
@@ -638,11 +653,12 @@ impl World {
             None => LightStore::new(),
         };
         for (name, uid, rv) in &self.journal {
+            let namespace = namespace_of(name);
             let same = store
-                .get(Some("ns"), name)
+                .get(Some(&namespace), name)
                 .is_some_and(|f| f.uid == Uid::parse(uid));
             if !same {
-                let ns = store.intern(Some("ns"));
+                let ns = store.intern(Some(&namespace));
                 store.restore(
                     ns,
                     name,
@@ -737,9 +753,11 @@ impl World {
         let run = self.run.as_ref().expect("a process runs");
         let mut claims = Vec::new();
         run.store.acknowledged(|a| {
-            a.for_each(|_, name, facts| {
+            let table = a.namespaces();
+            a.for_each(|ns, name, facts| {
                 if !facts.unconfirmed {
-                    claims.push((name.to_owned(), facts.uid.render(), facts.rv.render()));
+                    let key = format!("{}/{name}", table[ns as usize]);
+                    claims.push((key, facts.uid.render(), facts.rv.render()));
                 }
             })
         });
@@ -788,7 +806,7 @@ impl World {
             .cluster
             .objects
             .iter()
-            .map(|(i, o)| (NAMES[*i].to_owned(), (o.uid.clone(), o.rv, o.image.clone())))
+            .map(|(i, o)| (key_of(NAMES[*i]), (o.uid.clone(), o.rv, o.image.clone())))
             .collect();
         for (i, d) in self.dests.iter().enumerate() {
             let got = d.fold(self.strict.uid_deletes);
