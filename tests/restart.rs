@@ -1296,3 +1296,116 @@ async fn a_delete_of_an_object_re_sent_after_a_crash_is_never_cancelled_in_the_q
     assert!(ghosts.is_empty(), "ghosts in the folded view: {ghosts:?}");
     assert_eq!(view(&all).len(), sim_view(&c.sim).len());
 }
+
+/// Folds messages by key *and uid*, as a consumer indexing by uid does: `added`/`updated`
+/// hold the pair, `deleted` removes that pair only. The pairs held, by key.
+fn uid_view(msgs: &[Value]) -> BTreeMap<Key, BTreeSet<String>> {
+    let mut held: BTreeMap<Key, BTreeSet<String>> = BTreeMap::new();
+    for m in msgs.iter().filter(|m| m["op"] != "synced") {
+        let uid = m["uid"].as_str().unwrap_or_default().to_owned();
+        let uids = held.entry(key(m)).or_default();
+        if m["op"] == "deleted" {
+            uids.remove(&uid);
+        } else {
+            uids.insert(uid);
+        }
+    }
+    held.retain(|_, uids| !uids.is_empty());
+    held
+}
+
+/// Issue 19 (found by the model test, `model_tests/found.rs`): 20 pods are re-created (new
+/// uids) while their changes wait in the queue (a 60 s linger), the state is saved twice
+/// meanwhile, and the process is SIGKILLed before anything of it went out; while it is down
+/// the new pods are deleted too. The next run must send the old uids' `deleted` as well as
+/// the new ones': a destination indexing by uid holds the old uids. Before the fix the saved
+/// state kept one uid per key (the newest `added`) and the old uids were never deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_a_re_creation_is_delivered_still_deletes_the_old_uids() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let c = cluster_of_500_pods().await;
+    let extra = format!(
+        "[state]\nbackend = \"file\"\npath = {:?}\ninterval = \"1s\"\n",
+        state.display().to_string()
+    );
+    let cfg = write_config(dir.path(), &c.kubeconfig, "restart", POD_METADATA, &extra);
+    let a = Kubesink::start(BIN, &cfg, dir.path(), "a", &[]);
+    until("A's initial list", &a, || a.count() >= 500).await;
+    let mut all = a.terminate().await;
+
+    let b = Kubesink::start(
+        BIN,
+        &cfg,
+        dir.path(),
+        "b",
+        &[
+            ("KUBESINK_PIPELINE__LINGER", "60s"),
+            ("RUST_LOG", "info,kubesink::state=debug"), // logs each save
+        ],
+    );
+    until("B's list against the saved state", &b, || {
+        stderr_has(&b, "relist complete")
+    })
+    .await;
+    let mut recreated = BTreeSet::new();
+    for p in c.sim.objects("v1", "Pod").iter().take(20) {
+        let k = obj_key(p);
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+        c.sim.create(new_pod(p, &k.1)).expect("re-create");
+        recreated.insert(k);
+    }
+    // A save that holds every re-created pod unconfirmed (their `added` waits).
+    until("a save while the re-creations wait", &b, || {
+        b.stderr()
+            .lines()
+            .filter(|l| l.contains("informer state saved"))
+            .filter_map(|l| {
+                l.split(" unconfirmed=")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .any(|n: usize| n >= recreated.len())
+    })
+    .await;
+    let b = b.kill().await;
+    assert!(
+        !b.iter().any(|m| recreated.contains(&key(m))),
+        "nothing of the re-creations went out before the SIGKILL"
+    );
+    all.extend(b);
+    for k in &recreated {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
+
+    let run = Kubesink::start(BIN, &cfg, dir.path(), "c", &[]);
+    until("C sent the new uids' deletes", &run, || {
+        let deleted: BTreeSet<Key> = run
+            .messages()
+            .iter()
+            .filter(|m| m["op"] == "deleted" && recreated.contains(&key(m)))
+            .map(key)
+            .collect();
+        deleted.len() == recreated.len()
+    })
+    .await;
+    all.extend(run.terminate().await);
+    let ghosts: Vec<_> = uid_view(&all)
+        .into_iter()
+        .filter(|(k, _)| recreated.contains(k))
+        .collect();
+    eprintln!("re-created, crashed, deleted: {} uid ghosts", ghosts.len());
+    if let Some((k, _)) = ghosts.first() {
+        for m in all.iter().filter(|m| key(m) == *k) {
+            eprintln!(
+                "  {} {} {} {}",
+                m["op"], m["uid"], m["resourceVersion"], m["finalStateUnknown"]
+            );
+        }
+    }
+    assert!(ghosts.is_empty(), "uids still held downstream: {ghosts:?}");
+    assert_eq!(uid_view(&all).len(), sim_view(&c.sim).len());
+}
