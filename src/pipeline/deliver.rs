@@ -274,7 +274,11 @@ pub(super) fn retain_failed(
 }
 
 /// Applies the next truncation level; `false` when nothing more can be removed.
-fn shrink(msg: &mut Message, level: &mut Option<TruncateLevel>, stats: &SinkStats) -> bool {
+pub(super) fn shrink(
+    msg: &mut Message,
+    level: &mut Option<TruncateLevel>,
+    stats: &SinkStats,
+) -> bool {
     let next = match level {
         None => TruncateLevel::MetadataOnly,
         Some(TruncateLevel::MetadataOnly) => TruncateLevel::NoObject,

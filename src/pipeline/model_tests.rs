@@ -14,7 +14,10 @@
 //! - batches taken with [`SinkQueue::next_batch`] and handed back with
 //!   [`SinkQueue::complete`] once delivered; in between, the worker's rule of `deliver.rs`:
 //!   one segment at a time (a segment begins at a sync marker), a partial failure re-sends
-//!   what the real `retain_failed` keeps, a failed send re-sends the segment;
+//!   what the real `retain_failed` keeps, a failed send re-sends the segment, a message too
+//!   large for the destination is made smaller by the real `shrink` (metadata-only, then no
+//!   object) and the segment sent again (a destination's fold then holds the key's state
+//!   without content);
 //! - a crash drops the decider, the queues and the batches in flight (nothing of them
 //!   settles); the restored store is the acknowledged state written and read back by the real
 //!   snapshot codec (`state/snapshot.rs`), unconfirmed keys included, and the new decider
@@ -64,11 +67,12 @@
 //!
 //! Its reach, checked by breaking the code on purpose (2026-12-01): a queue that cancels an
 //! `added` it may not (`may_be_held` ignored, defect 1), a decider without its stale check,
-//! a queue whose sync marker is no barrier, and a restore without the journal each fail
-//! within the 2,000 cases, in under a second. Not modelled: the journal's own code and
-//! write-ahead waits, leadership fences, oversize truncation, backpressure (the queues
-//! never fill), linger timers, several watches, `updates = false`. Each object has its own
-//! namespace, so namespaces come and go with their objects.
+//! a queue whose sync marker is no barrier, a restore without the journal, a former uid
+//! that does not pin its namespace, and a fold that ignores truncation each fail within the
+//! 2,000 cases, in under a second. Each object has its own namespace, so namespaces come and
+//! go with their objects. Not modelled: the journal's own code and write-ahead waits,
+//! leadership fences (an async race in `deliver.rs`, proved by `tests/leader.rs`),
+//! backpressure (the queues never fill), linger timers, several watches, `updates = false`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -79,12 +83,14 @@ use kubesink_sinks::{Message, Op, Resource};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use super::deliver::retain_failed;
+use super::deliver::{retain_failed, shrink};
 use super::queue::{Batch, QueueLimits, SinkQueue};
+use super::SinkStats;
 use crate::config::ResourceConfig;
 use crate::informer::{
     Decider, Event, Facts, LightStore, RawObject, Rv, Shaper, TrackedStore, Uid,
 };
+use kubesink_sinks::message::TruncateLevel;
 
 /// Object names: few, so that changes of one key meet in the queues.
 const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -147,7 +153,14 @@ enum Outcome {
     Fail,
     /// The messages whose index bit is set in the mask fail, the others are delivered.
     Partial(u8),
+    /// Message `n` (modulo the segment's length) is too large: the real `shrink` (of
+    /// `deliver.rs`) makes it metadata-only, then object-less, and the segment is sent again.
+    TooLarge(u8),
 }
+
+/// What a destination's fold holds as the content of a key last received truncated (the
+/// object was left out): the content is unknown, not wrong.
+const TRUNCATED: &str = "<truncated>";
 
 /// What the model holds kubesink to. [`Strict::ALL`] is the invariants as stated, what CI
 /// runs; each field can be turned off (`KUBESINK_MODEL_TOLERATE`) to search past a defect
@@ -309,7 +322,10 @@ fn delivered(m: &Message) -> Delivered {
         name: format!("{}/{}", s(&v["namespace"]), s(&v["name"])),
         uid: s(&v["uid"]),
         rv: s(&v["resourceVersion"]).parse().unwrap_or(0),
-        image: s(&v["object"]["spec"]["containers"][0]["image"]),
+        image: match v["truncated"] == true {
+            true => TRUNCATED.to_owned(),
+            false => s(&v["object"]["spec"]["containers"][0]["image"]),
+        },
         inferred: v["finalStateUnknown"] == true,
     }
 }
@@ -351,6 +367,8 @@ struct InFlight {
     rest: Vec<Message>,
     /// The current segment's messages still to confirm.
     todo: Vec<Message>,
+    /// Each one's truncation so far (`deliver.rs`'s `levels`).
+    levels: Vec<Option<TruncateLevel>>,
 }
 
 /// One sink of one process: its queue, the batch in flight, what the queue was given.
@@ -694,6 +712,7 @@ impl World {
                 batch,
                 rest,
                 todo: Vec::new(),
+                levels: Vec::new(),
             });
         }
         let f = s.inflight.as_mut().expect("just set");
@@ -704,6 +723,7 @@ impl World {
                 .position(|m| m.meta.op.is_marker())
                 .map_or(f.rest.len(), |p| p + 1);
             f.todo = f.rest.drain(..end).collect();
+            f.levels = vec![None; f.todo.len()];
         }
         let got: Vec<Message> = match outcome {
             Outcome::Ok => std::mem::take(&mut f.todo),
@@ -716,12 +736,18 @@ impl World {
                     .filter(|i| !failed.contains(i))
                     .map(|i| f.todo[i].clone())
                     .collect();
-                let levels = vec![None; f.todo.len()];
-                f.todo = retain_failed(&f.todo, &levels, &failed).0;
+                (f.todo, f.levels) = retain_failed(&f.todo, &f.levels, &failed);
                 if !self.strict.partial_resends {
                     f.todo = without_superseded(std::mem::take(&mut f.todo));
+                    f.levels = vec![None; f.todo.len()];
                 }
                 got
+            }
+            Outcome::TooLarge(n) => {
+                let i = n as usize % f.todo.len();
+                // `false`: nothing left to remove; `deliver.rs` retries it as it is.
+                shrink(&mut f.todo[i], &mut f.levels[i], &SinkStats::default());
+                Vec::new()
             }
         };
         for m in &got {
@@ -774,7 +800,7 @@ impl World {
                         && m.name == name
                         && m.uid == uid
                         && m.rv <= rv
-                        && m.image == *image
+                        && (m.image == *image || m.image == TRUNCATED)
                 });
                 if !held {
                     return Err(format!(
@@ -809,7 +835,15 @@ impl World {
             .map(|(i, o)| (key_of(NAMES[*i]), (o.uid.clone(), o.rv, o.image.clone())))
             .collect();
         for (i, d) in self.dests.iter().enumerate() {
-            let got = d.fold(self.strict.uid_deletes);
+            let mut got = d.fold(self.strict.uid_deletes);
+            // A key last received truncated holds its state without the content.
+            for (k, (_, _, image)) in got.iter_mut() {
+                if image == TRUNCATED {
+                    if let Some((_, _, want)) = want.get(k) {
+                        image.clone_from(want);
+                    }
+                }
+            }
             let keys = |m: &BTreeMap<String, (String, u64, String)>| {
                 m.iter()
                     .map(|(k, (u, _, img))| (k.clone(), u.clone(), img.clone()))
@@ -915,6 +949,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
         4 => Just(Outcome::Ok),
         1 => Just(Outcome::Fail),
         2 => (1..=255u8).prop_map(Outcome::Partial),
+        1 => any::<u8>().prop_map(Outcome::TooLarge),
     ]
 }
 
