@@ -133,6 +133,20 @@ type = "stdout"
     file
 }
 
+/// A simulator with `pods` pods in `namespaces` namespaces (workload `seed`).
+async fn populated(namespaces: usize, pods: usize, seed: u64) -> Cluster {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces,
+            pods,
+            seed,
+            ..Default::default()
+        })
+        .unwrap();
+    c
+}
+
 /// How long the waits here give an outcome: generous, the machine may be loaded.
 const LONG: Duration = Duration::from_secs(60);
 
@@ -184,15 +198,7 @@ fn renew_time(sim: &kubesink_sim::Simulator) -> jiff::Timestamp {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_emits_and_a_killed_or_frozen_leader_is_replaced_without_overlap() {
-    let c = cluster(SimConfig::default()).await;
-    c.sim
-        .populate(&Workload {
-            namespaces: 2,
-            pods: 30,
-            seed: 2,
-            ..Default::default()
-        })
-        .unwrap();
+    let c = populated(2, 30, 2).await;
     let _churn = c.sim.spawn_churn(Churn {
         rate_per_sec: 20.0,
         seed: 5,
@@ -253,15 +259,7 @@ async fn one_leader_emits_and_a_killed_or_frozen_leader_is_replaced_without_over
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
-    let c = cluster(SimConfig::default()).await;
-    c.sim
-        .populate(&Workload {
-            namespaces: 1,
-            pods: 10,
-            seed: 3,
-            ..Default::default()
-        })
-        .unwrap();
+    let c = populated(1, 10, 3).await;
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &c.kubeconfig);
     let mut a = Proc::start(&cfg, dir.path(), "solo");
@@ -292,15 +290,7 @@ async fn a_leader_that_loses_its_lease_while_draining_exits_at_once_not_at_the_d
     // Issue 19 (4): a leader shutting down keeps renewing while it drains; when it cannot,
     // its fence closes and nothing more can be sent or saved, so it exits (3) then, rather
     // than waiting out `pipeline.shutdown_timeout` (300 s here) with its delivery blocked.
-    let c = cluster(SimConfig::default()).await;
-    c.sim
-        .populate(&Workload {
-            namespaces: 2,
-            pods: 600, // full payloads: far more than a pipe's 64 KiB
-            seed: 5,
-            ..Default::default()
-        })
-        .unwrap();
+    let c = populated(2, 600, 5).await; // full payloads: far more than a pipe's 64 KiB
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &c.kubeconfig);
     let mut a = Proc::start_unread(&cfg, dir.path(), "drains");

@@ -154,23 +154,31 @@ fn emit(d: &mut Decider, ev: Event<'_>, acks: &mut Vec<crate::pipeline::Ack>) {
     }
 }
 
-#[test]
-fn the_acknowledged_state_follows_only_settled_changes() {
+/// Both sinks (`emit` acknowledges for two) settle every change in `acks`.
+fn settle_all(acks: &mut Vec<crate::pipeline::Ack>) {
+    for a in acks.drain(..) {
+        a.settle();
+        a.settle();
+    }
+}
+
+/// A decider over a tracked store after its first list of `pods`, and the acknowledgements
+/// of what it emitted, none settled.
+fn listed_tracked(pods: &[String]) -> (Arc<TrackedStore>, Decider, Vec<crate::pipeline::Ack>) {
     let store = TrackedStore::new(LightStore::new(), true);
     let mut d = over(store.clone(), false);
     let mut acks = Vec::new();
     emit(&mut d, Event::ListStart, &mut acks);
-    emit(
-        &mut d,
-        Event::Listed(obj(&pod("a", U1, 1, "v1"))),
-        &mut acks,
-    );
-    emit(
-        &mut d,
-        Event::Listed(obj(&pod("b", U1, 2, "v1"))),
-        &mut acks,
-    );
+    for p in pods {
+        emit(&mut d, Event::Listed(obj(p)), &mut acks);
+    }
     emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
+    (store, d, acks)
+}
+
+#[test]
+fn the_acknowledged_state_follows_only_settled_changes() {
+    let (store, mut d, mut acks) = listed_tracked(&[pod("a", U1, 1, "v1"), pod("b", U1, 2, "v1")]);
     assert_eq!(acknowledged_keys(&store), [], "nothing confirmed yet");
     let ack = |name: &str, rv: &str| ("ns".to_owned(), name.to_owned(), rv.to_owned());
     assert_eq!(
@@ -178,10 +186,7 @@ fn the_acknowledged_state_follows_only_settled_changes() {
         [ack("a", "1"), ack("b", "2")],
         "sent, so downstream may have them"
     );
-    for a in acks.drain(..) {
-        a.settle();
-        a.settle(); // both sinks
-    }
+    settle_all(&mut acks);
     assert_eq!(unconfirmed_keys(&store), []);
     assert_eq!(acknowledged_keys(&store), [ack("a", "1"), ack("b", "2")]);
     // An update and a delete in flight: the acknowledged state keeps the confirmed facts.
@@ -253,10 +258,7 @@ fn unconfirmed_keys_are_sent_again_when_listed_and_deleted_when_gone() {
         unconfirmed_keys(&store),
         [key("gone", "3"), key("kept", "2")]
     );
-    for a in acks.drain(..) {
-        a.settle();
-        a.settle();
-    }
+    settle_all(&mut acks);
     assert_eq!(unconfirmed_keys(&store), []);
     assert_eq!(
         acknowledged_keys(&store),
@@ -346,20 +348,8 @@ fn a_crash_before_a_re_creation_is_delivered_still_sends_the_old_uids_delete() {
     // Issue 19 (found by the model test): "a" (U1) is confirmed; the watch sees it
     // re-created (U2), and neither the old uid's `deleted` nor the new uid's `added` is
     // confirmed when the process crashes. A destination may hold U1, U2 or both.
-    let store = TrackedStore::new(LightStore::new(), true);
-    let mut d = over(store.clone(), false);
-    let mut acks = Vec::new();
-    emit(&mut d, Event::ListStart, &mut acks);
-    emit(
-        &mut d,
-        Event::Listed(obj(&pod("a", U1, 1, "v1"))),
-        &mut acks,
-    );
-    emit(&mut d, Event::ListDone { sweep: true }, &mut acks);
-    for a in acks.drain(..) {
-        a.settle();
-        a.settle();
-    }
+    let (store, mut d, mut acks) = listed_tracked(&[pod("a", U1, 1, "v1")]);
+    settle_all(&mut acks);
     emit(
         &mut d,
         Event::Applied(obj(&pod("a", U2, 3, "v1"))),
@@ -420,10 +410,7 @@ fn a_crash_before_a_re_creation_is_delivered_still_sends_the_old_uids_delete() {
         })
     };
     assert_eq!(formers(&restarted), 1, "named until every sink settled it");
-    for a in acks.drain(..) {
-        a.settle();
-        a.settle();
-    }
+    settle_all(&mut acks);
     assert_eq!(formers(&restarted), 0);
     assert_eq!(
         acknowledged_keys(&restarted),
