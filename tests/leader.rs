@@ -33,43 +33,41 @@ struct Proc {
 impl Proc {
     fn start(config: &Path, dir: &Path, identity: &str) -> Proc {
         let out = dir.join(format!("{identity}.jsonl"));
+        let stdout = Stdio::from(std::fs::File::create(&out).unwrap());
+        Self::spawn(config, dir, identity, out, stdout, &[])
+    }
+
+    /// Like [`Proc::start`], with stdout a pipe nobody reads: once its buffer (64 KiB) is
+    /// full, the stdout sink's writes block and nothing more is delivered. The reading end
+    /// stays open in the child handle. A shutdown waits up to 300 s for delivery.
+    fn start_unread(config: &Path, dir: &Path, identity: &str) -> Proc {
+        let out = dir.join(format!("{identity}.unread"));
+        let env = [("KUBESINK_PIPELINE__SHUTDOWN_TIMEOUT", "300s")];
+        Self::spawn(config, dir, identity, out, Stdio::piped(), &env)
+    }
+
+    fn spawn(
+        config: &Path,
+        dir: &Path,
+        identity: &str,
+        out: PathBuf,
+        stdout: Stdio,
+        env: &[(&str, &str)],
+    ) -> Proc {
         let err = dir.join(format!("{identity}.log"));
         let child = Command::new(BIN)
             .args(["run", "--config"])
             .arg(config)
             .env("KUBESINK_LEADER_ELECTION__IDENTITY", identity)
             .env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0")
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG")
-            .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+            .stdout(stdout)
             .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
             .kill_on_drop(true)
             .spawn()
             .unwrap();
         Proc { child, out, err }
-    }
-
-    /// Like [`Proc::start`], with stdout a pipe nobody reads: once its buffer (64 KiB) is
-    /// full, the stdout sink's writes block and nothing more is delivered. The reading end
-    /// stays open in the child handle.
-    fn start_unread(config: &Path, dir: &Path, identity: &str) -> Proc {
-        let err = dir.join(format!("{identity}.log"));
-        let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(config)
-            .env("KUBESINK_LEADER_ELECTION__IDENTITY", identity)
-            .env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0")
-            .env("KUBESINK_PIPELINE__SHUTDOWN_TIMEOUT", "300s")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Proc {
-            child,
-            out: dir.join(format!("{identity}.unread")),
-            err,
-        }
     }
 
     /// Bytes written to stdout so far.
