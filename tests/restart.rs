@@ -426,6 +426,9 @@ async fn a_nats_state_written_by_one_process_is_read_by_another_in_another_direc
     let bucket = js.get_object_store("KUBESINK_STATE").await.unwrap();
     let info = bucket.info("restart").await.unwrap();
     eprintln!("NATS state object: {} bytes; {r:?}", info.size);
+    // Its journal generation beside it, for a replica to see that a successor saved since.
+    let generation: u64 = info.metadata["kubesink-generation"].parse().unwrap();
+    assert!(generation > 0, "{:?}", info.metadata);
 }
 
 /// A pod like `template` named `name`, as a client would create it.

@@ -187,7 +187,7 @@ impl StateStore for FileStore {
         })?
     }
 
-    async fn save(&self, bytes: Vec<u8>) -> Result<(), StateError> {
+    async fn save(&self, bytes: Vec<u8>, _generation: u64) -> Result<(), StateError> {
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
             .await
@@ -271,13 +271,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileStore::new(dir.path().join("state"));
         assert_eq!(store.load().await.unwrap(), None);
-        store.save(b"first".to_vec()).await.unwrap();
-        store.save(b"second".to_vec()).await.unwrap();
+        store.save(b"first".to_vec(), 0).await.unwrap();
+        store.save(b"second".to_vec(), 0).await.unwrap();
         assert_eq!(store.load().await.unwrap().as_deref(), Some(&b"second"[..]));
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "no temporary file left behind");
         let missing = FileStore::new(dir.path().join("no/such/dir/state"));
-        let e = missing.save(b"x".to_vec()).await.unwrap_err().to_string();
+        let e = missing
+            .save(b"x".to_vec(), 0)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("no/such/dir/state") && e.contains("temporary file"),
             "{e}"

@@ -167,7 +167,7 @@ impl Keeper {
             let result = keeper.save_inner(force).await;
             keeper.set_running(None);
             if let Err(e) = &result {
-                if !matches!(e, StateError::Fenced) {
+                if !matches!(e, StateError::Fenced | StateError::Superseded { .. }) {
                     keeper.stats.note_save_error(e);
                 }
             }
@@ -213,12 +213,15 @@ impl Keeper {
             return Err(StateError::Fenced);
         }
         let writing = Instant::now();
+        // A successor's newer state is never overwritten (issue 19, defect 4d): the fence
+        // is this replica's own clock, the saved generation the store's word.
+        self.not_superseded(generation).await?;
         // A save raced against the fence (issue 19, defect 4d): a leader deposed while it
         // writes abandons the write rather than landing a state after its successor's.
         tokio::select! {
             biased;
             _ = self.fence.closed() => return Err(StateError::Fenced),
-            saved = self.store.save(bytes) => saved?,
+            saved = self.store.save(bytes, generation) => saved?,
         }
         report.write = writing.elapsed();
         *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(versions);
@@ -229,6 +232,8 @@ impl Keeper {
             started.elapsed(),
         );
         if self.journal.is_some() {
+            // Checked again: a successor that saved since must keep the journal it read.
+            self.not_superseded(generation).await?;
             let dropping = Instant::now();
             // Dropping journal generations is fenced too: a deposed leader's purge could
             // delete frames its successor relies on.
@@ -243,6 +248,26 @@ impl Keeper {
             report.journal_drop = dropping.elapsed();
         }
         Ok(Some(report))
+    }
+
+    /// `Err(`[`StateError::Superseded`]`)` when the store holds a state of a newer
+    /// generation than `generation` (another replica took over and saved since; see
+    /// [`StateStore::saved_generation`]). Without a journal every generation is 0: nothing
+    /// to compare.
+    async fn not_superseded(&self, generation: u64) -> Result<(), StateError> {
+        if generation == 0 {
+            return Ok(());
+        }
+        match self.store.saved_generation().await? {
+            Some(saved) if saved > generation => {
+                tracing::warn!(store = self.describe(), saved, ours = generation, "not saving the informer state: another replica saved a newer one since (it took over); this replica no longer leads");
+                Err(StateError::Superseded {
+                    saved,
+                    ours: generation,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Saves every `interval` until `cancel` fires (the final save is the caller's, after the
@@ -268,6 +293,8 @@ impl Keeper {
                         tracing::debug!(store = keeper.describe(), objects = r.objects, unconfirmed = r.unconfirmed, bytes = r.bytes, pack = ?r.pack, longest_lock = ?r.longest_lock, write = ?r.write, journal_drop = ?r.journal_drop, "informer state saved")
                     }
                     Ok(None) => {}
+                    // Logged where it was found.
+                    Err(StateError::Superseded { .. }) => {}
                     Err(StateError::Fenced) => {
                         tracing::debug!(
                             store = keeper.describe(),
@@ -417,13 +444,13 @@ mod tests {
         async fn load(&self) -> Result<Option<Vec<u8>>, StateError> {
             self.inner.load().await
         }
-        async fn save(&self, bytes: Vec<u8>) -> Result<(), StateError> {
+        async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError> {
             let (go, wait) = tokio::sync::oneshot::channel();
             self.held.lock().unwrap().push(go);
             self.entered
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let _ = wait.await;
-            self.inner.save(bytes).await
+            self.inner.save(bytes, generation).await
         }
         async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
             self.inner.append(generation, frames).await
@@ -488,6 +515,87 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// A file store that says another replica saved generation `saved` (0: nothing).
+    struct Successor {
+        inner: FileStore,
+        saved: std::sync::atomic::AtomicU64,
+    }
+
+    #[async_trait::async_trait]
+    impl StateStore for Successor {
+        fn describe(&self) -> &str {
+            "successor's store"
+        }
+        async fn load(&self) -> Result<Option<Vec<u8>>, StateError> {
+            self.inner.load().await
+        }
+        async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError> {
+            self.inner.save(bytes, generation).await
+        }
+        async fn saved_generation(&self) -> Result<Option<u64>, StateError> {
+            let g = self.saved.load(std::sync::atomic::Ordering::SeqCst);
+            Ok(Some(g).filter(|g| *g > 0))
+        }
+        async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
+            self.inner.append(generation, frames).await
+        }
+        async fn load_journal(&self) -> Result<Vec<super::super::JournalSegment>, StateError> {
+            self.inner.load_journal().await
+        }
+        async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError> {
+            self.inner.drop_journal_before(generation).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replica_never_overwrites_a_newer_state_a_successor_saved_nor_drops_its_journal() {
+        // Issue 19, defect 4d: a deposed leader frozen (SIGSTOP) past its fence's last
+        // check would land its older state over its successor's. The store's saved
+        // generation is the successor's word; the fence stays open here on purpose.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Successor {
+            inner: FileStore::new(dir.path().join("state")),
+            saved: 1_000.into(),
+        });
+        let stats = Arc::new(StateStats::default());
+        let journal = Journal::new("prod", &[key()], 100, stats.clone());
+        let tracked = TrackedStore::new(LightStore::new(), true);
+        tracked.lock().store.observe(Some("ns"), "a", U1, "5", 9);
+        store.append(100, vec![b"frame".to_vec()]).await.unwrap();
+        let kept = vec![Kept {
+            key: key(),
+            store: tracked,
+        }];
+        let keeper = Keeper::new(
+            store.clone(),
+            "prod",
+            kept,
+            Some(journal),
+            Fence::open(),
+            stats,
+        );
+        let refused = keeper.save(true).await;
+        assert!(
+            matches!(
+                refused,
+                Err(StateError::Superseded {
+                    saved: 1_000,
+                    ours: 101
+                })
+            ),
+            "{refused:?}"
+        );
+        assert!(
+            store.inner.load().await.unwrap().is_none(),
+            "nothing written"
+        );
+        assert_eq!(store.load_journal().await.unwrap().len(), 1, "journal kept");
+        // An older saved generation (this replica's own earlier save) is overwritten.
+        store.saved.store(50, std::sync::atomic::Ordering::SeqCst);
+        keeper.save(true).await.unwrap();
+        assert!(store.inner.load().await.unwrap().is_some());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

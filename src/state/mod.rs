@@ -72,10 +72,27 @@ pub trait StateStore: Send + Sync {
     async fn load(&self) -> Result<Option<Vec<u8>>, StateError>;
 
     /// Replaces the saved bytes, atomically: a reader sees the old or the new state whole.
+    /// `generation` is the snapshot's journal generation (0 without a journal), kept beside
+    /// it where the backend can (see [`StateStore::saved_generation`]).
     ///
     /// # Errors
     /// [`StateError`] when the store cannot be written (the caller retries at the next save).
-    async fn save(&self, bytes: Vec<u8>) -> Result<(), StateError>;
+    async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError>;
+
+    /// The journal generation of the saved state, when the backend keeps it beside the bytes
+    /// (NATS: the object's metadata); `Ok(None)` when nothing was saved, or the backend does
+    /// not keep it (file: one writer, the Pod that mounts the volume). Generations grow
+    /// across replicas (a replica that takes over starts above every generation it read),
+    /// so a saved generation above a replica's own means another replica took over and
+    /// saved since: the keeper then neither saves nor drops journal generations
+    /// ([`StateError::Superseded`]; issue 19, defect 4d: a deposed leader frozen past its
+    /// fence's check could otherwise land an older state over its successor's).
+    ///
+    /// # Errors
+    /// [`StateError`] when the store cannot be asked (the save is not attempted).
+    async fn saved_generation(&self) -> Result<Option<u64>, StateError> {
+        Ok(None)
+    }
 
     /// Appends journal frames to generation `generation`, in order and durably: on `Ok` they
     /// survive a crash (and, as far as the backend provides, a power loss). One call is one
@@ -135,6 +152,16 @@ pub enum StateError {
         "state: not saved, this replica may no longer lead (its lease may have passed to another)"
     )]
     Fenced,
+    /// Another replica saved a newer state (its generation `saved` is above this replica's
+    /// `ours`, see [`StateStore::saved_generation`]): it took over, so this replica no
+    /// longer leads and must not overwrite it.
+    #[error("state: not saved, another replica saved a newer state since (generation {saved}, this replica's {ours}): it took over")]
+    Superseded {
+        /// The generation saved by the other replica.
+        saved: u64,
+        /// This replica's.
+        ours: u64,
+    },
     /// The background task that packs, writes or runs a save failed.
     #[error("state: the {what} task failed: {detail}")]
     Task {

@@ -36,6 +36,10 @@ use crate::config::StateNatsConfig;
 /// The header that carries a journal message's generation.
 const GENERATION_HEADER: &str = "Kubesink-Generation";
 
+/// The object metadata key that carries the saved state's journal generation
+/// ([`StateStore::saved_generation`]).
+const GENERATION_METADATA: &str = "kubesink-generation";
+
 /// A live connection: the JetStream context and the bucket.
 #[derive(Clone)]
 struct Conn {
@@ -246,14 +250,34 @@ impl StateStore for NatsStore {
         .await
     }
 
-    async fn save(&self, bytes: Vec<u8>) -> Result<(), StateError> {
+    async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError> {
         self.bounded("writing", async {
             let bucket = self.bucket().await?;
+            let meta = object_store::ObjectMetadata {
+                name: self.object.clone(),
+                metadata: [(GENERATION_METADATA.to_owned(), generation.to_string())].into(),
+                ..Default::default()
+            };
             bucket
-                .put(self.object.as_str(), &mut bytes.as_slice())
+                .put(meta, &mut bytes.as_slice())
                 .await
                 .map_err(|e| self.error("writing", e))?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn saved_generation(&self) -> Result<Option<u64>, StateError> {
+        self.bounded("reading the metadata of", async {
+            let bucket = self.bucket().await?;
+            match bucket.info(&self.object).await {
+                Ok(info) => Ok(info
+                    .metadata
+                    .get(GENERATION_METADATA)
+                    .and_then(|g| g.parse().ok())),
+                Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => Ok(None),
+                Err(e) => Err(self.error("reading the metadata of", e)),
+            }
         })
         .await
     }

@@ -405,7 +405,7 @@ mod tests {
     async fn journal_records_after_the_snapshot_become_unconfirmed_keys() {
         let (_dir, store) = dir_store();
         store
-            .save(snapshot(5, &["known", "recreated"]))
+            .save(snapshot(5, &["known", "recreated"]), 0)
             .await
             .unwrap();
         // Generation 4 is older than the snapshot: covered by it, ignored.
@@ -467,7 +467,7 @@ mod tests {
     #[tokio::test]
     async fn a_torn_last_frame_is_dropped_and_any_other_damage_drops_all_state() {
         let (dir, store) = dir_store();
-        store.save(snapshot(5, &["known"])).await.unwrap();
+        store.save(snapshot(5, &["known"]), 0).await.unwrap();
         store
             .append(5, vec![journal("prod", 5, 7, &[("a", U1)])])
             .await
@@ -502,14 +502,14 @@ mod tests {
     #[tokio::test]
     async fn a_journal_of_another_cluster_or_a_bad_snapshot_drops_all_state() {
         let (_dir, store) = dir_store();
-        store.save(snapshot(5, &["known"])).await.unwrap();
+        store.save(snapshot(5, &["known"]), 0).await.unwrap();
         store
             .append(5, vec![journal("elsewhere", 5, 7, &[("a", U1)])])
             .await
             .unwrap();
         assert!(restored(&store).await.stores.iter().all(Option::is_none));
         let (_dir, store) = dir_store();
-        store.save(b"not a snapshot".to_vec()).await.unwrap();
+        store.save(b"not a snapshot".to_vec(), 0).await.unwrap();
         store
             .append(5, vec![journal("prod", 5, 7, &[("a", U1)])])
             .await
@@ -534,7 +534,7 @@ mod tests {
         let mut bytes = snapshot(5, &["known"]);
         let last = bytes.len() - 3; // inside the (last) node section
         bytes[last] ^= 1;
-        store.save(bytes).await.unwrap();
+        store.save(bytes, 0).await.unwrap();
         let r = restored(&store).await;
         assert_eq!(
             (r.stores[0].is_some(), r.stores[1].is_none(), r.ignored),
@@ -546,7 +546,10 @@ mod tests {
         );
         // Cut in the middle of the pods' section: that watch is truncated, the next missing.
         let good = snapshot(5, &["a", "b", "c"]);
-        store.save(good[..good.len() - 40].to_vec()).await.unwrap();
+        store
+            .save(good[..good.len() - 40].to_vec(), 0)
+            .await
+            .unwrap();
         let r = restored(&store).await;
         assert!(
             r.summary.contains("missing from a truncated state"),
