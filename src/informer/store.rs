@@ -10,6 +10,8 @@
 //!
 //! Layout, measured by `cargo bench --bench state_size`: one `hashbrown::HashTable` slot of
 //! 56 bytes plus the name's heap allocation. The table is keyed by (namespace id, name).
+//! Beside it, only while acknowledgements are tracked, the *former* uids of keys whose
+//! `deleted` not every sink has confirmed ([`Former`]): empty in a steady state.
 
 use std::hash::{BuildHasher, Hash, Hasher};
 
