@@ -1318,11 +1318,12 @@ fn uid_view(msgs: &[Value]) -> BTreeMap<Key, BTreeSet<String>> {
 }
 
 /// Issue 19 (found by the model test, `model_tests/found.rs`): 20 pods are re-created (new
-/// uids) while their changes wait in the queue (a 60 s linger), the state is saved twice
-/// meanwhile, and the process is SIGKILLed before anything of it went out; while it is down
-/// the new pods are deleted too. The next run must send the old uids' `deleted` as well as
-/// the new ones': a destination indexing by uid holds the old uids. Before the fix the saved
-/// state kept one uid per key (the newest `added`) and the old uids were never deleted.
+/// uids) while their changes wait in the queue (a 300 s linger, far longer than the test),
+/// the state is saved meanwhile, and the process is SIGKILLed before anything of it went
+/// out; while it is down the new pods are deleted too. The next run must send the old uids'
+/// `deleted` as well as the new ones': a destination indexing by uid holds the old uids.
+/// Before the fix the saved state kept one uid per key (the newest `added`) and the old uids
+/// were never deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_a_re_creation_is_delivered_still_deletes_the_old_uids() {
     let dir = tempfile::tempdir().unwrap();
@@ -1343,7 +1344,7 @@ async fn a_crash_before_a_re_creation_is_delivered_still_deletes_the_old_uids() 
         dir.path(),
         "b",
         &[
-            ("KUBESINK_PIPELINE__LINGER", "60s"),
+            ("KUBESINK_PIPELINE__LINGER", "300s"),
             ("RUST_LOG", "info,kubesink::state=debug"), // logs each save
         ],
     );
