@@ -420,6 +420,9 @@ mod tests {
         /// The saves that entered and wait, oldest first: their release.
         held: Mutex<Vec<tokio::sync::oneshot::Sender<()>>>,
         entered: std::sync::atomic::AtomicUsize,
+        /// What [`StateStore::saved_generation`] answers (0: nothing known), as if another
+        /// replica had saved that generation.
+        saved_generation: std::sync::atomic::AtomicU64,
     }
 
     impl HeldStore {
@@ -452,6 +455,12 @@ mod tests {
             let _ = wait.await;
             self.inner.save(bytes, generation).await
         }
+        async fn saved_generation(&self) -> Result<Option<u64>, StateError> {
+            let g = self
+                .saved_generation
+                .load(std::sync::atomic::Ordering::SeqCst);
+            Ok(Some(g).filter(|g| *g > 0))
+        }
         async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
             self.inner.append(generation, frames).await
         }
@@ -479,6 +488,7 @@ mod tests {
             inner: FileStore::new(dir.path().join("state")),
             held: Mutex::default(),
             entered: Default::default(),
+            saved_generation: Default::default(),
         });
         let store: Arc<dyn StateStore> = held.clone();
         let stats = Arc::new(StateStats::default());
@@ -517,66 +527,29 @@ mod tests {
         }
     }
 
-    /// A file store that says another replica saved generation `saved` (0: nothing).
-    struct Successor {
-        inner: FileStore,
-        saved: std::sync::atomic::AtomicU64,
-    }
-
-    #[async_trait::async_trait]
-    impl StateStore for Successor {
-        fn describe(&self) -> &str {
-            "successor's store"
-        }
-        async fn load(&self) -> Result<Option<Vec<u8>>, StateError> {
-            self.inner.load().await
-        }
-        async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError> {
-            self.inner.save(bytes, generation).await
-        }
-        async fn saved_generation(&self) -> Result<Option<u64>, StateError> {
-            let g = self.saved.load(std::sync::atomic::Ordering::SeqCst);
-            Ok(Some(g).filter(|g| *g > 0))
-        }
-        async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
-            self.inner.append(generation, frames).await
-        }
-        async fn load_journal(&self) -> Result<Vec<super::super::JournalSegment>, StateError> {
-            self.inner.load_journal().await
-        }
-        async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError> {
-            self.inner.drop_journal_before(generation).await
-        }
-    }
-
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_replica_never_overwrites_a_newer_state_a_successor_saved_nor_drops_its_journal() {
         // Issue 19, defect 4d: a deposed leader frozen (SIGSTOP) past its fence's last
         // check would land its older state over its successor's. The store's saved
         // generation is the successor's word; the fence stays open here on purpose.
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Successor {
-            inner: FileStore::new(dir.path().join("state")),
-            saved: 1_000.into(),
-        });
-        let stats = Arc::new(StateStats::default());
-        let journal = Journal::new("prod", &[key()], 100, stats.clone());
-        let tracked = TrackedStore::new(LightStore::new(), true);
-        tracked.lock().store.observe(Some("ns"), "a", U1, "5", 9);
+        let HeldKeeper {
+            _dir,
+            held,
+            store,
+            keeper,
+            ..
+        } = held_keeper(Fence::open());
+        use std::sync::atomic::Ordering::SeqCst;
+        held.saved_generation.store(1_000, SeqCst);
         store.append(100, vec![b"frame".to_vec()]).await.unwrap();
-        let kept = vec![Kept {
-            key: key(),
-            store: tracked,
-        }];
-        let keeper = Keeper::new(
-            store.clone(),
-            "prod",
-            kept,
-            Some(journal),
-            Fence::open(),
-            stats,
-        );
-        let refused = keeper.save(true).await;
+        let k = keeper.clone();
+        let saving = tokio::spawn(async move { k.save(true).await });
+        until("the save to end, or to write", || {
+            saving.is_finished() || held.entered() > 0
+        })
+        .await;
+        assert_eq!(held.entered(), 0, "nothing written");
+        let refused = saving.await.unwrap();
         assert!(
             matches!(
                 refused,
@@ -587,15 +560,16 @@ mod tests {
             ),
             "{refused:?}"
         );
-        assert!(
-            store.inner.load().await.unwrap().is_none(),
-            "nothing written"
-        );
+        assert!(held.inner.load().await.unwrap().is_none());
         assert_eq!(store.load_journal().await.unwrap().len(), 1, "journal kept");
         // An older saved generation (this replica's own earlier save) is overwritten.
-        store.saved.store(50, std::sync::atomic::Ordering::SeqCst);
-        keeper.save(true).await.unwrap();
-        assert!(store.inner.load().await.unwrap().is_some());
+        held.saved_generation.store(50, SeqCst);
+        let k = keeper.clone();
+        let saving = tokio::spawn(async move { k.save(true).await });
+        until("the save writing", || held.entered() == 1).await;
+        assert!(held.release_newest());
+        saving.await.unwrap().unwrap();
+        assert!(held.inner.load().await.unwrap().is_some());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
