@@ -649,13 +649,12 @@ impl Decider {
         {
             let mut t = self.store.lock();
             let ns = namespace.as_deref();
-            let before = t.before(ns, &name);
+            let held = t.store.get(ns, &name).map(Facts::into_owned);
+            let before = held.clone().filter(|_| self.store.tracking());
             // The key holds another uid: that object was deleted (and this one created)
             // unseen, e.g. while a half list proved nothing. Its `deleted` comes first, as
             // for a replace (found by the model test: a destination indexing by uid kept it).
-            let replaced = t
-                .store
-                .get(ns, &name)
+            let replaced = held
                 .filter(|held| held.uid != super::facts::Uid::parse(uid))
                 .map(|held| Vanished {
                     namespace: namespace.clone(),
