@@ -929,6 +929,162 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
     assert_eq!(bridge.shutdown().await, 0);
 }
 
+/// Starts a bridge on `c` with a NATS state at `server` (`write_ahead` as given), capturing
+/// what it sends.
+#[cfg(feature = "nats")]
+async fn bridge_with_nats_state(
+    c: &Cluster,
+    server: &nats_server::NatsServer,
+    write_ahead: bool,
+) -> (kubesink::bridge::Bridge, Arc<CaptureSink>) {
+    use kubesink::config::{HumanDuration, ResourceConfig, StateBackend, StateConfig};
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
+    cfg.state = StateConfig {
+        backend: StateBackend::Nats,
+        interval: HumanDuration(Duration::from_millis(300)),
+        write_ahead,
+        ..Default::default()
+    };
+    cfg.state.nats.servers = vec![server.url()];
+    cfg.state.nats.timeout = HumanDuration(Duration::from_secs(1));
+    cfg.pipeline.sync_markers = true;
+    let sink = CaptureSink::new();
+    let sinks: Vec<Arc<dyn kubesink::sinks::Sink>> = vec![sink.clone()];
+    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let bridge = kubesink::bridge::Bridge::start(&cfg, client, sinks)
+        .await
+        .unwrap();
+    (bridge, sink)
+}
+
+/// Issue 19 (found by the fault campaign, seed 57845): a replica started (or taking over)
+/// while the state store is unreachable used to treat the state as absent, ran an initial
+/// list, and never sent the deletes made while no kubesink ran; its saves then made them
+/// permanent ghosts. With the journal on it waits for the state, not ready and sending
+/// nothing, then sends exactly those deletes. With `write_ahead = false` it starts at once,
+/// as that setting documents (a full initial list: the ghosts it accepts).
+#[cfg(feature = "nats")]
+async fn a_state_store_down_at_start(write_ahead: bool) {
+    let mut server = nats_server::NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 1,
+            pods: 40,
+            seed: 37,
+            ..Default::default()
+        })
+        .unwrap();
+    let (a, a_sink) = bridge_with_nats_state(&c, &server, write_ahead).await;
+    wait_for("the first run's initial list", LONG, || a_sink.len() >= 40).await;
+    assert_eq!(
+        a.shutdown().await,
+        0,
+        "the first run stops cleanly (and saves)"
+    );
+
+    server.stop();
+    let gone: BTreeSet<Key> = c.sim.objects("v1", "Pod")[..10]
+        .iter()
+        .map(obj_key)
+        .collect();
+    for k in &gone {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
+    let (b, b_sink) = bridge_with_nats_state(&c, &server, write_ahead).await;
+    let addr = b.server_addr().unwrap();
+    if write_ahead {
+        let body = wait_until(
+            "readiness to say the watches wait for the state",
+            LONG,
+            || async {
+                match http_get(addr, "/readyz").await {
+                    (503, body) if body.contains("the watches wait") => Ok(body),
+                    (code, body) => Err(format!("{code} {body}")),
+                }
+            },
+        )
+        .await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let restore = v["state"][0]["restore"].as_str().unwrap_or_default();
+        assert!(
+            restore.starts_with("waiting: the saved state cannot be read"),
+            "{v}"
+        );
+        let metrics = http_get(addr, "/metrics").await.1;
+        let waiting = metric_value(
+            &metrics,
+            "kubesink_state_restore_waiting_seconds",
+            &[("cluster", "test")],
+        );
+        assert!(waiting >= 0.0, "{waiting}");
+        assert_eq!(
+            b_sink.len(),
+            0,
+            "nothing is sent while the state is unknown"
+        );
+        server.restart();
+    }
+    wait_for("the second run's first list", LONG, || {
+        b_sink.messages().iter().any(|m| m["op"] == "synced")
+    })
+    .await;
+    let deleted: BTreeSet<Key> = b_sink
+        .messages()
+        .iter()
+        .filter(|m| m["op"] == "deleted")
+        .map(key)
+        .collect();
+    let b_msgs = b_sink.messages();
+    if !write_ahead {
+        // The documented cost of that setting: a full initial list, no deletes inferred.
+        assert!(deleted.is_empty(), "{deleted:?}");
+        assert_eq!(b_msgs.iter().filter(|m| m["op"] == "added").count(), 30);
+        server.restart();
+        assert_eq!(b.shutdown().await, 0);
+        return;
+    }
+    assert_eq!(
+        deleted, gone,
+        "exactly the deletes made while no kubesink ran"
+    );
+    let others: Vec<&Value> = b_msgs
+        .iter()
+        .filter(|m| m["op"] != "synced" && !gone.contains(&key(m)))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "the restored state means only the differences are sent, not {:#}",
+        others[0]
+    );
+    let mut all = a_sink.messages();
+    all.extend(b_msgs);
+    assert_eq!(
+        fold_expecting(&all, Expect::STRICT.restarts()),
+        sim_state(&c.sim, &[("v1", "Pod")])
+    );
+    wait_until("ready once the state was read", LONG, || async {
+        match http_get(addr, "/readyz").await {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    })
+    .await;
+    assert_eq!(b.shutdown().await, 0);
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_store_down_at_start_is_waited_for_and_the_deletes_made_meanwhile_are_sent() {
+    a_state_store_down_at_start(true).await;
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_journal_a_state_store_down_at_start_costs_a_full_initial_list() {
+    a_state_store_down_at_start(false).await;
+}
+
 /// Byte offsets of the sections of a state file: (start, end) of each, in file order.
 fn sections(bytes: &[u8]) -> Vec<(usize, usize)> {
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;

@@ -145,7 +145,12 @@ impl Watching {
         stats: &Arc<StateStats>,
         keys: &[WatchKey],
     ) -> Vec<(Arc<TrackedStore>, bool)> {
-        let restored = state::restore(&**store, cluster, keys).await;
+        let saved = if self.state.write_ahead {
+            Ok(read_saved(cluster, store, stats).await)
+        } else {
+            state::read(&**store).await
+        };
+        let restored = state::restore(saved, store.describe(), cluster, keys);
         let (objects, unconfirmed) = restored.objects();
         stats.note_restore(
             objects,
@@ -201,6 +206,43 @@ impl Watching {
             let _ = task.await;
         });
         out
+    }
+}
+
+/// Reads cluster `cluster`'s saved state from `store`, again and again (the journal's retry
+/// policy) until it can be read: what an unreadable store holds is unknown, not absent, and
+/// a start without it could never send the deletes of what vanished meanwhile (issue 19:
+/// the ghosts of a leader that took over while the NATS state server restarted). Meanwhile
+/// `/readyz` and `kubesink_state_restore_waiting_seconds` say so, and nothing is watched,
+/// sent or saved. The caller's cancellation ends the wait.
+async fn read_saved(
+    cluster: &str,
+    store: &Arc<dyn StateStore>,
+    stats: &Arc<StateStats>,
+) -> state::Saved {
+    let retry = Backoff::new(JOURNAL_RETRY.0, JOURNAL_RETRY.1);
+    let mut delays = retry.delays();
+    let mut last_warn: Option<std::time::Instant> = None;
+    loop {
+        let e = match state::read(&**store).await {
+            Ok(saved) => {
+                if last_warn.is_some() {
+                    tracing::info!(%cluster, store = store.describe(), "saved informer state read; starting the watches");
+                }
+                return saved;
+            }
+            Err(e) => e,
+        };
+        stats.note_restore_waiting(&e);
+        let wait = delays.next().unwrap_or(retry.max);
+        // Once a minute at most at WARN; the retries go on at DEBUG.
+        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            last_warn = Some(std::time::Instant::now());
+            tracing::warn!(%cluster, store = store.describe(), error = %e, retry_in = ?wait, "saved informer state cannot be read: the watches wait for it (starting without it would lose the deletes it lets the first list infer); retrying");
+        } else {
+            tracing::debug!(%cluster, error = %e, retry_in = ?wait, "saved informer state still cannot be read; retrying");
+        }
+        tokio::time::sleep(wait).await;
     }
 }
 

@@ -50,8 +50,10 @@ pub struct StateConfig {
     /// (`docs/restarts.md`), so that after a crash the restart can send the `deleted` of
     /// objects first sent after the last save and deleted while kubesink was down. Sends wait
     /// for the journal (one append per batch, usually done before the batch is ready); while
-    /// the state store cannot be written, they stop. `false` keeps the sinks flowing then, at
-    /// the price of possible ghosts downstream after a crash. Default `true`.
+    /// the state store cannot be written, they stop; while it cannot be read at start or at a
+    /// take-over, the watches wait for it. `false` keeps the sinks flowing then (and starts
+    /// without the state it cannot read, with a full initial list), at the price of possible
+    /// ghosts downstream after a crash. Default `true`.
     #[serde(default = "yes")]
     pub write_ahead: bool,
     /// With `backend = "nats"`: the NATS connection and the object store. Any of its

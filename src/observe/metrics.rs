@@ -490,7 +490,7 @@ impl BridgeCollector {
             ),
         ];
         self.state_families(e, counters, ConstCounter::new)?;
-        let gauges: [StateMetric<f64>; 9] = [
+        let gauges: [StateMetric<f64>; 10] = [
             (
                 "state_restored_objects",
                 "Objects restored from the saved state when this replica started watching",
@@ -544,6 +544,12 @@ impl BridgeCollector {
                 "Seconds the journal has been failing to store (0 when healthy)",
                 Some(Unit::Seconds),
                 |s| s.journal_failing_for().map_or(0.0, |d| d.as_secs_f64()),
+            ),
+            (
+                "state_restore_waiting",
+                "Seconds the saved state has been unreadable while the watches wait for it (0 when not waiting)",
+                Some(Unit::Seconds),
+                |s| s.restore_waiting_for().map_or(0.0, |d| d.as_secs_f64()),
             ),
         ];
         self.state_families(e, gauges, ConstGauge::new)

@@ -296,8 +296,18 @@ impl Observed {
                 ));
             }
         }
-        // A journal that cannot store holds every send back.
+        // A journal that cannot store holds every send back; a state that cannot be read
+        // holds the watches back.
         for s in self.states.iter() {
+            if let Some(d) = s.stats.restore_waiting_for() {
+                problems.push(format!(
+                    "state of cluster {} ({}): the watches wait for {}s: {}",
+                    s.cluster,
+                    s.store,
+                    d.as_secs(),
+                    s.stats.restore().unwrap_or_default()
+                ));
+            }
             if let Some(d) = s.stats.journal_failing_for() {
                 problems.push(format!(
                     "state of cluster {} ({}): journal failing for {}s, sends wait: {}",

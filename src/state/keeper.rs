@@ -623,7 +623,8 @@ mod tests {
             snap.generation, 102,
             "the final save's snapshot is the one stored, not the interval save's"
         );
-        let restored = crate::state::restore(&*store, "prod", &[key()]).await;
+        let saved = crate::state::read(&*store).await;
+        let restored = crate::state::restore(saved, store.describe(), "prod", &[key()]);
         let restored = restored.stores[0].as_ref().expect("state restored");
         assert!(restored.get(Some("ns"), "a").is_some());
         assert!(

@@ -16,11 +16,14 @@
 //! - `stats.rs`: [`StateStats`], the counters behind the `kubesink_state_*` metrics.
 //! - this file: the [`StateStore`] trait and [`open`] the configured backend.
 //!
-//! Bad state is never fatal: a missing, truncated, corrupt, foreign (other format version,
-//! cluster or selection) or unreadable state is logged with the reason and ignored for the
-//! affected watches, which then list and emit everything as without state; the next save
-//! overwrites it. This module never decides what to emit (the informer's `Decider` does,
-//! from the restored store) and never saves anything a sink has not confirmed: it reads the
+//! Bad state is never fatal: a missing, truncated, corrupt or foreign (other format version,
+//! cluster or selection) state is logged with the reason and ignored for the affected
+//! watches, which then list and emit everything as without state; the next save overwrites
+//! it. A store that cannot be read at all is waited for (`restore.rs`): its state is
+//! unknown, not absent, and starting without it would lose the deletes it could infer.
+//!
+//! This module never decides what to emit (the informer's `Decider` does, from the restored
+//! store) and never saves anything a sink has not confirmed: it reads the
 //! informers' [`TrackedStore`]s, whose overlay holds back unacknowledged changes.
 
 mod codec;
@@ -39,7 +42,7 @@ use async_trait::async_trait;
 
 pub use journal::Journal;
 pub use keeper::{Keeper, Kept, SaveReport};
-pub use restore::{restore, Restored};
+pub use restore::{read, restore, Restored, Saved};
 pub use snapshot::{parse, Snapshot, SnapshotError, Writer, FORMAT_VERSION, MAGIC};
 pub use stats::StateStats;
 
@@ -68,7 +71,8 @@ pub trait StateStore: Send + Sync {
     /// The saved bytes; `Ok(None)` when nothing was saved yet.
     ///
     /// # Errors
-    /// [`StateError`] when the store cannot be read (the caller starts without state).
+    /// [`StateError`] when the store cannot be read (the caller waits and reads again, or
+    /// with `state.write_ahead = false` starts without state: `restore.rs`).
     async fn load(&self) -> Result<Option<Vec<u8>>, StateError>;
 
     /// Replaces the saved bytes, atomically: a reader sees the old or the new state whole.
@@ -107,7 +111,7 @@ pub trait StateStore: Send + Sync {
     /// Every stored journal segment, oldest first.
     ///
     /// # Errors
-    /// [`StateError`] when the journal cannot be read (the caller starts without state).
+    /// [`StateError`] when the journal cannot be read (as for [`StateStore::load`]).
     async fn load_journal(&self) -> Result<Vec<JournalSegment>, StateError>;
 
     /// Removes the journal of every generation below `generation` (a snapshot of

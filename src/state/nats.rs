@@ -5,8 +5,8 @@
 //!
 //! A put writes the object's chunks, then its metadata, then purges the old chunks: a reader
 //! sees the old or the new object, whole. It connects on first use and the client reconnects
-//! forever after; a server that is down at start-up costs a full initial emit (the load
-//! fails), never a failed start. Never logs a secret.
+//! forever after; a server that is down at start-up is never a failed start: the load fails,
+//! and the watches wait for it (`bridge/watching.rs`). Never logs a secret.
 //!
 //! The journal (`journal.rs`) is a JetStream stream beside the bucket, `{bucket}_JOURNAL`
 //! (subjects `kubesink-journal.{bucket}.>`, created like the bucket with `create = true`):

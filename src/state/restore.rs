@@ -17,9 +17,14 @@
 //!   stays as it is (the snapshot saw that `added` confirmed). A watch without a section but
 //!   with records (its run crashed before its first save) is restored from its records alone.
 //! - A frame cut short at the end of a file is dropped (it was never durable, so nothing it
-//!   records was sent). Any other damage, a journal of another cluster, or a journal that
-//!   cannot be read means some key downstream may have is unknown: every watch then starts
-//!   without state, as with a bad snapshot.
+//!   records was sent). Any other damage, or a journal of another cluster, means some key
+//!   downstream may have is unknown: every watch then starts without state, as with a bad
+//!   snapshot.
+//! - A store that cannot be *read* (unreachable, refusing) is not a store without state: what
+//!   it holds is unknown, not absent. [`read`] returns its error and the caller waits and
+//!   reads again (`state.write_ahead = true`, the default: sends would wait for the journal
+//!   anyway), or restores nothing (`state.write_ahead = false`: availability before
+//!   completeness, as that setting chooses).
 //!
 //! Never decides what to emit: the watches' `Decider`s do, from the stores returned here.
 
@@ -29,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::journal::frame::{self, Frame};
 use super::snapshot::{self, Snapshot};
 use super::stats::now_ms;
-use super::{StateStore, WatchKey};
+use super::{JournalSegment, StateError, StateStore, WatchKey};
 use crate::informer::{Facts, LightStore};
 
 /// What [`restore`] found.
@@ -84,10 +89,37 @@ enum Base<'a> {
     Snap(Snapshot<'a>),
 }
 
-/// Loads the saved snapshot and journal and returns each watch's restored store (see the
-/// module rules). Never fails: every problem is logged and costs the affected watches a full
-/// emit.
-pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]) -> Restored {
+/// What a state store holds, read whole by [`read`]: the snapshot's bytes (`None`: none
+/// saved yet) and every journal segment, oldest first.
+pub struct Saved {
+    snapshot: Option<Vec<u8>>,
+    journal: Vec<JournalSegment>,
+}
+
+/// Reads the saved snapshot and journal from `store`.
+///
+/// # Errors
+/// The store's [`StateError`] when either cannot be read (the store is unreachable or
+/// refuses): what downstream may hold is then unknown, not absent, so the caller waits and
+/// reads again rather than start without state (`bridge/watching.rs`; issue 19: a leader
+/// that took over while the NATS state server restarted started empty and never sent the
+/// deletes made during the hand-over).
+pub async fn read(store: &dyn StateStore) -> Result<Saved, StateError> {
+    let snapshot = store.load().await?;
+    let journal = store.load_journal().await?;
+    Ok(Saved { snapshot, journal })
+}
+
+/// Each watch's restored store from what [`read`] returned (see the module rules), for
+/// cluster `cluster`; `store` names the store in log lines. An `Err` (the store could not be
+/// read, and the caller chose not to wait: `state.write_ahead = false`) restores nothing.
+/// Never fails: every problem is logged and costs the affected watches a full emit.
+pub fn restore(
+    saved: Result<Saved, StateError>,
+    store: &str,
+    cluster: &str,
+    watches: &[WatchKey],
+) -> Restored {
     let started = Instant::now();
     // No watch restored: because none was saved (`None`), or every watch's state ignored.
     let none = |next_generation: u64, ignored_because: Option<&str>| Restored {
@@ -99,18 +131,18 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
         ),
         ignored: ignored_because.map_or(0, |_| watches.len() as u64),
     };
-    let loaded = match store.load().await {
-        Ok(b) => b,
+    let saved = match saved {
+        Ok(saved) => saved,
         Err(e) => {
-            tracing::warn!(store = store.describe(), error = %e, "saved informer state ignored: it cannot be read; every watch lists and emits everything (initial){SWEEP_HINT}");
+            tracing::warn!(store, error = %e, "saved informer state ignored: it cannot be read; every watch lists and emits everything (initial){SWEEP_HINT}");
             return none(now_ms(), Some(&format!("it cannot be read: {e}")));
         }
     };
-    let base = match loaded.as_deref() {
+    let base = match saved.snapshot.as_deref() {
         None => Base::Missing,
         Some(bytes) => match snapshot::parse(bytes) {
             Err(e) => {
-                tracing::warn!(store = store.describe(), "saved informer state ignored: {e}; every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+                tracing::warn!(store, "saved informer state ignored: {e}; every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
                 Base::Unusable(e.to_string())
             }
             Ok(snap) if snap.cluster != cluster => {
@@ -118,7 +150,7 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
                     "it is of cluster {:?}, this kubesink is cluster.name = {cluster:?}",
                     snap.cluster
                 );
-                tracing::warn!(store = store.describe(), "saved informer state ignored: {reason}; every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+                tracing::warn!(store, "saved informer state ignored: {reason}; every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
                 Base::Unusable(reason)
             }
             Ok(snap) => Base::Snap(snap),
@@ -129,10 +161,10 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
         Base::Missing => 0,
         Base::Snap(s) => s.generation,
     };
-    let journal = match read_journal(store, cluster, from_generation).await {
+    let journal = match parse_journal(&saved.journal, store, cluster, from_generation) {
         Ok(j) => j,
         Err(reason) => {
-            tracing::warn!(store = store.describe(), "saved informer state ignored: {reason}; it may lack keys downstream has, so every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+            tracing::warn!(store, "saved informer state ignored: {reason}; it may lack keys downstream has, so every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
             return none(now_ms(), Some(&reason));
         }
     };
@@ -147,7 +179,7 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
     };
     if snap.is_none() && journal.frames.is_empty() {
         tracing::info!(
-            store = store.describe(),
+            store,
             "no saved informer state yet: every watch lists and emits everything (initial)"
         );
         return none(next_generation, None);
@@ -155,7 +187,7 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
     if let Some(snap) = snap {
         let damaged = snap.sections.iter().filter(|s| s.is_err()).count();
         if damaged > 0 || snap.sections.len() != snap.announced as usize {
-            tracing::warn!(store = store.describe(), damaged, found = snap.sections.len(), announced = snap.announced, "saved informer state is partly damaged; the watches of the damaged parts list and emit everything");
+            tracing::warn!(store, damaged, found = snap.sections.len(), announced = snap.announced, "saved informer state is partly damaged; the watches of the damaged parts list and emit everything");
         }
     }
     let age = snap
@@ -173,7 +205,7 @@ pub async fn restore(store: &dyn StateStore, cluster: &str, watches: &[WatchKey]
             })
         })
         .collect();
-    tracing::debug!(elapsed = ?started.elapsed(), snapshot_bytes = loaded.as_ref().map_or(0, Vec::len), journal_frames = journal.frames.len(), "informer state loaded");
+    tracing::debug!(elapsed = ?started.elapsed(), snapshot_bytes = saved.snapshot.as_ref().map_or(0, Vec::len), journal_frames = journal.frames.len(), "informer state loaded");
     Restored {
         summary: summarize(stores.iter().flatten().count(), stores.len(), &ignored),
         ignored: ignored.len() as u64,
@@ -211,12 +243,13 @@ impl Replay {
     }
 }
 
-/// Reads and checks every journal segment, keeping the frames of generation `from` on.
-async fn read_journal(store: &dyn StateStore, cluster: &str, from: u64) -> Result<Replay, String> {
-    let segments = store
-        .load_journal()
-        .await
-        .map_err(|e| format!("its journal of new objects cannot be read: {e}"))?;
+/// Checks every journal segment, keeping the frames of generation `from` on.
+fn parse_journal(
+    segments: &[JournalSegment],
+    store: &str,
+    cluster: &str,
+    from: u64,
+) -> Result<Replay, String> {
     let mut replay = Replay {
         frames: Vec::new(),
         max_generation: 0,
@@ -225,7 +258,7 @@ async fn read_journal(store: &dyn StateStore, cluster: &str, from: u64) -> Resul
         let parsed = frame::parse_segment(&seg.name, &seg.bytes, seg.may_tear)
             .map_err(|e| format!("its journal of new objects is damaged: {e}"))?;
         if let Some(torn) = parsed.torn {
-            tracing::info!(store = store.describe(), %torn, "state journal: dropped a frame a crash cut short (never durable, so nothing it records was sent)");
+            tracing::info!(store, %torn, "state journal: dropped a frame a crash cut short (never durable, so nothing it records was sent)");
         }
         for f in parsed.frames {
             if f.cluster != cluster {
@@ -377,7 +410,12 @@ mod tests {
     }
 
     async fn restored(store: &FileStore) -> Restored {
-        restore(store, "prod", &[pods(), nodes()]).await
+        restore(
+            read(store).await,
+            store.describe(),
+            "prod",
+            &[pods(), nodes()],
+        )
     }
 
     /// (name, uid, unconfirmed) of the restored pods, sorted.

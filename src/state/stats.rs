@@ -47,6 +47,9 @@ pub struct StateStats {
     pub restored_unconfirmed: AtomicU64,
     /// Watches that could not use the saved state (a full initial list each).
     pub restore_ignored_watches: AtomicU64,
+    /// Unix time in milliseconds since which the saved state cannot be read, so the watches
+    /// wait for it (0: read, or not tried yet).
+    pub restore_waiting_since_ms: AtomicU64,
     /// What the restore did, in one line (`/readyz`).
     restore: Mutex<Option<String>>,
     /// Why the last journal append or save failed, while it does.
@@ -116,8 +119,30 @@ impl StateStats {
         }
     }
 
-    /// Records what the restore did.
+    /// Records that the saved state could not be read (`e`): the watches wait for it.
+    pub fn note_restore_waiting(&self, e: &dyn std::fmt::Display) {
+        let _ = self.restore_waiting_since_ms.compare_exchange(
+            0,
+            now_ms(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        *self.restore.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+            "waiting: the saved state cannot be read (the watches start once it is): {e}"
+        ));
+    }
+
+    /// How long the saved state has been unreadable while the watches wait for it, if they do.
+    pub fn restore_waiting_for(&self) -> Option<Duration> {
+        match self.restore_waiting_since_ms.load(Ordering::Relaxed) {
+            0 => None,
+            since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
+        }
+    }
+
+    /// Records what the restore did (and that it no longer waits).
     pub fn note_restore(&self, objects: u64, unconfirmed: u64, ignored: u64, summary: String) {
+        self.restore_waiting_since_ms.store(0, Ordering::Relaxed);
         self.restored_objects.store(objects, Ordering::Relaxed);
         self.restored_unconfirmed
             .store(unconfirmed, Ordering::Relaxed);
