@@ -829,7 +829,6 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
-    use kubesink::config::{HumanDuration, ResourceConfig, StateBackend, StateConfig};
     let mut server = nats_server::NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim
@@ -840,20 +839,7 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
             ..Default::default()
         })
         .unwrap();
-    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
-    cfg.state = StateConfig {
-        backend: StateBackend::Nats,
-        interval: HumanDuration(Duration::from_millis(300)),
-        ..Default::default()
-    };
-    cfg.state.nats.servers = vec![server.url()];
-    cfg.state.nats.timeout = HumanDuration(Duration::from_secs(1));
-    let sink = CaptureSink::new();
-    let sinks: Vec<Arc<dyn kubesink::sinks::Sink>> = vec![sink.clone()];
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
-    let bridge = kubesink::bridge::Bridge::start(&cfg, client, sinks)
-        .await
-        .unwrap();
+    let (bridge, sink) = bridge_with_nats_state(&c, &server, true).await;
     let addr = bridge.server_addr().unwrap();
     wait_for("the initial list", LONG, || sink.len() >= 50).await;
 
@@ -929,8 +915,8 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
     assert_eq!(bridge.shutdown().await, 0);
 }
 
-/// Starts a bridge on `c` with a NATS state at `server` (`write_ahead` as given), capturing
-/// what it sends.
+/// Starts a bridge on `c` watching pods, with a NATS state at `server` (saved every 300 ms,
+/// `write_ahead` as given) and sync markers, capturing what it sends.
 #[cfg(feature = "nats")]
 async fn bridge_with_nats_state(
     c: &Cluster,
