@@ -600,8 +600,10 @@ async fn an_object_over_max_payload_is_sent_truncated_and_counted() {
     let mut sub = consumer.subscribe("kubesink.>").await.unwrap();
     consumer.flush().await.unwrap();
     let bridge = start(&cfg, sinks).await;
+    // Both sinks publish on the same subjects, so the subscription sees each object twice
+    // (the core sink's and the JetStream sink's), in any interleaving: wait for all four.
     let mut core = Vec::new();
-    while core.len() < 2 {
+    while core.len() < 4 {
         let m = tokio::time::timeout(LONG, sub.next())
             .await
             .expect("core messages arrive")
