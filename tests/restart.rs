@@ -997,6 +997,8 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
             restore.starts_with("waiting: the saved state cannot be read"),
             "{v}"
         );
+        let problem = v["state"][0]["problem"].as_str().unwrap_or_default();
+        assert!(problem.starts_with("restore: state.nats: "), "{v}");
         let metrics = http_get(addr, "/metrics").await.1;
         let waiting = metric_value(
             &metrics,
@@ -1049,13 +1051,16 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
         fold_expecting(&all, Expect::STRICT.restarts()),
         sim_state(&c.sim, &[("v1", "Pod")])
     );
-    wait_until("ready once the state was read", LONG, || async {
+    let body = wait_until("ready once the state was read", LONG, || async {
         match http_get(addr, "/readyz").await {
-            (200, _) => Ok(()),
+            (200, body) => Ok(body),
             (code, body) => Err(format!("{code} {body}")),
         }
     })
     .await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["state"][0]["restore"], "1 of 1 watches restored", "{v}");
+    assert!(v["state"][0]["problem"].is_null(), "{v}");
     assert_eq!(b.shutdown().await, 0);
 }
 

@@ -130,6 +130,7 @@ impl StateStats {
         *self.restore.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
             "waiting: the saved state cannot be read (the watches start once it is): {e}"
         ));
+        self.set_problem(Some(format!("restore: {e}")));
     }
 
     /// How long the saved state has been unreadable while the watches wait for it, if they do.
@@ -142,7 +143,9 @@ impl StateStats {
 
     /// Records what the restore did (and that it no longer waits).
     pub fn note_restore(&self, objects: u64, unconfirmed: u64, ignored: u64, summary: String) {
-        self.restore_waiting_since_ms.store(0, Ordering::Relaxed);
+        if self.restore_waiting_since_ms.swap(0, Ordering::Relaxed) != 0 {
+            self.set_problem(None); // the read's problem; no save or append ran yet
+        }
         self.restored_objects.store(objects, Ordering::Relaxed);
         self.restored_unconfirmed
             .store(unconfirmed, Ordering::Relaxed);
