@@ -28,9 +28,10 @@ use crate::observe::Leadership;
 use crate::pipeline::Publisher;
 use crate::state::{self, Journal, Keeper, Kept, StateStats, StateStore, WatchKey};
 
-/// The journal writer's retry policy: quick at first (a blip of the state store), then every
-/// few seconds (sends wait meanwhile).
-const JOURNAL_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+/// The state store's retry policy, for the journal writer and for reading the saved state at
+/// start: quick at first (a blip of the state store), then every few seconds (sends, or the
+/// watches, wait meanwhile).
+const STATE_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 /// What starts the watches: per cluster, the state restore, then every resource's
 /// resolution task.
@@ -182,7 +183,7 @@ impl Watching {
             out.push((tracked, is_restored));
         }
         if self.state.write_ahead {
-            let retry = Backoff::new(JOURNAL_RETRY.0, JOURNAL_RETRY.1);
+            let retry = Backoff::new(STATE_RETRY.0, STATE_RETRY.1);
             self.tasks.spawn(
                 journal
                     .clone()
@@ -209,18 +210,18 @@ impl Watching {
     }
 }
 
-/// Reads cluster `cluster`'s saved state from `store`, again and again (the journal's retry
-/// policy) until it can be read: what an unreadable store holds is unknown, not absent, and
-/// a start without it could never send the deletes of what vanished meanwhile (issue 19:
-/// the ghosts of a leader that took over while the NATS state server restarted). Meanwhile
-/// `/readyz` and `kubesink_state_restore_waiting_seconds` say so, and nothing is watched,
-/// sent or saved. The caller's cancellation ends the wait.
+/// Reads cluster `cluster`'s saved state from `store`, again and again ([`STATE_RETRY`])
+/// until it can be read: what an unreadable store holds is unknown, not absent, and a start
+/// without it could never send the deletes of what vanished meanwhile (issue 19: the ghosts
+/// of a leader that took over while the NATS state server restarted). Meanwhile `/readyz`
+/// and `kubesink_state_restore_waiting_seconds` say so, and nothing is watched, sent or
+/// saved. The caller's cancellation ends the wait.
 async fn read_saved(
     cluster: &str,
     store: &Arc<dyn StateStore>,
     stats: &Arc<StateStats>,
 ) -> state::Saved {
-    let retry = Backoff::new(JOURNAL_RETRY.0, JOURNAL_RETRY.1);
+    let retry = Backoff::new(STATE_RETRY.0, STATE_RETRY.1);
     let mut delays = retry.delays();
     let mut last_warn: Option<std::time::Instant> = None;
     loop {
