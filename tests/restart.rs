@@ -999,13 +999,18 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
         );
         let problem = v["state"][0]["problem"].as_str().unwrap_or_default();
         assert!(problem.starts_with("restore: state.nats: "), "{v}");
-        let metrics = http_get(addr, "/metrics").await.1;
-        let waiting = metric_value(
-            &metrics,
-            "kubesink_state_restore_waiting_seconds",
-            &[("cluster", "test")],
-        );
-        assert!(waiting >= 0.0, "{waiting}");
+        wait_until("the restore-waiting gauge to grow", LONG, || async {
+            let metrics = http_get(addr, "/metrics").await.1;
+            match metric_value(
+                &metrics,
+                "kubesink_state_restore_waiting_seconds",
+                &[("cluster", "test")],
+            ) {
+                w if w >= 0.5 => Ok(()),
+                w => Err(format!("{w} s")),
+            }
+        })
+        .await;
         assert_eq!(
             b_sink.len(),
             0,
@@ -1017,13 +1022,12 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
         b_sink.messages().iter().any(|m| m["op"] == "synced")
     })
     .await;
-    let deleted: BTreeSet<Key> = b_sink
-        .messages()
+    let b_msgs = b_sink.messages();
+    let deleted: BTreeSet<Key> = b_msgs
         .iter()
         .filter(|m| m["op"] == "deleted")
         .map(key)
         .collect();
-    let b_msgs = b_sink.messages();
     if !write_ahead {
         // The documented cost of that setting: a full initial list, no deletes inferred.
         assert!(deleted.is_empty(), "{deleted:?}");

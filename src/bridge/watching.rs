@@ -9,7 +9,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kubesink_sinks::backoff::Backoff;
@@ -210,6 +210,33 @@ impl Watching {
     }
 }
 
+/// When a retried failure goes out at WARN: the first, then at most once a minute; the
+/// retries between go to DEBUG. Shared by the start-up retries of this file (the state read,
+/// API discovery).
+#[derive(Default)]
+struct RetryLog {
+    last_warn: Option<Instant>,
+}
+
+impl RetryLog {
+    /// How often a failure that keeps repeating goes out at WARN again.
+    const EVERY: Duration = Duration::from_secs(60);
+
+    /// Notes a failure; `true` when it goes out at WARN.
+    fn loud(&mut self) -> bool {
+        let loud = self.last_warn.is_none_or(|t| t.elapsed() >= Self::EVERY);
+        if loud {
+            self.last_warn = Some(Instant::now());
+        }
+        loud
+    }
+
+    /// Whether a failure was noted (so the success after it is worth a line).
+    fn failed(&self) -> bool {
+        self.last_warn.is_some()
+    }
+}
+
 /// Reads cluster `cluster`'s saved state from `store`, again and again ([`STATE_RETRY`])
 /// until it can be read: what an unreadable store holds is unknown, not absent, and a start
 /// without it could never send the deletes of what vanished meanwhile (issue 19: the ghosts
@@ -223,11 +250,11 @@ async fn read_saved(
 ) -> state::Saved {
     let retry = Backoff::new(STATE_RETRY.0, STATE_RETRY.1);
     let mut delays = retry.delays();
-    let mut last_warn: Option<std::time::Instant> = None;
+    let mut log = RetryLog::default();
     loop {
         let e = match state::read(&**store).await {
             Ok(saved) => {
-                if last_warn.is_some() {
+                if log.failed() {
                     tracing::info!(%cluster, store = store.describe(), "saved informer state read; starting the watches");
                 }
                 return saved;
@@ -236,9 +263,7 @@ async fn read_saved(
         };
         stats.note_restore_waiting(&e);
         let wait = delays.next().unwrap_or(retry.max);
-        // Once a minute at most at WARN; the retries go on at DEBUG.
-        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-            last_warn = Some(std::time::Instant::now());
+        if log.loud() {
             tracing::warn!(%cluster, store = store.describe(), error = %e, retry_in = ?wait, "saved informer state cannot be read: the watches wait for it (starting without it would lose the deletes it lets the first list infer); retrying");
         } else {
             tracing::debug!(%cluster, error = %e, retry_in = ?wait, "saved informer state still cannot be read; retrying");
@@ -263,7 +288,7 @@ async fn watch_resource(
         watch.retry_max_backoff.get(),
     );
     let mut delays = retry.delays();
-    let mut last_warn: Option<std::time::Instant> = None;
+    let mut log = RetryLog::default();
     let resolved = loop {
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -292,9 +317,7 @@ async fn watch_resource(
             return;
         }
         let wait = delays.next().unwrap_or(retry.max);
-        // Once a minute at most at WARN; the retries go on at DEBUG.
-        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-            last_warn = Some(std::time::Instant::now());
+        if log.loud() {
             span.in_scope(|| tracing::warn!(error = %e, retry_in = ?wait, "API discovery failed; retrying (the other resources are not held back)"));
         } else {
             span.in_scope(
@@ -306,7 +329,7 @@ async fn watch_resource(
             _ = tokio::time::sleep(wait) => {}
         }
     };
-    if last_warn.is_some() {
+    if log.failed() {
         span.in_scope(|| tracing::info!("API discovery succeeded; starting its watches"));
     }
     let plans = WatchPlan::expand(
@@ -359,5 +382,22 @@ pub(super) async fn lead(
             leadership.set_leader(false);
             let _ = lost.send(why);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retried_failure_is_loud_first_then_once_a_minute() {
+        let mut log = RetryLog::default();
+        assert!(!log.failed());
+        assert!(log.loud(), "the first failure goes out at WARN");
+        assert!(!log.loud(), "a retry within the minute goes to DEBUG");
+        assert!(log.failed());
+        log.last_warn = Instant::now().checked_sub(RetryLog::EVERY);
+        assert!(log.loud(), "a minute later: WARN again");
+        assert!(!log.loud());
     }
 }
