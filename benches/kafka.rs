@@ -16,9 +16,9 @@ mod ports;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kubesink::sinks::kafka::KafkaConfig;
-use kubesink::sinks::message::{encode, Change, ObjectJson};
-use kubesink::sinks::{Message, Op, Resource, Sink};
+use kubesink_core::message::{encode, Change, ObjectJson};
+use kubesink_core::{Message, Op, Resource, Sink};
+use kubesink_kafka::KafkaConfig;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kubesink::config::HumanDuration;
-use kubesink::sinks::message::{encode, Change, ObjectJson};
-use kubesink::sinks::nats::{NatsConfig, NatsMode};
-use kubesink::sinks::{Format, Message, Op, Resource, Sink};
+use kubesink_core::message::{encode, Change, ObjectJson};
+use kubesink_core::{Format, Message, Op, Resource, Sink};
+use kubesink_nats::{NatsConfig, NatsMode};
 
 const BATCH: usize = 500;
 

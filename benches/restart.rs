@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use kubesink::bridge::Bridge;
 use kubesink::config::{ClusterConfig, Config, ResourceConfig, StateBackend, StateConfig};
-use kubesink::sinks::{Message, Sink, SinkError};
 use kubesink::state::SaveReport;
+use kubesink_core::{Message, Sink, SinkError};
 use serde_json::Value;
 
 /// The allocator of the `kubesink` binary, so the figures are the product's.

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use kubesink::bridge::Bridge;
 use kubesink::config::{ClusterConfig, Config, ResourceConfig};
-use kubesink::sinks::stdout::StdoutSink;
-use kubesink::sinks::Sink;
+use kubesink_core::Sink;
+use kubesink_stdout::StdoutSink;
 
 /// The allocator of the `kubesink` binary, so the figures are the product's.
 #[global_allocator]

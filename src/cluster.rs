@@ -11,7 +11,7 @@ use std::sync::Arc;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::{pinned_kind, Scope};
 use kube::{Client, Config};
-use kubesink_sinks::Resource;
+use kubesink_core::Resource;
 
 use crate::config::{ClusterConfig, ResourceConfig};
 

@@ -62,7 +62,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut config = demo_config(kubeconfig);
     config.server.listen = args.listen.clone();
     let client = crate::cluster::client(&config.cluster).await?;
-    let sinks: Vec<Arc<dyn kubesink_sinks::Sink>> = crate::bridge::build_sinks(&config).await?;
+    let sinks: Vec<Arc<dyn kubesink_core::Sink>> = crate::bridge::build_sinks(&config).await?;
     let bridge = Bridge::start(&config, client, sinks).await?;
     shutdown_signal().await;
     tracing::info!("demo stopping");

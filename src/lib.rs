@@ -3,19 +3,20 @@
 //! The data path, in the order a change travels it:
 //!
 //! 1. `cluster`: the kube client ([`cluster::client`]) and API discovery, which turns each
-//!    configured resource into a [`sinks::Resource`] identity.
+//!    configured resource into a [`kubesink_core::Resource`] identity.
 //! 2. `informer`: lightweight informers. Each configured resource becomes one `WatchPlan`
 //!    per namespace (or one for all); an `Informer` runs kubesink's own list/watch loop for it and
 //!    hands every event to its `Decider`, the synchronous decision step that owns the
 //!    `LightStore` (key, uid, resourceVersion and a 64-bit payload fingerprint per object,
 //!    never the object) and returns the changes to emit: added, updated, deleted, and the
 //!    deletes inferred after a relist.
-//! 3. [`sinks::message`]: each change is encoded once into topology message v1 (the contract
-//!    in `docs/message-contract.md`: partition key, deterministic id, headers).
+//! 3. [`kubesink_core::message`]: each change is encoded once into topology message v1 (the
+//!    contract in `docs/message-contract.md`: partition key, deterministic id, headers).
 //! 4. `pipeline`: the informers publish through a `Publisher` into one keyed, coalescing,
 //!    bounded queue per sink; a worker per sink batches (events, bytes, linger) and delivers
 //!    at-least-once with retries. A full queue stops the informers reading (backpressure).
-//! 5. [`sinks`]: the `Sink` trait and the destinations (stdout, NATS, Kafka).
+//! 5. [`destinations`]: the one list of destinations, each a wing crate under
+//!    `destinations/` (stdout, NATS, Kafka) implementing `kubesink_core::Sink`.
 //!
 //! Beside the path, [`state`] keeps the acknowledged informer state (what every sink
 //! confirmed) in a file or a NATS object store, with a journal of the new keys sent since the
@@ -36,6 +37,7 @@ pub mod cluster;
 pub mod config;
 #[cfg(feature = "sim")]
 pub mod demo;
+pub mod destinations;
 pub mod fold;
 mod informer;
 pub mod leader;
@@ -46,7 +48,6 @@ pub mod rbac;
 pub mod state;
 
 pub use informer::{FailureKind, InformerStats};
-pub use kubesink_sinks as sinks;
 pub use pipeline::{Pipeline, SinkHandle, SinkStats};
 
 /// The informer's parts, for benches and tests (cargo feature `test-util`).

@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cloudevents::{AttributesReader, Data};
+use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink::sinks::cloudevents::DATASCHEMA;
-use kubesink::sinks::{Format, Sink, SinkConfig};
+use kubesink_core::cloudevents::DATASCHEMA;
+use kubesink_core::{Format, Sink};
 use kubesink_sim::{SimConfig, Workload};
 use serde_json::{Map, Value};
 use support::*;
@@ -94,7 +95,7 @@ fn json(bytes: &[u8]) -> Value {
 mod nats {
     use super::*;
     use futures::StreamExt;
-    use kubesink::sinks::nats::{NatsConfig, NatsMode};
+    use kubesink_nats::{NatsConfig, NatsMode};
     use nats_server::NatsServer;
 
     /// One received NATS message: subject, headers (name → value), payload.
@@ -240,7 +241,7 @@ mod kafka_server;
 mod kafka {
     use super::*;
     use kafka_server::Tansu;
-    use kubesink::sinks::kafka::KafkaConfig;
+    use kubesink_kafka::KafkaConfig;
     use rdkafka::config::ClientConfig;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message as _};

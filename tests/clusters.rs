@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kubesink::bridge::Bridge;
 use kubesink::config::{ClusterEntry, ResourceConfig};
-use kubesink::sinks::Sink;
+use kubesink_core::Sink;
 use kubesink_sim::{SimConfig, Workload};
 use serde_json::Value;
 use support::*;

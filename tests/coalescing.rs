@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kubesink::bridge::Bridge;
 use kubesink::config::ResourceConfig;
-use kubesink::sinks::Sink;
+use kubesink_core::Sink;
 use kubesink_sim::{SimConfig, Workload};
 use serde_json::{json, Value};
 use support::*;

@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubesink::bridge::Bridge;
+use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink::sinks::nats::{NatsConfig, NatsMode};
-use kubesink::sinks::{Sink, SinkConfig};
+use kubesink_core::Sink;
+use kubesink_nats::{NatsConfig, NatsMode};
 use kubesink_sim::{Churn, SimConfig, Workload};
 use support::*;
 use tokio::process::{Child, Command};
@@ -369,7 +370,7 @@ async fn the_kafka_consumers_keep_the_simulators_objects_across_a_crash() {
     // batch's base offset + 1 (docs/kafka.md, "Findings with tansu 0.6"). The consumers resume
     // from arbitrary checkpointed offsets, which Kafka serves exactly; with single-record
     // batches tansu does too.
-    cfg.sinks = vec![SinkConfig::Kafka(kubesink::sinks::kafka::KafkaConfig {
+    cfg.sinks = vec![SinkConfig::Kafka(kubesink_kafka::KafkaConfig {
         bootstrap_servers: broker.bootstrap.clone(),
         librdkafka: std::collections::BTreeMap::from([(
             "batch.num.messages".to_string(),

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use kubesink::bridge::Bridge;
 use kubesink::config::ResourceConfig;
-use kubesink::sinks::message::{encode, Change};
-use kubesink::sinks::Resource;
-use kubesink::sinks::{Op, Sink};
 use kubesink::testing::{RawObject, Shaper};
+use kubesink_core::message::{encode, Change};
+use kubesink_core::Resource;
+use kubesink_core::{Op, Sink};
 use kubesink_sim::SimConfig;
 use serde_json::Value;
 use support::*;

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubesink::bridge::Bridge;
+use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink::sinks::nats::{NatsConfig, NatsMode};
-use kubesink::sinks::{Sink, SinkConfig};
+use kubesink_core::Sink;
+use kubesink_nats::{NatsConfig, NatsMode};
 use kubesink_sim::{Churn, SimConfig, Workload};
 use serde_json::{json, Value};
 use support::*;
@@ -378,7 +379,7 @@ async fn a_kafka_topic_folds_to_the_simulators_objects_after_churn() {
     broker.create_topic(topic, 4).await;
     let mut cfg = config(&c.kubeconfig, kinds());
     cfg.pipeline.sync_markers = true;
-    let kafka = kubesink::sinks::kafka::KafkaConfig {
+    let kafka = kubesink_kafka::KafkaConfig {
         bootstrap_servers: broker.bootstrap.clone(),
         ..Default::default()
     };

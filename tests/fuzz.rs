@@ -20,9 +20,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kubesink::config::{PayloadMode, ResourceConfig};
-use kubesink::sinks::message::{encode, truncate, Change, TruncateLevel};
-use kubesink::sinks::{Op, Resource};
 use kubesink::testing::{watch_line, RawObject, Shaper};
+use kubesink_core::message::{encode, truncate, Change, TruncateLevel};
+use kubesink_core::{Op, Resource};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -195,7 +195,7 @@ fn resource_config() -> impl Strategy<Value = ResourceConfig> {
 fn change(
     name: &str,
     ns: Option<&str>,
-    object: Option<kubesink::sinks::message::ObjectJson>,
+    object: Option<kubesink_core::message::ObjectJson>,
 ) -> Change {
     Change {
         op: Op::Updated,
@@ -357,8 +357,8 @@ proptest! {
 
 #[cfg(feature = "nats")]
 mod nats_subjects {
-    use kubesink::sinks::nats::{subject_template, unescape_token, DEFAULT_SUBJECT};
-    use kubesink::sinks::MessageMeta;
+    use kubesink_core::MessageMeta;
+    use kubesink_nats::{subject_template, unescape_token, DEFAULT_SUBJECT};
 
     use super::*;
 
@@ -420,8 +420,8 @@ mod nats_subjects {
 
 #[cfg(feature = "kafka")]
 mod kafka_topics {
-    use kubesink::sinks::kafka::topic_template;
-    use kubesink::sinks::MessageMeta;
+    use kubesink_core::MessageMeta;
+    use kubesink_kafka::topic_template;
 
     use super::*;
 

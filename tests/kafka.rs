@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use kafka_server::{Reader, Rec, Tansu};
 use kubesink::bridge::Bridge;
+use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink::sinks::kafka::KafkaConfig;
-use kubesink::sinks::{Sink, SinkConfig};
+use kubesink_core::Sink;
+use kubesink_kafka::KafkaConfig;
 use kubesink_sim::{Churn, SimConfig, Workload};
 use support::*;
 
@@ -342,8 +343,8 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
     assert_per_key_order(&recs);
 }
 
-fn test_message() -> kubesink::sinks::Message {
-    use kubesink::sinks::{MessageMeta, Op, Resource};
+fn test_message() -> kubesink_core::Message {
+    use kubesink_core::{MessageMeta, Op, Resource};
     let meta = MessageMeta {
         id: "0".repeat(32).into(),
         op: Op::Added,
@@ -361,7 +362,7 @@ fn test_message() -> kubesink::sinks::Message {
         uid: "u".into(),
         observed_at: "2026-11-30T00:00:00.000Z".into(),
     };
-    kubesink::sinks::Message {
+    kubesink_core::Message {
         key: "test/core/ConfigMap/default/x".into(),
         payload: bytes::Bytes::from_static(b"{}"),
         meta: Arc::new(meta),
@@ -437,8 +438,8 @@ async fn a_broker_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_authentication_is_fatal_and_names_the_cause_not_the_password() {
-    use kubesink::sinks::kafka::{KafkaSecurity, Protocol, SaslMechanism};
-    use kubesink::sinks::Secret;
+    use kubesink_core::Secret;
+    use kubesink_kafka::{KafkaSecurity, Protocol, SaslMechanism};
     let broker = Tansu::start().await;
     let mut k = quick(example_sink(&broker.bootstrap));
     k.security = Box::new(KafkaSecurity {

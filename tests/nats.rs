@@ -18,9 +18,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use kubesink::bridge::Bridge;
 use kubesink::config::HumanDuration;
+use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink::sinks::nats::{unescape_token, NatsConfig, NatsMode};
-use kubesink::sinks::{Message, MessageMeta, Op, Resource, Secret, Sink, SinkConfig};
+use kubesink_core::{Message, MessageMeta, Op, Resource, Secret, Sink};
+use kubesink_nats::{unescape_token, NatsConfig, NatsMode};
 use kubesink_sim::{Churn, SimConfig, Workload};
 use nats_server::NatsServer;
 use serde_json::{json, Value};
@@ -663,7 +664,7 @@ async fn a_message_that_only_its_headers_push_over_max_payload_is_reported_too_l
             .await
             .expect_err("too large");
         match err {
-            kubesink::sinks::SinkError::TooLarge { index, limit, .. } => {
+            kubesink_core::SinkError::TooLarge { index, limit, .. } => {
                 assert_eq!((index, limit), (1, Some(4096)), "{mode:?}");
             }
             other => panic!("{mode:?}: {other}"),

@@ -935,7 +935,7 @@ async fn bridge_with_nats_state(
     cfg.state.nats.timeout = HumanDuration(Duration::from_secs(1));
     cfg.pipeline.sync_markers = true;
     let sink = CaptureSink::new();
-    let sinks: Vec<Arc<dyn kubesink::sinks::Sink>> = vec![sink.clone()];
+    let sinks: Vec<Arc<dyn kubesink_core::Sink>> = vec![sink.clone()];
     let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
     let bridge = kubesink::bridge::Bridge::start(&cfg, client, sinks)
         .await

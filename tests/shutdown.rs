@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kubesink::config::ResourceConfig;
-use kubesink::sinks::{Message, Sink, SinkError};
+use kubesink_core::{Message, Sink, SinkError};
 use kubesink_sim::{SimConfig, Workload};
 use support::*;
 

@@ -23,10 +23,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
-use kubesink_sinks::Sink;
+use kubesink_core::Sink;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use watching::{lead, Watching};
 
 use crate::cluster::{self, ClusterError};
 use crate::config::{ClusterSpec, Config, ResourceConfig};
@@ -35,7 +36,6 @@ use crate::leader::{Elector, Fence, Lost};
 use crate::observe::{self, Leadership, Observed, SinkEntry, StateEntry, WatchEntry};
 use crate::pipeline::Pipeline;
 use crate::state::{self, Keeper, SaveReport, StateError, StateStats, StateStore, WatchKey};
-use watching::{lead, Watching};
 
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
@@ -536,12 +536,12 @@ impl Bridge {
 
 /// A configured resource's identity before discovery (group, version and kind as configured;
 /// the plural and scope are not part of saved state's keys).
-fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_sinks::Resource {
+fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_core::Resource {
     let (group, version) = res
         .api_version
         .split_once('/')
         .unwrap_or(("", res.api_version.as_str()));
-    kubesink_sinks::Resource::new(cluster, group, version, &res.kind, "", true)
+    kubesink_core::Resource::new(cluster, group, version, &res.kind, "", true)
 }
 
 /// Builds the configured sinks.
@@ -550,7 +550,7 @@ fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_sinks::R
 /// The first sink that cannot be built, naming its entry.
 pub async fn build_sinks(
     config: &Config,
-) -> Result<Vec<Arc<dyn Sink>>, kubesink_sinks::SinkConfigError> {
+) -> Result<Vec<Arc<dyn Sink>>, kubesink_core::SinkConfigError> {
     let mut sinks = Vec::new();
     for (i, s) in config.sinks.iter().enumerate() {
         sinks.push(s.build(i).await?);

@@ -519,7 +519,7 @@ impl Loader {
                 );
             }
             for e in s.validate(i) {
-                let kubesink_sinks::SinkConfigError::Invalid { key, message, .. } = e;
+                let kubesink_core::SinkConfigError::Invalid { key, message, .. } = e;
                 self.problem(&format!("sinks.{i}.{key}"), message);
             }
         }

@@ -16,8 +16,8 @@ mod warn;
 
 use serde::{Deserialize, Serialize};
 
-pub use kubesink_sinks::units::{ByteSize, HumanDuration};
-pub use kubesink_sinks::SinkConfig;
+pub use crate::destinations::SinkConfig;
+pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
 pub use load::{load, load_resources, ConfigError, ConfigErrors};
 #[cfg(feature = "nats")]

@@ -1,15 +1,17 @@
 //! `[state]`: where kubesink keeps the acknowledged informer state between runs (see
 //! `docs/restarts.md`), and how often it saves it.
 //!
-//! The connection options of `[state.nats]` are those of a NATS sink, with the same types
-//! (`NatsAuth`, `NatsTls`) and checks (`kubesink_sinks::nats::connection_problems`). Like the
-//! rest of the configuration, this module only reads and checks: it never opens the state.
+//! `[state.nats]` belongs to the NATS wing (`kubesink_nats::state::StateNatsConfig`, with the
+//! connection options and checks of a NATS sink). Like the rest of the configuration, this
+//! module only reads and checks: it never opens the state.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use super::HumanDuration;
+#[cfg(feature = "nats")]
+pub use kubesink_nats::state::StateNatsConfig;
 
 /// Where the state is kept.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -80,97 +82,8 @@ fn default_interval() -> HumanDuration {
     HumanDuration::from_secs(30)
 }
 
-/// `[state.nats]`: a JetStream object store holding the state as one object
-/// (<https://docs.nats.io/nats-concepts/jetstream/obj_store>), and a stream beside it,
-/// `{bucket}_JOURNAL`, holding the journal of new objects between saves.
-#[cfg(feature = "nats")]
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct StateNatsConfig {
-    /// Server URLs (`nats://host:port`, `tls://host:port`), as for the NATS sink.
-    /// Default `["nats://127.0.0.1:4222"]`.
-    #[serde(default = "default_servers")]
-    pub servers: Vec<String>,
-    /// Connection name shown by the server (`connz`). Default `"kubesink-state"`.
-    #[serde(default = "default_connection_name")]
-    pub connection_name: String,
-    /// Bound on establishing the connection (TCP, TLS, auth). Default `5s`.
-    #[serde(default = "default_connect_timeout")]
-    pub connect_timeout: HumanDuration,
-    /// Bound on one JetStream request while loading or saving. Default `10s`.
-    #[serde(default = "default_timeout")]
-    pub timeout: HumanDuration,
-    /// Object store bucket (letters, digits, `-`, `_`). Default `"KUBESINK_STATE"`.
-    #[serde(default = "default_bucket")]
-    pub bucket: String,
-    /// Object name in the bucket. Default: `cluster.name`, so kubesinks of several clusters
-    /// can share a bucket.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object: Option<String>,
-    /// Create the bucket, and the journal stream `{bucket}_JOURNAL` (subjects
-    /// `kubesink-journal.{bucket}.>`), when they do not exist. Default `true`.
-    #[serde(default = "yes")]
-    pub create: bool,
-    /// Storage of a created bucket and journal stream: `file` or `memory`. Default `file`.
-    #[serde(default)]
-    pub storage: kubesink_sinks::nats::NatsStorage,
-    /// Replicas of a created bucket and journal stream in a JetStream cluster (1 to 5).
-    /// Default 1.
-    #[serde(default = "one")]
-    pub replicas: usize,
-    /// Authentication; at most one method (as `[sinks.auth]` of a NATS sink).
-    #[serde(default)]
-    pub auth: kubesink_sinks::nats::NatsAuth,
-    /// TLS (as `[sinks.tls]` of a NATS sink).
-    #[serde(default)]
-    pub tls: kubesink_sinks::nats::NatsTls,
-}
-
-#[cfg(feature = "nats")]
-impl Default for StateNatsConfig {
-    fn default() -> Self {
-        StateNatsConfig {
-            servers: default_servers(),
-            connection_name: default_connection_name(),
-            connect_timeout: default_connect_timeout(),
-            timeout: default_timeout(),
-            bucket: default_bucket(),
-            object: None,
-            create: true,
-            storage: Default::default(),
-            replicas: 1,
-            auth: Default::default(),
-            tls: Default::default(),
-        }
-    }
-}
-
-#[cfg(feature = "nats")]
-fn default_servers() -> Vec<String> {
-    vec!["nats://127.0.0.1:4222".to_owned()]
-}
-#[cfg(feature = "nats")]
-fn default_connection_name() -> String {
-    "kubesink-state".to_owned()
-}
-#[cfg(feature = "nats")]
-fn default_connect_timeout() -> HumanDuration {
-    HumanDuration::from_secs(5)
-}
-#[cfg(feature = "nats")]
-fn default_timeout() -> HumanDuration {
-    HumanDuration::from_secs(10)
-}
-#[cfg(feature = "nats")]
-fn default_bucket() -> String {
-    "KUBESINK_STATE".to_owned()
-}
 fn yes() -> bool {
     true
-}
-#[cfg(feature = "nats")]
-fn one() -> usize {
-    1
 }
 
 impl StateConfig {
@@ -202,40 +115,8 @@ impl StateConfig {
             },
             #[cfg(feature = "nats")]
             StateBackend::Nats => {
-                let n = &self.nats;
-                for (key, message) in
-                    kubesink_sinks::nats::connection_problems(&n.servers, &n.auth, &n.tls)
-                {
+                for (key, message) in self.nats.problems() {
                     bad(&format!("nats.{key}"), message);
-                }
-                if n.connect_timeout.get().is_zero() {
-                    bad("nats.connect_timeout", "must be greater than zero".into());
-                }
-                if n.timeout.get().is_zero() {
-                    bad("nats.timeout", "must be greater than zero".into());
-                }
-                if n.bucket.is_empty()
-                    || !n
-                        .bucket
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-                {
-                    bad(
-                        "nats.bucket",
-                        format!(
-                            "{:?} is not a bucket name: use letters, digits, '-' and '_'",
-                            n.bucket
-                        ),
-                    );
-                }
-                if n.object.as_deref() == Some("") {
-                    bad(
-                        "nats.object",
-                        "must not be empty (leave it out for cluster.name)".into(),
-                    );
-                }
-                if !(1..=5).contains(&n.replicas) {
-                    bad("nats.replicas", "must be between 1 and 5".into());
                 }
             }
         }

@@ -392,9 +392,9 @@ fn all_keys() -> Vec<String> {
         let n = &mut c.state.nats;
         n.object = Some("o".into());
         n.auth.user = Some("u".into());
-        n.auth.password = Some(kubesink_sinks::Secret::new("p"));
-        n.auth.token = Some(kubesink_sinks::Secret::new("t"));
-        n.auth.nkey_seed = Some(kubesink_sinks::Secret::new("s"));
+        n.auth.password = Some(kubesink_core::Secret::new("p"));
+        n.auth.token = Some(kubesink_core::Secret::new("t"));
+        n.auth.nkey_seed = Some(kubesink_core::Secret::new("s"));
         n.auth.credentials_file = Some("/c".into());
         n.tls.ca_file = Some("/ca".into());
         n.tls.cert_file = Some("/cert".into());
@@ -418,25 +418,25 @@ fn all_keys() -> Vec<String> {
     walk("", &v, &mut keys);
     #[cfg(feature = "nats")]
     {
-        use kubesink_sinks::nats::NatsConfig;
+        use kubesink_nats::NatsConfig;
         let mut n = NatsConfig::default();
         n.auth.user = Some("u".into());
-        n.auth.password = Some(kubesink_sinks::Secret::new("p"));
-        n.auth.token = Some(kubesink_sinks::Secret::new("t"));
-        n.auth.nkey_seed = Some(kubesink_sinks::Secret::new("s"));
+        n.auth.password = Some(kubesink_core::Secret::new("p"));
+        n.auth.token = Some(kubesink_core::Secret::new("t"));
+        n.auth.nkey_seed = Some(kubesink_core::Secret::new("s"));
         n.auth.credentials_file = Some("/c".into());
         n.tls.ca_file = Some("/ca".into());
         n.tls.cert_file = Some("/cert".into());
         n.tls.key_file = Some("/key".into());
         n.stream.subjects = vec!["a.>".into()];
-        let v = serde_json::to_value(kubesink_sinks::SinkConfig::Nats(n)).unwrap();
+        let v = serde_json::to_value(crate::destinations::SinkConfig::Nats(n)).unwrap();
         walk("sinks", &v, &mut keys);
     }
     // Every option of every sink type, from a fully populated entry.
     #[cfg(feature = "kafka")]
     {
-        use kubesink_sinks::kafka::{KafkaConfig, KafkaSecurity, Protocol, SaslMechanism};
-        use kubesink_sinks::Secret;
+        use kubesink_core::Secret;
+        use kubesink_kafka::{KafkaConfig, KafkaSecurity, Protocol, SaslMechanism};
         let kafka = SinkConfig::Kafka(KafkaConfig {
             security: Box::new(KafkaSecurity {
                 protocol: Protocol::SaslSsl,

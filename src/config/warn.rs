@@ -7,7 +7,7 @@
 //!   and `events.k8s.io/v1` `Event`; `extensions/v1beta1` and `apps/v1` Deployments...), with
 //!   overlapping namespaces. Every change would then be reported twice.
 //! - Sink settings that turn TLS verification off or send credentials without TLS
-//!   ([`SinkConfig::warnings`](kubesink_sinks::SinkConfig::warnings)), and the same for the
+//!   ([`SinkConfig::warnings`](crate::destinations::SinkConfig::warnings)), and the same for the
 //!   NATS state store's connection (`state.nats.auth.*`, `state.nats.servers`).
 
 use super::Config;
@@ -74,9 +74,7 @@ pub fn warnings(c: &Config) -> Vec<String> {
     #[cfg(feature = "nats")]
     if c.state.backend == super::StateBackend::Nats {
         let n = &c.state.nats;
-        for (key, message) in
-            kubesink_sinks::nats::plaintext_credentials(&n.servers, &n.auth, &n.tls)
-        {
+        for (key, message) in kubesink_nats::plaintext_credentials(&n.servers, &n.auth, &n.tls) {
             out.push(format!("state.nats.{key}: {message}"));
         }
     }
@@ -132,7 +130,7 @@ mod tests {
                 ..Default::default()
             };
             state.nats.servers = servers.iter().map(|s| s.to_string()).collect();
-            state.nats.auth.token = Some(kubesink_sinks::Secret::new("t0ken-value"));
+            state.nats.auth.token = Some(kubesink_core::Secret::new("t0ken-value"));
             state.nats.tls.required = required;
             warnings(&Config {
                 state,

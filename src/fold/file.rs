@@ -5,11 +5,10 @@
 
 use std::path::Path;
 
+use kubesink_core::readback::BrokerRecord;
+use kubesink_core::readback::{Event, SourceError};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::mpsc;
-
-use super::{Event, SourceError};
-use crate::fold::view::Record;
 
 /// How long stdin may pause, with `--follow`, before the input counts as caught up.
 const STDIN_IDLE: std::time::Duration = std::time::Duration::from_millis(500);
@@ -88,7 +87,7 @@ pub async fn read(path: &Path, follow: bool, tx: mpsc::Sender<Event>) -> Result<
         if line.trim().is_empty() {
             continue;
         }
-        let rec = Record {
+        let rec = BrokerRecord {
             value: Some(line.trim_end().as_bytes().to_vec()),
             key: None,
             partition: None,

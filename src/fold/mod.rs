@@ -3,8 +3,9 @@
 //! ([`view`]), and prints the current view once caught up; optionally keeps following, or
 //! compares the view with a live list from the API server ([`drift`]).
 //!
-//! One source per file: [`file`], `kafka` (cargo feature `kafka`), `jetstream` (cargo
-//! feature `nats`). A source sends [`Event`]s into a channel: records in order, and
+//! Sources: [`file`] here; a broker's reader lives in its wing (`kubesink_kafka::reader`,
+//! cargo feature `kafka`; `kubesink_nats::reader`, cargo feature `nats`). A source sends
+//! [`Event`]s (`kubesink_core::readback`) into a channel: records in order, and
 //! [`Event::CaughtUp`] once when it reached what the broker held at start. It never writes
 //! to the broker (no consumer group, no commit, no durable consumer).
 //!
@@ -14,49 +15,16 @@
 
 pub mod drift;
 pub mod file;
-#[cfg(feature = "nats")]
-pub mod jetstream;
-#[cfg(feature = "kafka")]
-pub mod kafka;
 pub mod view;
 
 use std::io::Write;
 use std::process::ExitCode;
 
+use kubesink_core::readback::{Event, SourceError};
 use tokio::sync::mpsc;
+use view::View;
 
 use crate::cli::{FoldArgs, FoldOutput};
-use view::{Record, View};
-
-/// What a source sends.
-#[derive(Debug)]
-pub enum Event {
-    /// The next record.
-    Record(Record),
-    /// Every record the source held at start was sent (sent once).
-    CaughtUp,
-}
-
-/// A source that cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    /// Opening: the file, the brokers, the topic or stream.
-    #[error("{what}: {reason}")]
-    Open {
-        /// The file, topic or stream and where (`Kafka topic t at host:9092`).
-        what: String,
-        /// Why.
-        reason: String,
-    },
-    /// Reading after it was opened.
-    #[error("reading {what}: {reason}")]
-    Read {
-        /// What was read.
-        what: String,
-        /// Why.
-        reason: String,
-    },
-}
 
 /// Runs `kubesink fold` and returns the exit code (0, 1 for drift, 2 for errors).
 pub async fn run(args: FoldArgs, config: Option<&std::path::Path>) -> ExitCode {
@@ -180,14 +148,17 @@ fn spawn_source(
                 };
                 properties.push((k.to_owned(), v.to_owned()));
             }
-            let src = kafka::KafkaSource {
+            let src = kubesink_kafka::reader::KafkaSource {
                 bootstrap: bootstrap.clone(),
                 topic,
                 properties,
                 timeout,
             };
             let what = format!("Kafka topic {} at {}", src.topic, src.bootstrap);
-            return Ok((tokio::spawn(kafka::read(src, follow, tx)), what));
+            return Ok((
+                tokio::spawn(kubesink_kafka::reader::read(src, follow, tx)),
+                what,
+            ));
         }
         #[cfg(not(feature = "kafka"))]
         anyhow::bail!(
@@ -200,7 +171,7 @@ fn spawn_source(
             let Some(stream) = args.stream.clone() else {
                 anyhow::bail!("--nats needs --stream");
             };
-            let src = jetstream::JetStreamSource {
+            let src = kubesink_nats::reader::JetStreamSource {
                 servers: servers.clone(),
                 stream,
                 subject: args.subject.clone(),
@@ -208,7 +179,10 @@ fn spawn_source(
                 timeout,
             };
             let what = format!("JetStream stream {} at {}", src.stream, src.servers);
-            return Ok((tokio::spawn(jetstream::read(src, follow, tx)), what));
+            return Ok((
+                tokio::spawn(kubesink_nats::reader::read(src, follow, tx)),
+                what,
+            ));
         }
         #[cfg(not(feature = "nats"))]
         anyhow::bail!("--nats {servers}: this build has no NATS support (cargo feature `nats`)");

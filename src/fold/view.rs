@@ -14,21 +14,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use kubesink_sinks::Resource;
+use kubesink_core::readback::BrokerRecord;
+use kubesink_core::Resource;
 use serde_json::{json, Map, Value};
-
-/// One record as a source read it.
-#[derive(Debug, Clone)]
-pub struct Record {
-    /// The payload; `None` for a Kafka tombstone (null value).
-    pub value: Option<Vec<u8>>,
-    /// The broker's key (the Kafka record key), when it has one.
-    pub key: Option<String>,
-    /// The Kafka partition; `None` for other sources. Sync markers sweep per partition.
-    pub partition: Option<i32>,
-    /// Where it was read, for errors: `line 12`, `partition 3 offset 44`, `stream sequence 9`.
-    pub at: String,
-}
 
 /// A record that cannot be folded.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +24,7 @@ pub enum FoldError {
     /// The value is not a JSON object.
     #[error("{at}: not a topology message (JSON object): {reason}")]
     BadJson {
-        /// Where (see [`Record::at`]).
+        /// Where (see [`BrokerRecord::at`]).
         at: String,
         /// The parser's message.
         reason: String,
@@ -44,7 +32,7 @@ pub enum FoldError {
     /// A message without the fields its key is built from.
     #[error("{at}: message has no `{field}`, cannot build its key")]
     MissingField {
-        /// Where (see [`Record::at`]).
+        /// Where (see [`BrokerRecord::at`]).
         at: String,
         /// The missing field.
         field: &'static str,
@@ -52,7 +40,7 @@ pub enum FoldError {
     /// A tombstone without a record key.
     #[error("{at}: tombstone (null value) without a record key")]
     KeylessTombstone {
-        /// Where (see [`Record::at`]).
+        /// Where (see [`BrokerRecord::at`]).
         at: String,
     },
 }
@@ -232,7 +220,7 @@ impl View {
     ///
     /// # Errors
     /// [`FoldError`] naming the record's position when it is not a message.
-    pub fn apply(&mut self, rec: Record) -> Result<Vec<Change>, FoldError> {
+    pub fn apply(&mut self, rec: BrokerRecord) -> Result<Vec<Change>, FoldError> {
         self.seq += 1;
         self.stats.records += 1;
         let Some(bytes) = rec.value else {
@@ -448,8 +436,8 @@ fn type_name(v: &Value) -> &'static str {
 mod tests {
     use super::*;
 
-    fn rec(v: Value) -> Record {
-        Record {
+    fn rec(v: Value) -> BrokerRecord {
+        BrokerRecord {
             value: Some(v.to_string().into_bytes()),
             key: None,
             partition: None,
@@ -523,7 +511,7 @@ mod tests {
         assert_eq!(v.stats.unknown_ops, 1);
         assert_eq!(v.len(), 1);
         let changes = v
-            .apply(Record {
+            .apply(BrokerRecord {
                 value: None,
                 key: Some("c/apps/Deployment/ns/a".into()),
                 partition: Some(0),
@@ -590,7 +578,7 @@ mod tests {
     fn bad_input_names_where_it_is() {
         let mut v = View::new(false);
         let e = v
-            .apply(Record {
+            .apply(BrokerRecord {
                 value: Some(b"{not json".to_vec()),
                 key: None,
                 partition: None,

@@ -51,8 +51,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kubesink_sinks::message::{Change, Synced};
-use kubesink_sinks::{Message, Op, Resource};
+use kubesink_core::message::{Change, Synced};
+use kubesink_core::{Message, Op, Resource};
 
 use super::facts::Facts;
 use super::object::RawObject;

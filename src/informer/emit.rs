@@ -1,5 +1,5 @@
 //! Emitting what the decider returned: each change encoded once into topology message v1
-//! (`kubesink_sinks::message`) and published to every sink with its acknowledgement handle,
+//! (`kubesink_core::message`) and published to every sink with its acknowledgement handle,
 //! then the list's sync marker, if the event ended a list.
 //!
 //! Owns the order "a list's changes, then its marker" on the publishing side (the queues
@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use kubesink_sinks::message::{encode, encode_synced, now_rfc3339, Change};
-use kubesink_sinks::Resource;
+use kubesink_core::message::{encode, encode_synced, now_rfc3339, Change};
+use kubesink_core::Resource;
 
 use super::decide::Decider;
 use crate::pipeline::Publisher;

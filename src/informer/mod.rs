@@ -80,8 +80,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use kubesink_sinks::backoff::Backoff;
-use kubesink_sinks::Resource;
+use kubesink_core::backoff::Backoff;
+use kubesink_core::Resource;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 

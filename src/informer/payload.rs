@@ -24,8 +24,8 @@
 
 use std::borrow::Cow;
 
-use kubesink_sinks::message::ObjectJson;
-use kubesink_sinks::Resource;
+use kubesink_core::message::ObjectJson;
+use kubesink_core::Resource;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::Xxh3;

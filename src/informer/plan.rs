@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use kube::api::ApiResource;
-use kubesink_sinks::Resource;
+use kubesink_core::Resource;
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 

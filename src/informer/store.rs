@@ -82,7 +82,7 @@ pub enum Observed {
     /// A known key, same uid, *unconfirmed* (see [`Facts::unconfirmed`]): an earlier run sent
     /// its `added` and no sink confirmed it, so a destination may or may not hold it. It is
     /// confirmed now; its `added` goes out again, and must never be cancelled (see
-    /// [`kubesink_sinks::message::Change::may_be_held`]).
+    /// [`kubesink_core::message::Change::may_be_held`]).
     Resend,
     /// Known key, same uid, different fingerprint.
     Changed,

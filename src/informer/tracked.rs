@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use kubesink_sinks::{MessageMeta, Op};
+use kubesink_core::{MessageMeta, Op};
 
 use super::facts::{Facts, Rv, Uid};
 use super::store::LightStore;
@@ -465,7 +465,7 @@ fn keys_where(s: &TrackedStore, unconfirmed: bool) -> Vec<(String, String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubesink_sinks::{Op, Resource};
+    use kubesink_core::{Op, Resource};
 
     const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
 

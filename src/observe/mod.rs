@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubesink_sinks::backoff::Backoff;
+use kubesink_core::backoff::Backoff;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;

@@ -7,9 +7,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
-use kubesink_sinks::backoff::Backoff;
-use kubesink_sinks::message::{truncate, TruncateLevel};
-use kubesink_sinks::{Message, ReadyWatch, Sink, SinkError};
+use kubesink_core::backoff::Backoff;
+use kubesink_core::message::{truncate, TruncateLevel};
+use kubesink_core::{Message, ReadyWatch, Sink, SinkError};
 
 use super::{SinkHandle, SinkStats};
 use crate::leader::Fence;
@@ -302,8 +302,8 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use kubesink_sinks::message::{encode, Change, ObjectJson};
-    use kubesink_sinks::{Op, Resource};
+    use kubesink_core::message::{encode, Change, ObjectJson};
+    use kubesink_core::{Op, Resource};
     use serde_json::{json, Value};
 
     use super::*;
@@ -435,7 +435,7 @@ mod tests {
 
     /// A ready watch nothing ever notifies.
     fn quiet() -> ReadyWatch {
-        kubesink_sinks::ReadySignal::new().subscribe()
+        kubesink_core::ReadySignal::new().subscribe()
     }
 
     fn policy() -> Backoff {
@@ -567,13 +567,13 @@ mod tests {
 
     fn marker() -> Message {
         let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
-        let synced = kubesink_sinks::message::Synced {
+        let synced = kubesink_core::message::Synced {
             namespace: None,
             count: 2,
             resource_version: "9".into(),
             initial: true,
         };
-        kubesink_sinks::message::encode_synced(&r, &synced, "2026-11-30T00:00:00.000Z").unwrap()
+        kubesink_core::message::encode_synced(&r, &synced, "2026-11-30T00:00:00.000Z").unwrap()
     }
 
     /// The ops of each call's messages.
@@ -837,7 +837,7 @@ mod tests {
         let replies = (0..8).map(|_| Reply::Transient).collect();
         let sink = Arc::new(Scripted::new(replies));
         let stats = Arc::new(SinkStats::default());
-        let signal = kubesink_sinks::ReadySignal::new();
+        let signal = kubesink_core::ReadySignal::new();
         let mut ready = signal.subscribe();
         // Without jitter: 1 s, 2 s, 4 s, 8 s, then 10 s waits.
         let retry = Backoff::new(Duration::from_secs(1), Duration::from_secs(10)).without_jitter();

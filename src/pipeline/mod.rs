@@ -17,7 +17,7 @@
 //! - At-least-once: a batch leaves its queue only when the sink confirms it (`deliver.rs`).
 //!   Errors are retried with capped exponential backoff, forever; only the messages a sink
 //!   reports as failed are re-sent. Never dropped.
-//! - Oversize: the policy shared by all sinks (see `kubesink_sinks::Sink`): metadata-only
+//! - Oversize: the policy shared by all sinks (see `kubesink_core::Sink`): metadata-only
 //!   form with `"truncated": true`, then no object; counted in [`SinkStats::truncated`].
 //! - Acknowledgements: [`Publisher::publish_acked`] attaches an [`Ack`] to a change; each
 //!   sink's queue settles it once that sink confirmed the change or replaced it by a newer
@@ -47,12 +47,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kubesink_sinks::backoff::Backoff;
-use kubesink_sinks::{Message, ReadySignal, Sink, SinkError};
+use kubesink_core::backoff::Backoff;
+use kubesink_core::{Message, ReadySignal, Sink, SinkError};
 use prometheus_client::metrics::histogram::Histogram;
-use tokio::task::JoinHandle;
-
 use queue::{QueueLimits, SinkQueue};
+use tokio::task::JoinHandle;
 
 use crate::config::PipelineConfig;
 use crate::leader::Fence;
@@ -372,7 +371,7 @@ impl Publisher {
 
     /// [`Publisher::publish`] with an acknowledgement: each sink settles `ack` once (see
     /// [`Settle`]), so it is settled [`Publisher::sinks`] times when every sink is done.
-    /// `may_be_held` ([`kubesink_sinks::message::Change::may_be_held`]): an `added` that a
+    /// `may_be_held` ([`kubesink_core::message::Change::may_be_held`]): an `added` that a
     /// destination may already hold, which no later `deleted` may cancel in a queue.
     pub async fn publish_acked(&self, msg: Message, ack: Option<Ack>, may_be_held: bool) -> bool {
         let mut all = true;

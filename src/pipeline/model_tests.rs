@@ -8,7 +8,7 @@
 //! - [`Decider`] over a [`TrackedStore`] that tracks acknowledgements, fed the watch events
 //!   of a model cluster (`Event::Applied`/`Deleted`, and lists: `ListStart`, `Listed` of
 //!   every object, `ListDone { sweep: true }`), with sync markers on or off;
-//! - each change encoded with `kubesink_sinks::message::encode`, its [`Ack`](super::Ack)
+//! - each change encoded with `kubesink_core::message::encode`, its [`Ack`](super::Ack)
 //!   from [`Decider::ack`], pushed into one real [`SinkQueue`] per sink with
 //!   `push_change(msg, ack, change.may_be_held)`, then the list's marker (as `emit.rs`);
 //! - batches taken with [`SinkQueue::next_batch`] and handed back with
@@ -78,8 +78,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures::FutureExt;
-use kubesink_sinks::message::{encode, encode_synced};
-use kubesink_sinks::{Message, Op, Resource};
+use kubesink_core::message::TruncateLevel;
+use kubesink_core::message::{encode, encode_synced};
+use kubesink_core::{Message, Op, Resource};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -90,7 +91,6 @@ use crate::config::ResourceConfig;
 use crate::informer::{
     Decider, Event, Facts, LightStore, RawObject, Rv, Shaper, TrackedStore, Uid,
 };
-use kubesink_sinks::message::TruncateLevel;
 
 /// Object names: few, so that changes of one key meet in the queues.
 const NAMES: [&str; 3] = ["a", "b", "c"];

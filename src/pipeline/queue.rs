@@ -23,7 +23,7 @@
 //! - `pending + in flight <= max_pending` changes and, but for a single oversize message,
 //!   `<= max_pending_bytes` bytes. A push beyond that waits: this is the backpressure that
 //!   stops the informers reading their watch streams.
-//! - A sync marker ([`Op::Synced`](kubesink_sinks::Op)) is a barrier: it is never coalesced
+//! - A sync marker ([`Op::Synced`](kubesink_core::Op)) is a barrier: it is never coalesced
 //!   (not even with another marker), and a change pushed after it never replaces a change
 //!   pending before it (it waits behind the marker as a new entry). So everything queued
 //!   before a marker is delivered before it, as it was queued.
@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use kubesink_sinks::{Message, Op};
+use kubesink_core::{Message, Op};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -453,7 +453,7 @@ mod tests {
     use super::*;
     use crate::pipeline::Settle;
     use bytes::Bytes;
-    use kubesink_sinks::{MessageMeta, Op, Resource};
+    use kubesink_core::{MessageMeta, Op, Resource};
 
     impl SinkQueue {
         /// A change no destination can hold yet (an `added` of it is cancellable).

@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use kubesink_sinks::backoff::Backoff;
+use kubesink_core::backoff::Backoff;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 

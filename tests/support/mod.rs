@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kubesink::config::{ClusterConfig, Config, PipelineConfig, ResourceConfig};
-use kubesink::sinks::{Message, Sink, SinkError};
+use kubesink_core::{Message, Sink, SinkError};
 use kubesink_sim::{SimConfig, Simulator};
 use serde_json::Value;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use kubesink::bridge::Bridge;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink::sinks::Sink;
 use kubesink::InformerStats;
+use kubesink_core::Sink;
 use serde_json::{json, Value};
 
 use super::logs;

@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use kubesink_sinks::message::encode;
-use kubesink_sinks::{Op, Resource};
+use kubesink_core::message::encode;
+use kubesink_core::{Op, Resource};
 
 use super::tests::{decider, obj, pod, summary, synced, U1, U2};
 use super::{Decider, Event, Phase};

@@ -1,0 +1,57 @@
+//! What a destination's `[[sinks]]` entry can do, whatever the broker: the contract between
+//! the bridge's one registration list (`src/destinations.rs`) and a destination's wing.
+//!
+//! A destination implements [`Destination`] on its config struct (Vector's `SinkConfig` is
+//! the model); the registration list turns the entries into one serde enum tagged by `type`,
+//! so a config error still names the entry, its type and its key.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::Sink;
+
+/// One destination type's `[[sinks]]` entry, deserialized (`type = "..."` selects it).
+#[async_trait]
+pub trait Destination {
+    /// The entry's `name` (unique among the sinks; metrics and logs use it).
+    fn name(&self) -> &str;
+
+    /// Checks settings that serde cannot, returning every problem found. `index` is the
+    /// entry's position in `sinks`, used in messages.
+    fn validate(&self, index: usize) -> Vec<SinkConfigError> {
+        let _ = index;
+        Vec::new()
+    }
+
+    /// Settings that work but weaken security (TLS verification off, credentials without
+    /// TLS), one sentence each naming the entry and key; `kubesink check` prints them and
+    /// `kubesink run` logs them at start.
+    fn warnings(&self, index: usize) -> Vec<String> {
+        let _ = index;
+        Vec::new()
+    }
+
+    /// Builds the sink (connecting where the destination needs it).
+    ///
+    /// # Errors
+    /// A [`SinkConfigError`] naming the entry and key when the settings cannot work.
+    async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError>;
+}
+
+/// Why a sink could not be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkConfigError {
+    /// A setting is invalid; `key` is the dotted config key inside the `[[sinks]]` entry.
+    #[error("sinks[{index}] ({name}): {key}: {message}")]
+    Invalid {
+        /// Position of the entry in `sinks`.
+        index: usize,
+        /// The sink's name.
+        name: String,
+        /// The key inside the entry.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}

@@ -1,0 +1,46 @@
+//! # kubesink-core: what every part of kubesink shares
+//!
+//! The bridge (crate `kubesink`) and each destination (crates `kubesink-stdout`,
+//! `kubesink-nats`, `kubesink-kafka` under `destinations/`) depend on this crate and never on
+//! each other. It owns the contracts between them and the small tools both sides need:
+//!
+//! - [`message`]: topology message v1, the contract downstream teams code against: the
+//!   watched [`Resource`]'s identity, the [`Message`] a sink receives, its key, id, headers
+//!   and oversize forms, and the CloudEvents attributes ([`cloudevents`], [`Format`]; each
+//!   destination writes its protocol binding's header names).
+//! - [`Sink`] (`sink.rs`): the delivery contract (what `Ok` promises, which errors are
+//!   retried, how an oversize message is reported).
+//! - [`Destination`] (`destination.rs`): what a `[[sinks]]` entry of a destination's type
+//!   can do (name, validate, warn, build its sink). The bridge lists the destinations once
+//!   (`src/destinations.rs`).
+//! - [`state`]: the [`StateStore`](state::StateStore) contract the informer state backends
+//!   implement (a file in the bridge, a JetStream object store in the NATS wing).
+//! - [`readback`]: what a destination's reader hands `kubesink fold` (records in order, then
+//!   "caught up").
+//! - Tools defined once: [`template`] (destination templates), [`units`] (human durations
+//!   and sizes), [`backoff`] (the retry policy), [`Secret`] (values never printed),
+//!   [`ReadySignal`] (a sink's "reachable again" that ends the pipeline's retry backoff),
+//!   [`Streak`] and [`Problem`] (a failure streak and its problem text), [`clock`] (Unix milliseconds).
+//!
+//! A sink never decides what to drop: delivery policy (retry, backoff, the oversize fallback)
+//! lives in the pipeline, so every sink behaves the same way from the outside.
+
+pub mod backoff;
+pub mod clock;
+mod destination;
+pub mod message;
+pub mod readback;
+mod ready;
+mod secret;
+mod sink;
+pub mod state;
+mod streak;
+pub mod template;
+pub mod units;
+
+pub use destination::{Destination, SinkConfigError};
+pub use message::{cloudevents, Format, Message, MessageMeta, Op, Resource};
+pub use ready::{ReadySignal, ReadyWatch};
+pub use secret::Secret;
+pub use sink::{Sink, SinkError};
+pub use streak::{Problem, Streak};

@@ -1,0 +1,124 @@
+//! The informer state store contract: where the acknowledged state (`docs/restarts.md`) is
+//! kept between runs. The bridge's `state` module owns the format, the journal and the
+//! restore; a backend only stores bytes: the `file` backend in the bridge, the `nats` backend
+//! (a JetStream object store and a stream) in the NATS wing.
+
+use async_trait::async_trait;
+
+/// One stored piece of the journal: a file, or one message of a stream.
+#[derive(Debug)]
+pub struct JournalSegment {
+    /// Where it is, for log lines (a file path, `stream S sequence N`).
+    pub name: String,
+    /// Its frames, back to back.
+    pub bytes: Vec<u8>,
+    /// A crash may have cut its last write short (a file), so a damaged last frame is torn,
+    /// not corrupt (`journal/frame.rs`).
+    pub may_tear: bool,
+}
+
+/// Where the state is kept: the snapshot (one blob, replaced whole on every save) and the
+/// journal of new keys (appended between saves, dropped by generation).
+#[async_trait]
+pub trait StateStore: Send + Sync {
+    /// Where, for logs (`file /var/lib/kubesink/state`, `NATS object store
+    /// KUBESINK_STATE/prod at nats://...`).
+    fn describe(&self) -> &str;
+
+    /// The saved bytes; `Ok(None)` when nothing was saved yet.
+    ///
+    /// # Errors
+    /// [`StateError`] when the store cannot be read (the caller waits and reads again, or
+    /// with `state.write_ahead = false` starts without state: `restore.rs`).
+    async fn load(&self) -> Result<Option<Vec<u8>>, StateError>;
+
+    /// Replaces the saved bytes, atomically: a reader sees the old or the new state whole.
+    /// `generation` is the snapshot's journal generation (0 without a journal), kept beside
+    /// it where the backend can (see [`StateStore::saved_generation`]).
+    ///
+    /// # Errors
+    /// [`StateError`] when the store cannot be written (the caller retries at the next save).
+    async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError>;
+
+    /// The journal generation of the saved state, when the backend keeps it beside the bytes
+    /// (NATS: the object's metadata); `Ok(None)` when nothing was saved, or the backend does
+    /// not keep it (file: one writer, the Pod that mounts the volume). Generations grow
+    /// across replicas (a replica that takes over starts above every generation it read),
+    /// so a saved generation above a replica's own means another replica took over and
+    /// saved since: the keeper then neither saves nor drops journal generations
+    /// ([`StateError::Superseded`]; issue 19, defect 4d: a deposed leader frozen past its
+    /// fence's check could otherwise land an older state over its successor's).
+    ///
+    /// # Errors
+    /// [`StateError`] when the store cannot be asked (the save is not attempted).
+    async fn saved_generation(&self) -> Result<Option<u64>, StateError> {
+        Ok(None)
+    }
+
+    /// Appends journal frames to generation `generation`, in order and durably: on `Ok` they
+    /// survive a crash (and, as far as the backend provides, a power loss). One call is one
+    /// group commit (file: one write, one fdatasync; NATS: one message per frame, all their
+    /// PubAcks awaited).
+    ///
+    /// # Errors
+    /// [`StateError`] when they could not all be stored (the journal retries them all; sends
+    /// wait).
+    async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError>;
+
+    /// Every stored journal segment, oldest first.
+    ///
+    /// # Errors
+    /// [`StateError`] when the journal cannot be read (as for [`StateStore::load`]).
+    async fn load_journal(&self) -> Result<Vec<JournalSegment>, StateError>;
+
+    /// Removes the journal of every generation below `generation` (a snapshot of
+    /// `generation` is stored, which covers them). Frames of older generations appended
+    /// meanwhile may survive it; the next call removes them.
+    ///
+    /// # Errors
+    /// [`StateError`] when the backend refuses (logged; the next save tries again).
+    async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError>;
+}
+
+/// Why the state store could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A file operation of the `file` backend failed.
+    #[error("state.path {path}: {what}: {source}")]
+    File {
+        /// The state file.
+        path: String,
+        /// What was being done (`reading`, `writing a temporary file`, ...).
+        what: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A broker-held backend failed (the NATS wing's `state.nats` errors name the
+    /// operation, servers, bucket and object).
+    #[error(transparent)]
+    Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// This replica may no longer lead (its leader-election fence closed): it must not
+    /// overwrite the state of the replica that took over.
+    #[error(
+        "state: not saved, this replica may no longer lead (its lease may have passed to another)"
+    )]
+    Fenced,
+    /// Another replica saved a newer state (its generation `saved` is above this replica's
+    /// `ours`, see [`StateStore::saved_generation`]): it took over, so this replica no
+    /// longer leads and must not overwrite it.
+    #[error("state: not saved, another replica saved a newer state since (generation {saved}, this replica's {ours}): it took over")]
+    Superseded {
+        /// The generation saved by the other replica.
+        saved: u64,
+        /// This replica's.
+        ours: u64,
+    },
+    /// The background task that packs, writes or runs a save failed.
+    #[error("state: the {what} task failed: {detail}")]
+    Task {
+        /// `packing`, `writing`, `journal append` or `saving`.
+        what: &'static str,
+        /// The join error.
+        detail: String,
+    },
+}

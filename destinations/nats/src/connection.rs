@@ -1,0 +1,195 @@
+//! The NATS connection's life: the options every sink starts from (reconnect policy, bounded
+//! client buffer), and what the client's callbacks learn ([`ConnectionWatch`]): every
+//! (re)connect notifies the sink's [`ReadySignal`], which ends the pipeline's retry backoff;
+//! the last connection error the client recorded (from the server pool the reconnect
+//! callback receives: "IO error: Connection refused (os error 111)") is kept for the errors
+//! of failed sends and logged once per outage.
+//!
+//! It only observes: it never changes which server the client picks, and never logs a
+//! secret (server URLs lose their user info).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_nats::{ConnectErrorKind, ConnectOptions, Event};
+use kubesink_core::backoff::Backoff;
+use kubesink_core::ReadySignal;
+
+use crate::service::redact_url;
+
+/// Whether a connection attempt failed because no server could be reached at all (refused,
+/// timed out, host or network unreachable, DNS): such a start-up failure is waited out in
+/// the background. Everything else (rejected credentials, TLS, a server that closed the
+/// connection during the handshake) needs an operator and stays a start-up error.
+pub(super) fn is_unreachable(e: &async_nats::ConnectError) -> bool {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => true,
+        ConnectErrorKind::Io => std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    K::ConnectionRefused
+                        | K::TimedOut
+                        | K::HostUnreachable
+                        | K::NetworkUnreachable
+                        | K::AddrNotAvailable
+                )
+            }),
+        _ => false,
+    }
+}
+
+/// Reconnect delays: 100 ms doubling to at most 1 s, forever (no jitter: async-nats calls
+/// the delay callback with the attempt number). A short cap, so a server that comes back is
+/// used again within about a second; one TCP connection attempt per second costs little.
+const RECONNECT: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(1)).without_jitter();
+
+/// What the connection callbacks learn, shared between them and the service: the ready
+/// signal bumped on every (re)connect, and the last connection error with the count of
+/// failed attempts since the connection was last up.
+#[derive(Clone, Default)]
+pub struct ConnectionWatch {
+    ready: ReadySignal,
+    inner: Arc<WatchState>,
+}
+
+#[derive(Default)]
+struct WatchState {
+    last_error: Mutex<Option<String>>,
+    failed_attempts: AtomicU64,
+}
+
+impl ConnectionWatch {
+    /// The signal bumped on every connect.
+    pub fn ready(&self) -> &ReadySignal {
+        &self.ready
+    }
+
+    /// The last connection error the client recorded (server and cause, no credentials),
+    /// while the connection is not up.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn set_error(&self, e: Option<String>) {
+        *self
+            .inner
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = e;
+    }
+
+    /// Records the per-server errors of the client's server pool (called before each
+    /// reconnect attempt); logs the first one of an outage.
+    fn note_pool(&self, sink: &str, pool: &[async_nats::Server]) {
+        let errors: Vec<String> = pool
+            .iter()
+            .filter_map(|s| {
+                s.last_error
+                    .as_ref()
+                    .map(|e| format!("{}: {e}", redact_url(s.addr.as_url_str())))
+            })
+            .collect();
+        if errors.is_empty() {
+            return;
+        }
+        let text = errors.join("; ");
+        let first = self.last_error().is_none_or(|e| e == DISCONNECTED);
+        if first {
+            tracing::warn!(sink = %sink, cause = %text, "NATS unreachable; reconnecting every second at most, changes wait in the pipeline (logged once per outage)");
+        }
+        self.set_error(Some(text));
+    }
+}
+
+/// The cause named while disconnected before the client recorded a connection error.
+pub(super) const DISCONNECTED: &str = "disconnected";
+
+/// The connection options every NATS sink starts from: its name, timeouts, bounded client
+/// buffer, reconnect forever with [`RECONNECT`] delays, and connection events observed by
+/// `watch` and logged with the sink name (a failing reconnect once per outage). `config.rs`
+/// adds authentication and TLS.
+pub fn base_options(
+    sink: &str,
+    connection_name: &str,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    client_capacity: usize,
+    watch: &ConnectionWatch,
+) -> ConnectOptions {
+    let (sink, sink2) = (sink.to_owned(), sink.to_owned());
+    let (watch, watch2) = (watch.clone(), watch.clone());
+    ConnectOptions::new()
+        .name(connection_name)
+        .connection_timeout(connect_timeout)
+        .request_timeout(Some(request_timeout))
+        .client_capacity(client_capacity)
+        .max_reconnects(None)
+        .reconnect_delay_callback(|attempts| RECONNECT.delay(attempts))
+        // Only observes: `None` keeps the client's own server selection. The pool snapshot
+        // carries each server's last connection error, which the events do not.
+        .reconnect_to_server_callback(move |pool, _info| {
+            watch2.note_pool(&sink2, &pool);
+            async { None }
+        })
+        .event_callback(move |event| {
+            let sink = sink.clone();
+            let watch = watch.clone();
+            async move {
+                match event {
+                    Event::Connected => {
+                        let failed = watch.inner.failed_attempts.swap(0, Ordering::Relaxed);
+                        match watch.last_error() {
+                            Some(cause) if failed > 0 => {
+                                tracing::info!(sink = %sink, failed_attempts = failed, last_error = %cause, "NATS connected again")
+                            }
+                            _ => tracing::info!(sink = %sink, "NATS connected"),
+                        }
+                        watch.set_error(None);
+                        watch.ready.notify();
+                    }
+                    Event::Disconnected => {
+                        if watch.last_error().is_none() {
+                            watch.set_error(Some(DISCONNECTED.to_owned()));
+                        }
+                        tracing::warn!(sink = %sink, "NATS disconnected; reconnecting")
+                    }
+                    Event::ServerError(e) => {
+                        tracing::error!(sink = %sink, error = %e, "NATS server error")
+                    }
+                    // A failed (re)connect attempt: counted; its cause is logged once per
+                    // outage from the server pool (`note_pool`).
+                    Event::ClientError(e) => {
+                        watch.inner.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                        if watch.last_error().is_none() {
+                            watch.set_error(Some(e.to_string()));
+                        }
+                        tracing::debug!(sink = %sink, error = %e, "NATS connection attempt failed")
+                    }
+                    // The connection closed because the sink closed it (shutdown).
+                    Event::Closed => tracing::info!(sink = %sink, "NATS connection closed"),
+                    other => tracing::warn!(sink = %sink, event = %other, "NATS connection event"),
+                }
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_delay_backs_off_to_one_second() {
+        assert_eq!(RECONNECT.delay(0), Duration::from_millis(100));
+        assert_eq!(RECONNECT.delay(3), Duration::from_millis(800));
+        assert_eq!(RECONNECT.delay(100), Duration::from_secs(1));
+    }
+}

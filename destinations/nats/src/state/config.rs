@@ -1,0 +1,133 @@
+//! `[state.nats]`: the NATS state backend's settings (the connection options and checks of a
+//! NATS sink, the object store and its journal stream). Read and checked only: the store is
+//! opened by [`NatsStore`](super::NatsStore).
+
+use kubesink_core::units::HumanDuration;
+use serde::{Deserialize, Serialize};
+
+/// `[state.nats]`: a JetStream object store holding the state as one object
+/// (<https://docs.nats.io/nats-concepts/jetstream/obj_store>), and a stream beside it,
+/// `{bucket}_JOURNAL`, holding the journal of new objects between saves.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StateNatsConfig {
+    /// Server URLs (`nats://host:port`, `tls://host:port`), as for the NATS sink.
+    /// Default `["nats://127.0.0.1:4222"]`.
+    #[serde(default = "default_servers")]
+    pub servers: Vec<String>,
+    /// Connection name shown by the server (`connz`). Default `"kubesink-state"`.
+    #[serde(default = "default_connection_name")]
+    pub connection_name: String,
+    /// Bound on establishing the connection (TCP, TLS, auth). Default `5s`.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: HumanDuration,
+    /// Bound on one JetStream request while loading or saving. Default `10s`.
+    #[serde(default = "default_timeout")]
+    pub timeout: HumanDuration,
+    /// Object store bucket (letters, digits, `-`, `_`). Default `"KUBESINK_STATE"`.
+    #[serde(default = "default_bucket")]
+    pub bucket: String,
+    /// Object name in the bucket. Default: `cluster.name`, so kubesinks of several clusters
+    /// can share a bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    /// Create the bucket, and the journal stream `{bucket}_JOURNAL` (subjects
+    /// `kubesink-journal.{bucket}.>`), when they do not exist. Default `true`.
+    #[serde(default = "yes")]
+    pub create: bool,
+    /// Storage of a created bucket and journal stream: `file` or `memory`. Default `file`.
+    #[serde(default)]
+    pub storage: crate::NatsStorage,
+    /// Replicas of a created bucket and journal stream in a JetStream cluster (1 to 5).
+    /// Default 1.
+    #[serde(default = "one")]
+    pub replicas: usize,
+    /// Authentication; at most one method (as `[sinks.auth]` of a NATS sink).
+    #[serde(default)]
+    pub auth: crate::NatsAuth,
+    /// TLS (as `[sinks.tls]` of a NATS sink).
+    #[serde(default)]
+    pub tls: crate::NatsTls,
+}
+
+impl Default for StateNatsConfig {
+    fn default() -> Self {
+        StateNatsConfig {
+            servers: default_servers(),
+            connection_name: default_connection_name(),
+            connect_timeout: default_connect_timeout(),
+            timeout: default_timeout(),
+            bucket: default_bucket(),
+            object: None,
+            create: true,
+            storage: Default::default(),
+            replicas: 1,
+            auth: Default::default(),
+            tls: Default::default(),
+        }
+    }
+}
+
+fn default_servers() -> Vec<String> {
+    vec!["nats://127.0.0.1:4222".to_owned()]
+}
+fn default_connection_name() -> String {
+    "kubesink-state".to_owned()
+}
+fn default_connect_timeout() -> HumanDuration {
+    HumanDuration::from_secs(5)
+}
+fn default_timeout() -> HumanDuration {
+    HumanDuration::from_secs(10)
+}
+fn default_bucket() -> String {
+    "KUBESINK_STATE".to_owned()
+}
+fn yes() -> bool {
+    true
+}
+fn one() -> usize {
+    1
+}
+
+impl StateNatsConfig {
+    /// Problems serde cannot see, as `(key, message)` with keys relative to `[state.nats]`
+    /// (the bridge prefixes `state.nats.`).
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut errs = Vec::new();
+        let mut bad = |key: &str, message: String| errs.push((key.to_owned(), message));
+        for (key, message) in crate::connection_problems(&self.servers, &self.auth, &self.tls) {
+            bad(key, message);
+        }
+        if self.connect_timeout.get().is_zero() {
+            bad("connect_timeout", "must be greater than zero".into());
+        }
+        if self.timeout.get().is_zero() {
+            bad("timeout", "must be greater than zero".into());
+        }
+        if self.bucket.is_empty()
+            || !self
+                .bucket
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bad(
+                "bucket",
+                format!(
+                    "{:?} is not a bucket name: use letters, digits, '-' and '_'",
+                    self.bucket
+                ),
+            );
+        }
+        if self.object.as_deref() == Some("") {
+            bad(
+                "object",
+                "must not be empty (leave it out for cluster.name)".into(),
+            );
+        }
+        if !(1..=5).contains(&self.replicas) {
+            bad("replicas", "must be between 1 and 5".into());
+        }
+        errs
+    }
+}

@@ -1,0 +1,92 @@
+//! `[[sinks]]` with `type = "stdout"`: its settings and `build()`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kubesink_core::message::Format;
+use kubesink_core::{Destination, Sink, SinkConfigError};
+use serde::{Deserialize, Serialize};
+
+use crate::StdoutSink;
+
+/// `[[sinks]]` entry with `type = "stdout"`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StdoutConfig {
+    /// Name used in logs. Default `"stdout"`.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// How each line is written: `"json"` (the topology message v1) or
+    /// `"cloudevents-structured"` (one CloudEvents JSON envelope per line, `data` = the
+    /// message; see `docs/message-contract.md#cloudevents`). Binary mode has no headers to go
+    /// in, so `"cloudevents"` is not accepted here. Default `"json"`.
+    #[serde(default)]
+    pub format: StdoutFormat,
+}
+
+/// The formats of the stdout sink (a line has no headers, so no CloudEvents binary mode).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum StdoutFormat {
+    /// The topology message v1 per line.
+    #[default]
+    Json,
+    /// A CloudEvents structured-mode envelope per line.
+    #[serde(rename = "cloudevents-structured")]
+    CloudEventsStructured,
+}
+
+impl<'de> Deserialize<'de> for StdoutFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let allowed = [Format::Json, Format::CloudEventsStructured];
+        Ok(
+            match kubesink_core::message::cloudevents::parse_format(d, &allowed)? {
+                Format::CloudEventsStructured => StdoutFormat::CloudEventsStructured,
+                _ => StdoutFormat::Json,
+            },
+        )
+    }
+}
+
+impl From<StdoutFormat> for Format {
+    fn from(f: StdoutFormat) -> Self {
+        match f {
+            StdoutFormat::Json => Format::Json,
+            StdoutFormat::CloudEventsStructured => Format::CloudEventsStructured,
+        }
+    }
+}
+
+fn default_name() -> String {
+    "stdout".to_owned()
+}
+
+impl Default for StdoutConfig {
+    fn default() -> Self {
+        StdoutConfig {
+            name: default_name(),
+            format: StdoutFormat::Json,
+        }
+    }
+}
+
+impl StdoutConfig {
+    /// Builds the sink writing to the process's standard output.
+    pub fn build(&self) -> StdoutSink {
+        let mut sink = StdoutSink::new(self.name.clone(), Box::new(tokio::io::stdout()))
+            .with_format(self.format.into());
+        sink.process_stdout = true;
+        sink
+    }
+}
+
+#[async_trait]
+impl Destination for StdoutConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn build(&self, _index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
+        Ok(Arc::new(StdoutConfig::build(self)))
+    }
+}

@@ -1,0 +1,85 @@
+//! The one registration list of destinations: every `[[sinks]]` type kubesink can build.
+//!
+//! A destination is a wing under `destinations/` (its crate holds the connection, the sink,
+//! the reader `kubesink fold` uses, the state store where the broker has one, and its
+//! CloudEvents binding) whose config struct implements [`kubesink_core::Destination`]. It is
+//! registered by one line below (and its crate and cargo feature in `Cargo.toml`); the
+//! [`SinkConfig`] enum and its dispatch are generated from that line, so no match arm or
+//! feature list is repeated anywhere else. Vector's `#[typetag::serde] impl SinkConfig` is the
+//! model; a serde enum tagged by `type` is kept instead of a trait object so that a config
+//! error names the entry's type and key exactly as serde reports it, `Config` stays `Clone`,
+//! `PartialEq` and `Serialize`, and the list is checked at compile time.
+
+use std::sync::Arc;
+
+use kubesink_core::{Destination, Sink, SinkConfigError};
+use serde::{Deserialize, Serialize};
+
+/// Declares the destinations: one line each, `Variant(ConfigType) if "cargo feature";`. The
+/// variant's lowercase name is its `type` in `[[sinks]]`.
+macro_rules! destinations {
+    ($( $(#[$doc:meta])* $variant:ident($config:ty) if $feature:literal; )*) => {
+        /// One `[[sinks]]` entry. The `type` key selects the destination; the other keys are
+        /// the destination's own (see each variant's struct).
+        #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+        #[serde(tag = "type", rename_all = "lowercase")]
+        #[allow(clippy::large_enum_variant)] // built once at start-up; size does not matter
+        pub enum SinkConfig {
+            $( $(#[$doc])* #[cfg(feature = $feature)] $variant($config), )*
+            /// A build without any destination feature (`--no-default-features`) has no sink
+            /// type; this uninhabited variant keeps the enum and its match well-formed there.
+            #[cfg(not(any($(feature = $feature),*)))]
+            #[serde(skip)]
+            #[doc(hidden)]
+            NoSinkFeature(std::convert::Infallible),
+        }
+
+        impl SinkConfig {
+            /// The entry as its destination's [`Destination`].
+            pub fn destination(&self) -> &(dyn Destination + Send + Sync) {
+                match self {
+                    $( #[cfg(feature = $feature)] SinkConfig::$variant(c) => c, )*
+                    #[cfg(not(any($(feature = $feature),*)))]
+                    SinkConfig::NoSinkFeature(never) => match *never {},
+                }
+            }
+        }
+    };
+}
+
+destinations! {
+    /// `type = "stdout"`: JSON Lines on standard output (`destinations/stdout`).
+    Stdout(kubesink_stdout::StdoutConfig) if "stdout";
+    /// `type = "nats"`: NATS core or JetStream (`destinations/nats`).
+    Nats(kubesink_nats::NatsConfig) if "nats";
+    /// `type = "kafka"`: Kafka through librdkafka (`destinations/kafka`).
+    Kafka(kubesink_kafka::KafkaConfig) if "kafka";
+}
+
+impl SinkConfig {
+    /// The sink's configured name.
+    pub fn name(&self) -> &str {
+        self.destination().name()
+    }
+
+    /// Checks settings that serde cannot (returns every problem found). `index` is the
+    /// entry's position in `sinks`, used in messages.
+    pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
+        self.destination().validate(index)
+    }
+
+    /// Settings that work but weaken security (TLS verification off, credentials without
+    /// TLS), one sentence each naming the entry and key; `kubesink check` prints them and
+    /// `kubesink run` logs them at start.
+    pub fn warnings(&self, index: usize) -> Vec<String> {
+        self.destination().warnings(index)
+    }
+
+    /// Builds the sink (connecting where the destination needs it).
+    ///
+    /// # Errors
+    /// A [`SinkConfigError`] naming the entry and key when the settings cannot work.
+    pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
+        self.destination().build(index).await
+    }
+}
