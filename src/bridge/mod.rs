@@ -33,7 +33,7 @@ use crate::cluster::{self, ClusterError};
 use crate::config::{ClusterSpec, Config, ResourceConfig};
 use crate::informer::{InformerStats, WatchPlan};
 use crate::leader::{Elector, Fence, Lost};
-use crate::observe::{self, Leadership, Observed, SinkEntry, StateEntry, WatchEntry};
+use crate::observe::{self, Leadership, Observer, SinkEntry, StateEntry, WatchEntry};
 use crate::pipeline::Pipeline;
 use crate::state::{self, Keeper, SaveReport, StateError, StateStats, StateStore, WatchKey};
 
@@ -136,7 +136,7 @@ pub struct Bridge {
     tasks: TaskTracker,
     cancel: CancellationToken,
     stats: Vec<(String, Arc<InformerStats>)>,
-    observed: Arc<Observed>,
+    observed: Arc<Observer>,
     server: Option<SocketAddr>,
     shutdown_timeout: Duration,
     lost: Option<oneshot::Receiver<Lost>>,
@@ -297,7 +297,7 @@ impl Bridge {
             .iter()
             .map(|h| SinkEntry { handle: h.clone() })
             .collect();
-        let observed = Arc::new(Observed::new(
+        let observed = Arc::new(Observer::new(
             watches,
             sink_entries,
             states,
@@ -423,7 +423,7 @@ impl Bridge {
     }
 
     /// Metrics and health.
-    pub fn observed(&self) -> &Arc<Observed> {
+    pub fn observed(&self) -> &Arc<Observer> {
         &self.observed
     }
 

@@ -10,7 +10,18 @@ use std::borrow::Cow;
 
 use uuid::Uuid;
 
-use super::store::{decimal_rv, uuid_bytes};
+/// A canonical lowercase UUID (what the API server issues) as 16 bytes.
+pub(super) fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
+    Uuid::try_parse(uid)
+        .ok()
+        .filter(|u| u.hyphenated().to_string() == uid)
+        .map(|u| *u.as_bytes())
+}
+
+/// A decimal resourceVersion (what etcd-backed servers issue) that renders back identically.
+pub(super) fn decimal_rv(rv: &str) -> Option<u64> {
+    rv.parse::<u64>().ok().filter(|n| n.to_string() == rv)
+}
 
 /// A uid: 16 bytes when it is a canonical lowercase UUID (what the API server issues), else
 /// its text.

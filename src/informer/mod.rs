@@ -110,7 +110,7 @@ use crate::config::WatchConfig;
 use crate::pipeline::Publisher;
 use decode::WatchLine;
 use recovery::{Failed, Situation, Then, Wait, DECODE_RETRIES_BEFORE_RELIST};
-use watch::{Failure, Requests, WATCH_TIMEOUT_SECS};
+use watch::{Requests, WatchFailure, WATCH_TIMEOUT_SECS};
 
 /// What the loop does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +129,7 @@ enum Step {
     WatchEnded { lines: u64, elapsed: Duration },
     /// Something failed.
     Failed {
-        failure: Failure,
+        failure: WatchFailure,
         /// During a list (else a watch).
         listing: bool,
     },
@@ -398,7 +398,7 @@ impl Informer {
     /// Logs and counts a failure; returns where to go next and how long to wait first. The
     /// decision is `recovery::recover`'s (a pure table, tested row by row); this method
     /// only gathers the situation, applies the backoff and logs.
-    fn failed(&mut self, failure: Failure, listing: bool) -> (Next, Option<Duration>) {
+    fn failed(&mut self, failure: WatchFailure, listing: bool) -> (Next, Option<Duration>) {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
         let what = match (listing, self.stats.synced.load(Ordering::Relaxed)) {
             (false, _) => "watch failed",
@@ -408,16 +408,16 @@ impl Informer {
         let kind = match (&failure, failure.code()) {
             (_, Some(401 | 403)) => FailureKind::Forbidden,
             (_, Some(404)) => FailureKind::NotFound,
-            (Failure::Transport(_), _) => FailureKind::Unreachable,
+            (WatchFailure::Transport(_), _) => FailureKind::Unreachable,
             _ => FailureKind::Broken,
         };
         self.stats.set_failure(kind, format!("{what}: {failure}"));
         let at = self.last_rv.clone().unwrap_or_default();
         let failed = match &failure {
-            Failure::Gone(_) => Failed::Gone,
-            Failure::Idle(_) => Failed::Idle,
-            Failure::Decode(_) if listing => Failed::Decode { in_a_row: 1 },
-            Failure::Decode(_) => Failed::Decode {
+            WatchFailure::Gone(_) => Failed::Gone,
+            WatchFailure::Idle(_) => Failed::Idle,
+            WatchFailure::Decode(_) if listing => Failed::Decode { in_a_row: 1 },
+            WatchFailure::Decode(_) => Failed::Decode {
                 in_a_row: match &mut self.decode_failures {
                     Some((rv, n)) if *rv == at => {
                         *n += 1;
@@ -429,9 +429,9 @@ impl Informer {
                     }
                 },
             },
-            Failure::Api { status, .. } => Failed::Status(status.code),
-            Failure::Transport(_) => Failed::Transport,
-            Failure::Request(_) => Failed::Request,
+            WatchFailure::Api { status, .. } => Failed::Status(status.code),
+            WatchFailure::Transport(_) => Failed::Transport,
+            WatchFailure::Request(_) => Failed::Request,
         };
         let situation = Situation {
             listing,
@@ -444,7 +444,7 @@ impl Informer {
             self.unproductive_relist = true;
         }
         let retry_after = match &failure {
-            Failure::Api { retry_after, .. } => *retry_after,
+            WatchFailure::Api { retry_after, .. } => *retry_after,
             _ => None,
         };
         let wait = match rec.wait {
@@ -469,7 +469,7 @@ impl Informer {
     /// Counts and logs a failure once its recovery is decided.
     fn log_recovery(
         &mut self,
-        failure: &Failure,
+        failure: &WatchFailure,
         what: &str,
         listing: bool,
         next: &Next,
@@ -477,7 +477,7 @@ impl Informer {
     ) {
         let retry_in = wait.unwrap_or_default();
         match failure {
-            Failure::Gone(_) => {
+            WatchFailure::Gone(_) => {
                 self.stats.gone.fetch_add(1, Ordering::Relaxed);
                 if listing {
                     tracing::info!("list continue token expired (410); restarting the list from its first page (no deletes are inferred from the part already read)");
@@ -493,7 +493,7 @@ impl Informer {
                     tracing::info!("resourceVersion expired (410 Gone); relisting");
                 }
             }
-            Failure::Idle(d) => {
+            WatchFailure::Idle(d) => {
                 self.stats.idle_restarts.fetch_add(1, Ordering::Relaxed);
                 if listing {
                     self.log_failure(
@@ -508,7 +508,7 @@ impl Informer {
                     tracing::warn!(idle = ?d, "watch silent (no event or bookmark) for {}; re-establishing it", humantime::format_duration(*d));
                 }
             }
-            Failure::Decode(e) => {
+            WatchFailure::Decode(e) => {
                 self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
                 let at = self.last_rv.clone().unwrap_or_default();
                 if listing {
@@ -525,7 +525,7 @@ impl Informer {
                     tracing::warn!(error = %e, line = self.decode_position, after_resource_version = %at, "watch event does not decode; watching again from the last good resourceVersion to replay it");
                 }
             }
-            Failure::Api {
+            WatchFailure::Api {
                 status,
                 retry_after,
             } => {
@@ -579,7 +579,7 @@ impl Informer {
                     }
                 }
             }
-            Failure::Transport(cause) => {
+            WatchFailure::Transport(cause) => {
                 self.stats.transport_errors.fetch_add(1, Ordering::Relaxed);
                 let message = match next {
                     Next::Watch(rv) => {
@@ -589,7 +589,7 @@ impl Informer {
                 };
                 self.log_failure(cause, &message, retry_in);
             }
-            Failure::Request(e) => {
+            WatchFailure::Request(e) => {
                 let message = format!("{what}: {e}");
                 let (loud, _) = self.failure_log.note(&message);
                 if loud {
@@ -625,7 +625,7 @@ impl Informer {
                 Ok(p) => p,
                 Err(e) => {
                     return Step::Failed {
-                        failure: Failure::Decode(e),
+                        failure: WatchFailure::Decode(e),
                         listing: true,
                     }
                 }
@@ -699,7 +699,7 @@ impl Informer {
                 Ok(d) => d,
                 Err(e) => {
                     self.decode_position = count + 1;
-                    return failed(Failure::Decode(e));
+                    return failed(WatchFailure::Decode(e));
                 }
             };
             let (raw, kind) = match decoded {
@@ -710,10 +710,10 @@ impl Informer {
                     continue;
                 }
                 WatchLine::Error(status) if status.code == 410 => {
-                    return failed(Failure::Gone(status))
+                    return failed(WatchFailure::Gone(status))
                 }
                 WatchLine::Error(status) => {
-                    return failed(Failure::Api {
+                    return failed(WatchFailure::Api {
                         status,
                         retry_after: None,
                     })

@@ -18,7 +18,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use hashbrown::{DefaultHashBuilder, HashTable};
 use uuid::Uuid;
 
-use super::facts::{Facts, Rv, Uid};
+use super::facts::{decimal_rv, uuid_bytes, Facts, Rv, Uid};
 
 /// Flag in [`Entry::epoch_flags`]: the uid is not a canonical UUID; its text is in the
 /// overflow map.
@@ -33,19 +33,6 @@ const UNCONFIRMED: u32 = 1 << 29;
 const TEXT_FLAGS: u32 = UID_TEXT | RV_TEXT;
 /// The list epoch occupies the low 29 bits and wraps.
 const EPOCH_MASK: u32 = UNCONFIRMED - 1;
-
-/// A canonical lowercase UUID (what the API server issues) as 16 bytes.
-pub(super) fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
-    Uuid::try_parse(uid)
-        .ok()
-        .filter(|u| u.hyphenated().to_string() == uid)
-        .map(|u| *u.as_bytes())
-}
-
-/// A decimal resourceVersion (what etcd-backed servers issue) that renders back identically.
-pub(super) fn decimal_rv(rv: &str) -> Option<u64> {
-    rv.parse::<u64>().ok().filter(|n| n.to_string() == rv)
-}
 
 /// What the store keeps per object: 56 bytes plus the name's heap allocation.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 //! The HTTP side of one watch: list-page and watch requests over kube's client, the watch
-//! body split into event lines, and every failure classified into a [`Failure`] the informer
+//! body split into event lines, and every failure classified into a [`WatchFailure`] the informer
 //! can act on (relist, back off, honour `Retry-After`, re-watch).
 //!
 //! Requests follow the API concepts
@@ -39,7 +39,7 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Why a list or watch request did not give what was asked.
 #[derive(Debug)]
-pub enum Failure {
+pub enum WatchFailure {
     /// The resourceVersion or continue token is too old (410 Gone / `Expired`): relist.
     Gone(Status),
     /// The API server answered an error status (401, 403, 404, 429, 5xx...).
@@ -59,28 +59,28 @@ pub enum Failure {
     Request(String),
 }
 
-impl fmt::Display for Failure {
+impl fmt::Display for WatchFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Gone(s) => write!(f, "resourceVersion expired ({s})"),
-            Failure::Api { status, .. } => write!(f, "{status}"),
-            Failure::Transport(cause) => write!(f, "{cause}"),
-            Failure::Decode(e) => write!(f, "{e}"),
-            Failure::Idle(d) => write!(
+            WatchFailure::Gone(s) => write!(f, "resourceVersion expired ({s})"),
+            WatchFailure::Api { status, .. } => write!(f, "{status}"),
+            WatchFailure::Transport(cause) => write!(f, "{cause}"),
+            WatchFailure::Decode(e) => write!(f, "{e}"),
+            WatchFailure::Idle(d) => write!(
                 f,
                 "no event or bookmark for {}",
                 humantime::format_duration(*d)
             ),
-            Failure::Request(e) => write!(f, "invalid request: {e}"),
+            WatchFailure::Request(e) => write!(f, "invalid request: {e}"),
         }
     }
 }
 
-impl Failure {
+impl WatchFailure {
     /// The HTTP status, when the API server answered one.
     pub fn code(&self) -> Option<u16> {
         match self {
-            Failure::Gone(s) | Failure::Api { status: s, .. } => Some(s.code),
+            WatchFailure::Gone(s) | WatchFailure::Api { status: s, .. } => Some(s.code),
             _ => None,
         }
     }
@@ -124,17 +124,17 @@ impl Requests {
     }
 
     /// One list page (`continue_token` for the pages after the first), read whole. A body
-    /// that stalls (no byte for `idle_timeout`) fails as [`Failure::Idle`]: a slow server is
+    /// that stalls (no byte for `idle_timeout`) fails as [`WatchFailure::Idle`]: a slow server is
     /// waited for, a dead one is not.
     ///
     /// # Errors
-    /// [`Failure`] for any error status (410 as [`Failure::Gone`]), transport failure or
+    /// [`WatchFailure`] for any error status (410 as [`WatchFailure::Gone`]), transport failure or
     /// stall.
     pub async fn list_page(
         &self,
         continue_token: Option<&str>,
         idle_timeout: Duration,
-    ) -> Result<Bytes, Failure> {
+    ) -> Result<Bytes, WatchFailure> {
         let mut lp = self.list.clone();
         lp.continue_token = continue_token.map(str::to_owned);
         let req = if self.metadata {
@@ -142,14 +142,14 @@ impl Requests {
         } else {
             self.request.list(&lp)
         }
-        .map_err(|e| Failure::Request(e.to_string()))?;
+        .map_err(|e| WatchFailure::Request(e.to_string()))?;
         let mut body = self.send(req).await?;
         let mut out = BytesMut::new();
         loop {
             match tokio::time::timeout(idle_timeout, body.frame()).await {
-                Err(_) => return Err(Failure::Idle(idle_timeout)),
+                Err(_) => return Err(WatchFailure::Idle(idle_timeout)),
                 Ok(None) => return Ok(out.freeze()),
-                Ok(Some(Err(e))) => return Err(Failure::Transport(cause(&e))),
+                Ok(Some(Err(e))) => return Err(WatchFailure::Transport(cause(&e))),
                 Ok(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
                         out.extend_from_slice(data);
@@ -162,18 +162,18 @@ impl Requests {
     /// A watch from `resource_version`, as a stream of event lines.
     ///
     /// # Errors
-    /// [`Failure`] for any error status (410 as [`Failure::Gone`]) or transport failure.
+    /// [`WatchFailure`] for any error status (410 as [`WatchFailure::Gone`]) or transport failure.
     pub async fn watch(
         &self,
         resource_version: &str,
         idle_timeout: Duration,
-    ) -> Result<Lines, Failure> {
+    ) -> Result<Lines, WatchFailure> {
         let req = if self.metadata {
             self.request.watch_metadata(&self.watch, resource_version)
         } else {
             self.request.watch(&self.watch, resource_version)
         }
-        .map_err(|e| Failure::Request(e.to_string()))?;
+        .map_err(|e| WatchFailure::Request(e.to_string()))?;
         let body = self.send(req).await?;
         Ok(Lines {
             body,
@@ -183,7 +183,7 @@ impl Requests {
         })
     }
 
-    async fn send(&self, req: http::Request<Vec<u8>>) -> Result<kube::client::Body, Failure> {
+    async fn send(&self, req: http::Request<Vec<u8>>) -> Result<kube::client::Body, WatchFailure> {
         let (mut parts, body) = req.into_parts();
         // A watch is a stream of small events; compression would only add latency (and
         // kube's decompression handles only one gzip member per body).
@@ -196,7 +196,7 @@ impl Requests {
             .client
             .send(req)
             .await
-            .map_err(|e| Failure::Transport(cause(&e)))?;
+            .map_err(|e| WatchFailure::Transport(cause(&e)))?;
         let code = res.status();
         if code.is_success() {
             return Ok(res.into_body());
@@ -218,9 +218,9 @@ impl Requests {
             ..status
         };
         if code == http::StatusCode::GONE {
-            return Err(Failure::Gone(status));
+            return Err(WatchFailure::Gone(status));
         }
-        Err(Failure::Api {
+        Err(WatchFailure::Api {
             status,
             retry_after,
         })
@@ -300,9 +300,9 @@ impl Lines {
     /// watch. A last line without newline is returned too (it may be cut; decoding says).
     ///
     /// # Errors
-    /// [`Failure::Idle`] when nothing arrived for the idle timeout, [`Failure::Transport`]
-    /// when the connection broke, [`Failure::Decode`] for a line over [`MAX_LINE_BYTES`].
-    pub async fn next_line(&mut self) -> Result<Option<Bytes>, Failure> {
+    /// [`WatchFailure::Idle`] when nothing arrived for the idle timeout, [`WatchFailure::Transport`]
+    /// when the connection broke, [`WatchFailure::Decode`] for a line over [`MAX_LINE_BYTES`].
+    pub async fn next_line(&mut self) -> Result<Option<Bytes>, WatchFailure> {
         loop {
             if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
                 let mut line = self.buf.split_to(i + 1);
@@ -319,16 +319,16 @@ impl Lines {
                 return Ok(Some(self.buf.split().freeze()));
             }
             if self.buf.len() > MAX_LINE_BYTES {
-                return Err(Failure::Decode(DecodeError {
+                return Err(WatchFailure::Decode(DecodeError {
                     what: "watch event",
                     reason: format!("no newline within {MAX_LINE_BYTES} bytes"),
                     excerpt: super::decode::excerpt(&self.buf),
                 }));
             }
             match tokio::time::timeout(self.idle_timeout, self.body.frame()).await {
-                Err(_) => return Err(Failure::Idle(self.idle_timeout)),
+                Err(_) => return Err(WatchFailure::Idle(self.idle_timeout)),
                 Ok(None) => self.ended = true,
-                Ok(Some(Err(e))) => return Err(Failure::Transport(cause(&e))),
+                Ok(Some(Err(e))) => return Err(WatchFailure::Transport(cause(&e))),
                 Ok(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
                         self.buf.extend_from_slice(data);

@@ -102,7 +102,7 @@ pub struct Report {
 }
 
 /// The observable state of one bridge.
-pub struct Observed {
+pub struct Observer {
     watches: Arc<[WatchEntry]>,
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
@@ -112,7 +112,7 @@ pub struct Observed {
     leadership: Option<Arc<Leadership>>,
 }
 
-impl Observed {
+impl Observer {
     /// Observers over `watches`, `sinks` and the clusters' state stores `states`;
     /// `multi_cluster` when several clusters are watched; `leadership` with leader election.
     pub fn new(
@@ -126,7 +126,7 @@ impl Observed {
         let watches: Arc<[WatchEntry]> = watches.into();
         let sinks: Arc<[SinkEntry]> = sinks.into();
         let states: Arc<[StateEntry]> = states.into();
-        Observed {
+        Observer {
             registry: metrics::registry(
                 watches.clone(),
                 sinks.clone(),

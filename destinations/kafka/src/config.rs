@@ -16,8 +16,10 @@ use kubesink_core::units::HumanDuration;
 use kubesink_core::{Destination, Secret, Sink, SinkConfigError};
 use serde::{Deserialize, Serialize};
 
+use crate::errors::describe_error;
+use crate::properties::{is_secret_property, Properties};
 use crate::request::topic_template;
-use crate::service::{KafkaService, Properties, Settings};
+use crate::service::{KafkaService, Settings};
 use crate::KafkaSink;
 
 /// Kafka sink configuration (`[[sinks]]` with `type = "kafka"`).
@@ -149,21 +151,6 @@ impl Serialize for Passthrough {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.masked().serialize(s)
     }
-}
-
-/// Whether a librdkafka property holds a credential whose value is never printed
-/// (librdkafka `CONFIGURATION.md`): every `*password*`, `*secret*` and `*passphrase*`
-/// property (`sasl.password`, `ssl.key.password`, `ssl.keystore.password`,
-/// `sasl.oauthbearer.client.secret`...), private keys given inline (`ssl.key.pem`,
-/// `sasl.oauthbearer.assertion.private.key.pem`), and `sasl.oauthbearer.config`, which may
-/// carry a secret.
-pub fn is_secret_property(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    ["password", "secret", "passphrase", "private.key", "key.pem"]
-        .iter()
-        .any(|w| n.contains(w))
-        || n == "sasl.oauthbearer.config"
-        || n == "ssl_key"
 }
 
 /// `reconnect.backoff.max.ms` unless the passthrough map sets it: librdkafka's default is
@@ -601,7 +588,7 @@ impl KafkaConfig {
                 "librdkafka",
                 format!(
                     "librdkafka rejected the configuration: {}",
-                    super::service::describe_error(&e)
+                    describe_error(&e)
                 ),
             )
         })?;

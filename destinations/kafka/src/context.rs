@@ -14,8 +14,8 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 
+use crate::errors::{classify, SendFailure};
 use crate::rebuild::EPOCH_BUMPS_BEFORE_REBUILD;
-use crate::service::{classify, Failure};
 
 /// librdkafka callbacks: its log lines and client errors go to `tracing`, tagged with the
 /// sink name; the last client error is kept for the sink's errors ([`BrokerWatch`]); the
@@ -218,7 +218,7 @@ impl ClientContext for KafkaContext {
     /// One warning per outage; later errors of the same outage at debug level (librdkafka
     /// reports each failed reconnect).
     fn error(&self, error: KafkaError, reason: &str) {
-        let fatal = matches!(classify(&error, ""), Failure::Fatal(_));
+        let fatal = matches!(classify(&error, ""), SendFailure::Fatal(_));
         let text = if reason.is_empty() {
             error.to_string()
         } else {

@@ -8,10 +8,13 @@
 //!   [`Destination`](kubesink_core::Destination) registration).
 //! - `request.rs`: message → records: the topic dialect of the shared template engine, key,
 //!   headers, tombstones.
+//! - `properties.rs`: the rendered librdkafka properties and which are credentials.
+//! - `errors.rs`: a librdkafka error classified once (too large, fatal, transient, new
+//!   producer needed) and described without secrets.
 //! - `context.rs`: librdkafka's callbacks (logs, client errors) and what they tell about the
 //!   brokers (the last client error).
-//! - `service.rs`: the producer, delivery reports, `QueueFull` backpressure, error
-//!   classification, the broker-up watcher, healthcheck and flush.
+//! - `service.rs`: the producer, delivery reports, `QueueFull` backpressure, the broker-up
+//!   watcher, healthcheck and flush.
 //! - `rebuild.rs`: when the producer must be replaced by a new one (the brokers lost or
 //!   keep rejecting its idempotent producer id), as a pure state machine.
 //! - `sink.rs`: the [`Sink`](kubesink_core::Sink) implementation.
@@ -27,6 +30,8 @@
 mod cloudevents;
 mod config;
 mod context;
+mod errors;
+mod properties;
 pub mod reader;
 mod rebuild;
 mod request;
@@ -37,12 +42,12 @@ mod tests;
 
 pub use cloudevents::kafka_headers;
 pub use config::{
-    is_secret_property, Acks, Compression, KafkaConfig, KafkaSecurity, Passthrough, Protocol,
-    SaslMechanism, DEFAULT_RECONNECT_BACKOFF_MAX_MS, DEFAULT_STATISTICS_INTERVAL_MS,
-    MANAGED_PROPERTIES,
+    Acks, Compression, KafkaConfig, KafkaSecurity, Passthrough, Protocol, SaslMechanism,
+    DEFAULT_RECONNECT_BACKOFF_MAX_MS, DEFAULT_STATISTICS_INTERVAL_MS, MANAGED_PROPERTIES,
 };
 pub use context::{BrokerWatch, EpochWatch, KafkaContext};
+pub use errors::{classify, describe_error, needs_new_producer, SendFailure};
+pub use properties::{is_secret_property, Properties};
 pub use rebuild::{EPOCH_BUMPS_BEFORE_REBUILD, TIMED_OUT_SENDS_BEFORE_REBUILD};
 pub use request::{escape, topic_template, CLUSTER_SCOPE, MAX_TOPIC_LEN, TOPIC};
-pub use service::{classify, describe_error, needs_new_producer, Failure, Properties};
 pub use sink::{KafkaSink, RECORD_OVERHEAD_BYTES};

@@ -72,7 +72,7 @@ pub fn escape(value: &str, out: &mut String) {
 /// `deleted` with tombstones on, the tombstone (same key, null value); or a sync marker's
 /// records, one per partition of each of its topics. Every record's timestamp is the
 /// message's `observedAt`.
-pub struct Record<'a> {
+pub struct KafkaRecord<'a> {
     /// The topic (for a sync marker: its first destination's, for messages and checks).
     pub topic: Arc<str>,
     /// `None`: one record on `topic`, partitioned by key. `Some`: a sync marker, one record
@@ -94,8 +94,8 @@ pub struct Record<'a> {
 }
 
 /// The records of `m` on `topic`, written in `format`.
-pub fn build(m: &Message, topic: Arc<str>, tombstones: bool, format: Format) -> Record<'_> {
-    Record {
+pub fn build(m: &Message, topic: Arc<str>, tombstones: bool, format: Format) -> KafkaRecord<'_> {
+    KafkaRecord {
         topic,
         fan_out: None,
         key: m.key.as_bytes(),
@@ -114,8 +114,8 @@ pub fn build_marker<'a>(
     fallback_topic: Arc<str>,
     destinations: Vec<(Arc<str>, i32)>,
     format: Format,
-) -> Record<'a> {
-    Record {
+) -> KafkaRecord<'a> {
+    KafkaRecord {
         topic: destinations
             .first()
             .map_or(fallback_topic, |(t, _)| t.clone()),

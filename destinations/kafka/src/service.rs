@@ -30,53 +30,11 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
 
-use crate::config::is_secret_property;
 use crate::context::{BrokerWatch, EpochWatch, KafkaContext};
+use crate::errors::{classify, describe_error, needs_new_producer, SendFailure};
+use crate::properties::Properties;
 use crate::rebuild::{ProducerHealth, Seen};
-use crate::request::{Record, MAX_TOPIC_LEN};
-
-/// A librdkafka error for logs and messages: as rdkafka prints it, except that a rejected
-/// property's value is left out (rdkafka's `ClientConfig` error carries the value, which
-/// may be a credential).
-pub fn describe_error(e: &KafkaError) -> String {
-    match e {
-        KafkaError::ClientConfig(_, description, key, _) => {
-            format!("client configuration error: property {key:?}: {description}")
-        }
-        other => other.to_string(),
-    }
-}
-
-/// librdkafka properties (`CONFIGURATION.md` of librdkafka), in a stable order.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Properties(pub Vec<(String, String)>);
-
-impl Properties {
-    /// The properties with secret values replaced by `***`, for logs and `kubesink check`.
-    pub fn redacted(&self) -> Vec<(String, String)> {
-        self.0
-            .iter()
-            .map(|(k, v)| {
-                let secret = is_secret_property(k);
-                (k.clone(), if secret { "***".into() } else { v.clone() })
-            })
-            .collect()
-    }
-
-    /// The value of one property, if set.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-impl std::fmt::Debug for Properties {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.redacted()).finish()
-    }
-}
+use crate::request::{KafkaRecord, MAX_TOPIC_LEN};
 
 /// What [`KafkaService::new`] needs, resolved by `config.rs`.
 pub struct Settings {
@@ -92,65 +50,6 @@ pub struct Settings {
     pub flush_timeout: Duration,
     /// Timeout of the healthcheck's metadata request.
     pub healthcheck_timeout: Duration,
-}
-
-/// How one failed record is classified.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    /// The record exceeds a size limit (librdkafka `message.max.bytes` or the topic's
-    /// `max.message.bytes`): the shared oversize policy applies.
-    TooLarge,
-    /// Needs an operator: authorization, authentication, unknown or invalid topic, TLS, or a
-    /// fatal producer error.
-    Fatal(String),
-    /// Anything time can fix: broker down, timeout, leader change, throttling.
-    Transient(String),
-}
-
-/// Classifies a produce or delivery error (librdkafka error codes, `rdkafka_error_code()`).
-pub fn classify(e: &KafkaError, topic: &str) -> Failure {
-    use RDKafkaErrorCode as C;
-    match e.rdkafka_error_code() {
-        Some(C::MessageSizeTooLarge) => Failure::TooLarge,
-        Some(
-            C::TopicAuthorizationFailed
-            | C::ClusterAuthorizationFailed
-            | C::TransactionalIdAuthorizationFailed,
-        ) => Failure::Fatal(format!(
-            "not authorized to produce to topic {topic:?} ({e}): check the principal's ACLs (WRITE and DESCRIBE on the topic, IDEMPOTENT_WRITE on the cluster for the idempotent producer)"
-        )),
-        Some(C::SaslAuthenticationFailed | C::Authentication) => Failure::Fatal(format!(
-            "authentication failed ({e}): check security.sasl_mechanism, sasl_username and sasl_password"
-        )),
-        Some(C::UnknownTopic | C::UnknownTopicOrPartition) => Failure::Fatal(format!(
-            "topic {topic:?} does not exist and the brokers do not auto-create it ({e}): create it (docs/kafka.md) or fix `topic`"
-        )),
-        Some(C::InvalidTopic) => Failure::Fatal(format!("topic {topic:?} is invalid ({e})")),
-        Some(C::SSL) => Failure::Fatal(format!(
-            "TLS error ({e}): check security.ssl_ca_location and the client certificate"
-        )),
-        Some(C::Fatal) => Failure::Fatal(format!("fatal producer error ({e}); the producer is recreated")),
-        Some(c) if needs_new_producer(c) => Failure::Transient(format!(
-            "{e} (topic {topic:?}): the broker lost or fenced this producer's id; the producer is recreated"
-        )),
-        _ => Failure::Transient(format!("{e} (topic {topic:?})")),
-    }
-}
-
-/// Errors after which the idempotent producer's id, epoch or sequence state is unusable:
-/// the sink replaces the producer (a fresh one gets a new producer id). Seen with brokers
-/// that lose producer state across an outage (tansu answers `PRODUCER_FENCED`).
-pub fn needs_new_producer(code: RDKafkaErrorCode) -> bool {
-    use RDKafkaErrorCode as C;
-    matches!(
-        code,
-        C::Fatal
-            | C::ProducerFenced
-            | C::InvalidProducerEpoch
-            | C::OutOfOrderSequenceNumber
-            | C::InvalidProducerIdMapping
-            | C::UnknownProducerId
-    )
 }
 
 type Producer_ = FutureProducer<KafkaContext>;
@@ -420,7 +319,7 @@ impl KafkaService {
     /// [`SinkError::TooLarge`] for a record over a size limit, [`SinkError::Fatal`] for
     /// authorization, unknown topic or TLS, [`SinkError::Partial`] naming the failed
     /// messages, or [`SinkError::Transient`] when none was delivered.
-    pub async fn send(&self, records: &[Record<'_>]) -> Result<(), SinkError> {
+    pub async fn send(&self, records: &[KafkaRecord<'_>]) -> Result<(), SinkError> {
         let current = self.current();
         let producer = current.producer.clone();
         let mut reports = Reports {
@@ -525,7 +424,7 @@ impl KafkaService {
     async fn produce(
         &self,
         producer: &Arc<Producer_>,
-        r: &Record<'_>,
+        r: &KafkaRecord<'_>,
         i: usize,
         (topic, partition): (&Arc<str>, Option<i32>),
         reports: &mut Reports,
@@ -533,7 +432,7 @@ impl KafkaService {
         if topic.len() > MAX_TOPIC_LEN {
             reports.fail(
                 i,
-                Failure::Fatal(format!(
+                SendFailure::Fatal(format!(
                     "topic {topic:?} is longer than Kafka's {MAX_TOPIC_LEN} characters: shorten `topic`"
                 )),
                 topic,
@@ -613,7 +512,7 @@ impl KafkaService {
         }
     }
 
-    fn note_topics(&self, records: &[Record<'_>]) {
+    fn note_topics(&self, records: &[KafkaRecord<'_>]) {
         let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
         for r in records {
             if !topics.contains(&*r.topic) {
@@ -624,8 +523,8 @@ impl KafkaService {
 
     fn outcome(
         &self,
-        batch: &[Record<'_>],
-        failures: Vec<Option<(Failure, Arc<str>)>>,
+        batch: &[KafkaRecord<'_>],
+        failures: Vec<Option<(SendFailure, Arc<str>)>>,
     ) -> Result<(), SinkError> {
         let failed: Vec<usize> = (0..failures.len())
             .filter(|i| failures[*i].is_some())
@@ -636,7 +535,7 @@ impl KafkaService {
         if let Some(i) = failed
             .iter()
             .copied()
-            .find(|i| matches!(failures[*i], Some((Failure::TooLarge, _))))
+            .find(|i| matches!(failures[*i], Some((SendFailure::TooLarge, _))))
         {
             return Err(SinkError::TooLarge {
                 sink: self.s.sink.clone(),
@@ -645,10 +544,10 @@ impl KafkaService {
                 limit: Some(self.s.message_max_bytes),
             });
         }
-        if let Some(Some((Failure::Fatal(msg), _))) = failed
+        if let Some(Some((SendFailure::Fatal(msg), _))) = failed
             .iter()
             .map(|i| &failures[*i])
-            .find(|f| matches!(f, Some((Failure::Fatal(_), _))))
+            .find(|f| matches!(f, Some((SendFailure::Fatal(_), _))))
         {
             return Err(SinkError::fatal(&self.s.sink, msg.clone()));
         }
@@ -661,7 +560,7 @@ impl KafkaService {
             ));
         }
         let message = match &failures[first] {
-            Some((Failure::Transient(m), _)) => self.with_cause(m.clone()),
+            Some((SendFailure::Transient(m), _)) => self.with_cause(m.clone()),
             _ => "delivery failed".into(),
         };
         if failed.len() == batch.len() {
@@ -697,7 +596,7 @@ impl KafkaService {
         .await
         .map_err(|e| SinkError::transient(&self.s.sink, format!("metadata task: {e}")))?
         .map_err(|e| match classify(&e, topic.unwrap_or("")) {
-            Failure::Fatal(m) => SinkError::fatal(&self.s.sink, m),
+            SendFailure::Fatal(m) => SinkError::fatal(&self.s.sink, m),
             _ => SinkError::transient(
                 &self.s.sink,
                 format!(
@@ -743,7 +642,7 @@ impl KafkaService {
                     }
                     self.watch_for_broker_up();
                     match classify(&e, "") {
-                        Failure::Fatal(m) => {
+                        SendFailure::Fatal(m) => {
                             SinkError::fatal(&self.s.sink, format!("{servers}: {m}"))
                         }
                         _ => SinkError::transient(
@@ -832,7 +731,7 @@ impl KafkaService {
 struct Reports {
     pending: VecDeque<Pending>,
     /// Per message of the batch: its first failure, and the topic it went to.
-    failures: Vec<Option<(Failure, Arc<str>)>>,
+    failures: Vec<Option<(SendFailure, Arc<str>)>>,
     settled: Settled,
     /// The producer's, told of each delivery.
     epoch: Arc<EpochWatch>,
@@ -864,7 +763,7 @@ impl Reports {
             }
             None => {
                 self.settled.other = true;
-                Failure::Transient("producer dropped before the delivery report".into())
+                SendFailure::Transient("producer dropped before the delivery report".into())
             }
         };
         if self.failures[index].is_none() {
@@ -873,7 +772,7 @@ impl Reports {
     }
 
     /// Records a failure to enqueue message `index`.
-    fn fail(&mut self, index: usize, failure: Failure, topic: &Arc<str>) {
+    fn fail(&mut self, index: usize, failure: SendFailure, topic: &Arc<str>) {
         self.settled.other = true;
         self.failures[index] = Some((failure, topic.clone()));
     }

@@ -8,8 +8,9 @@ use kubesink_core::message::{Format, Placeholder};
 use kubesink_core::template::Template;
 use kubesink_core::{Message, ReadySignal, Sink, SinkError};
 
-use crate::request::{self, Record, CLUSTER_SCOPE};
-use crate::service::{KafkaService, Properties};
+use crate::properties::Properties;
+use crate::request::{self, KafkaRecord, CLUSTER_SCOPE};
+use crate::service::KafkaService;
 
 /// Bytes of `message.max.bytes` kept for the key, the headers and the record overhead; the
 /// payload limit declared to the pipeline is the rest.
@@ -135,7 +136,7 @@ impl Sink for KafkaSink {
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         // Most batches go to one or a few topics: render each once, share it by reference.
         let mut topics: Vec<Arc<str>> = Vec::new();
-        let mut records: Vec<Record<'_>> = Vec::with_capacity(batch.len());
+        let mut records: Vec<KafkaRecord<'_>> = Vec::with_capacity(batch.len());
         for m in batch {
             let rendered = self.topics.render(&m.meta);
             let topic = match topics.iter().find(|t| ***t == *rendered) {

@@ -334,7 +334,10 @@ async fn the_sasl_password_appears_in_no_log_line() {
 fn errors_are_classified_too_large_fatal_or_transient() {
     use rdkafka::error::RDKafkaErrorCode as C;
     let e = |c| KafkaError::MessageProduction(c);
-    assert_eq!(classify(&e(C::MessageSizeTooLarge), "t"), Failure::TooLarge);
+    assert_eq!(
+        classify(&e(C::MessageSizeTooLarge), "t"),
+        SendFailure::TooLarge
+    );
     for c in [
         C::TopicAuthorizationFailed,
         C::SaslAuthenticationFailed,
@@ -342,7 +345,10 @@ fn errors_are_classified_too_large_fatal_or_transient() {
         C::UnknownTopic,
         C::SSL,
     ] {
-        assert!(matches!(classify(&e(c), "t"), Failure::Fatal(_)), "{c:?}");
+        assert!(
+            matches!(classify(&e(c), "t"), SendFailure::Fatal(_)),
+            "{c:?}"
+        );
     }
     for c in [
         C::MessageTimedOut,
@@ -351,12 +357,12 @@ fn errors_are_classified_too_large_fatal_or_transient() {
         C::RequestTimedOut,
     ] {
         assert!(
-            matches!(classify(&e(c), "t"), Failure::Transient(_)),
+            matches!(classify(&e(c), "t"), SendFailure::Transient(_)),
             "{c:?}"
         );
     }
     let m = match classify(&e(C::TopicAuthorizationFailed), "kubesink.prod") {
-        Failure::Fatal(m) => m,
+        SendFailure::Fatal(m) => m,
         other => panic!("{other:?}"),
     };
     assert!(m.contains("kubesink.prod") && m.contains("ACL"), "{m}");

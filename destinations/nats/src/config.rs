@@ -18,8 +18,9 @@ use kubesink_core::{Destination, Secret, Sink, SinkConfigError};
 use serde::{Deserialize, Serialize};
 
 use crate::connection;
+use crate::connection::redact_url;
 use crate::request::subject_template;
-use crate::service::{redact_url, Mode, NatsError, NatsService, Settings, StreamSetup};
+use crate::service::{Mode, NatsError, NatsService, Settings, StreamSetup};
 use crate::NatsSink;
 
 /// The default subject template: one subject per object.

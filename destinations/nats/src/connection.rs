@@ -16,8 +16,6 @@ use async_nats::{ConnectErrorKind, ConnectOptions, Event};
 use kubesink_core::backoff::Backoff;
 use kubesink_core::ReadySignal;
 
-use crate::service::redact_url;
-
 /// Whether a connection attempt failed because no server could be reached at all (refused,
 /// timed out, host or network unreachable, DNS): such a start-up failure is waited out in
 /// the background. Everything else (rejected credentials, TLS, a server that closed the
@@ -182,9 +180,30 @@ pub fn base_options(
         })
 }
 
+/// `nats://user:pass@host:4222` → `nats://***@host:4222`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        (None, Some(at)) => format!("***{}", &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_lose_their_user_info_in_messages() {
+        assert_eq!(
+            redact_url("nats://bob:hunter2@nats.example:4222"),
+            "nats://***@nats.example:4222"
+        );
+        assert_eq!(redact_url("tls://nats:4222"), "tls://nats:4222");
+        assert_eq!(redact_url("bob:pw@host:4222"), "***@host:4222");
+    }
 
     #[test]
     fn reconnect_delay_backs_off_to_one_second() {

@@ -47,7 +47,7 @@ pub use config::{
     ClientSettings, NatsAuth, NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls,
     DEFAULT_SUBJECT,
 };
-pub use connection::ConnectionWatch;
+pub use connection::{redact_url, ConnectionWatch};
 pub use request::{escape_token, subject_template, unescape_token, EMPTY_TOKEN, SUBJECT};
-pub use service::{connect_client, redact_url, ConnectFailure, NatsError};
+pub use service::{connect_client, ConnectFailure, NatsError};
 pub use sink::NatsSink;

@@ -128,17 +128,6 @@ impl NatsError {
     }
 }
 
-/// `nats://user:pass@host:4222` → `nats://***@host:4222`.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
-        }
-        (None, Some(at)) => format!("***{}", &url[at..]),
-        _ => url.to_owned(),
-    }
-}
-
 /// Connects once to `servers` with `options` (the client reconnects forever afterwards).
 ///
 /// # Errors
@@ -598,16 +587,6 @@ pub fn classify_jetstream(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_lose_their_user_info_in_messages() {
-        assert_eq!(
-            redact_url("nats://bob:hunter2@nats.example:4222"),
-            "nats://***@nats.example:4222"
-        );
-        assert_eq!(redact_url("tls://nats:4222"), "tls://nats:4222");
-        assert_eq!(redact_url("bob:pw@host:4222"), "***@host:4222");
-    }
 
     #[test]
     fn stream_not_found_is_fatal_and_timeouts_are_transient() {

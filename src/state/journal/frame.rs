@@ -75,7 +75,7 @@ pub enum FrameError {
 
 /// One record: an `added` that was about to be sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub struct JournalRecord {
     /// Index in [`Frame::watches`].
     pub watch: u32,
     /// Namespace (`""` at cluster scope).
@@ -100,7 +100,7 @@ pub struct Frame {
     /// The watch table: `(identity, selection)`.
     pub watches: Vec<(String, u64)>,
     /// The records.
-    pub records: Vec<Record>,
+    pub records: Vec<JournalRecord>,
 }
 
 /// Appends the record of `(namespace, name)` with `uid` and `rv` for watch `watch` to `buf`
@@ -244,7 +244,7 @@ fn parse_body(body: &[u8], part: &str) -> Result<Frame, FrameError> {
         let namespace = r.str().map_err(malformed)?.to_owned();
         let name = r.str().map_err(malformed)?.to_owned();
         let (_, uid, rv) = r.uid_rv().map_err(malformed)?;
-        records.push(Record {
+        records.push(JournalRecord {
             watch,
             namespace,
             name,
