@@ -3,8 +3,10 @@
 //! path; the last failure's description behind a mutex, touched only when something fails.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use kubesink_core::clock::now_ms;
+use kubesink_core::{Problem, Streak};
 
 /// Counters of one informer, readable while it runs.
 #[derive(Debug, Default)]
@@ -77,12 +79,12 @@ pub struct InformerStats {
     pub last_event_ms: AtomicU64,
     /// Duration of the initial sync in milliseconds (0 until it completed).
     pub initial_sync_ms: AtomicU64,
-    /// Unix time in milliseconds since which the informer has been failing (0: it is not).
-    pub failing_since_ms: AtomicU64,
+    /// Since when the informer has been failing.
+    failing: Streak,
     /// The kind of the current failure ([`FailureKind`] as a number).
     failure_kind: AtomicU8,
     /// The failure the informer is recovering from, if any (cleared on success).
-    last_failure: Mutex<Option<String>>,
+    last_failure: Problem,
 }
 
 /// What kind of failure an informer is recovering from: the health rules treat a refusal
@@ -99,26 +101,17 @@ pub enum FailureKind {
     Broken,
 }
 
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 impl InformerStats {
     /// Records that an event or bookmark arrived now.
     pub fn note_event(&self) {
-        self.last_event_ms
-            .store(unix_ms(SystemTime::now()), Ordering::Relaxed);
+        self.last_event_ms.store(now_ms(), Ordering::Relaxed);
     }
 
     /// Time since the last event or bookmark; `None` before the first.
     pub fn since_last_event(&self) -> Option<Duration> {
         match self.last_event_ms.load(Ordering::Relaxed) {
             0 => None,
-            ms => Some(Duration::from_millis(
-                unix_ms(SystemTime::now()).saturating_sub(ms),
-            )),
+            ms => Some(Duration::from_millis(now_ms().saturating_sub(ms))),
         }
     }
 
@@ -147,43 +140,32 @@ impl InformerStats {
 
     /// Records the failure being recovered from (the first one of a streak sets the start).
     pub fn set_failure(&self, kind: FailureKind, what: String) {
-        let now = unix_ms(SystemTime::now());
-        let _ =
-            self.failing_since_ms
-                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        self.failing.fail();
         self.failure_kind.store(kind as u8, Ordering::Relaxed);
-        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(what);
+        self.last_failure.set(Some(what));
     }
 
     /// Clears the failure after a success.
     pub fn clear_failure(&self) {
-        if self.failing_since_ms.swap(0, Ordering::Relaxed) == 0 {
-            return;
+        if self.failing.end().is_some() {
+            self.last_failure.set(None);
         }
-        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// How long the current failure streak has lasted, and its kind; `None` when healthy.
     pub fn failing_for(&self) -> Option<(Duration, FailureKind)> {
-        let since = self.failing_since_ms.load(Ordering::Relaxed);
-        if since == 0 {
-            return None;
-        }
+        let failing_for = self.failing.failing_for()?;
         let kind = match self.failure_kind.load(Ordering::Relaxed) {
             k if k == FailureKind::Forbidden as u8 => FailureKind::Forbidden,
             k if k == FailureKind::NotFound as u8 => FailureKind::NotFound,
             k if k == FailureKind::Unreachable as u8 => FailureKind::Unreachable,
             _ => FailureKind::Broken,
         };
-        let now = unix_ms(SystemTime::now());
-        Some((Duration::from_millis(now.saturating_sub(since)), kind))
+        Some((failing_for, kind))
     }
 
     /// The failure being recovered from, if any.
     pub fn failure(&self) -> Option<String> {
-        self.last_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.last_failure.get()
     }
 }

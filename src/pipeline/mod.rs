@@ -44,11 +44,10 @@ mod model_tests;
 mod queue;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
 use kubesink_core::backoff::Backoff;
-use kubesink_core::{Message, ReadySignal, Sink, SinkError};
+use kubesink_core::{Message, Problem, ReadySignal, Sink, SinkError, Streak};
 use prometheus_client::metrics::histogram::Histogram;
 use queue::{QueueLimits, SinkQueue};
 use tokio::task::JoinHandle;
@@ -187,15 +186,14 @@ pub struct SinkStats {
     pub batch_size: Histogram,
     /// Duration of each `send` call, in seconds (failed ones included).
     pub send_seconds: Histogram,
-    /// Unix time in milliseconds since which sends have been failing (0: the last one
-    /// succeeded).
-    pub failing_since_ms: AtomicU64,
+    /// Since when sends have been failing (not failing: the last one succeeded).
+    failing: Streak,
     /// The last healthcheck passed (updated by the bridge's probe).
     pub healthy: AtomicBool,
     /// Why the last healthcheck or send failed, while it does.
-    problem: Mutex<Option<String>>,
+    problem: Problem,
     /// The worker's panic message, once it panicked (it delivers nothing more).
-    panic: Mutex<Option<String>>,
+    panic: Problem,
 }
 
 /// Names of [`SinkStats::errors_by_kind`], in order.
@@ -221,19 +219,12 @@ impl Default for SinkStats {
             send_seconds: Histogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(0.001, 4.0, 9),
             ),
-            failing_since_ms: AtomicU64::new(0),
+            failing: Streak::default(),
             healthy: AtomicBool::new(false),
-            problem: Mutex::new(None),
-            panic: Mutex::new(None),
+            problem: Problem::default(),
+            panic: Problem::default(),
         }
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 impl SinkStats {
@@ -247,21 +238,14 @@ impl SinkStats {
             SinkError::Fatal { .. } => 3,
         };
         self.errors_by_kind[kind].fetch_add(1, Ordering::Relaxed);
-        let _ = self.failing_since_ms.compare_exchange(
-            0,
-            now_ms(),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-        self.set_problem(Some(e.to_string()));
+        self.failing.fail();
+        self.problem.set(Some(e.to_string()));
     }
 
     /// Records a confirmed send.
     pub fn note_success(&self) {
-        if self.failing_since_ms.swap(0, Ordering::Relaxed) != 0
-            && self.healthy.load(Ordering::Relaxed)
-        {
-            self.set_problem(None);
+        if self.failing.end().is_some() && self.healthy.load(Ordering::Relaxed) {
+            self.problem.set(None);
         }
     }
 
@@ -269,8 +253,8 @@ impl SinkStats {
     pub fn note_health(&self, result: Result<(), String>) {
         let ok = result.is_ok();
         self.healthy.store(ok, Ordering::Relaxed);
-        if !ok || self.failing_since_ms.load(Ordering::Relaxed) == 0 {
-            self.set_problem(result.err());
+        if !ok || !self.failing.is_failing() {
+            self.problem.set(result.err());
         }
     }
 
@@ -278,7 +262,7 @@ impl SinkStats {
     /// failing.
     pub fn ready(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
-            && self.failing_since_ms.load(Ordering::Relaxed) == 0
+            && !self.failing.is_failing()
             && self.panicked().is_none()
     }
 
@@ -289,23 +273,16 @@ impl SinkStats {
                 "its worker panicked, nothing more is delivered to it until a restart: {p}"
             ));
         }
-        self.problem
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.problem.get()
     }
 
     /// The panic message of the sink's worker, once it panicked.
     pub fn panicked(&self) -> Option<String> {
-        self.panic.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.panic.get()
     }
 
     fn note_panic(&self, message: String) {
-        *self.panic.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
-    }
-
-    fn set_problem(&self, p: Option<String>) {
-        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = p;
+        self.panic.set(Some(message));
     }
 }
 

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::snapshot::Writer;
-use super::stats::{self, StateStats};
+use super::stats::StateStats;
 use super::{Journal, StateError, StateStore, WatchKey};
 use crate::informer::TrackedStore;
 use crate::leader::Fence;
@@ -313,7 +313,7 @@ impl Keeper {
 /// The snapshot of `watches` at journal generation `generation`, and what packing it took.
 fn pack(cluster: &str, watches: &[Kept], generation: u64) -> (Vec<u8>, SaveReport) {
     let started = Instant::now();
-    let mut w = Writer::new(cluster, stats::now_ms(), generation);
+    let mut w = Writer::new(cluster, kubesink_core::clock::now_ms(), generation);
     let mut report = SaveReport::default();
     for kept in watches {
         let locked = Instant::now();

@@ -33,9 +33,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::journal::frame::{self, Frame};
 use super::snapshot::{self, Snapshot};
-use super::stats::now_ms;
 use super::{JournalSegment, StateError, StateStore, WatchKey};
 use crate::informer::{Facts, LightStore};
+use kubesink_core::clock::now_ms;
 
 /// What [`restore`] found.
 pub struct Restored {

@@ -2,15 +2,10 @@
 //! and the logs. Written by the keeper and the journal writer; this module only counts.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-/// Milliseconds since the Unix epoch.
-pub(super) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+use kubesink_core::clock::now_ms;
+use kubesink_core::{Problem, Streak};
 
 /// The counters of one cluster's state.
 #[derive(Debug, Default)]
@@ -39,34 +34,29 @@ pub struct StateStats {
     pub journal_bytes: AtomicU64,
     /// Failed journal appends (each retried).
     pub journal_errors: AtomicU64,
-    /// Unix time in milliseconds since which journal appends fail (0: the last succeeded).
-    pub journal_failing_since_ms: AtomicU64,
+    /// Since when journal appends fail (not failing: the last succeeded).
+    journal_failing: Streak,
     /// Objects restored at start (or when becoming the leader), all watches.
     pub restored_objects: AtomicU64,
     /// Of those, unconfirmed (re-sent or deleted by the first list).
     pub restored_unconfirmed: AtomicU64,
     /// Watches that could not use the saved state (a full initial list each).
     pub restore_ignored_watches: AtomicU64,
-    /// Unix time in milliseconds since which the saved state cannot be read, so the watches
-    /// wait for it (0: read, or not tried yet).
-    pub restore_waiting_since_ms: AtomicU64,
+    /// Since when the saved state cannot be read, so the watches wait for it (not waiting:
+    /// read, or not tried yet).
+    restore_waiting: Streak,
     /// What the restore did, in one line (`/readyz`).
-    restore: Mutex<Option<String>>,
-    /// Why the last journal append or save failed, while it does.
-    problem: Mutex<Option<String>>,
+    restore: Problem,
+    /// Why the last journal append, save or state read failed, while it does.
+    problem: Problem,
 }
 
 impl StateStats {
     /// Records an append failure.
     pub fn note_journal_error(&self, e: &dyn std::fmt::Display) {
         self.journal_errors.fetch_add(1, Ordering::Relaxed);
-        let _ = self.journal_failing_since_ms.compare_exchange(
-            0,
-            now_ms(),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-        self.set_problem(Some(format!("journal: {e}")));
+        self.journal_failing.fail();
+        self.problem.set(Some(format!("journal: {e}")));
     }
 
     /// Records a stored frame of `bytes` bytes; returns how long appends had been failing.
@@ -75,19 +65,16 @@ impl StateStats {
         self.journal_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
         self.journal_durable.store(durable, Ordering::Relaxed);
-        let since = self.journal_failing_since_ms.swap(0, Ordering::Relaxed);
-        (since != 0).then(|| {
-            self.set_problem(None);
-            Duration::from_millis(now_ms().saturating_sub(since))
-        })
+        let failed_for = self.journal_failing.end();
+        if failed_for.is_some() {
+            self.problem.set(None);
+        }
+        failed_for
     }
 
     /// How long journal appends have been failing, if they are.
     pub fn journal_failing_for(&self) -> Option<Duration> {
-        match self.journal_failing_since_ms.load(Ordering::Relaxed) {
-            0 => None,
-            since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
-        }
+        self.journal_failing.failing_for()
     }
 
     /// Journal records appended and not yet durable.
@@ -100,7 +87,7 @@ impl StateStats {
     /// Records a failed save.
     pub fn note_save_error(&self, e: &dyn std::fmt::Display) {
         self.save_failures.fetch_add(1, Ordering::Relaxed);
-        self.set_problem(Some(format!("save: {e}")));
+        self.problem.set(Some(format!("save: {e}")));
     }
 
     /// Records a stored snapshot.
@@ -114,63 +101,45 @@ impl StateStats {
             u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
-        if self.journal_failing_since_ms.load(Ordering::Relaxed) == 0 {
-            self.set_problem(None);
+        if !self.journal_failing.is_failing() {
+            self.problem.set(None);
         }
     }
 
     /// Records that the saved state could not be read (`e`): the watches wait for it.
     pub fn note_restore_waiting(&self, e: &dyn std::fmt::Display) {
-        let _ = self.restore_waiting_since_ms.compare_exchange(
-            0,
-            now_ms(),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-        *self.restore.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+        self.restore_waiting.fail();
+        self.restore.set(Some(format!(
             "waiting: the saved state cannot be read (the watches start once it is): {e}"
-        ));
-        self.set_problem(Some(format!("restore: {e}")));
+        )));
+        self.problem.set(Some(format!("restore: {e}")));
     }
 
     /// How long the saved state has been unreadable while the watches wait for it, if they do.
     pub fn restore_waiting_for(&self) -> Option<Duration> {
-        match self.restore_waiting_since_ms.load(Ordering::Relaxed) {
-            0 => None,
-            since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
-        }
+        self.restore_waiting.failing_for()
     }
 
     /// Records what the restore did (and that it no longer waits).
     pub fn note_restore(&self, objects: u64, unconfirmed: u64, ignored: u64, summary: String) {
-        if self.restore_waiting_since_ms.swap(0, Ordering::Relaxed) != 0 {
-            self.set_problem(None); // the read's problem; no save or append ran yet
+        if self.restore_waiting.end().is_some() {
+            self.problem.set(None); // the read's problem; no save or append ran yet
         }
         self.restored_objects.store(objects, Ordering::Relaxed);
         self.restored_unconfirmed
             .store(unconfirmed, Ordering::Relaxed);
         self.restore_ignored_watches
             .store(ignored, Ordering::Relaxed);
-        *self.restore.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+        self.restore.set(Some(summary));
     }
 
     /// What the restore did, once it ran.
     pub fn restore(&self) -> Option<String> {
-        self.restore
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.restore.get()
     }
 
     /// What is wrong, if anything.
     pub fn problem(&self) -> Option<String> {
-        self.problem
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn set_problem(&self, p: Option<String>) {
-        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = p;
+        self.problem.get()
     }
 }
