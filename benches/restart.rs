@@ -77,7 +77,7 @@ impl Sink for Counting {
 
 /// Runs a bridge until its list is done and the sink has everything; returns it running.
 async fn run(config: &Config, sink: &Arc<Counting>) -> anyhow::Result<(Bridge, Duration)> {
-    let client = kubesink::cluster::client(&config.cluster).await?;
+    let client = kubesink::cluster::client(&config.clusters()[0]).await?;
     let t = Instant::now();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
     let bridge = Bridge::start(config, client, sinks).await?;

@@ -67,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
         .open("/dev/null")
         .await?;
     let sink: Arc<dyn Sink> = Arc::new(StdoutSink::new("devnull".into(), Box::new(devnull)));
-    let client = kubesink::cluster::client(&config.cluster).await?;
+    let client = kubesink::cluster::client(&config.clusters()[0]).await?;
     let t = Instant::now();
     let bridge = Bridge::start(&config, client, vec![sink]).await?;
     let stats = bridge.pipeline().sinks()[0].stats().clone();

@@ -13,7 +13,7 @@ use kube::discovery::{pinned_kind, Scope};
 use kube::{Client, Config};
 use kubesink_core::Resource;
 
-use crate::config::{ClusterConfig, ResourceConfig};
+use crate::config::{Cluster, ResourceConfig};
 
 /// Why the cluster could not be reached or a resource resolved.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +74,7 @@ impl ClusterError {
 ///
 /// # Errors
 /// [`ClusterError`] naming the kubeconfig path or the in-cluster problem.
-pub async fn client(cfg: &ClusterConfig) -> Result<Client, ClusterError> {
+pub async fn client(cfg: &Cluster) -> Result<Client, ClusterError> {
     let options = KubeConfigOptions {
         context: cfg.context.clone(),
         ..Default::default()

@@ -53,7 +53,7 @@ fn test_config(c: &Cluster) -> Config {
 }
 
 async fn start(cfg: &Config, sinks: Vec<Arc<dyn Sink>>) -> kubesink::bridge::Bridge {
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     kubesink::bridge::Bridge::start(cfg, client, sinks)
         .await
         .unwrap()

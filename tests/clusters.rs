@@ -56,7 +56,7 @@ async fn two_clusters_flow_independently_and_a_dead_one_is_named() {
     ];
     let mut clients = Vec::new();
     for spec in cfg.clusters() {
-        clients.push(kubesink::cluster::client(&spec.connection()).await.unwrap());
+        clients.push(kubesink::cluster::client(&spec).await.unwrap());
     }
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];

@@ -149,7 +149,7 @@ async fn start_bridge(cfg: &Config) -> Bridge {
     for (i, s) in cfg.sinks.iter().enumerate() {
         sinks.push(s.build(i).await.expect("sink builds"));
     }
-    let client = kubesink::cluster::client(&cfg.cluster)
+    let client = kubesink::cluster::client(&cfg.clusters()[0])
         .await
         .expect("client");
     Bridge::start(cfg, client, sinks)

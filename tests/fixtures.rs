@@ -157,7 +157,7 @@ async fn recorded_pods_served_by_the_simulator_are_emitted_with_their_recorded_c
     }
     let cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
     let sink = CaptureSink::new();
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
     let bridge = Bridge::start(&cfg, client, sinks).await.unwrap();
     wait_for("every recorded pod", Duration::from_secs(60), || {

@@ -51,7 +51,7 @@ async fn start_bridge(cfg: &Config) -> Bridge {
     for (i, s) in cfg.sinks.iter().enumerate() {
         sinks.push(s.build(i).await.expect("sink builds"));
     }
-    let client = kubesink::cluster::client(&cfg.cluster)
+    let client = kubesink::cluster::client(&cfg.clusters()[0])
         .await
         .expect("client");
     Bridge::start(cfg, client, sinks)
@@ -429,7 +429,7 @@ async fn against_cluster_finds_a_ghost_and_a_missing_object_and_agrees_otherwise
     // capturing sink), as JSON Lines.
     let sink = CaptureSink::new();
     let cfg = config(&c.kubeconfig, kinds());
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let bridge = Bridge::start(&cfg, client, vec![sink.clone() as Arc<dyn Sink>])
         .await
         .unwrap();
@@ -585,7 +585,7 @@ async fn stateless_run(c: &Cluster) -> String {
     let sink = CaptureSink::new();
     let mut cfg = config(&c.kubeconfig, kinds());
     cfg.pipeline.sync_markers = true;
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let bridge = Bridge::start(&cfg, client, vec![sink.clone() as Arc<dyn Sink>])
         .await
         .unwrap();

@@ -15,7 +15,9 @@ use support::*;
 const LONG: Duration = Duration::from_secs(60);
 
 async fn client(c: &Config) -> kube::Client {
-    kubesink::cluster::client(&c.cluster).await.expect("client")
+    kubesink::cluster::client(&c.clusters()[0])
+        .await
+        .expect("client")
 }
 
 async fn start(c: &Config, sink: &Arc<CaptureSink>) -> Bridge {

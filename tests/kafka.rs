@@ -61,7 +61,7 @@ fn three_kinds() -> Vec<ResourceConfig> {
 }
 
 async fn start_bridge(cfg: &Config, sink: Arc<dyn Sink>) -> Bridge {
-    let client = kubesink::cluster::client(&cfg.cluster)
+    let client = kubesink::cluster::client(&cfg.clusters()[0])
         .await
         .expect("client");
     Bridge::start(cfg, client, vec![sink])
@@ -400,7 +400,7 @@ async fn a_broker_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_
     let mut cfg = config(&c.kubeconfig, three_kinds());
     cfg.sinks = vec![SinkConfig::Kafka(example_sink(&broker.bootstrap))];
     let capture = CaptureSink::new();
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let sinks: Vec<Arc<dyn Sink>> = vec![
         kafka_sink(quick(example_sink(&broker.bootstrap))).await,
         capture.clone(),
@@ -510,7 +510,7 @@ async fn an_object_over_message_max_bytes_is_sent_truncated_and_counted() {
     k.message_max_bytes = 6000;
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
     cfg.sinks = vec![SinkConfig::Kafka(k.clone())];
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let bridge = Bridge::start(&cfg, client, vec![kafka_sink(k).await])
         .await
         .unwrap();
@@ -677,7 +677,7 @@ async fn lost_producer_id(tweak: impl FnOnce(&mut KafkaConfig)) -> Duration {
     tweak(&mut k);
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
     cfg.sinks = vec![SinkConfig::Kafka(k.clone())];
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let bridge = Bridge::start(&cfg, client, vec![kafka_sink(k).await])
         .await
         .unwrap();

@@ -78,7 +78,7 @@ async fn build_sinks(cfg: &Config) -> Vec<Arc<dyn Sink>> {
 }
 
 async fn start(cfg: &Config, sinks: Vec<Arc<dyn Sink>>) -> Bridge {
-    let client = kubesink::cluster::client(&cfg.cluster)
+    let client = kubesink::cluster::client(&cfg.clusters()[0])
         .await
         .expect("client");
     Bridge::start(cfg, client, sinks)

@@ -112,7 +112,7 @@ async fn metrics_are_exposed_and_move_under_churn() {
     );
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let bridge = Bridge::start(&cfg, client, sinks).await.unwrap();
     let addr = bridge.server_addr().expect("server enabled");
     wait_for("initial sync", LONG, || sink.len() >= 105).await;
@@ -231,7 +231,7 @@ async fn readiness_follows_sync_and_sinks_while_liveness_survives_a_sink_outage(
     let cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let bridge = Bridge::start(&cfg, client, sinks).await.unwrap();
     let addr = bridge.server_addr().expect("server enabled");
     let (code, body) = http_get(addr, "/readyz").await;

@@ -936,7 +936,7 @@ async fn bridge_with_nats_state(
     cfg.pipeline.sync_markers = true;
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn kubesink_core::Sink>> = vec![sink.clone()];
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let bridge = kubesink::bridge::Bridge::start(&cfg, client, sinks)
         .await
         .unwrap();

@@ -373,7 +373,7 @@ async fn a_spec_nested_ten_thousand_levels_is_delivered_whole_or_skipped_by_a_po
     const LEVELS: usize = 10_000;
     const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
     let c = cluster(SimConfig::default()).await;
-    let client = kubesink::cluster::client(&kubesink::config::ClusterConfig {
+    let client = kubesink::cluster::client(&kubesink::config::Cluster {
         kubeconfig: Some(c.kubeconfig.clone()),
         ..Default::default()
     })

@@ -79,7 +79,7 @@ async fn a_panicked_sink_worker_fails_health_and_its_changes_count_as_undelivere
         .unwrap();
     let cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
     let sink = Arc::new(PanicSink::default());
-    let client = kubesink::cluster::client(&cfg.cluster).await.unwrap();
+    let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
     let bridge = kubesink::bridge::Bridge::start(&cfg, client, sinks)
         .await

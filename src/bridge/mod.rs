@@ -30,7 +30,7 @@ use tokio_util::task::TaskTracker;
 use watching::{lead, Watching};
 
 use crate::cluster::{self, ClusterError};
-use crate::config::{ClusterSpec, Config, ResourceConfig};
+use crate::config::{Cluster, Config, ResourceConfig};
 use crate::informer::{InformerStats, WatchPlan};
 use crate::leader::{Elector, Fence, Lost};
 use crate::observe::{self, Leadership, Observer, SinkEntry, StateEntry, WatchEntry};
@@ -173,7 +173,7 @@ struct PlannedResource {
 
 /// One cluster: its client, its state store (with `[state]`) and its resources.
 struct PlannedCluster {
-    spec: ClusterSpec,
+    spec: Cluster,
     client: Client,
     state: Option<(Arc<dyn StateStore>, Arc<StateStats>)>,
     resources: Vec<PlannedResource>,
@@ -206,7 +206,18 @@ impl Bridge {
         sinks: Vec<Arc<dyn Sink>>,
         elector: Option<Elector>,
     ) -> Result<Bridge, StartError> {
-        let clusters = config.clusters();
+        Bridge::launch(config, config.clusters(), clients, sinks, elector).await
+    }
+
+    /// [`Bridge::start_with`] for `clusters` already resolved from `config` (by the caller
+    /// that built their `clients`, so the configuration is resolved once per process).
+    pub(crate) async fn launch(
+        config: &Config,
+        clusters: Vec<Cluster>,
+        clients: Vec<Client>,
+        sinks: Vec<Arc<dyn Sink>>,
+        elector: Option<Elector>,
+    ) -> Result<Bridge, StartError> {
         if clusters.len() != clients.len() {
             return Err(StartError::Clients {
                 clusters: clusters.len(),
@@ -608,7 +619,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let clusters = config.clusters();
     let mut clients = Vec::with_capacity(clusters.len());
     for spec in &clusters {
-        clients.push(cluster::client(&spec.connection()).await?);
+        clients.push(cluster::client(spec).await?);
     }
     let elector = if config.leader_election.enabled {
         let at = config
@@ -626,8 +637,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         None
     };
     let sinks = build_sinks(&config).await?;
-    let mut bridge = Bridge::start_with(&config, clients, sinks, elector).await?;
-    let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+    let mut bridge = Bridge::launch(&config, clusters, clients, sinks, elector).await?;
     tracing::info!(clusters = ?names, sinks = config.sinks.len(), leader_election = config.leader_election.enabled, "kubesink running");
     let lost = bridge.take_lost_leadership();
     tokio::pin!(lost);

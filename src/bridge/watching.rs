@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{Keepers, PlannedCluster, PlannedScope};
 use crate::cluster::{self, ClusterError};
-use crate::config::{ClusterSpec, ResourceConfig, StateConfig, WatchConfig};
+use crate::config::{Cluster, ResourceConfig, StateConfig, WatchConfig};
 use crate::informer::{
     Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore, TrackedStore, WatchPlan,
 };
@@ -60,7 +60,7 @@ struct Scope {
 
 /// One configured resource of one cluster and its watches.
 struct Target {
-    cluster: ClusterSpec,
+    cluster: Cluster,
     client: Client,
     resource: ResourceConfig,
     scopes: Vec<Scope>,

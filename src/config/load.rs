@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{
-    ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PayloadMode,
-    PipelineConfig, ResourceConfig, ServerConfig, SinkConfig, StateConfig, WatchConfig,
+    ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PipelineConfig,
+    ResourceConfig, ServerConfig, SinkConfig, StateConfig, WatchConfig,
 };
 
 /// Prefix of the environment variables that override the file.
@@ -93,7 +93,9 @@ pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figme
             loader.problem("resources", "at least one [[resources]] entry is required");
         }
         for (i, r) in resources.iter().enumerate() {
-            loader.check_resource(&format!("resources.{i}"), r);
+            for (key, message) in r.problems(&format!("resources.{i}")) {
+                loader.problem(&key, message);
+            }
         }
     }
     match resources {
@@ -343,156 +345,24 @@ impl Loader {
         out
     }
 
-    fn check_cluster_name(&mut self, key: &str, name: &str) {
-        if let Err(why) = check_label_value(name) {
-            self.problem(key, format!("{name:?} {why}"));
-        } else if name.contains('/') {
-            self.problem(key, "must not contain '/' (it is part of the message key)");
-        }
-    }
-
+    /// Every semantic problem of `c`, section by section, in file order (each section's
+    /// checks live beside it; only what spans sections or needs the figment is here).
     fn check(&mut self, c: &Config) {
-        if c.clusters.is_empty() {
-            if c.cluster.name.is_empty() {
-                self.problem(
-                    "cluster.name",
-                    "required: the cluster's name, carried by every message (set it in the file or KUBESINK_CLUSTER__NAME)",
-                );
-            } else {
-                self.check_cluster_name("cluster.name", &c.cluster.name);
-            }
-        } else {
-            if !c.cluster.name.is_empty()
-                || c.cluster.kubeconfig.is_some()
-                || c.cluster.context.is_some()
-            {
-                self.problem(
-                    "clusters",
-                    "use either [cluster] (name, kubeconfig, context) or [[clusters]], not both (cluster.label applies to all)",
-                );
-            }
-            let mut names = std::collections::HashSet::new();
-            for (i, e) in c.clusters.iter().enumerate() {
-                self.check_cluster_name(&format!("clusters.{i}.name"), &e.name);
-                if !names.insert(e.name.clone()) {
-                    self.problem(
-                        &format!("clusters.{i}.name"),
-                        format!("cluster name {:?} is used twice", e.name),
-                    );
-                }
-                for (j, r) in e.resources.iter().flatten().enumerate() {
-                    self.check_resource(&format!("clusters.{i}.resources.{j}"), r);
-                }
-            }
-        }
-        let le = &c.leader_election;
-        if le.enabled {
-            if le.renew_deadline >= le.lease_duration {
-                self.problem(
-                    "leader_election.renew_deadline",
-                    "must be shorter than leader_election.lease_duration (the leader must stop before its lease can expire)",
-                );
-            }
-            if le.retry_period >= le.renew_deadline || le.retry_period.0.is_zero() {
-                self.problem(
-                    "leader_election.retry_period",
-                    "must be greater than zero and shorter than leader_election.renew_deadline",
-                );
-            } else if le.renew_deadline.0 + 2 * le.retry_period.0 >= le.lease_duration.0
-                && le.renew_deadline < le.lease_duration
-            {
-                // The leader learns that it missed its renew deadline at the end of a renew
-                // attempt: up to one retry_period of sleep plus one of request time after
-                // the deadline. Only then does it stop and exit; until then it must still hold
-                // the lease, or another replica could take over while it runs.
-                self.problem(
-                    "leader_election.lease_duration",
-                    format!(
-                        "must be longer than renew_deadline + 2 × retry_period ({} + 2 × {}): a leader that cannot renew stops up to two retry periods after its renew deadline, and must not outlive its lease",
-                        humantime::format_duration(le.renew_deadline.0),
-                        humantime::format_duration(le.retry_period.0)
-                    ),
-                );
-            }
-            if let Some(name) = &le.cluster {
-                if !c.clusters.iter().any(|e| &e.name == name) {
-                    self.problem(
-                        "leader_election.cluster",
-                        format!("{name:?} is not the name of a [[clusters]] entry"),
-                    );
-                }
-            }
-        }
-        if let Err(why) = check_label_key(&c.cluster.label) {
-            self.problem("cluster.label", format!("{:?} {why}", c.cluster.label));
-        }
-        let p = &c.pipeline;
-        for (key, v) in [
-            ("pipeline.max_pending", p.max_pending),
-            ("pipeline.max_batch_events", p.max_batch_events),
-            ("pipeline.max_pending_bytes", p.max_pending_bytes.bytes()),
-            ("pipeline.max_batch_bytes", p.max_batch_bytes.bytes()),
-        ] {
-            if v == 0 {
-                self.problem(key, "must be at least 1");
-            }
-        }
-        if p.retry_initial_backoff.0.is_zero() {
-            self.problem(
-                "pipeline.retry_initial_backoff",
-                "must be greater than zero",
-            );
-        }
-        if p.retry_max_backoff < p.retry_initial_backoff {
-            self.problem(
-                "pipeline.retry_max_backoff",
-                "must not be shorter than pipeline.retry_initial_backoff",
-            );
-        }
-        let w = &c.watch;
-        if w.idle_timeout.0 < std::time::Duration::from_secs(1) {
-            self.problem("watch.idle_timeout", "must be at least 1s");
-        }
-        if w.retry_initial_backoff.0.is_zero() {
-            self.problem("watch.retry_initial_backoff", "must be greater than zero");
-        }
-        if w.retry_max_backoff < w.retry_initial_backoff {
-            self.problem(
-                "watch.retry_max_backoff",
-                "must not be shorter than watch.retry_initial_backoff",
-            );
-        }
-        if c.server.enabled {
-            if let Err(e) = c.server.listen.parse::<std::net::SocketAddr>() {
-                self.problem(
-                    "server.listen",
-                    format!(
-                        "{:?} is not an address:port ({e}), e.g. \"0.0.0.0:9090\"",
-                        c.server.listen
-                    ),
-                );
-            }
-        }
-        if c.server.sink_check_interval.0.is_zero() {
-            self.problem("server.sink_check_interval", "must be greater than zero");
-        }
-        if c.resources.is_empty() {
-            self.problem("resources", "at least one [[resources]] entry is required");
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (i, r) in c.resources.iter().enumerate() {
-            self.check_resource(&format!("resources.{i}"), r);
-            if !seen.insert((r.api_version.clone(), r.kind.clone(), r.namespaces.clone())) {
-                self.problem(
-                    &format!("resources.{i}"),
-                    format!("{} is listed twice", r.display_name()),
-                );
-            }
-        }
+        let mut problems = super::cluster::problems(c);
+        problems.extend(c.leader_election.problems(&c.clusters));
+        problems.extend(c.cluster.label_problems());
+        problems.extend(c.pipeline.problems());
+        problems.extend(c.watch.problems());
+        problems.extend(c.server.problems());
+        problems.extend(super::resource::list_problems("resources", &c.resources));
         if c.sinks.is_empty() {
-            self.problem("sinks", "at least one [[sinks]] entry is required");
+            problems.push((
+                "sinks".into(),
+                "at least one [[sinks]] entry is required".into(),
+            ));
         }
-        for (key, message) in c.state.problems() {
+        problems.extend(c.state.problems());
+        for (key, message) in problems {
             self.problem(&key, message);
         }
         #[cfg(feature = "nats")]
@@ -522,77 +392,6 @@ impl Loader {
                 let kubesink_core::SinkConfigError::Invalid { key, message, .. } = e;
                 self.problem(&format!("sinks.{i}.{key}"), message);
             }
-        }
-    }
-
-    fn check_resource(&mut self, at_key: &str, r: &ResourceConfig) {
-        let at = |k: &str| format!("{at_key}.{k}");
-        if let Err(why) = check_api_version(&r.api_version) {
-            self.problem(
-                &at("api_version"),
-                format!(
-                    "{:?} is not an apiVersion: {why} (expected \"v1\" for the core group, or \"group/version\" such as \"apps/v1\")",
-                    r.api_version
-                ),
-            );
-        }
-        if r.kind.is_empty() || !r.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
-            self.problem(
-                &at("kind"),
-                format!("{:?} is not a Kind (expected e.g. \"Deployment\")", r.kind),
-            );
-        }
-        if r.payload == PayloadMode::Fields && r.fields.is_empty() {
-            self.problem(
-                &at("fields"),
-                "payload = \"fields\" needs at least one JSON pointer in fields",
-            );
-        }
-        if r.payload != PayloadMode::Fields && !r.fields.is_empty() {
-            self.problem(
-                &at("fields"),
-                "fields is only used with payload = \"fields\"",
-            );
-        }
-        for (j, ptr) in r.fields.iter().enumerate() {
-            if !ptr.starts_with('/') || ptr.len() < 2 {
-                self.problem(
-                    &at(&format!("fields.{j}")),
-                    format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/spec/nodeName\""),
-                );
-            }
-        }
-        for (j, ptr) in r.drop.iter().enumerate() {
-            if !ptr.starts_with('/') || ptr.len() < 2 {
-                self.problem(
-                    &at(&format!("drop.{j}")),
-                    format!(
-                        "{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/status/conditions\""
-                    ),
-                );
-            }
-        }
-        for (j, ns) in r.namespaces.iter().enumerate() {
-            if let Err(why) = check_dns_label(ns) {
-                self.problem(&at(&format!("namespaces.{j}")), format!("{ns:?} {why}"));
-            }
-        }
-        if r.page_size == 0 {
-            self.problem(&at("page_size"), "must be at least 1");
-        }
-        if let Some(plural) = &r.plural {
-            if check_dns_label(plural).is_err() {
-                self.problem(
-                    &at("plural"),
-                    format!(
-                        "{plural:?} is not a resource name: lowercase letters and digits, \
-                         e.g. \"foobars\""
-                    ),
-                );
-            }
-        }
-        if r.allow_secret_data && !(r.api_version == "v1" && r.kind == "Secret") {
-            self.problem(&at("allow_secret_data"), "only applies to v1 Secret");
         }
     }
 }
@@ -658,100 +457,4 @@ fn env_var_for(path: &[String]) -> Option<String> {
         })
         .max_by_key(|(depth, _)| *depth)
         .map(|(_, name)| name)
-}
-
-/// Kubernetes label value syntax: at most 63 characters of `[A-Za-z0-9._-]`, starting and
-/// ending alphanumeric (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set).
-fn check_label_value(v: &str) -> Result<(), &'static str> {
-    if v.len() > 63 {
-        return Err("is longer than 63 characters (a label value)");
-    }
-    let ok_chars = v
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    let ends = v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric());
-    if ok_chars && ends {
-        Ok(())
-    } else {
-        Err("is not a valid label value: use [A-Za-z0-9._-], starting and ending alphanumeric")
-    }
-}
-
-/// Label key: optional DNS-subdomain prefix and `/`, then a name like a label value.
-fn check_label_key(k: &str) -> Result<(), &'static str> {
-    let (prefix, name) = match k.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, k),
-    };
-    if let Some(p) = prefix {
-        if p.is_empty() || p.len() > 253 || !p.split('.').all(|l| check_dns_label(l).is_ok()) {
-            return Err("has an invalid prefix: expected a DNS subdomain such as kubesink.io");
-        }
-    }
-    if name.is_empty() {
-        return Err("has an empty name part");
-    }
-    check_label_value(name).map_err(|_| {
-        "has an invalid name part: use [A-Za-z0-9._-], at most 63, alphanumeric at both ends"
-    })
-}
-
-/// An apiVersion as Kubernetes writes it: `version` (the core group) or `group/version`, the
-/// group a DNS subdomain and the version a DNS-1035 label (`v1`, `v1beta1`). Anything else
-/// (`/v1`, `v1/`, `a/b/c`, whitespace, capitals) is refused: discovery would resolve some of
-/// these spellings to a kind all the same, and every decision about the resource is then made
-/// from what discovery resolved.
-fn check_api_version(v: &str) -> Result<(), String> {
-    if v.is_empty() {
-        return Err("it is empty".to_owned());
-    }
-    if v.chars().any(char::is_whitespace) {
-        return Err("it contains whitespace".to_owned());
-    }
-    let (group, version) = match v.split_once('/') {
-        Some((g, v)) => (Some(g), v),
-        None => (None, v),
-    };
-    if version.contains('/') {
-        return Err("it has more than one '/'".to_owned());
-    }
-    match group {
-        Some("") => {
-            return Err(
-                "the group before '/' is empty (the core group is written without it: \"v1\")"
-                    .to_owned(),
-            )
-        }
-        Some(g) if g.len() > 253 || !g.split('.').all(|l| check_dns_label(l).is_ok()) => {
-            return Err(format!(
-                "the group {g:?} is not a DNS subdomain (lowercase letters, digits, '-' and '.')"
-            ))
-        }
-        _ => {}
-    }
-    if version.is_empty() {
-        return Err("the version after '/' is empty".to_owned());
-    }
-    if check_dns_label(version).is_err() || !version.starts_with(|c: char| c.is_ascii_lowercase()) {
-        return Err(format!(
-            "the version {version:?} is not a lowercase DNS label starting with a letter, such as \"v1\" or \"v1beta1\""
-        ));
-    }
-    Ok(())
-}
-
-/// RFC 1123 DNS label (namespace names).
-fn check_dns_label(v: &str) -> Result<(), &'static str> {
-    let ok = !v.is_empty()
-        && v.len() <= 63
-        && v.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !v.starts_with('-')
-        && !v.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err("is not a valid name: lowercase RFC 1123 label, at most 63 characters")
-    }
 }

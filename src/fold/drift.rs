@@ -72,7 +72,7 @@ pub async fn compare(
     // (cluster, group, kind, namespaces; empty = all) covered by the lists.
     let mut covered: Vec<(String, String, String, Vec<String>)> = Vec::new();
     for spec in cfg.clusters() {
-        let client = cluster::client(&spec.connection()).await?;
+        let client = cluster::client(&spec).await?;
         for res in &spec.resources {
             let resolved = cluster::resolve(&client, &spec.name, res).await?;
             covered.push((

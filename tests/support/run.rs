@@ -38,7 +38,7 @@ impl Run {
         let mut cfg = config(&c.kubeconfig, resources);
         cfg.cluster.name = cluster.clone();
         tweak(&mut cfg);
-        let client = kubesink::cluster::client(&cfg.cluster)
+        let client = kubesink::cluster::client(&cfg.clusters()[0])
             .await
             .expect("client");
         let sink = CaptureSink::new();

@@ -1,0 +1,217 @@
+//! `[[resources]]`: what to watch and how much of each object a message carries, and the
+//! checks serde cannot express, beside the fields they check.
+
+use serde::{Deserialize, Serialize};
+
+use super::syntax::{check_api_version, check_dns_label};
+
+/// How much of each object a message carries.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadMode {
+    /// The whole object without `metadata.managedFields` (and without the `drop` paths).
+    #[default]
+    Full,
+    /// Metadata only: the watch asks for `PartialObjectMetadata`, so nothing else crosses the
+    /// wire; the message's object is `{apiVersion, kind, metadata}`.
+    Metadata,
+    /// Only the JSON pointers in `fields` (plus `apiVersion`, `kind` and the identifying
+    /// metadata: name, namespace, uid, resourceVersion, labels).
+    Fields,
+}
+
+/// One `[[resources]]` entry: a kind to watch (built-in or custom), resolved through API
+/// discovery.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceConfig {
+    /// `apiVersion` of the kind as Kubernetes writes it: `v1` (the core group), `apps/v1`,
+    /// `example.com/v1alpha1`. Any other spelling (`/v1`, `v1/`, whitespace) is an error.
+    pub api_version: String,
+    /// PascalCase kind: `Pod`, `Deployment`, a CRD's kind.
+    pub kind: String,
+    /// Namespaces to watch (one watch each). Empty (default): all namespaces, or the
+    /// cluster scope for cluster-scoped kinds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Label selector passed to the API server (`app=web,tier in (a,b)`). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+    /// Field selector passed to the API server (`metadata.name=web`). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_selector: Option<String>,
+    /// Payload mode: `full` (default), `metadata` or `fields`.
+    #[serde(default)]
+    pub payload: PayloadMode,
+    /// With `payload = "fields"`: JSON pointers (RFC 6901) to keep, e.g. `/spec/nodeName`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
+    /// JSON pointers removed from every emitted object, on top of `/metadata/managedFields`
+    /// which is always removed. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drop: Vec<String>,
+    /// Emit `updated` messages. `false` gives adds and deletes only (the seed's
+    /// `receiveUpdates=false`). Default `true`.
+    #[serde(default = "yes")]
+    pub updates: bool,
+    /// For core/v1 Secrets only: emit `data` and `stringData`. Default `false`: they are
+    /// removed before fingerprinting, so they never leave the process.
+    #[serde(default)]
+    pub allow_secret_data: bool,
+    /// Page size (`limit`) of the initial list and relists. Default 500.
+    #[serde(default = "default_page_size")]
+    pub page_size: u32,
+    /// The resource's plural name in API paths and RBAC rules (`pods`; a CRD's
+    /// `spec.names.plural`). Read only by `kubesink rbac`, which works offline: by default it
+    /// takes built-in kinds' plurals from k8s-openapi and guesses others the way Kubernetes'
+    /// code generator does (`FooBar` → `foobars`, `Policy` → `policies`). Set it for a CRD
+    /// whose plural differs. At run time API discovery is authoritative; a different plural
+    /// is logged as a warning (the generated RBAC would not match). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plural: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_page_size() -> u32 {
+    500
+}
+
+impl ResourceConfig {
+    /// A resource with every option at its default.
+    pub fn new(api_version: &str, kind: &str) -> Self {
+        ResourceConfig {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            namespaces: Vec::new(),
+            label_selector: None,
+            field_selector: None,
+            payload: PayloadMode::Full,
+            fields: Vec::new(),
+            drop: Vec::new(),
+            updates: true,
+            allow_secret_data: false,
+            page_size: default_page_size(),
+            plural: None,
+        }
+    }
+
+    /// The `(group, version)` API discovery is asked for: `group/version`, or the core group
+    /// (`""`) for a bare version. `check` accepts only well-formed apiVersions, so `v1` is
+    /// the one spelling of the core group.
+    pub fn group_version(&self) -> (&str, &str) {
+        match self.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", self.api_version.as_str()),
+        }
+    }
+
+    /// `apiVersion Kind`, used in logs and errors.
+    pub fn display_name(&self) -> String {
+        format!("{} {}", self.api_version, self.kind)
+    }
+
+    /// Problems serde cannot see, as `(key, message)` with keys under `at_key`
+    /// (`resources.2`, `clusters.0.resources.1`).
+    pub fn problems(&self, at_key: &str) -> Vec<(String, String)> {
+        let at = |k: &str| format!("{at_key}.{k}");
+        let mut problems = Vec::new();
+        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        if let Err(why) = check_api_version(&self.api_version) {
+            bad(
+                &at("api_version"),
+                format!(
+                    "{:?} is not an apiVersion: {why} (expected \"v1\" for the core group, or \"group/version\" such as \"apps/v1\")",
+                    self.api_version
+                ),
+            );
+        }
+        if self.kind.is_empty() || !self.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+            bad(
+                &at("kind"),
+                format!(
+                    "{:?} is not a Kind (expected e.g. \"Deployment\")",
+                    self.kind
+                ),
+            );
+        }
+        if self.payload == PayloadMode::Fields && self.fields.is_empty() {
+            bad(
+                &at("fields"),
+                "payload = \"fields\" needs at least one JSON pointer in fields".into(),
+            );
+        }
+        if self.payload != PayloadMode::Fields && !self.fields.is_empty() {
+            bad(
+                &at("fields"),
+                "fields is only used with payload = \"fields\"".into(),
+            );
+        }
+        for (j, ptr) in self.fields.iter().enumerate() {
+            if !ptr.starts_with('/') || ptr.len() < 2 {
+                bad(
+                    &at(&format!("fields.{j}")),
+                    format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/spec/nodeName\""),
+                );
+            }
+        }
+        for (j, ptr) in self.drop.iter().enumerate() {
+            if !ptr.starts_with('/') || ptr.len() < 2 {
+                bad(
+                    &at(&format!("drop.{j}")),
+                    format!(
+                        "{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/status/conditions\""
+                    ),
+                );
+            }
+        }
+        for (j, ns) in self.namespaces.iter().enumerate() {
+            if let Err(why) = check_dns_label(ns) {
+                bad(&at(&format!("namespaces.{j}")), format!("{ns:?} {why}"));
+            }
+        }
+        if self.page_size == 0 {
+            bad(&at("page_size"), "must be at least 1".into());
+        }
+        if let Some(plural) = &self.plural {
+            if check_dns_label(plural).is_err() {
+                bad(
+                    &at("plural"),
+                    format!(
+                        "{plural:?} is not a resource name: lowercase letters and digits, \
+                         e.g. \"foobars\""
+                    ),
+                );
+            }
+        }
+        if self.allow_secret_data && !(self.api_version == "v1" && self.kind == "Secret") {
+            bad(&at("allow_secret_data"), "only applies to v1 Secret".into());
+        }
+        problems
+    }
+}
+
+/// Problems of a whole `[[resources]]` list at `key` (`resources`): empty, a resource listed
+/// twice, and each entry's own ([`ResourceConfig::problems`]).
+pub fn list_problems(key: &str, resources: &[ResourceConfig]) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    if resources.is_empty() {
+        problems.push((
+            key.to_owned(),
+            format!("at least one [[{key}]] entry is required"),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, r) in resources.iter().enumerate() {
+        problems.extend(r.problems(&format!("{key}.{i}")));
+        if !seen.insert((r.api_version.clone(), r.kind.clone(), r.namespaces.clone())) {
+            problems.push((
+                format!("{key}.{i}"),
+                format!("{} is listed twice", r.display_name()),
+            ));
+        }
+    }
+    problems
+}

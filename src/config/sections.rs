@@ -1,0 +1,311 @@
+//! The small sections: `[leader_election]`, `[pipeline]`, `[watch]`, `[server]`, `[log]`,
+//! each with the checks serde cannot express beside it.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ByteSize, ClusterEntry, HumanDuration};
+
+/// `[leader_election]`: replicas elect a leader on a `coordination.k8s.io/v1` Lease, the way
+/// client-go's `leaderelection` does (optimistic concurrency on the Lease's resourceVersion);
+/// only the leader watches and emits (`src/leader.rs`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaderElectionConfig {
+    /// Elect a leader. Default `false`: this process always leads.
+    pub enabled: bool,
+    /// The Lease's name. Default `kubesink`.
+    pub lease_name: String,
+    /// The Lease's namespace. Default: the Pod's own namespace in a cluster, else `default`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease. Default: `POD_NAME`, else the host name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// The cluster whose API holds the Lease (a `[[clusters]]` name). Default: the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// How long a lease is valid after its last renewal; followers take over after it.
+    /// Default 15s (client-go's).
+    pub lease_duration: HumanDuration,
+    /// The leader stops emitting when it could not renew for this long; shorter than
+    /// `lease_duration`, so it stops before anyone else may start. Default 10s.
+    pub renew_deadline: HumanDuration,
+    /// How often to try to acquire or renew. Default 2s.
+    pub retry_period: HumanDuration,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        LeaderElectionConfig {
+            enabled: false,
+            lease_name: "kubesink".to_owned(),
+            lease_namespace: None,
+            identity: None,
+            cluster: None,
+            lease_duration: HumanDuration::from_secs(15),
+            renew_deadline: HumanDuration::from_secs(10),
+            retry_period: HumanDuration::from_secs(2),
+        }
+    }
+}
+
+impl LeaderElectionConfig {
+    /// Problems serde cannot see, as `(key, message)` with full dotted keys; `clusters` are the
+    /// `[[clusters]]` entries (`leader_election.cluster` must name one).
+    pub fn problems(&self, clusters: &[ClusterEntry]) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        if self.enabled {
+            if self.renew_deadline >= self.lease_duration {
+                bad("leader_election.renew_deadline", "must be shorter than leader_election.lease_duration (the leader must stop before its lease can expire)".into());
+            }
+            if self.retry_period >= self.renew_deadline || self.retry_period.0.is_zero() {
+                bad(
+                    "leader_election.retry_period",
+                    "must be greater than zero and shorter than leader_election.renew_deadline"
+                        .into(),
+                );
+            } else if self.renew_deadline.0 + 2 * self.retry_period.0 >= self.lease_duration.0
+                && self.renew_deadline < self.lease_duration
+            {
+                // The leader learns that it missed its renew deadline at the end of a renew
+                // attempt: up to one retry_period of sleep plus one of request time after
+                // the deadline. Only then does it stop and exit; until then it must still hold
+                // the lease, or another replica could take over while it runs.
+                bad(
+                    "leader_election.lease_duration",
+                    format!(
+                        "must be longer than renew_deadline + 2 × retry_period ({} + 2 × {}): a leader that cannot renew stops up to two retry periods after its renew deadline, and must not outlive its lease",
+                        humantime::format_duration(self.renew_deadline.0),
+                        humantime::format_duration(self.retry_period.0)
+                    ),
+                );
+            }
+            if let Some(name) = &self.cluster {
+                if !clusters.iter().any(|e| &e.name == name) {
+                    bad(
+                        "leader_election.cluster",
+                        format!("{name:?} is not the name of a [[clusters]] entry"),
+                    );
+                }
+            }
+        }
+        problems
+    }
+}
+
+/// `[pipeline]`: the batching and backpressure stage (see `src/pipeline/mod.rs`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// While a key waits, a newer change replaces the older one (topology is state). `false`
+    /// keeps every change. Default `true`.
+    pub coalesce: bool,
+    /// Changes held per sink (waiting plus in flight) before the informers stop reading their
+    /// watch streams. With `coalesce = true` this is the number of distinct keys waiting.
+    /// Default 10000.
+    pub max_pending: usize,
+    /// Bytes (keys + payloads) held per sink before the informers stop reading. Default 8MiB
+    /// (~1,000 pods of 8 KB: enough to keep a sink busy, small next to the informer's state;
+    /// see `BENCHMARKS.md`).
+    pub max_pending_bytes: ByteSize,
+    /// A batch closes at this many messages. Default 500.
+    pub max_batch_events: usize,
+    /// A batch closes at this many bytes (keys + payloads). Default 1MiB.
+    pub max_batch_bytes: ByteSize,
+    /// How long an idle sink (no batch in flight) waits for more changes after the oldest
+    /// pending one before sending. A busy sink's next batch is everything that accumulated
+    /// during its current send, without waiting, so batches grow with the load. Default 0s:
+    /// an idle sink sends at once (lowest latency); a few milliseconds trade latency for
+    /// fewer, fuller requests at low change rates.
+    pub linger: HumanDuration,
+    /// First retry delay after a sink error; doubles per failure (with jitter). Default 100ms.
+    pub retry_initial_backoff: HumanDuration,
+    /// Cap of every retry delay, jitter and a destination's retry-after hint included; a
+    /// sink that reports its destination reachable again ends the wait at once. Default 30s.
+    pub retry_max_backoff: HumanDuration,
+    /// On SIGINT/SIGTERM, the deadline of the whole shutdown: stopping the watches,
+    /// delivering what is pending and closing the sinks (four fifths of it at most), then the
+    /// final state save, the lease release and the wait for the tasks. What does not fit is
+    /// abandoned and named; `kubesink run` exits 1 naming how many changes were left
+    /// undelivered, 5 when only later steps were abandoned (`docs/operations.md`). Keep it
+    /// below the Pod's `terminationGracePeriodSeconds`. Default 10s.
+    pub shutdown_timeout: HumanDuration,
+    /// After each list (initial list or relist) of each watch, send a sync marker (`op:
+    /// "synced"`, see `docs/message-contract.md`) to every destination of the resource, after
+    /// all of the list's messages. Default `false`.
+    pub sync_markers: bool,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        use std::time::Duration;
+        PipelineConfig {
+            coalesce: true,
+            max_pending: 10_000,
+            max_pending_bytes: ByteSize(8 * 1024 * 1024),
+            max_batch_events: 500,
+            max_batch_bytes: ByteSize(1024 * 1024),
+            linger: HumanDuration(Duration::ZERO),
+            retry_initial_backoff: HumanDuration(Duration::from_millis(100)),
+            retry_max_backoff: HumanDuration(Duration::from_secs(30)),
+            shutdown_timeout: HumanDuration(Duration::from_secs(10)),
+            sync_markers: false,
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// Problems serde cannot see, as `(key, message)` with full dotted keys.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        for (key, v) in [
+            ("pipeline.max_pending", self.max_pending),
+            ("pipeline.max_batch_events", self.max_batch_events),
+            ("pipeline.max_pending_bytes", self.max_pending_bytes.bytes()),
+            ("pipeline.max_batch_bytes", self.max_batch_bytes.bytes()),
+        ] {
+            if v == 0 {
+                bad(key, "must be at least 1".into());
+            }
+        }
+        if self.retry_initial_backoff.0.is_zero() {
+            bad(
+                "pipeline.retry_initial_backoff",
+                "must be greater than zero".into(),
+            );
+        }
+        if self.retry_max_backoff < self.retry_initial_backoff {
+            bad(
+                "pipeline.retry_max_backoff",
+                "must not be shorter than pipeline.retry_initial_backoff".into(),
+            );
+        }
+        problems
+    }
+}
+
+/// `[watch]`: how each informer keeps its list and watch going (`src/informer/mod.rs`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchConfig {
+    /// A watch that delivers neither an event nor a bookmark for this long is presumed dead
+    /// (a middlebox that dropped the connection silently, a server that stopped sending) and
+    /// re-established from its last resourceVersion. API servers send a bookmark about every
+    /// minute on a healthy watch. A list page whose bytes stop arriving for this long is
+    /// abandoned and the list tried again (a slow server is waited for). Default 3m.
+    pub idle_timeout: HumanDuration,
+    /// First delay after a failed list or watch (or a watch that ended empty at once);
+    /// doubles per consecutive failure, with jitter inside the cap; reset only after a list
+    /// completed or a watch delivered something. Default 500ms.
+    pub retry_initial_backoff: HumanDuration,
+    /// Cap of that delay, `Retry-After` excepted (a server asking for longer is obeyed).
+    /// Default 15s.
+    pub retry_max_backoff: HumanDuration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            idle_timeout: HumanDuration::from_secs(180),
+            retry_initial_backoff: HumanDuration::from_millis(500),
+            retry_max_backoff: HumanDuration::from_secs(15),
+        }
+    }
+}
+
+impl WatchConfig {
+    /// Problems serde cannot see, as `(key, message)` with full dotted keys.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        if self.idle_timeout.0 < std::time::Duration::from_secs(1) {
+            bad("watch.idle_timeout", "must be at least 1s".into());
+        }
+        if self.retry_initial_backoff.0.is_zero() {
+            bad(
+                "watch.retry_initial_backoff",
+                "must be greater than zero".into(),
+            );
+        }
+        if self.retry_max_backoff < self.retry_initial_backoff {
+            bad(
+                "watch.retry_max_backoff",
+                "must not be shorter than watch.retry_initial_backoff".into(),
+            );
+        }
+        problems
+    }
+}
+
+/// `[server]`: the HTTP server with `/metrics`, `/healthz` and `/readyz`
+/// (`docs/operations.md`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Serve at all. Default `true`.
+    pub enabled: bool,
+    /// Address and port to listen on. Default `0.0.0.0:9090`.
+    pub listen: String,
+    /// `/healthz` fails when a watch could not be re-established for this long (connection
+    /// failures, dead or undecodable watches, server errors; not 401/403/404, which a restart
+    /// cannot cure). Default 5m.
+    pub watch_failure_timeout: HumanDuration,
+    /// How often each sink's healthcheck runs once it passed (readiness). Default 10s.
+    pub sink_check_interval: HumanDuration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            enabled: true,
+            listen: "0.0.0.0:9090".to_owned(),
+            watch_failure_timeout: HumanDuration::from_secs(300),
+            sink_check_interval: HumanDuration::from_secs(10),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Problems serde cannot see, as `(key, message)` with full dotted keys.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        if self.enabled {
+            if let Err(e) = self.listen.parse::<std::net::SocketAddr>() {
+                bad(
+                    "server.listen",
+                    format!(
+                        "{:?} is not an address:port ({e}), e.g. \"0.0.0.0:9090\"",
+                        self.listen
+                    ),
+                );
+            }
+        }
+        if self.sink_check_interval.0.is_zero() {
+            bad(
+                "server.sink_check_interval",
+                "must be greater than zero".into(),
+            );
+        }
+        problems
+    }
+}
+
+/// `[log]`: logging beyond `--log-format` and `--log-level`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Interval of the one-line summary at info level (objects, events/s, messages/s,
+    /// pending and delivered/s per sink); `0s` turns it off. Default 60s.
+    pub summary_interval: HumanDuration,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            summary_interval: HumanDuration::from_secs(60),
+        }
+    }
+}
