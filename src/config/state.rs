@@ -87,6 +87,21 @@ fn yes() -> bool {
 }
 
 impl StateConfig {
+    /// Settings that work but weaken security, one sentence each naming the key (the
+    /// backend's own: `state.nats.*` credentials without TLS).
+    pub fn warnings(&self) -> Vec<String> {
+        match self.backend {
+            #[cfg(feature = "nats")]
+            StateBackend::Nats => self
+                .nats
+                .warnings()
+                .into_iter()
+                .map(|(key, message)| format!("state.nats.{key}: {message}"))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Problems serde cannot see, as `(key, message)` with full dotted keys. A `state.path`
     /// without a backend is one of them; a `[state.nats]` setting without one is found by the
     /// loader, which sees which keys were set (the section always has its defaults here).

@@ -71,13 +71,7 @@ pub fn warnings(c: &Config) -> Vec<String> {
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }
-    #[cfg(feature = "nats")]
-    if c.state.backend == super::StateBackend::Nats {
-        let n = &c.state.nats;
-        for (key, message) in kubesink_nats::plaintext_credentials(&n.servers, &n.auth, &n.tls) {
-            out.push(format!("state.nats.{key}: {message}"));
-        }
-    }
+    out.extend(c.state.warnings());
     out
 }
 

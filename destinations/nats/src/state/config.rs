@@ -91,6 +91,12 @@ fn one() -> usize {
 }
 
 impl StateNatsConfig {
+    /// Settings that work but weaken security, as `(key, message)` with keys relative to
+    /// `[state.nats]`: every credential that would cross the network without TLS.
+    pub fn warnings(&self) -> Vec<(&'static str, String)> {
+        crate::plaintext_credentials(&self.servers, &self.auth, &self.tls)
+    }
+
     /// Problems serde cannot see, as `(key, message)` with keys relative to `[state.nats]`
     /// (the bridge prefixes `state.nats.`).
     pub fn problems(&self) -> Vec<(String, String)> {
