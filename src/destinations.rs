@@ -35,6 +35,12 @@ macro_rules! destinations {
         }
 
         impl SinkConfig {
+            /// One fully populated entry per registered destination
+            /// ([`Destination::reference_example`]).
+            pub fn reference_examples() -> Vec<SinkConfig> {
+                vec![$( #[cfg(feature = $feature)] SinkConfig::$variant(<$config as Destination>::reference_example()), )*]
+            }
+
             /// The entry as its destination's [`Destination`].
             pub fn destination(&self) -> &(dyn Destination + Send + Sync) {
                 match self {

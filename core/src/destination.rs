@@ -17,6 +17,13 @@ pub trait Destination {
     /// The entry's `name` (unique among the sinks; metrics and logs use it).
     fn name(&self) -> &str;
 
+    /// An entry with every option set (optional ones included, secrets as placeholders): the
+    /// reference-file test walks its keys to check that `config/kubesink.toml` documents
+    /// every option of every registered destination.
+    fn reference_example() -> Self
+    where
+        Self: Sized;
+
     /// Checks settings that serde cannot, returning every problem found. `index` is the
     /// entry's position in `sinks`, used in messages.
     fn validate(&self, index: usize) -> Vec<SinkConfigError> {

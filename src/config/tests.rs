@@ -416,41 +416,9 @@ fn all_keys() -> Vec<String> {
         }
     }
     walk("", &v, &mut keys);
-    #[cfg(feature = "nats")]
-    {
-        use kubesink_nats::NatsConfig;
-        let mut n = NatsConfig::default();
-        n.auth.user = Some("u".into());
-        n.auth.password = Some(kubesink_core::Secret::new("p"));
-        n.auth.token = Some(kubesink_core::Secret::new("t"));
-        n.auth.nkey_seed = Some(kubesink_core::Secret::new("s"));
-        n.auth.credentials_file = Some("/c".into());
-        n.tls.ca_file = Some("/ca".into());
-        n.tls.cert_file = Some("/cert".into());
-        n.tls.key_file = Some("/key".into());
-        n.stream.subjects = vec!["a.>".into()];
-        let v = serde_json::to_value(crate::destinations::SinkConfig::Nats(n)).unwrap();
-        walk("sinks", &v, &mut keys);
-    }
-    // Every option of every sink type, from a fully populated entry.
-    #[cfg(feature = "kafka")]
-    {
-        use kubesink_core::Secret;
-        use kubesink_kafka::{KafkaConfig, KafkaSecurity, Protocol, SaslMechanism};
-        let kafka = SinkConfig::Kafka(KafkaConfig {
-            security: Box::new(KafkaSecurity {
-                protocol: Protocol::SaslSsl,
-                sasl_mechanism: Some(SaslMechanism::Plain),
-                sasl_username: Some("u".into()),
-                sasl_password: Some(Secret::new("p")),
-                ssl_ca_location: Some("/ca".into()),
-                ssl_certificate_location: Some("/c".into()),
-                ssl_key_location: Some("/k".into()),
-                ssl_key_password: Some(Secret::new("p")),
-            }),
-            ..Default::default()
-        });
-        walk("sinks", &serde_json::to_value(&kafka).unwrap(), &mut keys);
+    // Every option of every sink type, from a fully populated entry of each registered one.
+    for example in SinkConfig::reference_examples() {
+        walk("sinks", &serde_json::to_value(&example).unwrap(), &mut keys);
     }
     keys
 }

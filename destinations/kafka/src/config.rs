@@ -609,6 +609,22 @@ impl Destination for KafkaConfig {
         &self.name
     }
 
+    fn reference_example() -> Self {
+        KafkaConfig {
+            security: Box::new(KafkaSecurity {
+                protocol: Protocol::SaslSsl,
+                sasl_mechanism: Some(SaslMechanism::Plain),
+                sasl_username: Some("u".into()),
+                sasl_password: Some(Secret::new("p")),
+                ssl_ca_location: Some("/ca".into()),
+                ssl_certificate_location: Some("/c".into()),
+                ssl_key_location: Some("/k".into()),
+                ssl_key_password: Some(Secret::new("p")),
+            }),
+            ..Default::default()
+        }
+    }
+
     fn validate(&self, index: usize) -> Vec<SinkConfigError> {
         KafkaConfig::validate(self, index)
     }

@@ -643,6 +643,20 @@ impl Destination for NatsConfig {
         &self.name
     }
 
+    fn reference_example() -> Self {
+        let mut n = NatsConfig::default();
+        n.auth.user = Some("u".into());
+        n.auth.password = Some(Secret::new("p"));
+        n.auth.token = Some(Secret::new("t"));
+        n.auth.nkey_seed = Some(Secret::new("s"));
+        n.auth.credentials_file = Some("/c".into());
+        n.tls.ca_file = Some("/ca".into());
+        n.tls.cert_file = Some("/cert".into());
+        n.tls.key_file = Some("/key".into());
+        n.stream.subjects = vec!["a.>".into()];
+        n
+    }
+
     fn validate(&self, index: usize) -> Vec<SinkConfigError> {
         NatsConfig::validate(self, index)
     }

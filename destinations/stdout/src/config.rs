@@ -86,6 +86,10 @@ impl Destination for StdoutConfig {
         &self.name
     }
 
+    fn reference_example() -> Self {
+        StdoutConfig::default()
+    }
+
     async fn build(&self, _index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
         Ok(Arc::new(StdoutConfig::build(self)))
     }
