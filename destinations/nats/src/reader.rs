@@ -2,6 +2,12 @@
 //! (ephemeral, no acks, nothing left on the server), optionally with a subject filter.
 //! Caught up when the consumer reached the stream's last sequence read at start, or has
 //! nothing pending (a filter whose last match is older).
+//!
+//! Its connection is deliberately not the sink's ([`client_options`](crate::client_options)):
+//! that one reconnects forever and keeps a bounded buffer, which is right for a service and
+//! wrong for a command that must exit 2 naming the servers when they cannot be reached. Here
+//! one attempt is bounded by the timeout, and the URL's user info or a `.creds` file
+//! authenticates.
 
 use std::path::PathBuf;
 use std::time::Duration;
