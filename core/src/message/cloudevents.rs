@@ -175,37 +175,13 @@ pub fn structured(m: &Message) -> Bytes {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::message::{encode, Change, ObjectJson, Op, Resource};
-
-    fn message(op: Op) -> Message {
-        let r = Arc::new(Resource::new(
-            "prod",
-            "apps",
-            "v1",
-            "Deployment",
-            "deployments",
-            true,
-        ));
-        let c = Change {
-            op,
-            namespace: Some("web".into()),
-            name: "api".into(),
-            uid: "u1".into(),
-            resource_version: "7".into(),
-            initial: false,
-            final_state_unknown: false,
-            may_be_held: false,
-            object: Some(ObjectJson::from_trusted(r#"{"a":"x \"y\""}"#.into())),
-        };
-        encode(&r, &c, "2026-11-30T10:00:00.123Z").unwrap()
-    }
+    use crate::message::fixtures::deployment_message;
+    use crate::message::Op;
 
     #[test]
     fn attributes_follow_the_documented_mapping() {
-        let m = message(Op::Updated);
+        let m = deployment_message(Op::Updated);
         let a: Vec<(&str, String)> = attributes(&m)
             .into_iter()
             .map(|(k, v)| (k, v.into_owned()))
@@ -227,7 +203,7 @@ mod tests {
 
     #[test]
     fn the_structured_envelope_carries_the_payload_verbatim_as_data() {
-        let m = message(Op::Added);
+        let m = deployment_message(Op::Added);
         let env: serde_json::Value = serde_json::from_slice(&structured(&m)).unwrap();
         let data: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
         assert_eq!(env["data"], data);

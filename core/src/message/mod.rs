@@ -16,6 +16,8 @@
 
 pub mod cloudevents;
 mod encode;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fixtures;
 mod resource;
 
 use std::fmt;

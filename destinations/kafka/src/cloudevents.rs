@@ -31,37 +31,14 @@ const KAFKA_NAMES: [&str; 8] = [
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use kubesink_core::message::fixtures::deployment_message;
+    use kubesink_core::message::Op;
 
     use super::*;
-    use kubesink_core::message::{encode, Change, ObjectJson, Op, Resource};
-
-    fn message(op: Op) -> Message {
-        let r = Arc::new(Resource::new(
-            "prod",
-            "apps",
-            "v1",
-            "Deployment",
-            "deployments",
-            true,
-        ));
-        let c = Change {
-            op,
-            namespace: Some("web".into()),
-            name: "api".into(),
-            uid: "u1".into(),
-            resource_version: "7".into(),
-            initial: false,
-            final_state_unknown: false,
-            may_be_held: false,
-            object: Some(ObjectJson::from_trusted(r#"{"a":"x \"y\""}"#.into())),
-        };
-        encode(&r, &c, "2026-11-30T10:00:00.123Z").unwrap()
-    }
 
     #[test]
     fn headers_follow_the_documented_mapping() {
-        let m = message(Op::Updated);
+        let m = deployment_message(Op::Updated);
         let kafka: Vec<(&str, String)> = kafka_headers(&m)
             .map(|(k, v)| (k, v.into_owned()))
             .collect();
