@@ -1,5 +1,7 @@
-//! Loading and checking: figment layers, per-section extraction (so one bad section does not
-//! hide the problems of another) and semantic checks serde cannot express.
+//! Loading: figment layers, per-section extraction (so one bad section does not hide the
+//! problems of another), then the semantic checks serde cannot express, in file order. Each
+//! check lives beside its section (`problems()`); only what needs the figment (which keys
+//! the file or environment set, where a value came from) is here.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

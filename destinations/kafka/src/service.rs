@@ -1,5 +1,5 @@
-//! The Kafka I/O: the librdkafka producer, delivery reports, backpressure, error
-//! classification, healthcheck and flush.
+//! The Kafka I/O: the librdkafka producer, delivery reports, backpressure, healthcheck and
+//! flush (each error classified by `errors.rs`).
 //!
 //! Owns the rule "a batch is confirmed only when every record's delivery report is a
 //! success". Must never drop a record silently, busy-loop on `QueueFull`, or log a secret
