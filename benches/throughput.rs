@@ -1,4 +1,4 @@
-//! Messages/s through the whole path (simulator over HTTP → watcher → lightweight informer →
+//! Messages/s through the whole path (simulator over HTTP → list/watch loop → lightweight informer →
 //! pipeline → stdout sink writing to /dev/null), side by side with the serde_json floor
 //! (parse + write of the same objects) measured in the same run, so the ratio is what counts
 //! on a noisy machine.

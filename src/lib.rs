@@ -24,7 +24,8 @@
 //! replica taking over sends only the differences and the deletes it missed.
 //!
 //! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
-//! shuts it down; [`observe`] serves metrics and health and logs summaries; [`rbac`] derives
+//! shuts it down; [`leader`] elects one replica on a Lease; [`observe`] serves metrics and
+//! health and logs summaries; [`rbac`] derives
 //! the RBAC a configuration needs; [`fold`] is `kubesink fold`, the reference consumer
 //! (reads a topic or stream back and compares it with the cluster); [`limits`] raises and checks the open-files limit; [`cli`]
 //! and `demo` (cargo feature `sim`, on by default) are the binary's

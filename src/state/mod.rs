@@ -6,7 +6,7 @@
 //! - `journal.rs` (with `journal/frame.rs`, its format): the write-ahead journal of new keys
 //!   between snapshots, so that a crash never leaves downstream with a key whose delete the
 //!   restart cannot infer.
-//! - `file.rs` and the NATS wing's `state.rs` (`kubesink_nats::state`): the two
+//! - `file.rs` and the NATS wing's `state/` (`kubesink_nats::state`): the two
 //!   [`StateStore`] backends (`state.backend`; the trait is `kubesink_core::state`): a local
 //!   file written atomically with its journal beside it, and a NATS JetStream object store
 //!   (with a stream for the journal) that any replica can read.

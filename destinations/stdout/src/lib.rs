@@ -4,9 +4,8 @@
 //!
 //! It writes to the process's standard output and nothing else ever does: logs go to
 //! stderr, so `kubesink run > topology.jsonl` captures a clean stream. `format =
-//! "cloudevents-structured"` writes each message as a CloudEvents JSON envelope instead. It has no size limit
-//! and confirms a batch once the lines are written and flushed.
-
+//! "cloudevents-structured"` writes each message as a CloudEvents JSON envelope instead. It
+//! has no size limit and confirms a batch once the lines are written and flushed.
 //!
 //! - `config.rs`: the `[[sinks]]` entry (`type = "stdout"`) and its
 //!   [`Destination`](kubesink_core::Destination) registration.
