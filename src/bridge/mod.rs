@@ -16,14 +16,16 @@
 //! the state its predecessor saved up to the hand-over, not from what was saved when it
 //! started waiting. A follower never saves.
 
+mod plan;
 mod watching;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
 use kubesink_core::Sink;
+use plan::{Keepers, PlannedCluster, PlannedResource, PlannedScope};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -35,7 +37,7 @@ use crate::informer::{InformerStats, WatchPlan};
 use crate::leader::{Elector, Fence, Lost};
 use crate::observe::{self, Leadership, Observer, SinkEntry, StateEntry, WatchEntry};
 use crate::pipeline::Pipeline;
-use crate::state::{self, Keeper, SaveReport, StateError, StateStats, StateStore, WatchKey};
+use crate::state::{self, Keeper, SaveReport, StateError, StateStats, WatchKey};
 
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +47,7 @@ pub enum StartError {
     Cluster(#[from] ClusterError),
     /// The HTTP server could not listen.
     #[error(transparent)]
-    Serve(#[from] observe::ServeError),
+    Serve(#[from] observe::server::ServeError),
     /// `server.listen` is not an address.
     #[error("server.listen {0:?} is not an address:port")]
     Listen(String),
@@ -151,32 +153,6 @@ pub struct Bridge {
     keepers: Keepers,
     stop_saving: CancellationToken,
     stop_journals: CancellationToken,
-}
-
-/// The state keepers of the clusters that started watching.
-type Keepers = Arc<Mutex<Vec<Arc<Keeper>>>>;
-
-/// One watch to come (a namespace of a configured resource, or all of it): what exists
-/// before the state was restored and discovery resolved it.
-struct PlannedScope {
-    namespace: Option<String>,
-    stats: Arc<InformerStats>,
-    /// Its key in saved state.
-    key: WatchKey,
-}
-
-/// One configured resource and its watches to come.
-struct PlannedResource {
-    resource: ResourceConfig,
-    scopes: Vec<PlannedScope>,
-}
-
-/// One cluster: its client, its state store (with `[state]`) and its resources.
-struct PlannedCluster {
-    spec: Cluster,
-    client: Client,
-    state: Option<(Arc<dyn StateStore>, Arc<StateStats>)>,
-    resources: Vec<PlannedResource>,
 }
 
 impl Bridge {
@@ -322,7 +298,7 @@ impl Bridge {
                 .listen
                 .parse()
                 .map_err(|_| StartError::Listen(config.server.listen.clone()))?;
-            Some(observe::serve(addr, observed.clone(), cancel.clone()).await?)
+            Some(observe::server::serve(addr, observed.clone(), cancel.clone()).await?)
         } else {
             None
         };

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{Keepers, PlannedCluster, PlannedScope};
+use super::plan::{Keepers, PlannedCluster, PlannedScope};
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, ResourceConfig, StateConfig, WatchConfig};
 use crate::informer::{

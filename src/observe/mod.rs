@@ -19,7 +19,7 @@
 //! wrong with it. This module reads counters; it never changes the data path.
 
 mod metrics;
-mod server;
+pub mod server;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,8 +29,6 @@ use kubesink_core::backoff::Backoff;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-
-pub use server::{serve, ServeError};
 
 use crate::informer::{FailureKind, InformerStats};
 use crate::pipeline::SinkHandle;

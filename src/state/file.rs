@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-
-use super::{JournalSegment, StateError, StateStore};
+use kubesink_core::state::{JournalSegment, StateError, StateStore};
 
 /// The state in a local file, its journal in files beside it.
 pub struct FileStore {

@@ -48,11 +48,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use kubesink_core::backoff::Backoff;
+use kubesink_core::state::StateStore;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::stats::StateStats;
-use super::{StateStore, WatchKey};
+use super::watch_key::WatchKey;
 use crate::informer::NewKeys;
 use crate::pipeline::{Durability, WriteAhead};
 

@@ -17,12 +17,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kubesink_core::state::{StateError, StateStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::journal::Journal;
 use super::snapshot::Writer;
 use super::stats::StateStats;
-use super::{Journal, StateError, StateStore, WatchKey};
+use super::watch_key::WatchKey;
 use crate::informer::TrackedStore;
 use crate::leader::Fence;
 

@@ -34,6 +34,7 @@ mod keeper;
 mod restore;
 mod snapshot;
 mod stats;
+mod watch_key;
 
 use std::sync::Arc;
 
@@ -43,6 +44,7 @@ pub use kubesink_core::state::{JournalSegment, StateError, StateStore};
 pub use restore::{read, restore, Restored, Saved};
 pub use snapshot::{parse, Snapshot, SnapshotError, Writer, FORMAT_VERSION, MAGIC};
 pub use stats::StateStats;
+pub use watch_key::WatchKey;
 
 use crate::config::{StateBackend, StateConfig};
 
@@ -74,13 +76,4 @@ pub fn open(config: &StateConfig, cluster: &str, multi: bool) -> Option<Arc<dyn 
     };
     tracing::info!(%cluster, store = store.describe(), "informer state store");
     Some(store)
-}
-
-/// One watch as the state knows it.
-#[derive(Clone, Debug)]
-pub struct WatchKey {
-    /// `{group}/{Kind}/{namespace}` (`WatchPlan::identity`).
-    pub identity: String,
-    /// The selection fingerprint (`WatchPlan::selection`).
-    pub selection: u64,
 }

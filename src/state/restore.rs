@@ -31,11 +31,13 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use kubesink_core::clock::now_ms;
+use kubesink_core::state::{JournalSegment, StateError, StateStore};
+
 use super::journal::frame::{self, Frame};
 use super::snapshot::{self, Snapshot};
-use super::{JournalSegment, StateError, StateStore, WatchKey};
+use super::watch_key::WatchKey;
 use crate::informer::{Facts, LightStore};
-use kubesink_core::clock::now_ms;
 
 /// What [`restore`] found.
 pub struct Restored {

@@ -32,7 +32,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{Message, CONTENT_TYPE_JSON};
+use super::model::{Message, CONTENT_TYPE_JSON};
 
 /// The `specversion` kubesink writes.
 pub const SPECVERSION: &str = "1.0";

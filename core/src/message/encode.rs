@@ -14,7 +14,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::{Message, MessageMeta, Op, Resource, SYNCED_NAME};
+use super::model::{Message, MessageMeta, Op, SYNCED_NAME};
+use super::resource::Resource;
 
 /// A serialized JSON object: the shaped object a message carries, written verbatim into the
 /// payload (so the informer serializes each object once).

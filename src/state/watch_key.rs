@@ -1,0 +1,10 @@
+//! How the saved state names a watch: its identity and selection fingerprint.
+
+/// One watch as the state knows it.
+#[derive(Clone, Debug)]
+pub struct WatchKey {
+    /// `{group}/{Kind}/{namespace}` (`WatchPlan::identity`).
+    pub identity: String,
+    /// The selection fingerprint (`WatchPlan::selection`).
+    pub selection: u64,
+}
