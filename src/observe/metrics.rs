@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::{Leadership, SinkEntry, StateEntry, WatchEntry};
+use super::entries::{Leadership, SinkEntry, StateEntry, WatchEntry};
 use crate::informer::InformerStats;
 use crate::pipeline::{SinkStats, ERROR_KINDS};
 use crate::state::StateStats;

@@ -18,10 +18,11 @@
 //! Both answer `200` or `503` with a JSON body naming every watch and sink and what is
 //! wrong with it. This module reads counters; it never changes the data path.
 
+mod entries;
 mod metrics;
 pub mod server;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,65 +31,10 @@ use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{FailureKind, InformerStats};
+use crate::informer::FailureKind;
 use crate::pipeline::SinkHandle;
-use crate::state::StateStats;
 
-/// One watch as the observers see it (known from the configuration before discovery).
-pub struct WatchEntry {
-    /// The cluster's name.
-    pub cluster: String,
-    /// `apiVersion` as configured.
-    pub api_version: String,
-    /// Kind as configured.
-    pub kind: String,
-    /// Its namespace (`None`: all, or the cluster scope).
-    pub namespace: Option<String>,
-    /// Its counters.
-    pub stats: Arc<InformerStats>,
-}
-
-/// Whether this replica leads (with leader election), and how often that changed.
-#[derive(Debug, Default)]
-pub struct Leadership {
-    leader: AtomicBool,
-    changes: AtomicU64,
-}
-
-impl Leadership {
-    /// Records a change of role; logged by the caller.
-    pub fn set_leader(&self, leader: bool) {
-        if self.leader.swap(leader, Ordering::SeqCst) != leader {
-            self.changes.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether this replica leads now.
-    pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::SeqCst)
-    }
-
-    /// How many times the role changed.
-    pub fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed)
-    }
-}
-
-/// One cluster's state store as the observers see it.
-pub struct StateEntry {
-    /// The cluster's name.
-    pub cluster: String,
-    /// Where the state is kept (`file ...`, `NATS object store ...`).
-    pub store: String,
-    /// Its counters.
-    pub stats: Arc<StateStats>,
-}
-
-/// One sink as the observers see it.
-pub struct SinkEntry {
-    /// The sink with its queue and counters.
-    pub handle: SinkHandle,
-}
+pub use entries::{Leadership, SinkEntry, StateEntry, WatchEntry};
 
 /// A health answer: whether it passes, and the JSON body that says why.
 #[derive(Debug, Clone)]

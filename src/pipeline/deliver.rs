@@ -11,7 +11,8 @@ use kubesink_core::backoff::Backoff;
 use kubesink_core::message::{truncate, TruncateLevel};
 use kubesink_core::{Message, ReadyWatch, Sink, SinkError};
 
-use super::{SinkHandle, SinkStats};
+use super::handle::SinkHandle;
+use super::stats::SinkStats;
 use crate::leader::Fence;
 
 /// Delivers batches until the queue is closed and drained; sends nothing while `fence` is

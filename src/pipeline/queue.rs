@@ -48,7 +48,7 @@ use kubesink_core::{Message, Op};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Ack, WriteAhead};
+use super::ack::{Ack, WriteAhead};
 
 /// Limits of one queue, from `[pipeline]`.
 #[derive(Clone, Debug)]

@@ -1,0 +1,65 @@
+//! What the observers are given to watch: the watches, sinks and state stores of the bridge,
+//! and its leadership. Read by the health rules (`mod.rs`) and the metrics (`metrics.rs`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::informer::InformerStats;
+use crate::pipeline::SinkHandle;
+use crate::state::StateStats;
+
+/// One watch as the observers see it (known from the configuration before discovery).
+pub struct WatchEntry {
+    /// The cluster's name.
+    pub cluster: String,
+    /// `apiVersion` as configured.
+    pub api_version: String,
+    /// Kind as configured.
+    pub kind: String,
+    /// Its namespace (`None`: all, or the cluster scope).
+    pub namespace: Option<String>,
+    /// Its counters.
+    pub stats: Arc<InformerStats>,
+}
+
+/// Whether this replica leads (with leader election), and how often that changed.
+#[derive(Debug, Default)]
+pub struct Leadership {
+    leader: AtomicBool,
+    changes: AtomicU64,
+}
+
+impl Leadership {
+    /// Records a change of role; logged by the caller.
+    pub fn set_leader(&self, leader: bool) {
+        if self.leader.swap(leader, Ordering::SeqCst) != leader {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this replica leads now.
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+
+    /// How many times the role changed.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
+    }
+}
+
+/// One cluster's state store as the observers see it.
+pub struct StateEntry {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Where the state is kept (`file ...`, `NATS object store ...`).
+    pub store: String,
+    /// Its counters.
+    pub stats: Arc<StateStats>,
+}
+
+/// One sink as the observers see it.
+pub struct SinkEntry {
+    /// The sink with its queue and counters.
+    pub handle: SinkHandle,
+}
