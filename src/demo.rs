@@ -62,10 +62,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut config = demo_config(kubeconfig);
     config.server.listen = args.listen.clone();
     let clusters = config.clusters();
-    let mut clients = Vec::with_capacity(clusters.len());
-    for cluster in &clusters {
-        clients.push(crate::cluster::client(cluster).await?);
-    }
+    let clients = crate::bridge::clients(&clusters).await?;
     let sinks: Vec<Arc<dyn kubesink_core::Sink>> = crate::bridge::build_sinks(&config).await?;
     let bridge = Bridge::launch(&config, clusters, clients, sinks, None).await?;
     shutdown_signal().await;

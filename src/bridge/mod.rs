@@ -531,6 +531,18 @@ fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_core::Re
     kubesink_core::Resource::new(cluster, group, version, &res.kind, "", true)
 }
 
+/// One kube client per cluster, in order (what [`Bridge::launch`] takes beside them).
+///
+/// # Errors
+/// The first cluster whose client cannot be built ([`ClusterError`] names its kubeconfig).
+pub(crate) async fn clients(clusters: &[Cluster]) -> Result<Vec<Client>, ClusterError> {
+    let mut clients = Vec::with_capacity(clusters.len());
+    for c in clusters {
+        clients.push(cluster::client(c).await?);
+    }
+    Ok(clients)
+}
+
 /// Builds the configured sinks.
 ///
 /// # Errors
@@ -593,10 +605,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::warn!("configuration: {w}");
     }
     let clusters = config.clusters();
-    let mut clients = Vec::with_capacity(clusters.len());
-    for spec in &clusters {
-        clients.push(cluster::client(spec).await?);
-    }
+    let clients = clients(&clusters).await?;
     let elector = if config.leader_election.enabled {
         let at = config
             .leader_election
