@@ -18,7 +18,7 @@ use kafka_server::{Reader, Rec, Tansu};
 use kubesink::bridge::Bridge;
 use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink_core::Sink;
+use kubesink_core::{Destination, Sink};
 use kubesink_kafka::KafkaConfig;
 use kubesink_sim::{Churn, SimConfig, Workload};
 use support::*;

@@ -20,7 +20,7 @@ use kubesink::bridge::Bridge;
 use kubesink::config::HumanDuration;
 use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink_core::{Message, MessageMeta, Op, Resource, Secret, Sink};
+use kubesink_core::{Destination, Message, MessageMeta, Op, Resource, Secret, Sink};
 use kubesink_nats::{unescape_token, NatsConfig, NatsMode};
 use kubesink_sim::{Churn, SimConfig, Workload};
 use nats_server::NatsServer;

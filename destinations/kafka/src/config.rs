@@ -349,91 +349,8 @@ impl KafkaConfig {
         }
     }
 
-    /// Problems serde cannot see: a missing `bootstrap_servers`, a bad topic template,
-    /// `idempotence` without `acks = "all"`, incomplete SASL or TLS settings, and passthrough
-    /// properties kubesink manages (naming both keys). Returns every problem found.
-    pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
-        let mut errs = Vec::new();
-        if self.bootstrap_servers.trim().is_empty() {
-            errs.push(self.invalid(
-                index,
-                "bootstrap_servers",
-                "required: a comma-separated host:port list",
-            ));
-        }
-        if let Err(e) = topic_template(&self.topic) {
-            errs.push(self.invalid(index, "topic", e.to_string()));
-        }
-        if self.idempotence && self.acks != Acks::All {
-            errs.push(self.invalid(
-                index,
-                "acks",
-                "idempotence = true requires acks = \"all\" (set idempotence = false to use another acks)",
-            ));
-        }
-        if self.message_max_bytes < 1000 {
-            errs.push(self.invalid(index, "message_max_bytes", "must be at least 1000"));
-        }
-        if self.queue_max_messages == 0 {
-            errs.push(self.invalid(index, "queue_max_messages", "must be at least 1"));
-        }
-        let s = &self.security;
-        let sasl = matches!(s.protocol, Protocol::SaslPlaintext | Protocol::SaslSsl);
-        if sasl {
-            if s.sasl_mechanism.is_none() {
-                errs.push(self.invalid(
-                    index,
-                    "security.sasl_mechanism",
-                    "required with a sasl_* protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
-                ));
-            }
-            if s.sasl_username.as_deref().unwrap_or_default().is_empty() {
-                errs.push(self.invalid(
-                    index,
-                    "security.sasl_username",
-                    "required with a sasl_* protocol",
-                ));
-            }
-            if s.sasl_password.is_none() {
-                errs.push(self.invalid(
-                    index,
-                    "security.sasl_password",
-                    "required with a sasl_* protocol",
-                ));
-            }
-        } else if s.sasl_mechanism.is_some()
-            || s.sasl_username.is_some()
-            || s.sasl_password.is_some()
-        {
-            errs.push(self.invalid(
-                index,
-                "security.protocol",
-                "SASL settings are given but the protocol is not sasl_plaintext or sasl_ssl",
-            ));
-        }
-        if s.ssl_certificate_location.is_some() != s.ssl_key_location.is_some() {
-            errs.push(self.invalid(
-                index,
-                "security.ssl_key_location",
-                "ssl_certificate_location and ssl_key_location go together (mutual TLS)",
-            ));
-        }
-        for key in self.librdkafka.keys() {
-            if let Some((_, option)) = MANAGED_PROPERTIES.iter().find(|(p, _)| p == key) {
-                errs.push(self.invalid(
-                    index,
-                    &format!("librdkafka.\"{key}\""),
-                    format!(
-                        "conflicts with `{option}`, which kubesink manages; set `{option}` instead"
-                    ),
-                ));
-            }
-        }
-        errs
-    }
-
     /// The librdkafka properties of this configuration: the managed ones, then the
-    /// passthrough map. Call after [`KafkaConfig::validate`].
+    /// passthrough map. Call after [`Destination::validate`].
     pub fn render(&self) -> Properties {
         let mut p: Vec<(String, String)> = Vec::new();
         let mut set = |k: &str, v: String| p.push((k.to_owned(), v));
@@ -527,40 +444,6 @@ impl KafkaConfig {
         Properties(p)
     }
 
-    /// Settings that work but weaken security, one sentence each (for `kubesink check` and
-    /// the start-up log): TLS certificate or host name verification turned off through the
-    /// passthrough map (`enable.ssl.certificate.verification = "false"`,
-    /// `ssl.endpoint.identification.algorithm = "none"`), and credentials sent without TLS
-    /// (`sasl_plaintext`).
-    pub fn warnings(&self, index: usize) -> Vec<String> {
-        let mut w = Vec::new();
-        let at = |key: &str| format!("sinks[{index}] ({}): {key}", self.name);
-        let off = |k: &str, v: &str| {
-            self.librdkafka
-                .get(k)
-                .is_some_and(|x| x.trim().eq_ignore_ascii_case(v))
-        };
-        if off("enable.ssl.certificate.verification", "false") {
-            w.push(format!(
-                "{}: TLS certificate verification is turned off: the brokers' identity is not checked",
-                at("librdkafka.\"enable.ssl.certificate.verification\"")
-            ));
-        }
-        if off("ssl.endpoint.identification.algorithm", "none") {
-            w.push(format!(
-                "{}: TLS host name verification is turned off: any certificate of the CA is accepted for any broker",
-                at("librdkafka.\"ssl.endpoint.identification.algorithm\"")
-            ));
-        }
-        if self.security.protocol == Protocol::SaslPlaintext {
-            w.push(format!(
-                "{}: sasl_plaintext sends the SASL credentials without TLS; use sasl_ssl outside a trusted network",
-                at("security.protocol")
-            ));
-        }
-        w
-    }
-
     /// [`Destination::build`] returning the concrete sink (tests, benches).
     ///
     /// # Errors
@@ -625,12 +508,121 @@ impl Destination for KafkaConfig {
         }
     }
 
+    /// Problems serde cannot see: a missing `bootstrap_servers`, a bad topic template,
+    /// `idempotence` without `acks = "all"`, incomplete SASL or TLS settings, and passthrough
+    /// properties kubesink manages (naming both keys). Returns every problem found.
     fn validate(&self, index: usize) -> Vec<SinkConfigError> {
-        KafkaConfig::validate(self, index)
+        let mut errs = Vec::new();
+        if self.bootstrap_servers.trim().is_empty() {
+            errs.push(self.invalid(
+                index,
+                "bootstrap_servers",
+                "required: a comma-separated host:port list",
+            ));
+        }
+        if let Err(e) = topic_template(&self.topic) {
+            errs.push(self.invalid(index, "topic", e.to_string()));
+        }
+        if self.idempotence && self.acks != Acks::All {
+            errs.push(self.invalid(
+                index,
+                "acks",
+                "idempotence = true requires acks = \"all\" (set idempotence = false to use another acks)",
+            ));
+        }
+        if self.message_max_bytes < 1000 {
+            errs.push(self.invalid(index, "message_max_bytes", "must be at least 1000"));
+        }
+        if self.queue_max_messages == 0 {
+            errs.push(self.invalid(index, "queue_max_messages", "must be at least 1"));
+        }
+        let s = &self.security;
+        let sasl = matches!(s.protocol, Protocol::SaslPlaintext | Protocol::SaslSsl);
+        if sasl {
+            if s.sasl_mechanism.is_none() {
+                errs.push(self.invalid(
+                    index,
+                    "security.sasl_mechanism",
+                    "required with a sasl_* protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                ));
+            }
+            if s.sasl_username.as_deref().unwrap_or_default().is_empty() {
+                errs.push(self.invalid(
+                    index,
+                    "security.sasl_username",
+                    "required with a sasl_* protocol",
+                ));
+            }
+            if s.sasl_password.is_none() {
+                errs.push(self.invalid(
+                    index,
+                    "security.sasl_password",
+                    "required with a sasl_* protocol",
+                ));
+            }
+        } else if s.sasl_mechanism.is_some()
+            || s.sasl_username.is_some()
+            || s.sasl_password.is_some()
+        {
+            errs.push(self.invalid(
+                index,
+                "security.protocol",
+                "SASL settings are given but the protocol is not sasl_plaintext or sasl_ssl",
+            ));
+        }
+        if s.ssl_certificate_location.is_some() != s.ssl_key_location.is_some() {
+            errs.push(self.invalid(
+                index,
+                "security.ssl_key_location",
+                "ssl_certificate_location and ssl_key_location go together (mutual TLS)",
+            ));
+        }
+        for key in self.librdkafka.keys() {
+            if let Some((_, option)) = MANAGED_PROPERTIES.iter().find(|(p, _)| p == key) {
+                errs.push(self.invalid(
+                    index,
+                    &format!("librdkafka.\"{key}\""),
+                    format!(
+                        "conflicts with `{option}`, which kubesink manages; set `{option}` instead"
+                    ),
+                ));
+            }
+        }
+        errs
     }
 
+    /// Settings that work but weaken security, one sentence each (for `kubesink check` and
+    /// the start-up log): TLS certificate or host name verification turned off through the
+    /// passthrough map (`enable.ssl.certificate.verification = "false"`,
+    /// `ssl.endpoint.identification.algorithm = "none"`), and credentials sent without TLS
+    /// (`sasl_plaintext`).
     fn warnings(&self, index: usize) -> Vec<String> {
-        KafkaConfig::warnings(self, index)
+        let mut w = Vec::new();
+        let at = |key: &str| format!("sinks[{index}] ({}): {key}", self.name);
+        let off = |k: &str, v: &str| {
+            self.librdkafka
+                .get(k)
+                .is_some_and(|x| x.trim().eq_ignore_ascii_case(v))
+        };
+        if off("enable.ssl.certificate.verification", "false") {
+            w.push(format!(
+                "{}: TLS certificate verification is turned off: the brokers' identity is not checked",
+                at("librdkafka.\"enable.ssl.certificate.verification\"")
+            ));
+        }
+        if off("ssl.endpoint.identification.algorithm", "none") {
+            w.push(format!(
+                "{}: TLS host name verification is turned off: any certificate of the CA is accepted for any broker",
+                at("librdkafka.\"ssl.endpoint.identification.algorithm\"")
+            ));
+        }
+        if self.security.protocol == Protocol::SaslPlaintext {
+            w.push(format!(
+                "{}: sasl_plaintext sends the SASL credentials without TLS; use sasl_ssl outside a trusted network",
+                at("security.protocol")
+            ));
+        }
+        w
     }
 
     /// Builds the sink: validates and creates the producer, which connects in the

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kubesink_core::template::TemplateError;
 use kubesink_core::units::HumanDuration;
-use kubesink_core::{Message, MessageMeta, Op, Resource, Secret, Sink, SinkError};
+use kubesink_core::{Destination, Message, MessageMeta, Op, Resource, Secret, Sink, SinkError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
@@ -689,7 +689,7 @@ async fn building_against_a_dead_broker_succeeds_and_reports_not_ready() {
         healthcheck_timeout: HumanDuration::from_millis(500),
         ..Default::default()
     };
-    let sink = kubesink_core::Destination::build(&c, 0)
+    let sink = Destination::build(&c, 0)
         .await
         .expect("no connection is needed to build");
     let err = sink.healthcheck().await.unwrap_err();

@@ -463,77 +463,6 @@ pub async fn client_options(
 }
 
 impl NatsConfig {
-    /// Settings that work but weaken security, one sentence each naming the entry and key:
-    /// every credential that may go without TLS ([`plaintext_credentials`]). TLS verification
-    /// itself cannot be turned off.
-    pub fn warnings(&self, index: usize) -> Vec<String> {
-        plaintext_credentials(&self.servers, &self.auth, &self.tls)
-            .into_iter()
-            .map(|(key, message)| format!("sinks[{index}] ({}): {key}: {message}", self.name))
-            .collect()
-    }
-
-    /// Problems serde cannot see, every one found. `index` is the entry's position.
-    pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
-        let mut errs = Vec::new();
-        let mut bad = |key: &str, message: String| {
-            errs.push(SinkConfigError::Invalid {
-                index,
-                name: self.name.clone(),
-                key: key.to_owned(),
-                message,
-            })
-        };
-        let (servers, auth_tls): (Vec<_>, Vec<_>) =
-            connection_problems(&self.servers, &self.auth, &self.tls)
-                .into_iter()
-                .partition(|(key, _)| *key == "servers");
-        for (key, message) in servers {
-            bad(key, message);
-        }
-        if let Err(e) = subject_template(&self.subject) {
-            bad("subject", e.to_string());
-        }
-        if self.publish_timeout.get().is_zero() {
-            bad("publish_timeout", "must be greater than 0".into());
-        }
-        if self.connect_timeout.get().is_zero() {
-            bad("connect_timeout", "must be greater than 0".into());
-        }
-        if self.max_in_flight == 0 {
-            bad("max_in_flight", "must be at least 1".into());
-        }
-        if self.client_capacity == 0 {
-            bad("client_capacity", "must be at least 1".into());
-        }
-        for (key, message) in auth_tls {
-            bad(key, message);
-        }
-        if self.mode == NatsMode::Jetstream {
-            if self.stream.name.is_empty()
-                || self
-                    .stream
-                    .name
-                    .contains(|c: char| c == '.' || c == '*' || c == '>' || c.is_whitespace())
-            {
-                bad(
-                    "stream.name",
-                    format!(
-                        "invalid stream name {:?}: must be non-empty without '.', '*', '>' or whitespace",
-                        self.stream.name
-                    ),
-                );
-            }
-            if self.stream.max_msgs_per_subject == 0 || self.stream.max_msgs_per_subject < -1 {
-                bad(
-                    "stream.max_msgs_per_subject",
-                    "must be -1 (unlimited) or at least 1".into(),
-                );
-            }
-        }
-        errs
-    }
-
     /// The stream subjects a created stream gets: `stream.subjects`, or the template with
     /// each placeholder token replaced by `*`.
     pub fn stream_subjects(&self) -> Vec<String> {
@@ -657,12 +586,75 @@ impl Destination for NatsConfig {
         n
     }
 
+    /// Problems serde cannot see, every one found. `index` is the entry's position.
     fn validate(&self, index: usize) -> Vec<SinkConfigError> {
-        NatsConfig::validate(self, index)
+        let mut errs = Vec::new();
+        let mut bad = |key: &str, message: String| {
+            errs.push(SinkConfigError::Invalid {
+                index,
+                name: self.name.clone(),
+                key: key.to_owned(),
+                message,
+            })
+        };
+        let (servers, auth_tls): (Vec<_>, Vec<_>) =
+            connection_problems(&self.servers, &self.auth, &self.tls)
+                .into_iter()
+                .partition(|(key, _)| *key == "servers");
+        for (key, message) in servers {
+            bad(key, message);
+        }
+        if let Err(e) = subject_template(&self.subject) {
+            bad("subject", e.to_string());
+        }
+        if self.publish_timeout.get().is_zero() {
+            bad("publish_timeout", "must be greater than 0".into());
+        }
+        if self.connect_timeout.get().is_zero() {
+            bad("connect_timeout", "must be greater than 0".into());
+        }
+        if self.max_in_flight == 0 {
+            bad("max_in_flight", "must be at least 1".into());
+        }
+        if self.client_capacity == 0 {
+            bad("client_capacity", "must be at least 1".into());
+        }
+        for (key, message) in auth_tls {
+            bad(key, message);
+        }
+        if self.mode == NatsMode::Jetstream {
+            if self.stream.name.is_empty()
+                || self
+                    .stream
+                    .name
+                    .contains(|c: char| c == '.' || c == '*' || c == '>' || c.is_whitespace())
+            {
+                bad(
+                    "stream.name",
+                    format!(
+                        "invalid stream name {:?}: must be non-empty without '.', '*', '>' or whitespace",
+                        self.stream.name
+                    ),
+                );
+            }
+            if self.stream.max_msgs_per_subject == 0 || self.stream.max_msgs_per_subject < -1 {
+                bad(
+                    "stream.max_msgs_per_subject",
+                    "must be -1 (unlimited) or at least 1".into(),
+                );
+            }
+        }
+        errs
     }
 
+    /// Settings that work but weaken security, one sentence each naming the entry and key:
+    /// every credential that may go without TLS ([`plaintext_credentials`]). TLS verification
+    /// itself cannot be turned off.
     fn warnings(&self, index: usize) -> Vec<String> {
-        NatsConfig::warnings(self, index)
+        plaintext_credentials(&self.servers, &self.auth, &self.tls)
+            .into_iter()
+            .map(|(key, message)| format!("sinks[{index}] ({}): {key}: {message}", self.name))
+            .collect()
     }
 
     /// Connects (one attempt per server, bounded by `connect_timeout`), and in JetStream mode

@@ -1,7 +1,7 @@
 //! The `nats` state backend: one object in a NATS JetStream object store
 //! (<https://docs.nats.io/nats-concepts/jetstream/obj_store>), so whichever replica runs
 //! finds the state (a hand-over between nodes), connected like a NATS sink (same auth and
-//! TLS options, [`client_options`](crate::client_options)).
+//! TLS options, [`client_options`]).
 //!
 //! A put writes the object's chunks, then its metadata, then purges the old chunks: a reader
 //! sees the old or the new object, whole. It connects on first use and the client reconnects
