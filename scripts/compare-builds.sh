@@ -8,8 +8,9 @@
 # `scripts/compare-builds.sh /tmp/old/target/debug/kubesink target/debug/kubesink`.
 #
 # Both run at once against one kubesink-sim (so both see the same objects, uids and
-# resourceVersions; churn runs between their initial syncs and the end), with five resources in every payload mode, sync markers, a JSON and a
-# CloudEvents sink, a file state store and the HTTP server. Then it compares:
+# resourceVersions; churn runs between their initial syncs and the end), with five resources
+# in every payload mode, sync markers, a JSON and a CloudEvents sink, a file state store and
+# the HTTP server. Then it compares:
 # - the messages: per key and sink, the same sequence, byte for byte once `observedAt`/`time`
 #   are masked (the order across keys depends on task scheduling);
 # - the `kubesink check` output for every configuration under fuzz/corpus/config_toml and

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::problems::Problems;
 use super::syntax::{check_label_key, check_label_value};
 use super::{Config, ResourceConfig};
 
@@ -123,30 +124,22 @@ impl ClusterConfig {
     }
 }
 
-fn bad(problems: &mut Vec<(String, String)>, key: &str, message: String) {
-    problems.push((key.to_owned(), message));
-}
-
 /// A cluster name's problems: it is a label value and a part of the message key.
-fn name_problems(problems: &mut Vec<(String, String)>, key: &str, name: &str) {
+fn name_problems(problems: &mut Problems, key: &str, name: &str) {
     if let Err(why) = check_label_value(name) {
-        bad(problems, key, format!("{name:?} {why}"));
+        problems.add(key, format!("{name:?} {why}"));
     } else if name.contains('/') {
-        bad(
-            problems,
-            key,
-            "must not contain '/' (it is part of the message key)".into(),
-        );
+        problems.add(key, "must not contain '/' (it is part of the message key)");
     }
 }
 
 /// The problems of `[cluster]` and `[[clusters]]` (names, the two used together, each
 /// entry's resources), as `(key, message)` with full dotted keys.
 pub fn problems(c: &Config) -> Vec<(String, String)> {
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     if c.clusters.is_empty() {
         if c.cluster.name.is_empty() {
-            bad(&mut problems, "cluster.name", "required: the cluster's name, carried by every message (set it in the file or KUBESINK_CLUSTER__NAME)".into());
+            problems.add("cluster.name", "required: the cluster's name, carried by every message (set it in the file or KUBESINK_CLUSTER__NAME)");
         } else {
             name_problems(&mut problems, "cluster.name", &c.cluster.name);
         }
@@ -155,15 +148,14 @@ pub fn problems(c: &Config) -> Vec<(String, String)> {
             || c.cluster.kubeconfig.is_some()
             || c.cluster.context.is_some()
         {
-            bad(&mut problems, "clusters", "use either [cluster] (name, kubeconfig, context) or [[clusters]], not both (cluster.label applies to all)".into());
+            problems.add("clusters", "use either [cluster] (name, kubeconfig, context) or [[clusters]], not both (cluster.label applies to all)");
         }
         let mut names = std::collections::HashSet::new();
         for (i, e) in c.clusters.iter().enumerate() {
             name_problems(&mut problems, &format!("clusters.{i}.name"), &e.name);
             if !names.insert(e.name.clone()) {
-                bad(
-                    &mut problems,
-                    &format!("clusters.{i}.name"),
+                problems.add(
+                    format!("clusters.{i}.name"),
                     format!("cluster name {:?} is used twice", e.name),
                 );
             }
@@ -172,5 +164,5 @@ pub fn problems(c: &Config) -> Vec<(String, String)> {
             }
         }
     }
-    problems
+    problems.into_vec()
 }

@@ -12,6 +12,7 @@ use figment::{Figment, Metadata, Source};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::problems::Problems;
 use super::{
     ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PipelineConfig,
     ResourceConfig, ServerConfig, SinkConfig, StateConfig, WatchConfig,
@@ -350,7 +351,8 @@ impl Loader {
     /// Every semantic problem of `c`, section by section, in file order (each section's
     /// checks live beside it; only what spans sections or needs the figment is here).
     fn check(&mut self, c: &Config) {
-        let mut problems = super::cluster::problems(c);
+        let mut problems = Problems::default();
+        problems.extend(super::cluster::problems(c));
         problems.extend(c.leader_election.problems(&c.clusters));
         problems.extend(c.cluster.label_problems());
         problems.extend(c.pipeline.problems());
@@ -358,13 +360,10 @@ impl Loader {
         problems.extend(c.server.problems());
         problems.extend(super::resource::list_problems("resources", &c.resources));
         if c.sinks.is_empty() {
-            problems.push((
-                "sinks".into(),
-                "at least one [[sinks]] entry is required".into(),
-            ));
+            problems.add("sinks", "at least one [[sinks]] entry is required");
         }
         problems.extend(c.state.problems());
-        for (key, message) in problems {
+        for (key, message) in problems.into_vec() {
             self.problem(&key, message);
         }
         #[cfg(feature = "nats")]

@@ -18,6 +18,7 @@
 
 mod cluster;
 mod load;
+mod problems;
 mod resource;
 mod sections;
 mod state;

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::problems::Problems;
 use super::syntax::{check_api_version, check_dns_label};
 
 /// How much of each object a message carries.
@@ -117,11 +118,9 @@ impl ResourceConfig {
     /// (`resources.2`, `clusters.0.resources.1`).
     pub fn problems(&self, at_key: &str) -> Vec<(String, String)> {
         let at = |k: &str| format!("{at_key}.{k}");
-        let mut problems = Vec::new();
-        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        let mut problems = Problems::default();
         if let Err(why) = check_api_version(&self.api_version) {
-            bad(
-                &at("api_version"),
+            problems.add(at("api_version"),
                 format!(
                     "{:?} is not an apiVersion: {why} (expected \"v1\" for the core group, or \"group/version\" such as \"apps/v1\")",
                     self.api_version
@@ -129,8 +128,8 @@ impl ResourceConfig {
             );
         }
         if self.kind.is_empty() || !self.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
-            bad(
-                &at("kind"),
+            problems.add(
+                at("kind"),
                 format!(
                     "{:?} is not a Kind (expected e.g. \"Deployment\")",
                     self.kind
@@ -138,29 +137,29 @@ impl ResourceConfig {
             );
         }
         if self.payload == PayloadMode::Fields && self.fields.is_empty() {
-            bad(
-                &at("fields"),
-                "payload = \"fields\" needs at least one JSON pointer in fields".into(),
+            problems.add(
+                at("fields"),
+                "payload = \"fields\" needs at least one JSON pointer in fields",
             );
         }
         if self.payload != PayloadMode::Fields && !self.fields.is_empty() {
-            bad(
-                &at("fields"),
-                "fields is only used with payload = \"fields\"".into(),
+            problems.add(
+                at("fields"),
+                "fields is only used with payload = \"fields\"",
             );
         }
         for (j, ptr) in self.fields.iter().enumerate() {
             if !ptr.starts_with('/') || ptr.len() < 2 {
-                bad(
-                    &at(&format!("fields.{j}")),
+                problems.add(
+                    at(&format!("fields.{j}")),
                     format!("{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/spec/nodeName\""),
                 );
             }
         }
         for (j, ptr) in self.drop.iter().enumerate() {
             if !ptr.starts_with('/') || ptr.len() < 2 {
-                bad(
-                    &at(&format!("drop.{j}")),
+                problems.add(
+                    at(&format!("drop.{j}")),
                     format!(
                         "{ptr:?} is not a JSON pointer (RFC 6901), e.g. \"/status/conditions\""
                     ),
@@ -169,16 +168,16 @@ impl ResourceConfig {
         }
         for (j, ns) in self.namespaces.iter().enumerate() {
             if let Err(why) = check_dns_label(ns) {
-                bad(&at(&format!("namespaces.{j}")), format!("{ns:?} {why}"));
+                problems.add(at(&format!("namespaces.{j}")), format!("{ns:?} {why}"));
             }
         }
         if self.page_size == 0 {
-            bad(&at("page_size"), "must be at least 1".into());
+            problems.add(at("page_size"), "must be at least 1");
         }
         if let Some(plural) = &self.plural {
             if check_dns_label(plural).is_err() {
-                bad(
-                    &at("plural"),
+                problems.add(
+                    at("plural"),
                     format!(
                         "{plural:?} is not a resource name: lowercase letters and digits, \
                          e.g. \"foobars\""
@@ -187,31 +186,28 @@ impl ResourceConfig {
             }
         }
         if self.allow_secret_data && !(self.api_version == "v1" && self.kind == "Secret") {
-            bad(&at("allow_secret_data"), "only applies to v1 Secret".into());
+            problems.add(at("allow_secret_data"), "only applies to v1 Secret");
         }
-        problems
+        problems.into_vec()
     }
 }
 
 /// Problems of a whole `[[resources]]` list at `key` (`resources`): empty, a resource listed
 /// twice, and each entry's own ([`ResourceConfig::problems`]).
 pub fn list_problems(key: &str, resources: &[ResourceConfig]) -> Vec<(String, String)> {
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     if resources.is_empty() {
-        problems.push((
-            key.to_owned(),
-            format!("at least one [[{key}]] entry is required"),
-        ));
+        problems.add(key, format!("at least one [[{key}]] entry is required"));
     }
     let mut seen = std::collections::HashSet::new();
     for (i, r) in resources.iter().enumerate() {
         problems.extend(r.problems(&format!("{key}.{i}")));
         if !seen.insert((r.api_version.clone(), r.kind.clone(), r.namespaces.clone())) {
-            problems.push((
+            problems.add(
                 format!("{key}.{i}"),
                 format!("{} is listed twice", r.display_name()),
-            ));
+            );
         }
     }
-    problems
+    problems.into_vec()
 }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::problems::Problems;
 use super::{ByteSize, ClusterEntry, HumanDuration};
 
 /// `[leader_election]`: replicas elect a leader on a `coordination.k8s.io/v1` Lease, the way
@@ -53,17 +54,15 @@ impl LeaderElectionConfig {
     /// Problems serde cannot see, as `(key, message)` with full dotted keys; `clusters` are the
     /// `[[clusters]]` entries (`leader_election.cluster` must name one).
     pub fn problems(&self, clusters: &[ClusterEntry]) -> Vec<(String, String)> {
-        let mut problems = Vec::new();
-        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        let mut problems = Problems::default();
         if self.enabled {
             if self.renew_deadline >= self.lease_duration {
-                bad("leader_election.renew_deadline", "must be shorter than leader_election.lease_duration (the leader must stop before its lease can expire)".into());
+                problems.add("leader_election.renew_deadline", "must be shorter than leader_election.lease_duration (the leader must stop before its lease can expire)");
             }
             if self.retry_period >= self.renew_deadline || self.retry_period.0.is_zero() {
-                bad(
+                problems.add(
                     "leader_election.retry_period",
-                    "must be greater than zero and shorter than leader_election.renew_deadline"
-                        .into(),
+                    "must be greater than zero and shorter than leader_election.renew_deadline",
                 );
             } else if self.renew_deadline.0 + 2 * self.retry_period.0 >= self.lease_duration.0
                 && self.renew_deadline < self.lease_duration
@@ -72,7 +71,7 @@ impl LeaderElectionConfig {
                 // attempt: up to one retry_period of sleep plus one of request time after
                 // the deadline. Only then does it stop and exit; until then it must still hold
                 // the lease, or another replica could take over while it runs.
-                bad(
+                problems.add(
                     "leader_election.lease_duration",
                     format!(
                         "must be longer than renew_deadline + 2 × retry_period ({} + 2 × {}): a leader that cannot renew stops up to two retry periods after its renew deadline, and must not outlive its lease",
@@ -83,14 +82,14 @@ impl LeaderElectionConfig {
             }
             if let Some(name) = &self.cluster {
                 if !clusters.iter().any(|e| &e.name == name) {
-                    bad(
+                    problems.add(
                         "leader_election.cluster",
                         format!("{name:?} is not the name of a [[clusters]] entry"),
                     );
                 }
             }
         }
-        problems
+        problems.into_vec()
     }
 }
 
@@ -158,8 +157,7 @@ impl Default for PipelineConfig {
 impl PipelineConfig {
     /// Problems serde cannot see, as `(key, message)` with full dotted keys.
     pub fn problems(&self) -> Vec<(String, String)> {
-        let mut problems = Vec::new();
-        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        let mut problems = Problems::default();
         for (key, v) in [
             ("pipeline.max_pending", self.max_pending),
             ("pipeline.max_batch_events", self.max_batch_events),
@@ -167,22 +165,22 @@ impl PipelineConfig {
             ("pipeline.max_batch_bytes", self.max_batch_bytes.bytes()),
         ] {
             if v == 0 {
-                bad(key, "must be at least 1".into());
+                problems.add(key, "must be at least 1");
             }
         }
         if self.retry_initial_backoff.0.is_zero() {
-            bad(
+            problems.add(
                 "pipeline.retry_initial_backoff",
-                "must be greater than zero".into(),
+                "must be greater than zero",
             );
         }
         if self.retry_max_backoff < self.retry_initial_backoff {
-            bad(
+            problems.add(
                 "pipeline.retry_max_backoff",
-                "must not be shorter than pipeline.retry_initial_backoff".into(),
+                "must not be shorter than pipeline.retry_initial_backoff",
             );
         }
-        problems
+        problems.into_vec()
     }
 }
 
@@ -218,24 +216,20 @@ impl Default for WatchConfig {
 impl WatchConfig {
     /// Problems serde cannot see, as `(key, message)` with full dotted keys.
     pub fn problems(&self) -> Vec<(String, String)> {
-        let mut problems = Vec::new();
-        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        let mut problems = Problems::default();
         if self.idle_timeout.0 < std::time::Duration::from_secs(1) {
-            bad("watch.idle_timeout", "must be at least 1s".into());
+            problems.add("watch.idle_timeout", "must be at least 1s");
         }
         if self.retry_initial_backoff.0.is_zero() {
-            bad(
-                "watch.retry_initial_backoff",
-                "must be greater than zero".into(),
-            );
+            problems.add("watch.retry_initial_backoff", "must be greater than zero");
         }
         if self.retry_max_backoff < self.retry_initial_backoff {
-            bad(
+            problems.add(
                 "watch.retry_max_backoff",
-                "must not be shorter than watch.retry_initial_backoff".into(),
+                "must not be shorter than watch.retry_initial_backoff",
             );
         }
-        problems
+        problems.into_vec()
     }
 }
 
@@ -270,11 +264,10 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Problems serde cannot see, as `(key, message)` with full dotted keys.
     pub fn problems(&self) -> Vec<(String, String)> {
-        let mut problems = Vec::new();
-        let mut bad = |key: &str, message: String| problems.push((key.to_owned(), message));
+        let mut problems = Problems::default();
         if self.enabled {
             if let Err(e) = self.listen.parse::<std::net::SocketAddr>() {
-                bad(
+                problems.add(
                     "server.listen",
                     format!(
                         "{:?} is not an address:port ({e}), e.g. \"0.0.0.0:9090\"",
@@ -284,12 +277,9 @@ impl ServerConfig {
             }
         }
         if self.sink_check_interval.0.is_zero() {
-            bad(
-                "server.sink_check_interval",
-                "must be greater than zero".into(),
-            );
+            problems.add("server.sink_check_interval", "must be greater than zero");
         }
-        problems
+        problems.into_vec()
     }
 }
 
