@@ -1,11 +1,28 @@
 //! A configuration value that must never be printed: passwords, tokens, nkey seeds.
+//!
+//! In a configuration file a secret is written three ways:
+//! - `password = "..."`: the value itself (fine on a laptop; in a cluster it puts the
+//!   credential into a ConfigMap or the Helm release);
+//! - `password = { env = "KAFKA_PASSWORD" }`: read from that environment variable when the
+//!   configuration loads (a Kubernetes `secretKeyRef`: the chart's `secretEnv`);
+//! - `password = { file = "/etc/kubesink/secrets/kafka/password" }`: read from that file when
+//!   the configuration loads, one trailing newline removed (a mounted Secret's key: the
+//!   chart's `secretMounts`).
+//!
+//! A reference that cannot be resolved (variable unset, file unreadable) or resolves to an
+//! empty value is a configuration error naming the variable or file; the value is never
+//! part of an error.
 
 use std::fmt;
 
+use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A secret string. `Debug`, `Display` and `Serialize` print `"***"`; only
 /// [`Secret::expose`] gives the value, at the one place that hands it to a client library.
+///
+/// Deserializes from a string (the value), `{ env = "NAME" }` or `{ file = "PATH" }`; see the
+/// module documentation.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Secret(String);
 
@@ -41,7 +58,88 @@ impl Serialize for Secret {
 
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(Secret)
+        d.deserialize_any(SecretVisitor)
+    }
+}
+
+/// Where a secret's value comes from, for [`Secret`]'s deserializer.
+enum Reference {
+    Env(String),
+    File(String),
+}
+
+impl Reference {
+    /// Reads the value. Errors name the variable or file, never the value.
+    fn resolve(&self) -> Result<Secret, String> {
+        let value = match self {
+            Reference::Env(name) => std::env::var(name).map_err(|e| match e {
+                std::env::VarError::NotPresent => {
+                    format!("the secret's environment variable {name} is not set")
+                }
+                std::env::VarError::NotUnicode(_) => {
+                    format!("the secret's environment variable {name} is not UTF-8")
+                }
+            })?,
+            Reference::File(path) => {
+                let mut v = std::fs::read_to_string(path)
+                    .map_err(|e| format!("the secret's file {path}: {e}"))?;
+                // `echo secret > file` and `kubectl create secret --from-file` of such a
+                // file leave one newline that is not part of the credential.
+                if v.ends_with('\n') {
+                    v.pop();
+                    if v.ends_with('\r') {
+                        v.pop();
+                    }
+                }
+                v
+            }
+        };
+        if value.is_empty() {
+            return Err(match self {
+                Reference::Env(name) => format!("the secret's environment variable {name} is empty"),
+                Reference::File(path) => format!("the secret's file {path} is empty"),
+            });
+        }
+        Ok(Secret(value))
+    }
+}
+
+struct SecretVisitor;
+
+impl<'de> Visitor<'de> for SecretVisitor {
+    type Value = Secret;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(r#"a string, { env = "NAME" } or { file = "PATH" }"#)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Secret, E> {
+        Ok(Secret(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Secret, E> {
+        Ok(Secret(v))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Secret, A::Error> {
+        let mut reference = None;
+        while let Some(key) = map.next_key::<String>()? {
+            let value: String = map.next_value()?;
+            let r = match key.as_str() {
+                "env" => Reference::Env(value),
+                "file" => Reference::File(value),
+                other => return Err(de::Error::unknown_field(other, &["env", "file"])),
+            };
+            if reference.replace(r).is_some() {
+                return Err(de::Error::custom(
+                    "a secret takes one of `env` and `file`, not both",
+                ));
+            }
+        }
+        reference
+            .ok_or_else(|| de::Error::custom(r#"a secret table needs `env = "NAME"` or `file = "PATH"`"#))?
+            .resolve()
+            .map_err(de::Error::custom)
     }
 }
 
@@ -55,5 +153,50 @@ mod tests {
         assert_eq!(format!("{s:?} {s}"), "\"***\" ***");
         assert_eq!(serde_json::to_string(&s).unwrap(), "\"***\"");
         assert_eq!(s.expose(), "hunter2");
+    }
+
+    fn parse(json: &str) -> Result<Secret, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn secret_reads_its_environment_variable() {
+        // A name no other test sets; set once, never removed (tests run in threads).
+        std::env::set_var("KUBESINK_TEST_SECRET_ENV_1", "s3cret");
+        let s = parse(r#"{"env":"KUBESINK_TEST_SECRET_ENV_1"}"#).unwrap();
+        assert_eq!(s.expose(), "s3cret");
+        let err = parse(r#"{"env":"KUBESINK_TEST_SECRET_UNSET_VARIABLE"}"#).unwrap_err();
+        assert!(err.contains("KUBESINK_TEST_SECRET_UNSET_VARIABLE is not set"), "{err}");
+        std::env::set_var("KUBESINK_TEST_SECRET_ENV_EMPTY", "");
+        let err = parse(r#"{"env":"KUBESINK_TEST_SECRET_ENV_EMPTY"}"#).unwrap_err();
+        assert!(err.contains("KUBESINK_TEST_SECRET_ENV_EMPTY is empty"), "{err}");
+    }
+
+    #[test]
+    fn secret_reads_its_file_without_the_trailing_newline() {
+        let dir = std::env::temp_dir().join(format!("kubesink-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (content, expected) in [("pw", "pw"), ("pw\n", "pw"), ("pw\r\n", "pw"), ("a\nb\n", "a\nb")] {
+            let path = dir.join("password");
+            std::fs::write(&path, content).unwrap();
+            let json = serde_json::json!({ "file": path }).to_string();
+            assert_eq!(parse(&json).unwrap().expose(), expected, "{content:?}");
+        }
+        let missing = dir.join("missing");
+        let err = parse(&serde_json::json!({ "file": missing }).to_string()).unwrap_err();
+        assert!(err.contains(&format!("the secret's file {}", missing.display())), "{err}");
+        std::fs::write(dir.join("empty"), "\n").unwrap();
+        let err = parse(&serde_json::json!({ "file": dir.join("empty") }).to_string()).unwrap_err();
+        assert!(err.contains("is empty"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn secret_table_takes_exactly_one_known_key() {
+        for bad in [r#"{}"#, r#"{"env":"A","file":"/b"}"#, r#"{"vault":"x"}"#, "3"] {
+            assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
+        let err = parse(r#"{"vault":"x"}"#).unwrap_err();
+        assert!(err.contains("unknown field `vault`"), "{err}");
     }
 }

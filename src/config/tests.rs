@@ -699,3 +699,71 @@ fn lease_timings_that_let_the_leader_outlive_its_lease_are_rejected() {
         Ok(())
     });
 }
+
+#[test]
+fn secrets_come_from_environment_variables_and_files_in_every_secret_key() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file("kafka-password", "from-file\n")?;
+        jail.create_file("nkey", "SUAFROMFILE")?;
+        jail.set_env("KAFKA_KEY_PASSWORD", "key-from-env");
+        jail.set_env("NATS_PASSWORD", "nats-from-env");
+        jail.set_env("STATE_TOKEN", "state-from-env");
+        jail.create_file(
+            "k.toml",
+            r#"
+[cluster]
+name = "p"
+[state]
+backend = "nats"
+[state.nats]
+servers = ["nats://n:4222"]
+[state.nats.auth]
+token = { env = "STATE_TOKEN" }
+[[sinks]]
+type = "kafka"
+bootstrap_servers = "b:9092"
+[sinks.security]
+protocol = "sasl_ssl"
+sasl_mechanism = "SCRAM-SHA-512"
+sasl_username = "u"
+sasl_password = { file = "kafka-password" }
+ssl_key_password = { env = "KAFKA_KEY_PASSWORD" }
+[[sinks]]
+type = "nats"
+name = "n1"
+[sinks.auth]
+user = "u"
+password = { env = "NATS_PASSWORD" }
+[[sinks]]
+type = "nats"
+name = "n2"
+[sinks.auth]
+nkey_seed = { file = "nkey" }
+"#,
+        )?;
+        let c = load(Some(Path::new("k.toml"))).map_err(|e| e.to_string())?;
+        let SinkConfig::Kafka(k) = &c.sinks[0] else { panic!("{:?}", c.sinks[0]) };
+        let expose = |s: &Option<kubesink_core::Secret>| s.as_ref().map(|s| s.expose().to_owned());
+        assert_eq!(expose(&k.security.sasl_password).as_deref(), Some("from-file"));
+        assert_eq!(expose(&k.security.ssl_key_password).as_deref(), Some("key-from-env"));
+        let SinkConfig::Nats(n1) = &c.sinks[1] else { panic!("{:?}", c.sinks[1]) };
+        assert_eq!(expose(&n1.auth.password).as_deref(), Some("nats-from-env"));
+        let SinkConfig::Nats(n2) = &c.sinks[2] else { panic!("{:?}", c.sinks[2]) };
+        assert_eq!(expose(&n2.auth.nkey_seed).as_deref(), Some("SUAFROMFILE"));
+        assert_eq!(expose(&c.state.nats.auth.token).as_deref(), Some("state-from-env"));
+
+        // Unresolvable: named with the entry and the file, never the value.
+        jail.set_env("NATS_PASSWORD", "");
+        std::fs::remove_file("nkey").map_err(|e| e.to_string())?;
+        let errs = errors_of(Some(Path::new("k.toml"))).join("\n");
+        for want in [
+            "sinks.1: the secret's environment variable NATS_PASSWORD is empty (from file ",
+            "sinks.2: the secret's file nkey: ",
+        ] {
+            assert!(errs.contains(want), "missing {want:?} in:\n{errs}");
+        }
+        assert!(!errs.contains("from-file") && !errs.contains("key-from-env"), "{errs}");
+        Ok(())
+    });
+}
