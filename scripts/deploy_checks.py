@@ -6,7 +6,8 @@ Subcommands:
                             Pod Security Standard (each control, below); exit 1 naming the
                             workload, container, control and field otherwise
   pss-self-test             the checker rejects a Pod breaking each control and accepts a good one
-  rbac RENDERED EXPECTED... the RBAC objects of each rendered overlay equal `kubesink rbac`
+  rbac [--ignore-helm-labels] RENDERED EXPECTED...
+                          the RBAC objects of each rendered overlay (or chart) equal `kubesink rbac`
                             output (pairs of files)
   compose SCHEMA FILE DOCKERFILE
                             the compose file validates against the Compose Specification JSON
@@ -250,25 +251,35 @@ def cmd_pss_self_test():
 RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
-def rbac_objects(path):
+# Labels the Helm chart puts on every object (Helm's conventions) that `kubesink rbac` does not.
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+               "app.kubernetes.io/managed-by", "app.kubernetes.io/component"}
+
+
+def rbac_objects(path, ignore_helm_labels=False):
     objs = {}
     for d in load_all(path):
         if d.get("kind") in RBAC_KINDS:
             m = d.get("metadata") or {}
+            if ignore_helm_labels:
+                for k in HELM_LABELS:
+                    (m.get("labels") or {}).pop(k, None)
             objs[(d["kind"], m.get("namespace", ""), m.get("name"))] = d
     return objs
 
 
-def cmd_rbac(pairs):
-    """Each (rendered, expected) pair: the same RBAC objects, field for field."""
+def cmd_rbac(pairs, ignore_helm_labels=False):
+    """Each (rendered, expected) pair: the same RBAC objects, field for field (with
+    --ignore-helm-labels, but for the labels only the Helm chart sets)."""
     ok = True
     for rendered, expected in zip(pairs[::2], pairs[1::2]):
-        ok = rbac_pair(rendered, expected) and ok
+        ok = rbac_pair(rendered, expected, ignore_helm_labels) and ok
     return 0 if ok else 1
 
 
-def rbac_pair(rendered, expected):
-    got, want = rbac_objects(rendered), rbac_objects(expected)
+def rbac_pair(rendered, expected, ignore_helm_labels=False):
+    got = rbac_objects(rendered, ignore_helm_labels)
+    want = rbac_objects(expected)
     ok = True
     for key in sorted(set(got) | set(want)):
         label = "{} {}/{}".format(*key)
@@ -369,6 +380,8 @@ def main(argv):
         return cmd_pss(args)
     if cmd == "pss-self-test" and not args:
         return cmd_pss_self_test()
+    if cmd == "rbac" and args[:1] == ["--ignore-helm-labels"] and len(args) % 2 == 1:
+        return cmd_rbac(args[1:], ignore_helm_labels=True)
     if cmd == "rbac" and args and len(args) % 2 == 0:
         return cmd_rbac(args)
     if cmd == "compose" and len(args) == 3:

@@ -96,7 +96,9 @@ impl Reference {
         };
         if value.is_empty() {
             return Err(match self {
-                Reference::Env(name) => format!("the secret's environment variable {name} is empty"),
+                Reference::Env(name) => {
+                    format!("the secret's environment variable {name} is empty")
+                }
                 Reference::File(path) => format!("the secret's file {path} is empty"),
             });
         }
@@ -137,7 +139,9 @@ impl<'de> Visitor<'de> for SecretVisitor {
             }
         }
         reference
-            .ok_or_else(|| de::Error::custom(r#"a secret table needs `env = "NAME"` or `file = "PATH"`"#))?
+            .ok_or_else(|| {
+                de::Error::custom(r#"a secret table needs `env = "NAME"` or `file = "PATH"`"#)
+            })?
             .resolve()
             .map_err(de::Error::custom)
     }
@@ -166,17 +170,28 @@ mod tests {
         let s = parse(r#"{"env":"KUBESINK_TEST_SECRET_ENV_1"}"#).unwrap();
         assert_eq!(s.expose(), "s3cret");
         let err = parse(r#"{"env":"KUBESINK_TEST_SECRET_UNSET_VARIABLE"}"#).unwrap_err();
-        assert!(err.contains("KUBESINK_TEST_SECRET_UNSET_VARIABLE is not set"), "{err}");
+        assert!(
+            err.contains("KUBESINK_TEST_SECRET_UNSET_VARIABLE is not set"),
+            "{err}"
+        );
         std::env::set_var("KUBESINK_TEST_SECRET_ENV_EMPTY", "");
         let err = parse(r#"{"env":"KUBESINK_TEST_SECRET_ENV_EMPTY"}"#).unwrap_err();
-        assert!(err.contains("KUBESINK_TEST_SECRET_ENV_EMPTY is empty"), "{err}");
+        assert!(
+            err.contains("KUBESINK_TEST_SECRET_ENV_EMPTY is empty"),
+            "{err}"
+        );
     }
 
     #[test]
     fn secret_reads_its_file_without_the_trailing_newline() {
         let dir = std::env::temp_dir().join(format!("kubesink-secret-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        for (content, expected) in [("pw", "pw"), ("pw\n", "pw"), ("pw\r\n", "pw"), ("a\nb\n", "a\nb")] {
+        for (content, expected) in [
+            ("pw", "pw"),
+            ("pw\n", "pw"),
+            ("pw\r\n", "pw"),
+            ("a\nb\n", "a\nb"),
+        ] {
             let path = dir.join("password");
             std::fs::write(&path, content).unwrap();
             let json = serde_json::json!({ "file": path }).to_string();
@@ -184,7 +199,10 @@ mod tests {
         }
         let missing = dir.join("missing");
         let err = parse(&serde_json::json!({ "file": missing }).to_string()).unwrap_err();
-        assert!(err.contains(&format!("the secret's file {}", missing.display())), "{err}");
+        assert!(
+            err.contains(&format!("the secret's file {}", missing.display())),
+            "{err}"
+        );
         std::fs::write(dir.join("empty"), "\n").unwrap();
         let err = parse(&serde_json::json!({ "file": dir.join("empty") }).to_string()).unwrap_err();
         assert!(err.contains("is empty"), "{err}");
@@ -193,7 +211,12 @@ mod tests {
 
     #[test]
     fn secret_table_takes_exactly_one_known_key() {
-        for bad in [r#"{}"#, r#"{"env":"A","file":"/b"}"#, r#"{"vault":"x"}"#, "3"] {
+        for bad in [
+            r#"{}"#,
+            r#"{"env":"A","file":"/b"}"#,
+            r#"{"vault":"x"}"#,
+            "3",
+        ] {
             assert!(parse(bad).is_err(), "{bad} was accepted");
         }
         let err = parse(r#"{"vault":"x"}"#).unwrap_err();

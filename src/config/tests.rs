@@ -743,15 +743,30 @@ nkey_seed = { file = "nkey" }
 "#,
         )?;
         let c = load(Some(Path::new("k.toml"))).map_err(|e| e.to_string())?;
-        let SinkConfig::Kafka(k) = &c.sinks[0] else { panic!("{:?}", c.sinks[0]) };
+        let SinkConfig::Kafka(k) = &c.sinks[0] else {
+            panic!("{:?}", c.sinks[0])
+        };
         let expose = |s: &Option<kubesink_core::Secret>| s.as_ref().map(|s| s.expose().to_owned());
-        assert_eq!(expose(&k.security.sasl_password).as_deref(), Some("from-file"));
-        assert_eq!(expose(&k.security.ssl_key_password).as_deref(), Some("key-from-env"));
-        let SinkConfig::Nats(n1) = &c.sinks[1] else { panic!("{:?}", c.sinks[1]) };
+        assert_eq!(
+            expose(&k.security.sasl_password).as_deref(),
+            Some("from-file")
+        );
+        assert_eq!(
+            expose(&k.security.ssl_key_password).as_deref(),
+            Some("key-from-env")
+        );
+        let SinkConfig::Nats(n1) = &c.sinks[1] else {
+            panic!("{:?}", c.sinks[1])
+        };
         assert_eq!(expose(&n1.auth.password).as_deref(), Some("nats-from-env"));
-        let SinkConfig::Nats(n2) = &c.sinks[2] else { panic!("{:?}", c.sinks[2]) };
+        let SinkConfig::Nats(n2) = &c.sinks[2] else {
+            panic!("{:?}", c.sinks[2])
+        };
         assert_eq!(expose(&n2.auth.nkey_seed).as_deref(), Some("SUAFROMFILE"));
-        assert_eq!(expose(&c.state.nats.auth.token).as_deref(), Some("state-from-env"));
+        assert_eq!(
+            expose(&c.state.nats.auth.token).as_deref(),
+            Some("state-from-env")
+        );
 
         // Unresolvable: named with the entry and the file, never the value.
         jail.set_env("NATS_PASSWORD", "");
@@ -763,7 +778,10 @@ nkey_seed = { file = "nkey" }
         ] {
             assert!(errs.contains(want), "missing {want:?} in:\n{errs}");
         }
-        assert!(!errs.contains("from-file") && !errs.contains("key-from-env"), "{errs}");
+        assert!(
+            !errs.contains("from-file") && !errs.contains("key-from-env"),
+            "{errs}"
+        );
         Ok(())
     });
 }

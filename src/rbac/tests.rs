@@ -314,3 +314,38 @@ fn generate_reports_bad_resources_and_names_with_their_source() {
         Ok(())
     });
 }
+
+/// The Helm chart renders RBAC from `values.config.resources` itself (templates/_rbac.tpl);
+/// its table of built-in plurals and scopes must be this module's, line for line.
+#[test]
+fn the_helm_charts_builtin_table_is_this_modules() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/kubesink/templates/_rbac.tpl");
+    let tpl = std::fs::read_to_string(&path).unwrap();
+    let begin = "{{- define \"kubesink.builtinKinds\" -}}\n";
+    let start = tpl.find(begin).expect("the builtinKinds define") + begin.len();
+    let end = start + tpl[start..].find("{{- end }}").expect("its end");
+    let chart: Vec<&str> = tpl[start..end].lines().collect();
+    let want: Vec<String> = BUILTINS
+        .iter()
+        .map(|b| {
+            let scope = if b.namespaced {
+                "namespaced"
+            } else {
+                "cluster"
+            };
+            format!(
+                "{:?}: {{plural: {}, scope: {scope}}}",
+                format!("{}/{}", b.group, b.kind),
+                b.plural
+            )
+        })
+        .collect();
+    assert_eq!(
+        chart,
+        want,
+        "replace the table in {} with:\n{}",
+        path.display(),
+        want.join("\n")
+    );
+}

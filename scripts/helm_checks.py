@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Checks of the Helm chart (deploy/helm/kubesink) with Helm's own engine: the PyPI package
+helm-python-sdk binds Helm v4's Go library (libhelm_c), so lint and render are Helm's, with no
+helm binary. scripts/check-deploy.sh runs it and does the rest (Kubernetes schemas, Pod
+Security, `kubesink check`, `kubesink rbac`) on what it writes.
+
+  engine-self-test        the library is Helm: template functions with known output, Helm's
+                          values coalescing, `required` and a lint finding
+  render OUTDIR           lint (strict) and render the default values and each examples/*.yaml;
+                          writes OUTDIR/helm-NAME.yaml (every manifest) and
+                          OUTDIR/helm-NAME.toml (the rendered kubesink.toml) and
+                          OUTDIR/helm-NAME.env (secretEnv's variables, placeholder values),
+                          OUTDIR/helm-NAME.rbac-args (the release's `kubesink rbac` arguments);
+                          prints the objects
+  bad-values              each schema or template rule that matters rejects its bad value, with
+                          the message a user would see
+  compare-kustomize RENDERED KUSTOMIZED
+                          the chart's default Deployment, Service, PDB and RBAC against
+                          `kubectl kustomize deploy/base`: only the differences listed in
+                          INTENDED (with why) may remain
+"""
+import copy
+import json
+import os
+import sys
+import tempfile
+
+import helm_python as helm
+
+CHART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "helm", "kubesink")
+RELEASE, NAMESPACE = "kubesink", "kubesink"
+
+
+# Every optional value set at once, so that each template branch is rendered and validated.
+EVERY_OPTION = {
+    "replicaCount": 3, "fullnameOverride": "topology",
+    "image": {"repository": "registry.example.com/kubesink", "tag": "9.9.9", "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "serviceAccount": {"create": True, "name": "topology-sa", "annotations": {"iam.example.com/role": "r"}},
+    "config": {"server": {"listen": "0.0.0.0:9464"},
+               "leader_election": {"enabled": True, "lease_name": "topology-lease"}},
+    "secretEnv": [{"name": "NATS_TOKEN", "secretName": "nats", "key": "token"}],
+    "secretMounts": [{"name": "ca", "secretName": "ca", "mountPath": "/etc/kubesink/ca",
+                      "items": [{"key": "ca.crt", "path": "ca.pem"}]}],
+    "extraEnv": [{"name": "KUBESINK_PIPELINE__LINGER", "value": "50ms"}],
+    "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
+    "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+    "logFormat": "text", "metrics": {"port": 9464},
+    "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "10s", "labels": {"release": "p"}},
+    "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+                      "egress": [{"ports": [{"port": 443, "protocol": "TCP"}]}]},
+    "podDisruptionBudget": {"enabled": True, "maxUnavailable": "50%"},
+    "podAnnotations": {"a": "b"}, "podLabels": {"team": "platform"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+    "priorityClassName": "system-cluster-critical", "terminationGracePeriodSeconds": 90,
+}
+
+
+def examples():
+    """(name, values) for the default values, each example values file, and every option."""
+    out = [("default", {}), ("every-option", EVERY_OPTION)]
+    folder = os.path.join(CHART, "examples")
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".yaml"):
+            with open(os.path.join(folder, f)) as fh:
+                out.append((f[: -len(".yaml")], helm.values_from_yaml(fh.read())))
+    return out
+
+
+def render(values):
+    with helm.Chart.load(CHART) as chart:
+        return chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def documents(manifests):
+    """The rendered objects, parsed by Helm's own YAML reader, NOTES.txt left out."""
+    docs = []
+    for path in sorted(manifests):
+        if path.endswith("NOTES.txt"):
+            continue
+        for part in manifests[path].split("\n---"):
+            if part.strip() and any(l.strip() and not l.lstrip().startswith("#") for l in part.splitlines()):
+                docs.append(helm.values_from_yaml(part))
+    return docs
+
+
+# --- engine-self-test --------------------------------------------------------------------------
+def cmd_engine_self_test():
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = os.path.join(tmp, "probe")
+        os.makedirs(os.path.join(chart, "templates"))
+        with open(os.path.join(chart, "Chart.yaml"), "w") as f:
+            f.write("apiVersion: v2\nname: probe\nversion: 1.2.3\n")
+        with open(os.path.join(chart, "values.yaml"), "w") as f:
+            f.write("a: {b: 1, c: [x]}\nport: 9090\n")
+        with open(os.path.join(chart, "templates", "t.txt"), "w") as f:
+            f.write('{{ "abc" | sha256sum }}|{{ "hello" | b64enc }}|{{ toToml (dict "k" "v") }}|'
+                    '{{ .Values.a.b }}|{{ .Values.a.c | toJson }}|{{ .Chart.Version }}|'
+                    '{{ .Release.Namespace }}|{{ kindOf .Values.port }}|{{ semverCompare ">=1.30" "1.31.0" }}')
+        with open(os.path.join(chart, "templates", "req.txt"), "w") as f:
+            f.write('{{ if .Values.need }}{{ required "need.x is required" .Values.need.x }}{{ end }}')
+        with helm.Chart.load(chart) as c:
+            got = c.render({"a": {"c": ["y"]}}, name="r", namespace="ns")["probe/templates/t.txt"]
+            want = ("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad|aGVsbG8=|"
+                    'k = "v"\n|1|["y"]|1.2.3|ns|float64|true')
+            if got != want:
+                print(f"FAIL the engine rendered {got!r}, Helm renders {want!r}")
+                return 1
+            try:
+                c.render({"need": {"y": 1}}, name="r", namespace="ns")
+                print("FAIL `required` did not fail")
+                return 1
+            except helm.HelmRenderError as e:
+                if "need.x is required" not in str(e):
+                    print(f"FAIL `required` failed with {e}")
+                    return 1
+        report = helm.lint(chart, strict=True)
+        if not any("icon is recommended" in m["error"] for m in report["messages"]):
+            print(f"FAIL lint did not report Helm's 'icon is recommended': {report}")
+            return 1
+    print(f"ok   helm-python-sdk {helm.__version__} is Helm {helm.helm_sdk_version()}: "
+          "sha256sum, b64enc, toToml, coalescing, float64 numbers, semverCompare, required, lint")
+    return 0
+
+
+# --- render ------------------------------------------------------------------------------------
+def cmd_render(outdir):
+    failures = 0
+    for name, values in examples():
+        report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+        # Severity 1 is information ("icon is recommended"); 2 warnings and 3 errors fail.
+        bad = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+        if bad:
+            print(f"FAIL helm lint --strict ({name}): {bad}")
+            failures += 1
+            continue
+        try:
+            manifests = render(values)
+        except helm.HelmError as e:
+            print(f"FAIL helm template ({name}): {e}")
+            failures += 1
+            continue
+        docs = documents(manifests)
+        with open(os.path.join(outdir, f"helm-{name}.yaml"), "w") as f:
+            f.write("\n".join("---\n" + json.dumps(d) for d in docs) + "\n")
+        config = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config")]
+        with open(os.path.join(outdir, f"helm-{name}.toml"), "w") as f:
+            f.write(config[0]["data"]["kubesink.toml"])
+        # The `kubesink rbac` arguments for this release: its names and namespace.
+        deployment = [d for d in docs if d["kind"] == "Deployment"][0]
+        with open(os.path.join(outdir, f"helm-{name}.rbac-args"), "w") as f:
+            f.write(f"--name {deployment['metadata']['name']} --namespace {NAMESPACE} "
+                    f"--service-account {deployment['spec']['template']['spec']['serviceAccountName']}\n")
+        # The variables secretEnv would set, with placeholders, for `kubesink check`.
+        merged = helm.Chart.load(CHART).merge_values(values)
+        with open(os.path.join(outdir, f"helm-{name}.env"), "w") as f:
+            f.write("".join(f"{e['name']}=placeholder-from-{e['secretName']}\n" for e in merged["secretEnv"]))
+        kinds = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in docs)
+        print(f"ok   helm lint --strict and helm template ({name}): {len(docs)} objects: {kinds}")
+    # The chart's README has a row for every value (config's contents are kubesink's own).
+    with helm.Chart.load(CHART) as chart:
+        defaults = chart.values
+    def leaves(value, prefix=""):
+        if isinstance(value, dict) and value and prefix not in ("config", "resources", "service.annotations"):
+            for k, v in value.items():
+                yield from leaves(v, f"{prefix}.{k}" if prefix else k)
+        else:
+            yield prefix
+    with open(os.path.join(CHART, "README.md")) as f:
+        readme = f.read()
+    missing = [k for k in leaves(defaults) if f"| `{k}` |" not in readme]
+    if missing:
+        print(f"FAIL deploy/helm/kubesink/README.md has no row for: {', '.join(missing)}")
+        failures += 1
+    else:
+        print(f"ok   the chart's README documents every value ({len(list(leaves(defaults)))} rows)")
+    # A changed configuration rolls the Pods: the checksum in the Pod template changes with it.
+    def checksum(values):
+        deployment = [d for d in documents(render(values)) if d["kind"] == "Deployment"][0]
+        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    if checksum({}) == checksum({"config": {"cluster": {"name": "another"}}}):
+        print("FAIL a changed values.config leaves the Pod template's checksum/config as it was")
+        failures += 1
+    else:
+        print("ok   a changed values.config changes the Pod template's checksum/config (the Deployment rolls)")
+    return 1 if failures else 0
+
+
+# --- bad-values --------------------------------------------------------------------------------
+BAD_VALUES = [
+    ("a wrong type", {"replicaCount": "2"}, "at '/replicaCount': got string, want integer"),
+    ("an unknown top-level key", {"replicas": 2}, "additional properties 'replicas' not allowed"),
+    ("an unknown key in a section", {"image": {"name": "x"}}, "additional properties 'name' not allowed"),
+    ("replicas > 1 with leader election off", {"replicaCount": 3, "config": {"leader_election": {"enabled": False}}},
+     "at '/config/leader_election/enabled': value must be true"),
+    ("a bad pull policy", {"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
+    ("a secretEnv entry without its key", {"secretEnv": [{"name": "P", "secretName": "s"}]}, "missing property 'key'"),
+    ("a relative secretMounts path", {"secretMounts": [{"name": "a", "secretName": "s", "mountPath": "etc"}]},
+     "at '/secretMounts/0/mountPath'"),
+    ("a resource without kind", {"config": {"resources": [{"api_version": "v1"}]}}, "missing property 'kind'"),
+    ("no resources", {"config": {"resources": []}}, "at '/config/resources': minItems"),
+    ("a credential in clear",
+     {"config": {"sinks": [{"type": "nats", "auth": {"user": "u", "password": "hunter2"}}]}},
+     "values.config.sinks[0].auth.password: a credential in clear"),
+    ("a credential in clear in the state store",
+     {"config": {"state": {"backend": "nats", "nats": {"auth": {"token": "t0ken"}}}}},
+     "values.config.state.nats.auth.token: a credential in clear"),
+    ("namespaces on a cluster-scoped kind",
+     {"config": {"resources": [{"api_version": "v1", "kind": "Node", "namespaces": ["a"]}]}},
+     "values.config.resources[0].namespaces: v1 Node is cluster-scoped"),
+    ("a listen address without a port", {"config": {"server": {"listen": "0.0.0.0"}}}, "at '/config/server/listen'"),
+]
+
+
+def cmd_bad_values():
+    failures = 0
+    for what, values, want in BAD_VALUES:
+        try:
+            render(values)
+            print(f"FAIL {what} was accepted: {values}")
+            failures += 1
+        except helm.HelmError as e:
+            msg = " ".join(str(e).split())
+            if "hunter2" in msg or "t0ken" in msg:
+                print(f"FAIL {what}: the message shows the credential: {msg}")
+                failures += 1
+            elif want in msg:
+                print(f"ok   rejects {what}: {msg[msg.find(want) - 0:][:150]}")
+            else:
+                print(f"FAIL {what}: rejected, but the message lacks {want!r}: {msg}")
+                failures += 1
+    return 1 if failures else 0
+
+
+# --- compare-kustomize -------------------------------------------------------------------------
+# (kind, path) -> why the chart differs from deploy/base there. Labels that only Helm has
+# (helm.sh/chart, app.kubernetes.io/instance, version, managed-by) are dropped before comparing.
+INTENDED = {
+    ("Deployment", "spec.template.metadata.annotations.checksum/config"):
+        "the chart rolls the Pods on a configuration change by a checksum; kustomize by the ConfigMap name's hash",
+    ("Deployment", "spec.template.spec.volumes[0].configMap.name"):
+        "kustomize appends a content hash to the ConfigMap name",
+    ("*", "metadata.labels.app.kubernetes.io/component"):
+        "the chart puts its common labels, component included, on every object; deploy/base on the Deployment's only",
+}
+HELM_ONLY_LABELS = {"helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                    "app.kubernetes.io/managed-by"}
+
+
+def flatten(value, prefix=""):
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    if isinstance(value, list):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: value}
+
+
+def normalized(doc):
+    d = copy.deepcopy(doc)
+    def strip(m):
+        for k in HELM_ONLY_LABELS:
+            (m or {}).pop(k, None)
+    strip(d.get("metadata", {}).get("labels"))
+    for path in (("spec", "selector", "matchLabels"), ("spec", "selector"),
+                 ("spec", "template", "metadata", "labels")):
+        node = d
+        for p in path:
+            node = node.get(p, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            strip(node)
+    aff = d.get("spec", {}).get("template", {}).get("spec", {}).get("affinity", {})
+    for term in aff.get("podAntiAffinity", {}).get("preferredDuringSchedulingIgnoredDuringExecution", []):
+        strip(term["podAffinityTerm"]["labelSelector"]["matchLabels"])
+    return d
+
+
+def load_stream(path):
+    with open(path) as f:
+        text = f.read()
+    return [helm.values_from_yaml(p) for p in text.split("\n---") if p.strip().strip("-").strip()]
+
+
+def cmd_compare_kustomize(rendered, kustomized):
+    ours = {(d["kind"], d["metadata"]["name"]): d for d in load_stream(rendered)}
+    theirs = {(d["kind"], d["metadata"]["name"]): d for d in load_stream(kustomized)}
+    failures, listed = 0, []
+    for key in sorted(theirs):
+        kind, name = key
+        if kind in ("Namespace", "ConfigMap"):
+            continue  # Helm does not own the release namespace; the ConfigMap's data is config
+        if key not in ours:
+            print(f"FAIL {kind} {name} of deploy/base is not rendered by the chart")
+            failures += 1
+            continue
+        a, b = flatten(normalized(ours[key])), flatten(normalized(theirs[key]))
+        for path in sorted(set(a) | set(b)):
+            if a.get(path) == b.get(path):
+                continue
+            why = INTENDED.get((kind, path)) or INTENDED.get(("*", path))
+            if why is None:
+                print(f"FAIL {kind} {name} {path}: chart {a.get(path)!r}, deploy/base {b.get(path)!r}")
+                failures += 1
+            else:
+                line = f"     {kind if (kind, path) in INTENDED else '*'} {path}: {why}"
+                if line not in listed:
+                    listed.append(line)
+    extra = sorted(k for k in set(ours) - set(theirs) if k[0] != "ConfigMap")
+    print(f"{'ok  ' if not failures else 'FAIL'} the chart's default objects and deploy/base agree "
+          f"but for {len(listed)} intended difference(s); objects only the chart has: "
+          + (", ".join(f"{k} {n}" for k, n in extra) or "none"))
+    for line in listed:
+        print(line)
+    return 1 if failures else 0
+
+
+def main(argv):
+    if argv[:1] == ["engine-self-test"] and len(argv) == 1:
+        return cmd_engine_self_test()
+    if argv[:1] == ["render"] and len(argv) == 2:
+        return cmd_render(argv[1])
+    if argv[:1] == ["bad-values"] and len(argv) == 1:
+        return cmd_bad_values()
+    if argv[:1] == ["compare-kustomize"] and len(argv) == 3:
+        return cmd_compare_kustomize(argv[1], argv[2])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
