@@ -183,6 +183,7 @@ if "$PY" scripts/helm_checks.py engine-self-test; then
       else
         fail "kubesink check of the chart's ${n#helm-} configuration: $(cat "$WORK/err")"
       fi
+      [ -f "$WORK/$n.rbac-args" ] || continue # rbac.create false: no RBAC rendered
       # shellcheck disable=SC2046
       env $(cat "$WORK/$n.env") "$KUBESINK" rbac --config "$WORK/$n.toml" $(cat "$WORK/$n.rbac-args") \
         > "$WORK/rbac-$n.yaml" 2> "$WORK/err" \

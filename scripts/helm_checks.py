@@ -59,9 +59,15 @@ EVERY_OPTION = {
 }
 
 
+# The least the chart renders: one replica, no leader election, no RBAC, an existing account.
+MINIMAL = {"replicaCount": 1, "config": {"leader_election": None}, "rbac": {"create": False},
+           "serviceAccount": {"create": False, "name": "existing"}}
+
+
 def examples():
-    """(name, values) for the default values, each example values file, and every option."""
-    out = [("default", {}), ("every-option", EVERY_OPTION)]
+    """(name, values) for the default values, each example values file, every option and the
+    minimal set."""
+    out = [("default", {}), ("every-option", EVERY_OPTION), ("minimal", MINIMAL)]
     folder = os.path.join(CHART, "examples")
     for f in sorted(os.listdir(folder)):
         if f.endswith(".yaml"):
@@ -149,13 +155,18 @@ def cmd_render(outdir):
         config = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config")]
         with open(os.path.join(outdir, f"helm-{name}.toml"), "w") as f:
             f.write(config[0]["data"]["kubesink.toml"])
-        # The `kubesink rbac` arguments for this release: its names and namespace.
+        # The `kubesink rbac` arguments for this release (its names and namespace), when the
+        # chart renders RBAC.
         deployment = [d for d in docs if d["kind"] == "Deployment"][0]
-        with open(os.path.join(outdir, f"helm-{name}.rbac-args"), "w") as f:
-            f.write(f"--name {deployment['metadata']['name']} --namespace {NAMESPACE} "
-                    f"--service-account {deployment['spec']['template']['spec']['serviceAccountName']}\n")
-        # The variables secretEnv would set, with placeholders, for `kubesink check`.
         merged = helm.Chart.load(CHART).merge_values(values)
+        if merged["rbac"]["create"]:
+            with open(os.path.join(outdir, f"helm-{name}.rbac-args"), "w") as f:
+                f.write(f"--name {deployment['metadata']['name']} --namespace {NAMESPACE} "
+                        f"--service-account {deployment['spec']['template']['spec']['serviceAccountName']}\n")
+        elif any(d["kind"] in ("ClusterRole", "Role") for d in docs):
+            print(f"FAIL ({name}) rbac.create is false, and RBAC objects are rendered")
+            failures += 1
+        # The variables secretEnv would set, with placeholders, for `kubesink check`.
         with open(os.path.join(outdir, f"helm-{name}.env"), "w") as f:
             f.write("".join(f"{e['name']}=placeholder-from-{e['secretName']}\n" for e in merged["secretEnv"]))
         kinds = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in docs)
