@@ -149,7 +149,11 @@ pub fn generate(
     };
     let lease = if view.enabled {
         let lease = LeaseRef {
-            name: view.lease_name.unwrap_or_else(|| name.to_owned()),
+            // The Lease kubesink takes at run time: the configuration's default, whatever
+            // `--name` calls the RBAC objects.
+            name: view
+                .lease_name
+                .unwrap_or_else(|| crate::config::LeaderElectionConfig::default().lease_name),
             namespace: view.lease_namespace.unwrap_or_else(|| namespace.to_owned()),
         };
         check_name("leader_election.lease_name", &lease.name, 253, &source)?;

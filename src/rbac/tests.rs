@@ -349,3 +349,32 @@ fn the_helm_charts_builtin_table_is_this_modules() {
         want.join("\n")
     );
 }
+
+/// Without `lease_name`, the Lease granted is the one kubesink takes at run time
+/// (`kubesink`), not one named after `--name` (which names the RBAC objects only).
+#[test]
+fn the_default_lease_is_the_run_time_default_whatever_the_name() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file("k.toml", "[leader_election]\nenabled = true\n")?;
+        let yaml = generate(Some(Path::new("k.toml")), "topology", "sa", "ops")
+            .map_err(|e| e.to_string())?;
+        let roles: Vec<Role> = documents(&yaml)
+            .into_iter()
+            .filter(|(kind, _)| kind == "Role")
+            .map(|(_, doc)| serde_saphyr::from_str(&doc).unwrap())
+            .collect();
+        assert_eq!(roles.len(), 1, "{yaml}");
+        assert_eq!(
+            roles[0].metadata.name.as_deref(),
+            Some("topology-leader-election")
+        );
+        let rules = roles[0].rules.as_ref().unwrap();
+        assert_eq!(
+            rules[0].resource_names,
+            Some(vec!["kubesink".to_owned()]),
+            "{yaml}"
+        );
+        Ok(())
+    });
+}
