@@ -178,8 +178,10 @@ if "$PY" scripts/helm_checks.py engine-self-test; then
     for manifest in $charts; do
       n="$(basename "$manifest" .yaml)"
       # shellcheck disable=SC2046
-      if env $(cat "$WORK/$n.env") "$KUBESINK" check --config "$WORK/$n.toml" > "$WORK/$n.check" 2> "$WORK/err"; then
-        echo "ok   kubesink check of the kubesink.toml ${n#helm-} renders"
+      # The container's own arguments, with `check` for `run`: a bad flag fails here too.
+      # shellcheck disable=SC2046
+      if env $(cat "$WORK/$n.env") "$KUBESINK" $(cat "$WORK/$n.args") > "$WORK/$n.check" 2> "$WORK/err"; then
+        echo "ok   kubesink $(cut -d' ' -f1,2,4- "$WORK/$n.args" | sed 's/ --config//') of what ${n#helm-} renders"
       else
         fail "kubesink check of the chart's ${n#helm-} configuration: $(cat "$WORK/err")"
       fi

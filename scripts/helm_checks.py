@@ -10,7 +10,8 @@ Security, `kubesink check`, `kubesink rbac`) on what it writes.
                           writes OUTDIR/helm-NAME.yaml (every manifest) and
                           OUTDIR/helm-NAME.toml (the rendered kubesink.toml) and
                           OUTDIR/helm-NAME.env (secretEnv's variables, placeholder values),
-                          OUTDIR/helm-NAME.rbac-args (the release's `kubesink rbac` arguments);
+                          OUTDIR/helm-NAME.rbac-args (the release's `kubesink rbac` arguments),
+                          OUTDIR/helm-NAME.args (the container's arguments, `run` made `check`);
                           prints the objects
   bad-values              each schema or template rule that matters rejects its bad value, with
                           the message a user would see
@@ -38,14 +39,25 @@ EVERY_OPTION = {
     "imagePullSecrets": [{"name": "regcred"}],
     "serviceAccount": {"create": True, "name": "topology-sa", "annotations": {"iam.example.com/role": "r"}},
     "config": {"server": {"listen": "0.0.0.0:9464"},
-               "leader_election": {"enabled": True, "lease_name": "topology-lease"}},
+               "leader_election": {"enabled": True, "lease_name": "topology-lease"},
+               # Built-in, irregular (Endpoints), custom and namespaced entries: the RBAC's
+               # per-namespace Roles hold only what the ClusterRole does not grant.
+               "resources": [
+                   {"api_version": "v1", "kind": "Pod"},
+                   {"api_version": "v1", "kind": "Node", "payload": "metadata"},
+                   {"api_version": "v1", "kind": "Endpoints", "namespaces": ["shop", "payments"]},
+                   {"api_version": "v1", "kind": "ConfigMap", "namespaces": ["shop"]},
+                   {"api_version": "v1", "kind": "Pod", "namespaces": ["shop"]},
+                   {"api_version": "argoproj.io/v1alpha1", "kind": "Rollout"},
+                   {"api_version": "example.com/v1", "kind": "Policy", "namespaces": ["shop"]},
+                   {"api_version": "networking.istio.io/v1", "kind": "VirtualService", "namespaces": ["shop"]}]},
     "secretEnv": [{"name": "NATS_TOKEN", "secretName": "nats", "key": "token"}],
     "secretMounts": [{"name": "ca", "secretName": "ca", "mountPath": "/etc/kubesink/ca",
                       "items": [{"key": "ca.crt", "path": "ca.pem"}]}],
     "extraEnv": [{"name": "KUBESINK_PIPELINE__LINGER", "value": "50ms"}],
     "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
     "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-    "logFormat": "text", "metrics": {"port": 9464},
+    "logFormat": "human", "metrics": {"port": 9464},
     "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "10s", "labels": {"release": "p"}},
     "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
                       "egress": [{"ports": [{"port": 443, "protocol": "TCP"}]}]},
@@ -166,6 +178,18 @@ def cmd_render(outdir):
         elif any(d["kind"] in ("ClusterRole", "Role") for d in docs):
             print(f"FAIL ({name}) rbac.create is false, and RBAC objects are rendered")
             failures += 1
+        # The container's arguments, for `kubesink check` (run becomes check, the mounted
+        # configuration the rendered file).
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        args = container["args"]
+        if args[:1] != ["run"] or "--config" not in args:
+            print(f"FAIL ({name}) the container's args are not `run --config …`: {args}")
+            failures += 1
+        else:
+            args = ["check"] + args[1:]
+            args[args.index("--config") + 1] = os.path.join(outdir, f"helm-{name}.toml")
+            with open(os.path.join(outdir, f"helm-{name}.args"), "w") as f:
+                f.write(" ".join(args) + "\n")
         # The variables secretEnv would set, with placeholders, for `kubesink check`.
         with open(os.path.join(outdir, f"helm-{name}.env"), "w") as f:
             f.write("".join(f"{e['name']}=placeholder-from-{e['secretName']}\n" for e in merged["secretEnv"]))
@@ -216,6 +240,10 @@ BAD_VALUES = [
     ("a credential in clear",
      {"config": {"sinks": [{"type": "nats", "auth": {"user": "u", "password": "hunter2"}}]}},
      "values.config.sinks[0].auth.password: a credential in clear"),
+    ("a credential in clear as a number",
+     {"config": {"sinks": [{"type": "nats", "auth": {"user": "u", "password": 123456}}]}},
+     "values.config.sinks[0].auth.password: a credential in clear"),
+    ("a log format kubesink does not know", {"logFormat": "text"}, "at '/logFormat'"),
     ("a credential in clear in the state store",
      {"config": {"state": {"backend": "nats", "nats": {"auth": {"token": "t0ken"}}}}},
      "values.config.state.nats.auth.token: a credential in clear"),

@@ -110,14 +110,15 @@ numbers become integers first (kubesink's float keys accept integers).
 
 {{/*
 Credentials never come from values in clear: a secret key of kubesink's configuration (the
-`Secret` keys of config/kubesink.toml) must be { env: NAME } (secretEnv) or { file: PATH }
+`Secret` keys of config/kubesink.toml) given as a string, number or boolean fails; it must be
+{ env: NAME } (secretEnv) or { file: PATH }
 (secretMounts). Walks maps and lists; (dict "value" V "path" "values.config").
 */}}
 {{- define "kubesink.noClearCredentials" -}}
 {{- $path := .path -}}
 {{- if kindIs "map" .value -}}
 {{- range $k, $v := .value -}}
-{{- if and (has $k (list "password" "token" "nkey_seed" "sasl_password" "ssl_key_password")) (kindIs "string" $v) -}}
+{{- if and (has $k (list "password" "token" "nkey_seed" "sasl_password" "ssl_key_password")) (not (kindIs "map" $v)) (not (kindIs "invalid" $v)) -}}
 {{- fail (printf "%s.%s: a credential in clear; write %s: {env: NAME} with secretEnv, or %s: {file: PATH} with secretMounts, naming an existing Secret" $path $k $k $k) -}}
 {{- end -}}
 {{- include "kubesink.noClearCredentials" (dict "value" $v "path" (printf "%s.%s" $path $k)) -}}
