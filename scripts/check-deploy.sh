@@ -177,7 +177,6 @@ if "$PY" scripts/helm_checks.py engine-self-test; then
     pairs=""
     for manifest in $charts; do
       n="$(basename "$manifest" .yaml)"
-      # shellcheck disable=SC2046
       # The container's own arguments, with `check` for `run`: a bad flag fails here too.
       # shellcheck disable=SC2046
       if env $(cat "$WORK/$n.env") "$KUBESINK" $(cat "$WORK/$n.args") > "$WORK/$n.check" 2> "$WORK/err"; then

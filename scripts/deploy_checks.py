@@ -7,8 +7,8 @@ Subcommands:
                             workload, container, control and field otherwise
   pss-self-test             the checker rejects a Pod breaking each control and accepts a good one
   rbac [--ignore-helm-labels] RENDERED EXPECTED...
-                          the RBAC objects of each rendered overlay (or chart) equal `kubesink rbac`
-                            output (pairs of files)
+                            the RBAC objects of each rendered overlay (or chart) equal
+                            `kubesink rbac` output (pairs of files)
   compose SCHEMA FILE DOCKERFILE
                             the compose file validates against the Compose Specification JSON
                             schema, and what it names exists (build targets, mounted files,

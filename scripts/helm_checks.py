@@ -93,16 +93,19 @@ def render(values):
         return chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
 
 
+def parse_stream(text):
+    """The objects of a multi-document YAML stream, parsed by Helm's own YAML reader;
+    documents holding only comments or nothing are skipped."""
+    def has_content(part):
+        return any(l.strip() not in ("", "---") and not l.lstrip().startswith("#")
+                   for l in part.splitlines())
+    return [helm.values_from_yaml(p) for p in text.split("\n---") if has_content(p)]
+
+
 def documents(manifests):
-    """The rendered objects, parsed by Helm's own YAML reader, NOTES.txt left out."""
-    docs = []
-    for path in sorted(manifests):
-        if path.endswith("NOTES.txt"):
-            continue
-        for part in manifests[path].split("\n---"):
-            if part.strip() and any(l.strip() and not l.lstrip().startswith("#") for l in part.splitlines()):
-                docs.append(helm.values_from_yaml(part))
-    return docs
+    """The rendered objects, NOTES.txt left out."""
+    return [d for path in sorted(manifests) if not path.endswith("NOTES.txt")
+            for d in parse_stream(manifests[path])]
 
 
 # --- engine-self-test --------------------------------------------------------------------------
@@ -170,7 +173,8 @@ def cmd_render(outdir):
         # The `kubesink rbac` arguments for this release (its names and namespace), when the
         # chart renders RBAC.
         deployment = [d for d in docs if d["kind"] == "Deployment"][0]
-        merged = helm.Chart.load(CHART).merge_values(values)
+        with helm.Chart.load(CHART) as chart:
+            merged = chart.merge_values(values)
         if merged["rbac"]["create"]:
             with open(os.path.join(outdir, f"helm-{name}.rbac-args"), "w") as f:
                 f.write(f"--name {deployment['metadata']['name']} --namespace {NAMESPACE} "
@@ -324,8 +328,7 @@ def normalized(doc):
 
 def load_stream(path):
     with open(path) as f:
-        text = f.read()
-    return [helm.values_from_yaml(p) for p in text.split("\n---") if p.strip().strip("-").strip()]
+        return parse_stream(f.read())
 
 
 def cmd_compare_kustomize(rendered, kustomized):

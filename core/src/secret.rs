@@ -71,18 +71,18 @@ enum Reference {
 impl Reference {
     /// Reads the value. Errors name the variable or file, never the value.
     fn resolve(&self) -> Result<Secret, String> {
+        let source = match self {
+            Reference::Env(name) => format!("environment variable {name}"),
+            Reference::File(path) => format!("file {path}"),
+        };
         let value = match self {
             Reference::Env(name) => std::env::var(name).map_err(|e| match e {
-                std::env::VarError::NotPresent => {
-                    format!("the secret's environment variable {name} is not set")
-                }
-                std::env::VarError::NotUnicode(_) => {
-                    format!("the secret's environment variable {name} is not UTF-8")
-                }
+                std::env::VarError::NotPresent => format!("the secret's {source} is not set"),
+                std::env::VarError::NotUnicode(_) => format!("the secret's {source} is not UTF-8"),
             })?,
             Reference::File(path) => {
                 let mut v = std::fs::read_to_string(path)
-                    .map_err(|e| format!("the secret's file {path}: {e}"))?;
+                    .map_err(|e| format!("the secret's {source}: {e}"))?;
                 // `echo secret > file` and `kubectl create secret --from-file` of such a
                 // file leave one newline that is not part of the credential.
                 if v.ends_with('\n') {
@@ -95,12 +95,7 @@ impl Reference {
             }
         };
         if value.is_empty() {
-            return Err(match self {
-                Reference::Env(name) => {
-                    format!("the secret's environment variable {name} is empty")
-                }
-                Reference::File(path) => format!("the secret's file {path} is empty"),
-            });
+            return Err(format!("the secret's {source} is empty"));
         }
         Ok(Secret(value))
     }

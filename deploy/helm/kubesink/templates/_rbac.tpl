@@ -11,12 +11,14 @@ Plurals: a built-in kind's own (the table below, which a test in src/rbac/tests.
 to kubesink's), else the entry's `plural`, else the code generator's guess (rbac::guess_plural).
 */}}
 
-{{/* The plural of a [[resources]] entry: (dict "group" G "kind" K "plural" P-or-empty). */}}
+{{/*
+The plural of a [[resources]] entry: (dict "group" G "kind" K "plural" P-or-empty "builtins"
+the parsed kubesink.builtinKinds).
+*/}}
 {{- define "kubesink.plural" -}}
-{{- $builtins := fromYaml (include "kubesink.builtinKinds" .) -}}
 {{- $key := printf "%s/%s" .group .kind -}}
-{{- if hasKey $builtins $key -}}
-{{- (get $builtins $key).plural -}}
+{{- if hasKey .builtins $key -}}
+{{- (get .builtins $key).plural -}}
 {{- else if .plural -}}
 {{- .plural -}}
 {{- else -}}
@@ -50,7 +52,7 @@ Fails, as `kubesink rbac` does, on namespaces for a cluster-scoped built-in kind
 {{- range $i, $r := $config.resources -}}
 {{- $group := "" -}}
 {{- if contains "/" $r.api_version -}}{{- $group = first (splitList "/" $r.api_version) -}}{{- end -}}
-{{- $plural := include "kubesink.plural" (dict "group" $group "kind" $r.kind "plural" ($r.plural | default "")) -}}
+{{- $plural := include "kubesink.plural" (dict "group" $group "kind" $r.kind "plural" ($r.plural | default "") "builtins" $builtins) -}}
 {{- $builtin := get $builtins (printf "%s/%s" $group $r.kind) -}}
 {{- if and $builtin (eq $builtin.scope "cluster") $r.namespaces -}}
 {{- fail (printf "values.config.resources[%d].namespaces: %s %s is cluster-scoped; remove the namespaces list" $i $r.api_version $r.kind) -}}
