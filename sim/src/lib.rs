@@ -46,7 +46,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use error::{ApiError, EXPIRED_CONTINUE_MESSAGE};
-pub use faults::{DamageKind, FailureKind, FaultError, Faults, RequestMatch, INJECTABLE_STATUSES};
+pub use faults::{
+    BreakKind, DamageKind, FailureKind, FaultError, Faults, InitialEventsBreak, RequestMatch,
+    WatchListSupport, INJECTABLE_STATUSES,
+};
 pub use resources::ResourceType;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use server::admin::{admin_help, AdminEndpoint, ADMIN_ENDPOINTS};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use kubesink_sim::{Churn, SimConfig, Simulator, Workload};
+use kubesink_sim::{Churn, SimConfig, Simulator, WatchListSupport, Workload};
 
 /// A Kubernetes API server simulator for kubesink's tests, benchmarks and demo.
 ///
@@ -57,6 +57,16 @@ struct Args {
     /// Change events retained for watch resumption and consistent lists.
     #[arg(long, default_value_t = 10_000)]
     retained_events: usize,
+    /// Streaming lists (watches with `sendInitialEvents=true`, KEP-3157): `on` (served, as
+    /// Kubernetes 1.32 and 1.34+), `off` (422 Invalid, the WatchList feature gate off, as
+    /// 1.33) or `ignored` (a plain watch, as servers before 1.27); `POST
+    /// /_sim/watch-list?mode=…` changes it.
+    #[arg(long, default_value = "on", value_parser = watch_list)]
+    watch_list: WatchListSupport,
+}
+
+fn watch_list(s: &str) -> Result<WatchListSupport, String> {
+    WatchListSupport::from_name(s).ok_or_else(|| format!("{s:?} is not on, off or ignored"))
 }
 
 #[tokio::main]
@@ -73,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         bookmark_interval: args.bookmark_interval,
         retained_events: args.retained_events,
     });
+    sim.faults().set_watch_list(args.watch_list);
     let workload = Workload {
         namespaces: args.namespaces,
         pods: args.pods,

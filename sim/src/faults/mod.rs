@@ -13,10 +13,13 @@
 //! - `watches`: close, 410, silence, empty and damaged watch streams, watches that outlive
 //!   their CustomResourceDefinition;
 //! - `lists`: expired `continue` tokens and an explicit empty `continue` on the last page;
-//! - `transport`: slow bodies (dribble) and an unreachable server (a network cut).
+//! - `transport`: slow bodies (dribble) and an unreachable server (a network cut);
+//! - `streaming`: whether streaming lists (`sendInitialEvents`) are served, refused or
+//!   ignored, and streaming lists cut or answered 410 before their end bookmark.
 
 mod lists;
 mod status;
+mod streaming;
 mod transport;
 mod watches;
 
@@ -27,6 +30,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use status::{FaultError, RequestMatch, INJECTABLE_STATUSES};
+pub use streaming::{BreakKind, InitialEventsBreak, WatchListSupport};
 pub use watches::DamageKind;
 pub(crate) use watches::WatchControl;
 
@@ -60,6 +64,7 @@ struct State {
     expire_continues: usize,
     explicit_empty_continue: bool,
     dribble: Option<(usize, Duration)>,
+    initial_events_break: Option<streaming::InitialEventsBreak>,
 }
 
 /// The fault switches of one simulator; reach them through `Simulator::faults()`.
@@ -75,6 +80,8 @@ pub struct Faults {
     cut: Mutex<CancellationToken>,
     unreachable: AtomicBool,
     damaged: AtomicU64,
+    /// How streaming lists are served; not a fault, so [`Faults::clear`] keeps it.
+    watch_list: Mutex<WatchListSupport>,
 }
 
 /// Adds `prefix` to `rules` (`on`) or removes it; `None` stands for "every path" when adding
@@ -132,8 +139,9 @@ impl Faults {
     }
 
     /// Clears every switch: pending failures and 410 watches, delay, status overrides,
-    /// silent/empty/damaged watch rules, the CRD watch bug, list faults, dribble, and makes
-    /// the server reachable again. Watches already silenced stay silent; the damaged-event
+    /// silent/empty/damaged watch rules, the CRD watch bug, list faults, dribble, broken
+    /// streaming lists, and makes the server reachable again (streaming-list support, the
+    /// server's version rather than a fault, is kept). Watches already silenced stay silent; the damaged-event
     /// counter is kept.
     pub fn clear(&self) {
         self.with(|s| *s = State::default());

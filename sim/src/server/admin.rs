@@ -30,6 +30,12 @@
 //! - `POST /_sim/churn?rate=R&seed=S&stamp=ANNOTATION`: start pod churn at R changes/s
 //!   (replacing churn started here before; `rate=0` stops it); with `stamp`, added and updated
 //!   pods carry that annotation set to the write's Unix time in microseconds
+//! - `POST /_sim/watch-list?mode=on|off|ignored`: streaming lists (`sendInitialEvents`)
+//!   served, refused with 422 (the WatchList feature gate off) or ignored (a plain watch, as
+//!   servers before 1.27); kept by `clear-faults`
+//! - `POST /_sim/break-initial-events?count=N&after=K&how=cut|gone&path_prefix=P`: the next N
+//!   streaming lists end after K initial events, before their end bookmark: the body ends
+//!   (`cut`) or a 410 Expired ERROR event comes (`gone`)
 //! - `POST /_sim/reset-stats`: zero the request counts
 //! - `POST /_sim/clear-faults`: clear every fault switch
 //! - `GET /_sim/stats` → `{"resourceVersion","watchEventsSent","openWatches",
@@ -48,7 +54,9 @@ use serde_json::json;
 
 use super::json_response;
 use crate::error::ApiError;
-use crate::faults::{DamageKind, FailureKind, FaultError, RequestMatch};
+use crate::faults::{
+    BreakKind, DamageKind, FailureKind, FaultError, RequestMatch, WatchListSupport,
+};
 use crate::store::RawResourceVersion;
 use crate::{Inner, Simulator};
 
@@ -91,6 +99,8 @@ pub const ADMIN_ENDPOINTS: &[AdminEndpoint] = &[
     ep("POST", "/_sim/reset-connections", "reset every open connection mid-stream (no final chunk); new connections are served"),
     ep("POST", "/_sim/insert-raw?apiVersion=v1&kind=ConfigMap&resourceVersion=as-given", "store the JSON body without validation (resourceVersion=as-given keeps an opaque one)"),
     ep("POST", "/_sim/churn?rate=2000&seed=1&stamp=bench.kubesink.io/changed-at", "start pod churn at R changes/s (rate=0 stops); stamp=A sets annotation A of added/updated pods to the write's Unix microseconds"),
+    ep("POST", "/_sim/watch-list?mode=off", "streaming lists (sendInitialEvents) on (served), off (422: the WatchList feature gate off) or ignored (a plain watch, as before 1.27)"),
+    ep("POST", "/_sim/break-initial-events?count=1&after=10&how=cut", "the next N streaming lists end after K initial events, before the end bookmark: cut (the body ends) or gone (a 410 ERROR event)"),
     ep("POST", "/_sim/reset-stats", "zero the list/watch request counts"),
     ep("POST", "/_sim/clear-faults", "clear every fault switch"),
     ep("GET", "/_sim/stats", "resourceVersion, watch events sent, open watches, damaged events, request counts"),
@@ -290,6 +300,25 @@ pub fn handle(
                     query.get("stamp").cloned(),
                 ));
             }
+        }
+        "watch-list" => {
+            let name = query.get("mode").map_or("on", String::as_str);
+            let mode = WatchListSupport::from_name(name).ok_or_else(|| {
+                ApiError::bad_request(format!("mode must be on, off or ignored, got {name:?}"))
+            })?;
+            faults.set_watch_list(mode);
+        }
+        "break-initial-events" => {
+            let name = query.get("how").map_or("cut", String::as_str);
+            let how = BreakKind::from_name(name).ok_or_else(|| {
+                ApiError::bad_request(format!("how must be cut or gone, got {name:?}"))
+            })?;
+            faults.break_initial_events(
+                number(query, "count", 1)? as usize,
+                number(query, "after", 0)? as usize,
+                how,
+                prefix,
+            );
         }
         "reset-stats" => Simulator {
             inner: inner.clone(),

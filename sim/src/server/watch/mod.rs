@@ -6,8 +6,10 @@
 //! ADDED events with a BOOKMARK annotated `k8s.io/initial-events-end: "true"`; selectors apply
 //! to events (an object that stops matching is sent as DELETED). Watches of a custom resource
 //! end when its CustomResourceDefinition is deleted. This file turns a watch request into a
-//! stream (and answers the "empty watch" fault); `stream` is the stream itself, with the
-//! silent/damaged/ended watch faults. This module never writes to the store.
+//! stream (validating the streaming-list parameters as the API server does, and answering
+//! the "empty watch", streaming-list support and broken-initial-events switches); `stream`
+//! is the stream itself, with the silent/damaged/ended watch faults. This module never
+//! writes to the store.
 
 mod stream;
 
@@ -24,6 +26,7 @@ use serde_json::Value;
 
 use super::{json_response, json_response_stream, selectors_from_query};
 use crate::error::ApiError;
+use crate::faults::{BreakKind, WatchListSupport};
 use crate::resources::ResourceType;
 use crate::store::PageRequest;
 use crate::Inner;
@@ -49,7 +52,18 @@ pub fn watch(
     meta_only: bool,
 ) -> Result<Response, ApiError> {
     let selectors = selectors_from_query(query)?;
-    let flag = |k: &str| query.get(k).map(String::as_str);
+    let support = inner.faults.watch_list();
+    // A server that ignores the streaming-list parameters sees a plain watch.
+    let flag = |k: &str| {
+        let ignored = support == WatchListSupport::Ignored
+            && matches!(k, "sendInitialEvents" | "resourceVersionMatch");
+        query.get(k).map(String::as_str).filter(|_| !ignored)
+    };
+    validate_streaming(
+        flag("sendInitialEvents"),
+        flag("resourceVersionMatch").filter(|m| !m.is_empty()),
+        support,
+    )?;
     let send_initial = flag("sendInitialEvents") == Some("true");
     let bookmarks_on = flag("allowWatchBookmarks") == Some("true");
     let rv_param = flag("resourceVersion").filter(|s| !s.is_empty());
@@ -92,9 +106,23 @@ pub fn watch(
                 limit: 0,
                 selectors: &selectors,
             });
-            backlog.extend(page.items.into_iter().map(|o| Item::Object("ADDED", o)));
-            if send_initial {
-                backlog.push_back(Item::InitialEnd(current));
+            let broken = send_initial
+                .then(|| inner.faults.take_initial_events_break(path))
+                .flatten();
+            let sent = broken.map_or(usize::MAX, |(after, _)| after);
+            backlog.extend(
+                page.items
+                    .into_iter()
+                    .take(sent)
+                    .map(|o| Item::Object("ADDED", o)),
+            );
+            match broken {
+                Some((_, BreakKind::Cut)) => backlog.push_back(Item::End),
+                Some((_, BreakKind::Gone)) => {
+                    backlog.push_back(Item::Error(gone(rv_param.unwrap_or(""), current)))
+                }
+                None if send_initial => backlog.push_back(Item::InitialEnd(current)),
+                None => {}
             }
         } else if let Some(r) = requested.filter(|r| *r < oldest) {
             backlog.push_back(Item::Error(gone(&r.to_string(), oldest + 1)));
@@ -124,4 +152,77 @@ pub fn watch(
         Some((Ok::<Bytes, Infallible>(chunk), st))
     });
     Ok(json_response_stream(Body::from_stream(stream)))
+}
+
+/// The streaming-list checks of the API server's `validateWatchOptions`
+/// (`k8s.io/apiserver/pkg/apis/meta/internalversion/validation`): `sendInitialEvents` needs
+/// `resourceVersionMatch=NotOlderThan` and, with the feature gate off, is forbidden;
+/// `resourceVersionMatch` on a watch needs `sendInitialEvents` and can only be `NotOlderThan`.
+/// Every failure is one cause of a 422 `Invalid` for `ListOptions.meta.k8s.io`.
+fn validate_streaming(
+    send_initial: Option<&str>,
+    rv_match: Option<&str>,
+    support: WatchListSupport,
+) -> Result<(), ApiError> {
+    const NOT_OLDER_THAN: &str = "NotOlderThan";
+    let mut causes = Vec::new();
+    let mut forbid = |field: &str, message: String| {
+        causes.push((
+            "FieldValueForbidden".to_owned(),
+            format!("Forbidden: {message}"),
+            field.to_owned(),
+        ))
+    };
+    if send_initial.is_some() {
+        if rv_match != Some(NOT_OLDER_THAN) {
+            forbid(
+                "resourceVersionMatch",
+                format!(
+                    "sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}"
+                ),
+            );
+        }
+        if support == WatchListSupport::Off {
+            forbid(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled".to_owned(),
+            );
+        }
+    }
+    if let Some(m) = rv_match {
+        if send_initial.is_none() {
+            forbid(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+                    .to_owned(),
+            );
+        }
+        if m != NOT_OLDER_THAN {
+            causes.push((
+                "FieldValueNotSupported".to_owned(),
+                format!("Unsupported value: {m:?}: supported values: \"{NOT_OLDER_THAN}\""),
+                "resourceVersionMatch".to_owned(),
+            ));
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let message = causes
+        .iter()
+        .map(|(_, m, f)| format!("{f}: {m}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let message = if causes.len() > 1 {
+        format!("[{message}]")
+    } else {
+        message
+    };
+    Err(ApiError::Invalid {
+        group: "meta.k8s.io".to_owned(),
+        kind: "ListOptions".to_owned(),
+        name: String::new(),
+        message,
+        causes,
+    })
 }

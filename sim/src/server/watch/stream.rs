@@ -30,6 +30,8 @@ pub(super) enum Item {
     Live(Arc<Event>),
     InitialEnd(u64),
     Error(Value),
+    /// The response body ends here (a streaming list cut before its end bookmark).
+    End,
 }
 
 /// Counts the stream in `open_watches` and in the fault registry while it lives.
@@ -135,6 +137,7 @@ impl WatchStream {
             Item::Object(t, o) => Some(self.event(t, &o)),
             Item::InitialEnd(rv) => Some(self.bookmark(rv, true)),
             Item::Error(status) => Some(line("ERROR", status.to_string().as_bytes())),
+            Item::End => None,
             Item::Live(ev) => {
                 let now = self.visible(&ev.object);
                 let before = ev.prev.as_ref().is_some_and(|p| self.visible(p));
@@ -183,8 +186,13 @@ impl WatchStream {
                 return None;
             }
             if let Some(item) = self.backlog.pop_front() {
-                if matches!(item, Item::Error(_)) {
-                    self.done = true;
+                match item {
+                    Item::End => {
+                        self.done = true;
+                        return None;
+                    }
+                    Item::Error(_) => self.done = true,
+                    _ => {}
                 }
                 match self.render(item) {
                     Some(b) => return Some(b),
