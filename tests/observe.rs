@@ -180,9 +180,12 @@ async fn metrics_are_exposed_and_move_under_churn() {
     let want = sim_state(&c.sim, &[("v1", "Pod"), ("v1", "Node")]);
     wait_for("churn delivered", LONG, || fold(&sink.messages()) == want).await;
     let delivered = sink.len() as f64;
+    let lists_before = sum(&before, "kubesink_lists_total", &[]).unwrap_or(0.0);
     let after = scrape_until(addr, "the relist and the churn in the metrics", |s| {
         sum(s, "kubesink_watch_gone_total", &[]).is_some_and(|v| v >= 1.0)
             && sum(s, "kubesink_sink_delivered_messages_total", &[]).is_some_and(|v| v >= delivered)
+            // The relist's stream may meet the second 410 and stream again after a backoff.
+            && sum(s, "kubesink_lists_total", &[]).is_some_and(|v| v > lists_before)
     })
     .await;
     // A labelled counter not yet incremented before the churn is absent from `before`.

@@ -465,8 +465,11 @@ async fn list_pagination_survives_an_explicit_empty_continue_and_an_expired_toke
     c.sim.faults().explicit_empty_continue(true);
     let mut configmaps = ResourceConfig::new("v1", "ConfigMap");
     configmaps.page_size = 10;
-    // One watch only, so the 410 below meets it.
-    let run = Run::start(&c, "pages", vec![configmaps], |_| {}).await;
+    // One watch only, so the 410 below meets it; paged lists (streaming has no pages).
+    let run = Run::start(&c, "pages", vec![configmaps], |cfg| {
+        cfg.watch.initial_list = kubesink::config::InitialList::List;
+    })
+    .await;
     wait_for("initial sync", LONG, || {
         run.synced() && run.sink.len() == 30
     })
@@ -525,6 +528,8 @@ async fn a_dribbling_server_is_waited_for_and_a_stalled_list_is_retried() {
         vec![ResourceConfig::new("v1", "Pod")],
         |cfg| {
             cfg.watch.idle_timeout = HumanDuration(Duration::from_secs(2));
+            // A stalled streaming list is `streaming::auto_falls_back_when_a_quiet_server_…`.
+            cfg.watch.initial_list = kubesink::config::InitialList::List;
         },
     )
     .await;

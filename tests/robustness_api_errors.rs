@@ -40,7 +40,8 @@ fn foobar(name: &str) -> Value {
            "spec": {"prop1": "v", "prop2": [true], "prop4": 1, "prop5": "x"}})
 }
 
-/// Arrival times of the list (`watch = false`) or watch requests of `path` since `since`.
+/// Arrival times of the list attempts (`watch = false`: LIST pages and streaming lists, as
+/// `watch.initial_list` makes them) or of the plain watch requests of `path` since `since`.
 fn arrivals(sim: &Simulator, path: &str, watch: bool, since: Instant) -> Vec<Instant> {
     sim.requests()
         .into_iter()
@@ -49,7 +50,8 @@ fn arrivals(sim: &Simulator, path: &str, watch: bool, since: Instant) -> Vec<Ins
                 .path_and_query
                 .split_once('?')
                 .unwrap_or((&r.path_and_query, ""));
-            p == path && q.contains("watch=true") == watch && r.at >= since
+            let plain_watch = q.contains("watch=true") && !q.contains("sendInitialEvents=true");
+            p == path && plain_watch == watch && r.at >= since
         })
         .map(|r| r.at)
         .collect()

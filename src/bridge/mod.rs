@@ -33,9 +33,9 @@ use watching::{lead, Watching};
 
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, Config, ResourceConfig};
-use crate::informer::{InformerStats, WatchPlan};
+use crate::informer::{ClusterApi, InformerStats, WatchPlan};
 use crate::leader::{Elector, Fence, Lost};
-use crate::observe::{self, Leadership, Observer, SinkEntry, StateEntry, WatchEntry};
+use crate::observe::{self, ClusterEntry, Leadership, Observer, SinkEntry, StateEntry, WatchEntry};
 use crate::pipeline::Pipeline;
 use crate::state::{self, Keeper, SaveReport, StateError, StateStats, WatchKey};
 
@@ -204,6 +204,7 @@ impl Bridge {
         let mut planned = Vec::new();
         let mut watches = Vec::new();
         let mut states = Vec::new();
+        let mut apis = Vec::new();
         let mut stats = Vec::new();
         for (spec, client) in clusters.into_iter().zip(clients) {
             let mut resources = Vec::new();
@@ -260,9 +261,15 @@ impl Bridge {
                 });
                 (store, s)
             });
+            let api = Arc::new(ClusterApi::new(&config.watch));
+            apis.push(ClusterEntry {
+                cluster: spec.name.clone(),
+                api: api.clone(),
+            });
             planned.push(PlannedCluster {
                 spec,
                 client,
+                api,
                 state,
                 resources,
             });
@@ -288,6 +295,7 @@ impl Bridge {
             watches,
             sink_entries,
             states,
+            apis,
             config.server.watch_failure_timeout.get(),
             multi,
             leadership.clone(),

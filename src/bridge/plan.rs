@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use kube::Client;
 
 use crate::config::{Cluster, ResourceConfig};
-use crate::informer::InformerStats;
+use crate::informer::{ClusterApi, InformerStats};
 use crate::state::{Keeper, StateStats, StateStore, WatchKey};
 
 /// The state keepers of the clusters that started watching.
@@ -33,6 +33,8 @@ pub(super) struct PlannedResource {
 pub(super) struct PlannedCluster {
     pub(super) spec: Cluster,
     pub(super) client: Client,
+    /// Its request budget and counts, shared by its informers.
+    pub(super) api: Arc<ClusterApi>,
     pub(super) state: Option<(Arc<dyn StateStore>, Arc<StateStats>)>,
     pub(super) resources: Vec<PlannedResource>,
 }

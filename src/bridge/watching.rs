@@ -21,7 +21,8 @@ use super::plan::{Keepers, PlannedCluster, PlannedScope};
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, ResourceConfig, StateConfig, WatchConfig};
 use crate::informer::{
-    Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore, TrackedStore, WatchPlan,
+    ClusterApi, Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore,
+    TrackedStore, WatchPlan,
 };
 use crate::leader::{Elector, Fence, Lost};
 use crate::observe::Leadership;
@@ -62,6 +63,7 @@ struct Scope {
 struct Target {
     cluster: Cluster,
     client: Client,
+    api: Arc<ClusterApi>,
     resource: ResourceConfig,
     scopes: Vec<Scope>,
 }
@@ -122,6 +124,7 @@ impl Watching {
             let target = Target {
                 cluster: c.spec.clone(),
                 client: c.client.clone(),
+                api: c.api.clone(),
                 resource: r.resource.clone(),
                 scopes,
             };
@@ -352,7 +355,14 @@ async fn watch_resource(
         if sync_markers {
             decider = decider.with_sync_markers(scope.namespace);
         }
-        let informer = Informer::new(plan, t.client.clone(), &watch, decider, scope.stats);
+        let informer = Informer::new(
+            plan,
+            t.client.clone(),
+            &watch,
+            decider,
+            scope.stats,
+            t.api.clone(),
+        );
         tasks.spawn(informer.run(publisher.clone(), cancel.clone()));
     }
 }

@@ -35,7 +35,10 @@ pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
 pub use load::{load, load_resources, ConfigError, ConfigErrors};
 pub use resource::{PayloadMode, ResourceConfig};
-pub use sections::{LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig};
+pub use sections::{
+    InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
+    MIN_REQUESTS_PER_SECOND,
+};
 #[cfg(feature = "nats")]
 pub use state::StateNatsConfig;
 pub use state::{StateBackend, StateConfig};

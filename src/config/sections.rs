@@ -185,7 +185,7 @@ impl PipelineConfig {
 }
 
 /// `[watch]`: how each informer keeps its list and watch going (`src/informer/mod.rs`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct WatchConfig {
     /// A watch that delivers neither an event nor a bookmark for this long is presumed dead
@@ -196,11 +196,55 @@ pub struct WatchConfig {
     pub idle_timeout: HumanDuration,
     /// First delay after a failed list or watch (or a watch that ended empty at once);
     /// doubles per consecutive failure, with jitter inside the cap; reset only after a list
-    /// completed or a watch delivered something. Default 500ms.
+    /// completed or a watch delivered something. Also the bound of the random delay before a
+    /// relist that needs no backoff (after 410 Gone), so that informers that lose their
+    /// watches together do not relist together. Default 500ms.
     pub retry_initial_backoff: HumanDuration,
     /// Cap of that delay, `Retry-After` excepted (a server asking for longer is obeyed).
     /// Default 15s.
     pub retry_max_backoff: HumanDuration,
+    /// How the initial state (and every relist) is read: a streaming list (KEP-3157), paged
+    /// LISTs, or streaming where the server supports it. Default `auto`.
+    pub initial_list: InitialList,
+    /// Client-side limit on list and watch requests per cluster: a token bucket refilled at
+    /// this rate (requests per second, fractions allowed), like client-go's `QPS`; `0` turns
+    /// the limit off. Each cluster has its own bucket. Default 50.
+    pub requests_per_second: f64,
+    /// The bucket's size: how many requests may go at once before the rate applies, like
+    /// client-go's `Burst`. Default 100.
+    pub request_burst: u32,
+}
+
+/// `watch.initial_list`: how an informer reads the state it starts from (initial sync and
+/// every relist). See `docs/architecture.md` ("Streaming lists").
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialList {
+    /// Stream where the server supports it; fall back, per cluster and resource, to paged
+    /// lists when it refuses (an error status), ignores `sendInitialEvents`, or never ends
+    /// the initial events with their bookmark. The fallback is logged once and kept until
+    /// restart.
+    #[default]
+    Auto,
+    /// Always a streaming list: a watch with `sendInitialEvents=true`,
+    /// `resourceVersionMatch=NotOlderThan` and `resourceVersion` unset (a consistent read),
+    /// whose initial state ends with the BOOKMARK annotated `k8s.io/initial-events-end`
+    /// (KEP-3157, beta and on by default from Kubernetes 1.34; on in 1.32, off in 1.33). A
+    /// server without it is a failure, retried with backoff: no LIST is ever sent.
+    Stream,
+    /// Always paged LISTs (`limit` and `continue`), then a watch from the list's
+    /// resourceVersion: every API server serves them.
+    List,
+}
+
+impl std::fmt::Display for InitialList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            InitialList::Auto => "auto",
+            InitialList::Stream => "stream",
+            InitialList::List => "list",
+        })
+    }
 }
 
 impl Default for WatchConfig {
@@ -209,6 +253,9 @@ impl Default for WatchConfig {
             idle_timeout: HumanDuration::from_secs(180),
             retry_initial_backoff: HumanDuration::from_millis(500),
             retry_max_backoff: HumanDuration::from_secs(15),
+            initial_list: InitialList::Auto,
+            requests_per_second: 50.0,
+            request_burst: 100,
         }
     }
 }
@@ -229,9 +276,33 @@ impl WatchConfig {
                 "must not be shorter than watch.retry_initial_backoff",
             );
         }
+        let rate = self.requests_per_second;
+        if !rate.is_finite() || rate < 0.0 {
+            problems.add(
+                "watch.requests_per_second",
+                format!(
+                    "must be a number of requests per second, 0 (no limit) or more; got {rate}"
+                ),
+            );
+        } else if rate > 0.0 && rate < MIN_REQUESTS_PER_SECOND {
+            problems.add(
+                "watch.requests_per_second",
+                format!("must be 0 (no limit) or at least {MIN_REQUESTS_PER_SECOND} (one request an hour); got {rate}"),
+            );
+        }
+        if self.request_burst == 0 && rate > 0.0 {
+            problems.add(
+                "watch.request_burst",
+                "must be at least 1 while watch.requests_per_second limits the rate",
+            );
+        }
         problems.into_vec()
     }
 }
+
+/// The lowest non-zero `watch.requests_per_second`: one request an hour. Slower would starve
+/// the watches (each ends every few minutes) and the bucket's period would not fit its clock.
+pub const MIN_REQUESTS_PER_SECOND: f64 = 1.0 / 3600.0;
 
 /// `[server]`: the HTTP server with `/metrics`, `/healthz` and `/readyz`
 /// (`docs/operations.md`).

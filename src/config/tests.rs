@@ -785,3 +785,91 @@ nkey_seed = { file = "nkey" }
         Ok(())
     });
 }
+
+#[test]
+fn the_initial_list_strategy_and_the_request_budget_come_from_file_or_env_and_are_checked() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
+        let c = load(None).map_err(|e| e.to_string())?;
+        assert_eq!(c.watch.initial_list, InitialList::Auto);
+        assert_eq!(
+            (c.watch.requests_per_second, c.watch.request_burst),
+            (50.0, 100)
+        );
+        // Every accepted spelling: each variant, integers and fractions, from file and env.
+        for (variant, want) in [
+            ("auto", InitialList::Auto),
+            ("stream", InitialList::Stream),
+            ("list", InitialList::List),
+        ] {
+            jail.clear_env();
+            jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
+            jail.create_file(
+                "w.toml",
+                &format!("[watch]\ninitial_list = \"{variant}\"\nrequests_per_second = 2.5\nrequest_burst = 3\n"),
+            )?;
+            let c = load(Some(Path::new("w.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.watch.initial_list, want);
+            assert_eq!(
+                (c.watch.requests_per_second, c.watch.request_burst),
+                (2.5, 3)
+            );
+            jail.set_env("KUBESINK_WATCH__INITIAL_LIST", variant);
+            jail.set_env("KUBESINK_WATCH__REQUESTS_PER_SECOND", "7");
+            let c = load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.watch.initial_list, want);
+            assert_eq!(c.watch.requests_per_second, 7.0);
+        }
+        jail.set_env("KUBESINK_WATCH__REQUESTS_PER_SECOND", "0");
+        jail.set_env("KUBESINK_WATCH__REQUEST_BURST", "0");
+        let c = load(None).map_err(|e| e.to_string())?;
+        assert_eq!(
+            c.watch.requests_per_second, 0.0,
+            "0 turns the limit off, any burst"
+        );
+
+        // Each bad value is named with its key and source. (A section that does not
+        // deserialize is not checked further, so one case at a time.)
+        jail.set_env("KUBESINK_WATCH__INITIAL_LIST", "streaming");
+        let all = errors_of(None).join("\n");
+        assert!(
+            all.contains("watch.initial_list: unknown variant: found `streaming`")
+                && all.contains("(from env KUBESINK_WATCH__INITIAL_LIST)"),
+            "{all}"
+        );
+        jail.set_env("KUBESINK_WATCH__INITIAL_LIST", "list");
+        jail.set_env("KUBESINK_WATCH__REQUESTS_PER_SECOND", "-1");
+        let all = errors_of(None).join("\n");
+        assert!(
+            all.contains("watch.requests_per_second: must be a number of requests per second, 0 (no limit) or more; got -1"),
+            "{all}"
+        );
+        jail.clear_env();
+        jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
+        jail.create_file(
+            "bad.toml",
+            "[watch]\nrequests_per_second = 0.0001\nrequest_burst = 0\n",
+        )?;
+        let all = errors_of(Some(Path::new("bad.toml"))).join("\n");
+        for want in [
+            "watch.requests_per_second: must be 0 (no limit) or at least",
+            "watch.request_burst: must be at least 1 while watch.requests_per_second limits the rate",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        jail.create_file("nan.toml", "[watch]\nrequests_per_second = nan\n")?;
+        let all = errors_of(Some(Path::new("nan.toml"))).join("\n");
+        assert!(
+            all.contains("watch.requests_per_second: must be a number"),
+            "{all}"
+        );
+        jail.create_file("words.toml", "[watch]\nrequests_per_second = \"fast\"\n")?;
+        let all = errors_of(Some(Path::new("words.toml"))).join("\n");
+        assert!(
+            all.contains("watch.requests_per_second") && all.contains("words.toml"),
+            "{all}"
+        );
+        Ok(())
+    });
+}

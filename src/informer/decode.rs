@@ -104,6 +104,9 @@ pub enum WatchLine<'a> {
     Bookmark {
         /// The bookmark's resourceVersion.
         resource_version: String,
+        /// Annotated `k8s.io/initial-events-end: "true"`: the end of a streaming list's
+        /// initial events (KEP-3157).
+        initial_events_end: bool,
     },
     /// ERROR with its Status (410 Expired when the resourceVersion is too old).
     Error(Status),
@@ -196,11 +199,22 @@ pub fn watch_line(line: &[u8]) -> Result<WatchLine<'_>, DecodeError> {
     }
 }
 
+/// The annotation on the BOOKMARK that ends a streaming list's initial events (KEP-3157,
+/// `metav1.InitialEventsAnnotationKey`).
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
 fn bookmark(object: &str) -> Result<WatchLine<'static>, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct Annotations {
+        #[serde(rename = "k8s.io/initial-events-end", default)]
+        initial_events_end: Option<String>,
+    }
     #[derive(Deserialize)]
     struct Meta {
         #[serde(rename = "resourceVersion", default)]
         resource_version: String,
+        #[serde(default)]
+        annotations: Option<Annotations>,
     }
     #[derive(Deserialize)]
     struct Object {
@@ -209,6 +223,11 @@ fn bookmark(object: &str) -> Result<WatchLine<'static>, serde_json::Error> {
     let o: Object = serde_json::from_str(object)?;
     Ok(WatchLine::Bookmark {
         resource_version: o.metadata.resource_version,
+        initial_events_end: o
+            .metadata
+            .annotations
+            .and_then(|a| a.initial_events_end)
+            .is_some_and(|v| v == "true"),
     })
 }
 
@@ -225,7 +244,26 @@ mod tests {
             WatchLine::Deleted(_)
         ));
         let b = watch_line(br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}}"#).unwrap();
-        assert!(matches!(b, WatchLine::Bookmark { resource_version } if resource_version == "12"));
+        assert!(
+            matches!(b, WatchLine::Bookmark { resource_version, initial_events_end: true } if resource_version == "12")
+        );
+        // Only the annotation with the value "true" ends the initial events.
+        for plain in [
+            r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"13"}}}"#,
+            r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"13","annotations":null}}}"#,
+            r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"13","annotations":{"k8s.io/initial-events-end":"false"}}}}"#,
+        ] {
+            assert!(
+                matches!(
+                    watch_line(plain.as_bytes()).unwrap(),
+                    WatchLine::Bookmark {
+                        initial_events_end: false,
+                        ..
+                    }
+                ),
+                "{plain}"
+            );
+        }
         let e = watch_line(br#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"}}"#).unwrap();
         assert!(matches!(e, WatchLine::Error(s) if s.code == 410 && s.reason == "Expired"));
     }

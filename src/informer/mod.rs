@@ -10,6 +10,8 @@
 //! - `decide.rs`: [`Decider`], the synchronous decision step and its semantics table.
 //! - `store.rs`: [`LightStore`], key, uid, resourceVersion and fingerprint per object.
 //! - `recovery.rs`: the failure policy, (situation, failure) → (next request, wait).
+//! - `api.rs`: [`ClusterApi`], a cluster's request budget (token bucket), request counts and
+//!   which resources do not stream lists.
 //! - `stats.rs`: [`InformerStats`], counters and health.
 //! - this file: [`Informer`], the list/watch state machine.
 //!
@@ -20,14 +22,20 @@
 //! the way kube-runtime's `watcher` does, with two states, [`Next::List`] and
 //! [`Next::Watch`] (from a resourceVersion):
 //!
+//! "List" is a streaming list or paged LISTs, as `watch.initial_list` says (see "Streaming
+//! lists" below); both end the same way for the decider (`ListStart`, one `Listed` per
+//! object, `ListDone`).
+//!
 //! | outcome | next | wait |
 //! |---|---|---|
-//! | list complete | watch from the list's resourceVersion | — (backoff reset, unless the list followed a 410 that came before any event) |
+//! | list complete | watch from the list's resourceVersion (a streaming list goes on as that watch, on the same connection) | — (backoff reset, unless the list followed a 410 that came before any event) |
 //! | watch delivered an event or bookmark | (go on) | backoff reset at the first line of each watch |
 //! | watch ended after events | watch from the last resourceVersion | — |
 //! | watch ended empty before half its `timeoutSeconds` | the same watch | backoff, counted; a WARN with the count, at most once a minute |
-//! | 410 Gone / `Expired` on a watch (status or `ERROR` event) | relist | — (info: expected); backoff when the watch delivered nothing since the list |
-//! | 410 on a list's continue token | the list again from its first page (no deletes inferred from the part read) | — |
+//! | 410 Gone / `Expired` on a watch (status or `ERROR` event) | relist | a random delay up to `watch.retry_initial_backoff` (info: expected; informers whose watches expire together do not relist together); backoff when the watch delivered nothing since the list |
+//! | 410 on a list's continue token | the list again from its first page (no deletes inferred from the part read) | a random delay up to `watch.retry_initial_backoff` (jitter) |
+//! | 410 during a streaming list's initial events | the streaming list again (no deletes inferred from the part read) | backoff |
+//! | a streaming list refused (400, 405, 415, 422, 501), or ignored (MODIFIED, DELETED or a plain BOOKMARK before the end bookmark), or cut or silent (15 s) before its end bookmark twice in a row | `auto`: paged lists from now on (logged once per cluster and resource); `stream`: the streaming list again | `auto`: —; `stream`: backoff |
 //! | nothing for `watch.idle_timeout` on a watch (dead connection) | watch from the last resourceVersion | — |
 //! | no byte of a list page for `watch.idle_timeout` | the list again | backoff |
 //! | an event line that does not decode (cut, not JSON, not UTF-8, not an event) | watch from the last good resourceVersion (it replays the event); relist after 3 in a row at one resourceVersion | backoff from the second |
@@ -60,8 +68,43 @@
 //! Backpressure: each emitted change is awaited into the pipeline; while a sink queue is
 //! full this loop stops reading, so the HTTP body is not read.
 //!
+//! # Streaming lists
+//!
+//! With `watch.initial_list = "stream"` or `"auto"` (the default), a list is one watch with
+//! `sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true` and
+//! `resourceVersion` unset (KEP-3157, "WatchList"; a consistent read). The API server sends
+//! the current objects as ADDED events from its watch cache, then a BOOKMARK annotated
+//! `k8s.io/initial-events-end: "true"` whose resourceVersion is the state's; the same watch
+//! then delivers changes. Each ADDED before the bookmark is a `Listed` object and the
+//! bookmark is `ListDone`, so the sweep (`finalStateUnknown` deletes), the restored-state
+//! diff, sync markers, `initial` and every payload mode (metadata-only asks for
+//! `PartialObjectMetadata` the same way) behave exactly as after paged lists. A watch
+//! resumed after a failure is an ordinary watch from the last resourceVersion: it never asks
+//! for the initial events again (kube-rs #1844 re-sent them on every reconnect); only a
+//! relist (after 410, 404...) streams again.
+//!
+//! The API server saves memory and CPU: no list pages built and held (a paged LIST of
+//! 100,000 pods makes it serialize every page in memory), one request instead of one per
+//! page plus the watch. Servers: beta and on by default in Kubernetes 1.32, off by default
+//! in 1.33 (the `WatchList` feature gate), on by default from 1.34; client-go's
+//! `WatchListClient` is on from 1.35 and falls back to LIST on any error.
+//!
+//! `auto` falls back to paged lists, for that cluster and resource until restart, when the
+//! server refuses the request (a 400, 405, 415, 422 or 501: 422 `Invalid` is what a server
+//! with the feature gate off answers), when it ignores `sendInitialEvents` (an event other
+//! than ADDED, or a BOOKMARK without the annotation, before the end bookmark: an old server
+//! or a proxy treats the request as a plain watch), or when the initial events end early (or
+//! stay silent for [`INITIAL_EVENTS_SILENCE`], or `watch.idle_timeout` if shorter) before the
+//! end bookmark [`STREAM_CUTS_BEFORE_FALLBACK`] times in a row. Initial events that the
+//! server's `timeoutSeconds` ended (they took over half of it: a large list behind a slow
+//! sink) are streamed again and do not count. The first informer to fall back logs it once with the reason
+//! ([`ClusterApi::learn_no_streaming`]); the resource's other informers in that cluster list
+//! without trying. `stream` never lists: those cases are failures, retried with backoff.
+//! `/metrics` says which strategy each watch uses (`kubesink_watch_initial_list`).
+//!
 //! This module never keeps an object after emitting it.
 
+mod api;
 mod decide;
 mod decode;
 mod emit;
@@ -85,6 +128,7 @@ use kubesink_core::Resource;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use api::ClusterApi;
 pub use decide::{Decider, Event};
 #[cfg(feature = "test-util")]
 pub use decide::{InformerError, Phase};
@@ -93,7 +137,7 @@ pub use decode::{watch_line, DecodeError};
 pub use facts::{Facts, Rv, Uid};
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
-pub use stats::{FailureKind, InformerStats};
+pub use stats::{FailureKind, InformerStats, Strategy};
 pub use store::LightStore;
 #[cfg(test)] // the journal's tests record as the informer does
 pub use tracked::record_new_key;
@@ -106,11 +150,31 @@ pub use payload::{ShapeError, Shaped, Shaper};
 #[cfg(feature = "test-util")]
 pub use store::{Entry as StoreEntry, Observed, Vanished};
 
-use crate::config::WatchConfig;
+use crate::config::{InitialList, WatchConfig};
 use crate::pipeline::Publisher;
 use decode::WatchLine;
 use recovery::{Failed, Situation, Then, Wait, DECODE_RETRIES_BEFORE_RELIST};
-use watch::{Requests, WatchFailure, WATCH_TIMEOUT_SECS};
+use watch::{Lines, Requests, WatchFailure, WATCH_TIMEOUT_SECS};
+
+/// With `watch.initial_list = "auto"`, a streaming list whose initial events end early (or
+/// stay silent for [`INITIAL_EVENTS_SILENCE`]) before the end bookmark this many times in a
+/// row falls back to paged lists: once is a cut connection, twice is a server that never
+/// sends it.
+pub const STREAM_CUTS_BEFORE_FALLBACK: u32 = 2;
+
+/// The longest silence allowed between a streaming list's initial events (and before its
+/// end bookmark) when `watch.idle_timeout` is longer. The API server sends the initial
+/// events from its watch cache without pause, and the end bookmark at its next bookmark tick
+/// (about a second later: `cacher.go`'s dispatch timer); a server that ignores
+/// `sendInitialEvents` goes silent there for good. Only time spent waiting for the server
+/// counts: while the pipeline applies backpressure the loop is not reading.
+pub const INITIAL_EVENTS_SILENCE: Duration = Duration::from_secs(15);
+
+/// Statuses that refuse a streaming list as a request the server does not take (rather than
+/// an outage, a throttle or RBAC): 400 Bad Request, 405 Method Not Allowed, 415 Unsupported
+/// Media Type, 422 Invalid (the `WatchList` feature gate off: "sendInitialEvents is forbidden
+/// for watch unless the WatchList feature gate is enabled"), 501 Not Implemented.
+const STREAM_REFUSALS: [u16; 5] = [400, 405, 415, 422, 501];
 
 /// What the loop does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +249,16 @@ pub struct Informer {
     lines_since_list: u64,
     /// The line of the current watch that last failed to decode (1 = the first).
     decode_position: u64,
+    /// `watch.initial_list`.
+    initial_list: InitialList,
+    /// Lists are streamed (`stream`, or `auto` until it fell back).
+    streaming: bool,
+    /// Streaming lists cut (or silent) before their end bookmark, in a row.
+    stream_cuts: u32,
+    /// The cluster's budget, counts and learned facts.
+    api: Arc<ClusterApi>,
+    /// The bound of the random delay before a relist that needs no backoff.
+    relist_jitter: Duration,
 }
 
 /// How often a failure that keeps repeating is logged again at WARN (with its count).
@@ -234,18 +308,20 @@ impl Informer {
     /// An informer following `plan` through `client`, with the `[watch]` settings, deciding
     /// with `decider` (prepared by the bridge for the plan: restored state, acknowledgements,
     /// sync markers) and counting into `stats` (created before the plan existed: the bridge
-    /// shows the watch while API discovery of its resource is still retried).
+    /// shows the watch while API discovery of its resource is still retried), within its
+    /// cluster's `api` budget.
     pub fn new(
         plan: WatchPlan,
         client: Client,
         watch: &WatchConfig,
         decider: Decider,
         stats: Arc<InformerStats>,
+        api: Arc<ClusterApi>,
     ) -> Self {
         let scope = plan.scope();
         Informer {
             resource: plan.resource.clone(),
-            requests: Requests::new(&plan, client),
+            requests: Requests::new(&plan, client, api.clone()),
             scope,
             decider,
             stats,
@@ -262,6 +338,11 @@ impl Informer {
             unproductive_relist: false,
             lines_since_list: 0,
             decode_position: 0,
+            initial_list: watch.initial_list,
+            streaming: watch.initial_list != InitialList::List,
+            stream_cuts: 0,
+            api,
+            relist_jitter: watch.retry_initial_backoff.get(),
         }
     }
 
@@ -299,6 +380,7 @@ impl Informer {
         let mut next = Next::List;
         loop {
             let step = match &next {
+                Next::List if self.stream_now() => self.stream_list(publisher).await,
                 Next::List => self.list(publisher).await,
                 Next::Watch(rv) => {
                     let rv = rv.clone();
@@ -308,12 +390,7 @@ impl Informer {
             let wait = match step {
                 Step::Closed => return,
                 Step::Listed(rv) => {
-                    if self.unproductive_relist {
-                        self.stats.clear_failure();
-                        self.failure_log.reset();
-                    } else {
-                        self.succeeded();
-                    }
+                    self.listed();
                     next = Next::Watch(rv);
                     None
                 }
@@ -338,6 +415,86 @@ impl Informer {
             if let Some(wait) = wait {
                 tokio::time::sleep(wait).await;
             }
+        }
+    }
+
+    /// Whether the next list is a streaming list: with `auto`, not once this informer or
+    /// another of its cluster found the resource's server without them.
+    fn stream_now(&mut self) -> bool {
+        if self.streaming && self.initial_list == InitialList::Auto {
+            if let Some(why) = self.api.no_streaming(&self.resource.to_string()) {
+                tracing::debug!(reason = %why, "the server does not stream lists of this resource (found by another watch); listing");
+                self.fall_back();
+            }
+        }
+        self.stats.set_strategy(if self.streaming {
+            Strategy::Stream
+        } else {
+            Strategy::List
+        });
+        self.streaming
+    }
+
+    /// Paged lists from now on.
+    fn fall_back(&mut self) {
+        self.streaming = false;
+        self.stats
+            .initial_list_fallbacks
+            .fetch_add(1, Ordering::Relaxed);
+        self.stats.set_strategy(Strategy::List);
+    }
+
+    /// With `auto`, whether `failure` of a streaming list's initial events shows a server
+    /// without streaming lists: then it falls back (logged once per cluster and resource)
+    /// and the paged list starts at once.
+    fn falls_back(&mut self, failure: &WatchFailure) -> bool {
+        if self.initial_list != InitialList::Auto {
+            return false;
+        }
+        let reason = match failure {
+            WatchFailure::NoStreaming(why) => why.clone(),
+            WatchFailure::Api { status, .. } if STREAM_REFUSALS.contains(&status.code) => {
+                format!("the server refuses it: {status}")
+            }
+            // The server's `timeoutSeconds` ended initial events that took that long (a
+            // large list behind a slow sink): not a server without streaming lists.
+            WatchFailure::InitialEventsCut { elapsed, .. }
+                if *elapsed >= Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS / 2)) =>
+            {
+                return false
+            }
+            WatchFailure::InitialEventsCut { .. } | WatchFailure::Idle(_) => {
+                self.stream_cuts += 1;
+                if self.stream_cuts < STREAM_CUTS_BEFORE_FALLBACK {
+                    return false;
+                }
+                format!(
+                    "{failure} ({} times in a row: the server never sends the initial-events-end bookmark)",
+                    self.stream_cuts
+                )
+            }
+            _ => return false,
+        };
+        self.fall_back();
+        if self
+            .api
+            .learn_no_streaming(&self.resource.to_string(), &reason)
+        {
+            tracing::info!(reason = %reason, "the API server does not serve streaming lists (KEP-3157, sendInitialEvents) of this resource; using paged lists for it in this cluster until restart (watch.initial_list = \"auto\")");
+        } else {
+            tracing::debug!(reason = %reason, "streaming list failed; using paged lists, as the other watches of this resource already do");
+        }
+        true
+    }
+
+    /// A list completed: the backoff and the failure streak start over, unless the list
+    /// followed a 410 that came before any event.
+    fn listed(&mut self) {
+        if self.unproductive_relist {
+            self.stats.clear_failure();
+            self.failure_log.reset();
+        } else {
+            self.succeeded();
         }
     }
 
@@ -399,7 +556,13 @@ impl Informer {
     /// decision is `recovery::recover`'s (a pure table, tested row by row); this method
     /// only gathers the situation, applies the backoff and logs.
     fn failed(&mut self, failure: WatchFailure, listing: bool) -> (Next, Option<Duration>) {
+        let streaming = listing && self.streaming;
+        if streaming && self.falls_back(&failure) {
+            return (Next::List, None);
+        }
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        // The same words for both strategies, so one grep finds every list failure;
+        // `kubesink_watch_initial_list` says which one the watch uses.
         let what = match (listing, self.stats.synced.load(Ordering::Relaxed)) {
             (false, _) => "watch failed",
             (true, false) => "initial list failed",
@@ -432,9 +595,13 @@ impl Informer {
             WatchFailure::Api { status, .. } => Failed::Status(status.code),
             WatchFailure::Transport(_) => Failed::Transport,
             WatchFailure::Request(_) => Failed::Request,
+            WatchFailure::NoStreaming(_) | WatchFailure::InitialEventsCut { .. } => {
+                Failed::Streaming
+            }
         };
         let situation = Situation {
             listing,
+            streaming,
             resume_point: self.last_rv.is_some(),
             delivered_since_list: self.lines_since_list > 0,
             unproductive_relist: self.unproductive_relist,
@@ -448,6 +615,11 @@ impl Informer {
             _ => None,
         };
         let wait = match rec.wait {
+            // A relist at once: after a random delay within `relist_jitter`, so that the
+            // informers whose watches expired together (an etcd compaction) spread out.
+            Wait::No if rec.then == Then::List => Some(Duration::from_nanos(fastrand::u64(
+                0..=u64::try_from(self.relist_jitter.as_nanos()).unwrap_or(u64::MAX),
+            ))),
             Wait::No => None,
             Wait::Backoff => Some(self.retry.next()),
             Wait::BackoffOrRetryAfter => {
@@ -596,6 +768,20 @@ impl Informer {
                     tracing::error!(retry_in = ?retry_in, "{message}");
                 }
             }
+            WatchFailure::NoStreaming(_) | WatchFailure::InitialEventsCut { .. } => {
+                self.stats.other_errors.fetch_add(1, Ordering::Relaxed);
+                let tail = match self.initial_list {
+                    InitialList::Stream => {
+                        "; streaming again (watch.initial_list = \"stream\" never lists)"
+                    }
+                    _ => "; streaming again",
+                };
+                let signature = match failure {
+                    WatchFailure::NoStreaming(_) => "no streaming list",
+                    _ => "streaming list cut",
+                };
+                self.log_failure(signature, &format!("{what}: {failure}{tail}"), retry_in);
+            }
         }
     }
 
@@ -606,6 +792,7 @@ impl Informer {
         }
         let mut continue_token: Option<String> = None;
         let mut sweep = true;
+        self.stats.set_strategy(Strategy::List);
         loop {
             self.stats.list_requests.fetch_add(1, Ordering::Relaxed);
             let body = match self
@@ -633,22 +820,13 @@ impl Informer {
             for (i, item) in page.items.iter().enumerate() {
                 let event = match RawObject::parse(item.get()) {
                     Ok(obj) => Event::Listed(obj),
-                    Err(e) => {
-                        let meta = MinimalMeta::read(item.get()).unwrap_or_default();
-                        tracing::warn!(item = i, name = ?meta.name, namespace = ?meta.namespace, error = %e, excerpt = %decode::excerpt(item.get().as_bytes()), "list item does not decode; skipped");
-                        self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-                        match meta.name {
-                            Some(name) => Event::ListedUnreadable {
-                                namespace: meta.namespace,
-                                name,
-                            },
-                            None => {
-                                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
-                                sweep = false;
-                                continue;
-                            }
+                    Err(e) => match self.unreadable_item(i as u64, item.get(), &e) {
+                        Some(event) => event,
+                        None => {
+                            sweep = false;
+                            continue;
                         }
-                    }
+                    },
                 };
                 if let Err(step) = self.decide(event, publisher).await {
                     return step;
@@ -671,17 +849,158 @@ impl Informer {
         }
     }
 
+    /// One streaming list: the initial events as listed objects, the end bookmark as the
+    /// list's end, then the same watch read on (see "Streaming lists" above).
+    async fn stream_list(&mut self, publisher: &Publisher) -> Step {
+        if let Err(step) = self.decide(Event::ListStart, publisher).await {
+            return step;
+        }
+        self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
+        self.stats.initial_streams.fetch_add(1, Ordering::Relaxed);
+        let failed = |failure| Step::Failed {
+            failure,
+            listing: true,
+        };
+        let started = Instant::now();
+        let silence = self.idle_timeout.min(INITIAL_EVENTS_SILENCE);
+        let mut lines = match self.requests.stream(silence).await {
+            Ok(l) => l,
+            Err(f) => return failed(f),
+        };
+        let mut events = 0u64;
+        let mut sweep = true;
+        loop {
+            let line = match lines.next_line().await {
+                Ok(Some(line)) => line,
+                Ok(None) => {
+                    return failed(WatchFailure::InitialEventsCut {
+                        events,
+                        elapsed: started.elapsed(),
+                    })
+                }
+                Err(f) => return failed(f),
+            };
+            let decoded = match decode::watch_line(&line) {
+                Ok(d) => d,
+                Err(e) => return failed(WatchFailure::Decode(e)),
+            };
+            let raw = match decoded {
+                WatchLine::Added(raw) => raw,
+                WatchLine::Bookmark {
+                    resource_version,
+                    initial_events_end: true,
+                } => {
+                    self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
+                    self.decider.note_list_resource_version(&resource_version);
+                    if let Err(step) = self.decide(Event::ListDone { sweep }, publisher).await {
+                        return step;
+                    }
+                    self.stats.note_event();
+                    if !resource_version.is_empty() {
+                        self.last_rv = Some(resource_version);
+                    }
+                    self.lines_since_list = 0;
+                    self.stream_cuts = 0;
+                    self.listed();
+                    // The same connection goes on as the watch from the bookmark; the
+                    // server's timeoutSeconds counts from the request.
+                    lines.set_idle_timeout(self.idle_timeout);
+                    return self.read_watch(lines, started, publisher).await;
+                }
+                WatchLine::Bookmark { .. } if self.initial_list == InitialList::Stream => {
+                    self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                WatchLine::Bookmark { .. } => {
+                    return failed(WatchFailure::NoStreaming(format!(
+                        "a BOOKMARK without the {} annotation came after {events} initial events, before the end bookmark: the server ignores sendInitialEvents",
+                        decode::INITIAL_EVENTS_END
+                    )))
+                }
+                WatchLine::Modified(_) | WatchLine::Deleted(_) => {
+                    let kind = if matches!(decoded, WatchLine::Modified(_)) {
+                        "MODIFIED"
+                    } else {
+                        "DELETED"
+                    };
+                    return failed(WatchFailure::NoStreaming(format!(
+                        "a {kind} event came after {events} initial events, before the initial-events-end bookmark: the server ignores sendInitialEvents"
+                    )));
+                }
+                WatchLine::Error(status) if status.code == 410 => {
+                    return failed(WatchFailure::Gone(status))
+                }
+                WatchLine::Error(status) => {
+                    return failed(WatchFailure::Api {
+                        status,
+                        retry_after: None,
+                    })
+                }
+            };
+            events += 1;
+            let event = match RawObject::parse(raw.get()) {
+                Ok(obj) => Event::Listed(obj),
+                Err(e) => match self.unreadable_item(events, raw.get(), &e) {
+                    Some(event) => event,
+                    None => {
+                        sweep = false;
+                        continue;
+                    }
+                },
+            };
+            if let Err(step) = self.decide(event, publisher).await {
+                return step;
+            }
+        }
+    }
+
+    /// A list item (at position `index` of its page or stream) that does not decode: logged and counted;
+    /// the event that keeps its key from the sweep, or `None` when even its name is
+    /// unreadable (then nothing may be swept).
+    fn unreadable_item(
+        &self,
+        index: u64,
+        item: &str,
+        error: &dyn std::fmt::Display,
+    ) -> Option<Event<'static>> {
+        let meta = MinimalMeta::read(item).unwrap_or_default();
+        tracing::warn!(item = index, name = ?meta.name, namespace = ?meta.namespace, error = %error, excerpt = %decode::excerpt(item.as_bytes()), "list item does not decode; skipped");
+        self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+        match meta.name {
+            Some(name) => Some(Event::ListedUnreadable {
+                namespace: meta.namespace,
+                name,
+            }),
+            None => {
+                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
     /// One watch request, read until it ends or fails.
     async fn watch(&mut self, rv: &str, publisher: &Publisher) -> Step {
         self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        match self.requests.watch(rv, self.idle_timeout).await {
+            Ok(lines) => self.read_watch(lines, started, publisher).await,
+            Err(failure) => Step::Failed {
+                failure,
+                listing: false,
+            },
+        }
+    }
+
+    /// A watch's event lines, read until it ends or fails; `started`: when it began.
+    async fn read_watch(
+        &mut self,
+        mut lines: Lines,
+        started: Instant,
+        publisher: &Publisher,
+    ) -> Step {
         let failed = |failure| Step::Failed {
             failure,
             listing: false,
-        };
-        let mut lines = match self.requests.watch(rv, self.idle_timeout).await {
-            Ok(l) => l,
-            Err(f) => return failed(f),
         };
         let mut count = 0u64;
         loop {
@@ -703,7 +1022,9 @@ impl Informer {
                 }
             };
             let (raw, kind) = match decoded {
-                WatchLine::Bookmark { resource_version } => {
+                WatchLine::Bookmark {
+                    resource_version, ..
+                } => {
                     self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
                     count += 1;
                     self.note_line(resource_version, count);

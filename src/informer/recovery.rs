@@ -12,9 +12,12 @@
 //! API concepts on resuming watches:
 //! <https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>.
 //!
+//! A streaming list's initial events (before the initial-events-end bookmark) are "during a
+//! list": nothing of them can be resumed, only listed again.
+//!
 //! | failure | during a list | during a watch |
 //! |---|---|---|
-//! | 410 Gone / `Expired` | list again from the first page, at once | relist at once; after a backoff when the watch delivered nothing since the last list (marks the relist unproductive) |
+//! | 410 Gone / `Expired` | paged: list again from the first page, at once; streaming: stream again after a backoff (it has no resourceVersion to be too old: a server that keeps answering 410 must not be asked in a tight loop) | relist at once; after a backoff when the watch delivered nothing since the last list (marks the relist unproductive) |
 //! | idle (no byte for `idle_timeout`) | list again, backoff | resume, at once |
 //! | undecodable response | list again, backoff | resume (it replays the event), backoff from the 2nd; relist after [`DECODE_RETRIES_BEFORE_RELIST`] at one resourceVersion or without a resume point |
 //! | 401 / 403 | list again, backoff | resume, backoff |
@@ -23,6 +26,7 @@
 //! | another status (400…) | list again, backoff | relist, backoff (the server refuses the resourceVersion) |
 //! | transport (refused, reset…) | list again, backoff | resume, backoff |
 //! | request could not be built | list again, backoff | resume, backoff |
+//! | no streaming list (refused, or `sendInitialEvents` ignored), or its initial events cut | list again, backoff (with `initial_list = "auto"` the informer falls back to paged lists first: `mod.rs`) | — |
 //!
 //! "Resume" is a watch from the last resourceVersion processed; without one (never the case
 //! after a completed list) it is a relist.
@@ -50,6 +54,8 @@ pub(super) enum Failed {
     Transport,
     /// The request could not be built.
     Request,
+    /// The server does not serve the streaming list, or cut its initial events.
+    Streaming,
 }
 
 /// Where the loop was when it failed.
@@ -57,6 +63,8 @@ pub(super) enum Failed {
 pub(super) struct Situation {
     /// The failure happened during a list (else a watch).
     pub listing: bool,
+    /// That list is a streaming list (its initial events).
+    pub streaming: bool,
     /// The loop knows the last resourceVersion it processed (always, once a list completed).
     pub resume_point: bool,
     /// The watch delivered at least one event or bookmark since the last list completed.
@@ -111,6 +119,7 @@ pub(super) fn recover(at: Situation, failed: Failed) -> Recovery {
     use Wait::{Backoff, BackoffOrRetryAfter, No};
     if at.listing {
         return match failed {
+            Failed::Gone if at.streaming => r(List, Backoff),
             Failed::Gone => r(List, No),
             Failed::Status(429 | 500..=599) => r(List, BackoffOrRetryAfter),
             _ => r(List, Backoff),
@@ -134,7 +143,7 @@ pub(super) fn recover(at: Situation, failed: Failed) -> Recovery {
         Failed::Status(404) => r(List, Backoff),
         Failed::Status(429 | 500..=599) => r(resume, BackoffOrRetryAfter),
         Failed::Status(_) => r(List, Backoff),
-        Failed::Transport | Failed::Request => r(resume, Backoff),
+        Failed::Transport | Failed::Request | Failed::Streaming => r(resume, Backoff),
     }
 }
 
@@ -146,6 +155,7 @@ mod tests {
 
     const LIST: Situation = Situation {
         listing: true,
+        streaming: false,
         resume_point: true,
         delivered_since_list: false,
         unproductive_relist: false,
@@ -153,6 +163,7 @@ mod tests {
     /// A watch that delivered events since its list.
     const WATCH: Situation = Situation {
         listing: false,
+        streaming: false,
         resume_point: true,
         delivered_since_list: true,
         unproductive_relist: false,
@@ -165,6 +176,20 @@ mod tests {
     #[test]
     fn a_410_on_a_list_lists_again_at_once() {
         assert_eq!(recover(LIST, Failed::Gone), rec(List, No));
+    }
+
+    #[test]
+    fn a_410_in_a_streaming_lists_initial_events_streams_again_after_a_backoff() {
+        let streaming = Situation {
+            streaming: true,
+            ..LIST
+        };
+        assert_eq!(recover(streaming, Failed::Gone), rec(List, Backoff));
+        assert_eq!(recover(streaming, Failed::Streaming), rec(List, Backoff));
+        assert_eq!(
+            recover(streaming, Failed::Status(503)),
+            rec(List, BackoffOrRetryAfter)
+        );
     }
 
     #[test]

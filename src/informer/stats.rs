@@ -79,6 +79,15 @@ pub struct InformerStats {
     pub last_event_ms: AtomicU64,
     /// Duration of the initial sync in milliseconds (0 until it completed).
     pub initial_sync_ms: AtomicU64,
+    /// Streaming lists started (KEP-3157: a watch with `sendInitialEvents=true`); each is
+    /// counted in `watch_requests` too.
+    pub initial_streams: AtomicU64,
+    /// Falls back from a streaming list to paged lists (`watch.initial_list = "auto"`; at
+    /// most one per informer).
+    pub initial_list_fallbacks: AtomicU64,
+    /// How the informer reads its state now ([`Strategy`] as a number; 0 before its
+    /// first list).
+    strategy: AtomicU8,
     /// Since when the informer has been failing.
     failing: Streak,
     /// The kind of the current failure ([`FailureKind`] as a number).
@@ -101,7 +110,40 @@ pub enum FailureKind {
     Broken,
 }
 
+/// How an informer reads the state it starts from (`watch.initial_list`, once `auto` chose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// A streaming list (KEP-3157).
+    Stream = 1,
+    /// Paged LISTs.
+    List = 2,
+}
+
+impl Strategy {
+    /// `stream` or `list`, as the metric's label says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Stream => "stream",
+            Strategy::List => "list",
+        }
+    }
+}
+
 impl InformerStats {
+    /// Records how the informer reads its state from now on.
+    pub fn set_strategy(&self, s: Strategy) {
+        self.strategy.store(s as u8, Ordering::Relaxed);
+    }
+
+    /// How the informer reads its state; `None` before its first list.
+    pub fn strategy(&self) -> Option<Strategy> {
+        match self.strategy.load(Ordering::Relaxed) {
+            1 => Some(Strategy::Stream),
+            2 => Some(Strategy::List),
+            _ => None,
+        }
+    }
+
     /// Records that an event or bookmark arrived now.
     pub fn note_event(&self) {
         self.last_event_ms.store(now_ms(), Ordering::Relaxed);

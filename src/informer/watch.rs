@@ -5,12 +5,17 @@
 //! Requests follow the API concepts
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/>): paged lists with `limit`
 //! and `continue`, then a watch from the list's resourceVersion with
-//! `allowWatchBookmarks=true` and `timeoutSeconds`. In metadata mode both ask for
-//! `PartialObjectMetadata`, so only metadata crosses the wire.
+//! `allowWatchBookmarks=true` and `timeoutSeconds`; or a streaming list (KEP-3157,
+//! <https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/3157-watch-list>):
+//! one watch with `sendInitialEvents=true&resourceVersionMatch=NotOlderThan` and
+//! `resourceVersion` unset (a consistent read). In metadata mode all ask for
+//! `PartialObjectMetadata`, so only metadata crosses the wire. Every request first takes a
+//! token from its cluster's budget ([`ClusterApi`]).
 //!
 //! This module decides nothing about objects and never retries: the informer does.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -19,6 +24,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams, WatchParams};
 use kube::core::Request;
 use kube::Client;
 
+use super::api::{ClusterApi, Verb};
 use super::decode::{DecodeError, Status};
 use super::plan::WatchPlan;
 use crate::config::PayloadMode;
@@ -57,6 +63,17 @@ pub enum WatchFailure {
     Idle(Duration),
     /// The request could not be built (an invalid selector).
     Request(String),
+    /// A streaming list the server does not serve: it refused it (`400`, `422`...), or it
+    /// ignores `sendInitialEvents` (an event other than ADDED, or a plain BOOKMARK, before
+    /// the initial-events-end bookmark). The reason, in words.
+    NoStreaming(String),
+    /// A streaming list's watch ended before the initial-events-end bookmark.
+    InitialEventsCut {
+        /// Initial events received before the end.
+        events: u64,
+        /// How long after the request it ended.
+        elapsed: Duration,
+    },
 }
 
 impl fmt::Display for WatchFailure {
@@ -72,6 +89,15 @@ impl fmt::Display for WatchFailure {
                 humantime::format_duration(*d)
             ),
             WatchFailure::Request(e) => write!(f, "invalid request: {e}"),
+            WatchFailure::NoStreaming(why) => write!(f, "no streaming list: {why}"),
+            WatchFailure::InitialEventsCut { events, elapsed } => write!(
+                f,
+                "the streaming list ended after {events} initial events and {}, before the \
+                 initial-events-end bookmark",
+                humantime::format_duration(Duration::from_millis(
+                    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+                ))
+            ),
         }
     }
 }
@@ -90,6 +116,7 @@ impl WatchFailure {
 #[derive(Clone)]
 pub struct Requests {
     client: Client,
+    api: Arc<ClusterApi>,
     request: Request,
     metadata: bool,
     list: ListParams,
@@ -97,8 +124,8 @@ pub struct Requests {
 }
 
 impl Requests {
-    /// Requests for `plan` through `client`.
-    pub fn new(plan: &WatchPlan, client: Client) -> Self {
+    /// Requests for `plan` through `client`, within the cluster's budget `api`.
+    pub fn new(plan: &WatchPlan, client: Client, api: Arc<ClusterApi>) -> Self {
         let path = <DynamicObject as kube::Resource>::url_path(
             &plan.api_resource as &ApiResource,
             plan.namespace.as_deref(),
@@ -116,6 +143,7 @@ impl Requests {
         }
         Requests {
             client,
+            api,
             request: Request::new(path),
             metadata: plan.mode == PayloadMode::Metadata,
             list,
@@ -143,7 +171,7 @@ impl Requests {
             self.request.list(&lp)
         }
         .map_err(|e| WatchFailure::Request(e.to_string()))?;
-        let mut body = self.send(req).await?;
+        let mut body = self.send(req, Verb::List).await?;
         let mut out = BytesMut::new();
         loop {
             match tokio::time::timeout(idle_timeout, body.frame()).await {
@@ -174,7 +202,34 @@ impl Requests {
             self.request.watch(&self.watch, resource_version)
         }
         .map_err(|e| WatchFailure::Request(e.to_string()))?;
-        let body = self.send(req).await?;
+        self.lines(req, idle_timeout).await
+    }
+
+    /// A streaming list: a watch that first sends the current state as ADDED events and
+    /// ends it with a BOOKMARK annotated `k8s.io/initial-events-end: "true"`, then goes on
+    /// as a watch from there. `resourceVersion` is left unset, so the state is a consistent
+    /// read (the API server serves it from its watch cache once that is as fresh as etcd).
+    ///
+    /// # Errors
+    /// As [`Requests::watch`]; a server without streaming lists answers an error status
+    /// (422 `Invalid` when its `WatchList` feature gate is off).
+    pub async fn stream(&self, idle_timeout: Duration) -> Result<Lines, WatchFailure> {
+        let params = self.watch.clone().initial_events();
+        let req = if self.metadata {
+            self.request.watch_metadata(&params, "")
+        } else {
+            self.request.watch(&params, "")
+        }
+        .map_err(|e| WatchFailure::Request(e.to_string()))?;
+        self.lines(req, idle_timeout).await
+    }
+
+    async fn lines(
+        &self,
+        req: http::Request<Vec<u8>>,
+        idle_timeout: Duration,
+    ) -> Result<Lines, WatchFailure> {
+        let body = self.send(req, Verb::Watch).await?;
         Ok(Lines {
             body,
             buf: BytesMut::new(),
@@ -183,7 +238,13 @@ impl Requests {
         })
     }
 
-    async fn send(&self, req: http::Request<Vec<u8>>) -> Result<kube::client::Body, WatchFailure> {
+    /// Sends `req` once the cluster's budget has a token for it.
+    async fn send(
+        &self,
+        req: http::Request<Vec<u8>>,
+        verb: Verb,
+    ) -> Result<kube::client::Body, WatchFailure> {
+        self.api.admit(verb).await;
         let (mut parts, body) = req.into_parts();
         // A watch is a stream of small events; compression would only add latency (and
         // kube's decompression handles only one gzip member per body).
@@ -296,6 +357,12 @@ pub struct Lines {
 }
 
 impl Lines {
+    /// From now on, `idle_timeout` of silence is [`WatchFailure::Idle`] (a streaming list
+    /// has a shorter bound during its initial events than the watch it goes on as).
+    pub fn set_idle_timeout(&mut self, idle_timeout: Duration) {
+        self.idle_timeout = idle_timeout;
+    }
+
     /// The next complete line (without its newline); `None` when the server ended the
     /// watch. A last line without newline is returned too (it may be cut; decoding says).
     ///

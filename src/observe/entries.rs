@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::informer::InformerStats;
+use crate::informer::{ClusterApi, InformerStats};
 use crate::pipeline::SinkHandle;
 use crate::state::StateStats;
 
@@ -56,6 +56,14 @@ pub struct StateEntry {
     pub store: String,
     /// Its counters.
     pub stats: Arc<StateStats>,
+}
+
+/// One cluster's API requests as the observers see them.
+pub struct ClusterEntry {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Its request budget and counts.
+    pub api: Arc<ClusterApi>,
 }
 
 /// One sink as the observers see it.

@@ -5,7 +5,7 @@
 //! `_bytes`. Every metric is listed with its meaning in `docs/operations.md`.
 //!
 //! Labels: `cluster`, `api_version`, `kind`, `scope` (`all`, or the namespace) per watch;
-//! `sink` per sink; `cluster` per state store.
+//! `sink` per sink; `cluster` per state store and per cluster's API requests.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,8 +17,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::entries::{Leadership, SinkEntry, StateEntry, WatchEntry};
-use crate::informer::InformerStats;
+use super::entries::{ClusterEntry, Leadership, SinkEntry, StateEntry, WatchEntry};
+use crate::informer::{InformerStats, Strategy};
 use crate::pipeline::{SinkStats, ERROR_KINDS};
 use crate::state::StateStats;
 
@@ -29,6 +29,7 @@ pub fn registry(
     watches: Arc<[WatchEntry]>,
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
+    clusters: Arc<[ClusterEntry]>,
     leadership: Option<Arc<Leadership>>,
 ) -> Registry {
     let mut r = Registry::with_prefix("kubesink");
@@ -41,6 +42,7 @@ pub fn registry(
         watches,
         sinks,
         states,
+        clusters,
         leadership,
     }));
     r
@@ -50,6 +52,7 @@ struct BridgeCollector {
     watches: Arc<[WatchEntry]>,
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
+    clusters: Arc<[ClusterEntry]>,
     leadership: Option<Arc<Leadership>>,
 }
 
@@ -323,6 +326,35 @@ impl BridgeCollector {
         )?;
         family(
             e,
+            "watch_initial_list",
+            "How the watch reads its state (watch.initial_list): 1 for the strategy in use, stream (a streaming list, KEP-3157) or list (paged LISTs); none before its first list",
+            None,
+            self.watches.iter().flat_map(|w| {
+                let now = w.stats.strategy();
+                now.into_iter().flat_map(move |now| {
+                    [Strategy::Stream, Strategy::List].map(|s| {
+                        (
+                            with(w.labels(), "strategy", s.as_str()),
+                            ConstGauge::new(i64::from(s == now)),
+                        )
+                    })
+                })
+            }),
+        )?;
+        self.watch_counter(
+            e,
+            "watch_initial_streams",
+            "Streaming lists started (watches with sendInitialEvents=true; counted in kubesink_watch_watch_requests_total too)",
+            |s| load(&s.initial_streams),
+        )?;
+        self.watch_counter(
+            e,
+            "watch_initial_list_fallbacks",
+            "Falls back from streaming to paged lists (watch.initial_list = \"auto\": the server refused, ignored or never ended the streaming list)",
+            |s| load(&s.initial_list_fallbacks),
+        )?;
+        family(
+            e,
             "watch_failing",
             "Seconds the watch has been failing without a successful list or watch (0 when healthy)",
             Some(&Unit::Seconds),
@@ -577,9 +609,45 @@ impl BridgeCollector {
     }
 }
 
+impl BridgeCollector {
+    /// Per cluster: API requests by verb, and the client-side rate limit's delays.
+    fn encode_clusters(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let name = |c: &ClusterEntry| vec![("cluster", c.cluster.clone())];
+        family(
+            e,
+            "api_requests",
+            "List and watch requests sent to the cluster's API server, by verb (list: one per page; watch: streaming lists included)",
+            None,
+            self.clusters.iter().flat_map(|c| {
+                [("list", &c.api.list_requests), ("watch", &c.api.watch_requests)]
+                    .map(|(verb, n)| (with(name(c), "verb", verb), ConstCounter::new(load(n))))
+            }),
+        )?;
+        family(
+            e,
+            "api_rate_limited_requests",
+            "Requests that waited for the client-side rate limit (watch.requests_per_second, watch.request_burst)",
+            None,
+            self.clusters
+                .iter()
+                .map(|c| (name(c), ConstCounter::new(load(&c.api.delayed_requests)))),
+        )?;
+        family(
+            e,
+            "api_rate_limit_wait",
+            "Time requests waited for the client-side rate limit, in all",
+            Some(&Unit::Seconds),
+            self.clusters
+                .iter()
+                .map(|c| (name(c), ConstCounter::new(c.api.delayed().as_secs_f64()))),
+        )
+    }
+}
+
 impl Collector for BridgeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         self.encode_watches(&mut encoder)?;
+        self.encode_clusters(&mut encoder)?;
         self.encode_sinks(&mut encoder)?;
         self.encode_states(&mut encoder)?;
         if let Some(l) = &self.leadership {

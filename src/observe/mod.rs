@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::informer::FailureKind;
 use crate::pipeline::SinkHandle;
 
-pub use entries::{Leadership, SinkEntry, StateEntry, WatchEntry};
+pub use entries::{ClusterEntry, Leadership, SinkEntry, StateEntry, WatchEntry};
 
 /// A health answer: whether it passes, and the JSON body that says why.
 #[derive(Debug, Clone)]
@@ -57,12 +57,14 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// Observers over `watches`, `sinks` and the clusters' state stores `states`;
+    /// Observers over `watches`, `sinks`, the clusters' state stores `states` and their API
+    /// request counts `clusters`;
     /// `multi_cluster` when several clusters are watched; `leadership` with leader election.
     pub fn new(
         watches: Vec<WatchEntry>,
         sinks: Vec<SinkEntry>,
         states: Vec<StateEntry>,
+        clusters: Vec<ClusterEntry>,
         watch_failure_timeout: Duration,
         multi_cluster: bool,
         leadership: Option<Arc<Leadership>>,
@@ -75,6 +77,7 @@ impl Observer {
                 watches.clone(),
                 sinks.clone(),
                 states.clone(),
+                clusters.into(),
                 leadership.clone(),
             ),
             watches,

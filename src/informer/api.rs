@@ -1,0 +1,189 @@
+//! What the informers of one cluster share about its API server: the client-side request
+//! budget (a token bucket on list and watch requests), the request counts, and which
+//! resources were found not to serve streaming lists.
+//!
+//! # The request budget
+//!
+//! A cold start against 1,500 namespaces × 4 resources opens 6,000 watches; sent at once, they
+//! land on the API server together, where API Priority and Fairness
+//! (<https://kubernetes.io/docs/concepts/cluster-administration/flow-control/>) queues them
+//! and rejects the overflow with 429. client-go's answer is a token bucket per client
+//! (`rest.Config.QPS`, default 5, and `Burst`, default 10: `flowcontrol.NewTokenBucketRateLimiter`);
+//! kubesink has one per cluster, [`ClusterApi::admit`], from `watch.requests_per_second`
+//! (default 50) and `watch.request_burst` (default 100), through `governor`'s GCRA, which is
+//! a token bucket: `burst` requests at once, then one per `1 / rate` seconds. Every list page
+//! and every watch (a streaming list included) takes a token; a `Retry-After` on 429 is
+//! obeyed on top (`recovery.rs`). Watches last minutes (`timeoutSeconds` 290), so the steady
+//! rate is small: ~21 requests/s for 6,000 watches.
+//!
+//! # Streaming-list support
+//!
+//! With `watch.initial_list = "auto"`, the first informer that finds a resource's server
+//! without streaming lists records it here ([`ClusterApi::learn_no_streaming`]), with the
+//! reason, and logs it; the cluster's other informers of that resource (one per namespace)
+//! then list without trying, and without logging again.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+use crate::config::WatchConfig;
+
+/// The kind of API request counted per cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// A list page (`GET` without `watch`).
+    List,
+    /// A watch (`?watch=true`), a streaming list included.
+    Watch,
+}
+
+/// One cluster's API budget, counts and learned facts; shared by its informers.
+#[derive(Debug)]
+pub struct ClusterApi {
+    limiter: Option<DefaultDirectRateLimiter>,
+    /// List page requests sent.
+    pub list_requests: AtomicU64,
+    /// Watch requests sent (streaming lists included).
+    pub watch_requests: AtomicU64,
+    /// Requests that waited for a token.
+    pub delayed_requests: AtomicU64,
+    /// Time requests waited for a token in all, in nanoseconds.
+    pub delayed_nanos: AtomicU64,
+    /// Resources (by [`kubesink_core::Resource`]'s display) whose server does not stream
+    /// lists, with the reason.
+    no_streaming: Mutex<HashMap<String, String>>,
+}
+
+impl ClusterApi {
+    /// The budget of `[watch]`: `requests_per_second` (0: none) and `request_burst`.
+    pub fn new(watch: &WatchConfig) -> Self {
+        ClusterApi {
+            limiter: quota(watch.requests_per_second, watch.request_burst).map(RateLimiter::direct),
+            list_requests: AtomicU64::new(0),
+            watch_requests: AtomicU64::new(0),
+            delayed_requests: AtomicU64::new(0),
+            delayed_nanos: AtomicU64::new(0),
+            no_streaming: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Waits for a token (at once while the bucket holds one), then counts the request.
+    pub async fn admit(&self, verb: Verb) {
+        if let Some(limiter) = &self.limiter {
+            if limiter.check().is_err() {
+                let started = Instant::now();
+                limiter.until_ready().await;
+                self.delayed_requests.fetch_add(1, Ordering::Relaxed);
+                let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                self.delayed_nanos.fetch_add(waited, Ordering::Relaxed);
+            }
+        }
+        match verb {
+            Verb::List => &self.list_requests,
+            Verb::Watch => &self.watch_requests,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records that `resource` is served without streaming lists, for `reason`; true for
+    /// the first informer to learn it (it logs), false when another one did already.
+    pub fn learn_no_streaming(&self, resource: &str, reason: &str) -> bool {
+        let mut known = self
+            .no_streaming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.contains_key(resource) {
+            return false;
+        }
+        known.insert(resource.to_owned(), reason.to_owned());
+        true
+    }
+
+    /// Why `resource` is known not to stream lists, if it is.
+    pub fn no_streaming(&self, resource: &str) -> Option<String> {
+        self.no_streaming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(resource)
+            .cloned()
+    }
+
+    /// Time requests waited for a token in all.
+    pub fn delayed(&self) -> Duration {
+        Duration::from_nanos(self.delayed_nanos.load(Ordering::Relaxed))
+    }
+}
+
+/// The token bucket of `rate` requests per second and `burst`; `None` when `rate` is 0 (or
+/// not a usable number: the configuration check refuses those).
+fn quota(rate: f64, burst: u32) -> Option<Quota> {
+    if !rate.is_finite() || rate <= 0.0 {
+        return None;
+    }
+    let period = Duration::try_from_secs_f64(1.0 / rate).ok()?;
+    let quota = Quota::with_period(period.max(Duration::from_nanos(1)))?;
+    Some(quota.allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(rate: f64, burst: u32) -> WatchConfig {
+        WatchConfig {
+            requests_per_second: rate,
+            request_burst: burst,
+            ..WatchConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_burst_goes_at_once_and_the_rest_waits_for_tokens() {
+        let api = ClusterApi::new(&config(20.0, 3));
+        let started = Instant::now();
+        for _ in 0..3 {
+            api.admit(Verb::Watch).await;
+        }
+        assert_eq!(api.delayed_requests.load(Ordering::Relaxed), 0);
+        for _ in 0..4 {
+            api.admit(Verb::List).await;
+        }
+        // 4 requests past the burst at 20/s: at least 4 × 50 ms from the first, however fast
+        // the machine (a slow one only takes longer, and waits less for tokens).
+        assert!(
+            started.elapsed() >= Duration::from_millis(195),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(api.delayed_requests.load(Ordering::Relaxed) <= 4);
+        assert_eq!(api.list_requests.load(Ordering::Relaxed), 4);
+        assert_eq!(api.watch_requests.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn a_rate_of_zero_is_no_limit() {
+        let api = ClusterApi::new(&config(0.0, 0));
+        for _ in 0..10_000 {
+            api.admit(Verb::Watch).await;
+        }
+        assert_eq!(api.delayed_requests.load(Ordering::Relaxed), 0);
+        assert!(quota(0.0, 5).is_none());
+        assert!(quota(f64::NAN, 5).is_none());
+        assert!(quota(crate::config::MIN_REQUESTS_PER_SECOND, 1).is_some());
+        assert!(quota(1e12, 1).is_some());
+    }
+
+    #[test]
+    fn only_the_first_informer_to_learn_a_resource_without_streaming_logs_it() {
+        let api = ClusterApi::new(&WatchConfig::default());
+        assert!(api.learn_no_streaming("v1/Pod", "422 Invalid"));
+        assert!(!api.learn_no_streaming("v1/Pod", "another reason"));
+        assert_eq!(api.no_streaming("v1/Pod").as_deref(), Some("422 Invalid"));
+        assert_eq!(api.no_streaming("apps/v1/Deployment"), None);
+    }
+}
