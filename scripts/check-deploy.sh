@@ -20,7 +20,13 @@
 #      examples/*.yaml; each rendered set through 2 and 3; `kubesink check` of each rendered
 #      kubesink.toml (secretEnv's variables set to placeholders) and RBAC equal to
 #      `kubesink rbac` for it; the schema and template rules reject their bad values; the
-#      default values describe deploy/base's objects but for the listed intended differences.
+#      default values describe deploy/base's objects but for the listed intended differences;
+#   9. API Priority and Fairness (deploy/components/flowcontrol and the chart's flowControl):
+#      the component rendered into deploy/base under a name prefix and another namespace, both
+#      through 2, and the rules the schemas cannot check (scripts/deploy_checks.py
+#      flowcontrol: the FlowSchemas refer to the rendered level and to the Deployment's
+#      ServiceAccount, precedence, queue bounds, no schema shadowed; its self-test proves each
+#      rule fires).
 # Tools are installed once into $TOOLS_CACHE_DIR (~/.cache/kubesink): a Python venv and an npm
 # package; later runs take seconds. KUBESINK_BIN names a kubesink binary to use (default: the
 # one cargo built, building it if missing).
@@ -71,7 +77,7 @@ if [ ! -x "$KUBESINK" ]; then
 fi
 
 WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 started=$(date +%s)
 
 # --- 1-3: render, validate, Pod Security Standard --------------------------------------------
@@ -207,6 +213,48 @@ if "$PY" scripts/helm_checks.py engine-self-test; then
   fi
 else
   fail "helm-python-sdk does not render as Helm: the chart is NOT checked"
+fi
+
+# --- 9: API Priority and Fairness -----------------------------------------------------------
+echo "== API Priority and Fairness (deploy/components/flowcontrol, the chart's flowControl)"
+"$PY" scripts/deploy_checks.py flowcontrol-self-test || fail "the flowcontrol checker's self-test"
+fc=""
+if command -v kubectl >/dev/null 2>&1; then
+  # The component as a user adds it: into their overlay of the base, renamed and moved, so the
+  # FlowSchemas' references must follow the level's new name and the ServiceAccount's.
+  mkdir -p "$WORK/apf-overlay"
+  # kustomize takes relative paths only.
+  up="$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$PWD/deploy" "$WORK/apf-overlay")"
+  cat > "$WORK/apf-overlay/kustomization.yaml" <<EOF_KUSTOMIZATION
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: platform
+namePrefix: acme-
+resources:
+  - $up/base
+components:
+  - $up/components/flowcontrol
+EOF_KUSTOMIZATION
+  if kubectl kustomize "$WORK/apf-overlay" > "$WORK/apf-overlay.yaml"; then
+    echo "ok   deploy/base with deploy/components/flowcontrol (namePrefix acme-, namespace platform) renders ($(grep -c '^kind:' "$WORK/apf-overlay.yaml") objects)"
+    for v in $K8S_VERSIONS; do
+      "$VENV/bin/kubernetes-validate" --strict --quiet -k "$v" "$WORK/apf-overlay.yaml" \
+        && echo "ok   the component's objects validate against Kubernetes $v (strict)" \
+        || fail "the flowcontrol component does not validate against Kubernetes $v"
+    done
+    fc="$WORK/apf-overlay.yaml"
+  else
+    fail "kubectl kustomize of deploy/base with deploy/components/flowcontrol"
+  fi
+fi
+for manifest in "$WORK"/helm-*.yaml; do
+  [ -f "$manifest" ] && grep -Eq '"kind": "FlowSchema"|^kind: FlowSchema' "$manifest" && fc="$fc $manifest"
+done
+if [ -n "$fc" ]; then
+  # shellcheck disable=SC2086
+  "$PY" scripts/deploy_checks.py flowcontrol $fc || fail "API Priority and Fairness objects"
+else
+  fail "no API Priority and Fairness objects rendered to check"
 fi
 
 echo "deploy checks: $failures failure(s) in $(( $(date +%s) - started )) s"

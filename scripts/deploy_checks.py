@@ -15,6 +15,11 @@ Subcommands:
                             depends_on services)
   dockerfile FILE           the Dockerfile parses (BuildKit's own parser, PyPI `dockerfile`), and
                             its runtime stages run as a numeric non-root user
+  flowcontrol FILE...       the API Priority and Fairness objects of each rendered manifest that
+                            has any (deploy/components/flowcontrol, the chart's flowControl), on
+                            what the OpenAPI schemas cannot say (each rule below); exit 1 if one
+                            breaks a rule, or if no file has any
+  flowcontrol-self-test     each of those rules rejects an object breaking it; the good set passes
 
 Needs PyYAML and jsonschema (installed with kubernetes-validate) and `dockerfile`.
 
@@ -25,6 +30,7 @@ crates.io, so `pss` implements each Baseline and Restricted control as that page
 """
 
 import json
+import math
 import re
 import sys
 
@@ -371,6 +377,254 @@ def cmd_compose(schema_path, path, dockerfile_path):
     return 1 if problems else 0
 
 
+# --- API Priority and Fairness ---------------------------------------------------------------
+# https://kubernetes.io/docs/concepts/cluster-administration/flow-control/. kubernetes-validate
+# checks the types; these are the rules it cannot: the API server's own validation that is not
+# in the OpenAPI schemas (shuffle sharding's entropy, handSize <= queues), references between
+# the objects and to the Deployment, and the kit's choices (docs/operations.md, "API Priority
+# and Fairness").
+
+FLOWCONTROL_API = "flowcontrol.apiserver.k8s.io/v1"
+# The API server's own objects (mandatory and suggested): an object of ours by one of these
+# names would fight the API server, which keeps them as it wants them.
+BUILTIN_LEVELS = {"exempt", "catch-all", "system", "node-high", "leader-election",
+                  "workload-high", "workload-low", "global-default"}
+BUILTIN_SCHEMAS = {"exempt", "catch-all", "probes", "system-leader-election", "endpoint-controller",
+                   "workload-leader-election", "system-node-high", "system-nodes",
+                   "kube-controller-manager", "kube-scheduler", "kube-system-service-accounts",
+                   "service-accounts", "global-default"}
+# A schema of ours may send requests to a level rendered beside it, or to the API server's
+# suggested leader-election level (kubesink's Lease).
+REFERABLE_BUILTIN_LEVELS = {"leader-election"}
+# After the API server's own schemas (1 to 900), before service-accounts (9000), which matches
+# every service account and would take kubesink's requests first. The chart keeps kubesink's
+# schema at 1001-8999, so its Lease schema, one below, is 1000 at the least.
+PRECEDENCE_RANGE = (1000, 8999)
+MAX_HASH_BITS = 60  # k8s.io/apiserver shufflesharding.MaxHashBits
+
+
+def _covers(outer, inner):
+    """Does a list of names with "*" as everything hold every name of `inner`?"""
+    outer, inner = set(outer or []), set(inner or [])
+    return "*" in outer or ("*" not in inner and inner <= outer)
+
+
+def _url_covers(outer, inner):
+    """Non-resource URL patterns: "*", "/prefix/*" or exact."""
+    def one(o, i):
+        return o == "*" or o == i or (o.endswith("/*") and i.startswith(o[:-1]) and i != o)
+    return all(any(one(o, i) for o in outer or []) for i in inner or [])
+
+
+def _resource_rule_covers(a, b):
+    return (_covers(a.get("verbs"), b.get("verbs")) and _covers(a.get("apiGroups"), b.get("apiGroups"))
+            and _covers(a.get("resources"), b.get("resources"))
+            and (a.get("clusterScope") or not b.get("clusterScope"))
+            and _covers(a.get("namespaces"), b.get("namespaces")))
+
+
+def _schema_covers(a, b):
+    """Does FlowSchema a match every request FlowSchema b matches (rule by rule, so it may miss
+    a cover by several rules together, never claim a false one)?"""
+    def key(subject):
+        return json.dumps(subject, sort_keys=True)
+    for rb in b["spec"].get("rules") or []:
+        subjects = {key(x) for x in rb.get("subjects") or []}
+        covering = [ra for ra in a["spec"].get("rules") or []
+                    if subjects <= {key(x) for x in ra.get("subjects") or []}]
+        for r in rb.get("resourceRules") or []:
+            if not any(_resource_rule_covers(c, r) for ra in covering for c in ra.get("resourceRules") or []):
+                return False
+        for r in rb.get("nonResourceRules") or []:
+            if not any(_covers(c.get("verbs"), r.get("verbs")) and _url_covers(c.get("nonResourceURLs"), r.get("nonResourceURLs"))
+                       for ra in covering for c in ra.get("nonResourceRules") or []):
+                return False
+    return True
+
+
+def flowcontrol_violations(docs):
+    """Every rule the FlowSchemas and PriorityLevelConfigurations of one rendered manifest
+    break, as 'rule: object: what'."""
+    out = []
+    levels = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "PriorityLevelConfiguration"}
+    schemas = [d for d in docs if d.get("kind") == "FlowSchema"]
+    deployments = [d for d in docs if d.get("kind") == "Deployment"]
+    for d in list(levels.values()) + schemas:
+        label = f"{d['kind']} {d['metadata']['name']}"
+        if d.get("apiVersion") != FLOWCONTROL_API:
+            out.append(f"API version: {label} is {d.get('apiVersion')}, the kit targets {FLOWCONTROL_API}")
+        if d["metadata"]["name"] in (BUILTIN_LEVELS if d["kind"] == "PriorityLevelConfiguration" else BUILTIN_SCHEMAS):
+            out.append(f"Built-in name: {label} is one of the API server's own objects")
+
+    for name, d in levels.items():
+        label = f"PriorityLevelConfiguration {name}"
+        spec = d.get("spec") or {}
+        lim = spec.get("limited") or {}
+        if spec.get("type") != "Limited":
+            out.append(f"Limited: {label} spec.type is {spec.get('type')}")
+        if (lim.get("nominalConcurrencyShares") or 0) < 1:
+            out.append(f"Shares: {label} nominalConcurrencyShares {lim.get('nominalConcurrencyShares')} < 1 leaves it only borrowed seats")
+        if not 0 <= (lim.get("lendablePercent") or 0) <= 100:
+            out.append(f"Lendable: {label} lendablePercent {lim.get('lendablePercent')} is not 0-100")
+        if lim.get("borrowingLimitPercent") is not None and lim["borrowingLimitPercent"] < 0:
+            out.append(f"Borrowing: {label} borrowingLimitPercent {lim['borrowingLimitPercent']} < 0")
+        resp = lim.get("limitResponse") or {}
+        if resp.get("type") != "Queue":
+            out.append(f"Queue: {label} limitResponse.type is {resp.get('type')}: kubesink's requests must wait, not be rejected")
+        q = resp.get("queuing") or {}
+        queues, hand, length = q.get("queues") or 0, q.get("handSize") or 0, q.get("queueLengthLimit") or 0
+        if queues < 1 or hand < 1 or length < 1:
+            out.append(f"Queue sizes: {label} queues {queues}, handSize {hand}, queueLengthLimit {length} must be positive")
+        elif hand > queues:
+            out.append(f"Hand size: {label} handSize {hand} > queues {queues}")
+        elif math.ceil(math.log2(queues) * hand) > MAX_HASH_BITS:
+            out.append(f"Entropy: {label} handSize {hand} x log2(queues {queues}) > {MAX_HASH_BITS} bits (the API server rejects it)")
+        if not any((s["spec"].get("priorityLevelConfiguration") or {}).get("name") == name for s in schemas):
+            out.append(f"Unused level: {label} takes a share of the API server's concurrency, and no FlowSchema sends requests to it")
+
+    accounts = set()
+    for dep in deployments:
+        pod = dep["spec"]["template"]["spec"]
+        accounts.add((pod.get("serviceAccountName") or "default", dep["metadata"].get("namespace", "default")))
+    for s in schemas:
+        label = f"FlowSchema {s['metadata']['name']}"
+        spec = s.get("spec") or {}
+        level = (spec.get("priorityLevelConfiguration") or {}).get("name")
+        if level not in levels and level not in REFERABLE_BUILTIN_LEVELS:
+            out.append(f"Level: {label} refers to the priority level {level}, which is neither rendered nor the API server's {'/'.join(sorted(REFERABLE_BUILTIN_LEVELS))}")
+        p = spec.get("matchingPrecedence")
+        if not isinstance(p, int) or not PRECEDENCE_RANGE[0] <= p <= PRECEDENCE_RANGE[1]:
+            out.append(f"Precedence: {label} matchingPrecedence {p} is outside {PRECEDENCE_RANGE[0]}-{PRECEDENCE_RANGE[1]} "
+                       "(after the API server's own schemas, before service-accounts at 9000)")
+        if (spec.get("distinguisherMethod") or {}).get("type") not in ("ByUser", "ByNamespace"):
+            out.append(f"Distinguisher: {label} distinguisherMethod {spec.get('distinguisherMethod')} is neither ByUser nor ByNamespace")
+        if not spec.get("rules"):
+            out.append(f"Subject: {label} has no rules")
+        for r in spec.get("rules") or []:
+            for subj in r.get("subjects") or [{}]:
+                sa = subj.get("serviceAccount") or {}
+                who = (sa.get("name"), sa.get("namespace"))
+                if subj.get("kind") != "ServiceAccount" or who not in accounts:
+                    out.append(f"Subject: {label} subject {json.dumps(subj, sort_keys=True)} is not the Deployment's service account "
+                               + (", ".join(f"{ns}/{name}" for name, ns in sorted(accounts)) or "(no Deployment rendered)"))
+    # kubesink's LIST and WATCH, everywhere, reach a level rendered here.
+    reads = {"verbs": ["list", "watch"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": True, "namespaces": ["*"]}
+    if schemas and not any((s["spec"].get("priorityLevelConfiguration") or {}).get("name") in levels
+                           and any(_resource_rule_covers(c, reads) for r in s["spec"].get("rules") or [] for c in r.get("resourceRules") or [])
+                           for s in schemas):
+        out.append("Reads: no FlowSchema sends LIST and WATCH of every resource, namespaced and cluster-wide, to a level rendered here")
+    # A schema that an earlier one covers entirely is never matched (equal precedence: the
+    # lexicographically smaller name first, as the API server orders them).
+    order = sorted(schemas, key=lambda s: (s["spec"].get("matchingPrecedence") or 0, s["metadata"]["name"]))
+    for i, later in enumerate(order):
+        for earlier in order[:i]:
+            if _schema_covers(earlier, later):
+                out.append(f"Shadowed: FlowSchema {later['metadata']['name']} is never matched: "
+                           f"{earlier['metadata']['name']} (precedence {earlier['spec'].get('matchingPrecedence')}) matches all its requests first")
+                break
+    return out
+
+
+def cmd_flowcontrol(paths):
+    checked, failed = 0, 0
+    for path in paths:
+        docs = load_all(path)
+        fc = [d for d in docs if d.get("kind") in ("FlowSchema", "PriorityLevelConfiguration")]
+        if not fc:
+            continue
+        checked += 1
+        v = flowcontrol_violations(docs)
+        if v:
+            failed += 1
+            print(f"FAIL {path}: the API Priority and Fairness objects break:")
+            for x in v:
+                print(f"  - {x}")
+        else:
+            names = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in fc)
+            print(f"ok   {path}: {names}: references, subject, precedence and queues hold")
+    if checked == 0:
+        print("FAIL no FlowSchema or PriorityLevelConfiguration found to check", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
+
+
+def good_flowcontrol():
+    """A level, kubesink's schema, its Lease schema and the Deployment they name."""
+    sa = [{"kind": "ServiceAccount", "serviceAccount": {"name": "sink", "namespace": "ops"}}]
+    return [
+        {"apiVersion": FLOWCONTROL_API, "kind": "PriorityLevelConfiguration", "metadata": {"name": "sink"},
+         "spec": {"type": "Limited", "limited": {
+             "nominalConcurrencyShares": 15, "lendablePercent": 50, "borrowingLimitPercent": 100,
+             "limitResponse": {"type": "Queue", "queuing": {"queues": 64, "handSize": 8, "queueLengthLimit": 100}}}}},
+        {"apiVersion": FLOWCONTROL_API, "kind": "FlowSchema", "metadata": {"name": "sink"},
+         "spec": {"priorityLevelConfiguration": {"name": "sink"}, "matchingPrecedence": 8000,
+                  "distinguisherMethod": {"type": "ByNamespace"},
+                  "rules": [{"subjects": sa, "resourceRules": [
+                      {"verbs": ["get", "list", "watch"], "apiGroups": ["*"], "resources": ["*"],
+                       "clusterScope": True, "namespaces": ["*"]}],
+                      "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/apis", "/apis/*"]}]}]}},
+        {"apiVersion": FLOWCONTROL_API, "kind": "FlowSchema", "metadata": {"name": "sink-leader-election"},
+         "spec": {"priorityLevelConfiguration": {"name": "leader-election"}, "matchingPrecedence": 7999,
+                  "distinguisherMethod": {"type": "ByUser"},
+                  "rules": [{"subjects": sa, "resourceRules": [
+                      {"verbs": ["get", "create", "update"], "apiGroups": ["coordination.k8s.io"],
+                       "resources": ["leases"], "namespaces": ["*"]}]}]}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sink", "namespace": "ops"},
+         "spec": {"template": {"spec": {"serviceAccountName": "sink", "containers": [{"name": "c"}]}}}},
+    ]
+
+
+def cmd_flowcontrol_self_test():
+    """Each rule must fire on a set that breaks it, and only the good set passes."""
+    import copy
+
+    def plc(d):
+        return d[0]["spec"]["limited"]
+
+    def fs(d):
+        return d[1]["spec"]
+
+    def queuing(d):
+        return plc(d)["limitResponse"]["queuing"]
+
+    cases = {
+        "API version": lambda d: d[1].update(apiVersion="flowcontrol.apiserver.k8s.io/v1beta3"),
+        "Built-in name": lambda d: d[0]["metadata"].update(name="workload-low"),
+        "Limited": lambda d: d[0]["spec"].update(type="Exempt"),
+        "Shares": lambda d: plc(d).update(nominalConcurrencyShares=0),
+        "Lendable": lambda d: plc(d).update(lendablePercent=120),
+        "Borrowing": lambda d: plc(d).update(borrowingLimitPercent=-1),
+        "Queue": lambda d: plc(d).update(limitResponse={"type": "Reject"}),
+        "Queue sizes": lambda d: queuing(d).update(queueLengthLimit=0),
+        "Hand size": lambda d: queuing(d).update(queues=4),
+        "Entropy": lambda d: queuing(d).update(queues=1024, handSize=7),
+        "Unused level": lambda d: fs(d).update(priorityLevelConfiguration={"name": "leader-election"}),
+        "Level": lambda d: d[2]["spec"].update(priorityLevelConfiguration={"name": "sink-lease"}),
+        "Precedence": lambda d: fs(d).update(matchingPrecedence=9000),
+        "Distinguisher": lambda d: fs(d).update(distinguisherMethod={"type": "ByPod"}),
+        "Subject": lambda d: fs(d)["rules"][0].update(subjects=[
+            {"kind": "ServiceAccount", "serviceAccount": {"name": "sink", "namespace": "default"}}]),
+        "Reads": lambda d: fs(d)["rules"][0]["resourceRules"][0].update(clusterScope=False),
+        # The Lease schema after kubesink's, which matches its GETs first.
+        "Shadowed": lambda d: (d[2]["spec"].update(matchingPrecedence=8001),
+                               d[2]["spec"]["rules"][0]["resourceRules"][0].update(verbs=["get"])),
+    }
+    bad = []
+    if flowcontrol_violations(good_flowcontrol()):
+        bad.append(f"the good set fails: {flowcontrol_violations(good_flowcontrol())}")
+    for rule, edit in cases.items():
+        d = copy.deepcopy(good_flowcontrol())
+        edit(d)
+        v = flowcontrol_violations(d)
+        if not any(x.split(":")[0] == rule for x in v):
+            bad.append(f"{rule}: not detected (got {v})")
+    for b in bad:
+        print(f"FAIL flowcontrol self-test: {b}")
+    if not bad:
+        print(f"ok   flowcontrol self-test: each of {len(cases)} rules detected, the good set passes")
+    return 1 if bad else 0
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -388,6 +642,10 @@ def main(argv):
         return cmd_compose(*args)
     if cmd == "dockerfile" and len(args) == 1:
         return cmd_dockerfile(*args)
+    if cmd == "flowcontrol" and args:
+        return cmd_flowcontrol(args)
+    if cmd == "flowcontrol-self-test" and not args:
+        return cmd_flowcontrol_self_test()
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -6,7 +6,8 @@ Security, `kubesink check`, `kubesink rbac`) on what it writes.
 
   engine-self-test        the library is Helm: template functions with known output, Helm's
                           values coalescing, `required` and a lint finding
-  render OUTDIR           lint (strict) and render the default values and each examples/*.yaml;
+  render OUTDIR           lint (strict) and render the default values, each examples/*.yaml,
+                          every option, the minimal set and flowControl enabled;
                           writes OUTDIR/helm-NAME.yaml (every manifest) and
                           OUTDIR/helm-NAME.toml (the rendered kubesink.toml) and
                           OUTDIR/helm-NAME.env (secretEnv's variables, placeholder values),
@@ -68,6 +69,12 @@ EVERY_OPTION = {
     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
     "priorityClassName": "system-cluster-critical", "terminationGracePeriodSeconds": 90,
+    # Every value changed; no leaderElectionPriorityLevel, so the Lease rule joins kubesink's
+    # schema (the "flow-control" set below renders the Lease schema of the defaults).
+    "flowControl": {"enabled": True, "nominalConcurrencyShares": 20, "lendablePercent": 25,
+                    "borrowingLimitPercent": 50, "matchingPrecedence": 7000, "distinguisherMethod": "ByUser",
+                    "queuing": {"queues": 128, "handSize": 8, "queueLengthLimit": 50},
+                    "leaderElectionPriorityLevel": ""},
 }
 
 
@@ -76,10 +83,16 @@ MINIMAL = {"replicaCount": 1, "config": {"leader_election": None}, "rbac": {"cre
            "serviceAccount": {"create": False, "name": "existing"}}
 
 
+# API Priority and Fairness as the defaults have it once enabled: kubesink's level and schema,
+# and the Lease schema to the API server's leader-election level.
+FLOW_CONTROL = {"flowControl": {"enabled": True}}
+
+
 def examples():
-    """(name, values) for the default values, each example values file, every option and the
-    minimal set."""
-    out = [("default", {}), ("every-option", EVERY_OPTION), ("minimal", MINIMAL)]
+    """(name, values) for the default values, each example values file, every option, the
+    minimal set and flowControl enabled."""
+    out = [("default", {}), ("every-option", EVERY_OPTION), ("minimal", MINIMAL),
+           ("flow-control", FLOW_CONTROL)]
     folder = os.path.join(CHART, "examples")
     for f in sorted(os.listdir(folder)):
         if f.endswith(".yaml"):
@@ -255,6 +268,26 @@ BAD_VALUES = [
      {"config": {"resources": [{"api_version": "v1", "kind": "Node", "namespaces": ["a"]}]}},
      "values.config.resources[0].namespaces: v1 Node is cluster-scoped"),
     ("a listen address without a port", {"config": {"server": {"listen": "0.0.0.0"}}}, "at '/config/server/listen'"),
+    ("a FlowSchema after service-accounts", {"flowControl": {"matchingPrecedence": 9000}},
+     "at '/flowControl/matchingPrecedence': maximum"),
+    ("a FlowSchema before the API server's own", {"flowControl": {"matchingPrecedence": 1000}},
+     "at '/flowControl/matchingPrecedence': minimum"),
+    ("a priority level without shares", {"flowControl": {"nominalConcurrencyShares": 0}},
+     "at '/flowControl/nominalConcurrencyShares': minimum"),
+    ("a lendable percent above 100", {"flowControl": {"lendablePercent": 101}}, "at '/flowControl/lendablePercent'"),
+    ("a negative borrowing limit", {"flowControl": {"borrowingLimitPercent": -1}},
+     "at '/flowControl/borrowingLimitPercent'"),
+    ("a distinguisher the API server does not know", {"flowControl": {"distinguisherMethod": "ByPod"}},
+     "at '/flowControl/distinguisherMethod'"),
+    ("no queues", {"flowControl": {"queuing": {"queues": 0}}}, "at '/flowControl/queuing/queues': minimum"),
+    ("a hand size beyond the entropy bound", {"flowControl": {"queuing": {"handSize": 9}}},
+     "at '/flowControl/queuing/handSize': maximum"),
+    ("a hand size above the queues", {"flowControl": {"enabled": True, "queuing": {"queues": 4, "handSize": 6}}},
+     "values.flowControl.queuing.handSize (6) must not exceed queuing.queues (4)"),
+    ("a Lease level that is no object name", {"flowControl": {"leaderElectionPriorityLevel": "Leader_Election"}},
+     "at '/flowControl/leaderElectionPriorityLevel'"),
+    ("an unknown key in flowControl", {"flowControl": {"precedence": 5000}},
+     "additional properties 'precedence' not allowed"),
 ]
 
 
