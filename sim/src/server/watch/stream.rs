@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde_json::{json, Value};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
@@ -23,6 +23,10 @@ use crate::selector::Selectors;
 use crate::server::render_object;
 use crate::store::{Event, EventType, StoredObject};
 use crate::Inner;
+
+/// How many bytes of queued events one write joins at most (Go's HTTP server writes a
+/// response in chunks of its buffer; 64 KiB keeps a chunk well under what a client buffers).
+const WRITE_BATCH_BYTES: usize = 64 * 1024;
 
 /// One entry of the backlog written before live events.
 pub(super) enum Item {
@@ -160,6 +164,40 @@ impl WatchStream {
         }
     }
 
+    /// `first` and the events queued behind it, up to [`WRITE_BATCH_BYTES`], as one chunk:
+    /// the API server flushes a watch response only when no event is queued
+    /// (`k8s.io/apiserver/pkg/endpoints/handlers/watch.go`: `if len(ch) == 0 {
+    /// flusher.Flush() }`), so initial events leave in large writes, not one per event. An
+    /// ERROR or the end of the body is never joined.
+    fn with_queued_events(&mut self, first: Bytes) -> Bytes {
+        if self.done {
+            return first;
+        }
+        let mut chunk: Option<BytesMut> = None;
+        let mut len = first.len();
+        while len < WRITE_BATCH_BYTES
+            && matches!(
+                self.backlog.front(),
+                Some(Item::Object(..) | Item::Live(_) | Item::InitialEnd(_))
+            )
+        {
+            let Some(item) = self.backlog.pop_front() else {
+                break;
+            };
+            if let Some(b) = self.render(item) {
+                let buf = chunk.get_or_insert_with(|| BytesMut::from(&first[..]));
+                buf.extend_from_slice(&b);
+                len += b.len();
+                // The stream counts one event per chunk; these ride along.
+                self.guard
+                    .inner
+                    .watch_events_sent
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        chunk.map_or(first, BytesMut::freeze)
+    }
+
     /// Waits, sending nothing, until the stream must end.
     async fn stay_silent(&mut self) -> Option<Bytes> {
         tokio::select! {
@@ -194,10 +232,10 @@ impl WatchStream {
                     Item::Error(_) => self.done = true,
                     _ => {}
                 }
-                match self.render(item) {
-                    Some(b) => return Some(b),
-                    None => continue,
-                }
+                let Some(first) = self.render(item) else {
+                    continue;
+                };
+                return Some(self.with_queued_events(first));
             }
             let rx = self.rx.as_mut()?;
             let bookmarks = self.bookmarks.as_mut();
