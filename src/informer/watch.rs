@@ -233,6 +233,7 @@ impl Requests {
         Ok(Lines {
             body,
             buf: BytesMut::new(),
+            searched: 0,
             idle_timeout,
             ended: false,
         })
@@ -352,6 +353,9 @@ pub fn cause(e: &(dyn std::error::Error + 'static)) -> String {
 pub struct Lines {
     body: kube::client::Body,
     buf: BytesMut,
+    /// How much of `buf` is known to hold no newline: a line that spans many frames (a
+    /// multi-MiB object) is scanned once, not once per frame.
+    searched: usize,
     idle_timeout: Duration,
     ended: bool,
 }
@@ -371,7 +375,10 @@ impl Lines {
     /// when the connection broke, [`WatchFailure::Decode`] for a line over [`MAX_LINE_BYTES`].
     pub async fn next_line(&mut self) -> Result<Option<Bytes>, WatchFailure> {
         loop {
-            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+            let unsearched = self.buf.get(self.searched..).unwrap_or_default();
+            if let Some(i) = memchr::memchr(b'\n', unsearched) {
+                let i = self.searched + i;
+                self.searched = 0;
                 let mut line = self.buf.split_to(i + 1);
                 line.truncate(i);
                 if line.iter().all(u8::is_ascii_whitespace) {
@@ -379,10 +386,12 @@ impl Lines {
                 }
                 return Ok(Some(line.freeze()));
             }
+            self.searched = self.buf.len();
             if self.ended {
                 if self.buf.iter().all(u8::is_ascii_whitespace) {
                     return Ok(None);
                 }
+                self.searched = 0;
                 return Ok(Some(self.buf.split().freeze()));
             }
             if self.buf.len() > MAX_LINE_BYTES {
@@ -424,6 +433,36 @@ mod tests {
         fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
             Some(&self.1)
         }
+    }
+
+    fn lines_of(body: &[u8]) -> Lines {
+        Lines {
+            body: kube::client::Body::from(body.to_vec()),
+            buf: BytesMut::new(),
+            searched: 0,
+            idle_timeout: Duration::from_secs(5),
+            ended: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_skip_blank_ones_return_a_last_unterminated_one_and_then_end_for_good() {
+        let mut lines = lines_of(b"{\"a\":1}\n\n  \r\n{\"b\":2}\n{\"c\":");
+        let mut got = Vec::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            got.push(String::from_utf8(line.to_vec()).unwrap());
+        }
+        assert_eq!(got, ["{\"a\":1}", "{\"b\":2}", "{\"c\":"]);
+        // Asked again after the end: still the end (no panic on the scan position).
+        assert!(lines.next_line().await.unwrap().is_none());
+        assert!(lines.next_line().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_line_longer_than_the_limit_is_a_decode_failure() {
+        let mut lines = lines_of(&vec![b'x'; MAX_LINE_BYTES + 2]);
+        let err = lines.next_line().await.err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("no newline within")));
     }
 
     #[test]
