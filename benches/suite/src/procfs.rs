@@ -45,6 +45,11 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) as f64 / CLOCK_TICKS)
 }
 
+/// Open file descriptors of `pid` (entries of `/proc/PID/fd`); `None` once it is gone.
+pub fn open_fds(pid: u32) -> Option<usize> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
+}
+
 /// One RSS sample: seconds since the sampler started, bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct Sample {

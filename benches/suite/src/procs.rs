@@ -93,18 +93,25 @@ impl Sim {
     /// Starts `bin_dir/kubesink-sim` with `pods` pods in 20 namespaces (seed 1) and waits
     /// until it serves (populating 100,000 pods takes a while).
     pub fn start(bin_dir: &Path, pods: usize, dir: &Path) -> anyhow::Result<Sim> {
-        let kubeconfig = dir.join(format!("kubeconfig-{pods}"));
+        Sim::start_with(
+            bin_dir,
+            &format!("{pods}"),
+            &["--pods", &pods.to_string(), "--namespaces", "20"],
+            dir,
+        )
+    }
+
+    /// Starts `bin_dir/kubesink-sim` with the workload `args` (`--pods N`, `--namespaces N`,
+    /// …; seed 1), its kubeconfig named after `tag`, and waits until it serves.
+    pub fn start_with(bin_dir: &Path, tag: &str, args: &[&str], dir: &Path) -> anyhow::Result<Sim> {
+        let kubeconfig = dir.join(format!("kubeconfig-{tag}"));
+        // The wait below is for this simulator's file, not one an earlier run left.
+        let _ = std::fs::remove_file(&kubeconfig);
         let mut proc = spawn(
             "kubesink-sim",
             Command::new(bin_dir.join("kubesink-sim"))
-                .args([
-                    "--pods",
-                    &pods.to_string(),
-                    "--namespaces",
-                    "20",
-                    "--seed",
-                    "1",
-                ])
+                .args(args)
+                .args(["--seed", "1"])
                 .args(["--retained-events", "200000", "--bookmark-interval", "10s"])
                 .arg("--kubeconfig")
                 .arg(&kubeconfig)
@@ -146,6 +153,12 @@ impl Sim {
             &format!("/_sim/churn?rate={rate}&seed=7&stamp={STAMP}"),
         )?;
         Ok(())
+    }
+
+    /// `GET /_sim/stats` as JSON (request counts by resource and path, open watches, …).
+    pub fn stats(&self) -> anyhow::Result<serde_json::Value> {
+        let stats = crate::http::request(self.addr, "GET", "/_sim/stats")?;
+        Ok(serde_json::from_str(&stats)?)
     }
 
     /// Churn operations applied since the last [`Sim::churn`] start.

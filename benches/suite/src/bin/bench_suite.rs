@@ -9,9 +9,13 @@
 //!    each as a ratio to `parse-floor` reading the same list;
 //! 3. latency: change (the simulator's write, stamped in an annotation) → stdout line read /
 //!    JetStream message consumed, at a fixed 2,000 changes/s;
-//! 4. CPU seconds per 10,000 changes during that churn, kubesink vs the baseline vs the floor.
+//! 4. CPU seconds per 10,000 changes during that churn, kubesink vs the baseline vs the floor;
+//! 5. the API server's side (`lists.rs`): paged vs streaming initial lists (the simulator's
+//!    CPU and memory, kubesink's peak, LIST requests, sync time) and a cold start of many
+//!    namespaces with and without the request budget.
 //!
-//! `bench-suite [--quick] [--out DIR] [--bin-dir DIR] [--state-size FILE]`: `--quick` runs
+//! `bench-suite [--quick] [--only initial-lists] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`); `--quick` runs
 //! small sizes in a minute or two (CI runs it so the driver never rots); `--out` (default
 //! `docs/bench`) receives `results-{quick,full}.md`, `.json` and the plot; `--bin-dir`
 //! (default: this program's directory) holds `kubesink`, `kubesink-sim`, `baseline-reflector`
@@ -32,6 +36,9 @@ use kubesink_bench::procs::{self, free_port, spawn, Nats, Proc, Sim, Tansu};
 use kubesink_bench::stats::{mean, mib, percentile};
 use serde_json::{json, Value};
 
+#[path = "bench_suite/lists.rs"]
+mod lists;
+
 /// Sizes and durations of one run.
 struct Plan {
     /// Pod counts of the memory runs (the first is the fixed cost: 0).
@@ -46,6 +53,10 @@ struct Plan {
     churn_rate: f64,
     /// How long each churn run lasts.
     churn_for: Duration,
+    /// Pods of the paged-vs-streaming comparison.
+    list_pods: usize,
+    /// Namespaces of the cold start (× 4 resources).
+    cold_namespaces: usize,
 }
 
 impl Plan {
@@ -58,6 +69,8 @@ impl Plan {
                 churn_pods: 1_000,
                 churn_rate: 2_000.0,
                 churn_for: Duration::from_secs(5),
+                list_pods: 5_000,
+                cold_namespaces: 60,
             }
         } else {
             Plan {
@@ -67,6 +80,8 @@ impl Plan {
                 churn_pods: 10_000,
                 churn_rate: 2_000.0,
                 churn_for: Duration::from_secs(30),
+                list_pods: 100_000,
+                cold_namespaces: 1_500,
             }
         }
     }
@@ -108,11 +123,24 @@ impl Kubesink {
     /// Starts kubesink following every pod of `sim` into `sink` (TOML of one `[[sinks]]`
     /// entry); stdout piped when `pipe`, else /dev/null.
     fn start(ctx: &Ctx, sim: &Sim, sink: &str, pipe: bool, run: &str) -> anyhow::Result<Self> {
+        let body = format!("[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n\n{sink}\n");
+        Kubesink::start_config(ctx, sim, &body, pipe, run)
+    }
+
+    /// Starts kubesink on `sim` with `body` after the `[cluster]` table (resources, sinks,
+    /// other sections); stdout piped when `pipe`, else /dev/null.
+    fn start_config(
+        ctx: &Ctx,
+        sim: &Sim,
+        body: &str,
+        pipe: bool,
+        run: &str,
+    ) -> anyhow::Result<Self> {
         let config = ctx.dir.path().join(format!("kubesink-{run}.toml"));
         std::fs::write(
             &config,
             format!(
-                "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n\n{sink}\n",
+                "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n{body}",
                 sim.kubeconfig.display().to_string()
             ),
         )?;
@@ -702,6 +730,9 @@ struct Args {
     /// Output of `cargo bench --bench state_size`, to report the informer state per object.
     #[arg(long)]
     state_size: Option<PathBuf>,
+    /// Run one part alone: `initial-lists` (paged vs streaming lists, the cold start).
+    #[arg(long, value_parser = ["initial-lists"])]
+    only: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -710,6 +741,7 @@ fn main() -> anyhow::Result<()> {
         out,
         bin_dir: bin,
         state_size,
+        only,
     } = <Args as clap::Parser>::parse();
     let bin = match bin {
         Some(b) => b,
@@ -736,6 +768,25 @@ fn main() -> anyhow::Result<()> {
         rt: tokio::runtime::Runtime::new()?,
     };
     let started = Instant::now();
+    let mode = if quick { "quick" } else { "full" };
+
+    if only.is_some() {
+        let lists = lists::list_vs_stream(&ctx, plan.list_pods)?;
+        let cold = lists::cold_starts(&ctx, plan.cold_namespaces)?;
+        let md = format!(
+            "<!-- written by bench-suite --only initial-lists ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            lists::markdown(&lists, &cold)
+        );
+        std::fs::write(out.join(format!("results-initial-lists-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-initial-lists-{mode}.json")),
+            serde_json::to_string_pretty(&lists::json(&lists, &cold))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
 
     let mem = memory_runs(&ctx, &plan)?;
     let largest = plan.sizes.iter().copied().max().unwrap_or(0);
@@ -755,8 +806,9 @@ fn main() -> anyhow::Result<()> {
     }
     let cpu = cpu_per_change(&ctx, &plan, &sim)?;
     drop(sim);
+    let initial_lists = lists::list_vs_stream(&ctx, plan.list_pods)?;
+    let cold = lists::cold_starts(&ctx, plan.cold_namespaces)?;
 
-    let mode = if quick { "quick" } else { "full" };
     let state = state_size
         .and_then(|p| std::fs::read_to_string(p).ok())
         .and_then(|t| {
@@ -790,6 +842,8 @@ fn main() -> anyhow::Result<()> {
         tp: &tp,
         lat: [&lat_stdout, &lat_js, &lat_floor],
         cpu: &cpu,
+        lists: &initial_lists,
+        cold: &cold,
         state,
         elapsed: started.elapsed(),
     };
@@ -815,6 +869,8 @@ struct Report<'a> {
     tp: &'a Throughput,
     lat: [&'a Latency; 3],
     cpu: &'a [(&'static str, f64)],
+    lists: &'a [lists::ListRun],
+    cold: &'a [lists::ColdStart],
     state: Option<String>,
     elapsed: Duration,
 }
@@ -991,6 +1047,7 @@ impl Report<'_> {
         for r in rows {
             let _ = writeln!(w, "| {} | {} | {} | {} |", r[0], r[1], r[2], r[3]);
         }
+        w.push_str(&lists::markdown(self.lists, self.cold));
         s
     }
 
@@ -1021,6 +1078,7 @@ impl Report<'_> {
             })).collect::<Vec<_>>(),
             "cpu_seconds_per_10k_changes": self.cpu.iter().map(|(n, c)| json!({"program": n, "seconds": c})).collect::<Vec<_>>(),
             "state_size": self.state,
+            "api_server": lists::json(self.lists, self.cold),
         })
     }
 }
