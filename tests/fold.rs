@@ -609,17 +609,8 @@ async fn a_stateless_restart_with_sync_markers_leaves_no_ghosts_in_the_fold() {
     let config_path = write_config(&c, dir.path());
     let first = stateless_run(&c).await;
     // While kubesink is down: 5 pods deleted (no message will ever say so), a node added.
-    for p in c.sim.objects("v1", "Pod").iter().take(5) {
-        let m = &p["metadata"];
-        c.sim
-            .delete(
-                "v1",
-                "Pod",
-                m["namespace"].as_str(),
-                m["name"].as_str().unwrap(),
-            )
-            .unwrap();
-    }
+    let victims: Vec<_> = c.sim.objects("v1", "Pod").into_iter().take(5).collect();
+    delete_each(&c.sim, "v1", "Pod", &victims);
     c.sim
         .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "new"}}))
         .unwrap();

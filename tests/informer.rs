@@ -179,17 +179,7 @@ async fn deletes_missed_during_a_410_gap_are_emitted_as_final_state_unknown() {
     c.sim.faults().close_all_watches();
     wait_for("watch closed", LONG, || c.sim.open_watches() == 0).await;
     let victims: Vec<_> = c.sim.objects("v1", "Pod").into_iter().take(50).collect();
-    for p in &victims {
-        let m = &p["metadata"];
-        c.sim
-            .delete(
-                "v1",
-                "Pod",
-                m["namespace"].as_str(),
-                m["name"].as_str().unwrap(),
-            )
-            .unwrap();
-    }
+    delete_each(&c.sim, "v1", "Pod", &victims);
     wait_for("relist done", LONG, || lists() == 2 && synced(&bridge)).await;
     c.sim.faults().set_delay(Duration::ZERO);
     wait_for("50 deletes", LONG, || sink.len() >= 170).await;

@@ -208,17 +208,7 @@ async fn a_streamed_initial_state_and_relist_send_exactly_what_paged_lists_send(
     };
     let before = uids(&c);
     let victims: Vec<Value> = c.sim.objects("v1", "Pod").into_iter().take(30).collect();
-    for p in &victims {
-        let m = &p["metadata"];
-        c.sim
-            .delete(
-                "v1",
-                "Pod",
-                m["namespace"].as_str(),
-                m["name"].as_str().unwrap(),
-            )
-            .unwrap();
-    }
+    delete_each(&c.sim, "v1", "Pod", &victims);
     for mut p in c.sim.objects("v1", "Pod").into_iter().take(10) {
         p["metadata"]["labels"]["gap"] = "changed".into();
         c.sim.replace(p).unwrap();

@@ -818,17 +818,10 @@ impl Informer {
                 }
             };
             for (i, item) in page.items.iter().enumerate() {
-                let event = match RawObject::parse(item.get()) {
-                    Ok(obj) => Event::Listed(obj),
-                    Err(e) => match self.unreadable_item(i as u64, item.get(), &e) {
-                        Some(event) => event,
-                        None => {
-                            sweep = false;
-                            continue;
-                        }
-                    },
-                };
-                if let Err(step) = self.decide(event, publisher).await {
+                if let Err(step) = self
+                    .decide_listed(i as u64, item.get(), &mut sweep, publisher)
+                    .await
+                {
                     return step;
                 }
             }
@@ -938,20 +931,36 @@ impl Informer {
                 }
             };
             events += 1;
-            let event = match RawObject::parse(raw.get()) {
-                Ok(obj) => Event::Listed(obj),
-                Err(e) => match self.unreadable_item(events, raw.get(), &e) {
-                    Some(event) => event,
-                    None => {
-                        sweep = false;
-                        continue;
-                    }
-                },
-            };
-            if let Err(step) = self.decide(event, publisher).await {
+            if let Err(step) = self
+                .decide_listed(events, raw.get(), &mut sweep, publisher)
+                .await
+            {
                 return step;
             }
         }
+    }
+
+    /// One object of a list (an item of a page, or an initial event of a streaming list, at
+    /// position `index`) decided as `Listed`. One that does not decode keeps its key from the
+    /// sweep; one without even a name turns the list's sweep off (`sweep`).
+    async fn decide_listed(
+        &mut self,
+        index: u64,
+        item: &str,
+        sweep: &mut bool,
+        publisher: &Publisher,
+    ) -> Result<(), Step> {
+        let event = match RawObject::parse(item) {
+            Ok(obj) => Event::Listed(obj),
+            Err(e) => match self.unreadable_item(index, item, &e) {
+                Some(event) => event,
+                None => {
+                    *sweep = false;
+                    return Ok(());
+                }
+            },
+        };
+        self.decide(event, publisher).await
     }
 
     /// A list item (at position `index` of its page or stream) that does not decode: logged and counted;

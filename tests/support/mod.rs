@@ -391,6 +391,20 @@ pub fn metric_value(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f6
     })
 }
 
+/// Deletes each of `objects` (as the simulator lists them) of `api_version` `kind`.
+pub fn delete_each(sim: &Simulator, api_version: &str, kind: &str, objects: &[Value]) {
+    for o in objects {
+        let m = &o["metadata"];
+        sim.delete(
+            api_version,
+            kind,
+            m["namespace"].as_str(),
+            m["name"].as_str().expect("a listed object has a name"),
+        )
+        .expect("delete");
+    }
+}
+
 /// The simulator's current objects of the given (apiVersion, kind)s as a consumer's view
 /// would hold them: message key (cluster `cluster`) → uid.
 pub fn sim_keys(
