@@ -577,3 +577,75 @@ async fn list_and_watch_requests_stay_within_the_clusters_rate_limit() {
     );
     run.bridge.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relists_after_a_shared_410_are_spread_over_the_jitter_not_sent_together() {
+    let c = cluster(SimConfig {
+        bookmark_interval: Duration::from_millis(100),
+        ..SimConfig::default()
+    })
+    .await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 20,
+            pods: 40,
+            seed: 4,
+            ..Default::default()
+        })
+        .unwrap();
+    let resources = vec![ResourceConfig {
+        namespaces: (0..20).map(namespace_name).collect(),
+        ..ResourceConfig::new("v1", "Pod")
+    }];
+    // Paged lists, so that the relists are the LIST requests and cannot take a 410 meant
+    // for a resumed watch.
+    let run = Run::start(&c, "jitter", resources, |cfg| {
+        cfg.watch.initial_list = InitialList::List;
+        cfg.watch.retry_initial_backoff = HumanDuration(Duration::from_millis(800));
+        cfg.watch.retry_max_backoff = HumanDuration(Duration::from_secs(2));
+    })
+    .await;
+    settled(&[&run]).await;
+    // Every watch delivered a bookmark since its list: a 410 now is an expired
+    // resourceVersion, relisted without backoff (only the jitter spreads them).
+    wait_for("a bookmark on every watch", LONG, || {
+        run.bridge
+            .informer_stats()
+            .iter()
+            .all(|(_, s)| s.bookmarks.load(Ordering::SeqCst) >= 1)
+    })
+    .await;
+    // One etcd compaction expires every watch at once.
+    let expired = Instant::now();
+    c.sim.faults().fail_next_watches_with_gone(20);
+    c.sim.faults().close_all_watches();
+    wait_for("20 relists", LONG, || {
+        run.bridge
+            .informer_stats()
+            .iter()
+            .all(|(_, s)| s.lists.load(Ordering::SeqCst) == 2)
+    })
+    .await;
+    let relists: Vec<Instant> = c
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.at >= expired && !r.path_and_query.contains("watch=true"))
+        .map(|r| r.at)
+        .collect();
+    assert_eq!(relists.len(), 20, "one LIST page per namespace");
+    let first = relists.iter().min().copied().unwrap_or(expired);
+    let last = relists.iter().max().copied().unwrap_or(expired);
+    let spread = last.duration_since(first);
+    // 20 delays drawn from 0–800 ms: all within 100 ms of each other has a chance of about
+    // 20 × (1/8)^19; without the jitter they arrive within a few milliseconds.
+    assert!(
+        spread >= Duration::from_millis(100),
+        "the relists came within {spread:?} of each other"
+    );
+    assert!(
+        spread <= Duration::from_millis(800) + Duration::from_secs(1),
+        "{spread:?}"
+    );
+    run.bridge.shutdown().await;
+}
