@@ -434,6 +434,9 @@ async fn auto_falls_back_when_a_quiet_server_never_sends_the_end_bookmark() {
     wait_for("fallback", LONG, || strategy_metric(&run) == "list").await;
     settled(&[&run]).await;
     assert_eq!(requests(&c, PODS).0, 2, "two silent streams, then lists");
+    // The initial sync took both silences (2 x 700 ms) and the list, not the list alone.
+    let took = run.count("Pod", |s| &s.initial_sync_ms);
+    assert!(took >= 1_400, "initial sync {took} ms");
     let lines = run.log("does not serve streaming lists");
     assert_eq!(lines.len(), 1, "{lines:#?}");
     assert!(lines[0].contains("2 times in a row"), "{}", lines[0]);
@@ -647,5 +650,70 @@ async fn relists_after_a_shared_410_are_spread_over_the_jitter_not_sent_together
         spread <= Duration::from_millis(800) + Duration::from_secs(1),
         "{spread:?}"
     );
+    run.bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_mode_against_a_server_that_ignores_the_parameter_fails_fast_and_says_why() {
+    let c = populated(
+        12,
+        SimConfig {
+            bookmark_interval: Duration::from_millis(200),
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    c.sim.faults().set_watch_list(WatchListSupport::Ignored);
+    let run = Run::start(&c, "stream-ignored", pods(), |cfg| {
+        cfg.watch.initial_list = InitialList::Stream;
+        cfg.watch.retry_initial_backoff = HumanDuration(Duration::from_millis(100));
+    })
+    .await;
+    // Each attempt ends at the first plain bookmark (~200 ms), not at the watch's timeout.
+    wait_for("three streaming attempts", LONG, || {
+        requests(&c, PODS).0 >= 3
+    })
+    .await;
+    assert_eq!(requests(&c, PODS).1, 0, "no LIST, ever");
+    let ready = run.bridge.observed().readiness();
+    assert!(!ready.ok);
+    let body = ready.body.to_string();
+    assert!(
+        body.contains("BOOKMARK without the k8s.io/initial-events-end annotation"),
+        "{body}"
+    );
+    assert_eq!(strategy_metric(&run), "stream");
+    run.bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_waiting_for_the_budget_do_not_stream_once_another_found_the_server_cannot() {
+    let c = populated(50, SimConfig::default()).await;
+    c.sim.faults().set_watch_list(WatchListSupport::Off);
+    let resources = vec![ResourceConfig {
+        namespaces: (0..3).map(namespace_name).collect(),
+        ..ResourceConfig::new("v1", "Pod")
+    }];
+    // One request at a time, four a second: the first refusal is known before the other
+    // watches' turns come.
+    let run = Run::start(&c, "budget-learns", resources, |cfg| {
+        cfg.watch.initial_list = InitialList::Auto;
+        cfg.watch.requests_per_second = 4.0;
+        cfg.watch.request_burst = 1;
+    })
+    .await;
+    settled(&[&run]).await;
+    let streams = c
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path_and_query.contains("sendInitialEvents=true"))
+        .count();
+    assert_eq!(
+        streams, 1,
+        "one refused streaming list for the resource, not one per namespace"
+    );
+    assert_eq!(strategy_metric(&run), "list");
+    assert_eq!(run.log("does not serve streaming lists").len(), 1);
     run.bridge.shutdown().await;
 }

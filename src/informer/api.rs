@@ -74,6 +74,14 @@ impl ClusterApi {
 
     /// Waits for a token (at once while the bucket holds one), then counts the request.
     pub async fn admit(&self, verb: Verb) {
+        self.wait_turn().await;
+        self.count(verb);
+    }
+
+    /// Waits for a token, at once while the bucket holds one. What the request is for may
+    /// have changed meanwhile (another watch learned something): check, then [`Self::count`]
+    /// what is sent.
+    pub async fn wait_turn(&self) {
         if let Some(limiter) = &self.limiter {
             if limiter.check().is_err() {
                 let started = Instant::now();
@@ -83,6 +91,10 @@ impl ClusterApi {
                 self.delayed_nanos.fetch_add(waited, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Counts a request sent.
+    pub fn count(&self, verb: Verb) {
         match verb {
             Verb::List => &self.list_requests,
             Verb::Watch => &self.watch_requests,

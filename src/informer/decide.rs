@@ -409,7 +409,12 @@ impl Decider {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         self.store.lock().store.begin_list();
         (self.list_max_rv, self.list_rv) = (None, None);
-        let started = Instant::now();
+        // A list tried again (a fallback to paged lists, a 410 on a continue token) keeps the
+        // start of the first attempt: the initial sync took all of it.
+        let started = match self.phase {
+            Phase::InitialList { started, .. } | Phase::Relist { started, .. } => started,
+            Phase::Starting | Phase::Watching => Instant::now(),
+        };
         // After a restore the first list is a relist: differences against the saved state.
         let first =
             !self.restored && matches!(self.phase, Phase::Starting | Phase::InitialList { .. });

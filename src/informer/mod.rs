@@ -353,7 +353,8 @@ impl Informer {
             "informer",
             cluster = %self.resource.cluster,
             resource = %self.resource,
-            scope = %self.scope
+            scope = %self.scope,
+            strategy = tracing::field::Empty
         );
         /// Clears `running` however the loop ends (a panic included).
         struct Running(Arc<InformerStats>);
@@ -427,12 +428,21 @@ impl Informer {
                 self.fall_back();
             }
         }
-        self.stats.set_strategy(if self.streaming {
+        self.set_strategy(if self.streaming {
             Strategy::Stream
         } else {
             Strategy::List
         });
         self.streaming
+    }
+
+    /// Records how the informer reads its state: in its stats (the metric) and in its span
+    /// (`strategy=stream|list` on every later log line of the watch).
+    fn set_strategy(&self, s: Strategy) {
+        if self.stats.strategy() != Some(s) {
+            tracing::Span::current().record("strategy", s.as_str());
+        }
+        self.stats.set_strategy(s);
     }
 
     /// Paged lists from now on.
@@ -441,7 +451,7 @@ impl Informer {
         self.stats
             .initial_list_fallbacks
             .fetch_add(1, Ordering::Relaxed);
-        self.stats.set_strategy(Strategy::List);
+        self.set_strategy(Strategy::List);
     }
 
     /// With `auto`, whether `failure` of a streaming list's initial events shows a server
@@ -667,7 +677,16 @@ impl Informer {
             }
             WatchFailure::Idle(d) => {
                 self.stats.idle_restarts.fetch_add(1, Ordering::Relaxed);
-                if listing {
+                if listing && self.streaming {
+                    self.log_failure(
+                        "stream stalled",
+                        &format!(
+                            "{what}: no initial event and no end bookmark of the streaming list for {}; streaming again",
+                            humantime::format_duration(*d)
+                        ),
+                        retry_in,
+                    );
+                } else if listing {
                     self.log_failure(
                         "list stalled",
                         &format!(
@@ -792,7 +811,7 @@ impl Informer {
         }
         let mut continue_token: Option<String> = None;
         let mut sweep = true;
-        self.stats.set_strategy(Strategy::List);
+        self.set_strategy(Strategy::List);
         loop {
             self.stats.list_requests.fetch_add(1, Ordering::Relaxed);
             let body = match self
@@ -856,7 +875,19 @@ impl Informer {
         };
         let started = Instant::now();
         let silence = self.idle_timeout.min(INITIAL_EVENTS_SILENCE);
-        let mut lines = match self.requests.stream(silence).await {
+        // Another watch of the resource may learn, while this one waits for its turn in the
+        // cluster's budget, that the server does not stream lists: then it lists without
+        // sending the request.
+        let (api, resource, auto) = (
+            &self.api,
+            &self.resource,
+            self.initial_list == InitialList::Auto,
+        );
+        let still_wanted = || match api.no_streaming(&resource.to_string()) {
+            Some(why) if auto => Err(format!("found by another watch of this resource: {why}")),
+            _ => Ok(()),
+        };
+        let mut lines = match self.requests.stream(silence, still_wanted).await {
             Ok(l) => l,
             Err(f) => return failed(f),
         };
@@ -900,10 +931,9 @@ impl Informer {
                     lines.set_idle_timeout(self.idle_timeout);
                     return self.read_watch(lines, started, publisher).await;
                 }
-                WatchLine::Bookmark { .. } if self.initial_list == InitialList::Stream => {
-                    self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
+                // The API server sends a watch with sendInitialEvents no bookmark before the
+                // one that ends its initial events (the cacher holds them back until then):
+                // a plain one means the parameter was ignored, whatever the mode.
                 WatchLine::Bookmark { .. } => {
                     return failed(WatchFailure::NoStreaming(format!(
                         "a BOOKMARK without the {} annotation came after {events} initial events, before the end bookmark: the server ignores sendInitialEvents",

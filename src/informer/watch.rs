@@ -210,10 +210,19 @@ impl Requests {
     /// as a watch from there. `resourceVersion` is left unset, so the state is a consistent
     /// read (the API server serves it from its watch cache once that is as fresh as etcd).
     ///
+    /// `still_wanted` is asked once the cluster's budget gave the request its turn (the wait
+    /// can be long, and another watch of the resource may have found the server without
+    /// streaming lists meanwhile): when it says no, nothing is sent.
+    ///
     /// # Errors
     /// As [`Requests::watch`]; a server without streaming lists answers an error status
-    /// (422 `Invalid` when its `WatchList` feature gate is off).
-    pub async fn stream(&self, idle_timeout: Duration) -> Result<Lines, WatchFailure> {
+    /// (422 `Invalid` when its `WatchList` feature gate is off); [`WatchFailure::NoStreaming`]
+    /// when `still_wanted` said no.
+    pub async fn stream(
+        &self,
+        idle_timeout: Duration,
+        still_wanted: impl FnOnce() -> Result<(), String>,
+    ) -> Result<Lines, WatchFailure> {
         let params = self.watch.clone().initial_events();
         let req = if self.metadata {
             self.request.watch_metadata(&params, "")
@@ -221,7 +230,16 @@ impl Requests {
             self.request.watch(&params, "")
         }
         .map_err(|e| WatchFailure::Request(e.to_string()))?;
-        self.lines(req, idle_timeout).await
+        self.api.wait_turn().await;
+        still_wanted().map_err(WatchFailure::NoStreaming)?;
+        let body = self.send_now(req, Verb::Watch).await?;
+        Ok(Lines {
+            body,
+            buf: BytesMut::new(),
+            searched: 0,
+            idle_timeout,
+            ended: false,
+        })
     }
 
     async fn lines(
@@ -245,7 +263,17 @@ impl Requests {
         req: http::Request<Vec<u8>>,
         verb: Verb,
     ) -> Result<kube::client::Body, WatchFailure> {
-        self.api.admit(verb).await;
+        self.api.wait_turn().await;
+        self.send_now(req, verb).await
+    }
+
+    /// Sends `req`, whose turn in the budget came.
+    async fn send_now(
+        &self,
+        req: http::Request<Vec<u8>>,
+        verb: Verb,
+    ) -> Result<kube::client::Body, WatchFailure> {
+        self.api.count(verb);
         let (mut parts, body) = req.into_parts();
         // A watch is a stream of small events; compression would only add latency (and
         // kube's decompression handles only one gzip member per body).

@@ -344,7 +344,7 @@ impl BridgeCollector {
         self.watch_counter(
             e,
             "watch_initial_streams",
-            "Streaming lists started (watches with sendInitialEvents=true; counted in kubesink_watch_watch_requests_total too)",
+            "Streaming lists started (watches with sendInitialEvents=true; counted in kubesink_watch_requests_total too)",
             |s| load(&s.initial_streams),
         )?;
         self.watch_counter(
