@@ -134,9 +134,11 @@ pub struct DemoArgs {
     /// Seed of the simulated workload.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Where kubesink serves /metrics, /healthz and /readyz during the demo.
-    #[arg(long, default_value = "127.0.0.1:9090")]
-    pub listen: String,
+    /// Where kubesink serves /metrics, /healthz and /readyz during the demo. Default
+    /// 127.0.0.1:9090, or a free port when 9090 is taken (the address is logged); an address
+    /// given here must be free.
+    #[arg(long)]
+    pub listen: Option<String>,
 }
 
 /// Log output format.

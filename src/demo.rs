@@ -33,6 +33,21 @@ pub fn demo_config(kubeconfig: std::path::PathBuf) -> Config {
     }
 }
 
+/// The demo's usual address for /metrics.
+const DEMO_LISTEN: &str = "127.0.0.1:9090";
+
+/// [`DEMO_LISTEN`] when it is free, else a free port (the demo should just work on a machine
+/// where something else, a Prometheus or another kubesink, has 9090).
+fn default_listen() -> String {
+    match std::net::TcpListener::bind(DEMO_LISTEN) {
+        Ok(_) => DEMO_LISTEN.to_owned(),
+        Err(e) => {
+            tracing::info!("{DEMO_LISTEN} is taken ({e}); serving /metrics on a free port instead (--listen sets one)");
+            "127.0.0.1:0".to_owned()
+        }
+    }
+}
+
 /// Runs the demo until Ctrl-C.
 ///
 /// # Errors
@@ -60,11 +75,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         seed: args.seed,
     });
     let mut config = demo_config(kubeconfig);
-    config.server.listen = args.listen.clone();
+    config.server.listen = args.listen.clone().unwrap_or_else(default_listen);
     let clusters = config.clusters();
     let clients = crate::bridge::clients(&clusters).await?;
     let sinks: Vec<Arc<dyn kubesink_core::Sink>> = crate::bridge::build_sinks(&config).await?;
     let bridge = Bridge::launch(&config, clusters, clients, sinks, None).await?;
+    if let Some(at) = bridge.server_addr() {
+        tracing::info!("demo running: messages on stdout; http://{at}/metrics, /healthz and /readyz; Ctrl-C stops it");
+    }
     shutdown_signal().await;
     tracing::info!("demo stopping");
     drop(churn);

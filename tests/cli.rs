@@ -104,8 +104,20 @@ async fn check_lists_every_problem_with_key_and_source_and_exits_1() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.toml does not exist"));
 }
 
-/// Reads `n` JSON lines from the child's stdout, failing after `timeout`.
+/// Reads `n` JSON lines from the child's stdout, failing after `timeout`; the pipe is closed
+/// after them (the child's next write fails).
 async fn read_lines(child: &mut Child, n: usize, timeout: Duration) -> Vec<Value> {
+    read_lines_then(child, n, timeout, false).await
+}
+
+/// [`read_lines`]; with `drain`, the rest of stdout is read (and dropped) in the background
+/// until the child closes it, so the child never writes into a closed pipe.
+async fn read_lines_then(
+    child: &mut Child,
+    n: usize,
+    timeout: Duration,
+    drain: bool,
+) -> Vec<Value> {
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
     let mut out = Vec::new();
@@ -127,6 +139,9 @@ async fn read_lines(child: &mut Child, n: usize, timeout: Duration) -> Vec<Value
             out.len()
         )
     });
+    if drain {
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    }
     out
 }
 
@@ -197,7 +212,9 @@ async fn demo_shows_messages_within_seconds_and_stops_on_ctrl_c() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let msgs = read_lines(&mut child, 60, Duration::from_secs(60)).await;
+    // Read on until it exits: a closed pipe would end it with exit 1 before the signal (as
+    // the next test wants), which made this test depend on how fast the demo writes.
+    let msgs = read_lines_then(&mut child, 60, Duration::from_secs(60), true).await;
     assert_schema_valid(&schema(), &msgs);
     let kinds: std::collections::BTreeSet<_> =
         msgs.iter().filter_map(|m| m["kind"].as_str()).collect();
@@ -205,6 +222,61 @@ async fn demo_shows_messages_within_seconds_and_stops_on_ctrl_c() {
         kinds.contains("Pod") && kinds.contains("Node") && kinds.contains("FooBar"),
         "{kinds:?}"
     );
+    assert_eq!(signal_and_wait(&mut child, "-INT").await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_runs_when_port_9090_is_taken_and_says_where_metrics_are() {
+    // Port 9090 taken: by this test, or by whoever had it already.
+    let _held = std::net::TcpListener::bind("127.0.0.1:9090");
+    let dir = tempfile::tempdir().unwrap();
+    let err = dir.path().join("stderr.log");
+    let mut child = kubesink()
+        .args(["demo", "--pods", "20"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let log = wait_until(
+        "the demo's address in its log",
+        Duration::from_secs(30),
+        || {
+            let log = std::fs::read_to_string(&err).unwrap_or_default();
+            async move {
+                if log.contains("demo running") {
+                    Ok(log)
+                } else {
+                    Err(log)
+                }
+            }
+        },
+    )
+    .await;
+    assert!(log.contains("127.0.0.1:9090 is taken"), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("demo running"))
+        .unwrap_or_default()
+        .to_owned();
+    let at = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_default();
+    let addr: std::net::SocketAddr = at.parse().unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_ne!(addr.port(), 9090, "{line}");
+    wait_until(
+        "messages delivered, seen in /metrics",
+        Duration::from_secs(60),
+        || async move {
+            let (code, body) = http_get(addr, "/metrics").await;
+            match metric(&body, "kubesink_sink_delivered_messages_total", &[]) {
+                Some(n) if code == 200 && n > 0.0 => Ok(()),
+                other => Err(format!("{code}: {other:?}")),
+            }
+        },
+    )
+    .await;
     assert_eq!(signal_and_wait(&mut child, "-INT").await, Some(0));
 }
 
