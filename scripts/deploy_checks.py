@@ -173,24 +173,34 @@ def load_all(path):
         return [d for d in yaml.safe_load_all(f) if d]
 
 
-def cmd_pss(paths):
+def report(results, nothing):
+    """Prints each checked unit's verdict and returns the exit code: `results` yields
+    (violations, what it broke, what held) per unit; none at all fails with `nothing`."""
     checked, failed = 0, 0
-    for path in paths:
-        for doc in load_all(path):
-            for name, meta, spec in pod_specs(doc):
-                checked += 1
-                v = restricted_violations(meta, spec)
-                if v:
-                    failed += 1
-                    print(f"FAIL {path}: {name} breaks the restricted Pod Security Standard:")
-                    for x in v:
-                        print(f"  - {x}")
-                else:
-                    print(f"ok   {path}: {name} meets the restricted Pod Security Standard")
+    for violations, broke, held in results:
+        checked += 1
+        if violations:
+            failed += 1
+            print(f"FAIL {broke}:")
+            for x in violations:
+                print(f"  - {x}")
+        else:
+            print(f"ok   {held}")
     if checked == 0:
-        print("FAIL no Pod template found to check", file=sys.stderr)
+        print(f"FAIL {nothing}", file=sys.stderr)
         return 1
     return 1 if failed else 0
+
+
+def cmd_pss(paths):
+    def results():
+        for path in paths:
+            for doc in load_all(path):
+                for name, meta, spec in pod_specs(doc):
+                    yield (restricted_violations(meta, spec),
+                           f"{path}: {name} breaks the restricted Pod Security Standard",
+                           f"{path}: {name} meets the restricted Pod Security Standard")
+    return report(results(), "no Pod template found to check")
 
 
 GOOD_POD = {
@@ -526,26 +536,16 @@ def flowcontrol_violations(docs):
 
 
 def cmd_flowcontrol(paths):
-    checked, failed = 0, 0
-    for path in paths:
-        docs = load_all(path)
-        fc = [d for d in docs if d.get("kind") in ("FlowSchema", "PriorityLevelConfiguration")]
-        if not fc:
-            continue
-        checked += 1
-        v = flowcontrol_violations(docs)
-        if v:
-            failed += 1
-            print(f"FAIL {path}: the API Priority and Fairness objects break:")
-            for x in v:
-                print(f"  - {x}")
-        else:
-            names = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in fc)
-            print(f"ok   {path}: {names}: references, subject, precedence and queues hold")
-    if checked == 0:
-        print("FAIL no FlowSchema or PriorityLevelConfiguration found to check", file=sys.stderr)
-        return 1
-    return 1 if failed else 0
+    def results():
+        for path in paths:
+            docs = load_all(path)
+            fc = [d for d in docs if d.get("kind") in ("FlowSchema", "PriorityLevelConfiguration")]
+            if fc:
+                names = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in fc)
+                yield (flowcontrol_violations(docs),
+                       f"{path}: the API Priority and Fairness objects break",
+                       f"{path}: {names}: references, subject, precedence and queues hold")
+    return report(results(), "no FlowSchema or PriorityLevelConfiguration found to check")
 
 
 def good_flowcontrol():

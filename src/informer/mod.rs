@@ -811,7 +811,6 @@ impl Informer {
         }
         let mut continue_token: Option<String> = None;
         let mut sweep = true;
-        self.set_strategy(Strategy::List);
         loop {
             self.stats.list_requests.fetch_add(1, Ordering::Relaxed);
             let body = match self
@@ -950,15 +949,7 @@ impl Informer {
                         "a {kind} event came after {events} initial events, before the initial-events-end bookmark: the server ignores sendInitialEvents"
                     )));
                 }
-                WatchLine::Error(status) if status.code == 410 => {
-                    return failed(WatchFailure::Gone(status))
-                }
-                WatchLine::Error(status) => {
-                    return failed(WatchFailure::Api {
-                        status,
-                        retry_after: None,
-                    })
-                }
+                WatchLine::Error(status) => return failed(WatchFailure::from_error_event(status)),
             };
             events += 1;
             if let Err(step) = self
@@ -1069,15 +1060,7 @@ impl Informer {
                     self.note_line(resource_version, count);
                     continue;
                 }
-                WatchLine::Error(status) if status.code == 410 => {
-                    return failed(WatchFailure::Gone(status))
-                }
-                WatchLine::Error(status) => {
-                    return failed(WatchFailure::Api {
-                        status,
-                        retry_after: None,
-                    })
-                }
+                WatchLine::Error(status) => return failed(WatchFailure::from_error_event(status)),
                 WatchLine::Added(raw) => (raw, &self.stats.added_events),
                 WatchLine::Modified(raw) => (raw, &self.stats.modified_events),
                 WatchLine::Deleted(raw) => (raw, &self.stats.deleted_events),

@@ -103,6 +103,19 @@ impl fmt::Display for WatchFailure {
 }
 
 impl WatchFailure {
+    /// The failure an `ERROR` watch event reports: 410 `Expired` is [`WatchFailure::Gone`],
+    /// any other status [`WatchFailure::Api`] (an event carries no `Retry-After`).
+    pub fn from_error_event(status: Status) -> Self {
+        if status.code == 410 {
+            WatchFailure::Gone(status)
+        } else {
+            WatchFailure::Api {
+                status,
+                retry_after: None,
+            }
+        }
+    }
+
     /// The HTTP status, when the API server answered one.
     pub fn code(&self) -> Option<u16> {
         match self {
@@ -196,13 +209,24 @@ impl Requests {
         resource_version: &str,
         idle_timeout: Duration,
     ) -> Result<Lines, WatchFailure> {
-        let req = if self.metadata {
-            self.request.watch_metadata(&self.watch, resource_version)
+        let req = self.watch_request(&self.watch, resource_version)?;
+        let body = self.send(req, Verb::Watch).await?;
+        Ok(Lines::new(body, idle_timeout))
+    }
+
+    /// A watch request with `params` from `resource_version` ("" for none), for the whole
+    /// objects or their metadata as the payload mode asks.
+    fn watch_request(
+        &self,
+        params: &WatchParams,
+        resource_version: &str,
+    ) -> Result<http::Request<Vec<u8>>, WatchFailure> {
+        if self.metadata {
+            self.request.watch_metadata(params, resource_version)
         } else {
-            self.request.watch(&self.watch, resource_version)
+            self.request.watch(params, resource_version)
         }
-        .map_err(|e| WatchFailure::Request(e.to_string()))?;
-        self.lines(req, idle_timeout).await
+        .map_err(|e| WatchFailure::Request(e.to_string()))
     }
 
     /// A streaming list: a watch that first sends the current state as ADDED events and
@@ -223,38 +247,11 @@ impl Requests {
         idle_timeout: Duration,
         still_wanted: impl FnOnce() -> Result<(), String>,
     ) -> Result<Lines, WatchFailure> {
-        let params = self.watch.clone().initial_events();
-        let req = if self.metadata {
-            self.request.watch_metadata(&params, "")
-        } else {
-            self.request.watch(&params, "")
-        }
-        .map_err(|e| WatchFailure::Request(e.to_string()))?;
+        let req = self.watch_request(&self.watch.clone().initial_events(), "")?;
         self.api.wait_turn().await;
         still_wanted().map_err(WatchFailure::NoStreaming)?;
         let body = self.send_now(req, Verb::Watch).await?;
-        Ok(Lines {
-            body,
-            buf: BytesMut::new(),
-            searched: 0,
-            idle_timeout,
-            ended: false,
-        })
-    }
-
-    async fn lines(
-        &self,
-        req: http::Request<Vec<u8>>,
-        idle_timeout: Duration,
-    ) -> Result<Lines, WatchFailure> {
-        let body = self.send(req, Verb::Watch).await?;
-        Ok(Lines {
-            body,
-            buf: BytesMut::new(),
-            searched: 0,
-            idle_timeout,
-            ended: false,
-        })
+        Ok(Lines::new(body, idle_timeout))
     }
 
     /// Sends `req` once the cluster's budget has a token for it.
@@ -389,6 +386,17 @@ pub struct Lines {
 }
 
 impl Lines {
+    /// The lines of a watch response `body`, `idle_timeout` of silence allowed.
+    fn new(body: kube::client::Body, idle_timeout: Duration) -> Self {
+        Lines {
+            body,
+            buf: BytesMut::new(),
+            searched: 0,
+            idle_timeout,
+            ended: false,
+        }
+    }
+
     /// From now on, `idle_timeout` of silence is [`WatchFailure::Idle`] (a streaming list
     /// has a shorter bound during its initial events than the watch it goes on as).
     pub fn set_idle_timeout(&mut self, idle_timeout: Duration) {
@@ -464,13 +472,10 @@ mod tests {
     }
 
     fn lines_of(body: &[u8]) -> Lines {
-        Lines {
-            body: kube::client::Body::from(body.to_vec()),
-            buf: BytesMut::new(),
-            searched: 0,
-            idle_timeout: Duration::from_secs(5),
-            ended: false,
-        }
+        Lines::new(
+            kube::client::Body::from(body.to_vec()),
+            Duration::from_secs(5),
+        )
     }
 
     #[tokio::test]
