@@ -111,7 +111,13 @@ impl<'de> Deserialize<'de> for ByteSize {
                 v.trim()
                     .parse::<bytesize::ByteSize>()
                     .map(|b| ByteSize(b.as_u64()))
-                    .map_err(|e| E::custom(format!("invalid size {v:?}: {e}")))
+                    // bytesize's own text ("couldn't parse ... into a ByteSize, cannot parse
+                    // float from empty string") names its parser, not the accepted forms.
+                    .map_err(|_| {
+                        E::custom(format!(
+                            "invalid size {v:?}: expected a number of bytes with an optional unit, such as \"8MiB\", \"512KiB\", \"1GB\" or 1048576"
+                        ))
+                    })
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
                 Ok(ByteSize(v))

@@ -10,9 +10,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use super::problems::Problems;
+use super::{probe, words};
 use super::{
     ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PipelineConfig,
     ResourceConfig, ServerConfig, SinkConfig, StateConfig, WatchConfig,
@@ -142,29 +142,34 @@ struct Loader {
     errors: Vec<ConfigError>,
 }
 
-/// Top-level keys only, to report unknown sections before looking inside known ones.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)] // read only for its unknown-field check
-struct Sections {
-    cluster: Option<Value>,
-    clusters: Option<Value>,
-    leader_election: Option<Value>,
-    pipeline: Option<Value>,
-    watch: Option<Value>,
-    server: Option<Value>,
-    log: Option<Value>,
-    resources: Option<Value>,
-    sinks: Option<Value>,
-    state: Option<Value>,
+/// The top-level keys (the sections), as [`Config`] names its fields; a test keeps the two in
+/// step.
+pub(crate) const SECTIONS: &[&str] = &[
+    "cluster",
+    "clusters",
+    "leader_election",
+    "pipeline",
+    "watch",
+    "server",
+    "log",
+    "resources",
+    "sinks",
+    "state",
+];
+
+/// Which sections a section's checks read besides its own: a check whose inputs did not
+/// parse is not run (with a default in their place it would report what is not there).
+fn check_inputs(section: &str) -> &'static [&'static str] {
+    match section {
+        "cluster" | "clusters" => &["cluster", "clusters", "resources"],
+        "leader_election" => &["clusters"],
+        _ => &[],
+    }
 }
 
 impl Loader {
     fn run(mut self) -> Result<Config, ConfigErrors> {
-        if let Err(e) = self.figment.extract::<Sections>() {
-            self.push_figment(e, None);
-            return Err(ConfigErrors(self.errors));
-        }
+        self.unknown_sections();
         let cluster = self.section::<ClusterConfig>("cluster");
         let clusters = self.list::<ClusterEntry>("clusters");
         let leader_election = self.section::<LeaderElectionConfig>("leader_election");
@@ -175,45 +180,38 @@ impl Loader {
         let resources = self.list::<ResourceConfig>("resources");
         let sinks = self.list::<SinkConfig>("sinks");
         let state = self.section::<StateConfig>("state");
-        let (
-            Some(cluster),
-            Some(clusters),
-            Some(leader_election),
-            Some(pipeline),
-            Some(watch),
-            Some(server),
-            Some(log),
-            Some(resources),
-            Some(sinks),
-            Some(state),
-        ) = (
-            cluster,
-            clusters,
-            leader_election,
-            pipeline,
-            watch,
-            server,
-            log,
-            resources,
-            sinks,
-            state,
-        )
-        else {
-            return Err(ConfigErrors(self.errors));
+        let mut failed: Vec<&str> = Vec::new();
+        let mut parsed = |name: &'static str, ok: bool| {
+            if !ok {
+                failed.push(name);
+            }
         };
+        parsed("cluster", cluster.is_some());
+        parsed("clusters", clusters.is_some());
+        parsed("leader_election", leader_election.is_some());
+        parsed("pipeline", pipeline.is_some());
+        parsed("watch", watch.is_some());
+        parsed("server", server.is_some());
+        parsed("log", log.is_some());
+        parsed("resources", resources.is_some());
+        parsed("sinks", sinks.is_some());
+        parsed("state", state.is_some());
+        // The checks across keys run on what parsed, defaults standing in for the rest, so
+        // that one run reports every problem; a check reading a section that did not parse
+        // is left out.
         let config = Config {
-            cluster,
-            clusters,
-            leader_election,
-            pipeline,
-            watch,
-            server,
-            log,
-            resources,
-            sinks,
-            state,
+            cluster: cluster.unwrap_or_default(),
+            clusters: clusters.unwrap_or_default(),
+            leader_election: leader_election.unwrap_or_default(),
+            pipeline: pipeline.unwrap_or_default(),
+            watch: watch.unwrap_or_default(),
+            server: server.unwrap_or_default(),
+            log: log.unwrap_or_default(),
+            resources: resources.unwrap_or_default(),
+            sinks: sinks.unwrap_or_default(),
+            state: state.unwrap_or_default(),
         };
-        self.check(&config);
+        self.check(&config, &failed);
         if self.errors.is_empty() {
             Ok(config)
         } else {
@@ -221,23 +219,44 @@ impl Loader {
         }
     }
 
-    /// Extracts a table section. serde stops at a section's first bad key, so on error every
-    /// key is probed alone (over the defaults) to report all of its problems.
-    fn section<T: DeserializeOwned + Serialize + Default>(&mut self, key: &str) -> Option<T> {
+    /// Reports every top-level key that is not a section, with the nearest section's name.
+    fn unknown_sections(&mut self) {
+        let top = match self.figment.extract::<Value>() {
+            Ok(Value::Dict(_, dict)) => dict,
+            Ok(_) => return,
+            Err(e) => return self.push_figment(e, None),
+        };
+        for (key, value) in top {
+            if SECTIONS.contains(&key.as_str()) {
+                continue;
+            }
+            let path = vec![key.clone()];
+            let source = describe_source(
+                self.figment.get_metadata(value.tag()),
+                &path,
+                self.file.as_deref(),
+            );
+            self.errors.push(ConfigError {
+                message: format!(
+                    "unknown section {key:?}{}; the sections are: {}",
+                    super::words::did_you_mean(&key, SECTIONS),
+                    SECTIONS.join(", ")
+                ),
+                key,
+                source,
+            });
+        }
+    }
+
+    /// Extracts a table section, reporting every problem in it (`probe.rs`).
+    fn section<T: DeserializeOwned>(&mut self, key: &str) -> Option<T> {
         let first = match self.figment.extract_inner::<T>(key) {
             Ok(v) => return Some(v),
             Err(e) => e,
         };
         let before = self.errors.len();
-        if let Ok(Value::Dict(_, dict)) = self.figment.find_value(key) {
-            for (k, v) in dict {
-                let probe = Figment::from(Serialized::defaults(T::default()))
-                    .merge(Serialized::default(&k, v));
-                if let Err(e) = probe.extract::<T>() {
-                    let md = self.figment.find_metadata(&format!("{key}.{k}")).cloned();
-                    self.push_probe(e, &[key.to_owned()], md.as_ref());
-                }
-            }
+        if let Ok(value) = self.figment.find_value(key) {
+            self.push_found(&value, &[key.to_owned()], probe::all_errors::<T>(&value));
         }
         if self.errors.len() == before {
             self.push_figment(first, Some(key));
@@ -245,7 +264,7 @@ impl Loader {
         None
     }
 
-    /// Extracts an array-of-tables section, reporting the problems of every element.
+    /// Extracts an array-of-tables section, reporting every problem of every element.
     fn list<T: DeserializeOwned>(&mut self, key: &str) -> Option<Vec<T>> {
         let first = match self.figment.extract_inner::<Vec<T>>(key) {
             Ok(v) => return Some(v),
@@ -253,11 +272,9 @@ impl Loader {
         };
         let before = self.errors.len();
         if let Ok(Value::Array(_, items)) = self.figment.find_value(key) {
-            let md = self.figment.find_metadata(key).cloned();
             for (i, item) in items.iter().enumerate() {
-                if let Err(e) = item.deserialize::<T>() {
-                    self.push_probe(e, &[key.to_owned(), i.to_string()], md.as_ref());
-                }
+                let prefix = [key.to_owned(), i.to_string()];
+                self.push_found(item, &prefix, probe::all_errors::<T>(item));
             }
         }
         if self.errors.len() == before {
@@ -266,19 +283,27 @@ impl Loader {
         None
     }
 
-    /// Records the errors of a probe extraction under `prefix`, with the real value's source.
-    fn push_probe(&mut self, errors: figment::Error, prefix: &[String], md: Option<&Metadata>) {
-        for e in errors {
-            let mut path: Vec<String> = prefix.to_vec();
-            path.extend(e.path.iter().cloned());
-            if let figment::error::Kind::UnknownField(field, _) = &e.kind {
-                if path.last() != Some(field) {
-                    path.push(field.clone());
-                }
+    /// Records the problems found in `value` (at `prefix`), each with its value's source.
+    fn push_found(&mut self, value: &Value, prefix: &[String], found: Vec<probe::Found>) {
+        for f in found {
+            let mut path = prefix.to_vec();
+            path.extend(f.path);
+            let md = self
+                .figment
+                .get_metadata(f.tag)
+                .or_else(|| self.figment.get_metadata(value.tag()));
+            // A sink's own checks name their key in the message ("format: unknown value…"),
+            // for when serde could not say where: said once is enough.
+            let mut message = words::describe(&f.kind);
+            if let Some(rest) = path
+                .last()
+                .and_then(|last| message.strip_prefix(&format!("{last}: ")))
+            {
+                message = rest.to_owned();
             }
             self.errors.push(ConfigError {
                 key: path.join("."),
-                message: describe_kind(&e.kind),
+                message,
                 source: describe_source(md, &path, self.file.as_deref()),
             });
         }
@@ -301,7 +326,7 @@ impl Loader {
                 }
             }
             let key = path.join(".");
-            let message = describe_kind(&e.kind);
+            let message = words::describe(&e.kind);
             let source = describe_source(e.metadata.as_ref(), &path, self.file.as_deref());
             self.errors.push(ConfigError {
                 key,
@@ -350,7 +375,10 @@ impl Loader {
 
     /// Every semantic problem of `c`, section by section, in file order (each section's
     /// checks live beside it; only what spans sections or needs the figment is here).
-    fn check(&mut self, c: &Config) {
+    ///
+    /// `failed` are the sections that did not parse (`c` holds defaults in their place): the
+    /// problems of checks that read them are left out.
+    fn check(&mut self, c: &Config, failed: &[&str]) {
         let mut problems = Problems::default();
         problems.extend(super::cluster::problems(c));
         problems.extend(c.leader_election.problems(&c.clusters));
@@ -364,10 +392,15 @@ impl Loader {
         }
         problems.extend(c.state.problems());
         for (key, message) in problems.into_vec() {
+            let section = key.split('.').next().unwrap_or_default();
+            if failed.contains(&section) || check_inputs(section).iter().any(|s| failed.contains(s))
+            {
+                continue;
+            }
             self.problem(&key, message);
         }
         #[cfg(feature = "nats")]
-        if c.state.backend == super::StateBackend::None {
+        if c.state.backend == super::StateBackend::None && !failed.contains(&"state") {
             if let Some(key) = self.set_keys("state.nats").into_iter().next() {
                 self.problem(
                     &key,
@@ -394,20 +427,6 @@ impl Loader {
                 self.problem(&format!("sinks.{i}.{key}"), message);
             }
         }
-    }
-}
-
-/// The error without figment's own location suffix.
-fn describe_kind(kind: &figment::error::Kind) -> String {
-    match kind {
-        figment::error::Kind::UnknownField(field, expected) => {
-            format!(
-                "unknown key {field:?} (expected one of: {})",
-                expected.join(", ")
-            )
-        }
-        figment::error::Kind::Message(m) => m.clone(),
-        other => other.to_string(),
     }
 }
 
@@ -453,9 +472,12 @@ fn env_var_for(path: &[String]) -> Option<String> {
                 .split("__")
                 .map(str::to_ascii_lowercase)
                 .collect();
-            let matches = rest.len() <= want.len() && rest[..] == want[..rest.len()];
-            matches.then_some((rest.len(), name))
+            // A variable set at `path` or above it; failing that, one below it (an unknown
+            // section or table is named by the variable that set a key in it).
+            let n = rest.len().min(want.len());
+            let rank = if rest.len() <= want.len() { n } else { 0 };
+            (rest[..n] == want[..n]).then_some((rank, name))
         })
-        .max_by_key(|(depth, _)| *depth)
+        .max_by_key(|(rank, _)| *rank)
         .map(|(_, name)| name)
 }

@@ -18,6 +18,7 @@
 
 mod cluster;
 mod load;
+mod probe;
 mod problems;
 mod resource;
 mod sections;
@@ -26,6 +27,7 @@ mod syntax;
 #[cfg(test)]
 mod tests;
 mod warn;
+mod words;
 
 use serde::{Deserialize, Serialize};
 

@@ -101,8 +101,8 @@ fn several_bad_keys_in_one_section_and_env_are_all_reported() {
             "(from env KUBESINK_PIPELINE__LINGER)",
             "pipeline.max_pending: ",
             "(from env KUBESINK_PIPELINE__MAX_PENDING)",
-            "resources.0: missing field `kind`",
-            "resources.1.payload: unknown variant: found `everything`",
+            "resources.0.kind: required, and not set",
+            "resources.1.payload: \"everything\" is not one of \"full\", \"metadata\" or \"fields\"",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
         }
@@ -178,7 +178,10 @@ fn unknown_sink_type_and_unknown_top_level_key_are_errors() {
         assert!(all.contains("carrier-pigeon"), "{all}");
         jail.create_file("t.toml", "[clustr]\nname = \"p\"\n")?;
         let all = errors_of(Some(Path::new("t.toml"))).join("\n");
-        assert!(all.contains("clustr: unknown key"), "{all}");
+        assert!(
+            all.contains("clustr: unknown section \"clustr\" (did you mean \"cluster\"?)"),
+            "{all}"
+        );
         Ok(())
     });
 }
@@ -210,7 +213,10 @@ fn state_settings_are_checked_with_key_and_source() {
         );
         jail.set_env("KUBESINK_STATE__BACKEND", "disk");
         let all = errors_of(Some(Path::new("s.toml"))).join("\n");
-        assert!(all.contains("state.backend: unknown variant"), "{all}");
+        assert!(
+            all.contains("state.backend: \"disk\" is not one of"),
+            "{all}"
+        );
         jail.set_env("KUBESINK_STATE__BACKEND", "file");
         // A path that cannot be the state file: a directory, or in a directory that is not.
         jail.set_env("KUBESINK_STATE__PATH", ".");
@@ -434,8 +440,8 @@ fn a_bad_sink_format_names_the_entry_key_and_source() {
         let errs = errors_of(Some(Path::new("f.toml")));
         let all = errs.join("\n");
         for want in [
-            "sinks.0: format: unknown value \"xml\"; expected \"json\" or \"cloudevents\" or \"cloudevents-structured\" (from file ",
-            "sinks.1: format: unknown value \"cloudevents\"; expected \"json\" or \"cloudevents-structured\" (from file ",
+            "sinks.0.format: unknown value \"xml\"; expected \"json\" or \"cloudevents\" or \"cloudevents-structured\" (from file ",
+            "sinks.1.format: unknown value \"cloudevents\"; expected \"json\" or \"cloudevents-structured\" (from file ",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
         }
@@ -773,8 +779,8 @@ nkey_seed = { file = "nkey" }
         std::fs::remove_file("nkey").map_err(|e| e.to_string())?;
         let errs = errors_of(Some(Path::new("k.toml"))).join("\n");
         for want in [
-            "sinks.1: the secret's environment variable NATS_PASSWORD is empty (from file ",
-            "sinks.2: the secret's file nkey: ",
+            "sinks.1.auth: the secret's environment variable NATS_PASSWORD is empty (from file ",
+            "sinks.2.auth: the secret's file nkey: ",
         ] {
             assert!(errs.contains(want), "missing {want:?} in:\n{errs}");
         }
@@ -834,7 +840,7 @@ fn the_initial_list_strategy_and_the_request_budget_come_from_file_or_env_and_ar
         jail.set_env("KUBESINK_WATCH__INITIAL_LIST", "streaming");
         let all = errors_of(None).join("\n");
         assert!(
-            all.contains("watch.initial_list: unknown variant: found `streaming`")
+            all.contains("watch.initial_list: \"streaming\" is not one of \"auto\", \"stream\" or \"list\" (did you mean \"stream\"?)")
                 && all.contains("(from env KUBESINK_WATCH__INITIAL_LIST)"),
             "{all}"
         );
@@ -872,4 +878,87 @@ fn the_initial_list_strategy_and_the_request_budget_come_from_file_or_env_and_ar
         );
         Ok(())
     });
+}
+
+#[test]
+fn one_run_reports_every_problem_of_one_entry_every_env_misspelling_and_the_checks() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        // One [[resources]] entry with three problems (serde stops at the first), a sink whose
+        // tagged enum loses the key in its errors, a bad value in [pipeline], and a lease
+        // timing that a check across keys refuses (it runs on the sections that parsed).
+        jail.create_file(
+            "three.toml",
+            "[leader_election]\nenabled = true\nrenew_deadline = \"20s\"\n[pipeline]\nmax_pending = \"many\"\nmax_pending_bytes = \"lots\"\n\
+             [[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nnamespaces = \"default\"\npayload = \"ful\"\nlabel_selectr = \"app=x\"\n\
+             [[sinks]]\ntype = \"nats\"\nservers = \"nats://x\"\nsubjct = \"a\"\n",
+        )?;
+        jail.set_env("KUBESINK_CLUSTER__NAEM", "prod");
+        jail.set_env("KUBESINK_PIPELNE__LINGER", "1s");
+        jail.set_env("KUBESINK_WATHC__IDLE_TIMEOUT", "1s");
+        let errs = errors_of(Some(Path::new("three.toml")));
+        let all = errs.join("\n");
+        for want in [
+            "pipelne: unknown section \"pipelne\" (did you mean \"pipeline\"?)",
+            "(from env KUBESINK_PIPELNE__LINGER)",
+            "wathc: unknown section \"wathc\" (did you mean \"watch\"?)",
+            "cluster.naem: unknown key \"naem\" (did you mean \"name\"?)",
+            "(from env KUBESINK_CLUSTER__NAEM)",
+            "pipeline.max_pending: expected a whole number (0 or more), found the string \"many\"",
+            "pipeline.max_pending_bytes: invalid size \"lots\": expected a number of bytes",
+            "resources.0.namespaces: expected a list, such as [\"a\", \"b\"], found the string \"default\"",
+            "resources.0.payload: \"ful\" is not one of \"full\", \"metadata\" or \"fields\" (did you mean \"full\"?)",
+            "resources.0.label_selectr: unknown key \"label_selectr\" (did you mean \"label_selector\"?)",
+            "sinks.0.servers: expected a list",
+            "sinks.0.subjct: unknown key \"subjct\" (did you mean \"subject\"?)",
+            "leader_election.renew_deadline: must be shorter",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        // [cluster] did not parse, so its check (a missing name) is left out: fixing "naem"
+        // is the fix.
+        assert!(!all.contains("cluster.name"), "{all}");
+        assert_eq!(errs.len(), 11, "{all}");
+        // Rust's words stay out of it.
+        for rust in ["usize", "`", "sequence", "ByteSize", "float"] {
+            assert!(!all.contains(rust), "{rust:?} in:\n{all}");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn a_check_that_reads_a_section_that_did_not_parse_is_left_out() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        // [[clusters]] does not parse: [cluster] without a name would otherwise be reported
+        // as missing, and leader_election.cluster as naming no entry.
+        jail.create_file(
+            "c.toml",
+            "[leader_election]\nenabled = true\ncluster = \"a\"\n[[clusters]]\nname = \"a\"\nkubeconfg = \"/k\"\n",
+        )?;
+        let all = errors_of(Some(Path::new("c.toml"))).join("\n");
+        assert!(all.contains("clusters.0.kubeconfg: unknown key"), "{all}");
+        assert!(!all.contains("cluster.name"), "{all}");
+        assert!(!all.contains("leader_election.cluster"), "{all}");
+        Ok(())
+    });
+}
+
+#[test]
+fn the_section_list_is_the_configs_fields() {
+    // serde names every field of Config when it meets an unknown one.
+    let probe = figment::Figment::from(figment::providers::Serialized::default(
+        "no_such_section",
+        1,
+    ));
+    match probe.extract::<Config>() {
+        Err(e) => match e.kind {
+            figment::error::Kind::UnknownField(_, fields) => {
+                assert_eq!(fields, super::load::SECTIONS)
+            }
+            other => panic!("{other:?}"),
+        },
+        Ok(c) => panic!("{c:?}"),
+    }
 }
