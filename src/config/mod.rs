@@ -35,7 +35,7 @@ pub use crate::destinations::SinkConfig;
 pub use cluster::{Cluster, ClusterConfig, ClusterEntry};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
-pub use load::{load, load_resources, ConfigError, ConfigErrors};
+pub use load::{load, load_resources, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,

@@ -962,3 +962,36 @@ fn the_section_list_is_the_configs_fields() {
         Ok(c) => panic!("{c:?}"),
     }
 }
+
+#[test]
+fn the_shipped_placeholder_is_refused_wherever_it_is_left_naming_each_key() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "p.toml",
+            "[cluster]\nname = \"CHANGE-ME\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"b:9092\"\n[sinks.security]\nprotocol = \"sasl_ssl\"\nsasl_mechanism = \"PLAIN\"\nsasl_username = \"u\"\nsasl_password = \"change-me \"\n",
+        )?;
+        let errs = errors_of(Some(Path::new("p.toml")));
+        let all = errs.join("\n");
+        assert!(
+            all.contains("cluster.name: is still the placeholder \"CHANGE-ME\" of the shipped configuration: set it to the cluster's name")
+                && all.contains("sinks.0.security.sasl_password: is still the placeholder \"CHANGE-ME\"")
+                && all.contains("{ env = \"NAME\" }")
+                && all.contains("(from file "),
+            "{all}"
+        );
+        assert_eq!(errs.len(), 2, "{all}");
+        // The environment sets the name over the file's placeholder, as the deploy files say.
+        jail.set_env("KUBESINK_CLUSTER__NAME", "prod-eu-1");
+        let errs = errors_of(Some(Path::new("p.toml")));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        jail.set_env("KUBESINK_CLUSTER__NAME", "CHANGE-ME");
+        let all = errors_of(Some(Path::new("p.toml"))).join("\n");
+        assert!(
+            all.contains("cluster.name: is still the placeholder")
+                && all.contains("(from env KUBESINK_CLUSTER__NAME)"),
+            "{all}"
+        );
+        Ok(())
+    });
+}
