@@ -120,6 +120,7 @@ fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
                 initial: event == "LIST",
                 final_state_unknown: false,
                 may_be_held: false,
+                reason: None,
                 object: Some(result.object.clone()),
             };
             let msg = encode(&resource, &change, "2026-06-15T04:16:00.000Z").unwrap();

@@ -654,3 +654,75 @@ async fn a_connection_reset_mid_watch_resumes_from_the_last_resource_version_and
         "nothing was replayed"
     );
 }
+
+/// An object that stops matching the resource's label selector arrives as a watch DELETED
+/// (the API server's rule, and the simulator's: the previous content, the new
+/// resourceVersion); kubesink finds it still in the cluster and its `deleted` says
+/// `reason: "leftSelector"`. A real delete of a matching object has no reason, nor has any
+/// message of a resource without a selector; every message stays schema-valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_that_leaves_the_selector_is_a_deleted_with_reason_left_selector() {
+    let c = cluster(SimConfig::default()).await;
+    let cm = |name: &str, app: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+            "data": {"k": "v"}})
+    };
+    let mut leaving = None;
+    for name in ["stays", "leaves", "goes"] {
+        let stored = c.sim.create(cm(name, "web")).unwrap();
+        if name == "leaves" {
+            leaving = Some(stored);
+        }
+    }
+    c.sim
+        .create(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}))
+        .unwrap();
+    let mut selected = ResourceConfig::new("v1", "ConfigMap");
+    selected.label_selector = Some("app=web".into());
+    let cfg = config(
+        &c.kubeconfig,
+        vec![selected, ResourceConfig::new("v1", "Node")],
+    );
+    let sink = CaptureSink::new();
+    let bridge = start(&cfg, &sink).await;
+    wait_for("initial sync", LONG, || synced(&bridge) && sink.len() >= 4).await;
+
+    let mut obj = leaving.unwrap();
+    obj["metadata"]["labels"]["app"] = "batch".into();
+    c.sim.replace(obj).unwrap();
+    c.sim
+        .delete("v1", "ConfigMap", Some("default"), "goes")
+        .unwrap();
+    c.sim.delete("v1", "Node", None, "n1").unwrap();
+    let deleted = |name: &str| {
+        sink.messages()
+            .into_iter()
+            .find(|m| m["name"] == name && m["op"] == "deleted")
+    };
+    wait_for("three deletes", LONG, || {
+        deleted("leaves").is_some() && deleted("goes").is_some() && deleted("n1").is_some()
+    })
+    .await;
+    bridge.shutdown().await;
+
+    let left = deleted("leaves").unwrap();
+    assert_eq!(left["reason"], "leftSelector", "{left}");
+    assert_eq!(left["finalStateUnknown"], false, "{left}");
+    for gone in ["goes", "n1"] {
+        let m = deleted(gone).unwrap();
+        assert!(m.get("reason").is_none(), "{m}");
+    }
+    let msgs = sink.messages();
+    assert!(
+        msgs.iter().filter(|m| m.get("reason").is_some()).count() == 1,
+        "{msgs:?}"
+    );
+    assert_schema_valid(&schema(), &msgs);
+    // The object is still in the cluster, with the label that took it out.
+    let sim = sim_state(&c.sim, &[("v1", "ConfigMap")]);
+    assert!(
+        format!("{sim:?}").contains("leaves"),
+        "the object that left is still there"
+    );
+}

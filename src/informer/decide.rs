@@ -14,6 +14,7 @@
 //! | same, key *unconfirmed* (restored; its earlier `added` may not have arrived), same uid | confirm, update | `added` (again, `may_be_held`: never cancelled by a later `deleted`) |
 //! | `Deleted(obj)` | remove | `deleted` with the final object |
 //! | `Deleted(obj)`, key known with another uid (replaced unseen) | remove | `deleted` (held uid, `finalStateUnknown`), then `deleted` with the final object |
+//! | `LeftSelector(obj)` (a DELETED of an object still in the cluster: `watch.rs` `still_there`) | remove | as `Deleted`, the `deleted` with `reason: leftSelector` |
 //! | `ListedUnreadable` (a list item that did not decode, key known) | keep, mark seen | nothing |
 //! | `ListDone { sweep: true }` | sweep keys not seen in this list | `deleted`, `finalStateUnknown: true`, each |
 //! | `ListDone { sweep: false }` (an unreadable item without a key: a half list) | keep all | nothing |
@@ -51,7 +52,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kubesink_core::message::{Change, Synced};
+use kubesink_core::message::{Change, DeleteReason, Synced};
 use kubesink_core::{Message, Op, Resource};
 
 use super::facts::Facts;
@@ -91,6 +92,10 @@ pub enum Event<'a> {
     Applied(RawObject<'a>),
     /// A watch DELETED, with the object's final state.
     Deleted(RawObject<'a>),
+    /// A watch DELETED of an object found still in the cluster (same uid) without the
+    /// resource's selectors: it stopped matching them. Removed like a delete; its `deleted`
+    /// says `reason: leftSelector`.
+    LeftSelector(RawObject<'a>),
 }
 
 /// Where an informer is in the list/watch protocol. Transitions: `Starting` —`ListStart`→
@@ -327,7 +332,11 @@ impl Decider {
             },
             Event::Deleted(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
-                false => self.delete(obj),
+                false => self.delete(obj, None),
+            },
+            Event::LeftSelector(obj) => match self.stale(&obj) {
+                true => Ok(Vec::new()),
+                false => self.delete(obj, Some(DeleteReason::LeftSelector)),
             },
         }
     }
@@ -639,12 +648,17 @@ impl Decider {
             final_state_unknown: false,
             object: Some(shaped.object),
             may_be_held: op == Op::Added && may_be_held,
+            reason: None,
         });
         self.count_emitted(&changes);
         Ok(changes)
     }
 
-    fn delete(&mut self, obj: RawObject<'_>) -> Result<Vec<Change>, InformerError> {
+    fn delete(
+        &mut self,
+        obj: RawObject<'_>,
+        reason: Option<DeleteReason>,
+    ) -> Result<Vec<Change>, InformerError> {
         let Some(name) = obj.name().map(str::to_owned) else {
             return Err(self.missing_name(&obj));
         };
@@ -700,6 +714,7 @@ impl Decider {
             final_state_unknown: object.is_none(),
             object,
             may_be_held: false,
+            reason,
         });
         Ok(changes)
     }
@@ -735,6 +750,7 @@ fn inferred_delete(v: Vanished, seen_gone: &str) -> Change {
         final_state_unknown: true,
         object: None,
         may_be_held: false,
+        reason: None,
     }
 }
 

@@ -1082,7 +1082,21 @@ impl Informer {
             };
             let rv = obj.resource_version().to_owned();
             let event = if matches!(decoded, WatchLine::Deleted(_)) {
-                Event::Deleted(obj)
+                let there = self
+                    .requests
+                    .still_there(
+                        obj.namespace(),
+                        obj.name().unwrap_or_default(),
+                        obj.uid(),
+                        self.idle_timeout,
+                    )
+                    .await;
+                if there == Some(true) {
+                    self.stats.left_selector.fetch_add(1, Ordering::Relaxed);
+                    Event::LeftSelector(obj)
+                } else {
+                    Event::Deleted(obj)
+                }
             } else {
                 Event::Applied(obj)
             };

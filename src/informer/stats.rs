@@ -34,6 +34,8 @@ pub struct InformerStats {
     pub stale_events: AtomicU64,
     /// Deletes inferred after a relist or uid change.
     pub inferred_deletes: AtomicU64,
+    /// Watch DELETEDs of objects found still in the cluster: they left the selector.
+    pub left_selector: AtomicU64,
     /// Lists started (1 = initial sync only; more = relists or retried lists).
     pub lists: AtomicU64,
     /// Objects currently known.

@@ -134,6 +134,9 @@ pub struct Requests {
     metadata: bool,
     list: ListParams,
     watch: WatchParams,
+    /// The resource has a label or field selector: a DELETED may be an object that stopped
+    /// matching it ([`Requests::still_there`]).
+    selective: bool,
 }
 
 impl Requests {
@@ -161,7 +164,71 @@ impl Requests {
             metadata: plan.mode == PayloadMode::Metadata,
             list,
             watch,
+            selective: plan.label_selector.is_some() || plan.field_selector.is_some(),
         }
+    }
+
+    /// Whether the object of a watch DELETED is still in the cluster with the same uid, so
+    /// that it stopped matching the resource's selectors rather than went away: the API
+    /// server's watch sends both as DELETED (`k8s.io/apiserver` cacher,
+    /// `convertToWatchEvent`: an object whose new state fails the filter is sent as DELETED
+    /// with its previous content). One LIST of that name, `fieldSelector=metadata.name=…`
+    /// (and `metadata.namespace`, fields every resource supports), without the resource's
+    /// selectors, `limit=1`, a consistent read (newer than the event); it needs only the
+    /// `list` the informer has, and goes through the cluster's budget.
+    ///
+    /// `None` when the resource has no selector (a DELETED is then a delete) or the answer
+    /// did not come (error, undecodable body): the `deleted` then carries no reason.
+    pub async fn still_there(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        uid: &str,
+        idle_timeout: Duration,
+    ) -> Option<bool> {
+        if !self.selective || uid.is_empty() {
+            return None;
+        }
+        let mut fields = format!("metadata.name={name}");
+        if let Some(ns) = namespace {
+            fields.push_str(&format!(",metadata.namespace={ns}"));
+        }
+        let lp = ListParams::default().limit(1).fields(&fields);
+        let req = if self.metadata {
+            self.request.list_metadata(&lp)
+        } else {
+            self.request.list(&lp)
+        }
+        .ok()?;
+        let body = self.send(req, Verb::List).await;
+        let body = match body {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!(name, error = %e, "could not tell whether a deleted object left the selector");
+                return None;
+            }
+        };
+        let bytes = tokio::time::timeout(idle_timeout, body.collect())
+            .await
+            .ok()?
+            .ok()?
+            .to_bytes();
+        #[derive(serde::Deserialize)]
+        struct List {
+            #[serde(default)]
+            items: Vec<Item>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Item {
+            metadata: Meta,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            uid: String,
+        }
+        let list: List = serde_json::from_slice(&bytes).ok()?;
+        Some(list.items.iter().any(|i| i.metadata.uid == uid))
     }
 
     /// One list page (`continue_token` for the pages after the first), read whole. A body

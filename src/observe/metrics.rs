@@ -215,6 +215,12 @@ impl BridgeCollector {
         )?;
         self.watch_counter(
             e,
+            "left_selector_deletes",
+            "Watch DELETEDs of objects still in the cluster: they stopped matching the resource's selector (reason leftSelector)",
+            |s| load(&s.left_selector),
+        )?;
+        self.watch_counter(
+            e,
             "skipped_objects",
             "Objects skipped because they could not be decoded or shaped",
             |s| load(&s.skipped),

@@ -429,6 +429,7 @@ mod tests {
             initial: false,
             final_state_unknown: false,
             may_be_held: false,
+            reason: None,
             object: Some(ObjectJson::from_value(&object)),
         };
         encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()
@@ -639,6 +640,7 @@ mod tests {
             initial: false,
             final_state_unknown: false,
             may_be_held: false,
+            reason: None,
             object: Some(ObjectJson::from_value(&object)),
         };
         encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()

@@ -73,6 +73,21 @@ pub struct Change {
     /// later `deleted` of the same uid (`pipeline/queue.rs`): the `deleted` must reach the
     /// destination. Not part of the message; ignored for other ops.
     pub may_be_held: bool,
+    /// For a `deleted`: why, when it is not that the object is gone from the cluster (the
+    /// `reason` field of the message; absent otherwise).
+    pub reason: Option<DeleteReason>,
+}
+
+/// Why a `deleted` was sent when the object is still in the cluster: the message's `reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DeleteReason {
+    /// `leftSelector`: the object stopped matching the resource's label or field selector.
+    /// The API server's watch sends such an object as DELETED, with its content before the
+    /// change that made it leave (`k8s.io/apiserver` cacher, `convertToWatchEvent`); kubesink
+    /// found it still in the cluster, with the same uid, by a LIST of that one name without
+    /// the selectors.
+    LeftSelector,
 }
 
 /// The wire form (serde field order is the documented order).
@@ -94,6 +109,8 @@ struct Wire<'a> {
     resource_version: &'a str,
     initial: bool,
     final_state_unknown: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<DeleteReason>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
@@ -256,6 +273,7 @@ pub fn encode(
             resource_version: &c.resource_version,
             initial: c.initial,
             final_state_unknown: c.final_state_unknown,
+            reason: c.reason.filter(|_| c.op == Op::Deleted),
             truncated: false,
             observed_at,
         },
@@ -442,6 +460,7 @@ mod tests {
             initial: false,
             final_state_unknown: object.is_none(),
             may_be_held: false,
+            reason: None,
             object,
         }
     }

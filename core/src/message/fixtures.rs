@@ -27,6 +27,7 @@ pub fn deployment_message(op: Op) -> Message {
         initial: false,
         final_state_unknown: false,
         may_be_held: false,
+        reason: None,
         object: Some(ObjectJson::from_trusted(r#"{"a":"x \"y\""}"#.into())),
     };
     match encode(&r, &c, "2026-11-30T10:00:00.123Z") {

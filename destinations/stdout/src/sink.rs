@@ -108,6 +108,7 @@ mod tests {
             initial: true,
             final_state_unknown: false,
             may_be_held: false,
+            reason: None,
             object: Some(ObjectJson::from_trusted("{}".into())),
         };
         let m = encode(&r, &c, "2026-11-30T00:00:00.000Z").unwrap();
