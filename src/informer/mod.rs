@@ -1082,15 +1082,22 @@ impl Informer {
             };
             let rv = obj.resource_version().to_owned();
             let event = if matches!(decoded, WatchLine::Deleted(_)) {
-                let there = self
-                    .requests
-                    .still_there(
-                        obj.namespace(),
-                        obj.name().unwrap_or_default(),
-                        obj.uid(),
-                        self.idle_timeout,
-                    )
-                    .await;
+                // An object with a deletionTimestamp is being deleted for real (a Pod's
+                // graceful deletion, pending finalizers): no request for it, so a storm of Pod
+                // deletes costs no requests here.
+                let there = match obj.is_being_deleted() {
+                    true => None,
+                    false => {
+                        self.requests
+                            .still_there(
+                                obj.namespace(),
+                                obj.name().unwrap_or_default(),
+                                obj.uid(),
+                                self.idle_timeout,
+                            )
+                            .await
+                    }
+                };
                 if there == Some(true) {
                     self.stats.left_selector.fetch_add(1, Ordering::Relaxed);
                     Event::LeftSelector(obj)

@@ -68,6 +68,14 @@ impl<'a> RawObject<'a> {
     pub fn resource_version(&self) -> &str {
         self.meta_str("resourceVersion").unwrap_or_default()
     }
+
+    /// Whether `metadata.deletionTimestamp` is set: the object is being deleted (graceful
+    /// deletion, or finalizers pending).
+    pub fn is_being_deleted(&self) -> bool {
+        self.metadata
+            .get("deletionTimestamp")
+            .is_some_and(|v| !v.is_null())
+    }
 }
 
 /// A map key, borrowed when the input allows it.
