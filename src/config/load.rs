@@ -36,10 +36,11 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let message = self.message.trim_end();
         if self.key.is_empty() {
-            write!(f, "{} (from {})", self.message, self.source)
+            write!(f, "{message} (from {})", self.source)
         } else {
-            write!(f, "{}: {} (from {})", self.key, self.message, self.source)
+            write!(f, "{}: {message} (from {})", self.key, self.source)
         }
     }
 }
@@ -57,7 +58,10 @@ impl fmt::Display for ConfigErrors {
             if n == 1 { "" } else { "s" }
         )?;
         for e in &self.0 {
-            writeln!(f, "  - {e}")?;
+            // A TOML syntax error spans lines (a snippet with a caret): kept under its dash.
+            let text = e.to_string().replace(" \n", "\n");
+            let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+            writeln!(f, "  - {}", lines.join("\n    "))?;
         }
         Ok(())
     }
@@ -174,6 +178,11 @@ fn check_inputs(section: &str) -> &'static [&'static str] {
 
 impl Loader {
     fn run(mut self) -> Result<Config, ConfigErrors> {
+        // A file that does not parse (TOML syntax) fails every section alike: said once.
+        if let Err(e) = self.figment.extract::<Value>() {
+            self.push_figment(e, None);
+            return Err(ConfigErrors(self.errors));
+        }
         self.unknown_sections();
         self.placeholders();
         let cluster = self.section::<ClusterConfig>("cluster");
@@ -279,10 +288,8 @@ impl Loader {
 
     /// Reports every top-level key that is not a section, with the nearest section's name.
     fn unknown_sections(&mut self) {
-        let top = match self.figment.extract::<Value>() {
-            Ok(Value::Dict(_, dict)) => dict,
-            Ok(_) => return,
-            Err(e) => return self.push_figment(e, None),
+        let Ok(Value::Dict(_, top)) = self.figment.extract::<Value>() else {
+            return;
         };
         for (key, value) in top {
             if SECTIONS.contains(&key.as_str()) {

@@ -995,3 +995,15 @@ fn the_shipped_placeholder_is_refused_wherever_it_is_left_naming_each_key() {
         Ok(())
     });
 }
+
+#[test]
+fn a_toml_syntax_error_is_reported_once() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file("syn.toml", "[cluster]\nname = \"x\n")?;
+        let errs = errors_of(Some(Path::new("syn.toml")));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("TOML parse error at line 2"), "{errs:?}");
+        Ok(())
+    });
+}
