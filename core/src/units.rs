@@ -1,6 +1,7 @@
 //! Human units in configuration: durations (`250ms`, `5s`, `1m 30s`, via `humantime`) and
-//! sizes (`64KiB`, `1MiB`, `1.5 GB`, via `bytesize`), each also accepted as a bare integer
-//! (milliseconds for durations, bytes for sizes).
+//! sizes (`64KiB`, `1MiB`, `1.5 GB`, via `bytesize`). A size is also accepted as a bare integer
+//! (bytes, as Kafka's and NATS's own settings count them); a duration only as `0`: a number
+//! without a unit is refused, as what it meant (seconds? milliseconds?) cannot be known.
 //!
 //! The one duration type and the one size type of the whole configuration: `[pipeline]`,
 //! `[[sinks]]` of every kind and whatever comes next use these, so every duration key reads
@@ -12,8 +13,8 @@ use std::time::Duration;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A duration written the human way in TOML or env (`"250ms"`, `"5s"`), or as an integer
-/// number of milliseconds. Serializes back as a human string.
+/// A duration written the human way in TOML or env (`"250ms"`, `"5s"`), or `0`; any other
+/// bare number is refused (it has no unit). Serializes back as a human string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HumanDuration(pub Duration);
 
@@ -86,13 +87,23 @@ impl<'de> Deserialize<'de> for HumanDuration {
                     .map(HumanDuration)
                     .map_err(|e| E::custom(format!("invalid duration {v:?}: {e}")))
             }
+            // A bare number has no unit: `message_timeout = 30` meant as seconds would be
+            // 30 ms (found by a newcomer: accepted without a word). Only 0 needs none.
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(HumanDuration(Duration::from_millis(v)))
+                match v {
+                    0 => Ok(HumanDuration(Duration::ZERO)),
+                    _ => Err(E::custom(format!(
+                        "invalid duration {v}: a number needs a unit, such as \"{v}s\" or \"{v}ms\""
+                    ))),
+                }
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                u64::try_from(v)
-                    .map(|ms| HumanDuration(Duration::from_millis(ms)))
-                    .map_err(|_| E::custom(format!("invalid duration {v}: must not be negative")))
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!(
+                        "invalid duration {v}: must not be negative"
+                    ))),
+                }
             }
         }
         d.deserialize_any(V)
@@ -140,8 +151,15 @@ mod tests {
     fn parses_human_durations_and_sizes() {
         let d: HumanDuration = serde_json::from_str("\"250ms\"").unwrap();
         assert_eq!(d.0, Duration::from_millis(250));
-        let d: HumanDuration = serde_json::from_str("1500").unwrap();
-        assert_eq!(d.0, Duration::from_millis(1500));
+        let d: HumanDuration = serde_json::from_str("0").unwrap();
+        assert_eq!(d.0, Duration::ZERO);
+        let e = serde_json::from_str::<HumanDuration>("30").unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "invalid duration 30: a number needs a unit, such as \"30s\" or \"30ms\""
+            ),
+            "{e}"
+        );
         let s: ByteSize = serde_json::from_str("\"1MiB\"").unwrap();
         assert_eq!(s.0, 1024 * 1024);
         let s: ByteSize = serde_json::from_str("\"64 KiB\"").unwrap();

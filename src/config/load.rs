@@ -270,7 +270,7 @@ impl Loader {
         for (path, tag) in found {
             let key = path.join(".");
             let what = match key.as_str() {
-                "cluster.name" => "the cluster's name, carried by every message (here or in KUBESINK_CLUSTER__NAME)",
+                "cluster.name" => "the cluster's name, carried by every message (in the file, or KUBESINK_CLUSTER__NAME in the environment)",
                 k if k.ends_with("password") || k.ends_with("token") || k.ends_with("seed") => {
                     "the credential, best as { env = \"NAME\" } or { file = \"PATH\" } so that the file holds none"
                 }
@@ -336,7 +336,23 @@ impl Loader {
             Err(e) => e,
         };
         let before = self.errors.len();
-        if let Ok(Value::Array(_, items)) = self.figment.find_value(key) {
+        let value = self.figment.find_value(key);
+        if let Ok(Value::Dict(tag, _)) = &value {
+            let md = self.figment.get_metadata(*tag);
+            if md.is_some_and(|md| md.source.is_none() && md.name.contains("environment")) {
+                let path = [key.to_owned()];
+                self.errors.push(ConfigError {
+                    key: key.to_owned(),
+                    message: format!(
+                        "[[{key}]] entries come from the file only: an environment variable cannot set one (KUBESINK_{}__0__… makes a table, not a list); for a secret, write {{ env = \"NAME\" }} or {{ file = \"PATH\" }} in the file",
+                        key.to_ascii_uppercase()
+                    ),
+                    source: describe_source(md, &path, self.file.as_deref()),
+                });
+                return None;
+            }
+        }
+        if let Ok(Value::Array(_, items)) = value {
             for (i, item) in items.iter().enumerate() {
                 let prefix = [key.to_owned(), i.to_string()];
                 self.push_found(item, &prefix, probe::all_errors::<T>(item));

@@ -97,20 +97,117 @@ fn culprit<T: DeserializeOwned>(
     path: &[String],
     kind: &Kind,
 ) -> Option<Vec<String>> {
-    let Some(Value::Dict(_, dict)) = lookup(value, path) else {
+    culprit_in::<T>(value, path, kind, &(path.to_vec(), kind.to_string()))
+}
+
+/// [`culprit`] among the keys of the table at `table`: `error` is the error (path, text) that
+/// the culprit's removal makes go. A culprit that is a table is narrowed to the key in it
+/// whose removal alone does what removing the whole table does (`[sinks.security]`'s
+/// `protocol`), or, when the error quotes a value or a key, to the one place in it holding
+/// that value or key; a table wrong as a whole (a secret's `{ env = … }`) stays named as
+/// it is.
+fn culprit_in<T: DeserializeOwned>(
+    value: &Value,
+    table: &[String],
+    kind: &Kind,
+    error: &(Vec<String>, String),
+) -> Option<Vec<String>> {
+    let after = |p: &[String]| -> Option<Option<(Vec<String>, String)>> {
+        let mut without = value.clone();
+        take(&mut without, p)?;
+        Some(first_error::<T>(&without).map(|(path, kind)| (path, kind.to_string())))
+    };
+    let found = keys_of(value, table)?.into_iter().find_map(|p| {
+        let a = after(&p)?;
+        (a.as_ref() != Some(error)).then_some(p)
+    })?;
+    if let Some(quoted) = quoted_in(value, &found, kind) {
+        return Some(quoted);
+    }
+    let Some(target) = after(&found) else {
+        return Some(found);
+    };
+    let mut narrowed = found;
+    while let Some(inner) = keys_of(value, &narrowed).and_then(|keys| {
+        keys.into_iter()
+            .find(|p| after(p).as_ref() == Some(&target))
+    }) {
+        narrowed = inner;
+    }
+    Some(narrowed)
+}
+
+/// Whether a key (and its value) is what an error quotes.
+type Hit = dyn Fn(&str, &Value) -> bool;
+
+/// The one place below the table at `table` that holds what `kind` quotes: the key of an
+/// unknown key, the leaf of an unknown value or a value of the wrong type. `None` when the
+/// error quotes nothing, or the table has it in no place or in several.
+fn quoted_in(value: &Value, table: &[String], kind: &Kind) -> Option<Vec<String>> {
+    use figment::error::Actual;
+    fn walk(v: &Value, path: &mut Vec<String>, hit: &Hit, out: &mut Vec<Vec<String>>) {
+        if let Value::Dict(_, dict) = v {
+            for (k, child) in dict {
+                path.push(k.clone());
+                if hit(k, child) {
+                    out.push(path.clone());
+                }
+                walk(child, path, hit, out);
+                path.pop();
+            }
+        }
+    }
+    let hit: Box<Hit> = match kind {
+        Kind::UnknownField(field, _) => {
+            let field = field.clone();
+            Box::new(move |k, _| k == field)
+        }
+        Kind::UnknownVariant(found, _)
+        | Kind::InvalidType(Actual::Str(found), _)
+        | Kind::InvalidValue(Actual::Str(found), _) => {
+            let found = found.clone();
+            Box::new(move |_, v| v.as_str() == Some(found.as_str()))
+        }
+        Kind::InvalidType(Actual::Bool(b), _) | Kind::InvalidValue(Actual::Bool(b), _) => {
+            let b = *b;
+            Box::new(move |_, v| v.to_bool() == Some(b))
+        }
+        Kind::InvalidType(Actual::Unsigned(n), _) | Kind::InvalidValue(Actual::Unsigned(n), _) => {
+            let n = *n;
+            Box::new(move |_, v| v.to_u128() == Some(n))
+        }
+        Kind::InvalidType(Actual::Signed(n), _) | Kind::InvalidValue(Actual::Signed(n), _) => {
+            let n = *n;
+            Box::new(move |_, v| v.to_i128() == Some(n))
+        }
+        _ => return None,
+    };
+    let mut out = Vec::new();
+    let mut path = table.to_vec();
+    walk(lookup(value, table)?, &mut path, &*hit, &mut out);
+    match out.as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    }
+}
+
+/// The paths of the keys of the table at `table` (the tag key `type` last: taking it out
+/// changes every error); `None` when it is not a table.
+fn keys_of(value: &Value, table: &[String]) -> Option<Vec<Vec<String>>> {
+    let Some(Value::Dict(_, dict)) = lookup(value, table) else {
         return None;
     };
     let mut keys: Vec<&String> = dict.keys().filter(|k| k.as_str() != "type").collect();
     keys.extend(dict.keys().filter(|k| k.as_str() == "type"));
-    let before = (path.to_vec(), kind.to_string());
-    keys.into_iter().find_map(|k| {
-        let mut p = path.to_vec();
-        p.push(k.clone());
-        let mut without = value.clone();
-        take(&mut without, &p)?;
-        let after = first_error::<T>(&without).map(|(path, kind)| (path, kind.to_string()));
-        (after.as_ref() != Some(&before)).then_some(p)
-    })
+    Some(
+        keys.into_iter()
+            .map(|k| {
+                let mut p = table.to_vec();
+                p.push(k.clone());
+                p
+            })
+            .collect(),
+    )
 }
 
 /// The value at `path` below `value` (dictionaries only, as figment's paths are).

@@ -779,8 +779,8 @@ nkey_seed = { file = "nkey" }
         std::fs::remove_file("nkey").map_err(|e| e.to_string())?;
         let errs = errors_of(Some(Path::new("k.toml"))).join("\n");
         for want in [
-            "sinks.1.auth: the secret's environment variable NATS_PASSWORD is empty (from file ",
-            "sinks.2.auth: the secret's file nkey: ",
+            "sinks.1.auth.password: the secret's environment variable NATS_PASSWORD is empty (from file ",
+            "sinks.2.auth.nkey_seed: the secret's file nkey: ",
         ] {
             assert!(errs.contains(want), "missing {want:?} in:\n{errs}");
         }
@@ -1004,6 +1004,30 @@ fn a_toml_syntax_error_is_reported_once() {
         let errs = errors_of(Some(Path::new("syn.toml")));
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert!(errs[0].contains("TOML parse error at line 2"), "{errs:?}");
+        Ok(())
+    });
+}
+
+#[test]
+fn problems_inside_a_sinks_nested_table_name_their_own_key_and_durations_need_a_unit() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "k.toml",
+            "[cluster]\nname = \"p\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"b:9092\"\nacks = -1\nmessage_timeout = 30\n[sinks.security]\nprotocol = \"SASL_SSL\"\nsasl_mechanism = \"PLAIN\"\nsasl_username = \"u\"\nsasl_password = { env = \"KUBESINK_TEST_UNSET_SECRET\" }\n",
+        )?;
+        let errs = errors_of(Some(Path::new("k.toml")));
+        let all = errs.join("\n");
+        for want in [
+            "sinks.0.message_timeout: invalid duration 30: a number needs a unit, such as \"30s\" or \"30ms\"",
+            "sinks.0.security.protocol: \"SASL_SSL\" is not one of",
+            "(did you mean \"sasl_ssl\"?)",
+            "sinks.0.security.sasl_password: the secret's environment variable KUBESINK_TEST_UNSET_SECRET is not set",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        // acks = -1 is librdkafka's "all".
+        assert_eq!(errs.len(), 3, "{all}");
         Ok(())
     });
 }

@@ -89,7 +89,9 @@ fn expected_words(expected: &str) -> String {
         "a boolean" | "bool" => "true or false".into(),
         "a sequence" => "a list, such as [\"a\", \"b\"]".into(),
         "a map" => "a table (key = value pairs)".into(),
-        "a string" | "a borrowed string" | "string" => "a string in quotes".into(),
+        "a string" | "a borrowed string" | "string" | "string or map" => {
+            "a string in quotes".into()
+        }
         "a character" | "char" => "a single character in quotes".into(),
         other if other.starts_with("struct ") => "a table (key = value pairs)".into(),
         other if other.starts_with("internally tagged enum ") => {

@@ -231,7 +231,7 @@ impl BridgeCollector {
             "Lists started: the initial sync, relists, and retried lists",
             |s| load(&s.lists),
         )?;
-        self.watch_counter(e, "list_requests", "List page requests sent", |s| {
+        self.watch_counter(e, "list_requests", "List page requests of the informer's lists (the one-name lookups of leftSelector deletes count only in kubesink_api_requests_total)", |s| {
             load(&s.list_requests)
         })?;
         self.watch_counter(

@@ -213,8 +213,9 @@ pub enum Compression {
     Zstd,
 }
 
-/// `acks`.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+/// `acks`: `"all"`, `"1"` or `"0"`; also as librdkafka's `acks` takes it, a number, with
+/// `-1` for all (librdkafka CONFIGURATION.md, `request.required.acks`).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub enum Acks {
     /// Every in-sync replica (the default).
     #[default]
@@ -226,6 +227,42 @@ pub enum Acks {
     /// No acknowledgement.
     #[serde(rename = "0")]
     None,
+}
+
+impl<'de> Deserialize<'de> for Acks {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Acks;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("\"all\", \"1\" or \"0\" (or -1, 1, 0)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Acks, E> {
+                match v.trim() {
+                    "all" | "-1" => Ok(Acks::All),
+                    "1" => Ok(Acks::Leader),
+                    "0" => Ok(Acks::None),
+                    _ => Err(E::unknown_variant(v, &["all", "1", "0"])),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Acks, E> {
+                match v {
+                    -1 => Ok(Acks::All),
+                    1 => Ok(Acks::Leader),
+                    0 => Ok(Acks::None),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Acks, E> {
+                match v {
+                    1 => Ok(Acks::Leader),
+                    0 => Ok(Acks::None),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Unsigned(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `security.protocol`.

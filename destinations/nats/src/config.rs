@@ -691,9 +691,9 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse_as_text_or_milliseconds() {
+    fn durations_parse_as_text_with_a_unit() {
         let c = parse(
-            r#"{"publish_timeout": "250ms", "connect_timeout": 1500, "stream": {"max_age": "1h"}}"#,
+            r#"{"publish_timeout": "250ms", "connect_timeout": "1500ms", "stream": {"max_age": "1h"}}"#,
         );
         assert_eq!(c.publish_timeout.get(), Duration::from_millis(250));
         assert_eq!(c.connect_timeout.get(), Duration::from_millis(1500));
