@@ -1,6 +1,7 @@
 //! `kubesink check --online`, the real binary against simulators over HTTP: every line ok;
 //! a misspelt kind with the nearest served one; a bad label selector with the API server's
-//! message; a denied watch and Lease; an unreachable cluster named beside a reachable one.
+//! message; a denied watch and Lease; an unreachable cluster named beside a reachable one;
+//! `--as` impersonating the service account.
 
 mod support;
 
@@ -245,4 +246,30 @@ async fn the_offline_check_runs_first_and_stops_a_bad_configuration() {
     assert_eq!(out.stdout, "", "no cluster was asked");
     assert!(out.stderr.contains("api_version"), "{}", out.stderr);
     assert!(c.sim.requests().is_empty(), "{:?}", c.sim.requests());
+}
+
+#[tokio::test]
+async fn as_user_sends_every_request_impersonating_that_user() {
+    let c = populated().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(&dir, &[("prod-eu-1", &c)], POD);
+    let user = "system:serviceaccount:kubesink:kubesink";
+    let out = run_kubesink(
+        &["check", "--online", "--as", user, "--config", &config],
+        b"",
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "stderr:\n{}", out.stderr);
+    let requests = c.sim.requests();
+    assert!(requests.len() >= 4, "{requests:?}");
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.impersonate_user.as_deref() == Some(user)),
+        "{requests:#?}"
+    );
+    // Without --as, the client's own identity.
+    let out = check_online(&config).await;
+    assert_eq!(out.code, Some(0));
+    assert!(c.sim.requests().last().unwrap().impersonate_user.is_none());
 }

@@ -84,7 +84,8 @@ impl Default for SimConfig {
     }
 }
 
-/// One request as received: method, path with query, `Accept` header and arrival time.
+/// One request as received: method, path with query, `Accept` and `Impersonate-User`
+/// headers and arrival time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedRequest {
     /// HTTP method ("GET").
@@ -93,6 +94,9 @@ pub struct RecordedRequest {
     pub path_and_query: String,
     /// The `Accept` header, if any.
     pub accept: Option<String>,
+    /// The `Impersonate-User` header, if any: the user a client acts as (`kubectl --as`).
+    /// Recorded only; the simulator authorizes every user alike.
+    pub impersonate_user: Option<String>,
     /// When the request arrived (before any injected delay), e.g. to check that a client
     /// waited out a `Retry-After`.
     pub at: Instant,

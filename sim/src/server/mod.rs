@@ -169,11 +169,15 @@ async fn serve_api(
     if let Some(r) = &info.resource {
         inner.count_request(path, r.group, r.plural, info.verb);
     }
-    let accept = parts
-        .headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let text_header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let accept = text_header(header::ACCEPT.as_str());
+    let impersonate_user = text_header("impersonate-user");
     inner.record_request(RecordedRequest {
         method: parts.method.to_string(),
         path_and_query: parts
@@ -181,6 +185,7 @@ async fn serve_api(
             .path_and_query()
             .map_or(path.to_owned(), |p| p.to_string()),
         accept,
+        impersonate_user,
         at: std::time::Instant::now(),
     });
     tracing::debug!(method = %parts.method, uri = %parts.uri, "request");
