@@ -291,7 +291,8 @@ fn dispatch(ctx: &Ctx<'_>, path: &str) -> Result<Response, ApiError> {
             if *ctx.method != Method::POST {
                 return Err(ApiError::MethodNotAllowed);
             }
-            let answer = access_review::review(&ctx.inner.faults, &parse_body(ctx.body)?)?;
+            let review = access_review::parse(ctx.body)?;
+            let answer = access_review::review(&ctx.inner.faults, &review)?;
             Ok(json_response(201, answer.to_string().into()))
         }
         ["api", version, rest @ ..] => resource_request(ctx, "", version, rest),
