@@ -28,7 +28,8 @@ pub enum Command {
     /// Run the bridge (the default).
     Run,
     /// Validate the configuration, print it with secrets masked; exit 1 listing every problem.
-    Check,
+    /// With `--online`, then ask each configured cluster whether it will work there.
+    Check(CheckArgs),
     /// Print least-privilege RBAC (YAML) for the configured resources: list and watch on
     /// exactly those, plus the Lease when leader election is on, bound to the service
     /// account. Works offline. `kubectl apply -f -` takes the output.
@@ -42,6 +43,33 @@ pub enum Command {
     /// `--against-cluster`, compare the view with the live objects of the configured
     /// resources (exit 1 when they differ). Exit 2 on errors.
     Fold(FoldArgs),
+}
+
+/// `kubesink check` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CheckArgs {
+    /// After the offline checks pass, ask each configured cluster's API server whether the
+    /// configuration will work there: one `ok` or `FAIL` line per configured resource of each
+    /// cluster (instead of the configuration); exit 1 when a line fails or a cluster is
+    /// unreachable.
+    ///
+    /// Per resource: API discovery (a misspelt kind gets the nearest served one, `kind "Pdo"
+    /// not served by v1 (did you mean "Pod"?)`), the label and field selectors (a LIST with
+    /// limit=1 in each configured namespace, which the server validates: a bad one shows its
+    /// 400 message) and whether `list` and `watch` are allowed there (SelfSubjectAccessReview);
+    /// with leader election, `get`, `create` and `update` of the Lease. Access is answered for
+    /// the identity the client runs as: the kubeconfig's user, the Pod's service account, or
+    /// `--as`.
+    #[arg(long)]
+    pub online: bool,
+    /// With `--online`: ask as this user (impersonation, as `kubectl --as`), e.g.
+    /// `system:serviceaccount:kubesink:kubesink`; your own identity needs the `impersonate`
+    /// verb on it.
+    #[arg(long = "as", value_name = "USER", requires = "online")]
+    pub as_user: Option<String>,
+    /// With `--online`: bound on each request to an API server.
+    #[arg(long, default_value = "10s", requires = "online")]
+    pub timeout: humantime::Duration,
 }
 
 /// `kubesink fold` options: exactly one source (`--file`, `--kafka`, `--nats`).

@@ -75,6 +75,16 @@ impl ClusterError {
 /// # Errors
 /// [`ClusterError`] naming the kubeconfig path or the in-cluster problem.
 pub async fn client(cfg: &Cluster) -> Result<Client, ClusterError> {
+    client_as(cfg, None).await
+}
+
+/// [`client`], impersonating `user` when given (the `Impersonate-User` header, as `kubectl
+/// --as`; the API server authorizes each request for that user, and the client's own
+/// identity needs the `impersonate` verb on it). `kubesink check --online --as` uses it.
+///
+/// # Errors
+/// As [`client`].
+pub async fn client_as(cfg: &Cluster, user: Option<&str>) -> Result<Client, ClusterError> {
     let options = KubeConfigOptions {
         context: cfg.context.clone(),
         ..Default::default()
@@ -102,6 +112,9 @@ pub async fn client(cfg: &Cluster) -> Result<Client, ClusterError> {
     // backed off per watch. kube's own retry layer would hide them.
     let mut config = config;
     config.default_retry = false;
+    if let Some(user) = user {
+        config.auth_info.impersonate = Some(user.to_owned());
+    }
     if config.accept_invalid_certs {
         tracing::warn!(
             server = %config.cluster_url,

@@ -26,7 +26,8 @@
 //! [`config`] loads and checks the configuration; [`bridge`] wires the path together and
 //! shuts it down; [`leader`] elects one replica on a Lease; [`observe`] serves metrics and
 //! health and logs summaries; [`rbac`] derives
-//! the RBAC a configuration needs; [`fold`] is `kubesink fold`, the reference consumer
+//! the RBAC a configuration needs; [`online`] is `kubesink check --online` (asks each
+//! cluster whether the configuration will work there: discovery, selectors, access); [`fold`] is `kubesink fold`, the reference consumer
 //! (reads a topic or stream back and compares it with the cluster); [`limits`] raises and checks the open-files limit; [`cli`]
 //! and `demo` (cargo feature `sim`, on by default) are the binary's
 //! edge. With the `test-util` feature, [`testing`] exposes the informer's parts to the
@@ -44,6 +45,7 @@ mod informer;
 pub mod leader;
 pub mod limits;
 pub mod observe;
+pub mod online;
 mod pipeline;
 pub mod rbac;
 pub mod state;

@@ -50,7 +50,7 @@ extern "C" fn tune_allocator() {
 static TUNE_ALLOCATOR: extern "C" fn() = tune_allocator;
 
 use clap::Parser;
-use kubesink::cli::{init_logging, Cli, Command, RbacArgs};
+use kubesink::cli::{init_logging, CheckArgs, Cli, Command, RbacArgs};
 use kubesink::config;
 
 fn main() -> ExitCode {
@@ -82,7 +82,7 @@ async fn async_main() -> ExitCode {
     init_logging(cli.log_format, if quiet { "warn" } else { &cli.log_level });
     let command = cli.command.unwrap_or(Command::Run);
     let result = match command {
-        Command::Check => return check(cli.config.as_deref()),
+        Command::Check(args) => return check(cli.config.as_deref(), &args).await,
         Command::Rbac(args) => return rbac(cli.config.as_deref(), &args),
         Command::Fold(args) => return kubesink::fold::run(args, cli.config.as_deref()).await,
         #[cfg(feature = "sim")]
@@ -109,23 +109,35 @@ async fn async_main() -> ExitCode {
     }
 }
 
-/// `kubesink check`: prints the effective configuration (secrets masked) or every problem.
-fn check(file: Option<&std::path::Path>) -> ExitCode {
+/// `kubesink check`: prints the effective configuration (secrets masked) or every problem;
+/// with `--online`, once the configuration is valid, one line per configured resource of
+/// each cluster instead of the configuration.
+async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
     match config::load(file) {
+        Ok(c) if args.online => {
+            match warn(&c) {
+                0 => eprintln!("configuration OK; asking the clusters"),
+                n => eprintln!("configuration OK, with {n} warning(s); asking the clusters"),
+            }
+            let options = kubesink::online::Options {
+                timeout: args.timeout.into(),
+                impersonate: args.as_user.clone(),
+            };
+            let report = kubesink::online::run(&c, &options).await;
+            for line in &report.lines {
+                println!("{line}");
+            }
+            eprintln!("{}", report.summary());
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
         Ok(c) => match toml::to_string_pretty(&c) {
             Ok(text) => {
-                // `run` raises the soft limit to the hard one: that is the one that counts.
-                if let Ok(limit) = kubesink::limits::open_files() {
-                    if let Some(warning) = kubesink::limits::fd_budget(&c, limit.hard) {
-                        eprintln!("warning: {warning}");
-                    }
-                }
                 println!("# effective configuration (secrets masked)\n{text}");
-                let warnings = config::warnings(&c);
-                for w in &warnings {
-                    eprintln!("warning: {w}");
-                }
-                match warnings.len() {
+                match warn(&c) {
                     0 => eprintln!("configuration OK"),
                     n => eprintln!("configuration OK, with {n} warning(s)"),
                 }
@@ -141,6 +153,22 @@ fn check(file: Option<&std::path::Path>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints what works but is risky in `c` on stderr (the open-files limit, then the
+/// configuration's warnings); returns how many configuration warnings there were.
+fn warn(c: &config::Config) -> usize {
+    // `run` raises the soft limit to the hard one: that is the one that counts.
+    if let Ok(limit) = kubesink::limits::open_files() {
+        if let Some(warning) = kubesink::limits::fd_budget(c, limit.hard) {
+            eprintln!("warning: {warning}");
+        }
+    }
+    let warnings = config::warnings(c);
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    warnings.len()
 }
 
 /// `kubesink rbac`: prints the RBAC YAML on stdout, or the problem on stderr (exit 1).

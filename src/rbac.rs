@@ -9,6 +9,9 @@
 //! - With leader election: `get` and `update` of its one Lease (`coordination.k8s.io`,
 //!   restricted by `resourceNames`), and `create` of Leases in the Lease's namespace, since a
 //!   `create` cannot be restricted by name (the name is not known at authorization time).
+//! - `kubesink check --online` (`src/online/`) asks nothing more: discovery, a LIST per
+//!   resource and scope, and `SelfSubjectAccessReview`s, which every authenticated user may
+//!   create through the built-in `system:basic-user` ClusterRole.
 //!
 //! Shape of the output, for service account `NS/SA` and object name `NAME` (`--name`):
 //! - resources watched in all namespaces (or cluster-scoped): ClusterRole `NAME` with one rule

@@ -7,7 +7,8 @@
 //! [`Workload`] generator fills it with realistic objects and a seeded churn changes them;
 //! [`Faults`] inject the misbehaviour of real servers and networks (status answers, silent,
 //! empty and damaged watches, expired `continue` tokens, slow bodies, an unreachable
-//! server); [`RequestCounts`] count list and watch requests. Objects may be nested 10,000
+//! server) and take permissions away ([`Denial`]: 403 answers and `SelfSubjectAccessReview`s
+//! that agree); [`RequestCounts`] count list and watch requests. Objects may be nested 10,000
 //! levels deep or weigh megabytes, and [`Simulator::insert_raw`] stores objects that break
 //! the conventions. This crate root owns the [`Simulator`] handle and must never contain
 //! HTTP or storage logic itself.
@@ -47,8 +48,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::{ApiError, EXPIRED_CONTINUE_MESSAGE};
 pub use faults::{
-    BreakKind, DamageKind, FailureKind, FaultError, Faults, InitialEventsBreak, RequestMatch,
-    WatchListSupport, INJECTABLE_STATUSES,
+    BreakKind, DamageKind, Denial, DenialParseError, FailureKind, FaultError, Faults,
+    InitialEventsBreak, RequestMatch, WatchListSupport, INJECTABLE_STATUSES,
 };
 pub use resources::ResourceType;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
@@ -83,7 +84,8 @@ impl Default for SimConfig {
     }
 }
 
-/// One request as received: method, path with query, `Accept` header and arrival time.
+/// One request as received: method, path with query, `Accept` and `Impersonate-User`
+/// headers and arrival time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedRequest {
     /// HTTP method ("GET").
@@ -92,6 +94,9 @@ pub struct RecordedRequest {
     pub path_and_query: String,
     /// The `Accept` header, if any.
     pub accept: Option<String>,
+    /// The `Impersonate-User` header, if any: the user a client acts as (`kubectl --as`).
+    /// Recorded only; the simulator authorizes every user alike.
+    pub impersonate_user: Option<String>,
     /// When the request arrived (before any injected delay), e.g. to check that a client
     /// waited out a `Retry-After`.
     pub at: Instant,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use kubesink_sim::{Churn, SimConfig, Simulator, WatchListSupport, Workload};
+use kubesink_sim::{Churn, Denial, SimConfig, Simulator, WatchListSupport, Workload};
 
 /// A Kubernetes API server simulator for kubesink's tests, benchmarks and demo.
 ///
@@ -63,6 +63,17 @@ struct Args {
     /// /_sim/watch-list?mode=…` changes it.
     #[arg(long, default_value = "on", value_parser = watch_list)]
     watch_list: WatchListSupport,
+    /// Take a permission away, as a missing RBAC rule would (repeatable):
+    /// `VERB:RESOURCE[.GROUP][:NAMESPACE]`, `*` for any verb or resource, e.g. `watch:pods`,
+    /// `list:deployments.apps:team-a`. Covered requests get 403 Forbidden and
+    /// `SelfSubjectAccessReview`s answer `allowed: false`. Default: everything allowed;
+    /// `POST /_sim/deny` changes it.
+    #[arg(long, value_name = "RULE", value_parser = denial)]
+    deny: Vec<Denial>,
+}
+
+fn denial(s: &str) -> Result<Denial, String> {
+    Denial::parse(s).map_err(|e| e.to_string())
 }
 
 fn watch_list(s: &str) -> Result<WatchListSupport, String> {
@@ -84,6 +95,9 @@ async fn main() -> anyhow::Result<()> {
         retained_events: args.retained_events,
     });
     sim.faults().set_watch_list(args.watch_list);
+    for rule in args.deny {
+        sim.faults().deny(rule);
+    }
     let workload = Workload {
         namespaces: args.namespaces,
         pods: args.pods,

@@ -1,5 +1,6 @@
 //! The real `kubectl` against the simulator: get, get -w, create, replace (with a stale
-//! resourceVersion conflict), delete, and a CRD-defined kind. Skipped (with a printed reason)
+//! resourceVersion conflict), delete, a CRD-defined kind, and `auth can-i` (a
+//! `SelfSubjectAccessReview` in protobuf). Skipped (with a printed reason)
 //! when `kubectl` is not on PATH.
 
 mod support;
@@ -235,4 +236,34 @@ async fn kubectl_serves_a_crd_defined_kind_after_crd_creation() {
         .run(&["get", "fb", "fb1", "-o", "jsonpath={.spec.prop1}"])
         .await;
     assert_eq!(short.stdout, "a", "{}", short.stderr);
+}
+
+#[tokio::test]
+async fn kubectl_auth_can_i_answers_from_the_simulated_denials() {
+    if kubectl_missing() {
+        return;
+    }
+    let (sim, _addr) = start(SimConfig::default()).await;
+    sim.faults()
+        .deny(kubesink_sim::Denial::parse("watch:pods:team-b").unwrap());
+    let k = Kubectl::new(&sim);
+    let can_i = |ns: &'static str| {
+        let k = &k;
+        async move {
+            let out = k.run(&["auth", "can-i", "watch", "pods", "-n", ns]).await;
+            (out.stdout.trim().to_owned(), out.stderr)
+        }
+    };
+    assert_eq!(can_i("team-a").await.0, "yes");
+    // kubectl prints the review's reason after the "no".
+    let (answer, stderr) = can_i("team-b").await;
+    assert!(
+        answer.starts_with("no - ")
+            && answer.ends_with("(simulated RBAC: denied by watch:pods:team-b)"),
+        "{answer} {stderr}"
+    );
+    let list = k
+        .run(&["auth", "can-i", "list", "pods", "-n", "team-b"])
+        .await;
+    assert_eq!(list.stdout.trim(), "yes", "{}", list.stderr);
 }

@@ -15,8 +15,11 @@
 //! - `lists`: expired `continue` tokens and an explicit empty `continue` on the last page;
 //! - `transport`: slow bodies (dribble) and an unreachable server (a network cut);
 //! - `streaming`: whether streaming lists (`sendInitialEvents`) are served, refused or
-//!   ignored, and streaming lists cut or answered 410 before their end bookmark.
+//!   ignored, and streaming lists cut or answered 410 before their end bookmark;
+//! - `access`: permissions taken away (403 Forbidden, and `SelfSubjectAccessReview` answers
+//!   that agree).
 
+mod access;
 mod lists;
 mod status;
 mod streaming;
@@ -29,6 +32,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+pub use access::{Denial, DenialParseError};
 pub use status::{FaultError, RequestMatch, INJECTABLE_STATUSES};
 pub use streaming::{BreakKind, InitialEventsBreak, WatchListSupport};
 pub use watches::DamageKind;
@@ -82,6 +86,9 @@ pub struct Faults {
     damaged: AtomicU64,
     /// How streaming lists are served; not a fault, so [`Faults::clear`] keeps it.
     watch_list: Mutex<WatchListSupport>,
+    /// Permissions taken away (`access`); the cluster's configuration, kept by
+    /// [`Faults::clear`].
+    denials: Mutex<Vec<Denial>>,
 }
 
 /// Adds `prefix` to `rules` (`on`) or removes it; `None` stands for "every path" when adding
@@ -141,7 +148,7 @@ impl Faults {
     /// Clears every switch: pending failures and 410 watches, delay, status overrides,
     /// silent/empty/damaged watch rules, the CRD watch bug, list faults, dribble, broken
     /// streaming lists, and makes the server reachable again (streaming-list support, the
-    /// server's version rather than a fault, is kept). Watches already silenced stay silent; the damaged-event
+    /// server's version rather than a fault, is kept, and so are denials, its RBAC). Watches already silenced stay silent; the damaged-event
     /// counter is kept.
     pub fn clear(&self) {
         self.with(|s| *s = State::default());

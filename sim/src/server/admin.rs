@@ -36,6 +36,11 @@
 //! - `POST /_sim/break-initial-events?count=N&after=K&how=cut|gone&path_prefix=P`: the next N
 //!   streaming lists end after K initial events, before their end bookmark: the body ends
 //!   (`cut`) or a 410 Expired ERROR event comes (`gone`)
+//! - `POST /_sim/deny?verb=watch&group=&resource=pods&namespace=NS&on=true`: take a
+//!   permission away (each parameter left out means any; `group=` is the core group): covered
+//!   requests get 403 Forbidden and `SelfSubjectAccessReview`s answer `allowed: false`;
+//!   `on=false` gives that rule back, `on=false` with no other parameter every one; kept by
+//!   `clear-faults`
 //! - `POST /_sim/reset-stats`: zero the request counts
 //! - `POST /_sim/clear-faults`: clear every fault switch
 //! - `GET /_sim/stats` → `{"resourceVersion","watchEventsSent","openWatches",
@@ -55,7 +60,7 @@ use serde_json::json;
 use super::json_response;
 use crate::error::ApiError;
 use crate::faults::{
-    BreakKind, DamageKind, FailureKind, FaultError, RequestMatch, WatchListSupport,
+    BreakKind, DamageKind, Denial, FailureKind, FaultError, RequestMatch, WatchListSupport,
 };
 use crate::store::RawResourceVersion;
 use crate::{Inner, Simulator};
@@ -101,6 +106,7 @@ pub const ADMIN_ENDPOINTS: &[AdminEndpoint] = &[
     ep("POST", "/_sim/churn?rate=2000&seed=1&stamp=bench.kubesink.io/changed-at", "start pod churn at R changes/s (rate=0 stops); stamp=A sets annotation A of added/updated pods to the write's Unix microseconds"),
     ep("POST", "/_sim/watch-list?mode=off", "streaming lists (sendInitialEvents) on (served), off (422: the WatchList feature gate off) or ignored (a plain watch, as before 1.27)"),
     ep("POST", "/_sim/break-initial-events?count=1&after=10&how=cut", "the next N streaming lists end after K initial events, before the end bookmark: cut (the body ends) or gone (a 410 ERROR event)"),
+    ep("POST", "/_sim/deny?verb=watch&group=&resource=pods", "take a permission away (verb, group, resource, namespace; each left out: any): 403 Forbidden and SelfSubjectAccessReview allowed=false; on=false gives it back (alone: all)"),
     ep("POST", "/_sim/reset-stats", "zero the list/watch request counts"),
     ep("POST", "/_sim/clear-faults", "clear every fault switch"),
     ep("GET", "/_sim/stats", "resourceVersion, watch events sent, open watches, damaged events, request counts"),
@@ -319,6 +325,20 @@ pub fn handle(
                 how,
                 prefix,
             );
+        }
+        "deny" => {
+            let field = |k: &str| query.get(k).cloned();
+            let denial = Denial {
+                verb: field("verb"),
+                group: field("group"),
+                resource: field("resource"),
+                namespace: field("namespace"),
+            };
+            match (switch(query)?, denial == Denial::default()) {
+                (true, _) => faults.deny(denial),
+                (false, true) => faults.clear_denials(),
+                (false, false) => faults.undeny(&denial),
+            }
         }
         "reset-stats" => Simulator {
             inner: inner.clone(),

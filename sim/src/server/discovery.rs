@@ -1,11 +1,13 @@
 //! Discovery documents: `/version`, `/api` (APIVersions), `/api/v1` and `/apis/{g}/{v}`
 //! (APIResourceList), `/apis` (APIGroupList) and `/apis/{g}` (APIGroup), in the legacy
-//! (unaggregated) form (<https://kubernetes.io/docs/concepts/overview/kubernetes-api/#discovery-api>).
+//! (unaggregated) form (<https://kubernetes.io/docs/concepts/overview/kubernetes-api/#discovery-api>),
+//! `authorization.k8s.io/v1` among the groups (it serves `selfsubjectaccessreviews`).
 //! Clients asking for aggregated discovery get the legacy `application/json` documents and
 //! fall back to them, as kubectl and client-go do. Read-only.
 
 use serde_json::{json, Value};
 
+use super::access_review;
 use crate::error::ApiError;
 use crate::resources::Registry;
 
@@ -45,7 +47,11 @@ fn group_doc(name: &str, versions: &[String]) -> Value {
 }
 
 fn groups(registry: &Registry) -> Vec<(String, Vec<String>)> {
-    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    // authorization.k8s.io serves access reviews, which are not objects of the registry.
+    let mut out: Vec<(String, Vec<String>)> = vec![(
+        access_review::GROUP.to_owned(),
+        vec![access_review::VERSION.to_owned()],
+    )];
     for (g, v) in registry.group_versions() {
         match out.iter_mut().find(|(name, _)| *name == g) {
             Some((_, vs)) => vs.push(v),
@@ -80,6 +86,10 @@ pub fn api_group(registry: &Registry, group: &str) -> Result<Value, ApiError> {
 
 /// `/api/v1` or `/apis/{group}/{version}`; 404 if nothing is served there.
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Result<Value, ApiError> {
+    if (group, version) == (access_review::GROUP, access_review::VERSION) {
+        return Ok(json!({"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": format!("{group}/{version}"), "resources": access_review::discovery_entries()}));
+    }
     let types = registry.in_group_version(group, version);
     if types.is_empty() {
         return Err(ApiError::UnknownResource {

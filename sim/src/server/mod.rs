@@ -4,9 +4,12 @@
 //! writes, answering errors as `Status` objects
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#standard-api-terminology>).
 //! Submodules: `connection` (accept loop, unreachable server), `dribble` (slow bodies),
-//! `request_info` (what a request is about), `admin` (`/_sim/`), and one per kind of answer.
+//! `request_info` (what a request is about), `admin` (`/_sim/`), `access_review`
+//! (`SelfSubjectAccessReview`), and one per kind of answer. Denied permissions
+//! (`Faults::deny`) answer 403 here, before anything is served.
 //! This module never mutates objects itself; the store does.
 
+mod access_review;
 pub(crate) mod admin;
 mod connection;
 mod discovery;
@@ -107,11 +110,14 @@ pub(crate) fn render_object(o: &StoredObject, meta_only: bool) -> Bytes {
     out.into()
 }
 
+/// The selectors of a list or watch; a bad one is 400 BadRequest with the parser's message
+/// alone, as the API server words it (`unable to parse requirement: …`, `field label not
+/// supported: spec.foo`).
 pub(crate) fn selectors_from_query(query: &HashMap<String, String>) -> Result<Selectors, ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
-        .map_err(|e| ApiError::bad_request(format!("invalid labelSelector: {e}")))?;
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
-        .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector: {e}")))?;
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(Selectors { labels, fields })
 }
 
@@ -163,11 +169,15 @@ async fn serve_api(
     if let Some(r) = &info.resource {
         inner.count_request(path, r.group, r.plural, info.verb);
     }
-    let accept = parts
-        .headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let text_header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let accept = text_header(header::ACCEPT.as_str());
+    let impersonate_user = text_header("impersonate-user");
     inner.record_request(RecordedRequest {
         method: parts.method.to_string(),
         path_and_query: parts
@@ -175,6 +185,7 @@ async fn serve_api(
             .path_and_query()
             .map_or(path.to_owned(), |p| p.to_string()),
         accept,
+        impersonate_user,
         at: std::time::Instant::now(),
     });
     tracing::debug!(method = %parts.method, uri = %parts.uri, "request");
@@ -195,6 +206,17 @@ async fn serve_api(
     }
     if let Some((code, retry_after)) = inner.faults.status_override(path, info.group_plural()) {
         return status_response(&info.injected_error(code, retry_after), retry_after);
+    }
+    // Every authenticated user may review its own access (`system:basic-user`).
+    let own_review = info.group_plural() == Some((access_review::GROUP, access_review::PLURAL));
+    if let Some(r) = info.resource.as_ref().filter(|_| !own_review) {
+        if inner
+            .faults
+            .denial_of(info.verb, r.group, r.plural, r.namespace)
+            .is_some()
+        {
+            return error_response(&info.injected_error(403, None));
+        }
     }
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
@@ -265,6 +287,14 @@ fn dispatch(ctx: &Ctx<'_>, path: &str) -> Result<Response, ApiError> {
             group,
             version,
         )?),
+        ["apis", access_review::GROUP, access_review::VERSION, access_review::PLURAL] => {
+            if *ctx.method != Method::POST {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let review = access_review::parse(ctx.body)?;
+            let answer = access_review::review(&ctx.inner.faults, &review)?;
+            Ok(json_response(201, answer.to_string().into()))
+        }
         ["api", version, rest @ ..] => resource_request(ctx, "", version, rest),
         ["apis", group, version, rest @ ..] => resource_request(ctx, group, version, rest),
         _ => Err(unknown()),
