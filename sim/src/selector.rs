@@ -2,7 +2,8 @@
 //! (<https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors>,
 //! <https://kubernetes.io/docs/concepts/overview/working-with-objects/field-selectors/>).
 //! Label selectors support `=`, `==`, `!=`, `in (a,b)`, `notin (a,b)`, `key`, `!key`; field
-//! selectors support `metadata.name` and `metadata.namespace` with `=`, `==`, `!=`.
+//! selectors support `metadata.name` and `metadata.namespace` on every kind, and the fields the
+//! API server selects on per kind ([`kind_fields`]), with `=`, `==`, `!=`.
 //! This module only parses and matches; it never touches the store.
 
 use std::collections::BTreeMap;
@@ -139,16 +140,93 @@ impl LabelSelector {
 enum Field {
     Name,
     Namespace,
+    /// A field of the object's body: its JSON pointer and how an absent one reads.
+    Body(&'static str, Absent),
 }
 
-/// A parsed field selector over `metadata.name` / `metadata.namespace`.
+/// How the API server renders a selectable field the object does not set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Absent {
+    /// `""` (strings: an unscheduled Pod's `spec.nodeName`).
+    Empty,
+    /// `"false"` (booleans: `strconv.FormatBool`).
+    False,
+    /// `"0"` (integers).
+    Zero,
+}
+
+/// The fields the API server selects on for `kind`, besides `metadata.name` and
+/// `metadata.namespace`: (field, JSON pointer, how an absent one reads). From the registries'
+/// `ToSelectableFields`/`GetAttrs` (`k8s.io/kubernetes/pkg/registry/...`, Kubernetes 1.36):
+/// `core/pod`, `core/node`, `core/namespace`, `core/secret`, `core/event`, `apps/replicaset`,
+/// `batch/job`. Any other field is 400 `field label not supported`.
+fn kind_fields(kind: &str) -> &'static [(&'static str, &'static str, Absent)] {
+    use Absent::{Empty, False, Zero};
+    match kind {
+        "Pod" => &[
+            ("spec.nodeName", "/spec/nodeName", Empty),
+            ("spec.restartPolicy", "/spec/restartPolicy", Empty),
+            ("spec.schedulerName", "/spec/schedulerName", Empty),
+            ("spec.serviceAccountName", "/spec/serviceAccountName", Empty),
+            ("spec.hostNetwork", "/spec/hostNetwork", False),
+            ("status.phase", "/status/phase", Empty),
+            ("status.podIP", "/status/podIP", Empty),
+            (
+                "status.nominatedNodeName",
+                "/status/nominatedNodeName",
+                Empty,
+            ),
+        ],
+        "Node" => &[("spec.unschedulable", "/spec/unschedulable", False)],
+        "Namespace" => &[("status.phase", "/status/phase", Empty)],
+        "Secret" => &[("type", "/type", Empty)],
+        "Event" => &[
+            ("involvedObject.kind", "/involvedObject/kind", Empty),
+            (
+                "involvedObject.namespace",
+                "/involvedObject/namespace",
+                Empty,
+            ),
+            ("involvedObject.name", "/involvedObject/name", Empty),
+            ("involvedObject.uid", "/involvedObject/uid", Empty),
+            (
+                "involvedObject.apiVersion",
+                "/involvedObject/apiVersion",
+                Empty,
+            ),
+            (
+                "involvedObject.resourceVersion",
+                "/involvedObject/resourceVersion",
+                Empty,
+            ),
+            (
+                "involvedObject.fieldPath",
+                "/involvedObject/fieldPath",
+                Empty,
+            ),
+            ("reason", "/reason", Empty),
+            ("type", "/type", Empty),
+        ],
+        "ReplicaSet" => &[("status.replicas", "/status/replicas", Zero)],
+        "Job" => &[("status.successful", "/status/succeeded", Zero)],
+        _ => &[],
+    }
+}
+
+/// A parsed field selector.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(Field, bool, String)>);
 
 impl FieldSelector {
-    /// Parses a `fieldSelector` query value; unsupported fields are a 400 like the real server's
-    /// `field label not supported: spec.foo`.
+    /// Parses a `fieldSelector` query value for any kind: `metadata.name` and
+    /// `metadata.namespace` only. See [`FieldSelector::parse_for`].
     pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        Self::parse_for(s, "")
+    }
+
+    /// Parses a `fieldSelector` query value for `kind`; an unsupported field is a 400 like the
+    /// real server's `field label not supported: spec.foo`.
+    pub fn parse_for(s: &str, kind: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         if s.trim().is_empty() {
             return Ok(FieldSelector(reqs));
@@ -167,25 +245,45 @@ impl FieldSelector {
             let field = match field.trim() {
                 "metadata.name" => Field::Name,
                 "metadata.namespace" => Field::Namespace,
-                other => {
-                    return Err(SelectorError::Field(format!(
-                        "field label not supported: {other}"
-                    )))
-                }
+                other => match kind_fields(kind).iter().find(|(f, _, _)| *f == other) {
+                    Some((_, pointer, absent)) => Field::Body(pointer, *absent),
+                    None => {
+                        return Err(SelectorError::Field(format!(
+                            "field label not supported: {other}"
+                        )))
+                    }
+                },
             };
             reqs.push((field, negate, value.trim().to_owned()));
         }
         Ok(FieldSelector(reqs))
     }
 
-    /// Whether an object with this namespace ("" if cluster-scoped) and name matches.
-    pub fn matches(&self, namespace: &str, name: &str) -> bool {
+    /// Whether an object with this namespace ("" if cluster-scoped), name and JSON body
+    /// matches. The body is parsed only when a term selects on one of its fields.
+    pub fn matches(&self, namespace: &str, name: &str, body: &[u8]) -> bool {
+        let mut parsed: Option<serde_json::Value> = None;
         self.0.iter().all(|(field, negate, value)| {
             let actual = match field {
-                Field::Name => name,
-                Field::Namespace => namespace,
+                Field::Name => name.to_owned(),
+                Field::Namespace => namespace.to_owned(),
+                Field::Body(pointer, absent) => {
+                    let obj = parsed.get_or_insert_with(|| {
+                        serde_json::from_slice(body).unwrap_or(serde_json::Value::Null)
+                    });
+                    match obj.pointer(pointer) {
+                        Some(serde_json::Value::String(s)) => s.clone(),
+                        Some(serde_json::Value::Bool(b)) => b.to_string(),
+                        Some(serde_json::Value::Number(n)) => n.to_string(),
+                        _ => match absent {
+                            Absent::Empty => String::new(),
+                            Absent::False => "false".to_owned(),
+                            Absent::Zero => "0".to_owned(),
+                        },
+                    }
+                }
             };
-            (actual == value) != *negate
+            (actual == *value) != *negate
         })
     }
 }
@@ -200,9 +298,16 @@ pub struct Selectors {
 }
 
 impl Selectors {
-    /// Whether an object matches both selectors.
-    pub fn matches(&self, namespace: &str, name: &str, labels: &BTreeMap<String, String>) -> bool {
-        self.fields.matches(namespace, name) && self.labels.matches(labels)
+    /// Whether an object matches both selectors (`body`: its JSON, read only for a field
+    /// selector on a field of it).
+    pub fn matches(
+        &self,
+        namespace: &str,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        body: &[u8],
+    ) -> bool {
+        self.labels.matches(labels) && self.fields.matches(namespace, name, body)
     }
 }
 
@@ -240,14 +345,24 @@ mod tests {
         assert!(LabelSelector::parse("a in (x").is_err());
         assert!(LabelSelector::parse("a=b=c").is_err());
         assert!(FieldSelector::parse("spec.nodeName=x").is_err());
+        assert!(FieldSelector::parse_for("spec.nodeName=x", "ConfigMap").is_err());
+        let pod = br#"{"spec":{"nodeName":"n1"},"status":{"phase":"Running"}}"#;
+        let f =
+            FieldSelector::parse_for("spec.nodeName=n1,status.phase!=Succeeded", "Pod").unwrap();
+        assert!(f.matches("default", "p", pod));
+        let f = FieldSelector::parse_for("status.phase=Succeeded", "Pod").unwrap();
+        assert!(!f.matches("default", "p", pod));
+        // An absent field reads as the API server renders it: "" for a string, "false".
+        let f = FieldSelector::parse_for("spec.nodeName=,spec.hostNetwork=false", "Pod").unwrap();
+        assert!(f.matches("default", "p", b"{}"));
         assert!(FieldSelector::parse("metadata.name").is_err());
     }
 
     #[test]
     fn field_selectors_match_name_and_namespace() {
         let f = FieldSelector::parse("metadata.name=x,metadata.namespace!=kube-system").unwrap();
-        assert!(f.matches("default", "x"));
-        assert!(!f.matches("kube-system", "x"));
-        assert!(!f.matches("default", "y"));
+        assert!(f.matches("default", "x", b"{}"));
+        assert!(!f.matches("kube-system", "x", b"{}"));
+        assert!(!f.matches("default", "y", b"{}"));
     }
 }

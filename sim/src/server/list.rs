@@ -73,7 +73,7 @@ pub fn list(
     query: &HashMap<String, String>,
     meta_only: bool,
 ) -> Result<Response, ApiError> {
-    let selectors = selectors_from_query(query)?;
+    let selectors = selectors_from_query(query, &rt.kind)?;
     let param = |k: &str| query.get(k).map(String::as_str).filter(|s| !s.is_empty());
     let limit = match param("limit") {
         Some(l) => l

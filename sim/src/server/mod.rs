@@ -113,11 +113,16 @@ pub(crate) fn render_object(o: &StoredObject, meta_only: bool) -> Bytes {
 /// The selectors of a list or watch; a bad one is 400 BadRequest with the parser's message
 /// alone, as the API server words it (`unable to parse requirement: …`, `field label not
 /// supported: spec.foo`).
-pub(crate) fn selectors_from_query(query: &HashMap<String, String>) -> Result<Selectors, ApiError> {
+/// `kind`'s own selectable fields are accepted (`spec.nodeName` for a Pod…: `selector.rs`).
+pub(crate) fn selectors_from_query(
+    query: &HashMap<String, String>,
+    kind: &str,
+) -> Result<Selectors, ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let fields =
+        FieldSelector::parse_for(query.get("fieldSelector").map_or("", String::as_str), kind)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(Selectors { labels, fields })
 }
 

@@ -95,7 +95,7 @@ impl Store {
             if req.namespace.is_some_and(|ns| ns != obj.namespace)
                 || !req
                     .selectors
-                    .matches(&obj.namespace, &obj.name, &obj.labels)
+                    .matches(&obj.namespace, &obj.name, &obj.labels, &obj.body)
             {
                 continue;
             }

@@ -51,7 +51,7 @@ pub fn watch(
     query: &HashMap<String, String>,
     meta_only: bool,
 ) -> Result<Response, ApiError> {
-    let selectors = selectors_from_query(query)?;
+    let selectors = selectors_from_query(query, &rt.kind)?;
     let support = inner.faults.watch_list();
     // A server that ignores the streaming-list parameters sees a plain watch.
     let flag = |k: &str| {

@@ -107,7 +107,9 @@ impl WatchStream {
 
     fn visible(&self, o: &StoredObject) -> bool {
         self.namespace.as_deref().is_none_or(|ns| ns == o.namespace)
-            && self.selectors.matches(&o.namespace, &o.name, &o.labels)
+            && self
+                .selectors
+                .matches(&o.namespace, &o.name, &o.labels, &o.body)
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
