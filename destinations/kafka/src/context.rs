@@ -398,7 +398,11 @@ impl ClientContext for KafkaContext {
             } else {
                 reason.to_owned()
             };
-            self.watch.connection_failed(&cause, !summary);
+            // "All brokers down" is a summary of the failures that led to it: their lines
+            // start the outage and name its cause.
+            if !summary {
+                self.watch.connection_failed(&cause, true);
+            }
             tracing::debug!(sink = %self.sink, error = %error, "kafka client error: {reason}");
         } else if first || fatal {
             tracing::warn!(sink = %self.sink, error = %error, "kafka client error: {reason}; librdkafka keeps retrying (repeats are logged at debug level until the brokers answer)");
