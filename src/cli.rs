@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::filter::LevelFilter;
 
 /// kubesink: streams Kubernetes topology changes into message brokers.
 #[derive(Debug, Parser)]
@@ -169,6 +170,33 @@ pub struct DemoArgs {
     pub listen: Option<String>,
 }
 
+/// Filter directives that quiet client libraries whose own lines kubesink writes better,
+/// each unless the filter names the library (`RUST_LOG=async_nats=debug` wins):
+/// - kube's client logs every failed request at ERROR ("failed with error client error
+///   (Connect)"); the informers log each failure themselves, classified and once per streak,
+///   so kube's line would only say it twice;
+/// - async-nats logs each connection event at INFO (`event: client error: nats: IO error`
+///   once a second while a server is down) and each connect; the NATS clients log their
+///   connection's outages themselves (`kubesink_core::outage`: a WARN at the start, a
+///   summary a minute, an INFO with the counts at the end). Its WARN and ERROR lines stay.
+///
+/// `max` is the filter's most verbose level (`EnvFilter::max_level_hint`, `None`: unknown): a directive never makes a
+/// library louder than the filter asked (`--log-level error` keeps async-nats' WARN lines out).
+pub fn quieted_libraries(named: &str, max: Option<LevelFilter>) -> Vec<String> {
+    [
+        (
+            "kube_client",
+            "kube_client::client::builder",
+            LevelFilter::OFF,
+        ),
+        ("async_nats", "async_nats", LevelFilter::WARN),
+    ]
+    .into_iter()
+    .filter(|(library, _, level)| !named.contains(library) && max.is_none_or(|m| m > *level))
+    .map(|(_, target, level)| format!("{target}={level}"))
+    .collect()
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum LogFormat {
@@ -187,12 +215,9 @@ pub fn init_logging(format: LogFormat, level: &str) {
     let mut filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    // kube's client logs every failed request at ERROR ("failed with error client error
-    // (Connect)"); the informers log each failure themselves, classified and once per
-    // streak, so kube's line would only say it twice. A filter naming kube_client wins.
     let named = std::env::var("RUST_LOG").unwrap_or_default() + level;
-    if !named.contains("kube_client") {
-        if let Ok(directive) = "kube_client::client::builder=off".parse() {
+    for directive in quieted_libraries(&named, filter.max_level_hint()) {
+        if let Ok(directive) = directive.parse() {
             filter = filter.add_directive(directive);
         }
     }
@@ -205,4 +230,33 @@ pub fn init_logging(format: LogFormat, level: &str) {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noisy_libraries_are_quieted_unless_named_or_already_quieter() {
+        let info = Some(LevelFilter::INFO);
+        assert_eq!(
+            quieted_libraries("info", info),
+            ["kube_client::client::builder=off", "async_nats=warn"]
+        );
+        assert_eq!(
+            quieted_libraries("info,async_nats=debug", info),
+            ["kube_client::client::builder=off"],
+            "a filter naming async_nats wins"
+        );
+        assert_eq!(
+            quieted_libraries("kube_client=debug", None),
+            ["async_nats=warn"]
+        );
+        assert_eq!(
+            quieted_libraries("error", Some(LevelFilter::ERROR)),
+            ["kube_client::client::builder=off"],
+            "never louder than the filter"
+        );
+        assert!(quieted_libraries("off", Some(LevelFilter::OFF)).is_empty());
+    }
 }

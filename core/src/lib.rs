@@ -20,7 +20,9 @@
 //! - Tools defined once: [`template`] (destination templates), [`units`] (human durations
 //!   and sizes), [`backoff`] (the retry policy), [`Secret`] (values never printed),
 //!   [`ReadySignal`] (a sink's "reachable again" that ends the pipeline's retry backoff),
-//!   [`Streak`] and [`Problem`] (a failure streak and its problem text), [`clock`] (Unix milliseconds).
+//!   [`Streak`] and [`Problem`] (a failure streak and its problem text), [`outage`] (an
+//!   outage of a broker as the log tells it: one line at its start, a summary a minute, one
+//!   at its end), [`clock`] (Unix milliseconds).
 //!
 //! A sink never decides what to drop: delivery policy (retry, backoff, the oversize fallback)
 //! lives in the pipeline, so every sink behaves the same way from the outside.
@@ -29,6 +31,7 @@ pub mod backoff;
 pub mod clock;
 mod destination;
 pub mod message;
+pub mod outage;
 pub mod readback;
 mod ready;
 mod secret;
@@ -40,6 +43,7 @@ pub mod units;
 
 pub use destination::{Destination, SinkConfigError};
 pub use message::{cloudevents, Format, Message, MessageMeta, Op, Resource};
+pub use outage::Outage;
 pub use ready::{ReadySignal, ReadyWatch};
 pub use secret::Secret;
 pub use sink::{Sink, SinkError};

@@ -97,6 +97,16 @@ pub trait Sink: Send + Sync {
     fn ready_signal(&self) -> Option<ReadySignal> {
         None
     }
+
+    /// A signal this sink bumps when it learns, between two healthchecks, that the answer of
+    /// [`Sink::healthcheck`] changed (Kafka: librdkafka reported every broker down, or they
+    /// answer again after that). The bridge's readiness probe then runs the healthcheck at
+    /// once instead of at its next `server.sink_check_interval`, so `/readyz` tells within
+    /// seconds. It is a [`ReadySignal`] (a generation counter) used for "look again", not for
+    /// "reachable again". `None` (the default): the probe's interval alone.
+    fn health_signal(&self) -> Option<ReadySignal> {
+        None
+    }
 }
 
 /// Why a [`Sink`] did not confirm a batch.

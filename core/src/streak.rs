@@ -5,7 +5,8 @@
 //! Two types, because one problem text can be written by several sources (a sink's send
 //! errors and its healthcheck; the state's journal, saves and restore): [`Streak`] is when a
 //! streak started, [`Problem`] the latest description. Both are lock-free or touched only
-//! when something fails, never on the hot path of a healthy run.
+//! when something fails, never on the hot path of a healthy run. How a streak of a broker's
+//! connection is told in the log (start, a summary a minute, end) is [`crate::outage`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -342,7 +342,7 @@ struct Totals {
 const PROBE: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
 /// Runs a sink's healthcheck until `cancel`: with backoff until it first passes, then every
-/// `interval`; each result goes to the sink's stats (readiness), each change between ready
+/// `interval`, and at once when the sink's `health_signal` says its answer changed; each result goes to the sink's stats (readiness), each change between ready
 /// and not ready is logged once, and a return to ready after a failure notifies the sink's
 /// ready signal, which ends the pipeline's retry backoff for sinks that have no connection
 /// events of their own.
@@ -351,7 +351,12 @@ pub async fn probe_sink(handle: SinkHandle, interval: Duration, cancel: Cancella
     let stats = handle.stats().clone();
     let mut delays = PROBE.delays();
     let mut was_ready: Option<bool> = None;
+    // The sink's "look again" (`Sink::health_signal`): a change learned between two checks.
+    let mut health = sink.health_signal().map(|s| s.subscribe());
     loop {
+        if let Some(h) = health.as_mut() {
+            h.mark_seen();
+        }
         let result = tokio::select! {
             _ = cancel.cancelled() => return,
             r = tokio::time::timeout(interval.max(Duration::from_secs(1)) * 3, sink.healthcheck()) => r,
@@ -383,6 +388,12 @@ pub async fn probe_sink(handle: SinkHandle, interval: Duration, cancel: Cancella
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
+            _ = async {
+                match health.as_mut() {
+                    Some(h) => h.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {}
         }
     }
 }

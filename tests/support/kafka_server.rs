@@ -107,6 +107,13 @@ impl Tansu {
         }
     }
 
+    /// Kills the broker (SIGKILL): its connections close, its port refuses connections until
+    /// [`Tansu::restart_empty`].
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Kills the broker and starts a new one on the same address with an empty memory
     /// engine: every topic, record and producer id is gone (what a broker that lost its
     /// state looks like to clients; create the topics again). Its stderr is appended to the

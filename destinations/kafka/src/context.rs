@@ -1,15 +1,19 @@
 //! librdkafka's callbacks (its log lines and client errors, into `tracing` with the sink's
 //! name) and what they tell about the brokers ([`BrokerWatch`]): librdkafka's last client
 //! error since the brokers last answered (e.g. "Connect to ipv4#127.0.0.1:9092 failed:
-//! Connection refused"), logged once per outage, and whether a broker-up watcher runs; and
+//! Connection refused"), the brokers' outages as the log tells them (a WARN at the start, a
+//! summary a minute, an INFO with the counts at the end, instead of librdkafka's ERROR line
+//! per failed reconnect), whether librdkafka reported every broker down, and whether a
+//! broker-up watcher runs; and
 //! what librdkafka's statistics tell about one producer's idempotence state
 //! ([`EpochWatch`]: its producer id and epoch). The callbacks run on librdkafka's threads:
 //! they only record, notify and log, never block.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use kubesink_core::ReadySignal;
+use kubesink_core::{Outage, ReadySignal};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
@@ -117,21 +121,79 @@ struct Eos {
 
 /// What the sink knows of its brokers' reachability, shared by the librdkafka context (which
 /// records client errors from librdkafka's threads), the service and the broker-up watcher.
-#[derive(Clone, Default)]
+///
+/// - The last client error since the brokers last answered (named in failed sends).
+/// - The outage as the log tells it ([`Outage`]): librdkafka reports every failed connection
+///   (a `FAIL` log line and a `BrokerTransportFailure` error per broker and retry, every
+///   `reconnect.backoff.max.ms`); here the first starts an outage (one WARN), the errors are
+///   counted as failed attempts, a summary is logged a minute, and once the brokers answer
+///   again and no connection failed for [`BrokerWatch::quiet`] one INFO says how long it
+///   lasted and how many attempts failed. Waiting for the quiet keeps a cluster with one
+///   broker of several down in one outage instead of one per healthcheck.
+/// - Whether librdkafka reported every broker down (`ALL_BROKERS_DOWN`, raised as soon as the
+///   last broker connection fails, e.g. a killed broker's closed socket): the healthcheck
+///   then fails at once instead of waiting `healthcheck_timeout` for metadata, and the
+///   health signal makes the readiness probe run it at once. (A broker that stops answering
+///   without closing its connections is found by librdkafka's own timeouts:
+///   `socket.timeout.ms` for requests, `socket.connection.setup.timeout.ms` for connects,
+///   librdkafka `CONFIGURATION.md`.)
+#[derive(Clone)]
 pub struct BrokerWatch {
     inner: Arc<BrokerState>,
     ready: ReadySignal,
+    health: ReadySignal,
 }
 
-#[derive(Default)]
+impl Default for BrokerWatch {
+    /// The watch of a sink named `kafka` with the default quiet time.
+    fn default() -> Self {
+        BrokerWatch::new("kafka", DEFAULT_QUIET)
+    }
+}
+
+/// How long no broker connection may fail before an outage counts as over: twice kubesink's
+/// default `reconnect.backoff.max.ms` (1 s), so a broker still down is retried at least once
+/// in it.
+pub const DEFAULT_QUIET: Duration = Duration::from_secs(2);
+
 struct BrokerState {
     /// librdkafka's last client error since the brokers last answered: (fatal, text).
     last_error: Mutex<Option<(bool, String)>>,
     /// A broker-up watcher task is running.
     watching: AtomicBool,
+    /// librdkafka reported every broker down, and no metadata request answered since.
+    all_down: AtomicBool,
+    /// Notified when librdkafka reports every broker down.
+    went_down: tokio::sync::Notify,
+    /// When a broker connection last failed.
+    last_failure: Mutex<Option<Instant>>,
+    outage: Outage,
+    quiet: Duration,
 }
 
 impl BrokerWatch {
+    /// The watch of sink `sink`; an outage ends once the brokers answer and no connection
+    /// failed for `quiet` (see the type's doc).
+    pub fn new(sink: &str, quiet: Duration) -> Self {
+        BrokerWatch {
+            inner: Arc::new(BrokerState {
+                last_error: Mutex::new(None),
+                watching: AtomicBool::new(false),
+                all_down: AtomicBool::new(false),
+                went_down: tokio::sync::Notify::new(),
+                last_failure: Mutex::new(None),
+                outage: Outage::new(
+                    sink,
+                    "Kafka brokers",
+                    "librdkafka reconnects (reconnect.backoff.max.ms)",
+                ),
+                quiet,
+            }),
+            ready: ReadySignal::default(),
+            health: ReadySignal::default(),
+        }
+    }
+
     /// librdkafka's last client error since the brokers last answered, e.g. "Connect to
     /// ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT)".
     pub fn last_error(&self) -> Option<String> {
@@ -141,6 +203,34 @@ impl BrokerWatch {
     /// The signal notified when the brokers answer again.
     pub fn ready(&self) -> &ReadySignal {
         &self.ready
+    }
+
+    /// The signal notified when librdkafka reports every broker down, and when they answer
+    /// again after that: the readiness probe runs the healthcheck at once.
+    pub fn health(&self) -> &ReadySignal {
+        &self.health
+    }
+
+    /// The brokers' outages as they are logged.
+    pub fn outage(&self) -> &Outage {
+        &self.inner.outage
+    }
+
+    /// How long no connection may fail before an outage counts as over.
+    pub fn quiet(&self) -> Duration {
+        self.inner.quiet
+    }
+
+    /// Whether librdkafka reported every broker down and no metadata request answered since.
+    pub fn all_down(&self) -> bool {
+        self.inner.all_down.load(Ordering::Acquire)
+    }
+
+    /// Resolves when librdkafka next reports every broker down (create and
+    /// [`enable`](tokio::sync::futures::Notified::enable) it before looking at
+    /// [`BrokerWatch::all_down`], so a report in between is not missed).
+    pub(super) fn went_down(&self) -> tokio::sync::futures::Notified<'_> {
+        self.inner.went_down.notified()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<(bool, String)>> {
@@ -172,9 +262,52 @@ impl BrokerWatch {
         first
     }
 
-    /// The brokers answered: forget the error. Returns whether there was one.
-    pub(super) fn clear(&self) -> bool {
-        self.lock().take().is_some()
+    /// A broker connection failed (`attempt`: a failed connection attempt, counted; else a
+    /// line that names the cause better): the outage starts or goes on.
+    fn connection_failed(&self, cause: &str, attempt: bool) {
+        *self
+            .inner
+            .last_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        if attempt {
+            self.inner.outage.failed(cause);
+        } else if self.inner.outage.is_down() {
+            self.inner.outage.note(cause);
+        } else {
+            self.inner.outage.lost(cause);
+        }
+    }
+
+    /// librdkafka reported every broker down.
+    fn everything_down(&self) {
+        if !self.inner.all_down.swap(true, Ordering::AcqRel) {
+            self.health.notify();
+        }
+        self.inner.went_down.notify_waiters();
+    }
+
+    /// The brokers answered a metadata request or a send: forgets the last error and the
+    /// "every broker down" report, and ends the outage when no connection failed for
+    /// [`BrokerWatch::quiet`] (logged with its counts). Returns whether an outage still runs.
+    pub(super) fn answered(&self) -> bool {
+        self.lock().take();
+        if self.inner.all_down.swap(false, Ordering::AcqRel) {
+            self.health.notify();
+        }
+        if !self.inner.outage.is_down() {
+            return false;
+        }
+        let quiet = self
+            .inner
+            .last_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none_or(|t| t.elapsed() >= self.inner.quiet);
+        if quiet {
+            self.inner.outage.recovered();
+        }
+        !quiet
     }
 
     /// The recorded error when it needs an operator (authentication, TLS).
@@ -183,6 +316,21 @@ impl BrokerWatch {
             .as_ref()
             .and_then(|(fatal, e)| fatal.then(|| e.clone()))
     }
+}
+
+/// librdkafka log facilities of a failed broker connection (`FAIL`: "Connect to ... failed:
+/// Connection refused", "Disconnected"; `REQTMOUT`: requests timed out on a connection;
+/// `ALLBROKERSDOWN`): part of the outage, not lines of their own.
+const CONNECTION_FACILITIES: [&str; 3] = ["FAIL", "REQTMOUT", "ALLBROKERSDOWN"];
+
+/// librdkafka client errors that mean "a broker connection failed" (counted as failed
+/// attempts of the outage) rather than something an operator must fix.
+fn is_connection_failure(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::BrokerTransportFailure | C::Resolve | C::AllBrokersDown | C::OperationTimedOut
+    )
 }
 
 impl ClientContext for KafkaContext {
@@ -197,8 +345,20 @@ impl ClientContext for KafkaContext {
         }
     }
 
+    /// librdkafka's log lines into `tracing` at their level, except a failed broker
+    /// connection at WARN or ERROR ([`CONNECTION_FACILITIES`]): that is the outage's (its first
+    /// line starts it; the others are at debug level).
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         use RDKafkaLogLevel as L;
+        let severe = matches!(
+            level,
+            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning
+        );
+        if severe && CONNECTION_FACILITIES.contains(&fac) {
+            self.watch.connection_failed(log_message, false);
+            tracing::debug!(sink = %self.sink, facility = fac, "librdkafka: {log_message}");
+            return;
+        }
         match level {
             L::Emerg | L::Alert | L::Critical | L::Error => {
                 tracing::error!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
@@ -215,8 +375,10 @@ impl ClientContext for KafkaContext {
         }
     }
 
-    /// One warning per outage; later errors of the same outage at debug level (librdkafka
-    /// reports each failed reconnect).
+    /// A failed broker connection ([`is_connection_failure`]) goes to the outage (counted;
+    /// "all brokers down" also fails the healthcheck at once). Any other client error
+    /// (authentication, TLS, ...) is logged at WARN, once per outage unless it is fatal
+    /// (librdkafka reports each failed reconnect).
     fn error(&self, error: KafkaError, reason: &str) {
         let fatal = matches!(classify(&error, ""), SendFailure::Fatal(_));
         let text = if reason.is_empty() {
@@ -224,8 +386,25 @@ impl ClientContext for KafkaContext {
         } else {
             format!("{error}: {reason}")
         };
-        let summary = error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown);
-        if self.watch.note(fatal, text, summary) || fatal {
+        let code = error.rdkafka_error_code();
+        let summary = code == Some(RDKafkaErrorCode::AllBrokersDown);
+        let first = self.watch.note(fatal, text, summary);
+        if summary {
+            self.watch.everything_down();
+        }
+        if !fatal && code.is_some_and(is_connection_failure) {
+            let cause = if reason.is_empty() {
+                error.to_string()
+            } else {
+                reason.to_owned()
+            };
+            // "All brokers down" is a summary of the failures that led to it: their lines
+            // start the outage and name its cause.
+            if !summary {
+                self.watch.connection_failed(&cause, true);
+            }
+            tracing::debug!(sink = %self.sink, error = %error, "kafka client error: {reason}");
+        } else if first || fatal {
             tracing::warn!(sink = %self.sink, error = %error, "kafka client error: {reason}; librdkafka keeps retrying (repeats are logged at debug level until the brokers answer)");
         } else {
             tracing::debug!(sink = %self.sink, error = %error, "kafka client error: {reason}");
@@ -262,6 +441,74 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), w.wedged())
             .await
             .expect("wedged once the epoch ran that far ahead");
+    }
+
+    #[test]
+    fn connection_failures_are_one_outage_and_other_errors_stay_apart() {
+        let watch = BrokerWatch::new("k", Duration::ZERO);
+        let ctx = KafkaContext::new("k", &watch, &Arc::new(EpochWatch::default()));
+        let refused = "127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused (after 0ms in state CONNECT)";
+        ctx.log(RDKafkaLogLevel::Error, "FAIL", refused);
+        assert!(
+            watch.outage().is_down(),
+            "librdkafka's FAIL line starts the outage"
+        );
+        assert_eq!(watch.outage().failures(), 0, "a log line is not an attempt");
+        for _ in 0..5 {
+            ctx.error(
+                KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure),
+                refused,
+            );
+        }
+        assert_eq!(
+            watch.outage().failures(),
+            5,
+            "each failed connection counts"
+        );
+        assert!(!watch.all_down());
+        let generation = watch.health().generation();
+        ctx.error(
+            KafkaError::Global(RDKafkaErrorCode::AllBrokersDown),
+            "1/1 brokers are down",
+        );
+        assert!(watch.all_down());
+        assert_eq!(
+            watch.health().generation(),
+            generation + 1,
+            "the probe looks again"
+        );
+        assert_eq!(watch.outage().failures(), 5, "a summary, not an attempt");
+        assert!(
+            watch
+                .last_error()
+                .is_some_and(|e| e.contains("Connection refused")),
+            "the specific error is kept over the summary"
+        );
+        ctx.error(
+            KafkaError::Global(RDKafkaErrorCode::Authentication),
+            "SASL authentication error",
+        );
+        assert_eq!(watch.outage().failures(), 5, "not a connection failure");
+        assert!(watch.fatal().is_some());
+        assert!(!watch.answered(), "quiet (0 s): the outage ends");
+        assert!(!watch.outage().is_down());
+        assert!(!watch.all_down());
+        assert_eq!(watch.health().generation(), generation + 2);
+    }
+
+    #[test]
+    fn an_outage_lasts_while_connections_keep_failing() {
+        let watch = BrokerWatch::new("k", Duration::from_secs(60));
+        let ctx = KafkaContext::new("k", &watch, &Arc::new(EpochWatch::default()));
+        ctx.error(
+            KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure),
+            "broker 2: Connection refused",
+        );
+        assert!(
+            watch.answered(),
+            "the others answer, but a connection failed within the quiet time"
+        );
+        assert!(watch.outage().is_down());
     }
 
     #[test]

@@ -25,12 +25,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use kubesink_core::backoff::Backoff;
 use kubesink_core::SinkError;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
 
-use crate::context::{BrokerWatch, EpochWatch, KafkaContext};
+use crate::context::{BrokerWatch, EpochWatch, KafkaContext, DEFAULT_QUIET};
 use crate::errors::{classify, describe_error, needs_new_producer, SendFailure};
 use crate::properties::Properties;
 use crate::rebuild::{ProducerHealth, Seen};
@@ -75,6 +76,8 @@ pub struct KafkaService {
     /// Times an enqueue met `QueueFull` and waited.
     queue_full_waits: AtomicU64,
     watch: BrokerWatch,
+    /// Topics a missing-topic watcher looks for ([`KafkaService::watch_for_topic`]).
+    missing_topics: Arc<Mutex<BTreeSet<String>>>,
 }
 
 fn create_producer(
@@ -105,6 +108,24 @@ struct Settled {
     other: bool,
 }
 
+/// The outage quiet time of a producer with these properties: twice its
+/// `reconnect.backoff.max.ms` (librdkafka `CONFIGURATION.md`: the longest wait between two
+/// connection attempts to a broker), at least [`DEFAULT_QUIET`], so a broker still down
+/// fails again within it.
+fn quiet(properties: &Properties) -> Duration {
+    properties
+        .get("reconnect.backoff.max.ms")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_QUIET, |ms| {
+            DEFAULT_QUIET.max(Duration::from_millis(ms.saturating_mul(2)))
+        })
+}
+
+/// How a missing-topic watcher looks for its topic: after 1 s, doubling to 5 s (jittered
+/// within the cap). A few seconds between a user creating the topic and the first record in it,
+/// instead of the pipeline's `retry_max_backoff` (30 s by default) that a fatal error waits.
+pub const TOPIC_POLL: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
+
 /// Interval and metadata timeout of the broker-up watcher.
 const BROKER_UP_POLL: Duration = Duration::from_millis(500);
 
@@ -125,7 +146,7 @@ impl KafkaService {
     /// # Errors
     /// The [`KafkaError`] when librdkafka rejects a property (its message names it).
     pub fn new(s: Settings) -> Result<Self, KafkaError> {
-        let watch = BrokerWatch::default();
+        let watch = BrokerWatch::new(&s.sink, quiet(&s.properties));
         let current = create_producer(&s.sink, &s.properties, &watch)?;
         tracing::info!(sink = %s.sink, config = ?s.properties, "kafka producer created");
         Ok(KafkaService {
@@ -136,6 +157,7 @@ impl KafkaService {
             topics: Mutex::new(BTreeSet::new()),
             queue_full_waits: AtomicU64::new(0),
             watch,
+            missing_topics: Arc::default(),
         })
     }
 
@@ -145,8 +167,10 @@ impl KafkaService {
     }
 
     /// Starts the broker-up watcher unless one runs: every [`BROKER_UP_POLL`] it asks for
-    /// metadata; once the brokers answer it forgets the last error, logs the recovery and
-    /// notifies the ready signal, then ends. Needs a tokio runtime (none: nothing happens).
+    /// metadata; once the brokers answer it forgets the last error and notifies the ready
+    /// signal, and it ends once the outage is logged as over (the brokers answer and no
+    /// connection failed for [`BrokerWatch::quiet`]). Needs a tokio runtime (none: nothing
+    /// happens).
     fn watch_for_broker_up(&self) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
@@ -158,6 +182,7 @@ impl KafkaService {
         let watch = self.watch.clone();
         let sink = self.s.sink.clone();
         rt.spawn(async move {
+            let mut notified = false;
             loop {
                 tokio::time::sleep(BROKER_UP_POLL).await;
                 let p = producer.clone();
@@ -171,14 +196,76 @@ impl KafkaService {
                     break;
                 }
                 if up {
-                    if watch.clear() {
-                        tracing::info!(sink = %sink, "kafka brokers answer again");
+                    let lasting = watch.answered();
+                    if !notified {
+                        tracing::debug!(sink = %sink, "kafka brokers answer a metadata request");
+                        watch.ready().notify();
+                        notified = true;
                     }
-                    watch.ready().notify();
-                    break;
+                    // Until the outage is logged as over (no connection failed for a while).
+                    if !lasting {
+                        break;
+                    }
                 }
             }
             watch.stop_watching();
+        });
+    }
+
+    /// Starts a missing-topic watcher for `topic` unless one runs: it asks the brokers for
+    /// the topic's metadata after [`TOPIC_POLL`] delays (1 s doubling to 5 s) and, once the
+    /// topic exists with partitions, logs it and notifies the ready signal, which ends the
+    /// pipeline's wait (a missing topic is a fatal error, retried at `retry_max_backoff`,
+    /// 30 s by default): a topic created while kubesink runs is used within about 5 s. Ends
+    /// with the sink. Needs a tokio runtime (none: nothing happens).
+    pub(crate) fn watch_for_topic(&self, topic: &str) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self
+            .missing_topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(topic.to_owned())
+        {
+            return;
+        }
+        let producer = self.producer();
+        let missing = self.missing_topics.clone();
+        let ready = self.watch.ready().clone();
+        let sink = self.s.sink.clone();
+        let topic = topic.to_owned();
+        let timeout = self.s.healthcheck_timeout.min(TOPIC_POLL.max);
+        tracing::info!(sink = %sink, topic = %topic, "waiting for the topic to be created: looking for it after 1 s, then every 5 s at most");
+        rt.spawn(async move {
+            let started = Instant::now();
+            for (checks, delay) in (1u64..).zip(TOPIC_POLL.delays()) {
+                tokio::time::sleep(delay).await;
+                // The sink was dropped meanwhile (or its producer replaced; the next failed
+                // send watches again).
+                if Arc::strong_count(&producer) == 1 {
+                    break;
+                }
+                let (p, t) = (producer.clone(), topic.clone());
+                let found = tokio::task::spawn_blocking(move || {
+                    p.client().fetch_metadata(Some(&t), timeout).is_ok_and(|m| {
+                        m.topics().iter().any(|m| {
+                            m.name() == t && m.error().is_none() && !m.partitions().is_empty()
+                        })
+                    })
+                })
+                .await
+                .unwrap_or(false);
+                if found {
+                    tracing::info!(sink = %sink, topic = %topic, checks, waited_ms = started.elapsed().as_millis() as u64, "the topic exists now: sending to it");
+                    ready.notify();
+                    break;
+                }
+            }
+            missing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&topic);
         });
     }
 
@@ -327,6 +414,7 @@ impl KafkaService {
             failures: vec![None; records.len()],
             settled: Settled::default(),
             epoch: current.epoch.clone(),
+            missing: BTreeSet::new(),
         };
         for (i, r) in records.iter().enumerate() {
             match &r.fan_out {
@@ -366,6 +454,9 @@ impl KafkaService {
             reports.settle(report.ok(), p.index, p.topic);
         }
         self.note_topics(records);
+        for topic in &reports.missing {
+            self.watch_for_topic(topic);
+        }
         if replaced.is_none() {
             let seen = self.seen(&current, &reports).await;
             replaced = self.observe(&current, seen).await;
@@ -382,7 +473,7 @@ impl KafkaService {
         }
         match &outcome {
             Ok(()) => {
-                self.watch.clear();
+                self.watch.answered();
             }
             Err(SinkError::Transient { .. } | SinkError::Partial { .. }) => {
                 self.watch_for_broker_up()
@@ -450,7 +541,7 @@ impl KafkaService {
             value = value.timestamp(ms);
         }
         if let Err(e) = self.enqueue(producer, value, i, topic, reports).await {
-            reports.fail(i, classify(&e, topic), topic);
+            reports.fail_enqueue(i, &e, topic);
             return false;
         }
         if let Some(headers) = &r.tombstone {
@@ -460,7 +551,7 @@ impl KafkaService {
                 record = record.timestamp(ms);
             }
             if let Err(e) = self.enqueue(producer, record, i, topic, reports).await {
-                reports.fail(i, classify(&e, topic), topic);
+                reports.fail_enqueue(i, &e, topic);
                 return false;
             }
         }
@@ -629,32 +720,51 @@ impl KafkaService {
                 format!("fatal producer error {code:?}: {reason}"),
             ));
         }
+        let servers = &self.s.bootstrap_servers;
+        let all_down = || {
+            self.watch_for_broker_up();
+            SinkError::transient(
+                &self.s.sink,
+                self.with_cause(format!(
+                    "every broker of {servers} is down (librdkafka ALL_BROKERS_DOWN)"
+                )),
+            )
+        };
+        // librdkafka's "every broker down" fails the check at once, also while the metadata
+        // request waits (it would wait healthcheck_timeout for a broker that is gone).
+        let went_down = self.watch.went_down();
+        tokio::pin!(went_down);
+        went_down.as_mut().enable();
+        if self.watch.all_down() {
+            return Err(all_down());
+        }
         let timeout = self.s.healthcheck_timeout;
         let p = producer.clone();
-        let metadata =
-            tokio::task::spawn_blocking(move || p.client().fetch_metadata(None, timeout))
-                .await
-                .map_err(|e| SinkError::transient(&self.s.sink, format!("metadata task: {e}")))?
-                .map_err(|e| {
-                    let servers = &self.s.bootstrap_servers;
-                    if let Some(cause) = self.watch.fatal() {
-                        return SinkError::fatal(&self.s.sink, format!("{servers}: {cause}"));
+        let fetched = tokio::select! {
+            r = tokio::task::spawn_blocking(move || p.client().fetch_metadata(None, timeout)) => r,
+            () = &mut went_down => return Err(all_down()),
+        };
+        let metadata = fetched
+            .map_err(|e| SinkError::transient(&self.s.sink, format!("metadata task: {e}")))?
+            .map_err(|e| {
+                if let Some(cause) = self.watch.fatal() {
+                    return SinkError::fatal(&self.s.sink, format!("{servers}: {cause}"));
+                }
+                self.watch_for_broker_up();
+                match classify(&e, "") {
+                    SendFailure::Fatal(m) => {
+                        SinkError::fatal(&self.s.sink, format!("{servers}: {m}"))
                     }
-                    self.watch_for_broker_up();
-                    match classify(&e, "") {
-                        SendFailure::Fatal(m) => {
-                            SinkError::fatal(&self.s.sink, format!("{servers}: {m}"))
-                        }
-                        _ => SinkError::transient(
-                            &self.s.sink,
-                            self.with_cause(format!("metadata request to {servers} failed: {e}")),
-                        ),
-                    }
-                })?;
-        if self.watch.clear() {
-            tracing::info!(sink = %self.s.sink, "kafka brokers answer again");
+                    _ => SinkError::transient(
+                        &self.s.sink,
+                        self.with_cause(format!("metadata request to {servers} failed: {e}")),
+                    ),
+                }
+            })?;
+        if self.watch.last_error().is_some() {
             self.watch.ready().notify();
         }
+        self.watch.answered();
         if let Some(p) = self.producer_problem() {
             return Err(SinkError::transient(&self.s.sink, p));
         }
@@ -727,6 +837,14 @@ impl KafkaService {
     }
 }
 
+/// Whether an error code says the topic does not exist.
+fn is_missing_topic(code: Option<RDKafkaErrorCode>) -> bool {
+    matches!(
+        code,
+        Some(RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition)
+    )
+}
+
 /// The delivery reports one send waits for, and what those that arrived showed.
 struct Reports {
     pending: VecDeque<Pending>,
@@ -735,6 +853,8 @@ struct Reports {
     settled: Settled,
     /// The producer's, told of each delivery.
     epoch: Arc<EpochWatch>,
+    /// Topics the brokers said do not exist.
+    missing: BTreeSet<Arc<str>>,
 }
 
 impl Reports {
@@ -754,6 +874,9 @@ impl Reports {
             Some(Err((e, _))) => {
                 let code = e.rdkafka_error_code();
                 self.settled.reset |= code.is_some_and(needs_new_producer);
+                if is_missing_topic(code) {
+                    self.missing.insert(topic.clone());
+                }
                 if code == Some(RDKafkaErrorCode::MessageTimedOut) {
                     self.settled.timed_out = true;
                 } else {
@@ -769,6 +892,14 @@ impl Reports {
         if self.failures[index].is_none() {
             self.failures[index] = Some((failure, topic));
         }
+    }
+
+    /// Records librdkafka's refusal `e` to enqueue message `index`.
+    fn fail_enqueue(&mut self, index: usize, e: &KafkaError, topic: &Arc<str>) {
+        if is_missing_topic(e.rdkafka_error_code()) {
+            self.missing.insert(topic.clone());
+        }
+        self.fail(index, classify(e, topic), topic);
     }
 
     /// Records a failure to enqueue message `index`.

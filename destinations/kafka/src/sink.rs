@@ -103,10 +103,11 @@ impl KafkaSink {
                 }
                 Some(t) => vec![t],
                 None => {
+                    self.service.watch_for_topic(topic);
                     return Err(SinkError::fatal(
                         &self.name,
                         format!("topic {topic:?} does not exist and the brokers do not auto-create it: create it (docs/kafka.md) or fix `topic`"),
-                    ))
+                    ));
                 }
             }
         };
@@ -178,6 +179,11 @@ impl Sink for KafkaSink {
     /// Notified when the brokers answer again after a failed send or healthcheck.
     fn ready_signal(&self) -> Option<ReadySignal> {
         Some(self.service.watch().ready().clone())
+    }
+
+    /// Notified when librdkafka reports every broker down, and when they answer after that.
+    fn health_signal(&self) -> Option<ReadySignal> {
+        Some(self.service.watch().health().clone())
     }
 
     fn max_message_bytes(&self) -> Option<usize> {

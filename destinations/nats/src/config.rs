@@ -482,7 +482,7 @@ impl NatsConfig {
     /// The service settings: connection options with auth and TLS, the publishing mode and
     /// its stream setup.
     async fn settings(&self) -> Result<Settings, NatsError> {
-        let watch = connection::ConnectionWatch::default();
+        let watch = connection::ConnectionWatch::new(&self.name);
         let opts = client_options(
             &ClientSettings {
                 name: &self.name,

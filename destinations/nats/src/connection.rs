@@ -3,18 +3,18 @@
 //! (re)connect notifies the sink's [`ReadySignal`], which ends the pipeline's retry backoff;
 //! the last connection error the client recorded (from the server pool the reconnect
 //! callback receives: "IO error: Connection refused (os error 111)") is kept for the errors
-//! of failed sends and logged once per outage.
+//! of failed sends; an outage is logged as [`Outage`] tells it (a WARN at its start, a
+//! summary a minute, an INFO with its duration and failed attempts at its end).
 //!
 //! It only observes: it never changes which server the client picks, and never logs a
 //! secret (server URLs lose their user info).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::{ConnectErrorKind, ConnectOptions, Event};
 use kubesink_core::backoff::Backoff;
-use kubesink_core::ReadySignal;
+use kubesink_core::{Outage, ReadySignal};
 
 /// Whether a connection attempt failed because no server could be reached at all (refused,
 /// timed out, host or network unreachable, DNS): such a start-up failure is waited out in
@@ -47,24 +47,48 @@ const RECONNECT: Backoff =
     Backoff::new(Duration::from_millis(100), Duration::from_secs(1)).without_jitter();
 
 /// What the connection callbacks learn, shared between them and the service: the ready
-/// signal bumped on every (re)connect, and the last connection error with the count of
-/// failed attempts since the connection was last up.
-#[derive(Clone, Default)]
+/// signal bumped on every (re)connect, the last connection error, and the outage as the log
+/// tells it ([`Outage`]: one WARN when the connection is lost or cannot be made, a summary a
+/// minute while it lasts, one INFO with the counts when it is back).
+#[derive(Clone)]
 pub struct ConnectionWatch {
     ready: ReadySignal,
     inner: Arc<WatchState>,
 }
 
-#[derive(Default)]
 struct WatchState {
     last_error: Mutex<Option<String>>,
-    failed_attempts: AtomicU64,
+    outage: Outage,
+}
+
+impl Default for ConnectionWatch {
+    /// The watch of a client named `nats`.
+    fn default() -> Self {
+        ConnectionWatch::new("nats")
+    }
 }
 
 impl ConnectionWatch {
+    /// The watch of the client of `name` (a sink's name, `state` for the state store): the
+    /// `sink` field of its log lines.
+    pub fn new(name: &str) -> Self {
+        ConnectionWatch {
+            ready: ReadySignal::default(),
+            inner: Arc::new(WatchState {
+                last_error: Mutex::new(None),
+                outage: Outage::new(name, "NATS", RETRYING),
+            }),
+        }
+    }
+
     /// The signal bumped on every connect.
     pub fn ready(&self) -> &ReadySignal {
         &self.ready
+    }
+
+    /// The connection's outages as they are logged.
+    pub fn outage(&self) -> &Outage {
+        &self.inner.outage
     }
 
     /// The last connection error the client recorded (server and cause, no credentials),
@@ -86,8 +110,8 @@ impl ConnectionWatch {
     }
 
     /// Records the per-server errors of the client's server pool (called before each
-    /// reconnect attempt); logs the first one of an outage.
-    fn note_pool(&self, sink: &str, pool: &[async_nats::Server]) {
+    /// reconnect attempt): the outage's most precise cause (the events say only "IO error").
+    fn note_pool(&self, pool: &[async_nats::Server]) {
         let errors: Vec<String> = pool
             .iter()
             .filter_map(|s| {
@@ -100,20 +124,57 @@ impl ConnectionWatch {
             return;
         }
         let text = errors.join("; ");
-        let first = self.last_error().is_none_or(|e| e == DISCONNECTED);
-        if first {
-            tracing::warn!(sink = %sink, cause = %text, "NATS unreachable; reconnecting every second at most, changes wait in the pipeline (logged once per outage)");
-        }
+        self.inner.outage.note(&text);
         self.set_error(Some(text));
     }
+
+    /// One connection event, logged as an operator needs it: connects and the outages
+    /// between them through [`Outage`] (async-nats' own per-event lines are filtered out by
+    /// the binary's log filter), server errors at ERROR.
+    fn on_event(&self, sink: &str, event: Event) {
+        match event {
+            Event::Connected => {
+                if !self.inner.outage.recovered() {
+                    tracing::info!(sink = %sink, "NATS connected");
+                }
+                self.set_error(None);
+                self.ready.notify();
+            }
+            Event::Disconnected => {
+                if self.last_error().is_none() {
+                    self.set_error(Some(DISCONNECTED.to_owned()));
+                }
+                self.inner.outage.lost("connection lost");
+            }
+            Event::ServerError(e) => {
+                tracing::error!(sink = %sink, error = %e, "NATS server error")
+            }
+            // A failed (re)connect attempt: counted; its cause is the server pool's
+            // (`note_pool`), the event's text is only the error kind ("IO error").
+            Event::ClientError(e) => {
+                let cause = match self.last_error() {
+                    Some(c) if c != DISCONNECTED => c,
+                    _ => e.to_string(),
+                };
+                self.inner.outage.failed(&cause);
+                tracing::debug!(sink = %sink, error = %e, "NATS connection attempt failed")
+            }
+            // The connection closed because the sink closed it (shutdown).
+            Event::Closed => tracing::info!(sink = %sink, "NATS connection closed"),
+            other => tracing::warn!(sink = %sink, event = %other, "NATS connection event"),
+        }
+    }
 }
+
+/// How the outage's first line says the client retries.
+const RETRYING: &str = "reconnecting every second at most";
 
 /// The cause named while disconnected before the client recorded a connection error.
 pub(super) const DISCONNECTED: &str = "disconnected";
 
 /// The connection options every NATS sink starts from: its name, timeouts, bounded client
 /// buffer, reconnect forever with [`RECONNECT`] delays, and connection events observed by
-/// `watch` and logged with the sink name (a failing reconnect once per outage). `config.rs`
+/// `watch` and logged with the sink name (an outage as [`Outage`] tells it). `config.rs`
 /// adds authentication and TLS.
 pub fn base_options(
     sink: &str,
@@ -123,7 +184,7 @@ pub fn base_options(
     client_capacity: usize,
     watch: &ConnectionWatch,
 ) -> ConnectOptions {
-    let (sink, sink2) = (sink.to_owned(), sink.to_owned());
+    let sink = sink.to_owned();
     let (watch, watch2) = (watch.clone(), watch.clone());
     ConnectOptions::new()
         .name(connection_name)
@@ -135,48 +196,12 @@ pub fn base_options(
         // Only observes: `None` keeps the client's own server selection. The pool snapshot
         // carries each server's last connection error, which the events do not.
         .reconnect_to_server_callback(move |pool, _info| {
-            watch2.note_pool(&sink2, &pool);
+            watch2.note_pool(&pool);
             async { None }
         })
         .event_callback(move |event| {
-            let sink = sink.clone();
-            let watch = watch.clone();
-            async move {
-                match event {
-                    Event::Connected => {
-                        let failed = watch.inner.failed_attempts.swap(0, Ordering::Relaxed);
-                        match watch.last_error() {
-                            Some(cause) if failed > 0 => {
-                                tracing::info!(sink = %sink, failed_attempts = failed, last_error = %cause, "NATS connected again")
-                            }
-                            _ => tracing::info!(sink = %sink, "NATS connected"),
-                        }
-                        watch.set_error(None);
-                        watch.ready.notify();
-                    }
-                    Event::Disconnected => {
-                        if watch.last_error().is_none() {
-                            watch.set_error(Some(DISCONNECTED.to_owned()));
-                        }
-                        tracing::warn!(sink = %sink, "NATS disconnected; reconnecting")
-                    }
-                    Event::ServerError(e) => {
-                        tracing::error!(sink = %sink, error = %e, "NATS server error")
-                    }
-                    // A failed (re)connect attempt: counted; its cause is logged once per
-                    // outage from the server pool (`note_pool`).
-                    Event::ClientError(e) => {
-                        watch.inner.failed_attempts.fetch_add(1, Ordering::Relaxed);
-                        if watch.last_error().is_none() {
-                            watch.set_error(Some(e.to_string()));
-                        }
-                        tracing::debug!(sink = %sink, error = %e, "NATS connection attempt failed")
-                    }
-                    // The connection closed because the sink closed it (shutdown).
-                    Event::Closed => tracing::info!(sink = %sink, "NATS connection closed"),
-                    other => tracing::warn!(sink = %sink, event = %other, "NATS connection event"),
-                }
-            }
+            watch.on_event(&sink, event);
+            async {}
         })
 }
 

@@ -247,6 +247,8 @@ impl NatsService {
                 let err = connect_error(e);
                 tracing::warn!(sink = %s.sink, error = %err, "NATS unreachable at start-up: connecting in the background; changes wait in the pipeline");
                 s.watch.set_error(Some(err.to_string()));
+                // Logged just now in these words: its end is logged with the counts.
+                s.watch.outage().started_quietly(&err.to_string());
                 s.options
                     .retry_on_initial_connect()
                     .connect(s.servers)

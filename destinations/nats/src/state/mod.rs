@@ -194,7 +194,7 @@ impl NatsStore {
             },
             &c.auth,
             &c.tls,
-            &ConnectionWatch::default(),
+            &ConnectionWatch::new("state"),
         )
         .await
         .map_err(|e| self.error("connecting to", e))?;
