@@ -722,6 +722,11 @@ impl KafkaService {
         }
         let servers = &self.s.bootstrap_servers;
         let all_down = || {
+            // Brokers that refuse us (authentication, TLS) look "down" to librdkafka too:
+            // the refusal is the cause to report, and it is fatal.
+            if let Some(cause) = self.watch.fatal() {
+                return SinkError::fatal(&self.s.sink, format!("{servers}: {cause}"));
+            }
             self.watch_for_broker_up();
             SinkError::transient(
                 &self.s.sink,
