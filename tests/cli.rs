@@ -107,16 +107,15 @@ async fn check_reports_every_mistake_of_a_first_config_in_one_run() {
         "[cluster]\nname = \"prod-eu-1\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nnamespaces = \"default\"\npayload = \"ful\"\npage_size = \"big\"\n",
     )
     .unwrap();
-    let out = kubesink()
-        .args(["check", "--config"])
-        .arg(&file)
-        .env("KUBESINK_CLUSTER__NAEM", "x")
-        .env("KUBESINK_PIPELNE__LINGER", "50ms")
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = check(
+        &file,
+        &[
+            ("KUBESINK_CLUSTER__NAEM", "x"),
+            ("KUBESINK_PIPELNE__LINGER", "50ms"),
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
     for want in [
         "5 configuration problems:",
         "resources.0.namespaces: expected a list, such as [\"a\", \"b\"], found the string \"default\"",
@@ -130,6 +129,22 @@ async fn check_reports_every_mistake_of_a_first_config_in_one_run() {
         assert!(stderr.contains(want), "missing {want:?} in {stderr}");
     }
     assert!(!stderr.contains('`') && !stderr.contains("u32"), "{stderr}");
+}
+
+/// `kubesink check --config FILE` with `env` set: its exit code and stderr.
+async fn check(file: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = kubesink();
+    cmd.args(["check", "--config"])
+        .arg(file)
+        .env_remove("KUBESINK_CLUSTER__NAME");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().await.unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Reads `n` JSON lines from the child's stdout, failing after `timeout`; the pipe is closed
@@ -662,15 +677,8 @@ async fn check_and_run_refuse_the_shipped_placeholders_naming_each_key() {
             );
         }
     }
-    let out = kubesink()
-        .args(["check", "--config"])
-        .arg(&file)
-        .env("KUBESINK_CLUSTER__NAME", "prod-eu-1")
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = check(&file, &[("KUBESINK_CLUSTER__NAME", "prod-eu-1")]).await;
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("1 configuration problem:") && stderr.contains("sasl_password"),
         "{stderr}"

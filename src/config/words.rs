@@ -145,28 +145,18 @@ mod tests {
 
     #[test]
     fn suggests_only_near_spellings() {
-        let sections = ["cluster", "pipeline", "watch", "sinks", "state"];
-        assert_eq!(
-            did_you_mean("pipelne", &sections),
-            " (did you mean \"pipeline\"?)"
-        );
-        assert_eq!(
-            did_you_mean("Pipeline", &sections),
-            " (did you mean \"pipeline\"?)"
-        );
-        assert_eq!(
-            did_you_mean("naem", &["name", "label"]),
-            " (did you mean \"name\"?)"
-        );
-        assert_eq!(did_you_mean("zzz", &sections), "");
-        let lists = ["auto", "stream", "list"];
-        assert_eq!(
-            did_you_mean("streaming", &lists),
-            " (did you mean \"stream\"?)"
-        );
-        assert_eq!(
-            did_you_mean("sink", &sections),
-            " (did you mean \"sinks\"?)"
-        );
+        let sections: &[&str] = &["cluster", "pipeline", "watch", "sinks", "state"];
+        let lists: &[&str] = &["auto", "stream", "list"];
+        for (found, options, want) in [
+            ("pipelne", sections, Some("pipeline")),
+            ("Pipeline", sections, Some("pipeline")),
+            ("sink", sections, Some("sinks")),
+            ("zzz", sections, None),
+            ("naem", &["name", "label"][..], Some("name")),
+            ("streaming", lists, Some("stream")),
+        ] {
+            let said = want.map_or(String::new(), |w| format!(" (did you mean {w:?}?)"));
+            assert_eq!(did_you_mean(found, options), said, "{found}");
+        }
     }
 }
