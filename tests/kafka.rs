@@ -475,10 +475,11 @@ async fn a_missing_topic_without_auto_create_is_fatal_and_names_the_topic() {
     let broker = Tansu::start().await;
     let mut k = quick(example_sink(&broker.bootstrap));
     k.topic = "no-such-topic".into();
-    // librdkafka reports an unknown topic once its metadata says so for this long (default
-    // 30 s, longer than the test's message_timeout).
-    k.librdkafka
-        .insert("topic.metadata.propagation.max.ms".into(), "1000".into());
+    // librdkafka reports an unknown topic once its metadata says so for
+    // `topic.metadata.propagation.max.ms`: kubesink's default, 5 s, is shorter than this
+    // message_timeout (librdkafka's own, 30 s, was not: the send would time out instead,
+    // and a sink with a missing topic stayed ready and silent for 30 s).
+    k.message_timeout = kubesink::config::HumanDuration::from_secs(15);
     let sink = kafka_sink(k).await;
     let err = sink
         .send(std::slice::from_ref(&test_message()))

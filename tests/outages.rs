@@ -110,6 +110,14 @@ async fn a_nats_outage_is_one_warning_per_client_and_one_recovery_line_with_coun
     })
     .await;
     let back_after = restarted.elapsed();
+    // Readiness follows the reconnect (the sink's health signal wakes the probe), within one
+    // probe interval (10 s) at the latest, however long the outage was.
+    wait_for_seen("the sink ready again", Duration::from_secs(12), || {
+        seen("sink ready again")
+    })
+    .await;
+    let ready_after = restarted.elapsed();
+    eprintln!("ready again {ready_after:?} after the restart");
     let log = k.stderr();
     let from = log.find("NATS unreachable").unwrap_or(0);
     let outage_log = &log[from..];

@@ -337,12 +337,12 @@ struct Totals {
     delivered: Vec<u64>,
 }
 
-/// The readiness probe's retries at start-up: 1 s doubling to 30 s; afterwards every
-/// `interval`.
+/// The readiness probe's retries while a sink is not ready: 1 s doubling, capped at the probe's
+/// `interval` (and at 30 s); every `interval` while it is.
 const PROBE: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
-/// Runs a sink's healthcheck until `cancel`: with backoff until it first passes, then every
-/// `interval`, and at once when the sink's `health_signal` says its answer changed; each result goes to the sink's stats (readiness), each change between ready
+/// Runs a sink's healthcheck until `cancel`: every `interval` while it passes, with backoff
+/// (1 s doubling, at most `interval`) while it does not, and at once when the sink's `health_signal` says its answer changed; each result goes to the sink's stats (readiness), each change between ready
 /// and not ready is logged once, and a return to ready after a failure notifies the sink's
 /// ready signal, which ends the pipeline's retry backoff for sinks that have no connection
 /// events of their own.
@@ -366,11 +366,18 @@ pub async fn probe_sink(handle: SinkHandle, interval: Duration, cancel: Cancella
             Err(_) => Err("healthcheck did not answer".to_owned()),
         };
         let ready = result.is_ok();
-        // Until it first passes: backoff; afterwards: the regular interval.
-        let wait = if ready || was_ready == Some(true) {
+        // Ready: the regular interval, and the backoff starts over. Not ready: the backoff,
+        // never longer than the interval, so a sink that comes back is seen ready within one
+        // interval however long or often it was down (a never-reset backoff sat at 30 s after
+        // a few NATS outages: ready again 27 s after the server was; found by a newcomer).
+        let wait = if ready {
+            delays = PROBE.delays();
             interval
         } else {
-            delays.next().unwrap_or(PROBE.max)
+            delays
+                .next()
+                .unwrap_or(PROBE.max)
+                .min(interval.max(PROBE.initial))
         };
         match (&result, was_ready) {
             (Ok(()), Some(true)) | (Err(_), Some(false)) => {}

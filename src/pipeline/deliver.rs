@@ -195,7 +195,15 @@ async fn deliver_segment(
                 if let Some(after) = retry_after {
                     delay = delay.max(*after).min(retry.max);
                 }
-                tracing::warn!(sink = sink.name(), error = %err, retry_in = ?delay, "sink error; retrying");
+                // The first failure of a batch is a WARN; its retries are DEBUG: an outage is
+                // the sink's to announce (one line when it starts, a summary a minute, one when
+                // it ends: `kubesink_core::outage`), and readiness says it too; a WARN per
+                // retry repeated it every few seconds (found by a newcomer: 9 in 78 s).
+                if attempt == 1 {
+                    tracing::warn!(sink = sink.name(), error = %err, retry_in = ?delay, "sink error; retrying (its retries are logged at DEBUG)");
+                } else {
+                    tracing::debug!(sink = sink.name(), error = %err, retry_in = ?delay, attempt, "sink error; retrying");
+                }
             }
         }
         tokio::select! {

@@ -157,6 +157,14 @@ impl Serialize for Passthrough {
 /// 10 s, so a broker that comes back would be used again only up to 10 s later.
 pub const DEFAULT_RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
+/// `topic.metadata.propagation.max.ms` unless the passthrough map sets it: how long
+/// librdkafka waits for a topic it does not see before it fails the records to it as
+/// `UNKNOWN_TOPIC` (librdkafka CONFIGURATION.md; its default, 30 s, kept a sink whose topic
+/// was missing "ready" and silent for 30 s, found by a newcomer). 5 s is several times a
+/// topic's usual propagation after its creation; a slower one costs one retry, as the sink
+/// then looks for the topic itself (`service.rs`, `TOPIC_POLL`: 1 s doubling to 5 s).
+pub const DEFAULT_TOPIC_PROPAGATION_MAX_MS: &str = "5000";
+
 /// `statistics.interval.ms` unless the passthrough map sets it: the sink reads the
 /// idempotent producer's epoch from librdkafka's statistics to notice a broker that keeps
 /// rejecting its producer id (`rebuild.rs`). `"0"` in the passthrough map turns that off
@@ -467,6 +475,15 @@ impl KafkaConfig {
             set(
                 "reconnect.backoff.max.ms",
                 DEFAULT_RECONNECT_BACKOFF_MAX_MS.to_owned(),
+            );
+        }
+        if !self
+            .librdkafka
+            .contains_key("topic.metadata.propagation.max.ms")
+        {
+            set(
+                "topic.metadata.propagation.max.ms",
+                DEFAULT_TOPIC_PROPAGATION_MAX_MS.to_owned(),
             );
         }
         if !self.librdkafka.contains_key("statistics.interval.ms") {

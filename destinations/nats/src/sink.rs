@@ -87,4 +87,10 @@ impl Sink for NatsSink {
     fn ready_signal(&self) -> Option<ReadySignal> {
         Some(self.service.watch().ready().clone())
     }
+
+    /// The same signal: a reconnect is when the healthcheck's answer turns, so the readiness
+    /// probe looks at once instead of at its next interval.
+    fn health_signal(&self) -> Option<ReadySignal> {
+        Some(self.service.watch().ready().clone())
+    }
 }
