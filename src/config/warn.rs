@@ -6,6 +6,7 @@
 //!   versions of its group, or under two API groups that serve the same objects (v1 `Event`
 //!   and `events.k8s.io/v1` `Event`; `extensions/v1beta1` and `apps/v1` Deployments...), with
 //!   overlapping namespaces. Every change would then be reported twice.
+//! - A kubeconfig path that names no file here.
 //! - Sink settings that turn TLS verification off or send credentials without TLS
 //!   ([`SinkConfig::warnings`](crate::destinations::SinkConfig::warnings)), and the same for the
 //!   NATS state store's connection (`state.nats.auth.*`, `state.nats.servers`).
@@ -68,6 +69,24 @@ pub fn warnings(c: &Config) -> Vec<String> {
             ));
         }
     }
+    // A kubeconfig named but not here: a typo shows only as "cannot connect" at start. A
+    // warning, not an error: a file is often checked where it is not run (in CI, for a Pod
+    // that mounts the kubeconfig).
+    let kubeconfigs = std::iter::once(("cluster.kubeconfig".to_owned(), &c.cluster.kubeconfig))
+        .chain(
+            c.clusters
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (format!("clusters.{i}.kubeconfig"), &e.kubeconfig)),
+        );
+    for (key, path) in kubeconfigs {
+        if let Some(p) = path.as_ref().filter(|p| !p.is_file()) {
+            out.push(format!(
+                "{key}: {} does not exist here or is not a file (fine if it is mounted where kubesink runs)",
+                p.display()
+            ));
+        }
+    }
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }
@@ -85,6 +104,19 @@ mod tests {
             resources,
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn a_kubeconfig_that_is_not_here_is_named() {
+        let mut c = Config::default();
+        c.cluster.kubeconfig = Some("/nonexistent/kubeconfig".into());
+        let w = warnings(&c).join("\n");
+        assert!(
+            w.contains("cluster.kubeconfig: /nonexistent/kubeconfig does not exist here"),
+            "{w}"
+        );
+        c.cluster.kubeconfig = Some(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml").into());
+        assert!(warnings(&c).is_empty());
     }
 
     #[test]

@@ -387,7 +387,7 @@ pub async fn probe_sink(handle: SinkHandle, interval: Duration, cancel: Cancella
             }
             (Ok(()), None) => tracing::info!(sink = sink.name(), "sink ready"),
             (Err(e), _) => {
-                tracing::warn!(sink = sink.name(), error = %e, retry_in = ?wait, "sink not ready; changes wait in the pipeline")
+                tracing::warn!(sink = sink.name(), error = %e, next_check_in = ?wait, "sink not ready; changes wait in the pipeline")
             }
         }
         was_ready = Some(ready);
