@@ -35,6 +35,11 @@ struct Running {
 
 impl Running {
     fn start(config: &str) -> Running {
+        Self::start_logging(config, None)
+    }
+
+    /// [`Running::start`] with `RUST_LOG` set to `filter` (default: the binary's own).
+    fn start_logging(config: &str, filter: Option<&str>) -> Running {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("k.toml");
         std::fs::write(&file, config).unwrap();
@@ -45,8 +50,11 @@ impl Running {
                 cmd.env_remove(k);
             }
         }
+        cmd.env_remove("RUST_LOG");
+        if let Some(f) = filter {
+            cmd.env("RUST_LOG", f);
+        }
         let child = cmd
-            .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .args(["run", "--config"])
             .arg(&file)
@@ -303,7 +311,8 @@ async fn logged_retry_waits_never_exceed_retry_max_backoff() {
         "retry_initial_backoff = \"100ms\"\nretry_max_backoff = \"2s\"",
         "publish_timeout = \"500ms\"",
     );
-    let mut run = Running::start(&config);
+    // A batch's retries after its first are logged at DEBUG (the sink announces the outage).
+    let mut run = Running::start_logging(&config, Some("info,kubesink::pipeline=debug"));
     wait_stored(&server, 10).await;
     server.stop();
     create_configmaps(&c, 10, 20);
@@ -319,6 +328,16 @@ async fn logged_retry_waits_never_exceed_retry_max_backoff() {
     assert_eq!(code, Some(0), "{log}");
     let waits = retry_waits(&log);
     eprintln!("logged waits: {waits:?}");
+    // At the default level only the first failure of each batch is a WARN.
+    let warned = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") && l.contains("sink error; retrying"))
+        .count();
+    assert!(
+        warned >= 1 && warned * 2 < waits.len(),
+        "{warned} WARN lines for {} retries",
+        waits.len()
+    );
     assert!(
         waits.iter().all(|w| *w <= Duration::from_secs(2)),
         "a wait above the cap: {waits:?}"
