@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use kafka_server::{Reader, Rec, Tansu};
 use kubesink::bridge::Bridge;
+use kubesink::config::ResourceConfig;
 use kubesink::config::SinkConfig;
-use kubesink::config::{Config, ResourceConfig};
 use kubesink_core::{Destination, Sink};
 use kubesink_kafka::KafkaConfig;
 use kubesink_sim::{Churn, SimConfig, Workload};
@@ -58,15 +58,6 @@ fn three_kinds() -> Vec<ResourceConfig> {
         ResourceConfig::new("v1", "Node"),
         ResourceConfig::new(FOOBAR_API, "FooBar"),
     ]
-}
-
-async fn start_bridge(cfg: &Config, sink: Arc<dyn Sink>) -> Bridge {
-    let client = kubesink::cluster::client(&cfg.clusters()[0])
-        .await
-        .expect("client");
-    Bridge::start(cfg, client, vec![sink])
-        .await
-        .expect("bridge starts")
 }
 
 /// Folds records by key the way log compaction does: a value sets the key, a tombstone

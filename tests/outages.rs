@@ -199,12 +199,7 @@ fn production_timing(c: &Cluster, sink: KafkaConfig) -> Config {
 
 async fn start(cfg: &Config) -> Bridge {
     let sink: Arc<dyn Sink> = cfg.sinks[0].build(0).await.expect("sink builds");
-    let client = kubesink::cluster::client(&cfg.clusters()[0])
-        .await
-        .expect("client");
-    Bridge::start(cfg, client, vec![sink])
-        .await
-        .expect("bridge starts")
+    start_bridge(cfg, sink).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -222,6 +222,16 @@ pub async fn post_json(client: &kube::Client, path: &str, body: String) {
     assert!(created.is_ok(), "POST {path}: {:?}", created.err());
 }
 
+/// A bridge for `cfg` (its first cluster) delivering to `sink`.
+pub async fn start_bridge(cfg: &Config, sink: Arc<dyn Sink>) -> kubesink::bridge::Bridge {
+    let client = kubesink::cluster::client(&cfg.clusters()[0])
+        .await
+        .expect("client");
+    kubesink::bridge::Bridge::start(cfg, client, vec![sink])
+        .await
+        .expect("bridge starts")
+}
+
 /// The one wait of the tests: polls `probe` every 20 ms until it answers `Ok(value)`, and
 /// returns that value. `Err(observed)` says what it saw this time; after `timeout` the wait
 /// panics naming `what` it awaited and the last thing observed. Timeouts are generous (the
