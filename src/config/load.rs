@@ -179,12 +179,15 @@ fn check_inputs(section: &str) -> &'static [&'static str] {
 impl Loader {
     fn run(mut self) -> Result<Config, ConfigErrors> {
         // A file that does not parse (TOML syntax) fails every section alike: said once.
-        if let Err(e) = self.figment.extract::<Value>() {
-            self.push_figment(e, None);
-            return Err(ConfigErrors(self.errors));
-        }
-        self.unknown_sections();
-        self.placeholders();
+        let top = match self.figment.extract::<Value>() {
+            Ok(top) => top,
+            Err(e) => {
+                self.push_figment(e, None);
+                return Err(ConfigErrors(self.errors));
+            }
+        };
+        self.unknown_sections(&top);
+        self.placeholders(&top);
         let cluster = self.section::<ClusterConfig>("cluster");
         let clusters = self.list::<ClusterEntry>("clusters");
         let leader_election = self.section::<LeaderElectionConfig>("leader_election");
@@ -235,7 +238,7 @@ impl Loader {
     }
 
     /// Reports every value the file or the environment left at [`PLACEHOLDER`].
-    fn placeholders(&mut self) {
+    fn placeholders(&mut self, top: &Value) {
         fn walk(
             v: &Value,
             path: &mut Vec<String>,
@@ -262,11 +265,8 @@ impl Loader {
                 _ => {}
             }
         }
-        let Ok(top) = self.figment.extract::<Value>() else {
-            return;
-        };
         let mut found = Vec::new();
-        walk(&top, &mut Vec::new(), &mut found);
+        walk(top, &mut Vec::new(), &mut found);
         for (path, tag) in found {
             let key = path.join(".");
             let what = match key.as_str() {
@@ -287,8 +287,8 @@ impl Loader {
     }
 
     /// Reports every top-level key that is not a section, with the nearest section's name.
-    fn unknown_sections(&mut self) {
-        let Ok(Value::Dict(_, top)) = self.figment.extract::<Value>() else {
+    fn unknown_sections(&mut self, top: &Value) {
+        let Value::Dict(_, top) = top else {
             return;
         };
         for (key, value) in top {
@@ -304,10 +304,10 @@ impl Loader {
             self.errors.push(ConfigError {
                 message: format!(
                     "unknown section {key:?}{}; the sections are: {}",
-                    super::words::did_you_mean(&key, SECTIONS),
+                    super::words::did_you_mean(key, SECTIONS),
                     SECTIONS.join(", ")
                 ),
-                key,
+                key: key.clone(),
                 source,
             });
         }
