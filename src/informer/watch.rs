@@ -194,25 +194,13 @@ impl Requests {
             fields.push_str(&format!(",metadata.namespace={ns}"));
         }
         let lp = ListParams::default().limit(1).fields(&fields);
-        let req = if self.metadata {
-            self.request.list_metadata(&lp)
-        } else {
-            self.request.list(&lp)
-        }
-        .ok()?;
-        let body = self.send(req, Verb::List).await;
-        let body = match body {
+        let bytes = match self.list_whole(&lp, idle_timeout).await {
             Ok(b) => b,
             Err(e) => {
                 tracing::debug!(name, error = %e, "could not tell whether a deleted object left the selector");
                 return None;
             }
         };
-        let bytes = tokio::time::timeout(idle_timeout, body.collect())
-            .await
-            .ok()?
-            .ok()?
-            .to_bytes();
         #[derive(serde::Deserialize)]
         struct List {
             #[serde(default)]
@@ -245,10 +233,20 @@ impl Requests {
     ) -> Result<Bytes, WatchFailure> {
         let mut lp = self.list.clone();
         lp.continue_token = continue_token.map(str::to_owned);
+        self.list_whole(&lp, idle_timeout).await
+    }
+
+    /// One LIST with `lp`, for the whole objects or their metadata as the payload mode asks,
+    /// read whole; a body that stalls for `idle_timeout` fails as [`WatchFailure::Idle`].
+    async fn list_whole(
+        &self,
+        lp: &ListParams,
+        idle_timeout: Duration,
+    ) -> Result<Bytes, WatchFailure> {
         let req = if self.metadata {
-            self.request.list_metadata(&lp)
+            self.request.list_metadata(lp)
         } else {
-            self.request.list(&lp)
+            self.request.list(lp)
         }
         .map_err(|e| WatchFailure::Request(e.to_string()))?;
         let mut body = self.send(req, Verb::List).await?;
