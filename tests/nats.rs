@@ -935,3 +935,162 @@ async fn sync_markers_arrive_on_the_reserved_subject_after_every_message_of_thei
     let values: Vec<Value> = msgs.into_iter().map(|(_, m)| m).collect();
     assert_schema_valid(&schema(), &values);
 }
+
+/// Several batches in flight (`batches_in_flight`, default 4) keep per-key order, and a
+/// PubAck failure in the middle of a batch makes only that key wait. The stream is a work
+/// queue holding at most 40 messages (`discard = new`): while it is full the server answers
+/// each publish with a failed PubAck ("maximum messages exceeded"), so batches fail in part,
+/// at whatever message the stream filled up, while others are in flight. A consumer then
+/// drains it (each message removed once acked) during churn, and every message it reads, in
+/// stream order, goes through the oracle (per key and uid the resourceVersions never
+/// decrease; a delete never precedes its object's last state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_keeps_per_key_order_with_several_batches_in_flight_and_puback_failures() {
+    use jetstream::consumer::{pull, AckPolicy};
+    use jetstream::stream::{Config as StreamConfig, DiscardPolicy, RetentionPolicy, StorageType};
+    let server = NatsServer::start("");
+    let js = js_client(&server).await;
+    let stream = js
+        .create_stream(StreamConfig {
+            name: "ORDER".into(),
+            subjects: vec!["kubesink.>".into()],
+            retention: RetentionPolicy::WorkQueue,
+            discard: DiscardPolicy::New,
+            max_messages: 40,
+            storage: StorageType::Memory,
+            ..Default::default()
+        })
+        .await
+        .expect("stream created");
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(31)).unwrap();
+    let mut cfg = config(
+        &c.kubeconfig,
+        KINDS
+            .iter()
+            .map(|(a, k)| ResourceConfig::new(a, k))
+            .collect(),
+    );
+    cfg.pipeline.max_batch_events = 25;
+    cfg.pipeline.retry_max_backoff = HumanDuration::from_millis(300);
+    let mut nats = nats_config(&server, NatsMode::Jetstream);
+    nats.stream.create = false;
+    nats.stream.name = "ORDER".into();
+    assert_eq!(nats.batches_in_flight, 4, "the default");
+    cfg.sinks = vec![SinkConfig::Nats(nats)];
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let handle = bridge.pipeline().sinks()[0].clone();
+    let stats = handle.stats().clone();
+    let partial = || stats.errors_by_kind[1].load(Ordering::SeqCst);
+    // Nobody reads yet: the stream fills up in the middle of the initial list's batches.
+    wait_for("publishes failing in the middle of a batch", LONG, || {
+        partial() > 0
+    })
+    .await;
+    assert!(
+        handle.batches_high_water() >= 2,
+        "several batches were in flight (high water {})",
+        handle.batches_high_water()
+    );
+
+    let consumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some("reader".into()),
+            ack_policy: AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .expect("consumer");
+    let received: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let reader = {
+        let received = received.clone();
+        tokio::spawn(async move {
+            let mut msgs = consumer.messages().await.expect("messages");
+            while let Some(Ok(m)) = msgs.next().await {
+                let v: Value = serde_json::from_slice(&m.payload).expect("payload is JSON");
+                received.lock().expect("lock").push(v);
+                m.double_ack().await.expect("ack");
+            }
+        })
+    };
+    let churn = c.sim.spawn_churn(Churn {
+        rate_per_sec: 150.0,
+        seed: 32,
+    });
+    let failed_before = partial();
+    wait_for("more publishes failing during the churn", LONG, || {
+        partial() > failed_before && stats.delivered.load(Ordering::SeqCst) >= 600
+    })
+    .await;
+    churn.stop();
+    wait_until(
+        "the consumer's fold to equal the simulator's objects",
+        LONG,
+        || async {
+            let want = sim_state(&c.sim, &KINDS);
+            let msgs = received.lock().expect("lock").clone();
+            let got = fold_expecting(&msgs, Expect::STRICT.redelivery());
+            if got == want {
+                Ok(())
+            } else {
+                Err(fold_diff(&want, &got))
+            }
+        },
+    )
+    .await;
+    reader.abort();
+    bridge.shutdown().await;
+    let msgs = received.lock().expect("lock").clone();
+    let mut oracle = Oracle::new(Expect::STRICT.redelivery());
+    for m in &msgs {
+        oracle.apply(m);
+    }
+    oracle.assert_clean();
+    assert!(
+        stats.retried.load(Ordering::SeqCst) > 0,
+        "messages were re-sent after failed PubAcks"
+    );
+    assert!(
+        handle.batches_high_water() <= 4,
+        "never more than the window"
+    );
+}
+
+/// `max_in_flight` bounds the PubAcks awaited across every batch in flight. With a bound
+/// smaller than what the batches in flight publish (4 PubAcks; 4 batches of 10), concurrent
+/// sends each hold some permits and wait for one that only another's PubAcks free: each
+/// send keeps collecting its own PubAcks while its publish waits, so none waits out
+/// `publish_timeout` (every send succeeds at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_puback_bound_shared_by_several_batches_in_flight_never_waits_out_a_timeout() {
+    let server = NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(41)).unwrap();
+    let mut cfg = config(
+        &c.kubeconfig,
+        KINDS
+            .iter()
+            .map(|(a, k)| ResourceConfig::new(a, k))
+            .collect(),
+    );
+    cfg.pipeline.max_batch_events = 10;
+    let mut nats = nats_config(&server, NatsMode::Jetstream);
+    nats.max_in_flight = 4;
+    nats.batches_in_flight = 4;
+    cfg.sinks = vec![SinkConfig::Nats(nats)];
+    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let handle = bridge.pipeline().sinks()[0].clone();
+    let js = js_client(&server).await;
+    wait_stream_equals_sim(&js, "KUBESINK", &c, Expect::STRICT).await;
+    bridge.shutdown().await;
+    assert!(
+        handle.batches_high_water() >= 2,
+        "several batches were in flight (high water {})",
+        handle.batches_high_water()
+    );
+    assert_eq!(
+        handle.stats().errors.load(Ordering::SeqCst),
+        0,
+        "no send failed (a publish waiting for a PubAck permit timed out)"
+    );
+}

@@ -84,6 +84,18 @@ pub trait Sink: Send + Sync {
         None
     }
 
+    /// How many batches the pipeline may have in flight to this sink at once (at least 1;
+    /// the default, 1, sends a batch only once the previous one is confirmed). Above 1,
+    /// `send` is called concurrently; the pipeline keeps per-key order by never putting a
+    /// key in two batches in flight, and keeps a sync marker's batch alone in flight. Worth
+    /// it for a destination whose confirmations are per message and independent (JetStream
+    /// PubAcks), where waiting for the slowest confirmation of a batch before publishing the
+    /// next holds everything behind it. The sink must then bound its own outstanding work
+    /// across the concurrent sends (NATS: `max_in_flight` PubAcks).
+    fn max_batches_in_flight(&self) -> usize {
+        1
+    }
+
     /// How many times the sink replaced its client because the destination stopped
     /// accepting it while it answered (Kafka: a new producer after the brokers lost or kept
     /// rejecting its idempotent producer id). Default 0: the sink never does.

@@ -391,6 +391,15 @@ impl BridgeCollector {
                 .iter()
                 .map(|s| (name(s), ConstGauge::new(s.handle.held_bytes() as i64))),
         )?;
+        family(
+            e,
+            "sink_batches_in_flight",
+            "Batches sent to the sink and not yet confirmed (at most the sink's batches_in_flight; 1 for sinks that confirm one batch at a time)",
+            None,
+            self.sinks
+                .iter()
+                .map(|s| (name(s), ConstGauge::new(s.handle.batches_in_flight() as i64))),
+        )?;
         self.sink_counter(
             e,
             "sink_coalesced",

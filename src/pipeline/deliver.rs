@@ -16,46 +16,65 @@ use super::stats::SinkStats;
 use crate::leader::Fence;
 
 /// Delivers batches until the queue is closed and drained; sends nothing while `fence` is
-/// closed (a replica that is not, or no longer, the leader).
+/// closed (a replica that is not, or no longer, the leader). Up to the queue's window of
+/// batches are delivered concurrently (1 unless the sink asks for more,
+/// [`Sink::max_batches_in_flight`]); the queue keeps each key in one of them at most.
 pub(super) async fn run_worker(h: SinkHandle, retry: Backoff, fence: Fence) {
-    let mut ready = h.ready.subscribe();
-    while let Some(batch) = h.queue.next_batch().await {
-        // Write-ahead: the state journal must hold every new key of the batch before any of
-        // it leaves (see `WriteAhead`). Usually already durable: the journal is written
-        // while the previous batch was being sent.
-        for point in batch.write_ahead() {
-            if point.is_durable() {
-                continue;
-            }
-            let waiting = std::time::Instant::now();
-            h.stats.waiting_for_journal.store(true, Ordering::Relaxed);
-            let durable = point.wait().await;
-            h.stats.waiting_for_journal.store(false, Ordering::Relaxed);
-            let waited = u64::try_from(waiting.elapsed().as_micros()).unwrap_or(u64::MAX);
-            h.stats
-                .write_ahead_wait_us
-                .fetch_add(waited, Ordering::Relaxed);
-            if !durable {
-                tracing::error!(
-                    sink = h.sink.name(),
-                    "the state journal stopped before recording this batch's new objects; sending anyway (a crash now could leave them undeleted downstream)"
-                );
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let window = h.queue.window();
+    let mut inflight = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            biased;
+            Some(()) = inflight.next(), if !inflight.is_empty() => {}
+            batch = h.queue.next_batch(), if inflight.len() < window => {
+                let Some(batch) = batch else { break };
+                inflight.push(deliver_batch(&h, batch, retry, &fence));
             }
         }
-        while !fence.is_open() {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        deliver(
-            &*h.sink,
-            &batch.messages,
-            &h.stats,
-            retry,
-            &fence,
-            &mut ready,
-        )
-        .await;
-        h.queue.complete(batch);
     }
+    while inflight.next().await.is_some() {}
+}
+
+/// One batch: waits for its write-ahead positions and the fence, delivers it until the sink
+/// confirmed all of it, hands it back to the queue.
+async fn deliver_batch(h: &SinkHandle, batch: super::queue::Batch, retry: Backoff, fence: &Fence) {
+    let mut ready = h.ready.subscribe();
+    // Write-ahead: the state journal must hold every new key of the batch before any of
+    // it leaves (see `WriteAhead`). Usually already durable: the journal is written
+    // while the previous batch was being sent.
+    for point in batch.write_ahead() {
+        if point.is_durable() {
+            continue;
+        }
+        let waiting = std::time::Instant::now();
+        h.stats.waiting_for_journal.store(true, Ordering::Relaxed);
+        let durable = point.wait().await;
+        h.stats.waiting_for_journal.store(false, Ordering::Relaxed);
+        let waited = u64::try_from(waiting.elapsed().as_micros()).unwrap_or(u64::MAX);
+        h.stats
+            .write_ahead_wait_us
+            .fetch_add(waited, Ordering::Relaxed);
+        if !durable {
+            tracing::error!(
+                sink = h.sink.name(),
+                "the state journal stopped before recording this batch's new objects; sending anyway (a crash now could leave them undeleted downstream)"
+            );
+        }
+    }
+    while !fence.is_open() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    deliver(
+        &*h.sink,
+        &batch.messages,
+        &h.stats,
+        retry,
+        fence,
+        &mut ready,
+    )
+    .await;
+    h.queue.complete(batch);
 }
 
 /// Sends `batch` until the sink confirms all of it. Never returns early: at-least-once. (The

@@ -44,6 +44,16 @@ impl SinkHandle {
         self.queue.high_water()
     }
 
+    /// Batches in flight now (at most the sink's [`Sink::max_batches_in_flight`]).
+    pub fn batches_in_flight(&self) -> usize {
+        self.queue.batches_in_flight()
+    }
+
+    /// The most batches ever in flight at once.
+    pub fn batches_high_water(&self) -> usize {
+        self.queue.batches_high_water()
+    }
+
     /// Bytes held now (pending + in flight).
     pub fn held_bytes(&self) -> usize {
         self.queue.held_bytes()

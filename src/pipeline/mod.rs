@@ -112,6 +112,7 @@ impl Pipeline {
             max_batch_events: config.max_batch_events,
             max_batch_bytes: config.max_batch_bytes.bytes(),
             linger: config.linger.get(),
+            window: 1,
         };
         let retry = Backoff::new(
             config.retry_initial_backoff.get(),
@@ -120,10 +121,14 @@ impl Pipeline {
         let mut handles = Vec::with_capacity(sinks.len());
         let mut workers = Vec::with_capacity(sinks.len());
         for sink in sinks {
+            let window = sink.max_batches_in_flight().max(1);
             let h = SinkHandle {
                 ready: sink.ready_signal().unwrap_or_default(),
                 sink,
-                queue: Arc::new(SinkQueue::new(limits.clone())),
+                queue: Arc::new(SinkQueue::new(QueueLimits {
+                    window,
+                    ..limits.clone()
+                })),
                 stats: Arc::new(SinkStats::default()),
             };
             workers.push(tokio::spawn(supervise(

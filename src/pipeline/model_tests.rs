@@ -136,8 +136,20 @@ enum Step {
     /// A relist in which object `k` (of those listed) did not decode and had no readable
     /// key: a half list, `ListDone { sweep: false }`, that proves no deletes.
     HalfList(u8),
-    /// Sink `sink` (modulo the number of sinks) makes one send attempt.
+    /// Sink `sink` (modulo the number of sinks) makes one send attempt, of its oldest
+    /// batch in flight (taking one when none is).
     Send { sink: usize, outcome: Outcome },
+    /// Sink `sink` takes another batch while others are in flight, if its window
+    /// (`Setup::window`) has room and the queue gives one (`Sink::max_batches_in_flight`).
+    Open { sink: usize },
+    /// Sink `sink` takes another batch if its window has room ([`Step::Open`]), then makes
+    /// one send attempt of its batch in flight `slot` (modulo how many are): the concurrent
+    /// sends of a window, confirmed in any order.
+    SendTo {
+        sink: usize,
+        slot: usize,
+        outcome: Outcome,
+    },
     /// The state saver writes a snapshot of the acknowledged state (with `Setup::saves`).
     Save,
     /// The process crashes and restarts from its saved state.
@@ -212,6 +224,8 @@ struct Setup {
     /// A crash restores the last [`Step::Save`] plus a journal of every `added` since (the
     /// rules of `state/restore.rs`); off: the acknowledged state at the crash.
     saves: bool,
+    /// Batches a sink may have in flight at once (`QueueLimits::window`).
+    window: usize,
 }
 
 #[derive(Clone)]
@@ -371,10 +385,11 @@ struct InFlight {
     levels: Vec<Option<TruncateLevel>>,
 }
 
-/// One sink of one process: its queue, the batch in flight, what the queue was given.
+/// One sink of one process: its queue, the batches in flight (oldest first), what the
+/// queue was given.
 struct SinkRun {
     queue: SinkQueue,
-    inflight: Option<InFlight>,
+    inflight: Vec<InFlight>,
     /// Since this queue was created: the last change of each key pushed.
     pushed: Closes,
     /// Each marker pushed and what it closes, by payload address (the payload is kept alive
@@ -451,13 +466,14 @@ impl World {
             max_batch_events: self.setup.max_batch_events,
             max_batch_bytes: 1 << 30,
             linger: std::time::Duration::ZERO,
+            window: self.setup.window,
         };
         let sinks = self
             .dests
             .iter()
             .map(|d| SinkRun {
                 queue: SinkQueue::new(limits.clone()),
-                inflight: None,
+                inflight: Vec::new(),
                 pushed: Closes::new(),
                 markers: Vec::new(),
                 log_start: d.log.len(),
@@ -634,7 +650,17 @@ impl World {
                 self.relist(k);
                 self.run().needs_relist = true;
             }
-            Step::Send { sink, outcome } => self.send(sink % self.setup.sinks, outcome)?,
+            Step::Send { sink, outcome } => self.send(sink % self.setup.sinks, 0, outcome)?,
+            Step::Open { sink } => self.open(sink % self.setup.sinks),
+            Step::SendTo {
+                sink,
+                slot,
+                outcome,
+            } => {
+                // A worker with room in its window takes the next batch before it sends.
+                self.open(sink % self.setup.sinks);
+                self.send(sink % self.setup.sinks, slot, outcome)?
+            }
             Step::Save if self.setup.saves => {
                 self.snapshot = Some(self.snapshot_bytes());
                 self.journal.clear();
@@ -693,11 +719,38 @@ impl World {
         self.start(saved, true);
     }
 
-    /// One send attempt of sink `i` (`deliver.rs`'s rule, one attempt at a time).
-    fn send(&mut self, i: usize, outcome: Outcome) -> Result<(), String> {
+    /// Sink `i` takes another batch if its window has room and the queue has one it may
+    /// send now (none while every pending key is in flight, or behind a marker's barrier).
+    fn open(&mut self, i: usize) {
+        let window = self.setup.window;
         let run = self.run.as_mut().expect("a process runs");
         let s = &mut run.sinks[i];
-        if s.inflight.is_none() {
+        if s.inflight.is_empty() || s.inflight.len() >= window || s.queue.held() == 0 {
+            return; // the first batch is taken by a send
+        }
+        if let Some(batch) = s.queue.next_batch().now_or_never() {
+            let batch = batch.expect("the queue is open");
+            self.trace.push(format!(
+                "    sink {i} takes another batch of {} ({} in flight)",
+                batch.messages.len(),
+                s.inflight.len()
+            ));
+            let rest = batch.messages.clone();
+            s.inflight.push(InFlight {
+                batch,
+                rest,
+                todo: Vec::new(),
+                levels: Vec::new(),
+            });
+        }
+    }
+
+    /// One send attempt of sink `i`'s batch in flight `slot` (modulo how many are; one is
+    /// taken when none is): `deliver.rs`'s rule, one attempt at a time.
+    fn send(&mut self, i: usize, slot: usize, outcome: Outcome) -> Result<(), String> {
+        let run = self.run.as_mut().expect("a process runs");
+        let s = &mut run.sinks[i];
+        if s.inflight.is_empty() {
             if s.queue.held() == 0 {
                 return Ok(());
             }
@@ -705,17 +758,18 @@ impl World {
                 .queue
                 .next_batch()
                 .now_or_never()
-                .expect("linger 0: a batch at once")
+                .expect("linger 0, nothing in flight: a batch at once")
                 .expect("the queue is open");
             let rest = batch.messages.clone();
-            s.inflight = Some(InFlight {
+            s.inflight.push(InFlight {
                 batch,
                 rest,
                 todo: Vec::new(),
                 levels: Vec::new(),
             });
         }
-        let f = s.inflight.as_mut().expect("just set");
+        let k = slot % s.inflight.len();
+        let f = &mut s.inflight[k];
         if f.todo.is_empty() {
             // The next segment: up to (not including) the next marker after its first message.
             let end = f.rest[1..]
@@ -767,7 +821,7 @@ impl World {
             self.dests[i].log.push(d);
         }
         if f.todo.is_empty() && f.rest.is_empty() {
-            let f = s.inflight.take().expect("in flight");
+            let f = s.inflight.remove(k);
             s.queue.complete(f.batch);
         }
         Ok(())
@@ -821,10 +875,10 @@ impl World {
         for i in 0..self.setup.sinks {
             for _ in 0..10_000 {
                 let s = &self.run().sinks[i];
-                if s.inflight.is_none() && s.queue.held() == 0 {
+                if s.inflight.is_empty() && s.queue.held() == 0 {
                     break;
                 }
-                self.send(i, Outcome::Ok)?;
+                self.send(i, 0, Outcome::Ok)?;
             }
         }
         self.check_acknowledged()?;
@@ -968,6 +1022,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..3u8).prop_map(Step::AbortedList),
         1 => (0..3u8).prop_map(Step::HalfList),
         6 => (0..2usize, outcome()).prop_map(|(sink, outcome)| Step::Send { sink, outcome }),
+        2 => (0..2usize).prop_map(|sink| Step::Open { sink }),
+        4 => (0..2usize, 0..3usize, outcome())
+            .prop_map(|(sink, slot, outcome)| Step::SendTo { sink, slot, outcome }),
         1 => Just(Step::Save),
         1 => Just(Step::Crash),
     ]
@@ -980,14 +1037,16 @@ fn setup() -> impl Strategy<Value = Setup> {
         1..=4usize,
         any::<bool>(),
         any::<bool>(),
+        prop_oneof![Just(1usize), 2..=3usize],
     )
         .prop_map(
-            |(sinks, coalesce, max_batch_events, markers, saves)| Setup {
+            |(sinks, coalesce, max_batch_events, markers, saves, window)| Setup {
                 sinks,
                 coalesce,
                 max_batch_events,
                 markers,
                 saves,
+                window,
             },
         )
 }

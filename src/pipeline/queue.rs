@@ -33,6 +33,17 @@
 //!   `linger` after the oldest pending change before taking it; the default, 0, sends at
 //!   once. So one change alone is sent without delay, and under load batches grow to what
 //!   accumulated during one send, without a timer (measured in `BENCHMARKS.md`).
+//! - Several batches in flight (a sink whose `max_batches_in_flight` is above 1: JetStream,
+//!   so that PubAcks keep flowing while the next batch is published): the worker may take a
+//!   batch while up to `window - 1` others are unconfirmed. Per-key order still holds
+//!   because a key is in at most one batch in flight: a change whose key is in flight stays
+//!   pending, in place, until that batch is confirmed (retries included), so a key's next
+//!   change is never sent before its previous one is confirmed, and a failed send makes
+//!   every later change of that key wait. Changes behind it of other keys are taken (their
+//!   slots become holes). Sync markers keep their barrier: a marker is taken only when no
+//!   batch is in flight and nothing before it was skipped, and nothing is taken while a
+//!   batch with a marker is in flight. With a window of 1 this is the one-batch-at-a-time
+//!   rule above.
 //! - Acknowledgements: a change may carry an [`Ack`]. The queue settles it once this sink is
 //!   done with the change: when the worker completes the batch that carried it (the sink
 //!   confirmed it, see `deliver.rs`), when coalescing replaced it (the newer change carries
@@ -50,7 +61,9 @@ use tokio::time::Instant;
 
 use super::ack::{Ack, WriteAhead};
 
-/// Limits of one queue, from `[pipeline]`.
+/// Limits of one queue, from `[pipeline]` (and the sink's [`Sink::max_batches_in_flight`]).
+///
+/// [`Sink::max_batches_in_flight`]: kubesink_core::Sink::max_batches_in_flight
 #[derive(Clone, Debug)]
 pub struct QueueLimits {
     /// Coalesce per key.
@@ -66,6 +79,9 @@ pub struct QueueLimits {
     /// How long an idle sink waits for more changes after the oldest pending one before it
     /// takes a batch (0: at once). A busy sink's next batch is what accumulated meanwhile.
     pub linger: Duration,
+    /// Batches the worker may have in flight at once (at least 1). Above 1 the queue keeps
+    /// per-key order across them: see "Several batches in flight" in the module docs.
+    pub window: usize,
 }
 
 struct Slot {
@@ -93,6 +109,13 @@ struct State {
     holes: usize,
     inflight: usize,
     inflight_bytes: usize,
+    /// Batches taken and not yet completed.
+    inflight_batches: usize,
+    /// Of those, the batches that carry a sync marker.
+    inflight_markers: usize,
+    /// With a window above 1: key → its messages in flight (a key here is not taken again
+    /// until its batch is complete).
+    inflight_keys: HashMap<Arc<str>, u32>,
     closed: bool,
 }
 
@@ -160,6 +183,8 @@ pub struct Batch {
     /// Their acknowledgements, settled by [`SinkQueue::complete`].
     acks: Vec<Ack>,
     bytes: usize,
+    /// It carries a sync marker.
+    marker: bool,
 }
 
 impl Batch {
@@ -185,6 +210,8 @@ pub struct SinkQueue {
     space: Notify,
     data: Notify,
     high_water: AtomicUsize,
+    /// The most batches ever in flight at once.
+    batches_high_water: AtomicUsize,
     coalesced: AtomicUsize,
 }
 
@@ -197,6 +224,7 @@ impl SinkQueue {
             space: Notify::new(),
             data: Notify::new(),
             high_water: AtomicUsize::new(0),
+            batches_high_water: AtomicUsize::new(0),
             coalesced: AtomicUsize::new(0),
         }
     }
@@ -322,12 +350,13 @@ impl SinkQueue {
         Ok(Done::default())
     }
 
-    /// Waits for the next batch; the worker calls it when its previous batch is confirmed,
-    /// so nothing of this sink is in flight. Whatever is pending is taken at once when it
-    /// fills a batch (`max_batch_events`, `max_batch_bytes`), when the queue is full (waiting
-    /// longer would only stall the informers), at shutdown, or once the oldest pending change
-    /// has waited `linger` (default 0: at once). Returns `None` once the queue is closed and
-    /// drained.
+    /// Waits for the next batch. With a window of 1 the worker calls it when its previous
+    /// batch is confirmed, so nothing of this sink is in flight; with a larger window, while
+    /// up to `window - 1` batches are (the batch then leaves out the keys they carry, see
+    /// the module docs). Whatever is pending is taken at once when it fills a batch
+    /// (`max_batch_events`, `max_batch_bytes`), when the queue is full (waiting longer would
+    /// only stall the informers), at shutdown, or once the oldest pending change has waited
+    /// `linger` (default 0: at once). Returns `None` once the queue is closed and drained.
     pub async fn next_batch(&self) -> Option<Batch> {
         loop {
             let notified = self.data.notified();
@@ -348,9 +377,16 @@ impl SinkQueue {
                             || st.pending_bytes >= self.limits.max_batch_bytes
                             || Instant::now() >= due
                         {
-                            return Some(self.take(&mut st));
+                            let batch = self.take(&mut st);
+                            if !batch.messages.is_empty() {
+                                return Some(batch);
+                            }
+                            // Everything pending waits for a batch in flight (its key, or
+                            // a marker's barrier): `complete` wakes this.
+                            None
+                        } else {
+                            Some(due)
                         }
-                        Some(due)
                     }
                 }
             };
@@ -366,41 +402,111 @@ impl SinkQueue {
         }
     }
 
+    /// Takes the next batch from `pending`, oldest first. With a window above 1 it skips
+    /// (leaving them pending, in place) the changes whose key is in another batch in
+    /// flight, takes nothing while a batch with a marker is in flight, and stops at a marker
+    /// unless nothing is in flight and nothing was skipped. May return an empty batch then.
     fn take(&self, st: &mut State) -> Batch {
+        let pipelined = self.limits.window > 1;
         let mut messages = Vec::new();
         let mut acks = Vec::new();
         let mut bytes = 0;
-        while let Some(front) = st.pending.front() {
-            if front.cancelled {
-                st.trim_holes();
+        let mut marker = false;
+        let mut taken_from_middle = false;
+        if pipelined && st.inflight_markers > 0 {
+            return Batch {
+                messages,
+                acks,
+                bytes,
+                marker,
+            };
+        }
+        // Position in `pending` of the first slot not yet looked at: 0 until a slot is
+        // skipped (taken slots are popped from the front), then it walks on.
+        let mut at = 0;
+        let mut skipped = false;
+        let mut taken_keys: Vec<Arc<str>> = Vec::new();
+        while let Some(slot) = st.pending.get(at) {
+            if slot.cancelled {
+                if at == 0 {
+                    st.trim_holes();
+                } else {
+                    at += 1;
+                }
                 continue;
             }
-            let size = front.msg.size();
+            let is_marker = slot.msg.meta.op.is_marker();
+            if pipelined {
+                if is_marker && (st.inflight_batches > 0 || skipped) {
+                    break;
+                }
+                if !is_marker && st.inflight_keys.contains_key(&slot.msg.key) {
+                    skipped = true;
+                    at += 1;
+                    continue;
+                }
+            }
+            let size = slot.msg.size();
             if !messages.is_empty()
                 && (messages.len() >= self.limits.max_batch_events
                     || bytes + size > self.limits.max_batch_bytes)
             {
                 break;
             }
-            let Some(slot) = st.pending.pop_front() else {
-                break;
+            let seq = st.head_seq + at as u64;
+            let (msg, ack) = if at == 0 {
+                let Some(slot) = st.pending.pop_front() else {
+                    break;
+                };
+                st.head_seq += 1;
+                (slot.msg, slot.ack)
+            } else {
+                // Taken from behind a skipped change: a hole keeps the positions.
+                let Some(slot) = st.pending.get_mut(at) else {
+                    break;
+                };
+                slot.cancelled = true;
+                let mut hole = slot.msg.clone();
+                hole.payload = bytes::Bytes::new(); // a hole holds no payload
+                let msg = std::mem::replace(&mut slot.msg, hole);
+                let ack = slot.ack.take();
+                st.holes += 1;
+                taken_from_middle = true;
+                at += 1;
+                (msg, ack)
             };
-            let seq = st.head_seq;
-            st.head_seq += 1;
-            if self.limits.coalesce && st.index.get(&slot.msg.key) == Some(&seq) {
-                st.index.remove(&slot.msg.key);
+            if self.limits.coalesce && st.index.get(&msg.key) == Some(&seq) {
+                st.index.remove(&msg.key);
             }
+            if pipelined && !is_marker {
+                taken_keys.push(msg.key.clone());
+            }
+            marker |= is_marker;
             bytes += size;
-            messages.push(slot.msg);
-            acks.extend(slot.ack);
+            messages.push(msg);
+            acks.extend(ack);
+        }
+        if taken_from_middle {
+            st.trim_holes();
+            st.compact_if_sparse();
+        }
+        for key in taken_keys {
+            *st.inflight_keys.entry(key).or_insert(0) += 1;
         }
         st.pending_bytes -= bytes;
         st.inflight += messages.len();
         st.inflight_bytes += bytes;
+        if !messages.is_empty() {
+            st.inflight_batches += 1;
+            st.inflight_markers += usize::from(marker);
+            self.batches_high_water
+                .fetch_max(st.inflight_batches, Ordering::Relaxed);
+        }
         Batch {
             messages,
             acks,
             bytes,
+            marker,
         }
     }
 
@@ -411,6 +517,18 @@ impl SinkQueue {
             let mut st = self.lock();
             st.inflight -= batch.messages.len();
             st.inflight_bytes -= batch.bytes;
+            st.inflight_batches -= 1;
+            st.inflight_markers -= usize::from(batch.marker);
+            if self.limits.window > 1 {
+                for m in batch.messages.iter().filter(|m| !m.meta.op.is_marker()) {
+                    if let Some(n) = st.inflight_keys.get_mut(&m.key) {
+                        *n -= 1;
+                        if *n == 0 {
+                            st.inflight_keys.remove(&m.key);
+                        }
+                    }
+                }
+            }
         }
         self.space.notify_waiters();
         self.data.notify_one();
@@ -429,6 +547,21 @@ impl SinkQueue {
     /// Changes held now (pending + in flight).
     pub fn held(&self) -> usize {
         self.lock().held()
+    }
+
+    /// Batches the worker may have in flight at once (`QueueLimits::window`).
+    pub fn window(&self) -> usize {
+        self.limits.window.max(1)
+    }
+
+    /// Batches in flight now.
+    pub fn batches_in_flight(&self) -> usize {
+        self.lock().inflight_batches
+    }
+
+    /// The most batches ever in flight at once.
+    pub fn batches_high_water(&self) -> usize {
+        self.batches_high_water.load(Ordering::Relaxed)
     }
 
     /// Bytes held now (pending + in flight).
@@ -487,6 +620,7 @@ mod tests {
             max_batch_events: 100,
             max_batch_bytes: 1 << 20,
             linger: Duration::from_millis(5),
+            window: 1,
         }
     }
 

@@ -63,9 +63,20 @@ pub struct NatsConfig {
     /// Bound on establishing a connection (TCP, TLS, auth). Default `5s`.
     #[serde(default = "default_publish_timeout")]
     pub connect_timeout: HumanDuration,
-    /// JetStream: PubAcks awaited concurrently within a batch. Default `256`.
+    /// JetStream: messages published and awaiting their PubAck at once, across every batch
+    /// in flight (the JetStream context's `max_ack_inflight`, with backpressure: a publish
+    /// beyond it waits for a PubAck). Default `256`.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Batches the pipeline may have in flight to this sink at once (1 to 64): the next
+    /// batch is published while the PubAcks (or, in core mode, the flush) of the previous
+    /// ones are awaited, so one slow PubAck no longer holds everything behind it. Per-key
+    /// order is kept: a key is in one batch in flight at most, so its next change is
+    /// published only once the previous one is acknowledged, and a failed publish makes
+    /// every later change of that key wait (`Sink::max_batches_in_flight`). `1` sends a
+    /// batch only once the previous one is confirmed. Default `4`.
+    #[serde(default = "default_batches_in_flight")]
+    pub batches_in_flight: usize,
     /// Commands the client library may queue while disconnected (async-nats
     /// `client_capacity`); beyond it, publishing waits and times out, so the pipeline (not
     /// the library) holds the backlog. Default `1024`.
@@ -193,6 +204,7 @@ impl Default for NatsConfig {
             publish_timeout: default_publish_timeout(),
             connect_timeout: default_publish_timeout(),
             max_in_flight: default_max_in_flight(),
+            batches_in_flight: default_batches_in_flight(),
             client_capacity: default_client_capacity(),
             auth: NatsAuth::default(),
             tls: NatsTls::default(),
@@ -222,6 +234,11 @@ fn zero() -> HumanDuration {
 fn default_max_in_flight() -> usize {
     256
 }
+fn default_batches_in_flight() -> usize {
+    4
+}
+/// The largest `batches_in_flight`: more only splits the same backlog into smaller batches.
+pub const MAX_BATCHES_IN_FLIGHT: usize = 64;
 fn default_client_capacity() -> usize {
     1024
 }
@@ -561,6 +578,7 @@ impl NatsConfig {
             subjects,
             self.format,
             service,
+            self.batches_in_flight,
         ))
     }
 }
@@ -615,6 +633,15 @@ impl Destination for NatsConfig {
         }
         if self.max_in_flight == 0 {
             bad("max_in_flight", "must be at least 1".into());
+        }
+        if !(1..=MAX_BATCHES_IN_FLIGHT).contains(&self.batches_in_flight) {
+            bad(
+                "batches_in_flight",
+                format!(
+                    "must be from 1 to {MAX_BATCHES_IN_FLIGHT}, found {}",
+                    self.batches_in_flight
+                ),
+            );
         }
         if self.client_capacity == 0 {
             bad("client_capacity", "must be at least 1".into());

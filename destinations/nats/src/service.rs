@@ -467,9 +467,33 @@ impl NatsService {
                 failed.push(i);
                 continue;
             }
-            let publish =
-                js.publish_with_headers(p.subject.clone(), p.headers.clone(), p.payload.clone());
-            match tokio::time::timeout(t, publish).await {
+            while acks.len() >= self.max_in_flight {
+                if let Some((i, Err(e))) = acks.next().await {
+                    note(i, self.publish_error(&batch[i].subject, &e), &mut failed);
+                }
+            }
+            let publish = tokio::time::timeout(
+                t,
+                js.publish_with_headers(p.subject.clone(), p.headers.clone(), p.payload.clone()),
+            );
+            tokio::pin!(publish);
+            // While the publish waits (for the context's `max_in_flight` PubAcks, shared with
+            // the other batches in flight), this batch's PubAcks are still collected: an
+            // uncollected PubAck future keeps its permit, and concurrent sends each waiting
+            // for a permit that only the other's PubAcks would free would wait out the
+            // timeout.
+            let published = loop {
+                tokio::select! {
+                    biased;
+                    r = &mut publish => break r,
+                    Some((j, res)) = acks.next(), if !acks.is_empty() => {
+                        if let Err(e) = res {
+                            note(j, self.publish_error(&batch[j].subject, &e), &mut failed);
+                        }
+                    }
+                }
+            };
+            match published {
                 Ok(Ok(ack)) => acks.push(async move { (i, ack.await) }),
                 Ok(Err(e)) => {
                     note(i, self.publish_error(&p.subject, &e), &mut failed);
@@ -482,11 +506,6 @@ impl NatsService {
                     );
                     note(i, e, &mut failed);
                     stop = true;
-                }
-            }
-            while acks.len() >= self.max_in_flight {
-                if let Some((i, Err(e))) = acks.next().await {
-                    note(i, self.publish_error(&batch[i].subject, &e), &mut failed);
                 }
             }
         }

@@ -16,6 +16,7 @@ pub struct NatsSink {
     subjects: Template,
     format: Format,
     service: NatsService,
+    batches_in_flight: usize,
 }
 
 impl NatsSink {
@@ -24,12 +25,14 @@ impl NatsSink {
         subjects: Template,
         format: Format,
         service: NatsService,
+        batches_in_flight: usize,
     ) -> Self {
         NatsSink {
             name,
             subjects,
             format,
             service,
+            batches_in_flight,
         }
     }
 
@@ -74,6 +77,13 @@ impl Sink for NatsSink {
     /// disconnected, where a flush could only time out.
     async fn close(&self) -> Result<(), SinkError> {
         self.service.close().await
+    }
+
+    /// `batches_in_flight` (default 4): concurrent sends share the client's one connection,
+    /// which keeps their publishes in order, and the JetStream context's `max_in_flight`
+    /// bound on PubAcks awaited.
+    fn max_batches_in_flight(&self) -> usize {
+        self.batches_in_flight
     }
 
     fn max_message_bytes(&self) -> Option<usize> {

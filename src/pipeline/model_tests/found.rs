@@ -25,6 +25,7 @@ fn an_inferred_delete_after_a_crash_carries_an_older_resource_version() {
         max_batch_events: 2,
         markers: false,
         saves: false,
+        window: 1,
     };
     let steps = [
         Step::Create(0),
@@ -60,6 +61,7 @@ fn a_crash_between_a_re_creation_and_its_delivery_never_loses_the_old_uids_delet
         max_batch_events: 1,
         markers: false,
         saves: false,
+        window: 1,
     };
     let steps = [
         Step::Create(0),
@@ -90,6 +92,7 @@ fn a_replayed_event_of_a_deleted_key_never_resurrects_it() {
         max_batch_events: 4,
         markers: false,
         saves: false,
+        window: 1,
     };
     let ok = Step::Send {
         sink: 0,
@@ -125,6 +128,7 @@ fn a_partial_retry_never_sends_a_state_older_than_one_delivered() {
         max_batch_events: 4,
         markers: false,
         saves: false,
+        window: 1,
     };
     let steps = [
         Step::Create(0),
@@ -157,6 +161,7 @@ fn a_watch_delete_of_a_key_held_with_another_uid_deletes_the_held_uid_too() {
         max_batch_events: 1,
         markers: false,
         saves: false,
+        window: 1,
     };
     let steps = [
         Step::Create(1),

@@ -8,14 +8,17 @@
 //! 2. throughput: initial-list objects/s to stdout, NATS core, NATS JetStream and Kafka,
 //!    each as a ratio to `parse-floor` reading the same list;
 //! 3. latency: change (the simulator's write, stamped in an annotation) → stdout line read /
-//!    JetStream message consumed, at a fixed 2,000 changes/s;
+//!    JetStream message consumed, at a fixed 2,000 changes/s; for JetStream (`tail.rs`) with
+//!    one batch in flight and with the default, on the quiet host and with one core kept busy
+//!    by a load generator the suite starts;
 //! 4. CPU seconds per 10,000 changes during that churn, kubesink vs the baseline vs the floor;
 //! 5. the API server's side (`lists.rs`): paged vs streaming initial lists (the simulator's
 //!    CPU and memory, kubesink's peak, LIST requests, sync time) and a cold start of many
 //!    namespaces with and without the request budget.
 //!
-//! `bench-suite [--quick] [--only initial-lists] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
-//! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`); `--quick` runs
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
+//! `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`); `--quick` runs
 //! small sizes in a minute or two (CI runs it so the driver never rots); `--out` (default
 //! `docs/bench`) receives `results-{quick,full}.md`, `.json` and the plot; `--bin-dir`
 //! (default: this program's directory) holds `kubesink`, `kubesink-sim`, `baseline-reflector`
@@ -38,6 +41,8 @@ use serde_json::{json, Value};
 
 #[path = "bench_suite/lists.rs"]
 mod lists;
+#[path = "bench_suite/tail.rs"]
+mod tail;
 
 /// Sizes and durations of one run.
 struct Plan {
@@ -519,7 +524,7 @@ fn throughput_runs(ctx: &Ctx, pods: usize) -> anyhow::Result<Throughput> {
     })
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Latency {
     label: &'static str,
     rate: f64,
@@ -606,61 +611,6 @@ fn latency_stdout(ctx: &Ctx, plan: &Plan, sim: &Sim) -> anyhow::Result<[Latency;
     ])
 }
 
-/// Latency from the stamped change to a JetStream consumer receiving the stored message.
-fn latency_jetstream(ctx: &Ctx, plan: &Plan, sim: &Sim) -> anyhow::Result<Latency> {
-    let nats = Nats::start(ctx.dir.path())?;
-    let run = 90;
-    let mut k = Kubesink::start(
-        ctx,
-        sim,
-        &sink_config(SinkKind::JetStream, run, Some(&nats), None),
-        false,
-        "lat-js",
-    )?;
-    k.wait_delivered(None, Duration::from_secs(600))?;
-    let ms: Arc<Mutex<Vec<f64>>> = Arc::default();
-    let m = ms.clone();
-    let url = nats.url.clone();
-    let consumer = ctx.rt.spawn(async move {
-        use async_nats::jetstream::consumer::{pull, DeliverPolicy};
-        use futures::StreamExt;
-        let client = async_nats::connect(url).await?;
-        let js = async_nats::jetstream::new(client);
-        let stream = js.get_stream(format!("BENCH{run}")).await?;
-        let consumer = stream
-            .create_consumer(pull::OrderedConfig {
-                deliver_policy: DeliverPolicy::New,
-                ..Default::default()
-            })
-            .await?;
-        let mut messages = consumer.messages().await?;
-        while let Some(msg) = messages.next().await {
-            let msg = msg?;
-            let now = procs::now_micros();
-            let text = String::from_utf8_lossy(&msg.payload);
-            if let Some(at) = procs::stamp_of(&text) {
-                if text.contains("\"op\":\"added\"") || text.contains("\"op\":\"updated\"") {
-                    m.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(now.saturating_sub(at) as f64 / 1000.0);
-                }
-            }
-        }
-        anyhow::Ok(())
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    let started = Instant::now();
-    sim.churn(plan.churn_rate)?;
-    std::thread::sleep(plan.churn_for);
-    let applied = sim.churn_applied()?;
-    let secs = started.elapsed().as_secs_f64();
-    sim.churn(0.0)?;
-    std::thread::sleep(Duration::from_secs(1));
-    consumer.abort();
-    let ms = ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    Ok(latency_of("NATS JetStream", &ms, applied, secs))
-}
-
 /// CPU seconds per 10,000 changes during churn, for each program following the same churn.
 fn cpu_per_change(ctx: &Ctx, plan: &Plan, sim: &Sim) -> anyhow::Result<Vec<(&'static str, f64)>> {
     let mut k = Kubesink::start(ctx, sim, &stdout_sink(), false, "cpu")?;
@@ -730,8 +680,10 @@ struct Args {
     /// Output of `cargo bench --bench state_size`, to report the informer state per object.
     #[arg(long)]
     state_size: Option<PathBuf>,
-    /// Run one part alone: `initial-lists` (paged vs streaming lists, the cold start).
-    #[arg(long, value_parser = ["initial-lists"])]
+    /// Run one part alone: `initial-lists` (paged vs streaming lists, the cold start), or
+    /// `jetstream-tail` (change → JetStream latency with one batch in flight and with the
+    /// default, on a quiet host and with one core busy).
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail"])]
     only: Option<String>,
 }
 
@@ -770,6 +722,27 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let mode = if quick { "quick" } else { "full" };
 
+    if only.as_deref() == Some("jetstream-tail") {
+        eprintln!(
+            "== JetStream tail: {} pods, {} changes/s, quiet and with one core busy",
+            plan.churn_pods, plan.churn_rate
+        );
+        let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
+        let runs = tail::runs(&ctx, &plan, &sim)?;
+        let md = format!(
+            "<!-- written by bench-suite --only jetstream-tail ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            tail::markdown(&runs)
+        );
+        std::fs::write(out.join(format!("results-jetstream-tail-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-jetstream-tail-{mode}.json")),
+            serde_json::to_string_pretty(&tail::json(&runs))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
     if only.is_some() {
         let lists = lists::list_vs_stream(&ctx, plan.list_pods)?;
         let cold = lists::cold_starts(&ctx, plan.cold_namespaces)?;
@@ -797,7 +770,13 @@ fn main() -> anyhow::Result<()> {
     );
     let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
     let [lat_stdout, lat_floor] = latency_stdout(&ctx, &plan, &sim)?;
-    let lat_js = latency_jetstream(&ctx, &plan, &sim)?;
+    let tail = tail::runs(&ctx, &plan, &sim)?;
+    // Row "latency, JetStream": the default window on the quiet host.
+    let lat_js = tail
+        .iter()
+        .find(|r| r.window.is_none() && !r.loaded)
+        .map(|r| r.lat.clone())
+        .unwrap_or_default();
     for l in [&lat_stdout, &lat_floor, &lat_js] {
         eprintln!(
             "   {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples, {:.0} changes/s)",
@@ -844,6 +823,7 @@ fn main() -> anyhow::Result<()> {
         cpu: &cpu,
         lists: &initial_lists,
         cold: &cold,
+        tail: &tail,
         state,
         elapsed: started.elapsed(),
     };
@@ -871,6 +851,7 @@ struct Report<'a> {
     cpu: &'a [(&'static str, f64)],
     lists: &'a [lists::ListRun],
     cold: &'a [lists::ColdStart],
+    tail: &'a [tail::TailRun],
     state: Option<String>,
     elapsed: Duration,
 }
@@ -1021,6 +1002,20 @@ impl Report<'_> {
                 },
             ]);
         }
+        if let Some(r) = self.tail.iter().find(|r| r.window.is_none() && r.loaded) {
+            rows.push([
+                format!(
+                    "latency change → NATS JetStream, one core busy, {:.0} changes/s",
+                    r.lat.rate
+                ),
+                format!(
+                    "p50 {:.1} / p99 {:.1} / max {:.1} ms ({} changes)",
+                    r.lat.p50, r.lat.p99, r.lat.max, r.lat.samples
+                ),
+                "p99 ≤ 50 ms".into(),
+                verdict(r.lat.p99 <= 50.0).into(),
+            ]);
+        }
         if let Some(idle) = largest.and_then(|l| l.idle_cpu_pct) {
             rows.push([
                 format!(
@@ -1047,6 +1042,7 @@ impl Report<'_> {
         for r in rows {
             let _ = writeln!(w, "| {} | {} | {} | {} |", r[0], r[1], r[2], r[3]);
         }
+        w.push_str(&tail::markdown(self.tail));
         w.push_str(&lists::markdown(self.lists, self.cold));
         s
     }
@@ -1079,6 +1075,7 @@ impl Report<'_> {
             "cpu_seconds_per_10k_changes": self.cpu.iter().map(|(n, c)| json!({"program": n, "seconds": c})).collect::<Vec<_>>(),
             "state_size": self.state,
             "api_server": lists::json(self.lists, self.cold),
+            "jetstream_tail": tail::json(self.tail),
         })
     }
 }

@@ -1,0 +1,208 @@
+//! JetStream's tail on a loaded host (issue 24): the latency from a change (the simulator's
+//! write, stamped in an annotation) to a JetStream consumer receiving the stored message, at
+//! the plan's churn rate, with `batches_in_flight = 1` (a batch is published only once every
+//! PubAck of the previous one arrived: kubesink before this issue) and with the default
+//! (several batches in flight), each on the host as it is ("quiet") and with one core kept
+//! busy by a load generator this bench starts itself (`yes > /dev/null`, one process at the
+//! default priority: what a neighbouring build or a noisy pod does), so "a loaded host" is
+//! the same in every run. Each run has its own nats-server (file storage, or
+//! `BENCH_JS_STORAGE`) and kubesink; the quiet runs also time the initial list into
+//! JetStream (objects/s), to show that several batches in flight cost no throughput.
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use kubesink_bench::procs::{self, spawn, Nats, Proc, Sim};
+use serde_json::{json, Value};
+
+use super::{latency_of, sink_config, Ctx, Kubesink, Latency, Plan, SinkKind};
+
+/// One run: a window, quiet or loaded.
+pub struct TailRun {
+    /// `batches_in_flight` (`None`: the default).
+    pub window: Option<usize>,
+    /// With the load generator running during the churn.
+    pub loaded: bool,
+    /// Seconds from kubesink's start to every listed pod confirmed by JetStream.
+    pub sync_secs: f64,
+    /// Pods listed.
+    pub pods: usize,
+    /// Change → consumer latency during the churn.
+    pub lat: Latency,
+}
+
+/// One core kept busy while the returned process lives (it is killed on drop): a `yes`
+/// writing to /dev/null.
+fn load_generator() -> anyhow::Result<Proc> {
+    spawn(
+        "yes (load generator)",
+        Command::new("yes")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+}
+
+/// The four runs, windows side by side: (1, quiet), (default, quiet), (1, loaded),
+/// (default, loaded).
+pub fn runs(ctx: &Ctx, plan: &Plan, sim: &Sim) -> anyhow::Result<Vec<TailRun>> {
+    let mut out = Vec::new();
+    for loaded in [false, true] {
+        for window in [Some(1), None] {
+            let run = out.len() + 70;
+            let r = measure(ctx, plan, sim, window, loaded, run)?;
+            eprintln!(
+                "   JetStream, batches_in_flight {}, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples); initial list {:.2} s",
+                window.map_or("default".into(), |w| w.to_string()),
+                if loaded { "one core busy" } else { "quiet" },
+                r.lat.p50,
+                r.lat.p99,
+                r.lat.max,
+                r.lat.samples,
+                r.sync_secs
+            );
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// One run: a fresh nats-server and kubesink (`batches_in_flight = window`), the initial
+/// list timed, then `plan.churn_for` of churn at `plan.churn_rate` with a consumer reading
+/// new messages (with the load generator when `loaded`).
+pub fn measure(
+    ctx: &Ctx,
+    plan: &Plan,
+    sim: &Sim,
+    window: Option<usize>,
+    loaded: bool,
+    run: usize,
+) -> anyhow::Result<TailRun> {
+    let dir = ctx.dir.path().join(format!("nats-{run}"));
+    std::fs::create_dir_all(&dir)?;
+    let nats = Nats::start(&dir)?;
+    let mut sink = sink_config(SinkKind::JetStream, run, Some(&nats), None);
+    if let Some(w) = window {
+        sink = sink.replace(
+            "[sinks.stream]",
+            &format!("batches_in_flight = {w}\n[sinks.stream]"),
+        );
+    }
+    let started = Instant::now();
+    let mut k = Kubesink::start(ctx, sim, &sink, false, &format!("tail-{run}"))?;
+    k.wait_delivered(None, Duration::from_secs(600))?;
+    let sync_secs = started.elapsed().as_secs_f64();
+    let ms: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let m = ms.clone();
+    let url = nats.url.clone();
+    let consumer = ctx.rt.spawn(async move {
+        use async_nats::jetstream::consumer::{pull, DeliverPolicy};
+        use futures::StreamExt;
+        let client = async_nats::connect(url).await?;
+        let js = async_nats::jetstream::new(client);
+        let stream = js.get_stream(format!("BENCH{run}")).await?;
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                deliver_policy: DeliverPolicy::New,
+                ..Default::default()
+            })
+            .await?;
+        let mut messages = consumer.messages().await?;
+        while let Some(msg) = messages.next().await {
+            let msg = msg?;
+            let now = procs::now_micros();
+            let text = String::from_utf8_lossy(&msg.payload);
+            if let Some(at) = procs::stamp_of(&text) {
+                if text.contains("\"op\":\"added\"") || text.contains("\"op\":\"updated\"") {
+                    m.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(now.saturating_sub(at) as f64 / 1000.0);
+                }
+            }
+        }
+        anyhow::Ok(())
+    });
+    // The consumer subscribes before the churn starts (DeliverPolicy::New).
+    std::thread::sleep(Duration::from_millis(500));
+    let load = if loaded {
+        Some(load_generator()?)
+    } else {
+        None
+    };
+    let churn_started = Instant::now();
+    sim.churn(plan.churn_rate)?;
+    std::thread::sleep(plan.churn_for);
+    let applied = sim.churn_applied()?;
+    let secs = churn_started.elapsed().as_secs_f64();
+    sim.churn(0.0)?;
+    drop(load);
+    // What is still on its way arrives (its latency counts).
+    std::thread::sleep(Duration::from_secs(1));
+    consumer.abort();
+    k.proc
+        .check_running()
+        .context("kubesink during the churn")?;
+    let ms = ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok(TailRun {
+        window,
+        loaded,
+        sync_secs,
+        pods: plan.churn_pods,
+        lat: latency_of("NATS JetStream", &ms, applied, secs),
+    })
+}
+
+fn window_label(w: Option<usize>) -> String {
+    w.map_or("default (4)".into(), |w| w.to_string())
+}
+
+/// The Markdown table of the runs.
+pub fn markdown(runs: &[TailRun]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nJetStream tail (change → JetStream consumer; a fresh nats-server and kubesink per run; \"one core busy\": a `yes > /dev/null` load generator during the churn):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| batches_in_flight | host | changes/s | p50 ms | p99 ms | max ms | changes | initial list of {} pods (s) | objects/s |",
+        runs.first().map_or(0, |r| r.pods)
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in runs {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.0} |",
+            window_label(r.window),
+            if r.loaded { "one core busy" } else { "quiet" },
+            r.lat.rate,
+            r.lat.p50,
+            r.lat.p99,
+            r.lat.max,
+            r.lat.samples,
+            r.sync_secs,
+            r.pods as f64 / r.sync_secs.max(1e-9),
+        );
+    }
+    s
+}
+
+/// The runs as JSON.
+pub fn json(runs: &[TailRun]) -> Value {
+    json!(runs
+        .iter()
+        .map(|r| json!({
+            "batches_in_flight": r.window,
+            "loaded": r.loaded,
+            "changes_per_sec": r.lat.rate,
+            "samples": r.lat.samples,
+            "p50_ms": r.lat.p50,
+            "p99_ms": r.lat.p99,
+            "max_ms": r.lat.max,
+            "pods": r.pods,
+            "initial_list_secs": r.sync_secs,
+        }))
+        .collect::<Vec<_>>())
+}
