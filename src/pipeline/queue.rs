@@ -6,8 +6,9 @@
 //! - With coalescing, a key has at most one pending change per uid; a newer change replaces
 //!   it in place, keeping its position (so the queue's order is the order in which keys first
 //!   became pending). A change for a key that is in flight waits as a new pending entry, and
-//!   the worker takes the next batch only after the current one is confirmed, so a newer
-//!   change never overtakes an older one.
+//!   the worker takes the next batch only after the current one is confirmed (with a window
+//!   above 1: the next batch leaves that entry pending until its key's batch is confirmed),
+//!   so a newer change never overtakes an older one.
 //! - Coalescing never merges across a uid change: a change whose uid differs from the key's
 //!   pending one (a re-created object: the old uid's inferred `deleted`, then the new uid's
 //!   `added`) waits behind it as a new entry, so both arrive, in order.

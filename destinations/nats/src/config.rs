@@ -731,6 +731,7 @@ mod tests {
     fn validation_reports_every_problem() {
         let c = parse(
             r#"{"servers": ["nats://a b"], "subject": "x.{nope}", "max_in_flight": 0,
+                "batches_in_flight": 0,
                 "auth": {"user": "u", "token": "t"}, "tls": {"cert_file": "c"},
                 "stream": {"max_msgs_per_subject": 0}}"#,
         );
@@ -745,12 +746,35 @@ mod tests {
                 "servers",
                 "subject",
                 "max_in_flight",
+                "batches_in_flight",
                 "auth",
                 "auth.password",
                 "tls.key_file",
                 "stream.max_msgs_per_subject"
             ]
         );
+    }
+
+    #[test]
+    fn batches_in_flight_defaults_to_4_and_takes_1_to_64() {
+        assert_eq!(parse("{}").batches_in_flight, 4);
+        let problems = |n: usize| {
+            parse(&format!(r#"{{"batches_in_flight": {n}}}"#))
+                .validate(0)
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert!(problems(1).is_empty());
+        assert!(problems(64).is_empty());
+        for n in [0, 65] {
+            let p = problems(n);
+            assert_eq!(p.len(), 1, "{p:?}");
+            assert!(
+                p[0].contains("batches_in_flight") && p[0].contains(&format!("found {n}")),
+                "{p:?}"
+            );
+        }
     }
 
     #[test]

@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use kubesink_bench::http::{metric_sum, request};
+use kubesink_bench::procfs;
 use kubesink_bench::procs::{self, spawn, Nats, Proc, Sim};
 use serde_json::{json, Value};
 
@@ -31,6 +33,10 @@ pub struct TailRun {
     pub pods: usize,
     /// Change → consumer latency during the churn.
     pub lat: Latency,
+    /// kubesink's CPU seconds per 10,000 changes during the churn.
+    pub cpu_per_10k: f64,
+    /// Batches JetStream confirmed during the churn, per second.
+    pub batches_per_sec: f64,
 }
 
 /// One core kept busy while the returned process lives (it is killed on drop): a `yes`
@@ -53,13 +59,15 @@ pub fn runs(ctx: &Ctx, plan: &Plan, sim: &Sim) -> anyhow::Result<Vec<TailRun>> {
             let run = out.len() + 70;
             let r = measure(ctx, plan, sim, window, loaded, run)?;
             eprintln!(
-                "   JetStream, batches_in_flight {}, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples); initial list {:.2} s",
+                "   JetStream, batches_in_flight {}, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples, {:.0} batches/s, {:.2} CPU s/10k); initial list {:.2} s",
                 window.map_or("default".into(), |w| w.to_string()),
                 if loaded { "one core busy" } else { "quiet" },
                 r.lat.p50,
                 r.lat.p99,
                 r.lat.max,
                 r.lat.samples,
+                r.batches_per_sec,
+                r.cpu_per_10k,
                 r.sync_secs
             );
             out.push(r);
@@ -125,6 +133,15 @@ pub fn measure(
     });
     // The consumer subscribes before the churn starts (DeliverPolicy::New).
     std::thread::sleep(Duration::from_millis(500));
+    let batches = |k: &Kubesink| {
+        request(k.metrics, "GET", "/metrics")
+            .map(|t| metric_sum(&t, "kubesink_sink_batches_total"))
+            .unwrap_or(0.0)
+    };
+    let (cpu_before, batches_before) = (
+        procfs::cpu_seconds(k.proc.pid()).unwrap_or(0.0),
+        batches(&k),
+    );
     let load = if loaded {
         Some(load_generator()?)
     } else {
@@ -136,6 +153,8 @@ pub fn measure(
     let applied = sim.churn_applied()?;
     let secs = churn_started.elapsed().as_secs_f64();
     sim.churn(0.0)?;
+    let cpu = procfs::cpu_seconds(k.proc.pid()).unwrap_or(0.0) - cpu_before;
+    let batches_per_sec = (batches(&k) - batches_before) / secs;
     drop(load);
     // What is still on its way arrives (its latency counts).
     std::thread::sleep(Duration::from_secs(1));
@@ -150,6 +169,8 @@ pub fn measure(
         sync_secs,
         pods: plan.churn_pods,
         lat: latency_of("NATS JetStream", &ms, applied, secs),
+        cpu_per_10k: cpu / applied.max(1) as f64 * 10_000.0,
+        batches_per_sec,
     })
 }
 
@@ -167,14 +188,14 @@ pub fn markdown(runs: &[TailRun]) -> String {
     );
     let _ = writeln!(
         s,
-        "| batches_in_flight | host | changes/s | p50 ms | p99 ms | max ms | changes | initial list of {} pods (s) | objects/s |",
+        "| batches_in_flight | host | changes/s | p50 ms | p99 ms | max ms | changes | kubesink CPU s / 10k changes | batches/s | initial list of {} pods (s) | objects/s |",
         runs.first().map_or(0, |r| r.pods)
     );
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in runs {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.0} |",
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.0} | {:.2} | {:.0} |",
             window_label(r.window),
             if r.loaded { "one core busy" } else { "quiet" },
             r.lat.rate,
@@ -182,6 +203,8 @@ pub fn markdown(runs: &[TailRun]) -> String {
             r.lat.p99,
             r.lat.max,
             r.lat.samples,
+            r.cpu_per_10k,
+            r.batches_per_sec,
             r.sync_secs,
             r.pods as f64 / r.sync_secs.max(1e-9),
         );
@@ -203,6 +226,8 @@ pub fn json(runs: &[TailRun]) -> Value {
             "max_ms": r.lat.max,
             "pods": r.pods,
             "initial_list_secs": r.sync_secs,
+            "kubesink_cpu_secs_per_10k_changes": r.cpu_per_10k,
+            "batches_per_sec": r.batches_per_sec,
         }))
         .collect::<Vec<_>>())
 }
