@@ -184,9 +184,9 @@ mod tests {
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..5 {
-            let (budget, order) = (budget.clone(), order.clone());
+            let (mine, order) = (budget.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let _slot = budget.acquire().await;
+                let _slot = mine.acquire().await;
                 order.lock().unwrap().push(i);
             }));
             // Each asks before the next one does.
