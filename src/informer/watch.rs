@@ -502,12 +502,13 @@ impl Lines {
                     excerpt: super::decode::excerpt(&self.buf),
                 }));
             }
-            if self.buf.is_empty() && self.buf.capacity() > 0 {
+            if self.buf.is_empty() {
                 // Every line read was handed out: give the buffer back before a wait that may
                 // last minutes on a quiet watch (what a burst grew, a streaming list's 64 KiB
-                // writes, would otherwise stay for the life of the watch). Its capacity is
-                // what is left after the lines split off, not the allocation, so any is
-                // dropped; a busy stream pays one allocation per frame.
+                // writes, would otherwise stay for the life of the watch). Its capacity says
+                // nothing of the allocation behind it (what is left after the lines split
+                // off, often 0), so it is dropped whatever it says; a busy stream pays one
+                // allocation per frame.
                 self.buf = BytesMut::new();
                 self.searched = 0;
             }
