@@ -121,7 +121,73 @@ pub async fn client_as(cfg: &Cluster, user: Option<&str>) -> Result<Client, Clus
             "TLS verification of the API server is turned off (insecure-skip-tls-verify in the kubeconfig): its identity is not checked; set certificate-authority instead"
         );
     }
-    Client::try_from(config).map_err(ClusterError::Client)
+    build(config).map_err(ClusterError::Client)
+}
+
+/// The bytes the HTTP/1 connection of a watch reads at a time into its buffer (hyper's
+/// `http1_read_buf_exact_size`; by default hyper adapts it up to ~408 KiB). hyper grows a
+/// connection's read buffer while reads fill it (a streaming list's initial events do) and
+/// never shrinks it, so every watch kept the buffer of its initial list for its life: with
+/// Pods and Deployments, most of each cluster's ~1.3 MiB at rest (measured with `cargo bench
+/// --bench cluster_cost` and heaptrack; `BENCHMARKS.md`, "Many clusters in one process").
+/// 16 KiB reads carry a streaming list at full speed (decoding, not reading, is the cost),
+/// and the API server's response heads (well under 1 KiB) fit.
+pub const READ_BUFFER: usize = 16 * 1024;
+
+/// kube's client stack as `Client::try_from` builds it (kube 5: TLS per the kubeconfig,
+/// connect/read/write timeouts, base URI, authentication, extra headers), with the HTTP/1
+/// read buffer of [`READ_BUFFER`]; a cluster URL with `http://` gets no TLS connector (kube
+/// builds one anyway, and without a CA in the kubeconfig it loads the system's trust store,
+/// ~90 KiB per client, for a connection that never uses it). A kubeconfig with a proxy
+/// (`proxy-url`) gets kube's own stack unchanged, which knows how to reach one.
+///
+/// # Errors
+/// kube's, when the TLS material or the credentials cannot be used.
+fn build(config: Config) -> Result<Client, kube::Error> {
+    use kube::client::ConfigExt;
+    if config.proxy_url.is_some() {
+        return Client::try_from(config);
+    }
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    if config.cluster_url.scheme() == Some(&http::uri::Scheme::HTTP) {
+        return stack(&config, http);
+    }
+    let https = config.rustls_https_connector_with_connector(http)?;
+    stack(&config, https)
+}
+
+/// The client over `connector` (plain or TLS), as [`build`] says.
+fn stack<C>(config: &Config, connector: C) -> Result<Client, kube::Error>
+where
+    C: tower::Service<http::Uri> + Clone + Send + Sync + 'static,
+    C::Response: hyper::rt::Read
+        + hyper::rt::Write
+        + hyper_util::client::legacy::connect::Connection
+        + Send
+        + Unpin
+        + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<tower::BoxError>,
+{
+    use kube::client::ConfigExt;
+    use tower::ServiceBuilder;
+    let mut connector = hyper_timeout::TimeoutConnector::new(connector);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let http_client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http1_read_buf_exact_size(READ_BUFFER)
+            .build(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(tower::BoxError::from)
+        .service(http_client);
+    Ok(Client::new(service, config.default_namespace.clone()))
 }
 
 /// A configured resource resolved through API discovery.

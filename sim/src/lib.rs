@@ -110,6 +110,10 @@ pub(crate) struct Inner {
     request_counts: Mutex<RequestCounts>,
     pub(crate) watch_events_sent: AtomicU64,
     pub(crate) open_watches: AtomicUsize,
+    /// Streaming lists whose initial-events-end bookmark is not written yet.
+    pub(crate) streaming_lists: AtomicUsize,
+    /// The most of those at once since start or the last reset of the request counts.
+    pub(crate) streaming_lists_peak: AtomicUsize,
     addr: Mutex<Option<SocketAddr>>,
     pub(crate) shutdown: CancellationToken,
     /// Churn started over the admin endpoint `/_sim/churn` (replaced by the next call).
@@ -176,6 +180,8 @@ impl Simulator {
                 request_counts: Mutex::new(RequestCounts::default()),
                 watch_events_sent: AtomicU64::new(0),
                 open_watches: AtomicUsize::new(0),
+                streaming_lists: AtomicUsize::new(0),
+                streaming_lists_peak: AtomicUsize::new(0),
                 addr: Mutex::new(None),
                 shutdown: CancellationToken::new(),
                 admin_churn: Mutex::new(None),
@@ -370,6 +376,19 @@ impl Simulator {
         self.inner.open_watches.load(Ordering::Relaxed)
     }
 
+    /// Streaming lists in flight: watches with `sendInitialEvents=true` whose
+    /// initial-events-end bookmark is not written yet (the stream ending counts as their end).
+    pub fn streaming_lists_in_flight(&self) -> usize {
+        self.inner.streaming_lists.load(Ordering::SeqCst)
+    }
+
+    /// The most streaming lists in flight at once since start or the last
+    /// [`Simulator::reset_request_counts`] (across every resource and client: a client's
+    /// concurrency, when one client is served).
+    pub fn streaming_lists_peak(&self) -> usize {
+        self.inner.streaming_lists_peak.load(Ordering::SeqCst)
+    }
+
     /// List and watch requests per resource and per path since start or the last
     /// [`Simulator::reset_request_counts`], counted on arrival (also those a fault rejected).
     pub fn request_counts(&self) -> RequestCounts {
@@ -380,8 +399,13 @@ impl Simulator {
             .clone()
     }
 
-    /// Sets every request count back to zero.
+    /// Sets every request count back to zero, and the peak of streaming lists in flight to
+    /// those in flight now.
     pub fn reset_request_counts(&self) {
+        self.inner.streaming_lists_peak.store(
+            self.inner.streaming_lists.load(Ordering::SeqCst),
+            Ordering::SeqCst,
+        );
         *self
             .inner
             .request_counts

@@ -33,7 +33,7 @@ use watching::{lead, Watching};
 
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, Config, ResourceConfig};
-use crate::informer::{ClusterApi, InformerStats, WatchPlan};
+use crate::informer::{ClusterApi, InformerStats, ListBudget, WatchPlan};
 use crate::leader::{Elector, Fence, Lost};
 use crate::observe::{self, ClusterEntry, Leadership, Observer, SinkEntry, StateEntry, WatchEntry};
 use crate::pipeline::Pipeline;
@@ -274,6 +274,8 @@ impl Bridge {
                 resources,
             });
         }
+        // One budget of lists in flight for the whole process, every cluster's informers.
+        let lists = Arc::new(ListBudget::new(config.watch.max_concurrent_lists));
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
         let fence = elector.as_ref().map_or_else(Fence::open, Elector::fence);
@@ -296,6 +298,7 @@ impl Bridge {
             sink_entries,
             states,
             apis,
+            lists.clone(),
             config.server.watch_failure_timeout.get(),
             multi,
             leadership.clone(),
@@ -320,6 +323,7 @@ impl Bridge {
             clusters: planned,
             sync_markers: config.pipeline.sync_markers,
             watch: config.watch.clone(),
+            lists,
             state: config.state.clone(),
             fence: fence.clone(),
             publisher: pipeline.publisher(),

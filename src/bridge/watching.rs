@@ -21,7 +21,7 @@ use super::plan::{Keepers, PlannedCluster, PlannedScope};
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, ResourceConfig, StateConfig, WatchConfig};
 use crate::informer::{
-    ClusterApi, Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore,
+    ClusterApi, Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore, ListBudget,
     TrackedStore, WatchPlan,
 };
 use crate::leader::{Elector, Fence, Lost};
@@ -40,6 +40,8 @@ pub(super) struct Watching {
     pub clusters: Vec<PlannedCluster>,
     pub sync_markers: bool,
     pub watch: WatchConfig,
+    /// The process's budget of lists in flight, shared by every cluster's informers.
+    pub lists: Arc<ListBudget>,
     pub state: StateConfig,
     /// Closed when this replica may no longer lead: keepers stop saving.
     pub fence: Fence,
@@ -132,6 +134,7 @@ impl Watching {
                 target,
                 self.sync_markers,
                 self.watch.clone(),
+                self.lists.clone(),
                 self.publisher.clone(),
                 self.cancel.clone(),
                 self.tasks.clone(),
@@ -280,6 +283,7 @@ async fn watch_resource(
     t: Target,
     sync_markers: bool,
     watch: WatchConfig,
+    lists: Arc<ListBudget>,
     publisher: Publisher,
     cancel: CancellationToken,
     tasks: TaskTracker,
@@ -362,6 +366,7 @@ async fn watch_resource(
             decider,
             scope.stats,
             t.api.clone(),
+            lists.clone(),
         );
         tasks.spawn(informer.run(publisher.clone(), cancel.clone()));
     }

@@ -39,7 +39,7 @@ pub use load::{load, load_resources, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
-    MIN_REQUESTS_PER_SECOND,
+    DEFAULT_MAX_CONCURRENT_LISTS, MAX_CONCURRENT_LISTS, MIN_REQUESTS_PER_SECOND,
 };
 #[cfg(feature = "nats")]
 pub use state::StateNatsConfig;

@@ -213,6 +213,13 @@ pub struct WatchConfig {
     /// The bucket's size: how many requests may go at once before the rate applies, like
     /// client-go's `Burst`. Default 100.
     pub request_burst: u32,
+    /// How many lists (initial lists and relists, streaming or paged) the whole process reads
+    /// at once, across every cluster; the others wait for a slot, first come first served. A
+    /// streaming list holds its slot until its initial-events-end bookmark, a paged list
+    /// until its last page; the watch after it holds none. Bounds the memory of a cold start
+    /// of many clusters (`[[clusters]]`) to that of this many lists. `0` turns the limit off
+    /// (every list at once). Default 16.
+    pub max_concurrent_lists: usize,
 }
 
 /// `watch.initial_list`: how an informer reads the state it starts from (initial sync and
@@ -256,6 +263,7 @@ impl Default for WatchConfig {
             initial_list: InitialList::Auto,
             requests_per_second: 50.0,
             request_burst: 100,
+            max_concurrent_lists: DEFAULT_MAX_CONCURRENT_LISTS,
         }
     }
 }
@@ -296,9 +304,27 @@ impl WatchConfig {
                 "must be at least 1 while watch.requests_per_second limits the rate",
             );
         }
+        if self.max_concurrent_lists > MAX_CONCURRENT_LISTS {
+            problems.add(
+                "watch.max_concurrent_lists",
+                format!(
+                    "must be 0 (no limit) or at most {MAX_CONCURRENT_LISTS} lists at once; got {}",
+                    self.max_concurrent_lists
+                ),
+            );
+        }
         problems.into_vec()
     }
 }
+
+/// The default `watch.max_concurrent_lists`: enough lists at once to keep two cores busy
+/// decoding (more are not decoded faster), few enough that a fleet's cold start holds little
+/// (`BENCHMARKS.md`, "Many clusters in one process").
+pub const DEFAULT_MAX_CONCURRENT_LISTS: usize = 16;
+
+/// The largest `watch.max_concurrent_lists`: far above any number of watches one process
+/// holds (each is a connection), and within what a semaphore can count.
+pub const MAX_CONCURRENT_LISTS: usize = 1_000_000;
 
 /// The lowest non-zero `watch.requests_per_second`: one request an hour. Slower would starve
 /// the watches (each ends every few minutes) and the bucket's period would not fit its clock.

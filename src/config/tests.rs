@@ -793,6 +793,49 @@ nkey_seed = { file = "nkey" }
 }
 
 #[test]
+fn the_list_budget_comes_from_file_or_env_zero_turns_it_off_and_bad_values_are_named() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
+        let c = load(None).map_err(|e| e.to_string())?;
+        assert_eq!(c.watch.max_concurrent_lists, DEFAULT_MAX_CONCURRENT_LISTS);
+        assert_eq!(DEFAULT_MAX_CONCURRENT_LISTS, 16);
+        jail.create_file("w.toml", "[watch]\nmax_concurrent_lists = 4\n")?;
+        let c = load(Some(Path::new("w.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.watch.max_concurrent_lists, 4);
+        // The environment overrides the file; 0 is "no limit", accepted.
+        jail.set_env("KUBESINK_WATCH__MAX_CONCURRENT_LISTS", "0");
+        let c = load(Some(Path::new("w.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.watch.max_concurrent_lists, 0);
+        jail.set_env("KUBESINK_WATCH__MAX_CONCURRENT_LISTS", "-1");
+        let all = errors_of(None).join("\n");
+        assert!(
+            all.contains("watch.max_concurrent_lists")
+                && all.contains("(from env KUBESINK_WATCH__MAX_CONCURRENT_LISTS)"),
+            "{all}"
+        );
+        jail.set_env("KUBESINK_WATCH__MAX_CONCURRENT_LISTS", "some");
+        let all = errors_of(None).join("\n");
+        assert!(all.contains("watch.max_concurrent_lists"), "{all}");
+        jail.clear_env();
+        jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
+        jail.create_file("big.toml", "[watch]\nmax_concurrent_lists = 2000000\n")?;
+        let all = errors_of(Some(Path::new("big.toml"))).join("\n");
+        assert!(
+            all.contains("watch.max_concurrent_lists: must be 0 (no limit) or at most 1000000 lists at once; got 2000000"),
+            "{all}"
+        );
+        jail.create_file(
+            "many.toml",
+            &format!("[watch]\nmax_concurrent_lists = {MAX_CONCURRENT_LISTS}\n"),
+        )?;
+        let c = load(Some(Path::new("many.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.watch.max_concurrent_lists, MAX_CONCURRENT_LISTS);
+        Ok(())
+    });
+}
+
+#[test]
 fn the_initial_list_strategy_and_the_request_budget_come_from_file_or_env_and_are_checked() {
     Jail::expect_with(|jail| {
         jail.clear_env();

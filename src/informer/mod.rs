@@ -12,6 +12,8 @@
 //! - `recovery.rs`: the failure policy, (situation, failure) → (next request, wait).
 //! - `api.rs`: [`ClusterApi`], a cluster's request budget (token bucket), request counts and
 //!   which resources do not stream lists.
+//! - `lists.rs`: [`ListBudget`], the process-wide budget of lists in flight
+//!   (`watch.max_concurrent_lists`), shared by the informers of every cluster.
 //! - `stats.rs`: [`InformerStats`], counters and health.
 //! - this file: [`Informer`], the list/watch state machine.
 //!
@@ -109,6 +111,7 @@ mod decide;
 mod decode;
 mod emit;
 mod facts;
+mod lists;
 mod object;
 mod payload;
 mod plan;
@@ -135,6 +138,7 @@ pub use decide::{InformerError, Phase};
 #[cfg(feature = "test-util")]
 pub use decode::{watch_line, DecodeError};
 pub use facts::{Facts, Rv, Uid};
+pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
 pub use stats::{FailureKind, InformerStats, Strategy};
@@ -259,6 +263,8 @@ pub struct Informer {
     api: Arc<ClusterApi>,
     /// The bound of the random delay before a relist that needs no backoff.
     relist_jitter: Duration,
+    /// The process's budget of lists in flight: a list holds a slot while it is read.
+    lists: Arc<ListBudget>,
 }
 
 /// How often a failure that keeps repeating is logged again at WARN (with its count).
@@ -309,7 +315,7 @@ impl Informer {
     /// with `decider` (prepared by the bridge for the plan: restored state, acknowledgements,
     /// sync markers) and counting into `stats` (created before the plan existed: the bridge
     /// shows the watch while API discovery of its resource is still retried), within its
-    /// cluster's `api` budget.
+    /// cluster's `api` budget and the process's budget of lists in flight, `lists`.
     pub fn new(
         plan: WatchPlan,
         client: Client,
@@ -317,6 +323,7 @@ impl Informer {
         decider: Decider,
         stats: Arc<InformerStats>,
         api: Arc<ClusterApi>,
+        lists: Arc<ListBudget>,
     ) -> Self {
         let scope = plan.scope();
         Informer {
@@ -343,6 +350,7 @@ impl Informer {
             stream_cuts: 0,
             api,
             relist_jitter: watch.retry_initial_backoff.get(),
+            lists,
         }
     }
 
@@ -804,8 +812,10 @@ impl Informer {
         }
     }
 
-    /// One complete list: pages until the last, then the sweep.
+    /// One complete list: pages until the last, then the sweep; the whole of it holds a slot
+    /// of the list budget (given back on every way out).
     async fn list(&mut self, publisher: &Publisher) -> Step {
+        let _slot = self.lists.acquire().await;
         if let Err(step) = self.decide(Event::ListStart, publisher).await {
             return step;
         }
@@ -861,8 +871,10 @@ impl Informer {
     }
 
     /// One streaming list: the initial events as listed objects, the end bookmark as the
-    /// list's end, then the same watch read on (see "Streaming lists" above).
+    /// list's end, then the same watch read on (see "Streaming lists" above). The initial
+    /// events hold a slot of the list budget, the watch after the end bookmark none.
     async fn stream_list(&mut self, publisher: &Publisher) -> Step {
+        let slot = self.lists.acquire().await;
         if let Err(step) = self.decide(Event::ListStart, publisher).await {
             return step;
         }
@@ -925,6 +937,8 @@ impl Informer {
                     self.lines_since_list = 0;
                     self.stream_cuts = 0;
                     self.listed();
+                    // The list is read: its slot goes to the next list before the watch.
+                    drop(slot);
                     // The same connection goes on as the watch from the bookmark; the
                     // server's timeoutSeconds counts from the request.
                     lines.set_idle_timeout(self.idle_timeout);

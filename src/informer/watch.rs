@@ -502,6 +502,16 @@ impl Lines {
                     excerpt: super::decode::excerpt(&self.buf),
                 }));
             }
+            if self.buf.is_empty() {
+                // Every line read was handed out: give the buffer back before a wait that may
+                // last minutes on a quiet watch (what a burst grew, a streaming list's 64 KiB
+                // writes, would otherwise stay for the life of the watch). Its capacity says
+                // nothing of the allocation behind it (what is left after the lines split
+                // off, often 0), so it is dropped whatever it says; a busy stream pays one
+                // allocation per frame.
+                self.buf = BytesMut::new();
+                self.searched = 0;
+            }
             match tokio::time::timeout(self.idle_timeout, self.body.frame()).await {
                 Err(_) => return Err(WatchFailure::Idle(self.idle_timeout)),
                 Ok(None) => self.ended = true,

@@ -18,7 +18,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::entries::{ClusterEntry, Leadership, SinkEntry, StateEntry, WatchEntry};
-use crate::informer::{InformerStats, Strategy};
+use crate::informer::{InformerStats, ListBudget, Strategy};
 use crate::pipeline::{SinkStats, ERROR_KINDS};
 use crate::state::StateStats;
 
@@ -30,6 +30,7 @@ pub fn registry(
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
     clusters: Arc<[ClusterEntry]>,
+    lists: Arc<ListBudget>,
     leadership: Option<Arc<Leadership>>,
 ) -> Registry {
     let mut r = Registry::with_prefix("kubesink");
@@ -43,6 +44,7 @@ pub fn registry(
         sinks,
         states,
         clusters,
+        lists,
         leadership,
     }));
     r
@@ -53,6 +55,7 @@ struct BridgeCollector {
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
     clusters: Arc<[ClusterEntry]>,
+    lists: Arc<ListBudget>,
     leadership: Option<Arc<Leadership>>,
 }
 
@@ -659,9 +662,65 @@ impl BridgeCollector {
     }
 }
 
+impl BridgeCollector {
+    /// The process's budget of lists in flight (`watch.max_concurrent_lists`), no labels.
+    fn encode_lists(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let l = &self.lists;
+        let gauges = [
+            (
+                "watch_lists_in_flight",
+                "Lists (initial lists and relists, streaming or paged) being read now, across every cluster",
+                load(&l.in_flight),
+            ),
+            (
+                "watch_lists_in_flight_peak",
+                "The most lists read at once since the start (at most watch.max_concurrent_lists when it is not 0)",
+                load(&l.peak),
+            ),
+            (
+                "watch_lists_waiting",
+                "Lists waiting now for a slot of watch.max_concurrent_lists",
+                load(&l.waiting),
+            ),
+            (
+                "watch_max_concurrent_lists",
+                "watch.max_concurrent_lists: lists the process reads at once (0: no limit)",
+                l.limit() as u64,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            family(
+                e,
+                name,
+                help,
+                None,
+                [(
+                    Labels::new(),
+                    ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)),
+                )],
+            )?;
+        }
+        family(
+            e,
+            "watch_list_slot_waits",
+            "Lists that waited for a slot of watch.max_concurrent_lists",
+            None,
+            [(Labels::new(), ConstCounter::new(load(&l.waits)))],
+        )?;
+        family(
+            e,
+            "watch_list_slot_wait",
+            "Time lists waited for a slot of watch.max_concurrent_lists, in all",
+            Some(&Unit::Seconds),
+            [(Labels::new(), ConstCounter::new(l.waited().as_secs_f64()))],
+        )
+    }
+}
+
 impl Collector for BridgeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         self.encode_watches(&mut encoder)?;
+        self.encode_lists(&mut encoder)?;
         self.encode_clusters(&mut encoder)?;
         self.encode_sinks(&mut encoder)?;
         self.encode_states(&mut encoder)?;

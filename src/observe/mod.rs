@@ -31,7 +31,7 @@ use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::FailureKind;
+use crate::informer::{FailureKind, ListBudget};
 use crate::pipeline::SinkHandle;
 
 pub use entries::{ClusterEntry, Leadership, SinkEntry, StateEntry, WatchEntry};
@@ -58,13 +58,15 @@ pub struct Observer {
 
 impl Observer {
     /// Observers over `watches`, `sinks`, the clusters' state stores `states` and their API
-    /// request counts `clusters`;
+    /// request counts `clusters`, and the process's budget of lists in flight `lists`;
     /// `multi_cluster` when several clusters are watched; `leadership` with leader election.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         watches: Vec<WatchEntry>,
         sinks: Vec<SinkEntry>,
         states: Vec<StateEntry>,
         clusters: Vec<ClusterEntry>,
+        lists: Arc<ListBudget>,
         watch_failure_timeout: Duration,
         multi_cluster: bool,
         leadership: Option<Arc<Leadership>>,
@@ -78,6 +80,7 @@ impl Observer {
                 sinks.clone(),
                 states.clone(),
                 clusters.into(),
+                lists,
                 leadership.clone(),
             ),
             watches,

@@ -15,7 +15,8 @@
 //! - `lists`: expired `continue` tokens and an explicit empty `continue` on the last page;
 //! - `transport`: slow bodies (dribble) and an unreachable server (a network cut);
 //! - `streaming`: whether streaming lists (`sendInitialEvents`) are served, refused or
-//!   ignored, and streaming lists cut or answered 410 before their end bookmark;
+//!   ignored, streaming lists cut or answered 410 before their end bookmark, and end
+//!   bookmarks held back;
 //! - `access`: permissions taken away (403 Forbidden, and `SelfSubjectAccessReview` answers
 //!   that agree).
 
@@ -69,6 +70,8 @@ struct State {
     explicit_empty_continue: bool,
     dribble: Option<(usize, Duration)>,
     initial_events_break: Option<streaming::InitialEventsBreak>,
+    /// While set, streaming lists hold their end bookmark until it is cancelled.
+    initial_events_end_hold: Option<CancellationToken>,
 }
 
 /// The fault switches of one simulator; reach them through `Simulator::faults()`.
@@ -151,7 +154,10 @@ impl Faults {
     /// server's version rather than a fault, is kept, and so are denials, its RBAC). Watches already silenced stay silent; the damaged-event
     /// counter is kept.
     pub fn clear(&self) {
-        self.with(|s| *s = State::default());
+        let held = self.with(|s| std::mem::take(s).initial_events_end_hold);
+        if let Some(t) = held {
+            t.cancel();
+        }
         self.set_unreachable(false);
     }
 

@@ -11,10 +11,15 @@
 //! - [`InitialEventsBreak`]: the next streaming lists end before their end bookmark, cleanly
 //!   (`cut`: a proxy or load balancer that closed the response) or with a 410 `Expired` ERROR
 //!   event (`gone`), after a given number of initial events.
+//! - the end-bookmark hold ([`Faults::hold_initial_events_end`]): streaming lists send their
+//!   initial events, then wait before their end bookmark until the hold is released, so a
+//!   test can see how many streaming lists a client has in flight at once.
 //!
 //! The validation follows `validateWatchOptions` of
 //! `k8s.io/apiserver/pkg/apis/meta/internalversion/validation` (1.34). This module holds the
 //! switches; the watch handler applies them and never writes here.
+
+use tokio_util::sync::CancellationToken;
 
 use super::{prefix_matches, Faults};
 
@@ -106,6 +111,28 @@ impl Faults {
                 prefix: path_prefix.map(str::to_owned),
             })
         });
+    }
+
+    /// While `on`, every streaming list holds its initial-events-end bookmark back after its
+    /// initial events (and sends no other bookmark); `false` releases the held ones at once.
+    /// Cleared by [`Faults::clear`] (which releases them too).
+    pub fn hold_initial_events_end(&self, on: bool) {
+        let released = self.with(|s| match (on, &s.initial_events_end_hold) {
+            (true, Some(_)) => None,
+            (true, None) => {
+                s.initial_events_end_hold = Some(CancellationToken::new());
+                None
+            }
+            (false, _) => s.initial_events_end_hold.take(),
+        });
+        if let Some(t) = released {
+            t.cancel();
+        }
+    }
+
+    /// The hold of initial-events-end bookmarks, while on: cancelled when released.
+    pub(crate) fn initial_events_end_hold(&self) -> Option<CancellationToken> {
+        self.with(|s| s.initial_events_end_hold.clone())
     }
 
     /// Consumes one pending break for a streaming list of `path`: how many initial events

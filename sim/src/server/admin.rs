@@ -36,16 +36,23 @@
 //! - `POST /_sim/break-initial-events?count=N&after=K&how=cut|gone&path_prefix=P`: the next N
 //!   streaming lists end after K initial events, before their end bookmark: the body ends
 //!   (`cut`) or a 410 Expired ERROR event comes (`gone`)
+//! - `POST /_sim/hold-initial-events-end?on=true`: streaming lists hold their
+//!   initial-events-end bookmark back after their initial events until `on=false` (or
+//!   `clear-faults`) releases them
 //! - `POST /_sim/deny?verb=watch&group=&resource=pods&namespace=NS&on=true`: take a
 //!   permission away (each parameter left out means any; `group=` is the core group): covered
 //!   requests get 403 Forbidden and `SelfSubjectAccessReview`s answer `allowed: false`;
 //!   `on=false` gives that rule back, `on=false` with no other parameter every one; kept by
 //!   `clear-faults`
-//! - `POST /_sim/reset-stats`: zero the request counts
+//! - `POST /_sim/reset-stats`: zero the request counts (the peak of streaming lists in flight
+//!   starts again from those in flight)
 //! - `POST /_sim/clear-faults`: clear every fault switch
 //! - `GET /_sim/stats` → `{"resourceVersion","watchEventsSent","openWatches",
-//!   "damagedWatchEvents","unreachable","churnApplied","requestCounts":{"byResource","byPath"}}`
-//!   (`churnApplied`: operations of the churn started with `/_sim/churn`)
+//!   "damagedWatchEvents","unreachable","churnApplied","streamingListsInFlight",
+//!   "streamingListsPeak","requestCounts":{"byResource","byPath"}}` (`churnApplied`:
+//!   operations of the churn started with `/_sim/churn`; `streamingListsInFlight`: watches
+//!   with `sendInitialEvents=true` before their end bookmark, `streamingListsPeak` the most at
+//!   once since the last `reset-stats`)
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -106,10 +113,11 @@ pub const ADMIN_ENDPOINTS: &[AdminEndpoint] = &[
     ep("POST", "/_sim/churn?rate=2000&seed=1&stamp=bench.kubesink.io/changed-at", "start pod churn at R changes/s (rate=0 stops); stamp=A sets annotation A of added/updated pods to the write's Unix microseconds"),
     ep("POST", "/_sim/watch-list?mode=off", "streaming lists (sendInitialEvents) on (served), off (422: the WatchList feature gate off) or ignored (a plain watch, as before 1.27)"),
     ep("POST", "/_sim/break-initial-events?count=1&after=10&how=cut", "the next N streaming lists end after K initial events, before the end bookmark: cut (the body ends) or gone (a 410 ERROR event)"),
+    ep("POST", "/_sim/hold-initial-events-end?on=true", "streaming lists hold their initial-events-end bookmark back after their initial events until on=false (or clear-faults)"),
     ep("POST", "/_sim/deny?verb=watch&group=&resource=pods", "take a permission away (verb, group, resource, namespace; each left out: any): 403 Forbidden and SelfSubjectAccessReview allowed=false; on=false gives it back (alone: all)"),
     ep("POST", "/_sim/reset-stats", "zero the list/watch request counts"),
     ep("POST", "/_sim/clear-faults", "clear every fault switch"),
-    ep("GET", "/_sim/stats", "resourceVersion, watch events sent, open watches, damaged events, request counts"),
+    ep("GET", "/_sim/stats", "resourceVersion, watch events sent, open watches, damaged events, streaming lists in flight and their peak, request counts"),
 ];
 
 /// The admin endpoints as text for `--help`.
@@ -340,6 +348,7 @@ pub fn handle(
                 (false, false) => faults.undeny(&denial),
             }
         }
+        "hold-initial-events-end" => faults.hold_initial_events_end(switch(query)?),
         "reset-stats" => Simulator {
             inner: inner.clone(),
         }
@@ -354,6 +363,8 @@ pub fn handle(
                 "openWatches": inner.open_watches.load(Ordering::Relaxed),
                 "damagedWatchEvents": faults.damaged_watch_events(),
                 "unreachable": faults.is_unreachable(),
+                "streamingListsInFlight": inner.streaming_lists.load(Ordering::SeqCst),
+                "streamingListsPeak": inner.streaming_lists_peak.load(Ordering::SeqCst),
                 "churnApplied": inner
                     .admin_churn
                     .lock()

@@ -14,11 +14,15 @@
 //! 4. CPU seconds per 10,000 changes during that churn, kubesink vs the baseline vs the floor;
 //! 5. the API server's side (`lists.rs`): paged vs streaming initial lists (the simulator's
 //!    CPU and memory, kubesink's peak, LIST requests, sync time) and a cold start of many
-//!    namespaces with and without the request budget.
+//!    namespaces with and without the request budget;
+//! 6. many clusters in one process (`fleet.rs`): the same objects over 1, 10 and 50
+//!    clusters, with the default list budget and without one (before/after side by side):
+//!    peak and steady RSS, sync time, open fds, and an RSS-over-time plot of the cold starts.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
-//! `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`); `--quick` runs
+//! `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
+//! fleet` part 6 (`results-fleet-{quick,full}.*` and `fleet-rss-{quick,full}.png`); `--quick` runs
 //! small sizes in a minute or two (CI runs it so the driver never rots); `--out` (default
 //! `docs/bench`) receives `results-{quick,full}.md`, `.json` and the plot; `--bin-dir`
 //! (default: this program's directory) holds `kubesink`, `kubesink-sim`, `baseline-reflector`
@@ -39,6 +43,8 @@ use kubesink_bench::procs::{self, free_port, spawn, Nats, Proc, Sim, Tansu};
 use kubesink_bench::stats::{mean, mib, percentile};
 use serde_json::{json, Value};
 
+#[path = "bench_suite/fleet.rs"]
+mod fleet;
 #[path = "bench_suite/lists.rs"]
 mod lists;
 #[path = "bench_suite/tail.rs"]
@@ -62,6 +68,12 @@ struct Plan {
     list_pods: usize,
     /// Namespaces of the cold start (× 4 resources).
     cold_namespaces: usize,
+    /// Cluster counts of the fleet scenario (the first: the single cluster).
+    fleet_sizes: Vec<usize>,
+    /// Pods of the fleet scenario in all, whatever the split.
+    fleet_pods: usize,
+    /// Quiet time after each fleet sync (steady RSS: its second half).
+    fleet_steady: Duration,
 }
 
 impl Plan {
@@ -76,6 +88,9 @@ impl Plan {
                 churn_for: Duration::from_secs(5),
                 list_pods: 5_000,
                 cold_namespaces: 60,
+                fleet_sizes: vec![1, 5, 10],
+                fleet_pods: 1_000,
+                fleet_steady: Duration::from_secs(2),
             }
         } else {
             Plan {
@@ -87,6 +102,9 @@ impl Plan {
                 churn_for: Duration::from_secs(30),
                 list_pods: 100_000,
                 cold_namespaces: 1_500,
+                fleet_sizes: vec![1, 10, 50],
+                fleet_pods: 100_000,
+                fleet_steady: Duration::from_secs(10),
             }
         }
     }
@@ -141,14 +159,18 @@ impl Kubesink {
         pipe: bool,
         run: &str,
     ) -> anyhow::Result<Self> {
+        let text = format!(
+            "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n{body}",
+            sim.kubeconfig.display().to_string()
+        );
+        Kubesink::start_text(ctx, &text, pipe, run)
+    }
+
+    /// Starts kubesink with the whole configuration `text` (clusters included); stdout piped
+    /// when `pipe`, else /dev/null.
+    fn start_text(ctx: &Ctx, text: &str, pipe: bool, run: &str) -> anyhow::Result<Self> {
         let config = ctx.dir.path().join(format!("kubesink-{run}.toml"));
-        std::fs::write(
-            &config,
-            format!(
-                "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n{body}",
-                sim.kubeconfig.display().to_string()
-            ),
-        )?;
+        std::fs::write(&config, text)?;
         let port = free_port()?;
         let log = std::fs::File::create(ctx.dir.path().join(format!("kubesink-{run}.log")))?;
         let mut cmd = Command::new(ctx.bin.join("kubesink"));
@@ -680,10 +702,11 @@ struct Args {
     /// Output of `cargo bench --bench state_size`, to report the informer state per object.
     #[arg(long)]
     state_size: Option<PathBuf>,
-    /// Run one part alone: `initial-lists` (paged vs streaming lists, the cold start), or
+    /// Run one part alone: `initial-lists` (paged vs streaming lists, the cold start),
     /// `jetstream-tail` (change → JetStream latency with one batch in flight and with the
-    /// default, on a quiet host and with one core busy).
-    #[arg(long, value_parser = ["initial-lists", "jetstream-tail"])]
+    /// default, on a quiet host and with one core busy) or `fleet` (many clusters in one
+    /// process, with and without the list budget).
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet"])]
     only: Option<String>,
 }
 
@@ -743,6 +766,25 @@ fn main() -> anyhow::Result<()> {
         std::io::stdout().write_all(md.as_bytes())?;
         return Ok(());
     }
+    if only.as_deref() == Some("fleet") {
+        let runs = fleet::runs(&ctx, &plan.fleet_sizes, plan.fleet_pods, plan.fleet_steady)?;
+        let plot_path = out.join(format!("fleet-rss-{mode}.png"));
+        fleet::plot(&plot_path, &runs)?;
+        let md = format!(
+            "<!-- written by bench-suite --only fleet ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            fleet::markdown(&runs)
+        );
+        std::fs::write(out.join(format!("results-fleet-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-fleet-{mode}.json")),
+            serde_json::to_string_pretty(&fleet::json(&runs))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        eprintln!("wrote {}", plot_path.display());
+        return Ok(());
+    }
     if only.is_some() {
         let lists = lists::list_vs_stream(&ctx, plan.list_pods)?;
         let cold = lists::cold_starts(&ctx, plan.cold_namespaces)?;
@@ -787,6 +829,8 @@ fn main() -> anyhow::Result<()> {
     drop(sim);
     let initial_lists = lists::list_vs_stream(&ctx, plan.list_pods)?;
     let cold = lists::cold_starts(&ctx, plan.cold_namespaces)?;
+    let fleet_runs = fleet::runs(&ctx, &plan.fleet_sizes, plan.fleet_pods, plan.fleet_steady)?;
+    fleet::plot(&out.join(format!("fleet-rss-{mode}.png")), &fleet_runs)?;
 
     let state = state_size
         .and_then(|p| std::fs::read_to_string(p).ok())
@@ -824,6 +868,7 @@ fn main() -> anyhow::Result<()> {
         lists: &initial_lists,
         cold: &cold,
         tail: &tail,
+        fleet: &fleet_runs,
         state,
         elapsed: started.elapsed(),
     };
@@ -852,6 +897,7 @@ struct Report<'a> {
     lists: &'a [lists::ListRun],
     cold: &'a [lists::ColdStart],
     tail: &'a [tail::TailRun],
+    fleet: &'a [fleet::FleetRun],
     state: Option<String>,
     elapsed: Duration,
 }
@@ -1044,6 +1090,7 @@ impl Report<'_> {
         }
         w.push_str(&tail::markdown(self.tail));
         w.push_str(&lists::markdown(self.lists, self.cold));
+        w.push_str(&fleet::markdown(self.fleet));
         s
     }
 
@@ -1076,6 +1123,7 @@ impl Report<'_> {
             "state_size": self.state,
             "api_server": lists::json(self.lists, self.cold),
             "jetstream_tail": tail::json(self.tail),
+            "fleet": fleet::json(self.fleet),
         })
     }
 }

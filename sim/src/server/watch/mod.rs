@@ -124,6 +124,9 @@ pub fn watch(
                 None if send_initial => backlog.push_back(Item::InitialEnd(current)),
                 None => {}
             }
+            if send_initial {
+                st.guard.start_initial_events();
+            }
         } else if let Some(r) = requested.filter(|r| *r < oldest) {
             backlog.push_back(Item::Error(gone(&r.to_string(), oldest + 1)));
         } else if let Some(r) = requested {

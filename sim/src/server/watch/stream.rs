@@ -38,14 +38,39 @@ pub(super) enum Item {
     End,
 }
 
-/// Counts the stream in `open_watches` and in the fault registry while it lives.
+/// Counts the stream in `open_watches` and in the fault registry while it lives, and in
+/// `streaming_lists` while it is a streaming list before its end bookmark.
 pub(super) struct OpenWatch {
     pub inner: Arc<Inner>,
     pub id: u64,
+    /// Counted in `streaming_lists` (its end bookmark is not written yet).
+    pub initial_pending: bool,
+}
+
+impl OpenWatch {
+    /// Counts a streaming list in flight (and the peak).
+    pub fn start_initial_events(&mut self) {
+        if !self.initial_pending {
+            self.initial_pending = true;
+            let now = self.inner.streaming_lists.fetch_add(1, Ordering::SeqCst) + 1;
+            self.inner
+                .streaming_lists_peak
+                .fetch_max(now, Ordering::SeqCst);
+        }
+    }
+
+    /// Its initial events ended (the end bookmark is written, or the stream ends).
+    fn end_initial_events(&mut self) {
+        if self.initial_pending {
+            self.initial_pending = false;
+            self.inner.streaming_lists.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl Drop for OpenWatch {
     fn drop(&mut self) {
+        self.end_initial_events();
         self.inner.open_watches.fetch_sub(1, Ordering::Relaxed);
         self.inner.faults.unregister_watch(self.id);
     }
@@ -85,6 +110,7 @@ impl WatchStream {
             guard: OpenWatch {
                 inner: inner.clone(),
                 id: control.id,
+                initial_pending: false,
             },
             path: path.to_owned(),
             key: rt.key(),
@@ -138,10 +164,13 @@ impl WatchStream {
         }
     }
 
-    fn render(&self, item: Item) -> Option<Bytes> {
+    fn render(&mut self, item: Item) -> Option<Bytes> {
         match item {
             Item::Object(t, o) => Some(self.event(t, &o)),
-            Item::InitialEnd(rv) => Some(self.bookmark(rv, true)),
+            Item::InitialEnd(rv) => {
+                self.guard.end_initial_events();
+                Some(self.bookmark(rv, true))
+            }
             Item::Error(status) => Some(line("ERROR", status.to_string().as_bytes())),
             Item::End => None,
             Item::Live(ev) => {
@@ -177,11 +206,13 @@ impl WatchStream {
         }
         let mut chunk: Option<BytesMut> = None;
         let mut len = first.len();
+        let held = self.guard.inner.faults.initial_events_end_hold().is_some();
         while len < WRITE_BATCH_BYTES
-            && matches!(
-                self.backlog.front(),
-                Some(Item::Object(..) | Item::Live(_) | Item::InitialEnd(_))
-            )
+            && match self.backlog.front() {
+                Some(Item::Object(..) | Item::Live(_)) => true,
+                Some(Item::InitialEnd(_)) => !held,
+                _ => false,
+            }
         {
             let Some(item) = self.backlog.pop_front() else {
                 break;
@@ -198,6 +229,19 @@ impl WatchStream {
             }
         }
         chunk.map_or(first, BytesMut::freeze)
+    }
+
+    /// Waits while the end-bookmark hold is on (`Faults::hold_initial_events_end`); false
+    /// when the stream must end meanwhile.
+    async fn wait_for_hold(&mut self) -> bool {
+        let Some(hold) = self.guard.inner.faults.initial_events_end_hold() else {
+            return true;
+        };
+        tokio::select! {
+            _ = hold.cancelled() => true,
+            _ = self.end.cancelled() => false,
+            _ = self.shutdown.cancelled() => false,
+        }
     }
 
     /// Waits, sending nothing, until the stream must end.
@@ -223,6 +267,11 @@ impl WatchStream {
             }
             let expired = self.deadline.as_ref().is_some_and(|d| d.is_elapsed());
             if self.end.is_cancelled() || self.shutdown.is_cancelled() || expired {
+                return None;
+            }
+            if matches!(self.backlog.front(), Some(Item::InitialEnd(_)))
+                && !self.wait_for_hold().await
+            {
                 return None;
             }
             if let Some(item) = self.backlog.pop_front() {

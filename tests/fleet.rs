@@ -1,0 +1,225 @@
+//! Many clusters in one process (`[[clusters]]`) and the process-wide budget of lists in
+//! flight (`watch.max_concurrent_lists`): the budget is never exceeded, whichever list shape,
+//! every cluster syncs, and a list that fails gives its slot back.
+//!
+//! The clusters are one simulator under several names (each `[[clusters]]` entry its own
+//! client and informers), so the simulator sees every list of the process and counts the
+//! streaming lists in flight at once (`Simulator::streaming_lists_peak`); holding their end
+//! bookmarks back (`Faults::hold_initial_events_end`) keeps the lists in flight as long as
+//! the test looks, so "two at once, four waiting" is observed, not hoped for.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubesink::bridge::Bridge;
+use kubesink::config::{ClusterEntry, Config, InitialList, ResourceConfig};
+use kubesink_core::Sink;
+use kubesink_sim::{BreakKind, SimConfig, Workload};
+use support::*;
+
+const LONG: Duration = Duration::from_secs(60);
+const PODS: usize = 12;
+
+/// `n` clusters named `fleet-0` … on the simulator of `c`, watching its pods, with a budget
+/// of `max` lists at once.
+async fn fleet(
+    c: &Cluster,
+    n: usize,
+    max: usize,
+    initial_list: InitialList,
+) -> (Bridge, Arc<CaptureSink>) {
+    let mut cfg: Config = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
+    cfg.cluster.name = String::new();
+    cfg.cluster.kubeconfig = None;
+    cfg.watch.max_concurrent_lists = max;
+    cfg.watch.initial_list = initial_list;
+    cfg.clusters = (0..n)
+        .map(|i| ClusterEntry {
+            name: format!("fleet-{i}"),
+            kubeconfig: Some(c.kubeconfig.clone()),
+            context: None,
+            resources: None,
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for spec in cfg.clusters() {
+        clients.push(kubesink::cluster::client(&spec).await.expect("client"));
+    }
+    let sink = CaptureSink::new();
+    let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
+    let bridge = Bridge::start_with(&cfg, clients, sinks, None)
+        .await
+        .expect("bridge starts");
+    (bridge, sink)
+}
+
+async fn populated() -> Cluster {
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: PODS,
+            seed: 3,
+            ..Default::default()
+        })
+        .expect("populate");
+    c
+}
+
+/// A process-wide gauge or counter of the list budget (no labels).
+fn lists_metric(bridge: &Bridge, name: &str) -> f64 {
+    metric_value(&bridge.observed().metrics().0, name, &[])
+}
+
+fn all_synced(bridge: &Bridge) -> bool {
+    bridge
+        .informer_stats()
+        .iter()
+        .all(|(_, s)| s.synced.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_clusters_with_a_budget_of_two_stream_two_lists_at_a_time_and_all_sync() {
+    let c = populated().await;
+    c.sim.faults().hold_initial_events_end(true);
+    let (bridge, sink) = fleet(&c, 6, 2, InitialList::Stream).await;
+    // Three rounds: two lists in flight (held before their end bookmark), the rest waiting
+    // for a slot; releasing the two lets the next two in, never a third.
+    for round in 0..3usize {
+        let waiting = (4 - 2 * round) as f64;
+        wait_for_seen(
+            &format!("round {round}: two streaming lists in flight, {waiting} waiting"),
+            LONG,
+            || {
+                let (sim, ours) = (
+                    c.sim.streaming_lists_in_flight(),
+                    lists_metric(&bridge, "kubesink_watch_lists_waiting"),
+                );
+                (
+                    sim == 2 && ours == waiting,
+                    format!("simulator: {sim} in flight; kubesink: {ours} waiting"),
+                )
+            },
+        )
+        .await;
+        assert_eq!(lists_metric(&bridge, "kubesink_watch_lists_in_flight"), 2.0);
+        assert_eq!(c.sim.streaming_lists_peak(), 2, "round {round}");
+        // Release the held end bookmarks, and hold the next lists' again.
+        c.sim.faults().hold_initial_events_end(false);
+        c.sim.faults().hold_initial_events_end(true);
+    }
+    c.sim.faults().hold_initial_events_end(false);
+    wait_for("every cluster synced and delivered", LONG, || {
+        all_synced(&bridge) && sink.len() >= 6 * PODS
+    })
+    .await;
+    let msgs = sink.messages();
+    for i in 0..6 {
+        let name = format!("fleet-{i}");
+        let mine: Vec<_> = msgs
+            .iter()
+            .filter(|m| m["cluster"] == name.as_str())
+            .cloned()
+            .collect();
+        assert_eq!(fold(&mine), sim_state(&c.sim, &[("v1", "Pod")]), "{name}");
+    }
+    assert_eq!(
+        c.sim.streaming_lists_peak(),
+        2,
+        "never more than the budget"
+    );
+    assert_eq!(
+        lists_metric(&bridge, "kubesink_watch_lists_in_flight_peak"),
+        2.0
+    );
+    assert_eq!(lists_metric(&bridge, "kubesink_watch_lists_in_flight"), 0.0);
+    assert_eq!(lists_metric(&bridge, "kubesink_watch_lists_waiting"), 0.0);
+    assert_eq!(
+        lists_metric(&bridge, "kubesink_watch_list_slot_waits_total"),
+        4.0
+    );
+    assert_eq!(
+        lists_metric(&bridge, "kubesink_watch_max_concurrent_lists"),
+        2.0
+    );
+    // The watches after the lists hold no slot: all six stay open.
+    assert!(c.sim.open_watches() >= 6, "{}", c.sim.open_watches());
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paged_lists_of_six_clusters_stay_within_the_budget_and_all_sync() {
+    let c = populated().await;
+    // Slow pages of one pod: each list takes a while, so the six overlap without a budget.
+    c.sim.faults().set_delay(Duration::from_millis(20));
+    let (bridge, sink) = fleet(&c, 6, 2, InitialList::List).await;
+    wait_for("every cluster synced and delivered", LONG, || {
+        all_synced(&bridge) && sink.len() >= 6 * PODS
+    })
+    .await;
+    let peak = lists_metric(&bridge, "kubesink_watch_lists_in_flight_peak");
+    assert!((1.0..=2.0).contains(&peak), "peak {peak}");
+    assert_eq!(lists_metric(&bridge, "kubesink_watch_lists_in_flight"), 0.0);
+    assert_eq!(c.sim.streaming_lists_peak(), 0, "paged lists only");
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_that_fails_gives_its_slot_back_so_a_budget_of_one_still_syncs_everyone() {
+    let c = populated().await;
+    // The first three streaming lists end with a 410 ERROR event after a few initial
+    // events, the next ones are cut: each failed list must release its only slot.
+    c.sim
+        .faults()
+        .break_initial_events(3, 4, BreakKind::Gone, None);
+    let (bridge, sink) = fleet(&c, 3, 1, InitialList::Auto).await;
+    wait_for("three 410s", LONG, || {
+        c.sim.request_counts().resource("", "pods").watches >= 3
+    })
+    .await;
+    c.sim
+        .faults()
+        .break_initial_events(1, 2, BreakKind::Cut, None);
+    wait_for("every cluster synced and delivered", LONG, || {
+        all_synced(&bridge) && sink.len() >= 3 * PODS
+    })
+    .await;
+    assert_eq!(c.sim.streaming_lists_peak(), 1);
+    assert_eq!(
+        lists_metric(&bridge, "kubesink_watch_lists_in_flight_peak"),
+        1.0
+    );
+    assert_eq!(lists_metric(&bridge, "kubesink_watch_lists_in_flight"), 0.0);
+    bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_while_lists_wait_for_a_slot_ends_at_once() {
+    let c = populated().await;
+    c.sim.faults().hold_initial_events_end(true);
+    let (bridge, _sink) = fleet(&c, 4, 1, InitialList::Stream).await;
+    wait_for_seen("one list in flight, three waiting", LONG, || {
+        let waiting = lists_metric(&bridge, "kubesink_watch_lists_waiting");
+        (
+            c.sim.streaming_lists_in_flight() == 1 && waiting == 3.0,
+            format!("{waiting} waiting"),
+        )
+    })
+    .await;
+    let observed = bridge.observed().clone();
+    tokio::time::timeout(LONG, bridge.shutdown())
+        .await
+        .expect("the shutdown does not wait for list slots");
+    let metrics = observed.metrics().0;
+    assert_eq!(
+        metric_value(&metrics, "kubesink_watch_lists_waiting", &[]),
+        0.0
+    );
+    assert_eq!(
+        metric_value(&metrics, "kubesink_watch_lists_in_flight", &[]),
+        0.0,
+        "the held list's slot was given back when its informer was cancelled"
+    );
+}
