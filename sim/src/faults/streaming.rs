@@ -130,6 +130,21 @@ impl Faults {
         }
     }
 
+    /// Releases the end bookmarks held now and keeps holding those of later streaming lists,
+    /// in one step: [`Faults::hold_initial_events_end`] `false` then `true` leaves a moment
+    /// in which a list that comes in gets its end bookmark unheld (a test thread descheduled
+    /// between the two calls on a busy machine). Does nothing while the hold is off.
+    pub fn release_held_initial_events_end(&self) {
+        let released = self.with(|s| {
+            s.initial_events_end_hold
+                .as_mut()
+                .map(|t| std::mem::replace(t, CancellationToken::new()))
+        });
+        if let Some(t) = released {
+            t.cancel();
+        }
+    }
+
     /// The hold of initial-events-end bookmarks, while on: cancelled when released.
     pub(crate) fn initial_events_end_hold(&self) -> Option<CancellationToken> {
         self.with(|s| s.initial_events_end_hold.clone())

@@ -750,8 +750,7 @@ fn main() -> anyhow::Result<()> {
             "== JetStream tail: {} pods, {} changes/s, quiet and with one core busy",
             plan.churn_pods, plan.churn_rate
         );
-        let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
-        let runs = tail::runs(&ctx, &plan, &sim)?;
+        let runs = tail::runs(&ctx, &plan)?;
         let md = format!(
             "<!-- written by bench-suite --only jetstream-tail ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
             machine(),
@@ -812,7 +811,7 @@ fn main() -> anyhow::Result<()> {
     );
     let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
     let [lat_stdout, lat_floor] = latency_stdout(&ctx, &plan, &sim)?;
-    let tail = tail::runs(&ctx, &plan, &sim)?;
+    let tail = tail::runs(&ctx, &plan)?;
     // Row "latency, JetStream": the default window on the quiet host.
     let lat_js = tail
         .iter()
