@@ -69,6 +69,17 @@ fn example_config(server: &NatsServer, kubeconfig: &Path) -> Config {
     cfg
 }
 
+/// The test configuration for the simulator of `c`, following [`KINDS`].
+fn kinds_config(c: &Cluster) -> Config {
+    config(
+        &c.kubeconfig,
+        KINDS
+            .iter()
+            .map(|(a, k)| ResourceConfig::new(a, k))
+            .collect(),
+    )
+}
+
 async fn build_sinks(cfg: &Config) -> Vec<Arc<dyn Sink>> {
     let mut sinks = Vec::new();
     for (i, s) in cfg.sinks.iter().enumerate() {
@@ -204,13 +215,7 @@ async fn core_delivery_of_a_churning_cluster_folds_to_the_simulators_state() {
     let server = NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(3)).unwrap();
-    let mut cfg = config(
-        &c.kubeconfig,
-        KINDS
-            .iter()
-            .map(|(a, k)| ResourceConfig::new(a, k))
-            .collect(),
-    );
+    let mut cfg = kinds_config(&c);
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Core))];
 
     // The consumer subscribes before anything is published (core NATS keeps nothing).
@@ -321,13 +326,7 @@ async fn a_ten_second_outage_mid_churn_loses_nothing_and_memory_stays_bounded() 
     let mut server = NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(5)).unwrap();
-    let mut cfg = config(
-        &c.kubeconfig,
-        KINDS
-            .iter()
-            .map(|(a, k)| ResourceConfig::new(a, k))
-            .collect(),
-    );
+    let mut cfg = kinds_config(&c);
     cfg.pipeline.max_pending = 100;
     cfg.pipeline.max_batch_events = 50;
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
@@ -833,13 +832,7 @@ async fn a_server_flapping_for_thirty_seconds_loses_nothing_over_one_connection(
     let mut server = NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(6)).unwrap();
-    let mut cfg = config(
-        &c.kubeconfig,
-        KINDS
-            .iter()
-            .map(|(a, k)| ResourceConfig::new(a, k))
-            .collect(),
-    );
+    let mut cfg = kinds_config(&c);
     cfg.pipeline.max_pending = 200;
     cfg.pipeline.retry_max_backoff = HumanDuration::from_secs(5);
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
@@ -884,13 +877,7 @@ async fn sync_markers_arrive_on_the_reserved_subject_after_every_message_of_thei
     let server = NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(21)).unwrap();
-    let mut cfg = config(
-        &c.kubeconfig,
-        KINDS
-            .iter()
-            .map(|(a, k)| ResourceConfig::new(a, k))
-            .collect(),
-    );
+    let mut cfg = kinds_config(&c);
     cfg.pipeline.sync_markers = true;
     cfg.pipeline.max_batch_events = 50;
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
@@ -964,13 +951,7 @@ async fn jetstream_keeps_per_key_order_with_several_batches_in_flight_and_puback
         .expect("stream created");
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(31)).unwrap();
-    let mut cfg = config(
-        &c.kubeconfig,
-        KINDS
-            .iter()
-            .map(|(a, k)| ResourceConfig::new(a, k))
-            .collect(),
-    );
+    let mut cfg = kinds_config(&c);
     cfg.pipeline.max_batch_events = 25;
     cfg.pipeline.retry_max_backoff = HumanDuration::from_millis(300);
     let mut nats = nats_config(&server, NatsMode::Jetstream);
@@ -1066,13 +1047,7 @@ async fn a_puback_bound_shared_by_several_batches_in_flight_never_waits_out_a_ti
     let server = NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(41)).unwrap();
-    let mut cfg = config(
-        &c.kubeconfig,
-        KINDS
-            .iter()
-            .map(|(a, k)| ResourceConfig::new(a, k))
-            .collect(),
-    );
+    let mut cfg = kinds_config(&c);
     cfg.pipeline.max_batch_events = 10;
     let mut nats = nats_config(&server, NatsMode::Jetstream);
     nats.max_in_flight = 4;

@@ -385,6 +385,19 @@ struct InFlight {
     levels: Vec<Option<TruncateLevel>>,
 }
 
+impl InFlight {
+    /// A batch just taken: its first segment not started yet.
+    fn new(batch: Batch) -> Self {
+        let rest = batch.messages.clone();
+        InFlight {
+            batch,
+            rest,
+            todo: Vec::new(),
+            levels: Vec::new(),
+        }
+    }
+}
+
 /// One sink of one process: its queue, the batches in flight (oldest first), what the
 /// queue was given.
 struct SinkRun {
@@ -735,13 +748,7 @@ impl World {
                 batch.messages.len(),
                 s.inflight.len()
             ));
-            let rest = batch.messages.clone();
-            s.inflight.push(InFlight {
-                batch,
-                rest,
-                todo: Vec::new(),
-                levels: Vec::new(),
-            });
+            s.inflight.push(InFlight::new(batch));
         }
     }
 
@@ -760,13 +767,7 @@ impl World {
                 .now_or_never()
                 .expect("linger 0, nothing in flight: a batch at once")
                 .expect("the queue is open");
-            let rest = batch.messages.clone();
-            s.inflight.push(InFlight {
-                batch,
-                rest,
-                todo: Vec::new(),
-                levels: Vec::new(),
-            });
+            s.inflight.push(InFlight::new(batch));
         }
         let k = slot % s.inflight.len();
         let f = &mut s.inflight[k];
