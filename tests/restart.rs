@@ -1,12 +1,16 @@
 //! Restarts and hand-overs of the real `kubesink` binary against the simulator: SIGKILL
-//! mid-churn, changes while it is down, restart from the saved state (file, or a NATS object
-//! store read by another process in another directory); and saved state that is bad in every
-//! way the issue lists, which must cost a full emit of the affected resources only.
+//! mid-churn, changes while it is down, restart from the saved state (file, a NATS object
+//! store or a compacted Kafka topic read by another process in another directory); and saved
+//! state that is bad in every way the issue lists, which must cost a full emit of the
+//! affected resources only.
 
+#[cfg(feature = "kafka")]
+#[path = "support/kafka_server.rs"]
+mod kafka_server;
 #[cfg(feature = "nats")]
 #[path = "support/nats_server.rs"]
 mod nats_server;
-#[cfg(feature = "nats")]
+#[cfg(any(feature = "nats", feature = "kafka"))]
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/process.rs"]
@@ -431,6 +435,68 @@ async fn a_nats_state_written_by_one_process_is_read_by_another_in_another_direc
     assert!(generation > 0, "{:?}", info.metadata);
 }
 
+/// The `[state]` TOML of a Kafka state on `tansu` (its own connection), saved every
+/// `interval`, with `extra` keys of `[state]`.
+#[cfg(feature = "kafka")]
+fn kafka_state(tansu: &kafka_server::Tansu, interval: &str, extra: &str) -> String {
+    format!(
+        "[state]\nbackend = \"kafka\"\ninterval = {interval:?}\n{extra}[state.kafka]\nbootstrap_servers = {:?}\n",
+        tansu.bootstrap
+    )
+}
+
+/// Every record of the state topic `topic` (one partition), read back: (key, value length
+/// or `None` for a tombstone).
+#[cfg(feature = "kafka")]
+async fn state_records(tansu: &kafka_server::Tansu, topic: &str) -> Vec<(String, Option<usize>)> {
+    // tansu's high watermark can stay below the last records of a batch until another
+    // batch comes (kafka_server.rs): one flush record makes the reader see them all.
+    tansu.flush_high_watermarks(topic, 1).await;
+    let reader = kafka_server::Reader::start(&tansu.bootstrap, topic, 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut last = (0, std::time::Instant::now());
+    while std::time::Instant::now() < deadline {
+        let n = reader.len();
+        if n != last.0 {
+            last = (n, std::time::Instant::now());
+        } else if n > 0 && last.1.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    reader
+        .records()
+        .into_iter()
+        .map(|r| (r.key, r.value.map(|v| v.len())))
+        .collect()
+}
+
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_state_written_by_one_process_is_read_by_another_in_another_directory() {
+    let tansu = kafka_server::Tansu::start().await;
+    let c = big_cluster().await;
+    let state = kafka_state(&tansu, "300ms", "");
+    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
+    let r = sigkill_mid_churn_then_restart(&c, &cfg_a, node_a.path(), &cfg_b, node_b.path()).await;
+    assert!(
+        r.sent >= 300 && r.repeated + r.caught_up <= r.churned,
+        "{r:?}"
+    );
+    let records = state_records(&tansu, "kubesink-state").await;
+    let bytes: usize = records.iter().filter_map(|(_, v)| *v).sum();
+    eprintln!(
+        "Kafka state topic: {} records, {bytes} bytes of values; {r:?}",
+        records.len()
+    );
+    assert!(
+        records
+            .iter()
+            .any(|(k, v)| k.starts_with("restart/manifest/") && v.is_some()),
+        "a manifest under the cluster's key: {records:?}"
+    );
+}
+
 /// A pod like `template` named `name`, as a client would create it.
 fn new_pod(template: &Value, name: &str) -> Value {
     let mut o = template.clone();
@@ -699,15 +765,73 @@ async fn a_crash_leaves_no_ghost_with_the_nats_backend_read_by_a_process_on_anot
     );
 }
 
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_leaves_no_ghost_with_the_kafka_backend_read_by_a_process_on_another_node() {
+    let tansu = kafka_server::Tansu::start().await;
+    let c = cluster_of_500_pods().await;
+    let state = kafka_state(&tansu, "1h", "write_ahead = true\n");
+    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
+    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
+        &c,
+        &cfg_a,
+        node_a.path(),
+        &cfg_b,
+        node_b.path(),
+    )
+    .await;
+    assert_no_ghosts(&r, 480);
+    // B's clean stop saved a snapshot and tombstoned every journal record it covers: the
+    // live journal keys are none.
+    let records = state_records(&tansu, "kubesink-state").await;
+    let mut live: BTreeMap<&str, bool> = BTreeMap::new();
+    for (k, v) in &records {
+        live.insert(k, v.is_some());
+    }
+    let journal: Vec<&&str> = live
+        .iter()
+        .filter(|(k, alive)| **alive && k.contains("/journal/"))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        journal.is_empty(),
+        "live journal records after B's stop: {journal:?}"
+    );
+}
+
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_over() {
-    // The follower starts while the leader has saved 300 pods. The leader then sends 40 new
-    // pods (some saved since, some only in its journal) and is SIGKILLed; during the
-    // hand-over those 40 and 10 older pods are deleted. The new leader must read the state
-    // when it takes over, not when it started waiting: it sends the 50 deletes and nothing
-    // about the other pods, and it never saved while following.
     let server = nats_server::NatsServer::start("");
+    let state = format!(
+        "[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\n",
+        server.url()
+    );
+    hand_over(&state).await;
+}
+
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_over_kafka_backend() {
+    let tansu = kafka_server::Tansu::start().await;
+    let state = format!(
+        "[state]\nbackend = \"kafka\"\ninterval = \"300ms\"\n[state.kafka]\nbootstrap_servers = {:?}\n",
+        tansu.bootstrap
+    );
+    let log = hand_over(&state).await;
+    assert!(
+        log.contains("took over the state (fence record written)"),
+        "{log}"
+    );
+}
+
+/// The follower starts while the leader has saved 300 pods. The leader then sends 40 new
+/// pods (some saved since, some only in its journal) and is SIGKILLed; during the hand-over
+/// those 40 and 10 older pods are deleted. The new leader must read the state (`state`: the
+/// `[state]` TOML) when it takes over, not when it started waiting: it sends the 50 deletes
+/// and nothing about the other pods, and it never saved while following. Returns the new
+/// leader's log.
+async fn hand_over(state: &str) -> String {
     let c = cluster(SimConfig::default()).await;
     c.sim
         .populate(&Workload {
@@ -718,8 +842,7 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
         })
         .unwrap();
     let extra = format!(
-        "[leader_election]\nenabled = true\nlease_name = \"kubesink-state\"\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"2500ms\"\nretry_period = \"500ms\"\n[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\n",
-        server.url()
+        "[leader_election]\nenabled = true\nlease_name = \"kubesink-state\"\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"2500ms\"\nretry_period = \"500ms\"\n{state}"
     );
     let [(node_l, cfg_l), (node_f, cfg_f)] = two_nodes(&c, "handover", &extra);
     let env = |id: &'static str| {
@@ -824,12 +947,82 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
         log.find("saved state restored").is_some_and(|r| r > led),
         "the state is read when taking over:\n{log}"
     );
+    log
+}
+
+/// A broker that holds the state, for the scenarios run against each broker-held backend.
+enum StateBroker {
+    #[cfg(feature = "nats")]
+    Nats(nats_server::NatsServer),
+    #[cfg(feature = "kafka")]
+    Kafka(kafka_server::Tansu),
+}
+
+impl StateBroker {
+    /// Sets `cfg.state` to this broker's backend, saved every 300 ms, with `write_ahead`.
+    fn configure(&self, cfg: &mut kubesink::config::Config, write_ahead: bool) {
+        use kubesink::config::{HumanDuration, StateBackend, StateConfig};
+        cfg.state = StateConfig {
+            interval: HumanDuration(Duration::from_millis(300)),
+            write_ahead,
+            ..Default::default()
+        };
+        match self {
+            #[cfg(feature = "nats")]
+            StateBroker::Nats(server) => {
+                cfg.state.backend = StateBackend::Nats;
+                cfg.state.nats.servers = vec![server.url()];
+                cfg.state.nats.timeout = HumanDuration(Duration::from_secs(1));
+            }
+            #[cfg(feature = "kafka")]
+            StateBroker::Kafka(tansu) => {
+                cfg.state.backend = StateBackend::Kafka;
+                cfg.state.kafka.bootstrap_servers = Some(tansu.bootstrap.clone());
+                cfg.state.kafka.timeout = HumanDuration(Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// Takes the broker away (NATS: stopped; Kafka: off the network, its log kept).
+    fn stop(&mut self) {
+        match self {
+            #[cfg(feature = "nats")]
+            StateBroker::Nats(server) => server.stop(),
+            #[cfg(feature = "kafka")]
+            StateBroker::Kafka(tansu) => tansu.disconnect(),
+        }
+    }
+
+    /// Brings it back, with what it held.
+    async fn resume(&mut self) {
+        match self {
+            #[cfg(feature = "nats")]
+            StateBroker::Nats(server) => server.restart(),
+            #[cfg(feature = "kafka")]
+            StateBroker::Kafka(tansu) => tansu.reconnect().await,
+        }
+    }
 }
 
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
-    let mut server = nats_server::NatsServer::start("");
+    state_store_outage(StateBroker::Nats(nats_server::NatsServer::start(""))).await;
+}
+
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_kafka_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
+    state_store_outage(StateBroker::Kafka(
+        kafka_server::Tansu::start_behind_proxy().await,
+    ))
+    .await;
+}
+
+/// The state store goes away after the initial list: 5 new pods are held back (the journal
+/// cannot record them), `/readyz` and the metrics say why; when it is back they are sent and
+/// the view is the cluster.
+async fn state_store_outage(mut broker: StateBroker) {
     let c = cluster(SimConfig::default()).await;
     c.sim
         .populate(&Workload {
@@ -839,11 +1032,11 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
             ..Default::default()
         })
         .unwrap();
-    let (bridge, sink) = bridge_with_nats_state(&c, &server, true).await;
+    let (bridge, sink) = bridge_with_state(&c, &broker, true).await;
     let addr = bridge.server_addr().unwrap();
     wait_for("the initial list", LONG, || sink.len() >= 50).await;
 
-    server.stop();
+    broker.stop();
     let template = c.sim.objects("v1", "Pod")[0].clone();
     for i in 0..5 {
         c.sim
@@ -898,7 +1091,7 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
         ) >= 1.0
     );
 
-    server.restart();
+    broker.resume().await;
     wait_for("the 5 pods after the journal recovered", LONG, || {
         new(&sink) == 5
     })
@@ -915,24 +1108,16 @@ async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
     assert_eq!(bridge.shutdown().await, 0);
 }
 
-/// Starts a bridge on `c` watching pods, with a NATS state at `server` (saved every 300 ms,
+/// Starts a bridge on `c` watching pods, with its state on `broker` (saved every 300 ms,
 /// `write_ahead` as given) and sync markers, capturing what it sends.
-#[cfg(feature = "nats")]
-async fn bridge_with_nats_state(
+async fn bridge_with_state(
     c: &Cluster,
-    server: &nats_server::NatsServer,
+    broker: &StateBroker,
     write_ahead: bool,
 ) -> (kubesink::bridge::Bridge, Arc<CaptureSink>) {
-    use kubesink::config::{HumanDuration, ResourceConfig, StateBackend, StateConfig};
+    use kubesink::config::ResourceConfig;
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
-    cfg.state = StateConfig {
-        backend: StateBackend::Nats,
-        interval: HumanDuration(Duration::from_millis(300)),
-        write_ahead,
-        ..Default::default()
-    };
-    cfg.state.nats.servers = vec![server.url()];
-    cfg.state.nats.timeout = HumanDuration(Duration::from_secs(1));
+    broker.configure(&mut cfg, write_ahead);
     cfg.pipeline.sync_markers = true;
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn kubesink_core::Sink>> = vec![sink.clone()];
@@ -949,9 +1134,7 @@ async fn bridge_with_nats_state(
 /// permanent ghosts. With the journal on it waits for the state, not ready and sending
 /// nothing, then sends exactly those deletes. With `write_ahead = false` it starts at once,
 /// as that setting documents (a full initial list: the ghosts it accepts).
-#[cfg(feature = "nats")]
-async fn a_state_store_down_at_start(write_ahead: bool) {
-    let mut server = nats_server::NatsServer::start("");
+async fn a_state_store_down_at_start(mut broker: StateBroker, write_ahead: bool) {
     let c = cluster(SimConfig::default()).await;
     c.sim
         .populate(&Workload {
@@ -961,7 +1144,7 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
             ..Default::default()
         })
         .unwrap();
-    let (a, a_sink) = bridge_with_nats_state(&c, &server, write_ahead).await;
+    let (a, a_sink) = bridge_with_state(&c, &broker, write_ahead).await;
     wait_for("the first run's initial list", LONG, || a_sink.len() >= 40).await;
     assert_eq!(
         a.shutdown().await,
@@ -969,7 +1152,7 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
         "the first run stops cleanly (and saves)"
     );
 
-    server.stop();
+    broker.stop();
     let gone: BTreeSet<Key> = c.sim.objects("v1", "Pod")[..10]
         .iter()
         .map(obj_key)
@@ -977,7 +1160,7 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
     for k in &gone {
         c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
     }
-    let (b, b_sink) = bridge_with_nats_state(&c, &server, write_ahead).await;
+    let (b, b_sink) = bridge_with_state(&c, &broker, write_ahead).await;
     let addr = b.server_addr().unwrap();
     if write_ahead {
         let body = wait_until(
@@ -998,7 +1181,11 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
             "{v}"
         );
         let problem = v["state"][0]["problem"].as_str().unwrap_or_default();
-        assert!(problem.starts_with("restore: state.nats: "), "{v}");
+        assert!(
+            problem.starts_with("restore: state.nats: ")
+                || problem.starts_with("restore: state.kafka: "),
+            "{v}"
+        );
         wait_until("the restore-waiting gauge to grow", LONG, || async {
             let metrics = http_get(addr, "/metrics").await.1;
             match metric_value(
@@ -1016,7 +1203,7 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
             0,
             "nothing is sent while the state is unknown"
         );
-        server.restart();
+        broker.resume().await;
     }
     wait_for("the second run's first list", LONG, || {
         b_sink.messages().iter().any(|m| m["op"] == "synced")
@@ -1032,7 +1219,7 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
         // The documented cost of that setting: a full initial list, no deletes inferred.
         assert!(deleted.is_empty(), "{deleted:?}");
         assert_eq!(b_msgs.iter().filter(|m| m["op"] == "added").count(), 30);
-        server.restart();
+        broker.resume().await;
         assert_eq!(b.shutdown().await, 0);
         return;
     }
@@ -1071,13 +1258,23 @@ async fn a_state_store_down_at_start(write_ahead: bool) {
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_store_down_at_start_is_waited_for_and_the_deletes_made_meanwhile_are_sent() {
-    a_state_store_down_at_start(true).await;
+    a_state_store_down_at_start(StateBroker::Nats(nats_server::NatsServer::start("")), true).await;
+}
+
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_state_store_down_at_start_is_waited_for_and_the_deletes_made_meanwhile_are_sent() {
+    a_state_store_down_at_start(
+        StateBroker::Kafka(kafka_server::Tansu::start_behind_proxy().await),
+        true,
+    )
+    .await;
 }
 
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_journal_a_state_store_down_at_start_costs_a_full_initial_list() {
-    a_state_store_down_at_start(false).await;
+    a_state_store_down_at_start(StateBroker::Nats(nats_server::NatsServer::start("")), false).await;
 }
 
 /// Byte offsets of the sections of a state file: (start, end) of each, in file order.
@@ -1146,6 +1343,115 @@ async fn messages_until_synced(dir: &Path, cfg: std::path::PathBuf) -> (Vec<Valu
     .await;
     let stderr = k.stderr();
     (k.terminate().await, stderr)
+}
+
+/// The Kafka backend's own ways to be bad, each logged with its reason and costing a full emit
+/// only where the state is unusable: a topic without compaction (warned, used), a snapshot
+/// whose chunk is gone, another cluster's state under the same key, and a topic that does
+/// not exist with `create = false` (the watches wait for it).
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_kafka_state_is_logged_and_costs_a_full_emit_only() {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let tansu = kafka_server::Tansu::start().await;
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 200,
+            nodes: 20,
+            seed: 9,
+            ..Default::default()
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let both = "[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Node\"\n";
+    let config = |cluster: &str, state: &str| {
+        write_config(
+            dir.path(),
+            &c.kubeconfig,
+            cluster,
+            both,
+            &format!("sync_markers = true\n{state}"),
+        )
+    };
+    let (full, quiet) = (((200, true), (20, true)), ((0, false), (0, false)));
+
+    // A topic created beforehand without compaction: warned about, and used.
+    tansu.create_topic("kubesink-state", 1).await;
+    let state = kafka_state(&tansu, "30s", "");
+    let (p, n, log) = run_until_synced(dir.path(), config("restart", &state)).await;
+    assert_eq!((p, n), full, "no state yet: {log}");
+    assert!(
+        log.contains("the state topic kubesink-state is not compacted (cleanup.policy = delete"),
+        "{log}"
+    );
+    let (p, n, log) = run_until_synced(dir.path(), config("restart", &state)).await;
+    assert_eq!((p, n), quiet, "the state is used: {log}");
+
+    // Another cluster's state under the same key.
+    let shared = kafka_state(&tansu, "30s", "") + "key = \"restart\"\n";
+    let (p, n, log) = run_until_synced(dir.path(), config("elsewhere", &shared)).await;
+    assert_eq!((p, n), full, "{log}");
+    assert!(
+        log.contains("it is of cluster \"restart\", this kubesink is cluster.name = \"elsewhere\""),
+        "{log}"
+    );
+
+    // The current snapshot's first chunk tombstoned: its manifest cannot be used.
+    let (p, n, _) = run_until_synced(dir.path(), config("restart", &state)).await;
+    assert_eq!(
+        (p, n),
+        full,
+        "elsewhere's state was overwritten by restart's own run"
+    );
+    let records = state_records(&tansu, "kubesink-state").await;
+    let mut live: BTreeMap<&str, bool> = BTreeMap::new();
+    for (k, v) in &records {
+        live.insert(k, v.is_some());
+    }
+    let manifest = live
+        .iter()
+        .filter(|(k, alive)| **alive && k.starts_with("restart/manifest/"))
+        .map(|(k, _)| *k)
+        .next_back()
+        .expect("a live manifest");
+    let chunk = manifest.replace("/manifest/", "/snapshot/") + "/0";
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &tansu.bootstrap)
+        .create()
+        .unwrap();
+    producer
+        .send(
+            FutureRecord::<str, [u8]>::to("kubesink-state")
+                .key(chunk.as_str())
+                .partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let (p, n, log) = run_until_synced(dir.path(), config("restart", &state)).await;
+    assert_eq!((p, n), full, "{log}");
+    assert!(log.contains("the saved snapshot cannot be used"), "{log}");
+    assert!(log.contains("lacks chunk 0 of"), "{log}");
+    let (p, n, log) = run_until_synced(dir.path(), config("restart", &state)).await;
+    assert_eq!((p, n), quiet, "a good state was saved again: {log}");
+
+    // A topic that does not exist, and may not be created: the watches wait, saying why.
+    let missing = kafka_state(&tansu, "30s", "") + "topic = \"kubesink-state-2\"\ncreate = false\n";
+    let k = Kubesink::start(BIN, &config("restart", &missing), dir.path(), "k", &[]);
+    until("the missing topic named", &k, || {
+        stderr_has(&k, "kubesink-state-2")
+            && stderr_has(&k, "no such topic (create it with cleanup.policy=compact")
+    })
+    .await;
+    assert_eq!(k.count(), 0, "nothing is sent while the state is unknown");
+    tansu.create_topic("kubesink-state-2", 1).await;
+    until("both sync markers", &k, || {
+        k.messages().iter().filter(|m| m["op"] == "synced").count() >= 2
+    })
+    .await;
+    k.terminate().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

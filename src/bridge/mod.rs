@@ -252,7 +252,7 @@ impl Bridge {
                     scopes,
                 });
             }
-            let state = state::open(&config.state, &spec.name, multi).map(|store| {
+            let state = state::open(config, &spec.name, multi).map(|store| {
                 let s = Arc::new(StateStats::default());
                 states.push(StateEntry {
                     cluster: spec.name.clone(),

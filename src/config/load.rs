@@ -492,6 +492,26 @@ impl Loader {
                 );
             }
         }
+        #[cfg(feature = "kafka")]
+        if !failed.contains(&"state") && !failed.contains(&"sinks") {
+            if c.state.backend == super::StateBackend::Kafka {
+                if let Err((key, message)) = c.state.kafka.connection(kafka_sinks(c)) {
+                    self.problem(&format!("state.kafka.{key}"), message);
+                }
+            } else if let Some(key) = self.set_keys("state.kafka").into_iter().next() {
+                let backend = serde_json::to_value(c.state.backend)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                self.problem(
+                    &key,
+                    format!(
+                        "is a [state.kafka] setting but state.backend is \"{backend}\", so it would be ignored: {}",
+                        super::state::NO_BACKEND_FIX_KAFKA
+                    ),
+                );
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for (i, s) in c.sinks.iter().enumerate() {
             if !names.insert(s.name().to_owned()) {
@@ -509,6 +529,16 @@ impl Loader {
             }
         }
     }
+}
+
+/// The configuration's Kafka sinks (the state backend may take its connection from one).
+#[cfg(feature = "kafka")]
+pub(crate) fn kafka_sinks(c: &Config) -> impl Iterator<Item = &kubesink_kafka::KafkaConfig> {
+    c.sinks.iter().filter_map(|s| match s {
+        crate::destinations::SinkConfig::Kafka(k) => Some(k),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    })
 }
 
 /// Describes where the value at `path` came from: `file PATH`, `env KUBESINK_A__B`, `default`.

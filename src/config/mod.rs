@@ -35,12 +35,16 @@ pub use crate::destinations::SinkConfig;
 pub use cluster::{Cluster, ClusterConfig, ClusterEntry};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
+#[cfg(feature = "kafka")]
+pub(crate) use load::kafka_sinks;
 pub use load::{load, load_resources, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
     DEFAULT_MAX_CONCURRENT_LISTS, MAX_CONCURRENT_LISTS, MIN_REQUESTS_PER_SECOND,
 };
+#[cfg(feature = "kafka")]
+pub use state::StateKafkaConfig;
 #[cfg(feature = "nats")]
 pub use state::StateNatsConfig;
 pub use state::{StateBackend, StateConfig};

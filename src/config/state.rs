@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::HumanDuration;
+#[cfg(feature = "kafka")]
+pub use kubesink_kafka::state::StateKafkaConfig;
 #[cfg(feature = "nats")]
 pub use kubesink_nats::state::StateNatsConfig;
 
@@ -28,6 +30,10 @@ pub enum StateBackend {
     /// (Cargo feature `nats`.)
     #[cfg(feature = "nats")]
     Nats,
+    /// A compacted Kafka topic (`[state.kafka]`): whichever replica runs finds it.
+    /// (Cargo feature `kafka`.)
+    #[cfg(feature = "kafka")]
+    Kafka,
 }
 
 /// `[state]`: the acknowledged informer state, saved so that a restart sends only the
@@ -35,7 +41,7 @@ pub enum StateBackend {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
-    /// `none` (default), `file` or `nats`.
+    /// `none` (default), `file`, `nats` or `kafka`.
     #[serde(default)]
     pub backend: StateBackend,
     /// With `backend = "file"` (required there): the state file. Written as a temporary file
@@ -63,6 +69,11 @@ pub struct StateConfig {
     #[cfg(feature = "nats")]
     #[serde(default)]
     pub nats: StateNatsConfig,
+    /// With `backend = "kafka"`: the compacted topic and its connection (a Kafka sink's, or
+    /// its own). Any of its settings without that backend is an error.
+    #[cfg(feature = "kafka")]
+    #[serde(default)]
+    pub kafka: StateKafkaConfig,
 }
 
 impl Default for StateConfig {
@@ -74,6 +85,8 @@ impl Default for StateConfig {
             write_ahead: true,
             #[cfg(feature = "nats")]
             nats: StateNatsConfig::default(),
+            #[cfg(feature = "kafka")]
+            kafka: StateKafkaConfig::default(),
         }
     }
 }
@@ -134,6 +147,12 @@ impl StateConfig {
                     bad(&format!("nats.{key}"), message);
                 }
             }
+            #[cfg(feature = "kafka")]
+            StateBackend::Kafka => {
+                for (key, message) in self.kafka.problems() {
+                    bad(&format!("kafka.{key}"), message);
+                }
+            }
         }
         errs
     }
@@ -147,6 +166,11 @@ const NO_BACKEND_FIX_FILE: &str =
 #[cfg(feature = "nats")]
 pub(super) const NO_BACKEND_FIX_NATS: &str =
     "set state.backend = \"nats\" (KUBESINK_STATE__BACKEND=nats), or remove the [state.nats] settings";
+
+/// How to fix a `[state.kafka]` setting given without its backend.
+#[cfg(feature = "kafka")]
+pub(super) const NO_BACKEND_FIX_KAFKA: &str =
+    "set state.backend = \"kafka\" (KUBESINK_STATE__BACKEND=kafka), or remove the [state.kafka] settings";
 
 /// What is wrong with `path` as the state file, if anything a look at the file system can
 /// tell: it must not be a directory, and its directory must exist (kubesink writes the state,

@@ -355,6 +355,124 @@ fn a_state_location_without_a_backend_is_an_error_naming_the_backend_to_set() {
     });
 }
 
+/// `[state.kafka]`: its connection is a Kafka sink's (named, or the only one) or its own, in
+/// every spelling (file, env); every way to get it wrong is named with its key and source, and
+/// a `[state.kafka]` setting under another backend is an error.
+#[cfg(feature = "kafka")]
+#[test]
+fn the_kafka_state_takes_a_sinks_connection_or_its_own_and_every_mistake_is_named() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        let sink = |name: &str, servers: &str| {
+            format!("[[sinks]]\ntype = \"kafka\"\nname = \"{name}\"\nbootstrap_servers = \"{servers}\"\n[sinks.security]\nprotocol = \"sasl_ssl\"\nsasl_mechanism = \"PLAIN\"\nsasl_username = \"u\"\nsasl_password = \"s3cret-pw\"\n")
+        };
+        let head = "[cluster]\nname = \"p\"\n";
+        let kafka = "[state]\nbackend = \"kafka\"\n";
+        let stdout = "[[sinks]]\ntype = \"stdout\"\n";
+        // (file, env, Ok(connection source and bootstrap.servers) | Err(key, words, source))
+        type Want =
+            Result<(&'static str, &'static str), (&'static str, &'static str, &'static str)>;
+        let cases: Vec<(String, Option<(&str, &str)>, Want)> = vec![
+            (format!("{head}{kafka}{}", sink("k", "a:9093")), None, Ok(("sink \"k\"", "a:9093"))),
+            (
+                format!("{head}{kafka}[state.kafka]\nsink = \"two\"\n{}{}", sink("one", "a:1"), sink("two", "b:2")),
+                None,
+                Ok(("sink \"two\"", "b:2")),
+            ),
+            (
+                format!("{head}{kafka}{}{}", sink("one", "a:1"), sink("two", "b:2")),
+                Some(("KUBESINK_STATE__KAFKA__SINK", "one")),
+                Ok(("sink \"one\"", "a:1")),
+            ),
+            (
+                format!("{head}{kafka}{stdout}"),
+                Some(("KUBESINK_STATE__KAFKA__BOOTSTRAP_SERVERS", "own:9092")),
+                Ok(("state.kafka.bootstrap_servers", "own:9092")),
+            ),
+            (
+                format!("{head}{kafka}{stdout}"),
+                None,
+                Err(("state.kafka.bootstrap_servers", "no [[sinks]] entry of type \"kafka\"", "")),
+            ),
+            (
+                format!("{head}{kafka}{}{}", sink("one", "a:1"), sink("two", "b:2")),
+                None,
+                Err(("state.kafka.sink", "required with several Kafka sinks", "")),
+            ),
+            (
+                format!("{head}{kafka}[state.kafka]\nsink = \"nope\"\n{}", sink("k", "a:1")),
+                None,
+                Err(("state.kafka.sink", "\"nope\" is not the name of a [[sinks]] entry of type \"kafka\" (Kafka sinks: \"k\")", "s.toml)")),
+            ),
+            (
+                format!("{head}{kafka}[state.kafka]\nsink = \"k\"\nbootstrap_servers = \"x:1\"\n{}", sink("k", "a:1")),
+                None,
+                Err(("state.kafka.bootstrap_servers", "together with state.kafka.sink", "s.toml)")),
+            ),
+            (
+                format!("{head}{kafka}[state.kafka]\ntopic = \"kubesink.{{cluster}}\"\n{}", sink("k", "a:1")),
+                None,
+                Err(("state.kafka.topic", "is a template", "s.toml)")),
+            ),
+            (
+                format!("{head}{kafka}[state.kafka]\nchunk_bytes = \"10B\"\n{}", sink("k", "a:1")),
+                None,
+                Err(("state.kafka.chunk_bytes", "at least 1KiB", "s.toml)")),
+            ),
+            (
+                format!("{head}{kafka}{}", sink("k", "a:1")),
+                Some(("KUBESINK_STATE__KAFKA__PARTITIONS", "0")),
+                Err(("state.kafka.partitions", "at least 1", "(from env KUBESINK_STATE__KAFKA__PARTITIONS)")),
+            ),
+            (
+                format!("{head}[state.kafka]\nsink = \"k\"\n{}", sink("k", "a:1")),
+                None,
+                Err(("state.kafka.sink", "state.backend is \"none\"", "s.toml)")),
+            ),
+            (
+                format!("{head}[state]\nbackend = \"file\"\npath = \"state\"\n{}", sink("k", "a:1")),
+                Some(("KUBESINK_STATE__KAFKA__TOPIC", "t")),
+                Err(("state.kafka.topic", "state.backend is \"file\"", "(from env KUBESINK_STATE__KAFKA__TOPIC)")),
+            ),
+        ];
+        for (toml, env, want) in cases {
+            jail.clear_env();
+            jail.create_file("s.toml", &toml)?;
+            if let Some((k, v)) = env {
+                jail.set_env(k, v);
+            }
+            match want {
+                Ok((source, servers)) => {
+                    let c = load(Some(Path::new("s.toml"))).map_err(|e| format!("{toml}: {e}"))?;
+                    let conn = c
+                        .state
+                        .kafka
+                        .connection(super::kafka_sinks(&c))
+                        .map_err(|e| format!("{e:?}"))?;
+                    assert_eq!(conn.source, source, "{toml}");
+                    assert_eq!(conn.properties.get("bootstrap.servers"), Some(servers));
+                    if source.starts_with("sink") {
+                        // The sink's security comes along; its producer tuning does not.
+                        assert_eq!(conn.properties.get("sasl.password"), Some("s3cret-pw"));
+                        assert_eq!(conn.properties.get("linger.ms"), None);
+                        assert!(!format!("{:?}", conn.properties).contains("s3cret-pw"));
+                    }
+                }
+                Err((key, words, source)) => {
+                    let errs = errors_of(Some(Path::new("s.toml")));
+                    assert!(
+                        errs.iter().any(|e| e.starts_with(&format!("{key}: "))
+                            && e.contains(words)
+                            && e.ends_with(source)),
+                        "{toml} {env:?}: {errs:?}"
+                    );
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn a_named_config_file_that_is_missing_is_an_error() {
     Jail::expect_with(|jail| {

@@ -6,10 +6,11 @@
 //! - `journal.rs` (with `journal/frame.rs`, its format): the write-ahead journal of new keys
 //!   between snapshots, so that a crash never leaves downstream with a key whose delete the
 //!   restart cannot infer.
-//! - `file.rs` and the NATS wing's `state/` (`kubesink_nats::state`): the two
-//!   [`StateStore`] backends (`state.backend`; the trait is `kubesink_core::state`): a local
-//!   file written atomically with its journal beside it, and a NATS JetStream object store
-//!   (with a stream for the journal) that any replica can read.
+//! - `file.rs`, the NATS wing's `state/` (`kubesink_nats::state`) and the Kafka wing's
+//!   (`kubesink_kafka::state`): the three [`StateStore`] backends (`state.backend`; the
+//!   trait is `kubesink_core::state`): a local file written atomically with its journal
+//!   beside it, a NATS JetStream object store (with a stream for the journal), and a
+//!   compacted Kafka topic (fenced by epoch), both readable by any replica.
 //! - `restore.rs`: [`restore`] each watch's store at start-up from the snapshot and the
 //!   journal (deciding per watch whether its part is usable, and saying why not).
 //! - `keeper.rs`: the [`Keeper`] that saves the acknowledged state every `state.interval` and
@@ -46,18 +47,22 @@ pub use snapshot::{parse, Snapshot, SnapshotError, Writer, FORMAT_VERSION, MAGIC
 pub use stats::StateStats;
 pub use watch_key::WatchKey;
 
-use crate::config::{StateBackend, StateConfig};
+use crate::config::{Config, StateBackend, StateConfig};
 
-/// The configured backend for cluster `cluster`, or `None` for `state.backend = "none"`.
-/// With several clusters (`multi`), each has its own file (`state.path` + `.{cluster}`) or
-/// object (`state.nats.object` + `.{cluster}`; the default object is the cluster's name).
-/// Does no I/O (the NATS backend connects on first use), so a broken store never prevents
-/// start-up.
-pub fn open(config: &StateConfig, cluster: &str, multi: bool) -> Option<Arc<dyn StateStore>> {
-    let store: Arc<dyn StateStore> = match config.backend {
+/// The configured backend (`config.state`) for cluster `cluster`, or `None` for
+/// `state.backend = "none"`. With several clusters (`multi`), each has its own file
+/// (`state.path` + `.{cluster}`), object (`state.nats.object` + `.{cluster}`; the default
+/// object is the cluster's name) or key prefix (`state.kafka.key` + `.{cluster}`; the default
+/// is the cluster's name). The Kafka backend takes its connection from a Kafka sink of
+/// `config.sinks` or its own (checked when the configuration was loaded: a connection that
+/// cannot be resolved here opens no store, logged). Does no I/O (the broker-held backends
+/// connect on first use), so a broken store never prevents start-up.
+pub fn open(config: &Config, cluster: &str, multi: bool) -> Option<Arc<dyn StateStore>> {
+    let state: &StateConfig = &config.state;
+    let store: Arc<dyn StateStore> = match state.backend {
         StateBackend::None => return None,
         StateBackend::File => {
-            let mut path = config.path.clone().unwrap_or_default();
+            let mut path = state.path.clone().unwrap_or_default();
             if multi {
                 let mut name = path.file_name().unwrap_or_default().to_os_string();
                 name.push(format!(".{cluster}"));
@@ -67,11 +72,29 @@ pub fn open(config: &StateConfig, cluster: &str, multi: bool) -> Option<Arc<dyn 
         }
         #[cfg(feature = "nats")]
         StateBackend::Nats => {
-            let mut nats = config.nats.clone();
+            let mut nats = state.nats.clone();
             if multi {
                 nats.object = nats.object.map(|o| format!("{o}.{cluster}"));
             }
             Arc::new(kubesink_nats::state::NatsStore::new(&nats, cluster))
+        }
+        #[cfg(feature = "kafka")]
+        StateBackend::Kafka => {
+            let mut kafka = state.kafka.clone();
+            if multi {
+                kafka.key = kafka.key.map(|k| format!("{k}.{cluster}"));
+            }
+            let connection = match kafka.connection(crate::config::kafka_sinks(config)) {
+                Ok(c) => c,
+                Err((key, message)) => {
+                    tracing::error!(%cluster, "state.kafka.{key}: {message}");
+                    return None;
+                }
+            };
+            let identity = crate::leader::identity(&config.leader_election);
+            Arc::new(kubesink_kafka::state::KafkaStore::new(
+                &kafka, connection, cluster, &identity,
+            ))
         }
     };
     tracing::info!(%cluster, store = store.describe(), "informer state store");

@@ -1,7 +1,7 @@
 //! # kubesink-kafka: the Kafka wing
 //!
 //! Everything kubesink does with Kafka (rdkafka over librdkafka): the sink, the topic reader
-//! of `kubesink fold`, and the CloudEvents Kafka binding. Depends on `kubesink-core` only.
+//! of `kubesink fold`, the state store, and the CloudEvents Kafka binding. Depends on `kubesink-core` only.
 //!
 //! - `config.rs`: the `[[sinks]]` entry, its validation, its rendering into librdkafka
 //!   properties (passthrough map, managed properties, secrets masked) and `build()` (its
@@ -19,6 +19,8 @@
 //!   keep rejecting its idempotent producer id), as a pure state machine.
 //! - `sink.rs`: the [`Sink`](kubesink_core::Sink) implementation.
 //! - `cloudevents.rs`: the CloudEvents Kafka protocol binding (binary mode header names).
+//! - [`state`]: the `kafka` state backend (`[state.kafka]`): the saved informer state in a
+//!   compacted topic, fenced by epoch against a deposed writer.
 //! - [`reader`]: `kubesink fold --kafka`, every partition of a topic read back from its
 //!   first offset.
 //!
@@ -37,6 +39,7 @@ mod rebuild;
 mod request;
 mod service;
 mod sink;
+pub mod state;
 #[cfg(test)]
 mod tests;
 

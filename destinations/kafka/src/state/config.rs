@@ -1,0 +1,269 @@
+//! `[state.kafka]`: the Kafka state backend's settings (the compacted topic, and the connection:
+//! a Kafka sink's, or its own). Read and checked only: the store is opened by
+//! [`KafkaStore`](super::KafkaStore).
+
+use kubesink_core::units::{ByteSize, HumanDuration};
+use serde::{Deserialize, Serialize};
+
+use crate::{KafkaConfig, Passthrough, Properties};
+
+/// `[state.kafka]`: the saved informer state as records of a compacted Kafka topic, the way
+/// Kafka Connect keeps its offsets and configs (`offset.storage.topic`, KIP-154 ff.).
+///
+/// The connection is a `[[sinks]]` Kafka entry's (`sink`, or the only Kafka sink when neither
+/// `sink` nor `bootstrap_servers` is set), or its own (`bootstrap_servers` and librdkafka
+/// properties in `librdkafka`, e.g. `"security.protocol" = "sasl_ssl"`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StateKafkaConfig {
+    /// The name of the `[[sinks]]` Kafka entry whose connection (`bootstrap_servers`,
+    /// `[sinks.security]`, its `librdkafka` map) the state uses. Default: the only Kafka sink,
+    /// unless `bootstrap_servers` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<String>,
+    /// The brokers (`host:port,...`), for a state kept on other brokers than any sink's.
+    /// Not together with `sink`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_servers: Option<String>,
+    /// librdkafka properties of the connection (librdkafka `CONFIGURATION.md`:
+    /// `security.protocol`, `sasl.*`, `ssl.*`...), added to the sink's when `sink` is used.
+    /// Credentials are never printed.
+    #[serde(default)]
+    pub librdkafka: Passthrough,
+    /// The topic. Default `"kubesink-state"`.
+    #[serde(default = "default_topic")]
+    pub topic: String,
+    /// The prefix of this state's record keys, so that the kubesinks of several clusters can
+    /// share the topic. Default: `cluster.name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Create the topic, with `cleanup.policy = compact`, when it does not exist. Default
+    /// `true`.
+    #[serde(default = "yes")]
+    pub create: bool,
+    /// Partitions of a created topic; a state's records all go to one partition, chosen by
+    /// its key among this many (so keep it as the topic was created). Default 1.
+    #[serde(default = "one")]
+    pub partitions: i32,
+    /// Replication factor of a created topic. Default: the brokers' own
+    /// (`default.replication.factor`; KIP-464, Kafka 2.4 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_factor: Option<i32>,
+    /// The largest record value written: a larger snapshot is cut into records of this size.
+    /// Keep it below the topic's `max.message.bytes` (broker default 1 MiB). Default
+    /// `512KiB`; at least `1KiB`.
+    #[serde(default = "default_chunk")]
+    pub chunk_bytes: ByteSize,
+    /// Bound on one operation (a read to the end, a group of records acknowledged, an admin
+    /// request). Default `10s`.
+    #[serde(default = "default_timeout")]
+    pub timeout: HumanDuration,
+    /// Write through a transactional producer (KIP-98) whose `transactional.id` is
+    /// `kubesink-state.{topic}.{key}`: a new writer's `init_transactions` fences the previous
+    /// one at the broker, on top of the epoch fence in the records (`docs/restarts.md`).
+    /// Needs brokers with transactions (tansu 0.6 has none). Default `false`.
+    #[serde(default)]
+    pub transactional: bool,
+}
+
+impl Default for StateKafkaConfig {
+    fn default() -> Self {
+        StateKafkaConfig {
+            sink: None,
+            bootstrap_servers: None,
+            librdkafka: Passthrough::default(),
+            topic: default_topic(),
+            key: None,
+            create: true,
+            partitions: 1,
+            replication_factor: None,
+            chunk_bytes: default_chunk(),
+            timeout: default_timeout(),
+            transactional: false,
+        }
+    }
+}
+
+fn default_topic() -> String {
+    "kubesink-state".to_owned()
+}
+fn default_chunk() -> ByteSize {
+    ByteSize(512 * 1024)
+}
+fn default_timeout() -> HumanDuration {
+    HumanDuration::from_secs(10)
+}
+fn yes() -> bool {
+    true
+}
+fn one() -> i32 {
+    1
+}
+
+/// The connection a Kafka state store uses, resolved from [`StateKafkaConfig`] and the sinks.
+#[derive(Clone, Debug)]
+pub struct StateConnection {
+    /// `bootstrap.servers` and the other connection properties (security, passthrough).
+    pub properties: Properties,
+    /// Where they come from, for logs: `sink "events"` or `state.kafka.bootstrap_servers`.
+    pub source: String,
+}
+
+/// Properties that only tune a producer's batching or delivery: left out of a reused sink's
+/// properties (the state store sets its own).
+const PRODUCER_TUNING: &[&str] = &[
+    "compression.type",
+    "acks",
+    "enable.idempotence",
+    "linger.ms",
+    "message.timeout.ms",
+    "message.max.bytes",
+    "queue.buffering.max.messages",
+    "statistics.interval.ms",
+];
+
+impl StateKafkaConfig {
+    /// The connection, from the sinks' Kafka entries (`sinks`: name and config).
+    ///
+    /// # Errors
+    /// A message for `state.kafka.sink` (no such Kafka sink, or none / several to choose
+    /// from) or `state.kafka.bootstrap_servers` (empty, or given with `sink`).
+    pub fn connection<'a>(
+        &self,
+        sinks: impl IntoIterator<Item = &'a KafkaConfig>,
+    ) -> Result<StateConnection, (&'static str, String)> {
+        let sinks: Vec<&KafkaConfig> = sinks.into_iter().collect();
+        let mut p: Vec<(String, String)> = match (&self.sink, &self.bootstrap_servers) {
+            (Some(_), Some(_)) => {
+                return Err((
+                    "bootstrap_servers",
+                    "is given together with state.kafka.sink: set one (sink reuses that sink's connection)".into(),
+                ))
+            }
+            (None, Some(b)) if b.trim().is_empty() => {
+                return Err((
+                    "bootstrap_servers",
+                    "must not be empty: a comma-separated host:port list".into(),
+                ))
+            }
+            (None, Some(b)) => vec![("bootstrap.servers".into(), b.clone())],
+            (Some(name), None) => match sinks.iter().find(|s| &s.name == name) {
+                Some(s) => connection_of(s),
+                None => {
+                    return Err((
+                        "sink",
+                        format!(
+                            "{name:?} is not the name of a [[sinks]] entry of type \"kafka\" (Kafka sinks: {})",
+                            names(&sinks)
+                        ),
+                    ))
+                }
+            },
+            (None, None) => match sinks.as_slice() {
+                [s] => connection_of(s),
+                [] => {
+                    return Err((
+                        "bootstrap_servers",
+                        "required: no [[sinks]] entry of type \"kafka\" to take the connection from (set state.kafka.bootstrap_servers, or state.kafka.sink)".into(),
+                    ))
+                }
+                _ => {
+                    return Err((
+                        "sink",
+                        format!(
+                            "required with several Kafka sinks: name the one whose connection the state uses ({})",
+                            names(&sinks)
+                        ),
+                    ))
+                }
+            },
+        };
+        for (k, v) in self.librdkafka.iter() {
+            p.retain(|(x, _)| x != k);
+            p.push((k.clone(), v.clone()));
+        }
+        let source = match (&self.sink, sinks.as_slice()) {
+            (Some(name), _) => format!("sink {name:?}"),
+            (None, [s]) if self.bootstrap_servers.is_none() => format!("sink {:?}", s.name),
+            _ => "state.kafka.bootstrap_servers".into(),
+        };
+        Ok(StateConnection {
+            properties: Properties(p),
+            source,
+        })
+    }
+
+    /// Problems serde cannot see, as `(key, message)` with keys relative to `[state.kafka]`
+    /// (the bridge prefixes `state.kafka.`); the connection is checked by
+    /// [`StateKafkaConfig::connection`].
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut errs = Vec::new();
+        let mut bad = |key: &str, message: String| errs.push((key.to_owned(), message));
+        if let Err(e) = crate::request::topic_template(&self.topic) {
+            bad("topic", e.to_string());
+        } else if self.topic.contains('{') {
+            bad(
+                "topic",
+                format!(
+                    "{:?} is a template: the state topic is one fixed name",
+                    self.topic
+                ),
+            );
+        }
+        if self.key.as_deref() == Some("") {
+            bad(
+                "key",
+                "must not be empty (leave it out for cluster.name)".into(),
+            );
+        }
+        if self.partitions < 1 {
+            bad("partitions", "must be at least 1".into());
+        }
+        if self.replication_factor.is_some_and(|r| r < 1) {
+            bad(
+                "replication_factor",
+                "must be at least 1 (leave it out for the brokers' default)".into(),
+            );
+        }
+        if self.chunk_bytes.0 < 1024 {
+            bad("chunk_bytes", "must be at least 1KiB".into());
+        } else if self.chunk_bytes.0 > 100 * 1024 * 1024 {
+            bad(
+                "chunk_bytes",
+                "must be at most 100MiB (and below the topic's max.message.bytes)".into(),
+            );
+        }
+        if self.timeout.get().is_zero() {
+            bad("timeout", "must be greater than zero".into());
+        }
+        for key in self.librdkafka.keys() {
+            if key == "transactional.id" || key == "enable.idempotence" || key == "acks" {
+                bad(
+                    &format!("librdkafka.\"{key}\""),
+                    "is managed by the state store (acks = all, idempotence on; transactional.id with state.kafka.transactional)".into(),
+                );
+            }
+        }
+        errs
+    }
+}
+
+fn names(sinks: &[&KafkaConfig]) -> String {
+    if sinks.is_empty() {
+        return "none".into();
+    }
+    sinks
+        .iter()
+        .map(|s| format!("{:?}", s.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A sink's connection properties: what it renders, minus its producer tuning.
+fn connection_of(sink: &KafkaConfig) -> Vec<(String, String)> {
+    sink.render()
+        .0
+        .into_iter()
+        .filter(|(k, _)| !PRODUCER_TUNING.contains(&k.as_str()))
+        .collect()
+}

@@ -1,0 +1,776 @@
+//! The `kafka` state backend: the snapshot and the journal as records of a compacted Kafka
+//! topic, the way Kafka Connect keeps its offsets and configs, so that whichever replica
+//! takes over finds them (a hand-over between nodes without NATS).
+//!
+//! - `records.rs`: the keys, the manifest, the epoch fence and the scan a restore reads.
+//! - `config.rs`: `[state.kafka]`.
+//! - this file: [`KafkaStore`], the [`StateStore`] over rdkafka.
+//!
+//! # Operations
+//!
+//! - **Restore** ([`StateStore::load`], then [`StateStore::load_journal`]): creates the topic
+//!   when missing and allowed (`cleanup.policy = compact`; a topic without compaction is
+//!   warned about), writes this writer's fence record alone and waits for its offset (the
+//!   epoch), then reads the state's partition from its first offset up to that fence and
+//!   folds it (`records::scan`). Reading up to one's own fence, not to a high watermark read
+//!   beforehand, is what makes the read complete: everything acknowledged before it is
+//!   below it (tansu 0.6 also reports a high watermark below the last records of a batch,
+//!   `tests/support/kafka_server.rs`; the fence goes alone in its batch).
+//! - **Save**: the snapshot cut into `chunk_bytes` records, every one acknowledged
+//!   (`acks = all`, idempotent producer, so in order), then the manifest naming them; only
+//!   then are the superseded keys tombstoned. A crash at any point leaves the previous
+//!   manifest and its chunks whole.
+//! - **Journal**: one record per frame, durable once acknowledged; dropping generations
+//!   tombstones their keys.
+//! - With `transactional = true`, each operation's records go in one transaction of a
+//!   producer whose `transactional.id` is fixed per state (KIP-98): `init_transactions` by a
+//!   new writer aborts and fences the previous one at the broker, and the restore reads
+//!   committed records only.
+//!
+//! Connects on first use; a broker that is down at start-up is never a failed start: the
+//! load fails and the watches wait for it (`bridge/watching.rs`). Never logs a secret.
+
+mod config;
+mod records;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex as StdMutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kubesink_core::state::{JournalSegment, StateError, StateStore};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio::sync::Mutex;
+
+pub use config::{StateConnection, StateKafkaConfig};
+pub use records::{scan, Fence, Kind, Manifest, Record, Scanned};
+
+use records::{EPOCH_HEADER, WRITER_HEADER};
+
+/// A Kafka operation of the `kafka` state backend failed (carried as
+/// [`StateError::Backend`]).
+#[derive(Debug, thiserror::Error)]
+#[error("state.kafka: {what} topic {topic:?} (key {key:?}) at {brokers}: {detail}")]
+pub struct KafkaStateError {
+    /// What was being done (`creating the topic`, `writing the fence record to`, ...).
+    pub what: &'static str,
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// The topic.
+    pub topic: String,
+    /// The state's key prefix.
+    pub key: String,
+    /// The client's description.
+    pub detail: String,
+}
+
+/// Said with every transaction error.
+const TRANSACTIONS: &str = "state.kafka.transactional = true: the brokers must support KIP-98 transactions (tansu 0.6 does not); set it to false to rely on the epoch fence alone";
+
+/// What the store knows between operations.
+#[derive(Default)]
+struct Inner {
+    producer: Option<FutureProducer>,
+    /// This writer's id and epoch (its fence record's offset), once it wrote its fence.
+    writer: Option<(String, i64)>,
+    /// Every live key of this state known (read at the restore, written since), for
+    /// tombstoning what a save or a journal drop covers.
+    live: BTreeSet<Kind>,
+    /// The journal read by the last restore, handed to [`StateStore::load_journal`].
+    journal: Option<Vec<JournalSegment>>,
+}
+
+/// The state as records of a compacted Kafka topic.
+pub struct KafkaStore {
+    config: StateKafkaConfig,
+    connection: StateConnection,
+    brokers: String,
+    prefix: String,
+    partition: i32,
+    identity: String,
+    description: String,
+    inner: Mutex<Inner>,
+    /// The next journal record number of this writer.
+    next_record: AtomicU64,
+    /// Whether the topic's compaction was checked (warned about once).
+    checked: StdMutex<bool>,
+}
+
+impl KafkaStore {
+    /// The store of `config` on `connection`; the key prefix defaults to `cluster`.
+    /// `identity` (the leader-election identity, the Pod's name) goes into fence records.
+    /// Connects on first use.
+    pub fn new(
+        config: &StateKafkaConfig,
+        connection: StateConnection,
+        cluster: &str,
+        identity: &str,
+    ) -> Self {
+        let prefix = config.key.clone().unwrap_or_else(|| cluster.to_owned());
+        let brokers = connection
+            .properties
+            .get("bootstrap.servers")
+            .unwrap_or_default()
+            .to_owned();
+        let partitions = u64::try_from(config.partitions.max(1)).unwrap_or(1);
+        let partition =
+            i32::try_from(xxhash_rust::xxh3::xxh3_64(prefix.as_bytes()) % partitions).unwrap_or(0);
+        let description = format!(
+            "Kafka topic {} partition {partition} key {prefix:?} at {brokers} ({})",
+            config.topic, connection.source
+        );
+        KafkaStore {
+            config: config.clone(),
+            connection,
+            brokers,
+            prefix,
+            partition,
+            identity: format!("{identity} (pid {})", std::process::id()),
+            description,
+            inner: Mutex::new(Inner::default()),
+            next_record: AtomicU64::new(0),
+            checked: StdMutex::new(false),
+        }
+    }
+
+    fn error(&self, what: &'static str, detail: impl std::fmt::Display) -> StateError {
+        StateError::Backend(Box::new(KafkaStateError {
+            what,
+            brokers: self.brokers.clone(),
+            topic: self.config.topic.clone(),
+            key: self.prefix.clone(),
+            detail: detail.to_string(),
+        }))
+    }
+
+    fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        for (k, v) in &self.connection.properties.0 {
+            c.set(k, v);
+        }
+        c
+    }
+
+    fn timeout(&self) -> Duration {
+        self.config.timeout.get()
+    }
+
+    /// The producer, created (and, transactional, initialised) on first use.
+    async fn producer(&self, inner: &mut Inner) -> Result<FutureProducer, StateError> {
+        if let Some(p) = &inner.producer {
+            return Ok(p.clone());
+        }
+        let mut c = self.client_config();
+        let max = self.config.chunk_bytes.bytes().saturating_add(64 * 1024);
+        c.set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "0")
+            .set("compression.type", "none")
+            .set("message.max.bytes", max.to_string())
+            .set("message.timeout.ms", self.timeout().as_millis().to_string());
+        if self.config.transactional {
+            c.set(
+                "transactional.id",
+                format!("kubesink-state.{}.{}", self.config.topic, self.prefix),
+            );
+        }
+        let producer: FutureProducer = c
+            .create()
+            .map_err(|e| self.error("creating the producer for", e))?;
+        if self.config.transactional {
+            let p = producer.clone();
+            let t = self.timeout();
+            tokio::task::spawn_blocking(move || p.init_transactions(t))
+                .await
+                .map_err(|e| self.error("initialising transactions on", e))?
+                .map_err(|e| {
+                    self.error(
+                        "initialising transactions on",
+                        format!("{e} ({TRANSACTIONS})"),
+                    )
+                })?;
+        }
+        inner.producer = Some(producer.clone());
+        Ok(producer)
+    }
+
+    /// Makes sure the topic exists (creating it, compacted, when allowed) and has the
+    /// state's partition; warns once when it is not compacted.
+    async fn ensure_topic(&self, producer: &FutureProducer) -> Result<(), StateError> {
+        let topic = self.config.topic.clone();
+        let t = self.timeout();
+        let p = producer.clone();
+        let partitions = tokio::task::spawn_blocking(move || {
+            p.client().fetch_metadata(Some(&topic), t).map(|m| {
+                m.topics()
+                    .iter()
+                    .find(|x| x.name() == topic && x.error().is_none())
+                    .map(|x| x.partitions().len())
+            })
+        })
+        .await
+        .map_err(|e| self.error("reading the metadata of", e))?
+        .map_err(|e| self.error("reading the metadata of", e))?;
+        let admin: AdminClient<DefaultClientContext> = self
+            .client_config()
+            .create()
+            .map_err(|e| self.error("creating the admin client for", e))?;
+        let options = AdminOptions::new().request_timeout(Some(t));
+        match partitions {
+            Some(n) if n > usize::try_from(self.partition).unwrap_or(0) => {}
+            Some(n) => {
+                return Err(self.error(
+                    "opening",
+                    format!("the topic has {n} partitions, and this state's key goes to partition {} of state.kafka.partitions = {}", self.partition, self.config.partitions),
+                ))
+            }
+            None if !self.config.create => {
+                return Err(self.error(
+                    "opening",
+                    "no such topic (create it with cleanup.policy=compact, or set state.kafka.create = true)",
+                ))
+            }
+            None => {
+                let replication = match self.config.replication_factor {
+                    Some(r) => TopicReplication::Fixed(r),
+                    None => TopicReplication::Fixed(-1),
+                };
+                let new = NewTopic::new(&self.config.topic, self.config.partitions, replication)
+                    .set("cleanup.policy", "compact");
+                let created = admin
+                    .create_topics(
+                        &[new],
+                        &AdminOptions::new()
+                            .request_timeout(Some(t))
+                            .operation_timeout(Some(t)),
+                    )
+                    .await
+                    .map_err(|e| self.error("creating", e))?;
+                for r in created {
+                    match r {
+                        Ok(_) => tracing::info!(topic = %self.config.topic, partitions = self.config.partitions, "state topic created (cleanup.policy=compact)"),
+                        Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                        Err((_, code)) => return Err(self.error("creating", code)),
+                    }
+                }
+            }
+        }
+        self.check_compaction(&admin, &options).await;
+        Ok(())
+    }
+
+    /// Warns (once) when the topic's `cleanup.policy` has no `compact`: the state's old
+    /// records would then be deleted by retention, the current ones with them.
+    async fn check_compaction(
+        &self,
+        admin: &AdminClient<DefaultClientContext>,
+        options: &AdminOptions,
+    ) {
+        {
+            let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+            if *checked {
+                return;
+            }
+            *checked = true;
+        }
+        let described = admin
+            .describe_configs(&[ResourceSpecifier::Topic(&self.config.topic)], options)
+            .await;
+        // Ok(None): described, but no `cleanup.policy` entry (tansu lists only the
+        // settings a topic was created with): the broker default, `delete`.
+        let policy: Result<Option<String>, String> = match described {
+            Ok(rs) => match rs.into_iter().next() {
+                Some(Ok(r)) => Ok(r
+                    .entries
+                    .into_iter()
+                    .find(|e| e.name == "cleanup.policy")
+                    .and_then(|e| e.value)),
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err("no answer".into()),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        let topic = &self.config.topic;
+        match policy {
+            Ok(Some(p)) if p.contains("compact") => {}
+            Ok(p) => {
+                let p = p.unwrap_or_else(|| "delete (the broker default)".into());
+                tracing::warn!(%topic, cleanup_policy = %p, "state.kafka: the state topic {topic} is not compacted (cleanup.policy = {p}): retention will delete the saved state with the old records, and a restart after that lists everything again and cannot send the deletes made meanwhile; set cleanup.policy=compact on the topic (kafka-configs --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact)");
+            }
+            Err(e) => {
+                tracing::warn!(%topic, error = %e, "state.kafka: could not read the state topic's cleanup.policy (DescribeConfigs): make sure it is compact")
+            }
+        }
+    }
+
+    /// Sends `records` (key, value or tombstone) in order on the state's partition with this
+    /// writer's headers, and waits for every acknowledgement; in a transaction when
+    /// configured. Returns the offset of each.
+    async fn write(
+        &self,
+        inner: &mut Inner,
+        what: &'static str,
+        records: Vec<(String, Option<Vec<u8>>)>,
+        fence: bool,
+    ) -> Result<Vec<i64>, StateError> {
+        let written = self.try_write(inner, what, records, fence).await;
+        if written.is_err() {
+            // A failed or timed-out record can leave an idempotent producer unable to go on
+            // (librdkafka keeps its sequence numbers: `rebuild.rs` of the sink): the next
+            // operation starts with a new producer, and repeats the whole group.
+            inner.producer = None;
+        }
+        written
+    }
+
+    async fn try_write(
+        &self,
+        inner: &mut Inner,
+        what: &'static str,
+        records: Vec<(String, Option<Vec<u8>>)>,
+        fence: bool,
+    ) -> Result<Vec<i64>, StateError> {
+        let producer = self.producer(inner).await?;
+        let (writer, epoch) = inner.writer.clone().unwrap_or_default();
+        let transactional = self.config.transactional;
+        if transactional {
+            producer
+                .begin_transaction()
+                .map_err(|e| self.error(what, format!("{e} ({TRANSACTIONS})")))?;
+        }
+        let mut futures = Vec::with_capacity(records.len());
+        for (key, value) in &records {
+            let mut record = FutureRecord::to(&self.config.topic)
+                .key(key.as_str())
+                .partition(self.partition);
+            if !fence {
+                let epoch = epoch.to_string();
+                record = record.headers(
+                    OwnedHeaders::new()
+                        .insert(Header {
+                            key: WRITER_HEADER,
+                            value: Some(writer.as_str()),
+                        })
+                        .insert(Header {
+                            key: EPOCH_HEADER,
+                            value: Some(epoch.as_str()),
+                        }),
+                );
+            }
+            if let Some(v) = value {
+                record = record.payload(v.as_slice());
+            }
+            futures.push(
+                producer
+                    .send_result(record)
+                    .map_err(|(e, _)| self.error(what, e))?,
+            );
+        }
+        let limit = self.timeout() + Duration::from_secs(1);
+        let mut offsets = Vec::with_capacity(futures.len());
+        for f in futures {
+            let report = tokio::time::timeout(limit, f)
+                .await
+                .map_err(|_| self.error(what, format!("no acknowledgement within {limit:?}")))?
+                .map_err(|_| self.error(what, "the producer was dropped"))?;
+            match report {
+                Ok(d) => offsets.push(d.offset),
+                Err((e, _)) => return Err(self.error(what, e)),
+            }
+        }
+        if transactional {
+            let p = producer.clone();
+            let t = self.timeout();
+            tokio::task::spawn_blocking(move || p.commit_transaction(t))
+                .await
+                .map_err(|e| self.error(what, e))?
+                .map_err(|e| self.error(what, format!("{e} ({TRANSACTIONS})")))?;
+        }
+        Ok(offsets)
+    }
+
+    /// Writes a new fence record: this writer's epoch from now on.
+    async fn fence(&self, inner: &mut Inner) -> Result<i64, StateError> {
+        let writer = uuid_like();
+        let value = serde_json::to_vec(&Fence {
+            writer: writer.clone(),
+            identity: self.identity.clone(),
+        })
+        .map_err(|e| self.error("writing the fence record to", e))?;
+        inner.writer = None;
+        let offsets = self
+            .write(
+                inner,
+                "writing the fence record to",
+                vec![(Kind::Fence(writer.clone()).key(&self.prefix), Some(value))],
+                true,
+            )
+            .await?;
+        let epoch = offsets.first().copied().unwrap_or_default();
+        inner.writer = Some((writer, epoch));
+        inner
+            .live
+            .insert(Kind::Fence(inner.writer.clone().unwrap_or_default().0));
+        tracing::info!(store = %self.description, epoch, identity = %self.identity, "state.kafka: took over the state (fence record written)");
+        Ok(epoch)
+    }
+
+    /// The restore: fence, read up to the fence, fold.
+    async fn restore(&self, inner: &mut Inner) -> Result<Option<Vec<u8>>, StateError> {
+        let producer = self.producer(inner).await?;
+        self.ensure_topic(&producer).await?;
+        let epoch = self.fence(inner).await?;
+        let records = self.read_to(epoch).await?;
+        let read = records.len();
+        let scanned = scan(&self.prefix, records);
+        inner.live = scanned.live;
+        if scanned.fenced > 0 {
+            tracing::warn!(store = %self.description, ignored = scanned.fenced, "state.kafka: records written by a deposed writer after another took over were ignored (a zombie's late writes)");
+        }
+        if scanned.unreadable > 0 {
+            tracing::warn!(store = %self.description, unreadable = scanned.unreadable, "state.kafka: records of this state's key that this version cannot read were ignored");
+        }
+        inner.journal = Some(
+            scanned
+                .journal
+                .iter()
+                .cloned()
+                .map(|(offset, generation, bytes)| JournalSegment {
+                    name: format!(
+                        "{} partition {} offset {offset} (generation {generation})",
+                        self.config.topic, self.partition
+                    ),
+                    bytes,
+                    may_tear: false,
+                })
+                .collect(),
+        );
+        tracing::debug!(store = %self.description, records = read, epoch, "state.kafka: read the state up to this writer's fence");
+        let snapshot = match scanned.snapshot {
+            Ok(s) => s,
+            Err(why) => {
+                tracing::warn!(store = %self.description, reason = %why, "state.kafka: the saved snapshot cannot be used; restoring from the journal only");
+                None
+            }
+        };
+        // Copy forward: what was read, written again under this writer's epoch before
+        // anything of older epochs is tombstoned. A deposed writer may still tombstone its
+        // own records (its saves clean up after themselves); from here on nothing a restore
+        // needs is under its epoch.
+        let journal: Vec<(u64, Vec<u8>)> = scanned
+            .journal
+            .iter()
+            .map(|(_, g, b)| (*g, b.clone()))
+            .collect();
+        match &snapshot {
+            Some((bytes, generation)) => {
+                self.write_snapshot(inner, epoch, *generation, bytes, journal)
+                    .await?;
+                self.clean_up(inner, epoch, Some(*generation)).await;
+            }
+            None if journal.is_empty() => self.clean_up(inner, epoch, None).await,
+            None => {
+                // No snapshot to anchor a manifest: the journal alone, under this epoch.
+                let mut records = Vec::with_capacity(journal.len());
+                let mut kinds = Vec::with_capacity(journal.len());
+                for (g, frame) in journal {
+                    let kind = Kind::Journal {
+                        epoch,
+                        generation: g,
+                        n: self.next_record.fetch_add(1, Ordering::Relaxed),
+                    };
+                    records.push((kind.key(&self.prefix), Some(frame)));
+                    kinds.push(kind);
+                }
+                self.write(inner, "copying the journal forward in", records, false)
+                    .await?;
+                inner.live.extend(kinds);
+                self.clean_up(inner, epoch, None).await;
+            }
+        }
+        Ok(snapshot.map(|(bytes, _)| bytes))
+    }
+
+    /// Every record of the state's partition from its first offset through offset `last`.
+    async fn read_to(&self, last: i64) -> Result<Vec<Record>, StateError> {
+        let mut c = self.client_config();
+        // Assigned, not subscribed: joins no group, commits nothing.
+        c.set("group.id", "kubesink-state")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("isolation.level", "read_committed");
+        for k in [
+            "compression.type",
+            "acks",
+            "enable.idempotence",
+            "linger.ms",
+            "message.timeout.ms",
+            "queue.buffering.max.messages",
+            "statistics.interval.ms",
+            "topic.metadata.propagation.max.ms",
+        ] {
+            c.remove(k);
+        }
+        let max = self.config.chunk_bytes.bytes().saturating_add(64 * 1024);
+        c.set("fetch.message.max.bytes", max.max(1024 * 1024).to_string());
+        let consumer: BaseConsumer = c
+            .create()
+            .map_err(|e| self.error("creating the consumer for", e))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.config.topic, self.partition, Offset::Beginning)
+            .map_err(|e| self.error("reading", e))?;
+        consumer
+            .assign(&tpl)
+            .map_err(|e| self.error("reading", e))?;
+        let quiet = self.timeout();
+        let read = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            let mut last_progress = Instant::now();
+            loop {
+                if last_progress.elapsed() > quiet {
+                    return Err(format!(
+                        "no record for {quiet:?} before reaching this writer's fence at offset {last} ({} read)",
+                        out.len()
+                    ));
+                }
+                match consumer.poll(Duration::from_millis(100)) {
+                    None => {}
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "state.kafka: consumer error (retrying)")
+                    }
+                    Some(Ok(m)) => {
+                        last_progress = Instant::now();
+                        let header = |name: &str| {
+                            m.headers().and_then(|h| {
+                                h.iter().find(|x| x.key == name).and_then(|x| {
+                                    x.value.and_then(|v| std::str::from_utf8(v).ok().map(str::to_owned))
+                                })
+                            })
+                        };
+                        let offset = m.offset();
+                        out.push(Record {
+                            offset,
+                            key: m
+                                .key()
+                                .map(|k| String::from_utf8_lossy(k).into_owned())
+                                .unwrap_or_default(),
+                            value: m.payload().map(<[u8]>::to_vec),
+                            writer: header(WRITER_HEADER),
+                            epoch: header(EPOCH_HEADER).and_then(|e| e.parse().ok()),
+                        });
+                        if offset >= last {
+                            return Ok(out);
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(|e| self.error("reading", e))?;
+        read.map_err(|e| self.error("reading", e))
+    }
+
+    /// Tombstones `kinds` (best effort: what fails stays known and is tried again later).
+    async fn tombstone(&self, inner: &mut Inner, kinds: Vec<Kind>) {
+        if kinds.is_empty() {
+            return;
+        }
+        let records = kinds.iter().map(|k| (k.key(&self.prefix), None)).collect();
+        match self
+            .write(inner, "tombstoning covered records of", records, false)
+            .await
+        {
+            Ok(_) => {
+                for k in &kinds {
+                    inner.live.remove(k);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "state.kafka: covered records not tombstoned yet (tried again at the next save; compaction keeps them meanwhile)")
+            }
+        }
+    }
+
+    /// This writer's epoch, writing its fence first when it has none yet (a save before any
+    /// restore).
+    async fn epoch(&self, inner: &mut Inner) -> Result<i64, StateError> {
+        match &inner.writer {
+            Some((_, e)) => Ok(*e),
+            None => {
+                let producer = self.producer(inner).await?;
+                self.ensure_topic(&producer).await?;
+                self.fence(inner).await
+            }
+        }
+    }
+
+    /// Writes snapshot `bytes` of `generation` under `epoch`: its chunks and `journal`
+    /// frames (generation, bytes) first, every one acknowledged, then the manifest naming
+    /// the chunks. A crash before the manifest leaves the previous one whole.
+    async fn write_snapshot(
+        &self,
+        inner: &mut Inner,
+        epoch: i64,
+        generation: u64,
+        bytes: &[u8],
+        journal: Vec<(u64, Vec<u8>)>,
+    ) -> Result<(), StateError> {
+        let chunk = self.config.chunk_bytes.bytes().max(1);
+        let parts: Vec<&[u8]> = if bytes.is_empty() {
+            vec![&[]]
+        } else {
+            bytes.chunks(chunk).collect()
+        };
+        let chunks =
+            u32::try_from(parts.len()).map_err(|_| self.error("writing", "too many chunks"))?;
+        let mut records = Vec::with_capacity(parts.len() + journal.len());
+        let mut kinds = Vec::with_capacity(records.capacity());
+        for (i, part) in (0u32..).zip(&parts) {
+            let kind = Kind::Chunk {
+                epoch,
+                generation,
+                i,
+            };
+            records.push((kind.key(&self.prefix), Some(part.to_vec())));
+            kinds.push(kind);
+        }
+        for (g, frame) in journal {
+            let kind = Kind::Journal {
+                epoch,
+                generation: g,
+                n: self.next_record.fetch_add(1, Ordering::Relaxed),
+            };
+            records.push((kind.key(&self.prefix), Some(frame)));
+            kinds.push(kind);
+        }
+        self.write(inner, "writing the snapshot to", records, false)
+            .await?;
+        inner.live.extend(kinds);
+        let manifest = serde_json::to_vec(&Manifest {
+            generation,
+            chunks,
+            bytes: bytes.len() as u64,
+            xxh3: xxhash_rust::xxh3::xxh3_64(bytes),
+        })
+        .map_err(|e| self.error("writing", e))?;
+        let m = Kind::Manifest { epoch, generation };
+        self.write(
+            inner,
+            "writing the snapshot's manifest to",
+            vec![(m.key(&self.prefix), Some(manifest))],
+            false,
+        )
+        .await?;
+        inner.live.insert(m);
+        Ok(())
+    }
+
+    /// Tombstones what this writer's state at `epoch` covers: other writers' fences and every
+    /// key of other epochs, and, once it has a snapshot of generation `current`, the chunks
+    /// and manifests of its other snapshots.
+    async fn clean_up(&self, inner: &mut Inner, epoch: i64, current: Option<u64>) {
+        let writer = inner.writer.clone().unwrap_or_default().0;
+        let covered: Vec<Kind> = inner
+            .live
+            .iter()
+            .filter(|k| match k {
+                Kind::Fence(w) => *w != writer,
+                Kind::Chunk {
+                    epoch: e,
+                    generation: g,
+                    ..
+                }
+                | Kind::Manifest {
+                    epoch: e,
+                    generation: g,
+                } => *e != epoch || current.is_some_and(|c| c != *g),
+                Kind::Journal { epoch: e, .. } => *e != epoch,
+            })
+            .cloned()
+            .collect();
+        self.tombstone(inner, covered).await;
+    }
+}
+
+/// A random writer id (a UUID v4, simple form).
+fn uuid_like() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+#[async_trait]
+impl StateStore for KafkaStore {
+    fn describe(&self) -> &str {
+        &self.description
+    }
+
+    async fn load(&self) -> Result<Option<Vec<u8>>, StateError> {
+        let mut inner = self.inner.lock().await;
+        self.restore(&mut inner).await
+    }
+
+    async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError> {
+        let mut inner = self.inner.lock().await;
+        let epoch = self.epoch(&mut inner).await?;
+        self.write_snapshot(&mut inner, epoch, generation, &bytes, Vec::new())
+            .await?;
+        self.clean_up(&mut inner, epoch, Some(generation)).await;
+        Ok(())
+    }
+
+    async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
+        let mut inner = self.inner.lock().await;
+        let epoch = self.epoch(&mut inner).await?;
+        let mut records = Vec::with_capacity(frames.len());
+        let mut kinds = Vec::with_capacity(frames.len());
+        for frame in frames {
+            let kind = Kind::Journal {
+                epoch,
+                generation,
+                n: self.next_record.fetch_add(1, Ordering::Relaxed),
+            };
+            records.push((kind.key(&self.prefix), Some(frame)));
+            kinds.push(kind);
+        }
+        self.write(&mut inner, "appending to the journal in", records, false)
+            .await?;
+        inner.live.extend(kinds);
+        Ok(())
+    }
+
+    async fn load_journal(&self) -> Result<Vec<JournalSegment>, StateError> {
+        let mut inner = self.inner.lock().await;
+        if inner.journal.is_none() {
+            self.restore(&mut inner).await?;
+        }
+        Ok(inner.journal.take().unwrap_or_default())
+    }
+
+    async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError> {
+        let mut inner = self.inner.lock().await;
+        let Some((_, epoch)) = inner.writer.clone() else {
+            return Ok(());
+        };
+        let covered: Vec<Kind> = inner
+            .live
+            .iter()
+            .filter(|k| match k {
+                Kind::Journal {
+                    epoch: e,
+                    generation: g,
+                    ..
+                } => *e != epoch || *g < generation,
+                _ => false,
+            })
+            .cloned()
+            .collect();
+        self.tombstone(&mut inner, covered).await;
+        Ok(())
+    }
+}
