@@ -11,10 +11,21 @@
 //! kubesink starts from the state file and every message it sends is counted, then one
 //! without state, for comparison.
 //!
+//! The Kafka row (Cargo feature `kafka`, tansu as `tests/` start it): the same list with the
+//! state in a compacted topic, five saves (snapshot bytes, write time: chunks, manifest and
+//! tombstones acknowledged), five restores as a replica taking over does them (fence, read up
+//! to it, copy forward), and the restart after the same downtime changes from that state.
+//!
 //! `cargo bench --bench restart` (prints, asserts nothing about time)
 
 #[path = "common/mod.rs"]
 mod common;
+#[cfg(feature = "kafka")]
+#[path = "../tests/support/kafka_server.rs"]
+mod kafka_server;
+#[cfg(feature = "kafka")]
+#[path = "../tests/support/ports.rs"]
+mod ports;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -201,6 +212,39 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
+    // The Kafka row: the state in a compacted topic on tansu.
+    #[cfg(feature = "kafka")]
+    let tansu = kafka_server::Tansu::start().await;
+    #[cfg(feature = "kafka")]
+    let kafka_config = {
+        let mut c = config.clone();
+        c.state.backend = StateBackend::Kafka;
+        c.state.path = None;
+        c.state.kafka.bootstrap_servers = Some(tansu.bootstrap.clone());
+        c
+    };
+    #[cfg(feature = "kafka")]
+    let (kafka_reports, kafka_reads, kafka_listed) = {
+        let (bridge, took) = run(&kafka_config, &Arc::new(Counting::default())).await?;
+        let mut reports: Vec<SaveReport> = Vec::new();
+        for _ in 0..5 {
+            if let Some(r) = bridge.save_state().await {
+                reports.push(r?);
+            }
+        }
+        bridge.shutdown().await;
+        // Restores as a replica taking over does them: fence, read up to it, copy forward.
+        let mut reads = Vec::new();
+        for _ in 0..5 {
+            let store = kubesink::state::open(&kafka_config, "bench", false)
+                .ok_or_else(|| anyhow::anyhow!("no Kafka state store"))?;
+            let started = Instant::now();
+            kubesink::state::read(&*store).await?;
+            reads.push(started.elapsed());
+        }
+        (reports, reads, took)
+    };
+
     // While down: 100 updates, 100 creates, 100 deletes.
     let objects = sim.objects("v1", "Pod");
     for o in &objects[..100] {
@@ -240,6 +284,14 @@ async fn main() -> anyhow::Result<()> {
     let second = Arc::new(Counting::default());
     let (bridge, relisted) = run(&config, &second).await?;
     bridge.shutdown().await;
+    // From the Kafka state.
+    #[cfg(feature = "kafka")]
+    let from_kafka = {
+        let counted = Arc::new(Counting::default());
+        let (bridge, _) = run(&kafka_config, &counted).await?;
+        bridge.shutdown().await;
+        counted
+    };
     // Third run: without state (as before issue 8).
     let third = Arc::new(Counting::default());
     let (bridge, _) = run(&stateless, &third).await?;
@@ -292,5 +344,26 @@ async fn main() -> anyhow::Result<()> {
         third.total(),
         third.ops.lock().unwrap()
     );
+    #[cfg(feature = "kafka")]
+    {
+        let reads = kafka_reads.clone();
+        println!(
+            "kafka state (tansu, memory engine; chunks of 512 KiB): {} bytes ({:.1} bytes/object); initial list with it {kafka_listed:.2?}; save (median of {}): pack {:.2?}, write (chunks, manifest, tombstones acknowledged) {:.2?}, journal drop {:.2?}; restore read as at a take-over (fence, read to it, copy forward; median of {}, range {}): {:.2?}",
+            kafka_reports.last().map_or(0, |r| r.bytes),
+            kafka_reports.last().map_or(0, |r| r.bytes) as f64 / pods as f64,
+            kafka_reports.len(),
+            median(kafka_reports.iter().map(|r| r.pack).collect()),
+            median(kafka_reports.iter().map(|r| r.write).collect()),
+            median(kafka_reports.iter().map(|r| r.journal_drop).collect()),
+            reads.len(),
+            range(&reads),
+            median(kafka_reads),
+        );
+        println!(
+            "restart from the kafka state after the same changes: {} messages {:?}",
+            from_kafka.total(),
+            from_kafka.ops.lock().unwrap()
+        );
+    }
     Ok(())
 }

@@ -372,7 +372,8 @@ fn the_kafka_state_takes_a_sinks_connection_or_its_own_and_every_mistake_is_name
         // (file, env, Ok(connection source and bootstrap.servers) | Err(key, words, source))
         type Want =
             Result<(&'static str, &'static str), (&'static str, &'static str, &'static str)>;
-        let cases: Vec<(String, Option<(&str, &str)>, Want)> = vec![
+        type Case = (String, Option<(&'static str, &'static str)>, Want);
+        let cases: Vec<Case> = vec![
             (format!("{head}{kafka}{}", sink("k", "a:9093")), None, Ok(("sink \"k\"", "a:9093"))),
             (
                 format!("{head}{kafka}[state.kafka]\nsink = \"two\"\n{}{}", sink("one", "a:1"), sink("two", "b:2")),

@@ -63,7 +63,17 @@ pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<TailRun>> {
         (Some(1), true),
     ] {
         let run = out.len() + 70;
-        let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
+        // Its own kubeconfig file: `Sim::start` names it after the pod count, which would
+        // overwrite the shared simulator's (same pod count) and point every later scenario
+        // at this one once it is gone (found by the quick run in CI: "kubesink delivered 0
+        // messages").
+        let pods = plan.churn_pods.to_string();
+        let sim = Sim::start_with(
+            &ctx.bin,
+            &format!("tail-{run}"),
+            &["--pods", &pods, "--namespaces", "20"],
+            ctx.dir.path(),
+        )?;
         let r = measure(ctx, plan, &sim, window, loaded, run)?;
         eprintln!(
                 "   JetStream, batches_in_flight {}, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples, {:.0} batches/s, {:.2} CPU s/10k); initial list {:.2} s",
