@@ -101,7 +101,8 @@ fn yes() -> bool {
 
 impl StateConfig {
     /// Settings that work but weaken security, one sentence each naming the key (the
-    /// backend's own: `state.nats.*` credentials without TLS).
+    /// backend's own: `state.nats.*` credentials without TLS, `state.kafka.librdkafka` TLS
+    /// verification off or SASL without TLS).
     pub fn warnings(&self) -> Vec<String> {
         match self.backend {
             #[cfg(feature = "nats")]
@@ -110,6 +111,13 @@ impl StateConfig {
                 .warnings()
                 .into_iter()
                 .map(|(key, message)| format!("state.nats.{key}: {message}"))
+                .collect(),
+            #[cfg(feature = "kafka")]
+            StateBackend::Kafka => self
+                .kafka
+                .warnings()
+                .into_iter()
+                .map(|(key, message)| format!("state.kafka.{key}: {message}"))
                 .collect(),
             _ => Vec::new(),
         }

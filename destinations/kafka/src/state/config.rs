@@ -193,6 +193,39 @@ impl StateKafkaConfig {
         })
     }
 
+    /// Settings of its own connection (`librdkafka`) that work but weaken security, as
+    /// `(key, message)` with keys relative to `[state.kafka]`: TLS certificate or host name
+    /// verification turned off, SASL credentials without TLS. A reused sink's own are warned
+    /// about with the sink.
+    pub fn warnings(&self) -> Vec<(String, String)> {
+        let is = |k: &str, v: &str| {
+            self.librdkafka
+                .get(k)
+                .is_some_and(|x| x.trim().eq_ignore_ascii_case(v))
+        };
+        let mut w = Vec::new();
+        if is("enable.ssl.certificate.verification", "false") {
+            w.push((
+                "librdkafka.\"enable.ssl.certificate.verification\"".to_owned(),
+                "TLS certificate verification is turned off: the brokers' identity is not checked"
+                    .to_owned(),
+            ));
+        }
+        if is("ssl.endpoint.identification.algorithm", "none") {
+            w.push((
+                "librdkafka.\"ssl.endpoint.identification.algorithm\"".to_owned(),
+                "TLS host name verification is turned off: any certificate of the CA is accepted for any broker".to_owned(),
+            ));
+        }
+        if is("security.protocol", "sasl_plaintext") {
+            w.push((
+                "librdkafka.\"security.protocol\"".to_owned(),
+                "sasl_plaintext sends the SASL credentials without TLS; use sasl_ssl outside a trusted network".to_owned(),
+            ));
+        }
+        w
+    }
+
     /// Problems serde cannot see, as `(key, message)` with keys relative to `[state.kafka]`
     /// (the bridge prefixes `state.kafka.`); the connection is checked by
     /// [`StateKafkaConfig::connection`].
@@ -266,4 +299,31 @@ fn connection_of(sink: &KafkaConfig) -> Vec<(String, String)> {
         .into_iter()
         .filter(|(k, _)| !PRODUCER_TUNING.contains(&k.as_str()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weakened_security_of_its_own_connection_is_warned_about_naming_the_key() {
+        let mut c = StateKafkaConfig::default();
+        assert!(c.warnings().is_empty());
+        for (k, v) in [
+            ("enable.ssl.certificate.verification", "False"),
+            ("ssl.endpoint.identification.algorithm", "none"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+        ] {
+            c.librdkafka.insert(k.into(), v.into());
+        }
+        let keys: Vec<String> = c.warnings().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "librdkafka.\"enable.ssl.certificate.verification\"",
+                "librdkafka.\"ssl.endpoint.identification.algorithm\"",
+                "librdkafka.\"security.protocol\""
+            ]
+        );
+    }
 }
