@@ -129,3 +129,44 @@ async fn the_transactional_option_on_a_broker_without_transactions_is_a_clear_er
         "{text}"
     );
 }
+
+/// The broker loses the topic while a writer runs (tansu's memory engine restarted; on Kafka,
+/// the topic deleted): the writer's next write fails, saying so; the one after creates the
+/// topic and writes a new fence first, so what it writes from then on is what the next
+/// restore reads (it used to be taken for a zombie's writes and ignored, found by a newcomer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_topic_lost_while_running_is_created_again_and_fenced_before_the_next_write() {
+    let mut tansu = kafka_server::Tansu::start().await;
+    let cfg = config(&tansu);
+    let (a, _, _) = writer(&cfg, "a").await;
+    a.save(bytes("before the loss ", 3_000), 1).await.unwrap();
+    tansu.restart_empty().await;
+    let mut failures = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match a.append(1, vec![b"after the loss".to_vec()]).await {
+            Ok(()) => break,
+            Err(e) => failures.push(e.to_string()),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journal never recovered: {failures:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("the topic was deleted or lost its records")),
+        "{failures:?}"
+    );
+    let state = bytes("after the loss ", 2_500);
+    a.save(state.clone(), 2).await.unwrap();
+    let (_b, snap, journal) = writer(&cfg, "b").await;
+    assert_eq!(
+        snap.as_deref(),
+        Some(&state[..]),
+        "not ignored as a zombie's"
+    );
+    assert_eq!(journal, vec![b"after the loss".to_vec()]);
+}

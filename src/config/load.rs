@@ -481,14 +481,20 @@ impl Loader {
             self.problem(&key, message);
         }
         #[cfg(feature = "nats")]
-        if c.state.backend == super::StateBackend::None && !failed.contains(&"state") {
+        if c.state.backend != super::StateBackend::Nats && !failed.contains(&"state") {
             if let Some(key) = self.set_keys("state.nats").into_iter().next() {
+                let message = if c.state.backend == super::StateBackend::None {
+                    "is a [state.nats] setting but state.backend is \"none\" (the default), so no state would be kept and every delete made while kubesink is down would be lost at the next restart".to_owned()
+                } else {
+                    let backend = serde_json::to_value(c.state.backend)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    format!("is a [state.nats] setting but state.backend is \"{backend}\", so it would be ignored")
+                };
                 self.problem(
                     &key,
-                    format!(
-                        "is a [state.nats] setting but state.backend is \"none\" (the default), so no state would be kept and every delete made while kubesink is down would be lost at the next restart: {}",
-                        super::state::NO_BACKEND_FIX_NATS
-                    ),
+                    format!("{message}: {}", super::state::NO_BACKEND_FIX_NATS),
                 );
             }
         }
@@ -497,6 +503,26 @@ impl Loader {
             if c.state.backend == super::StateBackend::Kafka {
                 if let Err((key, message)) = c.state.kafka.connection(kafka_sinks(c)) {
                     self.problem(&format!("state.kafka.{key}"), message);
+                }
+                // The state's records are not topology messages: never in a sink's topic.
+                let state_topic = &c.state.kafka.topic;
+                for (i, sink) in c.sinks.iter().enumerate() {
+                    let crate::destinations::SinkConfig::Kafka(k) = sink else {
+                        continue;
+                    };
+                    let clash = c
+                        .clusters()
+                        .iter()
+                        .any(|cl| k.topic.replace("{cluster}", &cl.name) == *state_topic);
+                    if clash {
+                        self.problem(
+                            "state.kafka.topic",
+                            format!(
+                                "{state_topic:?} is also the topic of sink {:?} (sinks.{i}.topic = {:?}): the state's records would reach its consumers; give the state its own topic",
+                                k.name, k.topic
+                            ),
+                        );
+                    }
                 }
             } else if let Some(key) = self.set_keys("state.kafka").into_iter().next() {
                 let backend = serde_json::to_value(c.state.backend)

@@ -232,6 +232,10 @@ fn state_settings_are_checked_with_key_and_source() {
             all.contains("state.path: the directory no/such/dir does not exist"),
             "{all}"
         );
+        // (The [state.nats] settings above would be an error with the file backend.)
+        jail.clear_env();
+        jail.set_env("KUBESINK_STATE__BACKEND", "file");
+        jail.set_env("KUBESINK_STATE__INTERVAL", "1m");
         jail.set_env("KUBESINK_STATE__PATH", "state");
         jail.set_env("KUBESINK_PIPELINE__SYNC_MARKERS", "true");
         let c = load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
@@ -342,6 +346,7 @@ fn a_state_location_without_a_backend_is_an_error_naming_the_backend_to_set() {
             );
         }
         // With the backend set, the same settings load.
+        jail.clear_env();
         jail.create_file(
             "s.toml",
             &format!("{name}[state]\nbackend = \"file\"\npath = \"state\"\n"),
@@ -424,6 +429,26 @@ fn the_kafka_state_takes_a_sinks_connection_or_its_own_and_every_mistake_is_name
                 format!("{head}{kafka}{}", sink("k", "a:1")),
                 Some(("KUBESINK_STATE__KAFKA__PARTITIONS", "0")),
                 Err(("state.kafka.partitions", "at least 1", "(from env KUBESINK_STATE__KAFKA__PARTITIONS)")),
+            ),
+            (
+                format!("{head}{kafka}[state.kafka]\ntopic = \"kubesink.p\"\n[[sinks]]\ntype = \"kafka\"\nname = \"k\"\nbootstrap_servers = \"a:1\"\ntopic = \"kubesink.{{cluster}}\"\n"),
+                None,
+                Err(("state.kafka.topic", "is also the topic of sink \"k\"", "s.toml)")),
+            ),
+            (
+                format!("{head}{kafka}[state.kafka.librdkafka]\n\"no.such.prop\" = \"1\"\n{}", sink("k", "a:1")),
+                None,
+                Err(("state.kafka.librdkafka", "No such configuration property: \"no.such.prop\"", "s.toml)")),
+            ),
+            (
+                format!("{head}{kafka}[state.kafka.librdkafka]\n\"bootstrap.servers\" = \"x:1\"\n{}", sink("k", "a:1")),
+                None,
+                Err(("state.kafka.librdkafka.\"bootstrap.servers\"", "set state.kafka.bootstrap_servers", "s.toml)")),
+            ),
+            (
+                format!("{head}{kafka}[state.nats]\nbucket = \"B\"\n{}", sink("k", "a:1")),
+                None,
+                Err(("state.nats.bucket", "state.backend is \"kafka\", so it would be ignored", "s.toml)")),
             ),
             (
                 format!("{head}[state.kafka]\nsink = \"k\"\n{}", sink("k", "a:1")),

@@ -528,7 +528,7 @@ impl BridgeCollector {
             ),
             (
                 "state_journal_appends",
-                "Journal store operations (file: one write and fdatasync; NATS: one PubAck); records per append is the group commit",
+                "Journal store operations (file: one write and fdatasync; NATS: one PubAck per frame; Kafka: one acknowledged record per frame); records per append is the group commit",
                 None,
                 |s| load(&s.journal_frames),
             ),

@@ -217,6 +217,12 @@ impl StateKafkaConfig {
                 "TLS host name verification is turned off: any certificate of the CA is accepted for any broker".to_owned(),
             ));
         }
+        if self.chunk_bytes.0 > 1024 * 1024 - 64 * 1024 {
+            w.push((
+                "chunk_bytes".to_owned(),
+                format!("{} bytes per record is above what a broker with the default max.message.bytes (1 MiB) accepts with its overhead: make sure the topic's max.message.bytes allows it, or the saves fail", self.chunk_bytes.0),
+            ));
+        }
         if is("security.protocol", "sasl_plaintext") {
             w.push((
                 "librdkafka.\"security.protocol\"".to_owned(),
@@ -269,7 +275,27 @@ impl StateKafkaConfig {
         if self.timeout.get().is_zero() {
             bad("timeout", "must be greater than zero".into());
         }
+        if !self.librdkafka.is_empty() {
+            // What librdkafka itself refuses (an unknown property, a bad value) is found now,
+            // not when the watches wait for a store that can never open.
+            let mut c = rdkafka::ClientConfig::new();
+            for (k, v) in self.librdkafka.iter() {
+                c.set(k, v);
+            }
+            if let Err(e) = c.create::<rdkafka::producer::BaseProducer>() {
+                bad(
+                    "librdkafka",
+                    format!("librdkafka refuses these properties: {e}"),
+                );
+            }
+        }
         for key in self.librdkafka.keys() {
+            if key == "bootstrap.servers" || key == "metadata.broker.list" {
+                bad(
+                    &format!("librdkafka.\"{key}\""),
+                    "set state.kafka.bootstrap_servers (or state.kafka.sink) instead: the brokers are not a passthrough property".into(),
+                );
+            }
             if key == "transactional.id" || key == "enable.idempotence" || key == "acks" {
                 bad(
                     &format!("librdkafka.\"{key}\""),

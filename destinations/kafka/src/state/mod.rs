@@ -41,10 +41,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use kubesink_core::state::{JournalSegment, StateError, StateStore};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::Mutex;
 
@@ -70,13 +74,45 @@ pub struct KafkaStateError {
     pub detail: String,
 }
 
+/// The state store's producer.
+type StateProducer = FutureProducer<StateContext>;
+
+/// librdkafka's logs and client errors of the state store's clients, at DEBUG: what matters
+/// to an operator reaches them once, through the store's own errors (retried by the journal
+/// and the keeper, logged once a minute, in `/readyz` and the metrics); librdkafka's default
+/// context logged every broker-down line at ERROR, about four a second, without saying they
+/// came from the state store (found by a newcomer).
+#[derive(Clone, Copy)]
+struct StateContext;
+
+impl ClientContext for StateContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        tracing::debug!(?level, %fac, "state.kafka: librdkafka: {log_message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(%error, "state.kafka: librdkafka client error: {reason}");
+    }
+}
+
+impl ConsumerContext for StateContext {}
+
+/// How a group of records did not get written.
+enum Written {
+    /// Failed (a new producer is used next time).
+    Failed(StateError),
+    /// The topic is gone or was created again since this writer's fence (the lowest offset
+    /// written, -1 when the topic does not exist; the fence's offset).
+    Reset(i64, i64),
+}
+
 /// Said with every transaction error.
 const TRANSACTIONS: &str = "state.kafka.transactional = true: the brokers must support KIP-98 transactions (tansu 0.6 does not); set it to false to rely on the epoch fence alone";
 
 /// What the store knows between operations.
 #[derive(Default)]
 struct Inner {
-    producer: Option<FutureProducer>,
+    producer: Option<StateProducer>,
     /// This writer's id and epoch (its fence record's offset), once it wrote its fence.
     writer: Option<(String, i64)>,
     /// Every live key of this state known (read at the restore, written since), for
@@ -162,7 +198,7 @@ impl KafkaStore {
     }
 
     /// The producer, created (and, transactional, initialised) on first use.
-    async fn producer(&self, inner: &mut Inner) -> Result<FutureProducer, StateError> {
+    async fn producer(&self, inner: &mut Inner) -> Result<StateProducer, StateError> {
         if let Some(p) = &inner.producer {
             return Ok(p.clone());
         }
@@ -173,6 +209,15 @@ impl KafkaStore {
             .set("linger.ms", "0")
             .set("compression.type", "none")
             .set("message.max.bytes", max.to_string())
+            // A topic that is gone fails its records at once (UnknownTopicOrPartition) rather
+            // than after librdkafka's default 30 s: the store then creates it and fences again.
+            .set(
+                "topic.metadata.propagation.max.ms",
+                (self.timeout() / 2)
+                    .as_millis()
+                    .clamp(100, 5_000)
+                    .to_string(),
+            )
             .set("message.timeout.ms", self.timeout().as_millis().to_string());
         if self.config.transactional {
             c.set(
@@ -180,8 +225,8 @@ impl KafkaStore {
                 format!("kubesink-state.{}.{}", self.config.topic, self.prefix),
             );
         }
-        let producer: FutureProducer = c
-            .create()
+        let producer: StateProducer = c
+            .create_with_context(StateContext)
             .map_err(|e| self.error("creating the producer for", e))?;
         if self.config.transactional {
             let p = producer.clone();
@@ -202,7 +247,7 @@ impl KafkaStore {
 
     /// Makes sure the topic exists (creating it, compacted, when allowed) and has the
     /// state's partition; warns once when it is not compacted.
-    async fn ensure_topic(&self, producer: &FutureProducer) -> Result<(), StateError> {
+    async fn ensure_topic(&self, producer: &StateProducer) -> Result<(), StateError> {
         let topic = self.config.topic.clone();
         let t = self.timeout();
         let p = producer.clone();
@@ -217,9 +262,9 @@ impl KafkaStore {
         .await
         .map_err(|e| self.error("reading the metadata of", e))?
         .map_err(|e| self.error("reading the metadata of", e))?;
-        let admin: AdminClient<DefaultClientContext> = self
+        let admin: AdminClient<StateContext> = self
             .client_config()
-            .create()
+            .create_with_context(StateContext)
             .map_err(|e| self.error("creating the admin client for", e))?;
         let options = AdminOptions::new().request_timeout(Some(t));
         match partitions {
@@ -255,7 +300,7 @@ impl KafkaStore {
                 for r in created {
                     match r {
                         Ok(_) => tracing::info!(topic = %self.config.topic, partitions = self.config.partitions, "state topic created (cleanup.policy=compact)"),
-                        Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                        Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                         Err((_, code)) => return Err(self.error("creating", code)),
                     }
                 }
@@ -267,11 +312,7 @@ impl KafkaStore {
 
     /// Warns (once) when the topic's `cleanup.policy` has no `compact`: the state's old
     /// records would then be deleted by retention, the current ones with them.
-    async fn check_compaction(
-        &self,
-        admin: &AdminClient<DefaultClientContext>,
-        options: &AdminOptions,
-    ) {
+    async fn check_compaction(&self, admin: &AdminClient<StateContext>, options: &AdminOptions) {
         {
             let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
             if *checked {
@@ -319,14 +360,54 @@ impl KafkaStore {
         records: Vec<(String, Option<Vec<u8>>)>,
         fence: bool,
     ) -> Result<Vec<i64>, StateError> {
-        let written = self.try_write(inner, what, records, fence).await;
-        if written.is_err() {
-            // A failed or timed-out record can leave an idempotent producer unable to go on
-            // (librdkafka keeps its sequence numbers: `rebuild.rs` of the sink): the next
-            // operation starts with a new producer, and repeats the whole group.
-            inner.producer = None;
+        let epoch = inner.writer.as_ref().map(|(_, e)| *e);
+        let written = match self.try_write(inner, what, records, fence).await {
+            Ok(offsets) => match (epoch, offsets.iter().min()) {
+                // Below this writer's own fence: the topic was deleted and created again, or
+                // lost by its broker (tansu's memory engine on a restart), since the fence.
+                (Some(e), Some(&low)) if !fence && low < e => Err(Written::Reset(low, e)),
+                _ => Ok(offsets),
+            },
+            Err((e, code)) => {
+                if code == Some(RDKafkaErrorCode::UnknownTopicOrPartition) {
+                    Err(Written::Reset(-1, epoch.unwrap_or_default()))
+                } else {
+                    Err(Written::Failed(e))
+                }
+            }
+        };
+        match written {
+            Ok(offsets) => Ok(offsets),
+            Err(Written::Failed(e)) => {
+                // A failed or timed-out record can leave an idempotent producer unable to go
+                // on (librdkafka keeps its sequence numbers: `rebuild.rs` of the sink): the
+                // next operation starts with a new producer, and repeats the whole group.
+                inner.producer = None;
+                Err(e)
+            }
+            Err(Written::Reset(low, e)) => {
+                // What this writer wrote is gone with the topic, and what it writes now would
+                // have no fence before it: every later restore would ignore it. The next
+                // operation creates the topic (with `create`) and writes a new fence first;
+                // the next save stores the whole state again.
+                inner.producer = None;
+                inner.writer = None;
+                inner.live.clear();
+                *self.checked.lock().unwrap_or_else(|p| p.into_inner()) = false;
+                let detail = if low < 0 {
+                    "the topic no longer exists".to_owned()
+                } else {
+                    format!(
+                        "a record landed at offset {low}, below this writer's fence at offset {e}"
+                    )
+                };
+                tracing::warn!(store = %self.description, %detail, "state.kafka: the state topic was deleted or lost its records since this writer's fence: writing a new fence (and creating the topic, with state.kafka.create) before the next write; the next save stores the whole state again");
+                Err(self.error(
+                    what,
+                    format!("{detail}: the topic was deleted or lost its records; a new fence is written first on the next try"),
+                ))
+            }
         }
-        written
     }
 
     async fn try_write(
@@ -335,14 +416,15 @@ impl KafkaStore {
         what: &'static str,
         records: Vec<(String, Option<Vec<u8>>)>,
         fence: bool,
-    ) -> Result<Vec<i64>, StateError> {
-        let producer = self.producer(inner).await?;
+    ) -> Result<Vec<i64>, (StateError, Option<RDKafkaErrorCode>)> {
+        let plain = |e: StateError| (e, None);
+        let producer = self.producer(inner).await.map_err(plain)?;
         let (writer, epoch) = inner.writer.clone().unwrap_or_default();
         let transactional = self.config.transactional;
         if transactional {
             producer
                 .begin_transaction()
-                .map_err(|e| self.error(what, format!("{e} ({TRANSACTIONS})")))?;
+                .map_err(|e| plain(self.error(what, format!("{e} ({TRANSACTIONS})"))))?;
         }
         let mut futures = Vec::with_capacity(records.len());
         for (key, value) in &records {
@@ -369,7 +451,7 @@ impl KafkaStore {
             futures.push(
                 producer
                     .send_result(record)
-                    .map_err(|(e, _)| self.error(what, e))?,
+                    .map_err(|(e, _)| (self.error(what, &e), e.rdkafka_error_code()))?,
             );
         }
         let limit = self.timeout() + Duration::from_secs(1);
@@ -377,11 +459,13 @@ impl KafkaStore {
         for f in futures {
             let report = tokio::time::timeout(limit, f)
                 .await
-                .map_err(|_| self.error(what, format!("no acknowledgement within {limit:?}")))?
-                .map_err(|_| self.error(what, "the producer was dropped"))?;
+                .map_err(|_| {
+                    plain(self.error(what, format!("no acknowledgement within {limit:?}")))
+                })?
+                .map_err(|_| plain(self.error(what, "the producer was dropped")))?;
             match report {
                 Ok(d) => offsets.push(d.offset),
-                Err((e, _)) => return Err(self.error(what, e)),
+                Err((e, _)) => return Err((self.error(what, &e), e.rdkafka_error_code())),
             }
         }
         if transactional {
@@ -389,8 +473,8 @@ impl KafkaStore {
             let t = self.timeout();
             tokio::task::spawn_blocking(move || p.commit_transaction(t))
                 .await
-                .map_err(|e| self.error(what, e))?
-                .map_err(|e| self.error(what, format!("{e} ({TRANSACTIONS})")))?;
+                .map_err(|e| plain(self.error(what, e)))?
+                .map_err(|e| plain(self.error(what, format!("{e} ({TRANSACTIONS})"))))?;
         }
         Ok(offsets)
     }
@@ -520,8 +604,8 @@ impl KafkaStore {
         }
         let max = self.config.chunk_bytes.bytes().saturating_add(64 * 1024);
         c.set("fetch.message.max.bytes", max.max(1024 * 1024).to_string());
-        let consumer: BaseConsumer = c
-            .create()
+        let consumer: BaseConsumer<StateContext> = c
+            .create_with_context(StateContext)
             .map_err(|e| self.error("creating the consumer for", e))?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.config.topic, self.partition, Offset::Beginning)
