@@ -471,6 +471,15 @@ async fn state_records(tansu: &kafka_server::Tansu, topic: &str) -> Vec<(String,
         .collect()
 }
 
+/// Whether each key's last record is a value (`true`) or a tombstone.
+#[cfg(feature = "kafka")]
+fn live_keys(records: &[(String, Option<usize>)]) -> BTreeMap<&str, bool> {
+    records
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.is_some()))
+        .collect()
+}
+
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_state_written_by_one_process_is_read_by_another_in_another_directory() {
@@ -730,6 +739,22 @@ async fn without_the_journal_the_same_crash_leaves_ghosts() {
     assert_eq!(r.b.len(), 30, "only the 20 deletes and 10 updates");
 }
 
+/// The crash gap with `state` (`[state]` TOML of a broker-held backend) on two nodes: A is
+/// killed, B on another node must send no ghost.
+#[cfg(any(feature = "nats", feature = "kafka"))]
+async fn crash_gap_on_two_nodes(c: &Cluster, state: &str) {
+    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(c, "restart", state);
+    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
+        c,
+        &cfg_a,
+        node_a.path(),
+        &cfg_b,
+        node_b.path(),
+    )
+    .await;
+    assert_no_ghosts(&r, 480);
+}
+
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_leaves_no_ghost_with_the_nats_backend_read_by_a_process_on_another_node() {
@@ -741,16 +766,7 @@ async fn a_crash_leaves_no_ghost_with_the_nats_backend_read_by_a_process_on_anot
     );
     // `[state.nats]` must come after the `[state]` keys.
     let state = format!("[state]\ninterval = \"1h\"\nwrite_ahead = true\n{backend}");
-    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
-    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
-        &c,
-        &cfg_a,
-        node_a.path(),
-        &cfg_b,
-        node_b.path(),
-    )
-    .await;
-    assert_no_ghosts(&r, 480);
+    crash_gap_on_two_nodes(&c, &state).await;
     // B's clean stop saved a snapshot and dropped the journal generations it covers.
     let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
     let mut journal = js.get_stream("KUBESINK_STATE_JOURNAL").await.unwrap();
@@ -771,23 +787,11 @@ async fn a_crash_leaves_no_ghost_with_the_kafka_backend_read_by_a_process_on_ano
     let tansu = kafka_server::Tansu::start().await;
     let c = cluster_of_500_pods().await;
     let state = kafka_state(&tansu, "1h", "write_ahead = true\n");
-    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
-    let r = new_objects_sent_after_the_last_save_then_deleted_while_down(
-        &c,
-        &cfg_a,
-        node_a.path(),
-        &cfg_b,
-        node_b.path(),
-    )
-    .await;
-    assert_no_ghosts(&r, 480);
+    crash_gap_on_two_nodes(&c, &state).await;
     // B's clean stop saved a snapshot and tombstoned every journal record it covers: the
     // live journal keys are none.
     let records = state_records(&tansu, "kubesink-state").await;
-    let mut live: BTreeMap<&str, bool> = BTreeMap::new();
-    for (k, v) in &records {
-        live.insert(k, v.is_some());
-    }
+    let live = live_keys(&records);
     let journal: Vec<&&str> = live
         .iter()
         .filter(|(k, alive)| **alive && k.contains("/journal/"))
@@ -825,6 +829,20 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
     );
 }
 
+/// The environment of a replica of the hand-over tests: its leader-election identity, and the
+/// state's debug lines (each save's `objects=`).
+fn replica_env(id: &'static str) -> [(&'static str, &'static str); 2] {
+    [
+        ("KUBESINK_LEADER_ELECTION__IDENTITY", id),
+        ("RUST_LOG", "info,kubesink::state=debug"),
+    ]
+}
+
+/// The leader-election section of the hand-over tests: Lease `lease` in `default`, 4 s.
+fn leader_election(lease: &str) -> String {
+    format!("[leader_election]\nenabled = true\nlease_name = {lease:?}\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"2500ms\"\nretry_period = \"500ms\"\n")
+}
+
 /// The figure of issue 23: a hand-over between two replicas with the Kafka backend, with 100
 /// creates, 100 updates and 100 deletes made while no replica leads (the leader SIGKILLed,
 /// the follower not yet taken over). The new leader sends exactly those 300 changes, nothing
@@ -843,18 +861,9 @@ async fn a_hand_over_with_300_changes_made_during_it_sends_exactly_them_kafka_ba
             ..Default::default()
         })
         .unwrap();
-    let extra = format!(
-        "[leader_election]\nenabled = true\nlease_name = \"kubesink-300\"\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"2500ms\"\nretry_period = \"500ms\"\n{}",
-        kafka_state(&tansu, "300ms", "")
-    );
+    let extra = leader_election("kubesink-300") + &kafka_state(&tansu, "300ms", "");
     let [(node_l, cfg_l), (node_f, cfg_f)] = two_nodes(&c, "handover", &extra);
-    let env = |id: &'static str| {
-        [
-            ("KUBESINK_LEADER_ELECTION__IDENTITY", id),
-            ("RUST_LOG", "info,kubesink::state=debug"),
-        ]
-    };
-    let l = Kubesink::start(BIN, &cfg_l, node_l.path(), "leader", &env("leader"));
+    let l = Kubesink::start(BIN, &cfg_l, node_l.path(), "leader", &replica_env("leader"));
     until("the leader's initial list", &l, || l.count() >= 1_200).await;
     // Every `added` confirmed and saved, so that the figure is exact (an unconfirmed one is
     // sent again as `added` by the next leader: at-least-once).
@@ -862,7 +871,13 @@ async fn a_hand_over_with_300_changes_made_during_it_sends_exactly_them_kafka_ba
         stderr_has(&l, "objects=1200 unconfirmed=0")
     })
     .await;
-    let f = Kubesink::start(BIN, &cfg_f, node_f.path(), "follower", &env("follower"));
+    let f = Kubesink::start(
+        BIN,
+        &cfg_f,
+        node_f.path(),
+        "follower",
+        &replica_env("follower"),
+    );
     until("the follower follows", &f, || stderr_has(&f, "following")).await;
     let l_msgs = l.kill().await;
 
@@ -960,20 +975,18 @@ async fn hand_over(state: &str) -> String {
             ..Default::default()
         })
         .unwrap();
-    let extra = format!(
-        "[leader_election]\nenabled = true\nlease_name = \"kubesink-state\"\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"2500ms\"\nretry_period = \"500ms\"\n{state}"
-    );
+    let extra = leader_election("kubesink-state") + state;
     let [(node_l, cfg_l), (node_f, cfg_f)] = two_nodes(&c, "handover", &extra);
-    let env = |id: &'static str| {
-        [
-            ("KUBESINK_LEADER_ELECTION__IDENTITY", id),
-            ("RUST_LOG", "info,kubesink::state=debug"),
-        ]
-    };
-    let l = Kubesink::start(BIN, &cfg_l, node_l.path(), "leader", &env("leader"));
+    let l = Kubesink::start(BIN, &cfg_l, node_l.path(), "leader", &replica_env("leader"));
     until("the leader's initial list", &l, || l.count() >= 300).await;
     until("a save of the 300 pods", &l, || saves(&l) >= 1).await;
-    let f = Kubesink::start(BIN, &cfg_f, node_f.path(), "follower", &env("follower"));
+    let f = Kubesink::start(
+        BIN,
+        &cfg_f,
+        node_f.path(),
+        "follower",
+        &replica_env("follower"),
+    );
     until("the follower follows", &f, || stderr_has(&f, "following")).await;
 
     let pods = c.sim.objects("v1", "Pod");
@@ -1473,16 +1486,7 @@ async fn messages_until_synced(dir: &Path, cfg: std::path::PathBuf) -> (Vec<Valu
 async fn bad_kafka_state_is_logged_and_costs_a_full_emit_only() {
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let tansu = kafka_server::Tansu::start().await;
-    let c = cluster(SimConfig::default()).await;
-    c.sim
-        .populate(&Workload {
-            namespaces: 2,
-            pods: 200,
-            nodes: 20,
-            seed: 9,
-            ..Default::default()
-        })
-        .unwrap();
+    let c = cluster_of_200_pods_and_20_nodes().await;
     let dir = tempfile::tempdir().unwrap();
     let both = "[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Node\"\n";
     let config = |cluster: &str, state: &str| {
@@ -1525,10 +1529,7 @@ async fn bad_kafka_state_is_logged_and_costs_a_full_emit_only() {
         "elsewhere's state was overwritten by restart's own run"
     );
     let records = state_records(&tansu, "kubesink-state").await;
-    let mut live: BTreeMap<&str, bool> = BTreeMap::new();
-    for (k, v) in &records {
-        live.insert(k, v.is_some());
-    }
+    let live = live_keys(&records);
     let manifest = live
         .iter()
         .filter(|(k, alive)| **alive && k.starts_with("restart/manifest/"))
@@ -1573,8 +1574,8 @@ async fn bad_kafka_state_is_logged_and_costs_a_full_emit_only() {
     k.terminate().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logged() {
+/// The cluster of the bad-state tests: 200 pods in 2 namespaces and 20 nodes.
+async fn cluster_of_200_pods_and_20_nodes() -> Cluster {
     let c = cluster(SimConfig::default()).await;
     c.sim
         .populate(&Workload {
@@ -1585,6 +1586,12 @@ async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logge
             ..Default::default()
         })
         .unwrap();
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logged() {
+    let c = cluster_of_200_pods_and_20_nodes().await;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let state_toml = format!(

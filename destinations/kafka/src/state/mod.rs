@@ -561,17 +561,8 @@ impl KafkaStore {
             None if journal.is_empty() => self.clean_up(inner, epoch, None).await,
             None => {
                 // No snapshot to anchor a manifest: the journal alone, under this epoch.
-                let mut records = Vec::with_capacity(journal.len());
-                let mut kinds = Vec::with_capacity(journal.len());
-                for (g, frame) in journal {
-                    let kind = Kind::Journal {
-                        epoch,
-                        generation: g,
-                        n: self.next_record.fetch_add(1, Ordering::Relaxed),
-                    };
-                    records.push((kind.key(&self.prefix), Some(frame)));
-                    kinds.push(kind);
-                }
+                let (mut records, mut kinds) = (Vec::new(), Vec::new());
+                self.journal_records(epoch, journal, &mut records, &mut kinds);
                 self.write(inner, "copying the journal forward in", records, false)
                     .await?;
                 inner.live.extend(kinds);
@@ -695,6 +686,26 @@ impl KafkaStore {
         }
     }
 
+    /// Journal records of this writer under `epoch`, one per `(generation, frame)`, added to
+    /// `records` (key, value) and `kinds`.
+    fn journal_records(
+        &self,
+        epoch: i64,
+        frames: Vec<(u64, Vec<u8>)>,
+        records: &mut Vec<(String, Option<Vec<u8>>)>,
+        kinds: &mut Vec<Kind>,
+    ) {
+        for (generation, frame) in frames {
+            let kind = Kind::Journal {
+                epoch,
+                generation,
+                n: self.next_record.fetch_add(1, Ordering::Relaxed),
+            };
+            records.push((kind.key(&self.prefix), Some(frame)));
+            kinds.push(kind);
+        }
+    }
+
     /// Writes snapshot `bytes` of `generation` under `epoch`: its chunks and `journal`
     /// frames (generation, bytes) first, every one acknowledged, then the manifest naming
     /// the chunks. A crash before the manifest leaves the previous one whole.
@@ -725,15 +736,7 @@ impl KafkaStore {
             records.push((kind.key(&self.prefix), Some(part.to_vec())));
             kinds.push(kind);
         }
-        for (g, frame) in journal {
-            let kind = Kind::Journal {
-                epoch,
-                generation: g,
-                n: self.next_record.fetch_add(1, Ordering::Relaxed),
-            };
-            records.push((kind.key(&self.prefix), Some(frame)));
-            kinds.push(kind);
-        }
+        self.journal_records(epoch, journal, &mut records, &mut kinds);
         self.write(inner, "writing the snapshot to", records, false)
             .await?;
         inner.live.extend(kinds);
@@ -811,17 +814,9 @@ impl StateStore for KafkaStore {
     async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
         let mut inner = self.inner.lock().await;
         let epoch = self.epoch(&mut inner).await?;
-        let mut records = Vec::with_capacity(frames.len());
-        let mut kinds = Vec::with_capacity(frames.len());
-        for frame in frames {
-            let kind = Kind::Journal {
-                epoch,
-                generation,
-                n: self.next_record.fetch_add(1, Ordering::Relaxed),
-            };
-            records.push((kind.key(&self.prefix), Some(frame)));
-            kinds.push(kind);
-        }
+        let (mut records, mut kinds) = (Vec::new(), Vec::new());
+        let frames = frames.into_iter().map(|f| (generation, f)).collect();
+        self.journal_records(epoch, frames, &mut records, &mut kinds);
         self.write(&mut inner, "appending to the journal in", records, false)
             .await?;
         inner.live.extend(kinds);
