@@ -486,10 +486,7 @@ impl Loader {
                 let message = if c.state.backend == super::StateBackend::None {
                     "is a [state.nats] setting but state.backend is \"none\" (the default), so no state would be kept and every delete made while kubesink is down would be lost at the next restart".to_owned()
                 } else {
-                    let backend = serde_json::to_value(c.state.backend)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default();
+                    let backend = c.state.backend.name();
                     format!("is a [state.nats] setting but state.backend is \"{backend}\", so it would be ignored")
                 };
                 self.problem(
@@ -525,10 +522,7 @@ impl Loader {
                     }
                 }
             } else if let Some(key) = self.set_keys("state.kafka").into_iter().next() {
-                let backend = serde_json::to_value(c.state.backend)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let backend = c.state.backend.name();
                 self.problem(
                     &key,
                     format!(

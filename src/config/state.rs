@@ -36,6 +36,20 @@ pub enum StateBackend {
     Kafka,
 }
 
+impl StateBackend {
+    /// Its name as written in `state.backend` (`"none"`, `"file"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            StateBackend::None => "none",
+            StateBackend::File => "file",
+            #[cfg(feature = "nats")]
+            StateBackend::Nats => "nats",
+            #[cfg(feature = "kafka")]
+            StateBackend::Kafka => "kafka",
+        }
+    }
+}
+
 /// `[state]`: the acknowledged informer state, saved so that a restart sends only the
 /// differences (and the deletes that happened meanwhile) instead of every object again.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]

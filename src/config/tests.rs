@@ -1218,3 +1218,15 @@ fn problems_inside_a_sinks_nested_table_name_their_own_key_and_durations_need_a_
         Ok(())
     });
 }
+
+#[test]
+fn a_state_backends_name_is_its_spelling_in_the_configuration() {
+    let mut all = vec![StateBackend::None, StateBackend::File];
+    #[cfg(feature = "nats")]
+    all.push(StateBackend::Nats);
+    #[cfg(feature = "kafka")]
+    all.push(StateBackend::Kafka);
+    for b in all {
+        assert_eq!(serde_json::to_value(b).unwrap(), b.name(), "{b:?}");
+    }
+}

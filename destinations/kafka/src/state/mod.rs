@@ -34,8 +34,7 @@ mod config;
 mod records;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex as StdMutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -102,8 +101,8 @@ enum Written {
     /// Failed (a new producer is used next time).
     Failed(StateError),
     /// The topic is gone or was created again since this writer's fence (the lowest offset
-    /// written, -1 when the topic does not exist; the fence's offset).
-    Reset(i64, i64),
+    /// written, `None` when the topic does not exist; the fence's offset).
+    Reset(Option<i64>, i64),
 }
 
 /// Said with every transaction error.
@@ -135,7 +134,7 @@ pub struct KafkaStore {
     /// The next journal record number of this writer.
     next_record: AtomicU64,
     /// Whether the topic's compaction was checked (warned about once).
-    checked: StdMutex<bool>,
+    checked: AtomicBool,
 }
 
 impl KafkaStore {
@@ -171,7 +170,7 @@ impl KafkaStore {
             description,
             inner: Mutex::new(Inner::default()),
             next_record: AtomicU64::new(0),
-            checked: StdMutex::new(false),
+            checked: AtomicBool::new(false),
         }
     }
 
@@ -282,10 +281,9 @@ impl KafkaStore {
                 ))
             }
             None => {
-                let replication = match self.config.replication_factor {
-                    Some(r) => TopicReplication::Fixed(r),
-                    None => TopicReplication::Fixed(-1),
-                };
+                // -1: the brokers' default.replication.factor (KIP-464).
+                let replication =
+                    TopicReplication::Fixed(self.config.replication_factor.unwrap_or(-1));
                 let new = NewTopic::new(&self.config.topic, self.config.partitions, replication)
                     .set("cleanup.policy", "compact");
                 let created = admin
@@ -313,12 +311,8 @@ impl KafkaStore {
     /// Warns (once) when the topic's `cleanup.policy` has no `compact`: the state's old
     /// records would then be deleted by retention, the current ones with them.
     async fn check_compaction(&self, admin: &AdminClient<StateContext>, options: &AdminOptions) {
-        {
-            let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
-            if *checked {
-                return;
-            }
-            *checked = true;
+        if self.checked.swap(true, Ordering::Relaxed) {
+            return;
         }
         let described = admin
             .describe_configs(&[ResourceSpecifier::Topic(&self.config.topic)], options)
@@ -350,27 +344,27 @@ impl KafkaStore {
         }
     }
 
-    /// Sends `records` (key, value or tombstone) in order on the state's partition with this
-    /// writer's headers, and waits for every acknowledgement; in a transaction when
-    /// configured. Returns the offset of each.
+    /// Sends `records` (key, value or tombstone) in order on the state's partition, and waits
+    /// for every acknowledgement; in a transaction when configured. With a writer (after its
+    /// fence) they carry its headers; without one, the records are its fence. Returns the
+    /// offset of each.
     async fn write(
         &self,
         inner: &mut Inner,
         what: &'static str,
         records: Vec<(String, Option<Vec<u8>>)>,
-        fence: bool,
     ) -> Result<Vec<i64>, StateError> {
         let epoch = inner.writer.as_ref().map(|(_, e)| *e);
-        let written = match self.try_write(inner, what, records, fence).await {
+        let written = match self.try_write(inner, what, records).await {
             Ok(offsets) => match (epoch, offsets.iter().min()) {
                 // Below this writer's own fence: the topic was deleted and created again, or
                 // lost by its broker (tansu's memory engine on a restart), since the fence.
-                (Some(e), Some(&low)) if !fence && low < e => Err(Written::Reset(low, e)),
+                (Some(e), Some(&low)) if low < e => Err(Written::Reset(Some(low), e)),
                 _ => Ok(offsets),
             },
             Err((e, code)) => {
                 if code == Some(RDKafkaErrorCode::UnknownTopicOrPartition) {
-                    Err(Written::Reset(-1, epoch.unwrap_or_default()))
+                    Err(Written::Reset(None, epoch.unwrap_or_default()))
                 } else {
                     Err(Written::Failed(e))
                 }
@@ -393,13 +387,12 @@ impl KafkaStore {
                 inner.producer = None;
                 inner.writer = None;
                 inner.live.clear();
-                *self.checked.lock().unwrap_or_else(|p| p.into_inner()) = false;
-                let detail = if low < 0 {
-                    "the topic no longer exists".to_owned()
-                } else {
-                    format!(
+                self.checked.store(false, Ordering::Relaxed);
+                let detail = match low {
+                    None => "the topic no longer exists".to_owned(),
+                    Some(low) => format!(
                         "a record landed at offset {low}, below this writer's fence at offset {e}"
-                    )
+                    ),
                 };
                 tracing::warn!(store = %self.description, %detail, "state.kafka: the state topic was deleted or lost its records since this writer's fence: writing a new fence (and creating the topic, with state.kafka.create) before the next write; the next save stores the whole state again");
                 Err(self.error(
@@ -415,11 +408,10 @@ impl KafkaStore {
         inner: &mut Inner,
         what: &'static str,
         records: Vec<(String, Option<Vec<u8>>)>,
-        fence: bool,
     ) -> Result<Vec<i64>, (StateError, Option<RDKafkaErrorCode>)> {
         let plain = |e: StateError| (e, None);
         let producer = self.producer(inner).await.map_err(plain)?;
-        let (writer, epoch) = inner.writer.clone().unwrap_or_default();
+        let writer = inner.writer.clone();
         let transactional = self.config.transactional;
         if transactional {
             producer
@@ -431,7 +423,7 @@ impl KafkaStore {
             let mut record = FutureRecord::to(&self.config.topic)
                 .key(key.as_str())
                 .partition(self.partition);
-            if !fence {
+            if let Some((writer, epoch)) = &writer {
                 let epoch = epoch.to_string();
                 record = record.headers(
                     OwnedHeaders::new()
@@ -481,7 +473,7 @@ impl KafkaStore {
 
     /// Writes a new fence record: this writer's epoch from now on.
     async fn fence(&self, inner: &mut Inner) -> Result<i64, StateError> {
-        let writer = uuid_like();
+        let writer = new_writer_id();
         let value = serde_json::to_vec(&Fence {
             writer: writer.clone(),
             identity: self.identity.clone(),
@@ -493,23 +485,25 @@ impl KafkaStore {
                 inner,
                 "writing the fence record to",
                 vec![(Kind::Fence(writer.clone()).key(&self.prefix), Some(value))],
-                true,
             )
             .await?;
         let epoch = offsets.first().copied().unwrap_or_default();
+        inner.live.insert(Kind::Fence(writer.clone()));
         inner.writer = Some((writer, epoch));
-        inner
-            .live
-            .insert(Kind::Fence(inner.writer.clone().unwrap_or_default().0));
         tracing::info!(store = %self.description, epoch, identity = %self.identity, "state.kafka: took over the state (fence record written)");
         Ok(epoch)
     }
 
-    /// The restore: fence, read up to the fence, fold.
-    async fn restore(&self, inner: &mut Inner) -> Result<Option<Vec<u8>>, StateError> {
+    /// Takes the state over: the topic made sure of, then a new fence; returns the epoch.
+    async fn take_over(&self, inner: &mut Inner) -> Result<i64, StateError> {
         let producer = self.producer(inner).await?;
         self.ensure_topic(&producer).await?;
-        let epoch = self.fence(inner).await?;
+        self.fence(inner).await
+    }
+
+    /// The restore: fence, read up to the fence, fold.
+    async fn restore(&self, inner: &mut Inner) -> Result<Option<Vec<u8>>, StateError> {
+        let epoch = self.take_over(inner).await?;
         let records = self.read_to(epoch).await?;
         let read = records.len();
         let scanned = scan(&self.prefix, records);
@@ -520,11 +514,16 @@ impl KafkaStore {
         if scanned.unreadable > 0 {
             tracing::warn!(store = %self.description, unreadable = scanned.unreadable, "state.kafka: records of this state's key that this version cannot read were ignored");
         }
+        // Copy forward (below): what was read, written again under this writer's epoch.
+        let journal: Vec<(u64, Vec<u8>)> = scanned
+            .journal
+            .iter()
+            .map(|(_, g, b)| (*g, b.clone()))
+            .collect();
         inner.journal = Some(
             scanned
                 .journal
-                .iter()
-                .cloned()
+                .into_iter()
                 .map(|(offset, generation, bytes)| JournalSegment {
                     name: format!(
                         "{} partition {} offset {offset} (generation {generation})",
@@ -547,11 +546,6 @@ impl KafkaStore {
         // anything of older epochs is tombstoned. A deposed writer may still tombstone its
         // own records (its saves clean up after themselves); from here on nothing a restore
         // needs is under its epoch.
-        let journal: Vec<(u64, Vec<u8>)> = scanned
-            .journal
-            .iter()
-            .map(|(_, g, b)| (*g, b.clone()))
-            .collect();
         match &snapshot {
             Some((bytes, generation)) => {
                 self.write_snapshot(inner, epoch, *generation, bytes, journal)
@@ -561,11 +555,8 @@ impl KafkaStore {
             None if journal.is_empty() => self.clean_up(inner, epoch, None).await,
             None => {
                 // No snapshot to anchor a manifest: the journal alone, under this epoch.
-                let (mut records, mut kinds) = (Vec::new(), Vec::new());
-                self.journal_records(epoch, journal, &mut records, &mut kinds);
-                self.write(inner, "copying the journal forward in", records, false)
+                self.write_journal(inner, epoch, journal, "copying the journal forward in")
                     .await?;
-                inner.live.extend(kinds);
                 self.clean_up(inner, epoch, None).await;
             }
         }
@@ -659,7 +650,7 @@ impl KafkaStore {
         }
         let records = kinds.iter().map(|k| (k.key(&self.prefix), None)).collect();
         match self
-            .write(inner, "tombstoning covered records of", records, false)
+            .write(inner, "tombstoning covered records of", records)
             .await
         {
             Ok(_) => {
@@ -678,11 +669,7 @@ impl KafkaStore {
     async fn epoch(&self, inner: &mut Inner) -> Result<i64, StateError> {
         match &inner.writer {
             Some((_, e)) => Ok(*e),
-            None => {
-                let producer = self.producer(inner).await?;
-                self.ensure_topic(&producer).await?;
-                self.fence(inner).await
-            }
+            None => self.take_over(inner).await,
         }
     }
 
@@ -704,6 +691,21 @@ impl KafkaStore {
             records.push((kind.key(&self.prefix), Some(frame)));
             kinds.push(kind);
         }
+    }
+
+    /// Writes `frames` (generation, frame) as this writer's journal records under `epoch`.
+    async fn write_journal(
+        &self,
+        inner: &mut Inner,
+        epoch: i64,
+        frames: Vec<(u64, Vec<u8>)>,
+        what: &'static str,
+    ) -> Result<(), StateError> {
+        let (mut records, mut kinds) = (Vec::new(), Vec::new());
+        self.journal_records(epoch, frames, &mut records, &mut kinds);
+        self.write(inner, what, records).await?;
+        inner.live.extend(kinds);
+        Ok(())
     }
 
     /// Writes snapshot `bytes` of `generation` under `epoch`: its chunks and `journal`
@@ -737,7 +739,7 @@ impl KafkaStore {
             kinds.push(kind);
         }
         self.journal_records(epoch, journal, &mut records, &mut kinds);
-        self.write(inner, "writing the snapshot to", records, false)
+        self.write(inner, "writing the snapshot to", records)
             .await?;
         inner.live.extend(kinds);
         let manifest = serde_json::to_vec(&Manifest {
@@ -752,7 +754,6 @@ impl KafkaStore {
             inner,
             "writing the snapshot's manifest to",
             vec![(m.key(&self.prefix), Some(manifest))],
-            false,
         )
         .await?;
         inner.live.insert(m);
@@ -787,7 +788,7 @@ impl KafkaStore {
 }
 
 /// A random writer id (a UUID v4, simple form).
-fn uuid_like() -> String {
+fn new_writer_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
@@ -814,13 +815,9 @@ impl StateStore for KafkaStore {
     async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
         let mut inner = self.inner.lock().await;
         let epoch = self.epoch(&mut inner).await?;
-        let (mut records, mut kinds) = (Vec::new(), Vec::new());
         let frames = frames.into_iter().map(|f| (generation, f)).collect();
-        self.journal_records(epoch, frames, &mut records, &mut kinds);
-        self.write(&mut inner, "appending to the journal in", records, false)
-            .await?;
-        inner.live.extend(kinds);
-        Ok(())
+        self.write_journal(&mut inner, epoch, frames, "appending to the journal in")
+            .await
     }
 
     async fn load_journal(&self) -> Result<Vec<JournalSegment>, StateError> {
