@@ -28,6 +28,13 @@
 #      flowcontrol: the FlowSchemas refer to the rendered level and to the Deployment's
 #      ServiceAccount, precedence, queue bounds, no schema shadowed; its self-test proves each
 #      rule fires).
+#  10. the kubelet's environment (issue 38: the service-link variables of a Service named
+#      kubesink-metrics crashed every Pod): for every kubesink container that 1 and 8 render,
+#      scripts/deploy_checks.py kubelet-env builds the environment a kubelet would give it
+#      (service links of every Service in its namespace as if enableServiceLinks were on, the
+#      `kubernetes` Service's, the downward API values, secretEnv's variables), checks that
+#      each Pod template turns service links off, and `kubesink check` and `kubesink run`
+#      (against the simulator, until "kubesink running", then SIGTERM) start with exactly it.
 # Tools are installed once into $TOOLS_CACHE_DIR (~/.cache/kubesink): a Python venv and an npm
 # package; later runs take seconds. KUBESINK_BIN names a kubesink binary to use (default: the
 # one cargo built, building it if missing).
@@ -277,6 +284,51 @@ if [ -n "$fc" ]; then
 else
   fail "no API Priority and Fairness objects rendered to check"
 fi
+
+# --- 10: the kubelet's environment -----------------------------------------------------------
+echo "== the environment a kubelet builds (service links, downward API, secretEnv)"
+SIM="${KUBESINK_SIM_BIN:-${CARGO_TARGET_DIR:-target}/debug/kubesink-sim}"
+if [ ! -x "$SIM" ]; then
+  cargo build --quiet -p kubesink-sim --bin kubesink-sim
+fi
+manifests="$rendered $(ls "$WORK"/helm-*.yaml 2>/dev/null || true)"
+mkdir -p "$WORK/kubelet"
+# shellcheck disable=SC2086
+"$PY" scripts/deploy_checks.py kubelet-env "$WORK/kubelet" $manifests || fail "the rendered Pod templates' environment"
+"$SIM" --listen 127.0.0.1:0 --kubeconfig "$WORK/sim.kubeconfig" --pods 5 > "$WORK/sim.log" 2>&1 &
+sim_pid=$!
+for _ in $(seq 100); do [ -s "$WORK/sim.kubeconfig" ] && break; sleep 0.1; done
+for envfile in "$WORK"/kubelet/*.env; do
+  [ -f "$envfile" ] || continue
+  n="${envfile%.env}"
+  sed -i 's/CHANGE-ME/filled-in-by-check-deploy/g' "$n.toml"
+  mapfile -t vars < "$envfile"
+  mapfile -t args < "$n.args"
+  args[1]="$n.toml" # --config PATH: the mounted file, here
+  if env -i PATH="$PATH" HOME="$HOME" "${vars[@]}" "$KUBESINK" check "${args[@]}" > /dev/null 2> "$WORK/err"; then
+    echo "ok   kubesink check with the kubelet's environment of $(basename "$n")"
+  else
+    fail "kubesink check with the kubelet's environment of $(basename "$n"): $(cat "$WORK/err")"
+  fi
+  # `run` with the same environment, pointed at the simulator (KUBECONFIG) and a free port.
+  env -i PATH="$PATH" HOME="$HOME" "${vars[@]}" KUBECONFIG="$WORK/sim.kubeconfig" \
+    KUBESINK_SERVER__LISTEN=127.0.0.1:0 "$KUBESINK" run "${args[@]}" > /dev/null 2> "$WORK/run.log" &
+  run_pid=$!
+  started_run=""
+  for _ in $(seq 300); do
+    grep -q 'kubesink running' "$WORK/run.log" && { started_run=yes; break; }
+    kill -0 "$run_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -TERM "$run_pid" 2>/dev/null || true
+  wait "$run_pid" 2>/dev/null || true
+  if [ -n "$started_run" ]; then
+    echo "ok   kubesink run with the kubelet's environment of $(basename "$n") starts"
+  else
+    fail "kubesink run with the kubelet's environment of $(basename "$n") did not start: $(tail -5 "$WORK/run.log")"
+  fi
+done
+kill "$sim_pid" 2>/dev/null || true
 
 echo "deploy checks: $failures failure(s) in $(( $(date +%s) - started )) s"
 [ "$failures" -eq 0 ]

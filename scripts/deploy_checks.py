@@ -20,6 +20,12 @@ Subcommands:
                             what the OpenAPI schemas cannot say (each rule below); exit 1 if one
                             breaks a rule, or if no file has any
   flowcontrol-self-test     each of those rules rejects an object breaking it; the good set passes
+  kubelet-env OUTDIR FILE...
+                            for every kubesink container (args `run --config …`) of each rendered
+                            manifest, the environment a kubelet would give it, written as
+                            OUTDIR/NAME.env (NAME=VALUE lines), with OUTDIR/NAME.toml (the
+                            mounted kubesink.toml) and OUTDIR/NAME.args; exit 1 if a Pod
+                            template leaves enableServiceLinks on
 
 Needs PyYAML and jsonschema (installed with kubernetes-validate) and `dockerfile`.
 
@@ -625,6 +631,136 @@ def cmd_flowcontrol_self_test():
     return 1 if bad else 0
 
 
+# --- kubelet-env -------------------------------------------------------------------------------
+# What the kubelet puts in a container's environment (pkg/kubelet/kubelet_pods.go,
+# makeEnvironmentVariables): the Docker-link variables of every Service in the Pod's namespace
+# (pkg/kubelet/envvars/envvars.go, FromServices) plus the `kubernetes` Service's from `default`,
+# then envFrom, then env (later wins). Service links are written here as if enableServiceLinks
+# were on, whatever the manifest says: the shipped manifests turn them off (checked), and
+# kubesink must start with them anyway (a user's own Deployment, an older manifest).
+
+def _env_name(s):
+    return s.replace("-", "_").upper()
+
+
+def service_link_env(name, cluster_ip, ports):
+    """FromServices for one Service: ports are (name, port, protocol)."""
+    svc = _env_name(name)
+    host = f"[{cluster_ip}]" if ":" in cluster_ip else cluster_ip
+    out = [(f"{svc}_SERVICE_HOST", cluster_ip), (f"{svc}_SERVICE_PORT", str(ports[0][1]))]
+    out += [(f"{svc}_SERVICE_PORT_{_env_name(n)}", str(p)) for n, p, _ in ports if n]
+    for i, (_, port, proto) in enumerate(ports):
+        url = f"{proto.lower()}://{host}:{port}"
+        if i == 0:
+            out.append((f"{svc}_PORT", url))
+        pp = f"{svc}_PORT_{port}_{proto.upper()}"
+        out += [(pp, url), (f"{pp}_PROTO", proto.lower()), (f"{pp}_PORT", str(port)), (f"{pp}_ADDR", cluster_ip)]
+    return out
+
+
+def _field_ref(path, pod_name, namespace, meta, spec):
+    simple = {
+        "metadata.name": pod_name, "metadata.namespace": namespace,
+        "metadata.uid": "3f1f5e3c-1f7a-4c1b-9f55-4a8d1f7e2b10", "spec.nodeName": "node-a",
+        "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
+        "status.hostIP": "192.0.2.10", "status.hostIPs": "192.0.2.10",
+        "status.podIP": "10.244.1.23", "status.podIPs": "10.244.1.23",
+    }
+    if path in simple:
+        return simple[path]
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+    if m:
+        return (meta.get(m.group(1)) or {}).get(m.group(2), "")
+    raise ValueError(f"fieldRef {path} is not one a kubelet resolves")
+
+
+def kubelet_env(docs, workload, meta, spec, container):
+    """(NAME, VALUE) pairs, in the kubelet's order, later ones overriding earlier ones."""
+    namespace = workload["metadata"].get("namespace", "default")
+    pod_name = f"{workload['metadata']['name']}-7c9d8f6b5d-x2k4q"
+    env = dict(service_link_env("kubernetes", "10.96.0.1", [("https", 443, "TCP")]))
+    services = [d for d in docs if d.get("kind") == "Service"
+                and d["metadata"].get("namespace", "default") == namespace]
+    # Another team's Service named like kubesink's prefix, with two named ports and UDP.
+    services.append({"metadata": {"name": "kubesink"}, "spec": {"ports": [
+        {"name": "http-metrics", "port": 9090}, {"name": "dns", "port": 53, "protocol": "UDP"}]}})
+    for i, svc in enumerate(services):
+        ip = svc["spec"].get("clusterIP") or f"10.96.{7 + i}.{20 + i}"
+        if ip == "None" or not svc["spec"].get("ports"):
+            continue
+        ports = [(p.get("name", ""), p["port"], p.get("protocol", "TCP")) for p in svc["spec"]["ports"]]
+        env.update(service_link_env(svc["metadata"]["name"], ip, ports))
+    by_name = {(d.get("kind"), d["metadata"]["name"]): d for d in docs if d.get("metadata")}
+    for src in container.get("envFrom", []):
+        prefix = src.get("prefix", "")
+        if "configMapRef" in src:
+            cm = by_name.get(("ConfigMap", src["configMapRef"]["name"]), {})
+            env.update({prefix + k: v for k, v in (cm.get("data") or {}).items()})
+        # A Secret's keys are not in the rendered set: none can be named here.
+    for e in container.get("env", []):
+        if "value" in e or "valueFrom" not in e:
+            env[e["name"]] = e.get("value", "")
+            continue
+        ref = e["valueFrom"]
+        if "fieldRef" in ref:
+            env[e["name"]] = _field_ref(ref["fieldRef"]["fieldPath"], pod_name, namespace, meta, spec)
+        elif "secretKeyRef" in ref:
+            env[e["name"]] = f"placeholder-from-secret-{ref['secretKeyRef']['name']}"
+        elif "configMapKeyRef" in ref:
+            cm = by_name.get(("ConfigMap", ref["configMapKeyRef"]["name"]), {})
+            env[e["name"]] = (cm.get("data") or {}).get(ref["configMapKeyRef"]["key"], "")
+        elif "resourceFieldRef" in ref:
+            env[e["name"]] = "268435456"
+    return env
+
+
+def cmd_kubelet_env(outdir, paths):
+    import os
+    failures, written = 0, 0
+    for path in paths:
+        docs = [d for d in load_all(path) if d]
+        stem = os.path.splitext(os.path.basename(path))[0]
+        for doc in docs:
+            for workload, meta, spec in pod_specs(doc):
+                if spec.get("enableServiceLinks", True) is not False:
+                    print(f"FAIL {path}: {workload}: enableServiceLinks is not false")
+                    failures += 1
+                for c in spec.get("containers", []):
+                    args = c.get("args") or []
+                    if args[:1] != ["run"] or "--config" not in args:
+                        continue
+                    config_path = args[args.index("--config") + 1]
+                    toml = None
+                    for mount in c.get("volumeMounts", []):
+                        if not config_path.startswith(mount["mountPath"].rstrip("/") + "/"):
+                            continue
+                        vol = next(v for v in spec.get("volumes", []) if v["name"] == mount["name"])
+                        key = os.path.relpath(config_path, mount["mountPath"])
+                        cm = next((d for d in docs if d.get("kind") == "ConfigMap"
+                                   and "configMap" in vol and d["metadata"]["name"] == vol["configMap"]["name"]), None)
+                        if cm is not None:
+                            toml = cm["data"][key]
+                    if toml is None:
+                        print(f"FAIL {path}: {workload}/{c['name']}: {config_path} comes from no rendered ConfigMap")
+                        failures += 1
+                        continue
+                    name = f"{stem}-{doc['metadata']['name']}-{c['name']}"
+                    env = kubelet_env(docs, doc, meta, spec, c)
+                    with open(os.path.join(outdir, f"{name}.env"), "w") as f:
+                        f.write("".join(f"{k}={v}\n" for k, v in env.items()))
+                    with open(os.path.join(outdir, f"{name}.toml"), "w") as f:
+                        f.write(toml)
+                    with open(os.path.join(outdir, f"{name}.args"), "w") as f:
+                        f.write("\n".join(args[1:]) + "\n")
+                    written += 1
+                    links = sum(1 for k in env if k.startswith("KUBESINK_") and "__" not in k)
+                    print(f"ok   {path}: {workload}/{c['name']}: {len(env)} variables ({links} KUBESINK_ service links)")
+    if not written:
+        print("FAIL no kubesink container found in " + " ".join(paths))
+        failures += 1
+    return 1 if failures else 0
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -644,6 +780,8 @@ def main(argv):
         return cmd_dockerfile(*args)
     if cmd == "flowcontrol" and args:
         return cmd_flowcontrol(args)
+    if cmd == "kubelet-env" and len(args) >= 2:
+        return cmd_kubelet_env(args[0], args[1:])
     if cmd == "flowcontrol-self-test" and not args:
         return cmd_flowcontrol_self_test()
     print(__doc__, file=sys.stderr)

@@ -184,18 +184,27 @@ fn lease_seconds(d: Duration) -> i32 {
     i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
 }
 
-/// The identity of this replica: `identity`, else `POD_NAME`, else the host name.
+/// The identity of this replica: `identity`, else `POD_NAME` (unique per Pod, and kept by a
+/// restarted container, which then renews its own Lease at once), else the host name plus a
+/// random suffix drawn once per process (`myhost_0f5c…`, as client-go's examples build it), so
+/// two replicas on one host, or anywhere `POD_NAME` is unset, never share an identity. The
+/// same value for the whole process (the Kafka state store's writer takes it too).
 pub fn identity(cfg: &LeaderElectionConfig) -> String {
+    /// Host name and suffix, drawn once.
+    static PROCESS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "kubesink".to_owned());
+        format!("{host}_{}", uuid::Uuid::new_v4().simple())
+    });
     cfg.identity
         .clone()
-        .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|s| s.trim().to_owned())
-        })
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| format!("kubesink-{}", std::process::id()))
+        .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| PROCESS.clone())
 }
 
 /// The Lease's namespace: configured, else the Pod's own (service account), else `default`.

@@ -55,10 +55,16 @@ impl Proc {
         env: &[(&str, &str)],
     ) -> Proc {
         let err = dir.join(format!("{identity}.log"));
-        let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(config)
-            .env("KUBESINK_LEADER_ELECTION__IDENTITY", identity)
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--config"]).arg(config);
+        // `default-…`: the identity left to kubesink, POD_NAME unset (outside Kubernetes).
+        if identity.starts_with("default-") {
+            cmd.env_remove("KUBESINK_LEADER_ELECTION__IDENTITY")
+                .env_remove("POD_NAME");
+        } else {
+            cmd.env("KUBESINK_LEADER_ELECTION__IDENTITY", identity);
+        }
+        let child = cmd
             .env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0")
             .envs(env.iter().copied())
             .env_remove("RUST_LOG")
@@ -253,6 +259,45 @@ async fn one_leader_emits_and_a_killed_or_frozen_leader_is_replaced_without_over
     );
     assert!(b.log().contains("lost leadership"), "{}", b.log());
     assert!(cc.emitted() > 0);
+}
+
+/// Issue 38 (2): the default identity was the host name, so two replicas on one host (or
+/// wherever `POD_NAME` is unset) both held the Lease and both emitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_host_with_default_identities_elect_one_leader() {
+    let c = populated(1, 20, 4).await;
+    let _churn = c.sim.spawn_churn(Churn {
+        rate_per_sec: 10.0,
+        seed: 6,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &c.kubeconfig);
+    let a = Proc::start(&cfg, dir.path(), "default-a");
+    wait_for("a leads and emits", LONG, || a.emitted() > 0).await;
+    let b = Proc::start(&cfg, dir.path(), "default-b");
+    wait_for_seen("b reported following", LONG, || {
+        (b.log().contains("following"), b.log())
+    })
+    .await;
+    let a_before = a.emitted();
+    tokio::time::sleep(LEASE * 2).await;
+    wait_for("the leader keeps emitting", LONG, || a.emitted() > a_before).await;
+    assert_eq!(b.emitted(), 0, "the second replica emitted:\n{}", b.log());
+    assert!(!b.log().contains("became the leader"), "{}", b.log());
+    // The identities: the host name, then a suffix of each process's own.
+    let holder = |log: &str| {
+        let line = log.lines().find(|l| l.contains("became the leader"))?;
+        let at = line.find("identity=")? + "identity=".len();
+        Some(line[at..].split_whitespace().next()?.trim_matches('"').to_owned())
+    };
+    let leader = holder(&a.log()).unwrap_or_else(|| panic!("{}", a.log()));
+    let (host, suffix) = leader.rsplit_once('_').unwrap_or_default();
+    assert!(!host.is_empty() && suffix.len() == 32, "{leader}");
+    assert!(
+        b.log().contains(&leader),
+        "b follows {leader}:\n{}",
+        b.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

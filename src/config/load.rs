@@ -127,7 +127,13 @@ fn loader(file: Option<&Path>, env: Env) -> Result<Loader, ConfigErrors> {
         }
         figment = figment.merge(Toml::file_exact(path));
     }
+    // Variables the kubelet writes for Services named `kubesink…` are not configuration
+    // (env.rs); skipped before they can read as sections.
     let env = env
+        .filter(|k| {
+            let name = format!("{ENV_PREFIX}{}", k.as_str());
+            !std::env::var(&name).is_ok_and(|v| super::env::is_service_link(&name, &v))
+        })
         .split("__")
         .filter(|k| k.as_str() != "config")
         .map(|k| k.as_str().to_ascii_lowercase().into());

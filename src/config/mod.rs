@@ -17,6 +17,7 @@
 //! This module never touches the network: it only reads and checks.
 
 mod cluster;
+mod env;
 mod load;
 mod probe;
 mod problems;
@@ -37,6 +38,7 @@ pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
 #[cfg(feature = "kafka")]
 pub(crate) use load::kafka_sinks;
+pub use env::{is_service_link, service_link_variables};
 pub use load::{load, load_resources, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{

@@ -19,7 +19,8 @@ pub struct LeaderElectionConfig {
     /// The Lease's namespace. Default: the Pod's own namespace in a cluster, else `default`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_namespace: Option<String>,
-    /// This replica's identity in the Lease. Default: `POD_NAME`, else the host name.
+    /// This replica's identity in the Lease. Default: `POD_NAME`, else the host name plus a
+    /// random suffix drawn once per process (two replicas on one host never share one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
     /// The cluster whose API holds the Lease (a `[[clusters]]` name). Default: the first.

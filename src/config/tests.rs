@@ -41,6 +41,34 @@ fn env_overrides_file_and_file_overrides_defaults() {
     });
 }
 
+/// Issue 38: the kubelet's service-link variables of the shipped Services (and of any Service
+/// named `kubesink…`) crashed every Pod with `metrics_service_host: unknown section`.
+#[test]
+fn kubelet_service_link_variables_are_not_configuration() {
+    use super::env::tests::kubelet_service_env;
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
+        let services = [
+            kubelet_service_env("kubesink-metrics", "10.96.0.7", &[("metrics", 9090, "TCP")]),
+            kubelet_service_env("kubesink", "10.96.0.8", &[("", 9090, "TCP"), ("a-b", 81, "UDP")]),
+            kubelet_service_env("kubesink-nats", "fd00::12", &[("client", 4222, "TCP")]),
+        ];
+        for (name, value) in services.iter().flatten() {
+            jail.set_env(name, value);
+        }
+        let c = load(None).map_err(|e| e.to_string())?;
+        assert_eq!(c.cluster.name, "prod");
+        assert_eq!(super::service_link_variables().len(), 8 + 12 + 8);
+        // A typo of a key in the same environment is still reported.
+        jail.set_env("KUBESINK_PIPELINE_LINGER", "5s");
+        let errs = errors_of(None);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("pipeline_linger: unknown section"), "{errs:?}");
+        Ok(())
+    });
+}
+
 #[test]
 fn bad_duration_from_env_names_key_and_variable() {
     Jail::expect_with(|jail| {
