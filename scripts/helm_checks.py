@@ -16,6 +16,12 @@ Security, `kubesink check`, `kubesink rbac`) on what it writes.
                           prints the objects
   bad-values              each schema or template rule that matters rejects its bad value, with
                           the message a user would see
+  real KUBECONFIG          against a real API server (tests/real_deploy.rs starts one): each set of
+                          values `render` renders is installed (a namespace each), upgraded (a
+                          changed value: revision 2) and uninstalled with Helm's engine; every
+                          object must be accepted by the server's own validation (admission,
+                          the flowcontrol API's rules) and exist after install and upgrade, and
+                          none after uninstall
   compare-kustomize RENDERED KUSTOMIZED
                           the chart's default Deployment, Service, PDB and RBAC against
                           `kubectl kustomize deploy/base`: only the differences listed in
@@ -311,6 +317,79 @@ def cmd_bad_values():
     return 1 if failures else 0
 
 
+# --- real --------------------------------------------------------------------------------------
+# The prometheus-operator's ServiceMonitor kind, served without a schema: its objects are
+# stored as given (a real cluster validates them with the operator's CRD; the chart's
+# ServiceMonitor is checked against that schema nowhere else either).
+SERVICE_MONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+             "names": {"plural": "servicemonitors", "singular": "servicemonitor",
+                       "kind": "ServiceMonitor", "listKind": "ServiceMonitorList"},
+             "versions": [{"name": "v1", "served": True, "storage": True,
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+def kubectl(kubeconfig, *args, stdin=None):
+    import subprocess
+    return subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], input=stdin,
+                          capture_output=True, text=True)
+
+
+def cmd_real(kubeconfig):
+    failures = 0
+    r = kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(SERVICE_MONITOR_CRD))
+    if r.returncode != 0:
+        print(f"FAIL the ServiceMonitor CRD: {r.stderr}")
+        return 1
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/servicemonitors.monitoring.coreos.com")
+    # The namespaces EVERY_OPTION's namespaced resources name (their Roles go there).
+    for ns in ("shop", "payments"):
+        kubectl(kubeconfig, "create", "namespace", ns)
+    for name, values in examples():
+        values = copy.deepcopy(values)
+        values.setdefault("config", {}).setdefault("cluster", {})["name"] = "real-helm"
+        ns = f"helm-{name}"
+        # The release's storage (its Secrets) in its own namespace, as `helm -n NS` does.
+        with helm.Config(kubeconfig_path=kubeconfig, namespace=ns) as cfg:
+            try:
+                installed = cfg.install(CHART, RELEASE, values, namespace=ns, create_namespace=True, timeout=120)
+                changed = copy.deepcopy(values)
+                changed.setdefault("podAnnotations", {})["upgraded"] = "yes"
+                upgraded = cfg.upgrade(CHART, RELEASE, changed, namespace=ns, timeout=120)
+            except helm.HelmError as e:
+                print(f"FAIL helm install/upgrade ({name}) into the real API server: {e}")
+                failures += 1
+                continue
+            manifest = upgraded.get("manifest", "")
+            kinds = sorted({d["kind"] for d in parse_stream(manifest)})
+            got = kubectl(kubeconfig, "get", "-n", ns, "-f", "-", "-o", "name", stdin=manifest)
+            if got.returncode != 0 or upgraded.get("version") != 2:
+                print(f"FAIL ({name}) after upgrade (revision {upgraded.get('version')}): {got.stderr}")
+                failures += 1
+            else:
+                print(f"ok   helm install and upgrade ({name}) accepted by the real API server: "
+                      f"revision {installed.get('version')} then {upgraded.get('version')}, "
+                      f"{len(got.stdout.split())} objects ({', '.join(kinds)})")
+            try:
+                cfg.uninstall(RELEASE, timeout=120)
+            except helm.HelmError as e:
+                print(f"FAIL helm uninstall ({name}): {e}")
+                failures += 1
+                continue
+            left = kubectl(kubeconfig, "get", "-n", ns, "-f", "-", "-o", "name", "--ignore-not-found", stdin=manifest)
+            if left.stdout.strip():
+                print(f"FAIL ({name}) objects left after helm uninstall: {left.stdout.split()}")
+                failures += 1
+            else:
+                print(f"ok   helm uninstall ({name}) removed every object")
+    return 1 if failures else 0
+
+
 # --- compare-kustomize -------------------------------------------------------------------------
 # (kind, path) -> why the chart differs from deploy/base there. Labels that only Helm has
 # (helm.sh/chart, app.kubernetes.io/instance, version, managed-by) are dropped before comparing.
@@ -404,6 +483,8 @@ def main(argv):
         return cmd_render(argv[1])
     if argv[:1] == ["bad-values"] and len(argv) == 1:
         return cmd_bad_values()
+    if argv[:1] == ["real"] and len(argv) == 2:
+        return cmd_real(argv[1])
     if argv[:1] == ["compare-kustomize"] and len(argv) == 3:
         return cmd_compare_kustomize(argv[1], argv[2])
     print(__doc__, file=sys.stderr)

@@ -58,6 +58,18 @@ if [ ! -x "$TANSU" ]; then
   echo "tansu built in $(( $(date +%s) - started )) s"
 fi
 
+# The real Kubernetes control plane of the real-server tests (tests/real_*.rs): etcd,
+# kube-apiserver and kube-controller-manager built from their Go modules (tests/kube/, pinned
+# there) with the machine's Go toolchain, cached in $TOOLS_CACHE_DIR/kube (docs/testing.md has
+# the cold build's time); the tests find it through KUBESINK_KUBE_BIN.
+if ! command -v go >/dev/null 2>&1; then
+  echo "error: the real-server tests need the Go toolchain (go on PATH): the project's machines are of the polyglot kind" >&2
+  exit 1
+fi
+KUBESINK_KUBE_BIN="$(scripts/kube-build.sh)"
+export KUBESINK_KUBE_BIN
+"$KUBESINK_KUBE_BIN/kube-apiserver" --version
+
 # The Python reference consumers (examples/consumers/python/) that tests/consumers.rs runs
 # against real brokers: a venv with confluent-kafka and nats-py, cached in $TOOLS_CACHE_DIR and
 # rebuilt only when the pinned versions change. The test finds it through CONSUMERS_PYTHON.
@@ -80,6 +92,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 # The library as a production build compiles it (without the test-util feature the tests
 # turn on): no dead code or unused imports hidden by the test build.
 cargo clippy -p kubesink --lib -- -D warnings
+# The deploy checks' Python venv (helm-python-sdk, kubernetes-validate): tests/real_deploy.rs
+# installs the Helm chart into the real API server with it.
+KUBESINK_DEPLOY_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
+export KUBESINK_DEPLOY_PYTHON
+echo "== go vet (tests/kube, the control plane's mains)"
+(cd tests/kube && go vet ./...)
 echo "== cargo test"
 cargo test --workspace
 # The fault campaign (issue 19): two replicas, the simulator's faults, restarts and broker

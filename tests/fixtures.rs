@@ -1,4 +1,5 @@
-//! Conformance with real API-server recordings (Kubernetes 1.36, vendored in `tests/fixtures/k8s-replays`):
+//! Conformance with real API-server recordings (Kubernetes 1.36, vendored in `tests/fixtures/k8s-replays`,
+//! and the release the real-server tests build, recorded by `scripts/record-replays.sh`):
 //! every recorded list item and watch event decodes and is emitted faithfully, both from the
 //! raw recorded bytes and after being served again by the simulator over HTTP.
 
@@ -18,9 +19,31 @@ use kubesink_sim::SimConfig;
 use serde_json::Value;
 use support::*;
 
+/// The recorded releases: `v1-36` (k8s-openapi's recordings), `v1-37` (recorded from the
+/// real-server tests' kube-apiserver by `scripts/record-replays.sh`).
+const RELEASES: [&str; 2] = ["v1-36", "v1-37"];
+
+/// `RELEASE/FILE` of every recording of [`RECORDINGS`] that exists.
+fn recordings() -> Vec<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/k8s-replays");
+    let out: Vec<String> = RELEASES
+        .iter()
+        .flat_map(|r| RECORDINGS.iter().map(move |f| format!("{r}/{f}")))
+        .filter(|p| root.join(p).is_file())
+        .collect();
+    for r in RELEASES {
+        assert!(
+            out.iter().any(|p| p.starts_with(r)),
+            "no recording of {r} in {}",
+            root.display()
+        );
+    }
+    out
+}
+
 fn fixture(name: &str) -> Vec<Value> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/k8s-replays/v1-36")
+        .join("tests/fixtures/k8s-replays")
         .join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
@@ -76,7 +99,8 @@ const RECORDINGS: [&str; 5] = [
 fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
     let validator = schema();
     let mut n = 0;
-    for rec in RECORDINGS {
+    for rec in recordings() {
+        let rec = rec.as_str();
         let objects = recorded_objects(rec);
         assert!(!objects.is_empty(), "{rec}: no objects found");
         for (event, obj) in objects {
@@ -137,22 +161,29 @@ fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
 async fn recorded_pods_served_by_the_simulator_are_emitted_with_their_recorded_content() {
     let c = cluster(SimConfig::default()).await;
     let mut want = std::collections::BTreeMap::new();
-    for rec in [
-        "pod-list.json",
-        "watch_event-watch_pods_without_initial_events.json",
-    ] {
+    let recs = RELEASES.iter().flat_map(|r| {
+        [
+            format!("{r}/pod-list.json"),
+            format!("{r}/watch_event-watch_pods_without_initial_events.json"),
+        ]
+    });
+    for rec in recs {
+        let rec = rec.as_str();
         for (_, mut obj) in recorded_objects(rec) {
             let meta = obj["metadata"].as_object_mut().unwrap();
             for server_set in ["uid", "resourceVersion", "creationTimestamp", "generation"] {
                 meta.remove(server_set);
             }
-            let name = meta["name"].as_str().unwrap().to_owned();
+            let name = (
+                meta["namespace"].as_str().unwrap_or_default().to_owned(),
+                meta["name"].as_str().unwrap().to_owned(),
+            );
             if want.contains_key(&name) {
                 continue;
             }
             c.sim
                 .create(obj.clone())
-                .unwrap_or_else(|e| panic!("{rec} {name}: {e}"));
+                .unwrap_or_else(|e| panic!("{rec} {name:?}: {e}"));
             want.insert(name, obj);
         }
     }
@@ -170,8 +201,11 @@ async fn recorded_pods_served_by_the_simulator_are_emitted_with_their_recorded_c
     let msgs = sink.messages();
     assert_eq!(msgs.len(), want.len());
     for m in &msgs {
-        let rec = &want[m["name"].as_str().unwrap()];
-        assert_eq!(m["namespace"], "kube-system");
+        let key = (
+            m["namespace"].as_str().unwrap_or_default().to_owned(),
+            m["name"].as_str().unwrap().to_owned(),
+        );
+        let rec = &want[&key];
         assert_eq!(m["object"]["spec"], rec["spec"], "{}", m["name"]);
         assert_eq!(m["object"]["status"], rec["status"], "{}", m["name"]);
         assert_eq!(

@@ -4,7 +4,10 @@
 //! network and back; topic creation through rdkafka's AdminClient; a background consumer.
 #![allow(dead_code)] // each test binary uses a subset
 
-use crate::ports::{free_listener, free_port};
+use crate::ports::free_port;
+#[path = "proxy.rs"]
+mod proxy;
+use proxy::Proxy;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,8 +21,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Headers;
 use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::net::TcpStream;
 
 /// The cached tansu binary: `$TANSU_BIN`, else
 /// `${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}/tansu/bin/tansu`.
@@ -227,79 +229,6 @@ fn spawn_tansu(
         .stderr(log)
         .spawn()
         .expect("spawn tansu")
-}
-
-struct Proxy {
-    addr: SocketAddr,
-    target: SocketAddr,
-    task: Option<JoinHandle<()>>,
-    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    /// Starts a proxy to `target` on a free port, held from the moment it is chosen.
-    async fn start(target: SocketAddr) -> Proxy {
-        let listener = free_listener();
-        listener
-            .set_nonblocking(true)
-            .expect("non-blocking listener");
-        let listener = TcpListener::from_std(listener).expect("proxy listener");
-        let mut p = Proxy {
-            addr: listener.local_addr().expect("proxy address"),
-            target,
-            task: None,
-            conns: Arc::default(),
-        };
-        p.serve(listener);
-        p
-    }
-
-    /// Listens again on the same address. The listener of [`Proxy::stop`] is closed when its
-    /// aborted task is dropped, which the runtime does soon but not at once: retried for 10 s.
-    async fn resume(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let listener = loop {
-            match TcpListener::bind(self.addr).await {
-                Ok(l) => break l,
-                Err(e) if Instant::now() < deadline => {
-                    eprintln!("proxy bind {} (retrying): {e}", self.addr);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("proxy bind {}: {e}", self.addr),
-            }
-        };
-        self.serve(listener);
-    }
-
-    fn serve(&mut self, listener: TcpListener) {
-        let target = self.target;
-        let conns = self.conns.clone();
-        self.task = Some(tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let h = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                conns.lock().unwrap().push(h);
-            }
-        }));
-    }
-
-    fn stop(&mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
-        for c in self.conns.lock().unwrap().drain(..) {
-            c.abort();
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// One record as read back.

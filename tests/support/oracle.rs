@@ -208,6 +208,15 @@ impl Oracle {
         out
     }
 
+    /// The live keys with their uid: (kind, namespace, name) → (uid, resourceVersion), the
+    /// exact state the real-server tests compare with the API server's.
+    pub fn fold_uids(&self) -> BTreeMap<(String, String, String), (String, String)> {
+        self.keys
+            .values()
+            .filter_map(|k| Some((k.short.clone(), k.present.clone()?)))
+            .collect()
+    }
+
     /// Applies one message (a structured-mode CloudEvent is unwrapped).
     pub fn apply(&mut self, m: &Value) {
         let i = self.seen;

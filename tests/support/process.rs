@@ -85,6 +85,20 @@ impl Kubesink {
         self.lines.lock().unwrap().clone()
     }
 
+    /// The process id (while it runs).
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`...) without waiting.
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal}");
+    }
+
     /// How many messages were written so far.
     pub fn count(&self) -> usize {
         self.lines.lock().unwrap().len()

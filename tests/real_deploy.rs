@@ -1,0 +1,150 @@
+//! The deploy kit against a real kube-apiserver's own validation (schemas, admission, the
+//! flowcontrol API's rules): every kustomization of `deploy/` applied with a server-side dry
+//! run (`kubectl apply --server-side --dry-run=server`, the namespaces created for real
+//! first), the API Priority and Fairness component included; and the Helm chart installed,
+//! upgraded and uninstalled with Helm's own engine (`scripts/helm_checks.py real`, PyPI
+//! helm-python-sdk from the deploy checks' venv) for every set of values the offline checks
+//! render.
+
+#[path = "support/kube_server.rs"]
+mod kube_server;
+#[path = "support/ports.rs"]
+mod ports;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&[u8]>) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .current_dir(ROOT)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl must be on PATH (scripts/test.sh installs it)");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("write stdin");
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("kubectl");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The namespaces a rendered manifest's objects live in.
+fn namespaces(yaml: &str) -> Vec<String> {
+    let mut out: Vec<String> = yaml
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("namespace: "))
+        .map(|s| s.trim().trim_matches('"').to_owned())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[test]
+fn every_kustomization_is_accepted_by_the_real_api_server() {
+    let cp = kube_server::shared();
+    let kc = &cp.admin_kubeconfig;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The flowcontrol component as a user adds it (scripts/check-deploy.sh does the same).
+    let overlay = dir.path().join("apf");
+    std::fs::create_dir_all(&overlay).expect("dir");
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: platform\nnamePrefix: acme-\nresources:\n  - {ROOT}/deploy/base\ncomponents:\n  - {ROOT}/deploy/components/flowcontrol\n"
+        ),
+    )
+    .expect("kustomization");
+    let targets: Vec<PathBuf> = ["base", "overlays/kafka", "overlays/nats", "overlays/sidecar"]
+        .iter()
+        .map(|o| Path::new(ROOT).join("deploy").join(o))
+        .chain([overlay])
+        .collect();
+    for target in &targets {
+        let rendered = Command::new("kubectl")
+            .arg("kustomize")
+            .arg(target)
+            .output()
+            .expect("kubectl kustomize");
+        assert!(
+            rendered.status.success(),
+            "kubectl kustomize {}: {}",
+            target.display(),
+            String::from_utf8_lossy(&rendered.stderr)
+        );
+        let yaml = String::from_utf8_lossy(&rendered.stdout).into_owned();
+        for ns in namespaces(&yaml) {
+            let _ = kubectl(kc, &["create", "namespace", &ns], None);
+        }
+        let (ok, out) = kubectl(
+            kc,
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--field-manager=kubesink-tests",
+                "-f",
+                "-",
+            ],
+            Some(yaml.as_bytes()),
+        );
+        assert!(ok, "{} refused by the real API server:\n{out}", target.display());
+        let objects = out.lines().filter(|l| l.contains("(server dry run)")).count();
+        assert!(objects >= 5, "{}: {out}", target.display());
+        eprintln!("ok   {}: {objects} objects accepted (server dry run)", target.display());
+    }
+}
+
+#[test]
+fn the_helm_chart_installs_upgrades_and_uninstalls_on_the_real_api_server() {
+    let python = std::env::var_os("KUBESINK_DEPLOY_PYTHON").map_or_else(
+        || {
+            let cache = std::env::var_os("TOOLS_CACHE_DIR").map_or_else(
+                || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/kubesink"),
+                PathBuf::from,
+            );
+            cache.join("deploy-venv/bin/python")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "{} is missing: `scripts/check-deploy.sh --tools` installs it (scripts/test.sh does)",
+        python.display()
+    );
+    let cp = kube_server::shared();
+    let out = Command::new(&python)
+        .arg(Path::new(ROOT).join("scripts/helm_checks.py"))
+        .arg("real")
+        .arg(&cp.admin_kubeconfig)
+        .output()
+        .expect("helm_checks.py");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(out.status.success(), "{text}");
+    assert!(text.matches("ok   helm uninstall").count() >= 5, "{text}");
+}

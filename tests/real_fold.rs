@@ -1,0 +1,338 @@
+//! On a real kube-apiserver (with etcd and the controller-manager, `tests/support/kube_server.rs`):
+//! what kubesink sends, folded as docs/consumers.md says, equals the live objects exactly
+//! (uid and resourceVersion), under churn that real clients and real controllers make:
+//! Deployments created, scaled up and down and rolled (the ReplicaSet controller creates and
+//! deletes Pods; the garbage collector cascades a Deployment's delete), ConfigMaps and Secrets
+//! edited, a CRD's custom objects, a namespace created and deleted (the namespace controller
+//! empties it). Secrets' data never leaves the process, in every payload mode.
+
+#[path = "support/kube_server.rs"]
+mod kube_server;
+#[path = "support/ports.rs"]
+mod ports;
+#[path = "support/process.rs"]
+mod process;
+mod support;
+
+use std::time::Duration;
+
+use kube_server::{create, delete, live_state, namespace, patch, state_diff, State};
+use process::Kubesink;
+use serde_json::{json, Value};
+use support::{wait_until, Expect, Oracle};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
+const LONG: Duration = Duration::from_secs(240);
+
+/// The kinds the test watches and folds.
+const KINDS: &[(&str, &str)] = &[
+    ("v1", "Pod"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "ReplicaSet"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("kubesink.test/v1", "Widget"),
+];
+
+fn deployment(ns: &str, name: &str, replicas: i32, image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            // No kubelet here, so no Pod ever becomes ready: a rolling update would wait for
+            // one forever; Recreate rolls out without it.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": image}]}
+            }
+        }
+    })
+}
+
+fn widget_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.kubesink.test"},
+        "spec": {
+            "group": "kubesink.test",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    })
+}
+
+/// Waits until the CRD is established (its kind served).
+async fn established(client: &kube::Client) {
+    wait_until("the Widget CRD established", LONG, || async {
+        let api = kube_server::dynamic(
+            client,
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            None,
+        )
+        .await;
+        let crd = api
+            .get("widgets.kubesink.test")
+            .await
+            .map_err(|e| e.to_string())?;
+        let established = crd.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            });
+        established
+            .then_some(())
+            .ok_or_else(|| crd.data["status"].to_string())
+    })
+    .await;
+}
+
+/// The fold of what kubesink sent so far (strict contract: one uninterrupted run).
+fn folded(k: &Kubesink) -> (State, Oracle) {
+    let mut o = Oracle::new(Expect::STRICT);
+    for m in k.messages() {
+        o.apply(&m);
+    }
+    (o.fold_uids(), o)
+}
+
+/// Waits until the fold equals the live objects of the test's namespaces (`fold-…`; the shared
+/// control plane has others), uid and resourceVersion; returns how many there are.
+async fn settle(what: &str, client: &kube::Client, k: &Kubesink) -> usize {
+    let ours = |o: &kube::api::DynamicObject| {
+        o.metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| ns.starts_with("fold-"))
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let live = live_state(client, KINDS, ours).await;
+        let (mut got, oracle) = folded(k);
+        oracle.assert_clean();
+        got.retain(|key, _| key.1.starts_with("fold-"));
+        if live == got {
+            eprintln!("{what}: {} objects equal after {:?}", live.len(), started.elapsed());
+            return live.len();
+        }
+        assert!(
+            started.elapsed() < LONG,
+            "{what}: the fold never equalled the API server: {}\nkubesink stderr:\n{}",
+            state_diff(&live, &got),
+            k.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fold_equals_the_real_api_server_under_real_controllers_churn() {
+    let cp = kube_server::shared_async().await;
+    let client = cp.admin().await;
+    let (main, gone) = ("fold-main", "fold-gone");
+    let secret_modes = ["fold-secrets-full", "fold-secrets-meta", "fold-secrets-fields"];
+    for ns in [main, gone].iter().chain(&secret_modes) {
+        namespace(cp, ns, json!({"kubesink-test": "fold"})).await;
+    }
+    create(&client, widget_crd()).await;
+    established(&client).await;
+
+    // Objects before kubesink starts (its initial list), and more after.
+    for i in 0..3 {
+        create(&client, deployment(main, &format!("web-{i}"), 2, "nginx:1.27")).await;
+    }
+    create(&client, deployment(gone, "doomed", 3, "busybox")).await;
+    for i in 0..10 {
+        create(
+            &client,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}"), "namespace": main},
+                "data": {"n": i.to_string()}}),
+        )
+        .await;
+    }
+    // Secrets whose values must never be sent: in data, in stringData, and in the annotation
+    // `kubectl apply` writes.
+    let secret_value = "s3cr3t-value-that-must-not-leak";
+    let mut secrets = Vec::new();
+    for ns in secret_modes {
+        for i in 0..2 {
+            let name = format!("secret-{i}");
+            let manifest = json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": ns},
+                "stringData": {"password": format!("{secret_value}-{i}")}});
+            create(
+                &client,
+                json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": name, "namespace": ns, "annotations": {
+                        "kubectl.kubernetes.io/last-applied-configuration": manifest.to_string()
+                    }},
+                    "stringData": {"password": format!("{secret_value}-{i}")}}),
+            )
+            .await;
+            secrets.push((ns, name));
+        }
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("kubesink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[cluster]
+name = "real"
+kubeconfig = {:?}
+[pipeline]
+linger = "20ms"
+[[resources]]
+api_version = "v1"
+kind = "Pod"
+[[resources]]
+api_version = "apps/v1"
+kind = "Deployment"
+[[resources]]
+api_version = "apps/v1"
+kind = "ReplicaSet"
+[[resources]]
+api_version = "v1"
+kind = "ConfigMap"
+[[resources]]
+api_version = "v1"
+kind = "Secret"
+namespaces = ["{}", "{main}", "{gone}"]
+[[resources]]
+api_version = "v1"
+kind = "Secret"
+namespaces = ["{}"]
+payload = "metadata"
+[[resources]]
+api_version = "v1"
+kind = "Secret"
+namespaces = ["{}"]
+payload = "fields"
+fields = ["/data", "/stringData", "/metadata/annotations", "/type"]
+[[resources]]
+api_version = "kubesink.test/v1"
+kind = "Widget"
+[[sinks]]
+type = "stdout"
+"#,
+            cp.admin_kubeconfig.display().to_string(),
+            secret_modes[0],
+            secret_modes[1],
+            secret_modes[2],
+        ),
+    )
+    .expect("config");
+    let k = Kubesink::start(BIN, &config, dir.path(), "real", &[]);
+
+    let initial = settle("initial list", &client, &k).await;
+    assert!(initial > 20, "{initial} objects");
+
+    // Churn through real clients and controllers.
+    patch(&client, "apps/v1", "Deployment", Some(main), "web-0", json!({"spec": {"replicas": 6}})).await;
+    patch(&client, "apps/v1", "Deployment", Some(main), "web-1", json!({"spec": {"replicas": 0}})).await;
+    patch(
+        &client,
+        "apps/v1",
+        "Deployment",
+        Some(main),
+        "web-2",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}}),
+    )
+    .await;
+    create(&client, deployment(main, "web-3", 4, "redis")).await;
+    for i in 0..10 {
+        if i % 3 == 0 {
+            delete(&client, "v1", "ConfigMap", Some(main), &format!("cm-{i}")).await;
+        } else {
+            patch(&client, "v1", "ConfigMap", Some(main), &format!("cm-{i}"), json!({"data": {"n": format!("{i}-edited")}})).await;
+        }
+    }
+    for (ns, name) in &secrets {
+        patch(&client, "v1", "Secret", Some(ns), name, json!({"stringData": {"password": format!("{secret_value}-edited")}, "metadata": {"labels": {"edited": "yes"}}})).await;
+    }
+    for i in 0..8 {
+        create(
+            &client,
+            json!({"apiVersion": "kubesink.test/v1", "kind": "Widget",
+                "metadata": {"name": format!("w-{i}"), "namespace": main},
+                "spec": {"size": i}}),
+        )
+        .await;
+    }
+    for i in 0..8 {
+        if i % 2 == 0 {
+            patch(&client, "kubesink.test/v1", "Widget", Some(main), &format!("w-{i}"), json!({"spec": {"size": i * 10}})).await;
+        } else {
+            delete(&client, "kubesink.test/v1", "Widget", Some(main), &format!("w-{i}")).await;
+        }
+    }
+    // The garbage collector deletes web-2's old ReplicaSet's Pods, web-1's Pods, and (below)
+    // everything of the namespace being deleted.
+    delete(&client, "apps/v1", "Deployment", Some(main), "web-3").await;
+    delete(&client, "v1", "Namespace", None, gone).await;
+    wait_until("the namespace controller to finish deleting fold-gone", LONG, || async {
+        let api = kube_server::dynamic(&client, "v1", "Namespace", None).await;
+        match api.get_opt(gone).await {
+            Ok(None) => Ok(()),
+            Ok(Some(ns)) => Err(ns.data["status"].to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    // The controllers done: every Deployment rolled out at its replica count, its old
+    // ReplicaSets' Pods gone.
+    wait_until("the Deployments to be rolled out", LONG, || async {
+        let api = kube_server::dynamic(&client, "apps/v1", "Deployment", Some(main)).await;
+        let list = api.list(&Default::default()).await.map_err(|e| e.to_string())?;
+        let pending: Vec<String> = list
+            .items
+            .iter()
+            .filter(|d| {
+                let (spec, status) = (&d.data["spec"], &d.data["status"]);
+                let replicas = spec["replicas"].as_i64().unwrap_or(1);
+                status["observedGeneration"].as_i64() != d.metadata.generation
+                    || status["replicas"].as_i64().unwrap_or(0) != replicas
+                    || status["updatedReplicas"].as_i64().unwrap_or(0) != replicas
+            })
+            .map(|d| format!("{:?}: {}", d.metadata.name, d.data["status"]))
+            .collect();
+        pending.is_empty().then_some(()).ok_or_else(|| pending.join("; "))
+    })
+    .await;
+    let after = settle("after churn", &client, &k).await;
+    assert_eq!(after, 35, "8 Pods, 3 Deployments, 4 ReplicaSets, 10 ConfigMaps, 6 Secrets, 4 Widgets");
+    eprintln!("{after} objects at the end");
+
+    // Secrets: no payload mode let a value out, in any message.
+    let messages = k.messages();
+    let secret_messages: Vec<&Value> = messages.iter().filter(|m| m["kind"] == "Secret").collect();
+    assert!(secret_messages.len() >= secrets.len() * 2, "{} Secret messages", secret_messages.len());
+    for m in &messages {
+        let text = m.to_string();
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(secret_value);
+        assert!(
+            !text.contains(secret_value) && !text.contains(&b64[..b64.len() - 4]),
+            "a Secret value left the process: {text}"
+        );
+    }
+    // Real controllers made the churn: Pods the ReplicaSet controller created and deleted.
+    let pods_deleted = messages
+        .iter()
+        .filter(|m| m["kind"] == "Pod" && m["op"] == "deleted")
+        .count();
+    assert!(pods_deleted >= 6, "{pods_deleted} Pod deletes");
+    k.terminate().await;
+}

@@ -1,0 +1,230 @@
+//! How kubesink reads a real kube-apiserver's state, counted by the API server itself
+//! (`apiserver_request_total`): a streaming list (KEP-3157 `WatchList`) where the server
+//! serves it, with no LIST request at all; paged LISTs where it does not (the `WatchList`
+//! feature gate off), found out by kubesink on its own; and a continue token that
+//! expires mid-list (etcd compacted between two pages: 410 Gone on the next page), after
+//! which the list starts over and the fold is still exact.
+//!
+//! Each test runs its own API server (no controller-manager: nothing else lists), on the test
+//! binary's etcd under a key prefix of its own.
+
+#[path = "support/kube_server.rs"]
+mod kube_server;
+#[path = "support/ports.rs"]
+mod ports;
+#[path = "support/process.rs"]
+mod process;
+mod support;
+
+use std::time::Duration;
+
+use kube_server::{create, live_state, ControlPlane, Options, State};
+use process::Kubesink;
+use serde_json::json;
+use support::{wait_until, Expect, Oracle};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
+const LONG: Duration = Duration::from_secs(240);
+
+async fn start(options: Options) -> ControlPlane {
+    tokio::task::spawn_blocking(move || ControlPlane::start(options))
+        .await
+        .expect("control plane")
+}
+
+/// Creates `n` ConfigMaps in a new namespace `ns` (no controller-manager here: no
+/// ServiceAccount wait is needed for ConfigMaps).
+async fn config_maps(cp: &ControlPlane, ns: &str, n: usize) {
+    let client = cp.admin().await;
+    create(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+    )
+    .await;
+    for i in 0..n {
+        create(
+            &client,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i:04}"), "namespace": ns},
+                "data": {"i": i.to_string()}}),
+        )
+        .await;
+    }
+}
+
+fn write_config(dir: &std::path::Path, cp: &ControlPlane, ns: &str, watch: &str, resource: &str) -> std::path::PathBuf {
+    let path = dir.join("kubesink.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"[cluster]
+name = "real"
+kubeconfig = {:?}
+[pipeline]
+linger = "20ms"
+sync_markers = true
+[watch]
+{watch}
+[[resources]]
+api_version = "v1"
+kind = "ConfigMap"
+namespaces = ["{ns}"]
+{resource}
+[[sinks]]
+type = "stdout"
+"#,
+            cp.admin_kubeconfig.display().to_string()
+        ),
+    )
+    .expect("config");
+    path
+}
+
+/// Waits until kubesink's fold equals the live ConfigMaps of `ns`, uid and resourceVersion.
+async fn converged(cp: &ControlPlane, k: &Kubesink, ns: &str) -> usize {
+    let client = cp.admin().await;
+    wait_until("the fold to equal the API server", LONG, || async {
+        let live = live_state(&client, &[("v1", "ConfigMap")], |o| {
+            o.metadata.namespace.as_deref() == Some(ns)
+        })
+        .await;
+        let mut o = Oracle::new(Expect::STRICT);
+        for m in k.messages() {
+            o.apply(&m);
+        }
+        o.assert_clean();
+        let got: State = o.fold_uids();
+        if live == got {
+            Ok(live.len())
+        } else {
+            Err(format!(
+                "{}\nkubesink stderr:\n{}",
+                kube_server::state_diff(&live, &got),
+                k.stderr()
+            ))
+        }
+    })
+    .await
+}
+
+/// The sync marker of the initial list arrived.
+async fn synced(k: &Kubesink) {
+    wait_until("the initial list's sync marker", LONG, || async {
+        k.messages()
+            .iter()
+            .any(|m| m["op"] == "synced" && m["initial"] == true)
+            .then_some(())
+            .ok_or_else(|| k.stderr())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_initial_state_is_a_streaming_list_with_no_list_request() {
+    let cp = start(Options::default()).await;
+    config_maps(&cp, "stream", 120).await;
+    let before = cp.requests_by_verb("", "configmaps").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &cp, "stream", "", "");
+    let k = Kubesink::start(BIN, &config, dir.path(), "stream", &[]);
+    synced(&k).await;
+    // Counted before the test's own LISTs (below) and while the watch runs (a request is
+    // counted in apiserver_request_total when it ends: a running watch is in the gauge).
+    let after = cp.requests_by_verb("", "configmaps").await;
+    let delta = |verb: &str| after.get(verb).unwrap_or(&0.0) - before.get(verb).unwrap_or(&0.0);
+    eprintln!("configmaps requests when the streaming list ended: {after:?} (before {before:?})");
+    assert_eq!(delta("LIST"), 0.0, "kubesink sent LIST requests: {after:?}");
+    let watches = cp
+        .metric(
+            "apiserver_longrunning_requests",
+            &[("resource", "configmaps"), ("verb", "WATCH")],
+        )
+        .await;
+    assert!(watches >= 1.0, "no watch of configmaps running: {watches}");
+    // One more object through the watch the list became.
+    create(
+        &cp.admin().await,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "after", "namespace": "stream"}}),
+    )
+    .await;
+    // 120 + the namespace's kube-root-ca.crt is made by the controller-manager, absent here.
+    assert_eq!(converged(&cp, &k, "stream").await, 121);
+    k.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_watch_list_gate_off_kubesink_falls_back_to_paged_lists() {
+    let cp = start(Options {
+        feature_gates: vec!["WatchList=false".into()],
+        ..Default::default()
+    })
+    .await;
+    config_maps(&cp, "paged", 130).await;
+    let before = cp.requests_by_verb("", "configmaps").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &cp, "paged", "", "page_size = 50");
+    let k = Kubesink::start(BIN, &config, dir.path(), "paged", &[]);
+    synced(&k).await;
+    let after = cp.requests_by_verb("", "configmaps").await;
+    assert_eq!(converged(&cp, &k, "paged").await, 130);
+    let delta = |verb: &str| after.get(verb).unwrap_or(&0.0) - before.get(verb).unwrap_or(&0.0);
+    eprintln!("configmaps requests: {after:?} (before {before:?})");
+    // Three pages of 50 (130 objects), after one refused streaming attempt.
+    assert!(delta("LIST") >= 3.0, "{after:?}");
+    assert!(
+        k.stderr().contains("paged"),
+        "the fallback is logged: {}",
+        k.stderr()
+    );
+    k.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continue_token_that_expires_mid_list_starts_the_list_over() {
+    // Lists from etcd (no watch cache), one page of 10 every 5 s: etcd is compacted while the
+    // list is between pages, so the next page's continue token is too old (410 Gone).
+    let cp = start(Options {
+        apiserver_args: vec!["--watch-cache=false".into()],
+        ..Default::default()
+    })
+    .await;
+    config_maps(&cp, "expire", 60).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &cp,
+        "expire",
+        "initial_list = \"list\"\nrequests_per_second = 0.2\nrequest_burst = 1",
+        "page_size = 10",
+    );
+    let before = cp.requests_by_verb("", "configmaps").await;
+    let k = Kubesink::start(BIN, &config, dir.path(), "expire", &[]);
+    // After the first page and before the last: compact past the list's resourceVersion,
+    // and change what the list would have shown.
+    let client = cp.admin().await;
+    wait_until("kubesink's first page", LONG, || async {
+        let now = cp.requests_by_verb("", "configmaps").await;
+        (now.get("LIST").unwrap_or(&0.0) - before.get("LIST").unwrap_or(&0.0) >= 1.0)
+            .then_some(())
+            .ok_or_else(|| format!("{now:?}"))
+    })
+    .await;
+    kube_server::delete(&client, "v1", "ConfigMap", Some("expire"), "cm-0059").await;
+    kube_server::patch(&client, "v1", "ConfigMap", Some("expire"), "cm-0001", json!({"data": {"i": "changed"}})).await;
+    let revision = cp.compact_etcd();
+    eprintln!("etcd compacted at revision {revision}");
+    synced(&k).await;
+    let after = cp.requests_by_verb("", "configmaps").await;
+    assert_eq!(converged(&cp, &k, "expire").await, 59);
+    eprintln!("configmaps requests: {after:?} (before {before:?})");
+    let gone = after.get("LIST").unwrap_or(&0.0) - before.get("LIST").unwrap_or(&0.0);
+    // 6 pages, plus those read again after the 410.
+    assert!(gone > 6.0, "the list was not started over: {gone} LISTs:\n{}", k.stderr());
+    assert!(
+        k.stderr().contains("continue token expired (410)"),
+        "the real 410 is logged:\n{}",
+        k.stderr()
+    );
+    k.terminate().await;
+}

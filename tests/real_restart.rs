@@ -1,0 +1,194 @@
+//! Restarts from saved state on a real kube-apiserver, with each state backend (a file, a
+//! NATS object store on a real nats-server, a compacted topic on a real Kafka-protocol broker):
+//! kubesink stopped (SIGTERM: its state saved), 5 creates, 5 updates and 5 deletes made while
+//! it is down, started again: it sends exactly those 15 (the deletes inferred), nothing
+//! `initial`, and the fold of both runs equals the API server (uid and resourceVersion).
+
+#[cfg(feature = "kafka")]
+#[path = "support/kafka_server.rs"]
+mod kafka_server;
+#[path = "support/kube_server.rs"]
+mod kube_server;
+#[cfg(feature = "nats")]
+#[path = "support/nats_server.rs"]
+mod nats_server;
+#[path = "support/ports.rs"]
+mod ports;
+#[path = "support/process.rs"]
+mod process;
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use kube_server::{create, delete, live_state, namespace, patch, ControlPlane};
+use process::Kubesink;
+use serde_json::{json, Value};
+use support::{wait_until, Expect, Oracle};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
+const LONG: Duration = Duration::from_secs(240);
+
+fn write_config(dir: &Path, cp: &ControlPlane, ns: &str, state: &str) -> std::path::PathBuf {
+    let path = dir.join("kubesink.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"[cluster]
+name = "real-{ns}"
+kubeconfig = {:?}
+[pipeline]
+linger = "20ms"
+{state}
+[[resources]]
+api_version = "v1"
+kind = "ConfigMap"
+namespaces = ["{ns}"]
+[[resources]]
+api_version = "apps/v1"
+kind = "Deployment"
+namespaces = ["{ns}"]
+[[sinks]]
+type = "stdout"
+"#,
+            cp.admin_kubeconfig.display().to_string()
+        ),
+    )
+    .expect("config");
+    path
+}
+
+const KINDS: &[(&str, &str)] = &[("v1", "ConfigMap"), ("apps/v1", "Deployment")];
+
+/// Waits until the fold of `runs` (in order) equals the live objects of `ns`.
+async fn converged(cp: &ControlPlane, ns: &str, runs: &[&[Value]]) {
+    let client = cp.admin().await;
+    wait_until("the fold to equal the API server", LONG, || async {
+        let live = live_state(&client, KINDS, |o| o.metadata.namespace.as_deref() == Some(ns)).await;
+        let mut o = Oracle::new(Expect::STRICT.restarts());
+        for m in runs.iter().flat_map(|r| r.iter()) {
+            o.apply(m);
+        }
+        o.assert_clean();
+        let got = o.fold_uids();
+        (live == got).then_some(live.len()).ok_or_else(|| kube_server::state_diff(&live, &got))
+    })
+    .await;
+}
+
+/// The scenario with `state` (a `[state]` section) in namespace `ns`.
+async fn restart_sends_only_what_changed(ns: &str, state: &str) {
+    let cp: &'static ControlPlane = kube_server::shared_async().await;
+    namespace(cp, ns, json!({})).await;
+    let client = cp.admin().await;
+    for i in 0..30 {
+        create(
+            &client,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i:02}"), "namespace": ns}, "data": {"v": "0"}}),
+        )
+        .await;
+    }
+    create(
+        &client,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), cp, ns, state);
+    let first = Kubesink::start(BIN, &config, dir.path(), "first", &[]);
+    // Through the controllers' updates of the Deployment's status.
+    wait_until("the first run to converge", LONG, || async {
+        let live = live_state(&client, KINDS, |o| o.metadata.namespace.as_deref() == Some(ns)).await;
+        let mut o = Oracle::new(Expect::STRICT);
+        for m in first.messages() {
+            o.apply(&m);
+        }
+        let got = o.fold_uids();
+        (live == got).then_some(()).ok_or_else(|| kube_server::state_diff(&live, &got))
+    })
+    .await;
+    let first = first.terminate().await;
+
+    let mut changed = [BTreeSet::new(), BTreeSet::new(), BTreeSet::new()];
+    for i in 0..5 {
+        let name = format!("cm-{i:02}");
+        delete(&client, "v1", "ConfigMap", Some(ns), &name).await;
+        changed[0].insert(name);
+        let name = format!("cm-{:02}", 10 + i);
+        patch(&client, "v1", "ConfigMap", Some(ns), &name, json!({"data": {"v": "1"}})).await;
+        changed[1].insert(name);
+        let name = format!("new-{i}");
+        create(
+            &client,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}),
+        )
+        .await;
+        changed[2].insert(name);
+    }
+    let second = Kubesink::start(BIN, &config, dir.path(), "second", &[]);
+    converged(cp, ns, &[&first, &second.messages()]).await;
+    let all = second.terminate().await;
+    // The Deployment: re-sent only if its controller really changed it meanwhile.
+    assert!(
+        all.iter()
+            .filter(|m| m["kind"] == "Deployment")
+            .all(|m| m["op"] == "updated"),
+        "{all:#?}"
+    );
+    let sent: Vec<Value> = all.into_iter().filter(|m| m["kind"] == "ConfigMap").collect();
+    let names = |op: &str| -> BTreeSet<String> {
+        sent.iter()
+            .filter(|m| m["op"] == op)
+            .map(|m| m["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(names("deleted"), changed[0], "{sent:#?}");
+    assert_eq!(names("updated"), changed[1], "{sent:#?}");
+    assert_eq!(names("added"), changed[2], "{sent:#?}");
+    assert_eq!(sent.len(), 15, "only what changed while down: {sent:#?}");
+    assert!(sent.iter().all(|m| m["initial"] != true), "{sent:#?}");
+    assert!(
+        sent.iter()
+            .filter(|m| m["op"] == "deleted")
+            .all(|m| m["finalStateUnknown"] == true),
+        "{sent:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_file_state_a_restart_sends_only_what_changed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = format!(
+        "[state]\nbackend = \"file\"\npath = {:?}\n",
+        dir.path().join("state").display().to_string()
+    );
+    restart_sends_only_what_changed("restart-file", &state).await;
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_nats_state_a_restart_sends_only_what_changed() {
+    let nats = nats_server::NatsServer::start("");
+    let state = format!(
+        "[state]\nbackend = \"nats\"\n[state.nats]\nservers = [{:?}]\n",
+        nats.url()
+    );
+    restart_sends_only_what_changed("restart-nats", &state).await;
+}
+
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_kafka_state_a_restart_sends_only_what_changed() {
+    let tansu = kafka_server::Tansu::start().await;
+    let state = format!(
+        "[state]\nbackend = \"kafka\"\n[state.kafka]\nbootstrap_servers = {:?}\n",
+        tansu.bootstrap
+    );
+    restart_sends_only_what_changed("restart-kafka", &state).await;
+}
