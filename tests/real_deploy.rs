@@ -75,11 +75,16 @@ fn every_kustomization_is_accepted_by_the_real_api_server() {
         ),
     )
     .expect("kustomization");
-    let targets: Vec<PathBuf> = ["base", "overlays/kafka", "overlays/nats", "overlays/sidecar"]
-        .iter()
-        .map(|o| Path::new(ROOT).join("deploy").join(o))
-        .chain([overlay])
-        .collect();
+    let targets: Vec<PathBuf> = [
+        "base",
+        "overlays/kafka",
+        "overlays/nats",
+        "overlays/sidecar",
+    ]
+    .iter()
+    .map(|o| Path::new(ROOT).join("deploy").join(o))
+    .chain([overlay])
+    .collect();
     for target in &targets {
         let rendered = Command::new("kubectl")
             .arg("kustomize")
@@ -108,10 +113,20 @@ fn every_kustomization_is_accepted_by_the_real_api_server() {
             ],
             Some(yaml.as_bytes()),
         );
-        assert!(ok, "{} refused by the real API server:\n{out}", target.display());
-        let objects = out.lines().filter(|l| l.contains("(server dry run)")).count();
+        assert!(
+            ok,
+            "{} refused by the real API server:\n{out}",
+            target.display()
+        );
+        let objects = out
+            .lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count();
         assert!(objects >= 5, "{}: {out}", target.display());
-        eprintln!("ok   {}: {objects} objects accepted (server dry run)", target.display());
+        eprintln!(
+            "ok   {}: {objects} objects accepted (server dry run)",
+            target.display()
+        );
     }
 }
 

@@ -122,7 +122,11 @@ async fn settle(what: &str, client: &kube::Client, k: &Kubesink) -> usize {
         oracle.assert_clean();
         got.retain(|key, _| key.1.starts_with("fold-"));
         if live == got {
-            eprintln!("{what}: {} objects equal after {:?}", live.len(), started.elapsed());
+            eprintln!(
+                "{what}: {} objects equal after {:?}",
+                live.len(),
+                started.elapsed()
+            );
             return live.len();
         }
         assert!(
@@ -140,7 +144,11 @@ async fn the_fold_equals_the_real_api_server_under_real_controllers_churn() {
     let cp = kube_server::shared_async().await;
     let client = cp.admin().await;
     let (main, gone) = ("fold-main", "fold-gone");
-    let secret_modes = ["fold-secrets-full", "fold-secrets-meta", "fold-secrets-fields"];
+    let secret_modes = [
+        "fold-secrets-full",
+        "fold-secrets-meta",
+        "fold-secrets-fields",
+    ];
     for ns in [main, gone].iter().chain(&secret_modes) {
         namespace(cp, ns, json!({"kubesink-test": "fold"})).await;
     }
@@ -149,7 +157,11 @@ async fn the_fold_equals_the_real_api_server_under_real_controllers_churn() {
 
     // Objects before kubesink starts (its initial list), and more after.
     for i in 0..3 {
-        create(&client, deployment(main, &format!("web-{i}"), 2, "nginx:1.27")).await;
+        create(
+            &client,
+            deployment(main, &format!("web-{i}"), 2, "nginx:1.27"),
+        )
+        .await;
     }
     create(&client, deployment(gone, "doomed", 3, "busybox")).await;
     for i in 0..10 {
@@ -240,8 +252,24 @@ type = "stdout"
     assert!(initial > 20, "{initial} objects");
 
     // Churn through real clients and controllers.
-    patch(&client, "apps/v1", "Deployment", Some(main), "web-0", json!({"spec": {"replicas": 6}})).await;
-    patch(&client, "apps/v1", "Deployment", Some(main), "web-1", json!({"spec": {"replicas": 0}})).await;
+    patch(
+        &client,
+        "apps/v1",
+        "Deployment",
+        Some(main),
+        "web-0",
+        json!({"spec": {"replicas": 6}}),
+    )
+    .await;
+    patch(
+        &client,
+        "apps/v1",
+        "Deployment",
+        Some(main),
+        "web-1",
+        json!({"spec": {"replicas": 0}}),
+    )
+    .await;
     patch(
         &client,
         "apps/v1",
@@ -256,7 +284,15 @@ type = "stdout"
         if i % 3 == 0 {
             delete(&client, "v1", "ConfigMap", Some(main), &format!("cm-{i}")).await;
         } else {
-            patch(&client, "v1", "ConfigMap", Some(main), &format!("cm-{i}"), json!({"data": {"n": format!("{i}-edited")}})).await;
+            patch(
+                &client,
+                "v1",
+                "ConfigMap",
+                Some(main),
+                &format!("cm-{i}"),
+                json!({"data": {"n": format!("{i}-edited")}}),
+            )
+            .await;
         }
     }
     for (ns, name) in &secrets {
@@ -273,29 +309,51 @@ type = "stdout"
     }
     for i in 0..8 {
         if i % 2 == 0 {
-            patch(&client, "kubesink.test/v1", "Widget", Some(main), &format!("w-{i}"), json!({"spec": {"size": i * 10}})).await;
+            patch(
+                &client,
+                "kubesink.test/v1",
+                "Widget",
+                Some(main),
+                &format!("w-{i}"),
+                json!({"spec": {"size": i * 10}}),
+            )
+            .await;
         } else {
-            delete(&client, "kubesink.test/v1", "Widget", Some(main), &format!("w-{i}")).await;
+            delete(
+                &client,
+                "kubesink.test/v1",
+                "Widget",
+                Some(main),
+                &format!("w-{i}"),
+            )
+            .await;
         }
     }
     // The garbage collector deletes web-2's old ReplicaSet's Pods, web-1's Pods, and (below)
     // everything of the namespace being deleted.
     delete(&client, "apps/v1", "Deployment", Some(main), "web-3").await;
     delete(&client, "v1", "Namespace", None, gone).await;
-    wait_until("the namespace controller to finish deleting fold-gone", LONG, || async {
-        let api = kube_server::dynamic(&client, "v1", "Namespace", None).await;
-        match api.get_opt(gone).await {
-            Ok(None) => Ok(()),
-            Ok(Some(ns)) => Err(ns.data["status"].to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
+    wait_until(
+        "the namespace controller to finish deleting fold-gone",
+        LONG,
+        || async {
+            let api = kube_server::dynamic(&client, "v1", "Namespace", None).await;
+            match api.get_opt(gone).await {
+                Ok(None) => Ok(()),
+                Ok(Some(ns)) => Err(ns.data["status"].to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
     .await;
     // The controllers done: every Deployment rolled out at its replica count, its old
     // ReplicaSets' Pods gone.
     wait_until("the Deployments to be rolled out", LONG, || async {
         let api = kube_server::dynamic(&client, "apps/v1", "Deployment", Some(main)).await;
-        let list = api.list(&Default::default()).await.map_err(|e| e.to_string())?;
+        let list = api
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
         let pending: Vec<String> = list
             .items
             .iter()
@@ -308,17 +366,27 @@ type = "stdout"
             })
             .map(|d| format!("{:?}: {}", d.metadata.name, d.data["status"]))
             .collect();
-        pending.is_empty().then_some(()).ok_or_else(|| pending.join("; "))
+        pending
+            .is_empty()
+            .then_some(())
+            .ok_or_else(|| pending.join("; "))
     })
     .await;
     let after = settle("after churn", &client, &k).await;
-    assert_eq!(after, 35, "8 Pods, 3 Deployments, 4 ReplicaSets, 10 ConfigMaps, 6 Secrets, 4 Widgets");
+    assert_eq!(
+        after, 35,
+        "8 Pods, 3 Deployments, 4 ReplicaSets, 10 ConfigMaps, 6 Secrets, 4 Widgets"
+    );
     eprintln!("{after} objects at the end");
 
     // Secrets: no payload mode let a value out, in any message.
     let messages = k.messages();
     let secret_messages: Vec<&Value> = messages.iter().filter(|m| m["kind"] == "Secret").collect();
-    assert!(secret_messages.len() >= secrets.len() * 2, "{} Secret messages", secret_messages.len());
+    assert!(
+        secret_messages.len() >= secrets.len() * 2,
+        "{} Secret messages",
+        secret_messages.len()
+    );
     for m in &messages {
         let text = m.to_string();
         use base64::Engine;

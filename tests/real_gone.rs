@@ -21,7 +21,9 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use kube_server::{create, delete, live_state, patch, write_kubeconfig, ControlPlane, Options, User};
+use kube_server::{
+    create, delete, live_state, patch, write_kubeconfig, ControlPlane, Options, User,
+};
 use process::Kubesink;
 use proxy::Proxy;
 use serde_json::{json, Value};
@@ -49,7 +51,11 @@ struct Setup {
 async fn setup(options: Options) -> Setup {
     let cp = start(options).await;
     let client = cp.admin().await;
-    create(&client, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+    create(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+    )
+    .await;
     for i in 0..40 {
         create(
             &client,
@@ -149,7 +155,15 @@ impl Setup {
             delete(&client, "v1", "ConfigMap", Some(NS), &name).await;
             out[0].insert(name);
             let name = format!("cm-{:02}", 10 + i);
-            patch(&client, "v1", "ConfigMap", Some(NS), &name, json!({"data": {"i": "changed"}})).await;
+            patch(
+                &client,
+                "v1",
+                "ConfigMap",
+                Some(NS),
+                &name,
+                json!({"data": {"i": "changed"}}),
+            )
+            .await;
             out[1].insert(name);
             let name = format!("new-{i}");
             create(
@@ -185,7 +199,11 @@ async fn assert_relisted_exactly(s: &Setup, before: usize, changed: &[BTreeSet<S
     assert_eq!(s.converged().await, 40);
     let sent = changes_after(&s.k, before);
     let [deleted, updated, created] = changed;
-    assert_eq!(&names(&sent, "deleted", true), deleted, "inferred deletes: {sent:#?}");
+    assert_eq!(
+        &names(&sent, "deleted", true),
+        deleted,
+        "inferred deletes: {sent:#?}"
+    );
     assert_eq!(&names(&sent, "updated", false), updated, "{sent:#?}");
     assert_eq!(&names(&sent, "added", false), created, "{sent:#?}");
     assert_eq!(sent.len(), 15, "nothing else is sent: {sent:#?}");

@@ -68,14 +68,21 @@ async fn hand_over(old: &Kubesink, new: &Kubesink) {
     let old_count = old.count();
     let grown = new.count();
     wait_until("the new leader to keep emitting", LONG, || async {
-        (new.count() > grown).then_some(()).ok_or_else(|| new.stderr())
+        (new.count() > grown)
+            .then_some(())
+            .ok_or_else(|| new.stderr())
     })
     .await;
-    assert_eq!(old.count(), old_count, "the old leader emitted after the new one began");
+    assert_eq!(
+        old.count(),
+        old_count,
+        "the old leader emitted after the new one began"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_and_the_fold_is_exact() {
+async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_and_the_fold_is_exact(
+) {
     let cp: &'static ControlPlane = kube_server::shared_async().await;
     namespace(cp, NS, json!({})).await;
     let client = cp.admin().await;
@@ -95,7 +102,15 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let name = format!("cm-{:02}", n % 20);
-                patch(&client, "v1", "ConfigMap", Some(NS), &name, json!({"data": {"v": n.to_string()}})).await;
+                patch(
+                    &client,
+                    "v1",
+                    "ConfigMap",
+                    Some(NS),
+                    &name,
+                    json!({"data": {"v": n.to_string()}}),
+                )
+                .await;
                 n += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -113,7 +128,10 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
     .await;
     let b = Kubesink::start(BIN, &config, dir.path(), "b", &identity("b"));
     wait_until("b follows", LONG, || async {
-        b.stderr().contains("following").then_some(()).ok_or_else(|| b.stderr())
+        b.stderr()
+            .contains("following")
+            .then_some(())
+            .ok_or_else(|| b.stderr())
     })
     .await;
     assert_eq!(b.count(), 0, "the follower emitted:\n{}", b.stderr());
@@ -132,7 +150,10 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
     // exits 3.
     let c = Kubesink::start(BIN, &config, dir.path(), "c", &identity("c"));
     wait_until("c follows", LONG, || async {
-        c.stderr().contains("following").then_some(()).ok_or_else(|| c.stderr())
+        c.stderr()
+            .contains("following")
+            .then_some(())
+            .ok_or_else(|| c.stderr())
     })
     .await;
     b.signal("STOP");
@@ -140,23 +161,41 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
     hand_over(&b, &c).await;
     let mut b = b;
     let code = b.signal_and_wait("CONT", LONG).await;
-    assert_eq!(code, Some(Some(3)), "the woken leader exits 3:\n{}", b.stderr());
-    assert_eq!(b.count(), frozen_at, "the woken leader emitted after losing its lease");
+    assert_eq!(
+        code,
+        Some(Some(3)),
+        "the woken leader exits 3:\n{}",
+        b.stderr()
+    );
+    assert_eq!(
+        b.count(),
+        frozen_at,
+        "the woken leader emitted after losing its lease"
+    );
 
     stop.store(true, Ordering::Relaxed);
     let edits = churn.await.expect("churn");
     eprintln!("{edits} edits under churn");
     // Every leader's stream in order, folded: equals the API server.
-    wait_until("the fold of a, b and c to equal the API server", LONG, || async {
-        let live = live_state(&client, &[("v1", "ConfigMap")], |o| o.metadata.namespace.as_deref() == Some(NS)).await;
-        let mut o = Oracle::new(Expect::STRICT.restarts());
-        for m in a_out.iter().chain(&b.messages()).chain(&c.messages()) {
-            o.apply(m);
-        }
-        o.assert_clean();
-        let got = o.fold_uids();
-        (live == got).then_some(()).ok_or_else(|| kube_server::state_diff(&live, &got))
-    })
+    wait_until(
+        "the fold of a, b and c to equal the API server",
+        LONG,
+        || async {
+            let live = live_state(&client, &[("v1", "ConfigMap")], |o| {
+                o.metadata.namespace.as_deref() == Some(NS)
+            })
+            .await;
+            let mut o = Oracle::new(Expect::STRICT.restarts());
+            for m in a_out.iter().chain(&b.messages()).chain(&c.messages()) {
+                o.apply(m);
+            }
+            o.assert_clean();
+            let got = o.fold_uids();
+            (live == got)
+                .then_some(())
+                .ok_or_else(|| kube_server::state_diff(&live, &got))
+        },
+    )
     .await;
     c.terminate().await;
 }
@@ -164,9 +203,15 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
 /// The hand-over after a SIGKILL: the dead leader's output is final; the new one emits.
 async fn hand_over_killed(_old: &[serde_json::Value], new: &Kubesink) {
     let n = new.count();
-    wait_until("the new leader's first message after the kill", LONG, || async {
-        (new.count() > n).then_some(()).ok_or_else(|| new.stderr())
-    })
+    wait_until(
+        "the new leader's first message after the kill",
+        LONG,
+        || async { (new.count() > n).then_some(()).ok_or_else(|| new.stderr()) },
+    )
     .await;
-    assert!(new.stderr().contains("became the leader"), "{}", new.stderr());
+    assert!(
+        new.stderr().contains("became the leader"),
+        "{}",
+        new.stderr()
+    );
 }

@@ -52,7 +52,13 @@ async fn config_maps(cp: &ControlPlane, ns: &str, n: usize) {
     }
 }
 
-fn write_config(dir: &std::path::Path, cp: &ControlPlane, ns: &str, watch: &str, resource: &str) -> std::path::PathBuf {
+fn write_config(
+    dir: &std::path::Path,
+    cp: &ControlPlane,
+    ns: &str,
+    watch: &str,
+    resource: &str,
+) -> std::path::PathBuf {
     let path = dir.join("kubesink.toml");
     std::fs::write(
         &path,
@@ -211,7 +217,15 @@ async fn a_continue_token_that_expires_mid_list_starts_the_list_over() {
     })
     .await;
     kube_server::delete(&client, "v1", "ConfigMap", Some("expire"), "cm-0059").await;
-    kube_server::patch(&client, "v1", "ConfigMap", Some("expire"), "cm-0001", json!({"data": {"i": "changed"}})).await;
+    kube_server::patch(
+        &client,
+        "v1",
+        "ConfigMap",
+        Some("expire"),
+        "cm-0001",
+        json!({"data": {"i": "changed"}}),
+    )
+    .await;
     let revision = cp.compact_etcd();
     eprintln!("etcd compacted at revision {revision}");
     synced(&k).await;
@@ -220,7 +234,11 @@ async fn a_continue_token_that_expires_mid_list_starts_the_list_over() {
     eprintln!("configmaps requests: {after:?} (before {before:?})");
     let gone = after.get("LIST").unwrap_or(&0.0) - before.get("LIST").unwrap_or(&0.0);
     // 6 pages, plus those read again after the 410.
-    assert!(gone > 6.0, "the list was not started over: {gone} LISTs:\n{}", k.stderr());
+    assert!(
+        gone > 6.0,
+        "the list was not started over: {gone} LISTs:\n{}",
+        k.stderr()
+    );
     assert!(
         k.stderr().contains("continue token expired (410)"),
         "the real 410 is logged:\n{}",

@@ -48,8 +48,11 @@ async fn get(client: &kube::Client, url: &str) -> (u16, String) {
 
 fn write(dir: &Path, name: &str, exchanges: Vec<Value>) -> PathBuf {
     let path = dir.join(name);
-    std::fs::write(&path, serde_json::to_string_pretty(&exchanges).expect("json"))
-        .expect("write recording");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&exchanges).expect("json"),
+    )
+    .expect("write recording");
     path
 }
 
@@ -97,7 +100,11 @@ async fn record_lists_and_watches_of_the_real_api_server() {
     ] {
         let (status, body) = get(&client, &url).await;
         assert_eq!(status, 200, "{url}: {body}");
-        written.push(write(&dir, name, vec![exchange(&url, "GET", status, &body)]));
+        written.push(write(
+            &dir,
+            name,
+            vec![exchange(&url, "GET", status, &body)],
+        ));
     }
     // A plain watch (ADDED for what exists), and the streaming-list form ending with the
     // initial-events-end bookmark; both end by their timeout.
@@ -119,17 +126,29 @@ async fn record_lists_and_watches_of_the_real_api_server() {
         let exchanges: Vec<Value> = serde_json::from_str(&text).expect("a JSON array");
         for ex in &exchanges {
             let body = ex["response_body"].as_str().expect("response_body");
-            if ex["request_url"].as_str().unwrap_or_default().contains("watch=true") {
+            if ex["request_url"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("watch=true")
+            {
                 let events: Vec<Value> = body
                     .lines()
                     .filter(|l| !l.trim().is_empty())
                     .map(|l| serde_json::from_str(l).expect("a watch event per line"))
                     .collect();
-                assert!(events.iter().filter(|e| e["type"] == "ADDED").count() >= 3, "{body}");
-                if ex["request_url"].as_str().unwrap_or_default().contains("sendInitialEvents") {
+                assert!(
+                    events.iter().filter(|e| e["type"] == "ADDED").count() >= 3,
+                    "{body}"
+                );
+                if ex["request_url"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("sendInitialEvents")
+                {
                     assert!(
                         events.iter().any(|e| e["type"] == "BOOKMARK"
-                            && e["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true"),
+                            && e["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"]
+                                == "true"),
                         "no initial-events-end bookmark: {body}"
                     );
                 }

@@ -61,18 +61,24 @@ type = "stdout"
 
 const KINDS: &[(&str, &str)] = &[("v1", "ConfigMap"), ("apps/v1", "Deployment")];
 
-/// Waits until the fold of `runs` (in order) equals the live objects of `ns`.
-async fn converged(cp: &ControlPlane, ns: &str, runs: &[&[Value]]) {
+/// Waits until the fold of `first`'s messages then `second`'s (read anew each time)
+/// equals the live objects of `ns`.
+async fn converged(cp: &ControlPlane, ns: &str, first: &[Value], second: &Kubesink) {
     let client = cp.admin().await;
     wait_until("the fold to equal the API server", LONG, || async {
-        let live = live_state(&client, KINDS, |o| o.metadata.namespace.as_deref() == Some(ns)).await;
+        let live = live_state(&client, KINDS, |o| {
+            o.metadata.namespace.as_deref() == Some(ns)
+        })
+        .await;
         let mut o = Oracle::new(Expect::STRICT.restarts());
-        for m in runs.iter().flat_map(|r| r.iter()) {
+        for m in first.iter().chain(&second.messages()) {
             o.apply(m);
         }
         o.assert_clean();
         let got = o.fold_uids();
-        (live == got).then_some(live.len()).ok_or_else(|| kube_server::state_diff(&live, &got))
+        (live == got)
+            .then_some(live.len())
+            .ok_or_else(|| kube_server::state_diff(&live, &got))
     })
     .await;
 }
@@ -104,13 +110,18 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
     let first = Kubesink::start(BIN, &config, dir.path(), "first", &[]);
     // Through the controllers' updates of the Deployment's status.
     wait_until("the first run to converge", LONG, || async {
-        let live = live_state(&client, KINDS, |o| o.metadata.namespace.as_deref() == Some(ns)).await;
+        let live = live_state(&client, KINDS, |o| {
+            o.metadata.namespace.as_deref() == Some(ns)
+        })
+        .await;
         let mut o = Oracle::new(Expect::STRICT);
         for m in first.messages() {
             o.apply(&m);
         }
         let got = o.fold_uids();
-        (live == got).then_some(()).ok_or_else(|| kube_server::state_diff(&live, &got))
+        (live == got)
+            .then_some(())
+            .ok_or_else(|| kube_server::state_diff(&live, &got))
     })
     .await;
     let first = first.terminate().await;
@@ -121,7 +132,15 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
         delete(&client, "v1", "ConfigMap", Some(ns), &name).await;
         changed[0].insert(name);
         let name = format!("cm-{:02}", 10 + i);
-        patch(&client, "v1", "ConfigMap", Some(ns), &name, json!({"data": {"v": "1"}})).await;
+        patch(
+            &client,
+            "v1",
+            "ConfigMap",
+            Some(ns),
+            &name,
+            json!({"data": {"v": "1"}}),
+        )
+        .await;
         changed[1].insert(name);
         let name = format!("new-{i}");
         create(
@@ -132,7 +151,7 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
         changed[2].insert(name);
     }
     let second = Kubesink::start(BIN, &config, dir.path(), "second", &[]);
-    converged(cp, ns, &[&first, &second.messages()]).await;
+    converged(cp, ns, &first, &second).await;
     let all = second.terminate().await;
     // The Deployment: re-sent only if its controller really changed it meanwhile.
     assert!(
@@ -141,7 +160,10 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
             .all(|m| m["op"] == "updated"),
         "{all:#?}"
     );
-    let sent: Vec<Value> = all.into_iter().filter(|m| m["kind"] == "ConfigMap").collect();
+    let sent: Vec<Value> = all
+        .into_iter()
+        .filter(|m| m["kind"] == "ConfigMap")
+        .collect();
     let names = |op: &str| -> BTreeSet<String> {
         sent.iter()
             .filter(|m| m["op"] == op)

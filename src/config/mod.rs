@@ -34,11 +34,11 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::destinations::SinkConfig;
 pub use cluster::{Cluster, ClusterConfig, ClusterEntry};
+pub use env::{is_service_link, service_link_variables};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
 #[cfg(feature = "kafka")]
 pub(crate) use load::kafka_sinks;
-pub use env::{is_service_link, service_link_variables};
 pub use load::{load, load_resources, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{

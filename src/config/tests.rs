@@ -51,7 +51,11 @@ fn kubelet_service_link_variables_are_not_configuration() {
         jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
         let services = [
             kubelet_service_env("kubesink-metrics", "10.96.0.7", &[("metrics", 9090, "TCP")]),
-            kubelet_service_env("kubesink", "10.96.0.8", &[("", 9090, "TCP"), ("a-b", 81, "UDP")]),
+            kubelet_service_env(
+                "kubesink",
+                "10.96.0.8",
+                &[("", 9090, "TCP"), ("a-b", 81, "UDP")],
+            ),
             kubelet_service_env("kubesink-nats", "fd00::12", &[("client", 4222, "TCP")]),
         ];
         for (name, value) in services.iter().flatten() {
@@ -64,7 +68,10 @@ fn kubelet_service_link_variables_are_not_configuration() {
         jail.set_env("KUBESINK_PIPELINE_LINGER", "5s");
         let errs = errors_of(None);
         assert_eq!(errs.len(), 1, "{errs:?}");
-        assert!(errs[0].starts_with("pipeline_linger: unknown section"), "{errs:?}");
+        assert!(
+            errs[0].starts_with("pipeline_linger: unknown section"),
+            "{errs:?}"
+        );
         Ok(())
     });
 }

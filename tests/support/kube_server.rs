@@ -413,11 +413,7 @@ impl ControlPlane {
     }
 
     fn apiserver_args(&self) -> Vec<String> {
-        let etcd_url = etcd()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .url
-            .clone();
+        let etcd_url = etcd().lock().unwrap_or_else(|p| p.into_inner()).url.clone();
         let issuer = "https://kubernetes.default.svc.cluster.local";
         let mut args: Vec<String> = vec![
             format!("--etcd-servers={etcd_url}"),
@@ -579,7 +575,12 @@ impl ControlPlane {
             .token
             .expect("a token");
         let path = dir.join(format!("{namespace}-{name}.kubeconfig"));
-        write_kubeconfig(&path, &self.url, &self.pki.pem("ca.crt"), User::Token(token));
+        write_kubeconfig(
+            &path,
+            &self.url,
+            &self.pki.pem("ca.crt"),
+            User::Token(token),
+        );
         path
     }
 
@@ -649,18 +650,14 @@ impl ControlPlane {
 
     /// etcd's current revision (its JSON gateway).
     pub fn etcd_revision(&self) -> i64 {
-        let url = etcd()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .url
-            .clone();
+        let url = etcd().lock().unwrap_or_else(|p| p.into_inner()).url.clone();
         let addr: SocketAddr = url
             .trim_start_matches("http://")
             .parse()
             .expect("etcd addr");
         // A range over one key ("/" in base64) returns the header with the revision.
-        let body = http_plain(addr, "POST", "/v3/kv/range", r#"{"key":"Lw=="}"#)
-            .expect("etcd range");
+        let body =
+            http_plain(addr, "POST", "/v3/kv/range", r#"{"key":"Lw=="}"#).expect("etcd range");
         let v: serde_json::Value = serde_json::from_str(&body).expect("etcd JSON");
         v["header"]["revision"]
             .as_str()
@@ -673,11 +670,7 @@ impl ControlPlane {
     /// reaches etcd gets 410 Gone. Returns the revision.
     pub fn compact_etcd(&self) -> i64 {
         let revision = self.etcd_revision();
-        let url = etcd()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .url
-            .clone();
+        let url = etcd().lock().unwrap_or_else(|p| p.into_inner()).url.clone();
         let addr: SocketAddr = url
             .trim_start_matches("http://")
             .parse()
@@ -779,7 +772,11 @@ fn block_on<T: Send + 'static>(f: impl std::future::Future<Output = T> + Send + 
 pub type State = BTreeMap<(String, String, String), (String, String)>;
 
 /// The API resource of `api_version`/`kind`, from the server's discovery.
-pub async fn api_resource(client: &kube::Client, api_version: &str, kind: &str) -> kube::discovery::ApiResource {
+pub async fn api_resource(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+) -> kube::discovery::ApiResource {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
     kube::discovery::pinned_kind(client, &gvk)
@@ -805,7 +802,10 @@ pub async fn dynamic(
 
 /// Creates `object` (its `apiVersion`, `kind` and `metadata.namespace` say where).
 pub async fn create(client: &kube::Client, object: serde_json::Value) -> kube::api::DynamicObject {
-    let api = object["apiVersion"].as_str().expect("apiVersion").to_owned();
+    let api = object["apiVersion"]
+        .as_str()
+        .expect("apiVersion")
+        .to_owned();
     let kind = object["kind"].as_str().expect("kind").to_owned();
     let ns = object["metadata"]["namespace"].as_str().map(str::to_owned);
     let obj: kube::api::DynamicObject = serde_json::from_value(object).expect("object");

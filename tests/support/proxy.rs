@@ -76,7 +76,12 @@ impl Proxy {
     /// Cuts every open connection (each side sees a reset or EOF mid-stream) and goes on
     /// listening: clients reconnect at once.
     pub fn reset(&self) {
-        for c in self.conns.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for c in self
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             c.abort();
         }
     }
@@ -98,4 +103,3 @@ impl Drop for Proxy {
         self.stop();
     }
 }
-
