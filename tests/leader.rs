@@ -288,7 +288,13 @@ async fn two_replicas_on_one_host_with_default_identities_elect_one_leader() {
     let holder = |log: &str| {
         let line = log.lines().find(|l| l.contains("became the leader"))?;
         let at = line.find("identity=")? + "identity=".len();
-        Some(line[at..].split_whitespace().next()?.trim_matches('"').to_owned())
+        Some(
+            line[at..]
+                .split_whitespace()
+                .next()?
+                .trim_matches('"')
+                .to_owned(),
+        )
     };
     let leader = holder(&a.log()).unwrap_or_else(|| panic!("{}", a.log()));
     let (host, suffix) = leader.rsplit_once('_').unwrap_or_default();

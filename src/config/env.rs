@@ -43,10 +43,22 @@ static SHAPES: LazyLock<Vec<(Regex, Value)>> = LazyLock::new(|| {
         (r"^[A-Z0-9_]+_SERVICE_HOST$", Value::Ip),
         (r"^[A-Z0-9_]+_SERVICE_PORT(?:_[A-Z0-9_]+)?$", Value::Port),
         (r"^[A-Z0-9_]+_PORT$", Value::Url),
-        (r"^[A-Z0-9_]+_PORT_(?P<num>[0-9]+)_(?P<proto>TCP|UDP|SCTP)$", Value::Url),
-        (r"^[A-Z0-9_]+_PORT_(?P<num>[0-9]+)_(?P<proto>TCP|UDP|SCTP)_PROTO$", Value::Proto),
-        (r"^[A-Z0-9_]+_PORT_(?P<num>[0-9]+)_(?P<proto>TCP|UDP|SCTP)_PORT$", Value::Num),
-        (r"^[A-Z0-9_]+_PORT_(?P<num>[0-9]+)_(?P<proto>TCP|UDP|SCTP)_ADDR$", Value::Ip),
+        (
+            r"^[A-Z0-9_]+_PORT_(?P<num>[0-9]+)_(?P<proto>TCP|UDP|SCTP)$",
+            Value::Url,
+        ),
+        (
+            r"^[A-Z0-9_]+_PORT_(?P<num>[0-9]+)_(?P<proto>TCP|UDP|SCTP)_PROTO$",
+            Value::Proto,
+        ),
+        (
+            r"^[A-Z0-9_]+_PORT_(?P<num>[0-9]+)_(?P<proto>TCP|UDP|SCTP)_PORT$",
+            Value::Num,
+        ),
+        (
+            r"^[A-Z0-9_]+_PORT_(?P<num>[0-9]+)_(?P<proto>TCP|UDP|SCTP)_ADDR$",
+            Value::Ip,
+        ),
     ]
     .into_iter()
     // The patterns are constants: each compiles (the tests run every one).
@@ -174,7 +186,11 @@ pub(crate) mod tests {
         let services = [
             kubelet_service_env("kubesink-metrics", "10.96.0.7", &[("metrics", 9090, "TCP")]),
             kubesink_two_ports(),
-            kubelet_service_env("kubesink-dns", "fd00::a", &[("", 53, "UDP"), ("tcp", 53, "TCP")]),
+            kubelet_service_env(
+                "kubesink-dns",
+                "fd00::a",
+                &[("", 53, "UDP"), ("tcp", 53, "TCP")],
+            ),
             kubelet_service_env("kubesink-sctp", "10.0.0.9", &[("x-y", 7, "SCTP")]),
         ];
         for (name, value) in services.iter().flatten() {
