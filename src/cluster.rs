@@ -19,8 +19,11 @@ use crate::config::{Cluster, ResourceConfig};
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// The kubeconfig could not be read or used.
-    #[error("cluster.kubeconfig {path}: {source}")]
+    #[error("{key} {path}: {source}")]
     Kubeconfig {
+        /// The configuration key: `cluster.kubeconfig` or `clusters.N.kubeconfig` (with
+        /// `(unset)` when the default was used).
+        key: String,
         /// The file (or `KUBECONFIG / ~/.kube/config`).
         path: String,
         /// kube's error.
@@ -91,6 +94,7 @@ pub async fn client_as(cfg: &Cluster, user: Option<&str>) -> Result<Client, Clus
     };
     let config = if let Some(path) = &cfg.kubeconfig {
         let kc_err = |source| ClusterError::Kubeconfig {
+            key: cfg.kubeconfig_key(),
             path: path.display().to_string(),
             source,
         };
@@ -104,6 +108,7 @@ pub async fn client_as(cfg: &Cluster, user: Option<&str>) -> Result<Client, Clus
         Config::from_kubeconfig(&options)
             .await
             .map_err(|source| ClusterError::Kubeconfig {
+                key: format!("{} (unset)", cfg.kubeconfig_key()),
                 path: "KUBECONFIG / ~/.kube/config".to_owned(),
                 source,
             })?
