@@ -63,6 +63,12 @@ pub struct CheckArgs {
     /// `--as`.
     #[arg(long)]
     pub online: bool,
+    /// Fail (exit 1) on what is only a warning otherwise because it may be fine where
+    /// kubesink runs: a file the configuration names (a kubeconfig, a sink's credentials
+    /// file or certificates, the NATS state store's credentials file) that is not here. For
+    /// a check run where kubesink runs (its Pod, or CI with the same files mounted).
+    #[arg(long)]
+    pub strict: bool,
     /// With `--online`: ask as this user (impersonation, as `kubectl --as`), e.g.
     /// `system:serviceaccount:kubesink:kubesink`; your own identity needs the `impersonate`
     /// verb on it.

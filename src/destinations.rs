@@ -81,6 +81,12 @@ impl SinkConfig {
         self.destination().warnings(index)
     }
 
+    /// The files the sink reads when built, as `(key inside the entry, path)`
+    /// ([`Destination::files`]).
+    pub fn files(&self) -> Vec<(String, std::path::PathBuf)> {
+        self.destination().files()
+    }
+
     /// Builds the sink (connecting where the destination needs it).
     ///
     /// # Errors

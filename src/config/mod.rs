@@ -34,11 +34,11 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::destinations::SinkConfig;
 pub use cluster::{Cluster, ClusterConfig, ClusterEntry};
+pub use env::{is_service_link, service_link_variables};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
 #[cfg(feature = "kafka")]
 pub(crate) use load::kafka_sinks;
-pub use env::{is_service_link, service_link_variables};
 pub use load::{load, load_resources, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{
@@ -50,7 +50,7 @@ pub use state::StateKafkaConfig;
 #[cfg(feature = "nats")]
 pub use state::StateNatsConfig;
 pub use state::{StateBackend, StateConfig};
-pub use warn::{warnings, GROUP_ALIASES};
+pub use warn::{missing_files, warnings, GROUP_ALIASES};
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -104,6 +104,27 @@ impl Default for Config {
             sinks: default_sinks(),
             state: StateConfig::default(),
         }
+    }
+}
+
+impl Config {
+    /// The effective configuration as TOML, as `kubesink check` prints it (secrets masked),
+    /// in a form that loads again: the `[state.nats]` and `[state.kafka]` tables are left out
+    /// unless that is the backend (their settings without it are an error).
+    ///
+    /// # Errors
+    /// When the configuration cannot be written as TOML.
+    pub fn to_effective_toml(&self) -> Result<String, toml::ser::Error> {
+        let mut value = toml::Value::try_from(self)?;
+        if let Some(toml::Value::Table(state)) = value.get_mut("state") {
+            let backend = self.state.backend.name();
+            for other in ["nats", "kafka"] {
+                if other != backend {
+                    state.remove(other);
+                }
+            }
+        }
+        toml::to_string_pretty(&value)
     }
 }
 

@@ -99,6 +99,22 @@ pub struct KafkaConfig {
     pub librdkafka: Passthrough,
 }
 
+/// What librdkafka itself refuses in a passthrough map (an unknown property, a bad value),
+/// found by creating a producer with it alone (no connection is made): what the sink's
+/// build, or the state store's, would refuse at start. `None` when it accepts them.
+pub fn refused_properties(properties: &BTreeMap<String, String>) -> Option<String> {
+    if properties.is_empty() {
+        return None;
+    }
+    let mut c = rdkafka::ClientConfig::new();
+    for (k, v) in properties {
+        c.set(k, v);
+    }
+    c.create::<rdkafka::producer::BaseProducer>()
+        .err()
+        .map(|e| e.to_string())
+}
+
 /// The `librdkafka` passthrough map: property → value. `Debug` and `Serialize` print the
 /// value of every credential property ([`is_secret_property`]) as `***`; deserializing keeps
 /// the real value, and [`Deref`](std::ops::Deref) gives the map.
@@ -631,6 +647,13 @@ impl Destination for KafkaConfig {
                 "ssl_certificate_location and ssl_key_location go together (mutual TLS)",
             ));
         }
+        if let Some(e) = refused_properties(&self.librdkafka) {
+            errs.push(self.invalid(
+                index,
+                "librdkafka",
+                format!("librdkafka refuses these properties: {e}"),
+            ));
+        }
         for key in self.librdkafka.keys() {
             if let Some((_, option)) = MANAGED_PROPERTIES.iter().find(|(p, _)| p == key) {
                 errs.push(self.invalid(
@@ -643,6 +666,23 @@ impl Destination for KafkaConfig {
             }
         }
         errs
+    }
+
+    /// `security.ssl_ca_location`, `ssl_certificate_location` and `ssl_key_location`:
+    /// librdkafka reads them when the producer is created (a missing one stops `run`).
+    fn files(&self) -> Vec<(String, std::path::PathBuf)> {
+        let s = &self.security;
+        [
+            ("security.ssl_ca_location", &s.ssl_ca_location),
+            (
+                "security.ssl_certificate_location",
+                &s.ssl_certificate_location,
+            ),
+            ("security.ssl_key_location", &s.ssl_key_location),
+        ]
+        .into_iter()
+        .filter_map(|(key, path)| Some((key.to_owned(), path.as_ref()?.into())))
+        .collect()
     }
 
     /// Settings that work but weaken security, one sentence each (for `kubesink check` and

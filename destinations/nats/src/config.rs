@@ -674,6 +674,15 @@ impl Destination for NatsConfig {
         errs
     }
 
+    /// `auth.credentials_file`: read when the sink is built (a missing one stops `run`).
+    fn files(&self) -> Vec<(String, std::path::PathBuf)> {
+        self.auth
+            .credentials_file
+            .iter()
+            .map(|p| ("auth.credentials_file".to_owned(), p.clone()))
+            .collect()
+    }
+
     /// Settings that work but weaken security, one sentence each naming the entry and key:
     /// every credential that may go without TLS ([`plaintext_credentials`]). TLS verification
     /// itself cannot be turned off.

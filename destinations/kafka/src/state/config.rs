@@ -275,19 +275,13 @@ impl StateKafkaConfig {
         if self.timeout.get().is_zero() {
             bad("timeout", "must be greater than zero".into());
         }
-        if !self.librdkafka.is_empty() {
-            // What librdkafka itself refuses (an unknown property, a bad value) is found now,
-            // not when the watches wait for a store that can never open.
-            let mut c = rdkafka::ClientConfig::new();
-            for (k, v) in self.librdkafka.iter() {
-                c.set(k, v);
-            }
-            if let Err(e) = c.create::<rdkafka::producer::BaseProducer>() {
-                bad(
-                    "librdkafka",
-                    format!("librdkafka refuses these properties: {e}"),
-                );
-            }
+        // What librdkafka itself refuses (an unknown property, a bad value) is found now,
+        // not when the watches wait for a store that can never open.
+        if let Some(e) = crate::config::refused_properties(&self.librdkafka) {
+            bad(
+                "librdkafka",
+                format!("librdkafka refuses these properties: {e}"),
+            );
         }
         for key in self.librdkafka.keys() {
             if key == "bootstrap.servers" || key == "metadata.broker.list" {
