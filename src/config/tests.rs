@@ -51,7 +51,11 @@ fn kubelet_service_link_variables_are_not_configuration() {
         jail.set_env("KUBESINK_CLUSTER__NAME", "prod");
         let services = [
             kubelet_service_env("kubesink-metrics", "10.96.0.7", &[("metrics", 9090, "TCP")]),
-            kubelet_service_env("kubesink", "10.96.0.8", &[("", 9090, "TCP"), ("a-b", 81, "UDP")]),
+            kubelet_service_env(
+                "kubesink",
+                "10.96.0.8",
+                &[("", 9090, "TCP"), ("a-b", 81, "UDP")],
+            ),
             kubelet_service_env("kubesink-nats", "fd00::12", &[("client", 4222, "TCP")]),
         ];
         for (name, value) in services.iter().flatten() {
@@ -64,7 +68,10 @@ fn kubelet_service_link_variables_are_not_configuration() {
         jail.set_env("KUBESINK_PIPELINE_LINGER", "5s");
         let errs = errors_of(None);
         assert_eq!(errs.len(), 1, "{errs:?}");
-        assert!(errs[0].starts_with("pipeline_linger: unknown section"), "{errs:?}");
+        assert!(
+            errs[0].starts_with("pipeline_linger: unknown section"),
+            "{errs:?}"
+        );
         Ok(())
     });
 }
@@ -1257,4 +1264,34 @@ fn a_state_backends_name_is_its_spelling_in_the_configuration() {
     for b in all {
         assert_eq!(serde_json::to_value(b).unwrap(), b.name(), "{b:?}");
     }
+}
+
+#[test]
+fn a_bad_value_in_a_sink_entry_does_not_hide_the_entrys_other_problems() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        // One type mistake (acks) and three mistakes only the sink's own checks see (no
+        // bootstrap_servers, a bad topic template, mutual TLS half set): one run names all.
+        jail.create_file(
+            "f.toml",
+            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"kafka\"\nacks = \"two\"\ntopic = \"a b\"\n[sinks.security]\nssl_certificate_location = \"/c\"\n[[sinks]]\ntype = \"nats\"\nmax_in_flight = \"many\"\nsubject = \"\"\n",
+        )?;
+        let errs = errors_of(Some(Path::new("f.toml")));
+        let all = errs.join("\n");
+        for want in [
+            "sinks.0.acks: ",
+            "sinks.0.bootstrap_servers: required",
+            "sinks.0.topic: ",
+            "sinks.0.security.ssl_key_location: ",
+            "sinks.1.max_in_flight: ",
+            "sinks.1.subject: ",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        assert!(
+            !all.contains("sinks.1.max_in_flight: must be at least 1"),
+            "the taken-out value is not reported again by its default: {all}"
+        );
+        Ok(())
+    });
 }
