@@ -378,6 +378,15 @@ async fn auto_falls_back_to_paged_lists_when_the_feature_gate_is_off_and_says_so
     assert!(streams <= 1, "each informer tried once at most");
     assert!(requests(&c, "/api/v1/namespaces/default/pods").0 == streams);
     assert!(lists >= 1);
+    // Every line of a watch names its strategy once: the one of its time.
+    let spans = run.logs.of(&run.cluster, "strategy=");
+    assert!(
+        spans.iter().any(|l| l.contains("strategy=\"list\"")),
+        "{spans:#?}"
+    );
+    for l in &spans {
+        assert_eq!(l.matches("strategy=").count(), 1, "{l}");
+    }
     run.bridge.shutdown().await;
 }
 
