@@ -499,6 +499,13 @@ impl Informer {
         }
         let reason = match failure {
             WatchFailure::NoStreaming(why) => why.clone(),
+            // A selector the server rejects fails the paged list too: not a reason to
+            // give streaming lists up, but the error to report (`failed`).
+            WatchFailure::Api { status, .. }
+                if self.requests.selector_rejected(status).is_some() =>
+            {
+                return false
+            }
             WatchFailure::Api { status, .. } if STREAM_REFUSALS.contains(&status.code) => {
                 format!("the server refuses it: {status}")
             }
@@ -620,7 +627,19 @@ impl Informer {
             (WatchFailure::Transport(_), _) => FailureKind::Unreachable,
             _ => FailureKind::Broken,
         };
-        self.stats.set_failure(kind, format!("{what}: {failure}"));
+        let rejected = match &failure {
+            WatchFailure::Api { status, .. } => self.requests.selector_rejected(status),
+            _ => None,
+        };
+        self.stats.set_failure(
+            kind,
+            format!(
+                "{what}: {}",
+                rejected
+                    .as_ref()
+                    .map_or_else(|| failure.to_string(), Clone::clone)
+            ),
+        );
         let at = self.last_rv.clone().unwrap_or_default();
         let failed = match &failure {
             WatchFailure::Gone(_) => Failed::Gone,
@@ -758,6 +777,15 @@ impl Informer {
             } => {
                 // One streak per status, whether the watch or the list that follows meets it.
                 let signature = format!("status {}", status.code);
+                if let Some(rejected) = self.requests.selector_rejected(status) {
+                    self.stats.other_errors.fetch_add(1, Ordering::Relaxed);
+                    self.log_failure(
+                        "selector rejected",
+                        &format!("{what}: {rejected}; fix the resource's selector (`kubesink check --online` asks the API server); retrying"),
+                        retry_in,
+                    );
+                    return;
+                }
                 match status.code {
                     401 | 403 => {
                         self.stats.forbidden.fetch_add(1, Ordering::Relaxed);
