@@ -13,7 +13,7 @@ use super::syntax::{check_label_key, check_label_value};
 use super::{Config, ResourceConfig};
 
 /// `[cluster]`: the connection and the label every message carries.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Required. The cluster's name: the `cluster` field of every message and the value of the
@@ -48,7 +48,7 @@ impl Default for ClusterConfig {
 /// One `[[clusters]]` entry: a cluster of a multi-cluster process. Each has its own client,
 /// its own watches and its own name on every message; one that is unreachable or forbids
 /// access does not stop the others.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterEntry {
     /// Required. The cluster's name (as `cluster.name`).

@@ -53,7 +53,7 @@ pub use state::{StateBackend, StateConfig};
 pub use warn::{missing_files, warnings, GROUP_ALIASES};
 
 /// The whole configuration.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Which cluster to watch and how it is labelled (the single-cluster form).
@@ -108,6 +108,24 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The JSON Schema (draft-07) of the configuration file, generated from these types (their
+    /// doc comments are the descriptions, serde's names and defaults the keys): what
+    /// `config/kubesink.schema.json` holds for editors (TOML language servers such as taplo
+    /// read JSON Schema) and the Helm chart's `values.schema.json` checks `config` against.
+    /// A test keeps both files in step with it. It knows types, names and allowed values; the
+    /// checks across keys are `kubesink check`'s.
+    pub fn json_schema() -> serde_json::Value {
+        let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+        let mut schema = serde_json::Value::from(generator.into_root_schema_for::<Config>());
+        if let Some(root) = schema.as_object_mut() {
+            root.insert(
+                "title".into(),
+                "kubesink configuration (kubesink.toml)".into(),
+            );
+        }
+        schema
+    }
+
     /// The effective configuration as TOML, as `kubesink check` prints it (secrets masked),
     /// in a form that loads again: the `[state.nats]` and `[state.kafka]` tables are left out
     /// unless that is the backend (their settings without it are an error).

@@ -26,7 +26,7 @@ use crate::KafkaSink;
 ///
 /// Defaults give the delivery guarantees of `docs/kafka.md`: the idempotent producer with
 /// `acks = all`, record key = message key, tombstones after deletes.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Name used in logs; unique among sinks. Default `"kafka"`.
@@ -118,7 +118,7 @@ pub fn refused_properties(properties: &BTreeMap<String, String>) -> Option<Strin
 /// The `librdkafka` passthrough map: property → value. `Debug` and `Serialize` print the
 /// value of every credential property ([`is_secret_property`]) as `***`; deserializing keeps
 /// the real value, and [`Deref`](std::ops::Deref) gives the map.
-#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Passthrough(pub BTreeMap<String, String>);
 
@@ -188,7 +188,7 @@ pub const DEFAULT_TOPIC_PROPAGATION_MAX_MS: &str = "5000";
 pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "1000";
 
 /// `[sinks.security]` of a Kafka sink.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSecurity {
     /// `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`. Default
@@ -221,7 +221,9 @@ pub struct KafkaSecurity {
 }
 
 /// `compression.type`.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     /// No compression.
@@ -251,6 +253,22 @@ pub enum Acks {
     /// No acknowledgement.
     #[serde(rename = "0")]
     None,
+}
+
+/// `acks`'s JSON Schema: `"all"`, `"1"` or `"0"`, or librdkafka's numbers.
+impl schemars::JsonSchema for Acks {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Acks".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "\"all\" (every in-sync replica), \"1\" (the leader) or \"0\" (none); also -1, 1 or 0.",
+            "anyOf": [
+                { "type": "string", "enum": ["all", "1", "0", "-1"] },
+                { "type": "integer", "enum": [-1, 1, 0] }
+            ]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for Acks {
@@ -290,7 +308,9 @@ impl<'de> Deserialize<'de> for Acks {
 }
 
 /// `security.protocol`.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
     /// No TLS, no SASL (the default).
@@ -305,7 +325,7 @@ pub enum Protocol {
 }
 
 /// `sasl.mechanism`.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub enum SaslMechanism {
     /// `PLAIN`.
     #[serde(rename = "PLAIN")]

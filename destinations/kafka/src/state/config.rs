@@ -13,7 +13,7 @@ use crate::{KafkaConfig, Passthrough, Properties};
 /// The connection is a `[[sinks]]` Kafka entry's (`sink`, or the only Kafka sink when neither
 /// `sink` nor `bootstrap_servers` is set), or its own (`bootstrap_servers` and librdkafka
 /// properties in `librdkafka`, e.g. `"security.protocol" = "sasl_ssl"`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateKafkaConfig {
     /// The name of the `[[sinks]]` Kafka entry whose connection (`bootstrap_servers`,
