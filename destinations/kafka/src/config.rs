@@ -102,6 +102,8 @@ pub struct KafkaConfig {
 /// What librdkafka itself refuses in a passthrough map (an unknown property, a bad value),
 /// found by creating a producer with it alone (no connection is made): what the sink's
 /// build, or the state store's, would refuse at start. `None` when it accepts them.
+/// librdkafka's message quotes the refused property's value: a credential property's
+/// ([`is_secret_property`]) is replaced by `***`.
 pub fn refused_properties(properties: &BTreeMap<String, String>) -> Option<String> {
     if properties.is_empty() {
         return None;
@@ -110,9 +112,16 @@ pub fn refused_properties(properties: &BTreeMap<String, String>) -> Option<Strin
     for (k, v) in properties {
         c.set(k, v);
     }
-    c.create::<rdkafka::producer::BaseProducer>()
-        .err()
-        .map(|e| e.to_string())
+    let mut text = c
+        .create::<rdkafka::producer::BaseProducer>()
+        .err()?
+        .to_string();
+    for (k, v) in properties {
+        if is_secret_property(k) && !v.is_empty() {
+            text = text.replace(v.as_str(), "***");
+        }
+    }
+    Some(text)
 }
 
 /// The `librdkafka` passthrough map: property → value. `Debug` and `Serialize` print the
