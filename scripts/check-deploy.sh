@@ -86,6 +86,10 @@ if [ "$(cat "$SCHEMA_DIR/.installed" 2>/dev/null)" != "$COMPOSE_SCHEMA_PKG" ]; t
 fi
 
 KUBESINK="${KUBESINK_BIN:-${CARGO_TARGET_DIR:-target}/debug/kubesink}"
+SIM="${KUBESINK_SIM_BIN:-${CARGO_TARGET_DIR:-target}/debug/kubesink-sim}"
+# Read, then gone: kubesink reads every KUBESINK_* variable as configuration (KUBESINK_BIN
+# would be an unknown section "bin" to each `kubesink check` below).
+unset KUBESINK_BIN KUBESINK_SIM_BIN
 if [ ! -x "$KUBESINK" ]; then
   echo "== building kubesink (for \`kubesink rbac\` and \`kubesink check\`)"
   cargo build --quiet --bin kubesink
@@ -294,7 +298,6 @@ fi
 
 # --- 10: the kubelet's environment -----------------------------------------------------------
 echo "== the environment a kubelet builds (service links, downward API, secretEnv)"
-SIM="${KUBESINK_SIM_BIN:-${CARGO_TARGET_DIR:-target}/debug/kubesink-sim}"
 if [ ! -x "$SIM" ]; then
   cargo build --quiet -p kubesink-sim --bin kubesink-sim
 fi

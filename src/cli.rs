@@ -63,6 +63,12 @@ pub struct CheckArgs {
     /// `--as`.
     #[arg(long)]
     pub online: bool,
+    /// Fail (exit 1) on what is only a warning otherwise because it may be fine where
+    /// kubesink runs: a file the configuration names (a kubeconfig, a sink's credentials
+    /// file or certificates, the NATS state store's credentials file) that is not here. For
+    /// a check run where kubesink runs (its Pod, or CI with the same files mounted).
+    #[arg(long)]
+    pub strict: bool,
     /// With `--online`: ask as this user (impersonation, as `kubectl --as`), e.g.
     /// `system:serviceaccount:kubesink:kubesink`; your own identity needs the `impersonate`
     /// verb on it.
@@ -116,6 +122,14 @@ pub struct FoldArgs {
     /// (`missing`, `ghost`, `uid`); exit 1 when there are any.
     #[arg(long)]
     pub against_cluster: bool,
+    /// With `--against-cluster`: publish a `deleted` message (inferred: `finalStateUnknown:
+    /// true`, no `object`) for every ghost, through the sinks of the configuration
+    /// (`--config`'s `[[sinks]]`, as `kubesink run` builds them). The repair of a stream whose
+    /// kubesink ran without state while objects were deleted (docs/restarts.md). Exit 0 when
+    /// ghosts were the only difference; `missing`, `uid` and `stale` are left to kubesink
+    /// (its next full list re-sends them).
+    #[arg(long, requires = "against_cluster")]
+    pub repair: bool,
     /// With `--against-cluster`, also report objects whose resourceVersion differs (`stale`).
     /// Only meaningful for `payload = "full"` resources without `drop`: other modes leave the
     /// view's resourceVersion at the last emitted state.

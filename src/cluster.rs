@@ -19,8 +19,11 @@ use crate::config::{Cluster, ResourceConfig};
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// The kubeconfig could not be read or used.
-    #[error("cluster.kubeconfig {path}: {source}")]
+    #[error("{key} {path}: {source}")]
     Kubeconfig {
+        /// The configuration key: `cluster.kubeconfig` or `clusters.N.kubeconfig` (with
+        /// `(unset)` when the default was used).
+        key: String,
         /// The file (or `KUBECONFIG / ~/.kube/config`).
         path: String,
         /// kube's error.
@@ -33,7 +36,7 @@ pub enum ClusterError {
     #[error("building the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     /// API discovery failed: the kind is not served, or the API server did not answer.
-    #[error("{resource}: API discovery failed: {source}{}", if is_transient(source) { "" } else { "; is the CRD installed and the apiVersion right?" })]
+    #[error("{resource}: API discovery failed: {}{}", describe_discovery(resource, source), if is_transient(source) { "" } else { "; is the CRD installed and the apiVersion right?" })]
     Discovery {
         /// `apiVersion Kind`.
         resource: String,
@@ -91,6 +94,7 @@ pub async fn client_as(cfg: &Cluster, user: Option<&str>) -> Result<Client, Clus
     };
     let config = if let Some(path) = &cfg.kubeconfig {
         let kc_err = |source| ClusterError::Kubeconfig {
+            key: cfg.kubeconfig_key(),
             path: path.display().to_string(),
             source,
         };
@@ -104,6 +108,7 @@ pub async fn client_as(cfg: &Cluster, user: Option<&str>) -> Result<Client, Clus
         Config::from_kubeconfig(&options)
             .await
             .map_err(|source| ClusterError::Kubeconfig {
+                key: format!("{} (unset)", cfg.kubeconfig_key()),
                 path: "KUBECONFIG / ~/.kube/config".to_owned(),
                 source,
             })?
@@ -245,10 +250,60 @@ pub async fn resolve(
     })
 }
 
+/// `e` and its sources, each written once (kube's errors often repeat their source, and
+/// often say only `client error (SendRequest)` without them: the cause is in the chain).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// A discovery error in words: kube says a kind is missing with Rust's debug output of the
+/// `GroupVersionKind`; this names the kind and the `apiVersion` instead (`resource` is
+/// `apiVersion Kind`). The rest as [`error_chain`].
+fn describe_discovery(resource: &str, source: &kube::Error) -> String {
+    use kube::error::DiscoveryError;
+    match source {
+        kube::Error::Discovery(DiscoveryError::MissingKind(_)) => {
+            let (api_version, kind) = resource.rsplit_once(' ').unwrap_or(("", resource));
+            format!("kind {kind:?} is not served by {api_version}")
+        }
+        other => error_chain(other),
+    }
+}
+
 fn is_transient(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         kube::Error::Discovery(_) => false,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_not_served_is_named_in_words_not_in_rust_debug_output() {
+        let gvk = kube::api::GroupVersionKind::gvk("apps", "v1", "Deploymnet");
+        let e = ClusterError::Discovery {
+            resource: "apps/v1 Deploymnet".into(),
+            source: kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(format!(
+                "{gvk:?}"
+            ))),
+        };
+        assert_eq!(
+            e.to_string(),
+            "apps/v1 Deploymnet: API discovery failed: kind \"Deploymnet\" is not served by apps/v1; is the CRD installed and the apiVersion right?"
+        );
     }
 }

@@ -77,7 +77,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut config = demo_config(kubeconfig);
     config.server.listen = args.listen.clone().unwrap_or_else(default_listen);
     let clusters = config.clusters();
-    let clients = crate::bridge::clients(&clusters).await?;
+    let clients = crate::bridge::usable(&clusters, crate::bridge::clients(&clusters).await)?;
     let sinks: Vec<Arc<dyn kubesink_core::Sink>> = crate::bridge::build_sinks(&config).await?;
     let bridge = Bridge::launch(&config, clusters, clients, sinks, None).await?;
     if let Some(at) = bridge.server_addr() {

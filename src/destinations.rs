@@ -21,7 +21,7 @@ macro_rules! destinations {
     ($( $(#[$doc:meta])* $variant:ident($config:ty) if $feature:literal; )*) => {
         /// One `[[sinks]]` entry. The `type` key selects the destination; the other keys are
         /// the destination's own (see each variant's struct).
-        #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+        #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
         #[serde(tag = "type", rename_all = "lowercase")]
         #[allow(clippy::large_enum_variant)] // built once at start-up; size does not matter
         pub enum SinkConfig {
@@ -79,6 +79,12 @@ impl SinkConfig {
     /// `kubesink run` logs them at start.
     pub fn warnings(&self, index: usize) -> Vec<String> {
         self.destination().warnings(index)
+    }
+
+    /// The files the sink reads when built, as `(key inside the entry, path)`
+    /// ([`Destination::files`]).
+    pub fn files(&self) -> Vec<(String, std::path::PathBuf)> {
+        self.destination().files()
     }
 
     /// Builds the sink (connecting where the destination needs it).

@@ -267,7 +267,7 @@ impl Elector {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(lease = %self.lease(), error = %e, "leader election: cannot read or take the lease; retrying");
+                    tracing::warn!(lease = %self.lease(), error = %crate::cluster::error_chain(&e), "leader election: cannot read or take the lease; retrying");
                 }
             }
             tokio::time::sleep(self.retry_period).await;
@@ -297,7 +297,7 @@ impl Elector {
                         holder,
                     };
                 }
-                Err(e) => e.to_string(),
+                Err(e) => crate::cluster::error_chain(&e),
             };
             if last_ok.elapsed() >= self.renew_deadline {
                 self.fence.close();
@@ -330,7 +330,7 @@ impl Elector {
         {
             Ok(_) => tracing::info!(lease = %self.lease(), "lease released"),
             Err(e) => {
-                tracing::warn!(lease = %self.lease(), error = %e, "releasing the lease failed; it expires on its own")
+                tracing::warn!(lease = %self.lease(), error = %crate::cluster::error_chain(&e), "releasing the lease failed; it expires on its own")
             }
         }
     }

@@ -114,6 +114,14 @@ async fn async_main() -> ExitCode {
 /// each cluster instead of the configuration.
 async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
     match config::load(file) {
+        Ok(c) if args.strict && !config::missing_files(&c).is_empty() => {
+            let errors = config::missing_files(&c);
+            for e in &errors {
+                eprintln!("error (--strict): {e}");
+            }
+            warn_except(&c, &errors);
+            ExitCode::FAILURE
+        }
         Ok(c) if args.online => {
             match warn(&c) {
                 0 => eprintln!("configuration OK; asking the clusters"),
@@ -134,7 +142,7 @@ async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Ok(c) => match toml::to_string_pretty(&c) {
+        Ok(c) => match c.to_effective_toml() {
             Ok(text) => {
                 println!("# effective configuration (secrets masked)\n{text}");
                 match warn(&c) {
@@ -158,13 +166,21 @@ async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
 /// Prints what works but is risky in `c` on stderr (the open-files limit, then the
 /// configuration's warnings); returns how many configuration warnings there were.
 fn warn(c: &config::Config) -> usize {
+    warn_except(c, &[])
+}
+
+/// [`warn`], leaving out the warnings in `reported` (already printed as errors).
+fn warn_except(c: &config::Config, reported: &[String]) -> usize {
     // `run` raises the soft limit to the hard one: that is the one that counts.
     if let Ok(limit) = kubesink::limits::open_files() {
         if let Some(warning) = kubesink::limits::fd_budget(c, limit.hard) {
             eprintln!("warning: {warning}");
         }
     }
-    let warnings = config::warnings(c);
+    let warnings: Vec<String> = config::warnings(c)
+        .into_iter()
+        .filter(|w| !reported.contains(w))
+        .collect();
     for w in &warnings {
         eprintln!("warning: {w}");
     }

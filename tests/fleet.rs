@@ -229,3 +229,91 @@ async fn a_shutdown_while_lists_wait_for_a_slot_ends_at_once() {
         "the held list's slot was given back when its informer was cancelled"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_kubeconfig_is_missing_does_not_stop_the_fleet_and_is_retried() {
+    let c = populated().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("fleet-1.kubeconfig");
+    let mut cfg: Config = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
+    cfg.cluster.name = String::new();
+    cfg.cluster.kubeconfig = None;
+    cfg.watch.retry_initial_backoff = kubesink::config::HumanDuration(Duration::from_millis(50));
+    cfg.watch.retry_max_backoff = kubesink::config::HumanDuration(Duration::from_millis(200));
+    cfg.clusters = (0..3)
+        .map(|i| ClusterEntry {
+            name: format!("fleet-{i}"),
+            kubeconfig: Some(if i == 1 {
+                missing.clone()
+            } else {
+                c.kubeconfig.clone()
+            }),
+            context: None,
+            resources: None,
+        })
+        .collect();
+    let clients = kubesink::bridge::clients(&cfg.clusters()).await;
+    let error = clients[1]
+        .as_ref()
+        .err()
+        .expect("fleet-1 has no client")
+        .to_string();
+    assert!(
+        error.starts_with("clusters.1.kubeconfig "),
+        "the error names the entry's key: {error}"
+    );
+    let sink = CaptureSink::new();
+    let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
+    let bridge = Bridge::start_built(&cfg, clients, sinks, None)
+        .await
+        .expect("the bridge starts with one cluster's client missing");
+    let addr = bridge.server_addr().expect("server");
+    let of = |name: &str| {
+        sink.messages()
+            .into_iter()
+            .filter(|m| m["cluster"] == name)
+            .collect::<Vec<_>>()
+    };
+    wait_for("fleet-0 and fleet-2 delivered", LONG, || {
+        of("fleet-0").len() >= PODS && of("fleet-2").len() >= PODS
+    })
+    .await;
+    let want = sim_state(&c.sim, &[("v1", "Pod")]);
+    assert_eq!(fold(&of("fleet-0")), want);
+    assert_eq!(fold(&of("fleet-2")), want);
+    assert!(of("fleet-1").is_empty());
+    let (code, body) = http_get(addr, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let problems = ready["problems"].to_string();
+    assert!(
+        problems.contains("fleet-1 v1 Pod (all)") && problems.contains("clusters.1.kubeconfig"),
+        "/readyz names the cluster and its key: {problems}"
+    );
+    assert!(
+        !problems.contains("fleet-0") && !problems.contains("fleet-2"),
+        "{problems}"
+    );
+    let (live, body) = http_get(addr, "/healthz").await;
+    assert_eq!(live, 200, "a restart would not cure it: {body}");
+    // The kubeconfig appears (a Secret mounted late): the client is built again, the
+    // cluster syncs and the process becomes ready.
+    std::fs::copy(&c.kubeconfig, &missing).expect("copy kubeconfig");
+    wait_for(
+        "fleet-1 delivered after its kubeconfig appeared",
+        LONG,
+        || of("fleet-1").len() >= PODS && all_synced(&bridge),
+    )
+    .await;
+    assert_eq!(fold(&of("fleet-1")), want);
+    wait_until("/readyz 200", LONG, || async {
+        let (code, body) = http_get(addr, "/readyz").await;
+        if code == 200 {
+            Ok(())
+        } else {
+            Err(body)
+        }
+    })
+    .await;
+    bridge.shutdown().await;
+}

@@ -646,3 +646,92 @@ async fn a_stateless_restart_with_sync_markers_leaves_no_ghosts_in_the_fold() {
         run.stdout
     );
 }
+
+/// A stream a stateless kubesink filled keeps the objects deleted while it was down as
+/// ghosts (switching it to a state store later does not send their deletes): `fold
+/// --against-cluster --repair` publishes them through the configured sink, and the stream
+/// then folds to the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_cluster_repair_publishes_the_deletes_of_the_ghosts_through_the_configured_sink() {
+    let server = nats_server::NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    c.sim.populate(&workload(51)).unwrap();
+    let url = server.url();
+    let mut cfg = config(&c.kubeconfig, kinds());
+    let mut nats = NatsConfig {
+        servers: vec![url.clone()],
+        mode: NatsMode::Jetstream,
+        ..Default::default()
+    };
+    nats.stream.create = true;
+    cfg.sinks = vec![SinkConfig::Nats(nats)];
+    let bridge = start_bridge(&cfg).await;
+    let stream = ["fold", "--nats", &url, "--stream", "KUBESINK"];
+    fold_until_equal(&c, &stream, None).await;
+    bridge.shutdown().await;
+
+    // Deleted while no kubesink runs: never sent.
+    let mut ghosts = Vec::new();
+    for p in c.sim.objects("v1", "Pod").iter().take(4) {
+        let m = &p["metadata"];
+        let (ns, name) = (m["namespace"].as_str(), m["name"].as_str().unwrap());
+        c.sim.delete("v1", "Pod", ns, name).unwrap();
+        ghosts.push(format!("test/core/Pod/{}/{name}", ns.unwrap_or_default()));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = write_config(&c, dir.path());
+    let mut text = std::fs::read_to_string(&config_path).unwrap();
+    text.push_str(&format!(
+        "\n[[sinks]]\ntype = \"nats\"\nservers = [\"{url}\"]\nmode = \"jetstream\"\n"
+    ));
+    std::fs::write(&config_path, text).unwrap();
+    let cfg_arg = config_path.to_str().unwrap();
+    let against = [
+        "--config",
+        cfg_arg,
+        "fold",
+        "--nats",
+        &url,
+        "--stream",
+        "KUBESINK",
+        "--against-cluster",
+    ];
+    let drift = run_kubesink(&against, b"").await;
+    assert_eq!(drift.code, Some(1), "{}\n{}", drift.stdout, drift.stderr);
+    assert!(
+        drift.stderr.contains("4 ghosts in the view"),
+        "{}",
+        drift.stderr
+    );
+
+    let mut repair = against.to_vec();
+    repair.push("--repair");
+    let repaired = run_kubesink(&repair, b"").await;
+    assert_eq!(
+        repaired.code,
+        Some(0),
+        "{}\n{}",
+        repaired.stdout,
+        repaired.stderr
+    );
+    assert!(
+        repaired
+            .stderr
+            .contains("repaired: 4 `deleted` messages (finalStateUnknown) published for the ghosts through sink(s) nats"),
+        "{}",
+        repaired.stderr
+    );
+
+    // The stream now folds to the cluster: the ghosts are gone, nothing else moved.
+    let after = run_kubesink(&against, b"").await;
+    assert_eq!(after.code, Some(0), "{}\n{}", after.stdout, after.stderr);
+    assert!(
+        after.stderr.contains("in agreement with the cluster"),
+        "{}",
+        after.stderr
+    );
+    let view = fold_until_equal(&c, &stream, None).await;
+    for g in &ghosts {
+        assert!(!view.stdout.contains(g.as_str()), "{g} still in the view");
+    }
+}

@@ -573,3 +573,43 @@ async fn a_dribbling_server_is_waited_for_and_a_stalled_list_is_retried() {
     assert!(run.sink.messages().iter().all(|m| m["op"] != "deleted"));
     run.bridge.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_error_names_its_cause_not_only_client_error_send_request() {
+    let logs = logs::install();
+    let c = cluster(SimConfig::default()).await;
+    let client = kubesink::cluster::client(&kubesink::config::Cluster {
+        kubeconfig: Some(c.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .expect("client");
+    // The API server goes away: its port refuses connections.
+    c.sim.shutdown();
+    let lease = logs::unique_cluster("lease-cause");
+    let cfg = kubesink::config::LeaderElectionConfig {
+        enabled: true,
+        lease_name: lease.clone(),
+        lease_namespace: Some("default".into()),
+        retry_period: HumanDuration(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let mut elector = kubesink::leader::Elector::new(client, &cfg);
+    let campaign = tokio::spawn(async move { elector.acquire().await });
+    let needle = format!("lease=default/{lease} ");
+    let line = wait_until("the lease error logged", LONG, || {
+        let lines = logs.lines(&needle);
+        std::future::ready(
+            lines
+                .into_iter()
+                .find(|l| l.contains("cannot read or take the lease"))
+                .ok_or_else(|| "not yet".to_owned()),
+        )
+    })
+    .await;
+    campaign.abort();
+    assert!(
+        line.contains("Connection refused") || line.contains("tcp connect error"),
+        "the cause is in the line: {line}"
+    );
+}

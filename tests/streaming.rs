@@ -378,6 +378,15 @@ async fn auto_falls_back_to_paged_lists_when_the_feature_gate_is_off_and_says_so
     assert!(streams <= 1, "each informer tried once at most");
     assert!(requests(&c, "/api/v1/namespaces/default/pods").0 == streams);
     assert!(lists >= 1);
+    // Every line of a watch names its strategy once: the one of its time.
+    let spans = run.logs.of(&run.cluster, "strategy=");
+    assert!(
+        spans.iter().any(|l| l.contains("strategy=\"list\"")),
+        "{spans:#?}"
+    );
+    for l in &spans {
+        assert_eq!(l.matches("strategy=").count(), 1, "{l}");
+    }
     run.bridge.shutdown().await;
 }
 
@@ -715,5 +724,40 @@ async fn watches_waiting_for_the_budget_do_not_stream_once_another_found_the_ser
     );
     assert_eq!(strategy_metric(&run), "list");
     assert_eq!(run.log("does not serve streaming lists").len(), 1);
+    run.bridge.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_the_server_rejects_is_reported_as_such_and_streaming_lists_are_kept() {
+    let c = populated(9, SimConfig::default()).await;
+    let resources = vec![ResourceConfig {
+        label_selector: Some("tier in (web".into()),
+        ..ResourceConfig::new("v1", "Pod")
+    }];
+    let run = Run::start(&c, "bad-selector", resources, with(InitialList::Auto)).await;
+    let stats = run.stats("Pod");
+    wait_for_seen("two failed streaming lists", LONG, || {
+        let (streams, _) = requests(&c, "/api/v1/pods");
+        (
+            streams >= 2 && stats.failure().is_some(),
+            format!("{streams} streaming lists; failure {:?}", stats.failure()),
+        )
+    })
+    .await;
+    let failure = stats.failure().unwrap_or_default();
+    assert!(
+        failure.contains("label selector \"tier in (web\" rejected by the API server: "),
+        "{failure}"
+    );
+    assert_eq!(
+        stats.initial_list_fallbacks.load(Ordering::SeqCst),
+        0,
+        "a selector error says nothing about streaming lists"
+    );
+    assert_eq!(strategy_metric(&run), "stream");
+    let (_, lists) = requests(&c, "/api/v1/pods");
+    assert_eq!(lists, 0, "no paged list tried");
+    assert!(!run.log("rejected by the API server").is_empty());
+    assert!(run.log("does not serve streaming lists").is_empty());
     run.bridge.shutdown().await;
 }

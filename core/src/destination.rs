@@ -39,6 +39,15 @@ pub trait Destination {
         Vec::new()
     }
 
+    /// The files the sink reads when it is built (credentials, certificates) as `(key,
+    /// path)`, the key inside the entry (`auth.credentials_file`): `kubesink run` refuses to
+    /// start when one cannot be read, so `kubesink check` names each that is not there (a
+    /// warning, as the file is often mounted only where kubesink runs; an error with
+    /// `--strict`).
+    fn files(&self) -> Vec<(String, std::path::PathBuf)> {
+        Vec::new()
+    }
+
     /// Builds the sink (connecting where the destination needs it).
     ///
     /// # Errors

@@ -56,6 +56,34 @@ impl Serialize for Secret {
     }
 }
 
+/// A secret's JSON Schema: the value itself, or where to read it (`{ env = "NAME" }`,
+/// `{ file = "PATH" }`).
+impl schemars::JsonSchema for Secret {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Secret".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A credential: best as { env = \"NAME\" } (an environment variable) or { file = \"PATH\" } (a file, one trailing newline dropped), so that the configuration holds none; a plain string is the value itself.",
+            "anyOf": [
+                { "type": "string", "minLength": 1 },
+                {
+                    "type": "object",
+                    "properties": { "env": { "type": "string", "minLength": 1 } },
+                    "required": ["env"],
+                    "additionalProperties": false
+                },
+                {
+                    "type": "object",
+                    "properties": { "file": { "type": "string", "minLength": 1 } },
+                    "required": ["file"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(SecretVisitor)

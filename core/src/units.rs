@@ -71,6 +71,39 @@ impl Serialize for ByteSize {
     }
 }
 
+/// A duration's JSON Schema: a string with a unit (humantime: `"250ms"`, `"5s"`, `"1h 30m"`),
+/// or `0`.
+impl schemars::JsonSchema for HumanDuration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A duration with a unit, such as \"250ms\", \"5s\" or \"1h 30m\"; a bare number must be 0.",
+            "anyOf": [
+                { "type": "string", "pattern": "^\\s*(0|([0-9]+\\s*[a-zA-Zµ]+\\s*)+)$" },
+                { "const": 0 }
+            ]
+        })
+    }
+}
+
+/// A size's JSON Schema: a number of bytes, or a string with an optional unit.
+impl schemars::JsonSchema for ByteSize {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ByteSize".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A size in bytes: a number, or a string with an optional unit, such as \"8MiB\", \"512KiB\" or \"1GB\".",
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "minLength": 1 }
+            ]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;

@@ -182,15 +182,32 @@ impl Bridge {
         sinks: Vec<Arc<dyn Sink>>,
         elector: Option<Elector>,
     ) -> Result<Bridge, StartError> {
+        let clients = clients.into_iter().map(Ok).collect();
         Bridge::launch(config, config.clusters(), clients, sinks, elector).await
     }
 
-    /// [`Bridge::start_with`] for `clusters` already resolved from `config` (by the caller
+    /// [`Bridge::start_with`] for the clients [`clients`] built (or could not build): a
+    /// cluster whose client could not be built is that cluster's problem. Its watches show
+    /// the error (`/readyz` names them) and its client is built again with the `[watch]`
+    /// backoff until it can be; the other clusters do not wait for it.
+    ///
+    /// # Errors
+    /// As [`Bridge::start_with`].
+    pub async fn start_built(
+        config: &Config,
+        clients: Vec<Result<Client, ClusterError>>,
+        sinks: Vec<Arc<dyn Sink>>,
+        elector: Option<Elector>,
+    ) -> Result<Bridge, StartError> {
+        Bridge::launch(config, config.clusters(), clients, sinks, elector).await
+    }
+
+    /// [`Bridge::start_built`] for `clusters` already resolved from `config` (by the caller
     /// that built their `clients`, so the configuration is resolved once per process).
     pub(crate) async fn launch(
         config: &Config,
         clusters: Vec<Cluster>,
-        clients: Vec<Client>,
+        clients: Vec<Result<Client, ClusterError>>,
         sinks: Vec<Arc<dyn Sink>>,
         elector: Option<Elector>,
     ) -> Result<Bridge, StartError> {
@@ -543,14 +560,36 @@ fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_core::Re
     kubesink_core::Resource::new(cluster, group, version, &res.kind, "", true)
 }
 
-/// One kube client per cluster, in order (what [`Bridge::launch`] takes beside them).
-///
-/// # Errors
-/// The first cluster whose client cannot be built ([`ClusterError`] names its kubeconfig).
-pub(crate) async fn clients(clusters: &[Cluster]) -> Result<Vec<Client>, ClusterError> {
+/// One kube client per cluster, in order (what [`Bridge::start_built`] takes beside them),
+/// or why it could not be built ([`ClusterError`] names the cluster's kubeconfig key).
+pub async fn clients(clusters: &[Cluster]) -> Vec<Result<Client, ClusterError>> {
     let mut clients = Vec::with_capacity(clusters.len());
     for c in clusters {
-        clients.push(cluster::client(c).await?);
+        clients.push(cluster::client(c).await);
+    }
+    clients
+}
+
+/// The clients of `clusters` as [`clients`] built them, checked for a start: every cluster
+/// failing (one cluster alone included) stops it, naming the first error; one failing among
+/// others is logged and left to the bridge, which retries it.
+///
+/// # Errors
+/// The first [`ClusterError`] when no client could be built.
+pub(crate) fn usable(
+    clusters: &[Cluster],
+    clients: Vec<Result<Client, ClusterError>>,
+) -> Result<Vec<Result<Client, ClusterError>>, ClusterError> {
+    if clients.iter().all(Result::is_err) {
+        if let Some(Err(e)) = clients.into_iter().next() {
+            return Err(e);
+        }
+        return Ok(Vec::new());
+    }
+    for (c, r) in clusters.iter().zip(&clients) {
+        if let Err(e) = r {
+            tracing::error!(cluster = %c.name, error = %e, "this cluster's client cannot be built: its watches wait, retried with the [watch] backoff (/readyz names them); the other clusters run");
+        }
     }
     Ok(clients)
 }
@@ -617,7 +656,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::warn!("configuration: {w}");
     }
     let clusters = config.clusters();
-    let clients = clients(&clusters).await?;
+    let clients = usable(&clusters, clients(&clusters).await)?;
     let elector = if config.leader_election.enabled {
         let at = config
             .leader_election
@@ -625,10 +664,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .as_ref()
             .and_then(|name| clusters.iter().position(|c| &c.name == name))
             .unwrap_or(0);
-        let client = clients
-            .get(at)
-            .cloned()
-            .ok_or_else(|| anyhow::anyhow!("no cluster to hold the lease"))?;
+        // The Lease decides whether this replica may watch at all: without its cluster's
+        // client there is nothing to retry towards, so the start fails.
+        let client = match clients.get(at) {
+            Some(Ok(client)) => client.clone(),
+            Some(Err(e)) => anyhow::bail!(
+                "{e}: cluster {:?} holds the leader-election Lease (leader_election.cluster), so kubesink cannot start without it",
+                clusters.get(at).map(|c| c.name.as_str()).unwrap_or_default()
+            ),
+            None => anyhow::bail!("no cluster to hold the lease"),
+        };
         Some(Elector::new(client, &config.leader_election))
     } else {
         None

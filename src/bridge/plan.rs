@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::Client;
 
+use crate::cluster::ClusterError;
 use crate::config::{Cluster, ResourceConfig};
 use crate::informer::{ClusterApi, InformerStats};
 use crate::state::{Keeper, StateStats, StateStore, WatchKey};
@@ -32,7 +33,8 @@ pub(super) struct PlannedResource {
 /// One cluster: its client, its state store (with `[state]`) and its resources.
 pub(super) struct PlannedCluster {
     pub(super) spec: Cluster,
-    pub(super) client: Client,
+    /// Its client, or why it could not be built at start (built again before its watches).
+    pub(super) client: Result<Client, ClusterError>,
     /// Its request budget and counts, shared by its informers.
     pub(super) api: Arc<ClusterApi>,
     pub(super) state: Option<(Arc<dyn StateStore>, Arc<StateStats>)>,

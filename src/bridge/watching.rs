@@ -84,6 +84,13 @@ impl Watching {
     /// then its resources' tasks.
     async fn start_cluster(self: Arc<Self>, i: usize) {
         let c = &self.clusters[i];
+        let client = match &c.client {
+            Ok(client) => client.clone(),
+            Err(e) => match self.connect(c, e).await {
+                Some(client) => client,
+                None => return,
+            },
+        };
         let keys: Vec<WatchKey> = c
             .resources
             .iter()
@@ -125,7 +132,7 @@ impl Watching {
                 .collect();
             let target = Target {
                 cluster: c.spec.clone(),
-                client: c.client.clone(),
+                client: client.clone(),
                 api: c.api.clone(),
                 resource: r.resource.clone(),
                 scopes,
@@ -139,6 +146,58 @@ impl Watching {
                 self.cancel.clone(),
                 self.tasks.clone(),
             ));
+        }
+    }
+
+    /// Builds cluster `c`'s client again and again (the `[watch]` backoff) until it can be,
+    /// after it could not be at start (`first`): meanwhile each of its watches shows the
+    /// error, so `/readyz` names them, and the other clusters run. `None` when cancelled.
+    async fn connect(&self, c: &PlannedCluster, first: &ClusterError) -> Option<Client> {
+        let span = tracing::info_span!("client", cluster = %c.spec.name);
+        let retry = Backoff::new(
+            self.watch.retry_initial_backoff.get(),
+            self.watch.retry_max_backoff.get(),
+        );
+        let mut delays = retry.delays();
+        let mut log = RetryLog::default();
+        // At start the error was logged already (`bridge::usable`).
+        log.loud();
+        let mut error = first.to_string();
+        loop {
+            // Not reachable with these credentials is not a failure a restart cures: it
+            // counts for readiness, not liveness (as a 401/403).
+            for s in c.resources.iter().flat_map(|r| &r.scopes) {
+                s.stats.errors.fetch_add(1, Ordering::Relaxed);
+                s.stats.set_failure(
+                    FailureKind::Forbidden,
+                    format!("the cluster's client cannot be built: {error}"),
+                );
+            }
+            let wait = delays.next().unwrap_or(retry.max);
+            tokio::select! {
+                _ = self.cancel.cancelled() => return None,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            let attempt = tokio::select! {
+                _ = self.cancel.cancelled() => return None,
+                r = cluster::client(&c.spec) => r,
+            };
+            match attempt {
+                Ok(client) => {
+                    span.in_scope(|| {
+                        tracing::info!("the cluster's client was built; starting its watches")
+                    });
+                    return Some(client);
+                }
+                Err(e) => {
+                    error = e.to_string();
+                    if log.loud() {
+                        span.in_scope(|| tracing::warn!(error = %e, retry_in = ?wait, "the cluster's client still cannot be built; retrying (the other clusters are not held back)"));
+                    } else {
+                        span.in_scope(|| tracing::debug!(error = %e, "the cluster's client still cannot be built; retrying"));
+                    }
+                }
+            }
         }
     }
 

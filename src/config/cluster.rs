@@ -13,7 +13,7 @@ use super::syntax::{check_label_key, check_label_value};
 use super::{Config, ResourceConfig};
 
 /// `[cluster]`: the connection and the label every message carries.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Required. The cluster's name: the `cluster` field of every message and the value of the
@@ -48,7 +48,7 @@ impl Default for ClusterConfig {
 /// One `[[clusters]]` entry: a cluster of a multi-cluster process. Each has its own client,
 /// its own watches and its own name on every message; one that is unreachable or forbids
 /// access does not stop the others.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterEntry {
     /// Required. The cluster's name (as `cluster.name`).
@@ -72,6 +72,9 @@ pub struct ClusterEntry {
 pub struct Cluster {
     /// Name on every message and in the cluster label.
     pub name: String,
+    /// Where it is configured: `cluster` or `clusters.N` (errors name its keys with it;
+    /// empty reads as `cluster`).
+    pub key: String,
     /// The label key merged into every object (`cluster.label`).
     pub label: String,
     /// Kubeconfig file, if any.
@@ -88,6 +91,7 @@ impl Config {
         if self.clusters.is_empty() {
             return vec![Cluster {
                 name: self.cluster.name.clone(),
+                key: "cluster".to_owned(),
                 label: self.cluster.label.clone(),
                 kubeconfig: self.cluster.kubeconfig.clone(),
                 context: self.cluster.context.clone(),
@@ -96,8 +100,10 @@ impl Config {
         }
         self.clusters
             .iter()
-            .map(|c| Cluster {
+            .enumerate()
+            .map(|(i, c)| Cluster {
                 name: c.name.clone(),
+                key: format!("clusters.{i}"),
                 label: self.cluster.label.clone(),
                 kubeconfig: c.kubeconfig.clone(),
                 context: c.context.clone(),
@@ -107,6 +113,18 @@ impl Config {
                     .unwrap_or_else(|| self.resources.clone()),
             })
             .collect()
+    }
+}
+
+impl Cluster {
+    /// The full key of its `kubeconfig`: `cluster.kubeconfig` or `clusters.N.kubeconfig`.
+    pub fn kubeconfig_key(&self) -> String {
+        let at = if self.key.is_empty() {
+            "cluster"
+        } else {
+            &self.key
+        };
+        format!("{at}.kubeconfig")
     }
 }
 

@@ -203,6 +203,9 @@ impl Loader {
         let log = self.section::<LogConfig>("log");
         let resources = self.list::<ResourceConfig>("resources");
         let sinks = self.list::<SinkConfig>("sinks");
+        if sinks.is_none() {
+            self.sink_remainders();
+        }
         let state = self.section::<StateConfig>("state");
         let mut failed: Vec<&str> = Vec::new();
         let mut parsed = |name: &'static str, ok: bool| {
@@ -368,6 +371,33 @@ impl Loader {
             self.push_figment(first, Some(key));
         }
         None
+    }
+
+    /// The checks serde cannot express, on what is left of each `[[sinks]]` entry that did
+    /// not parse once its bad values are taken out ([`probe::remainder`]): a bad value does
+    /// not hide the entry's other problems. A problem of a key already reported (its value
+    /// taken out, a default in its place) is not said again.
+    fn sink_remainders(&mut self) {
+        let Ok(Value::Array(_, items)) = self.figment.find_value("sinks") else {
+            return;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let Some((sink, taken)) = probe::remainder::<SinkConfig>(item) else {
+                continue;
+            };
+            let taken: Vec<String> = taken.iter().map(|p| p.join(".")).collect();
+            for e in sink.validate(i) {
+                let kubesink_core::SinkConfigError::Invalid { key, message, .. } = e;
+                let shadowed = taken.iter().any(|t| {
+                    key == *t
+                        || key.starts_with(&format!("{t}."))
+                        || t.starts_with(&format!("{key}."))
+                });
+                if !shadowed {
+                    self.problem(&format!("sinks.{i}.{key}"), message);
+                }
+            }
+        }
     }
 
     /// Records the problems found in `value` (at `prefix`), each with its value's source.

@@ -50,10 +50,10 @@ pub use state::StateKafkaConfig;
 #[cfg(feature = "nats")]
 pub use state::StateNatsConfig;
 pub use state::{StateBackend, StateConfig};
-pub use warn::{warnings, GROUP_ALIASES};
+pub use warn::{missing_files, warnings, GROUP_ALIASES};
 
 /// The whole configuration.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Which cluster to watch and how it is labelled (the single-cluster form).
@@ -104,6 +104,45 @@ impl Default for Config {
             sinks: default_sinks(),
             state: StateConfig::default(),
         }
+    }
+}
+
+impl Config {
+    /// The JSON Schema (draft-07) of the configuration file, generated from these types (their
+    /// doc comments are the descriptions, serde's names and defaults the keys): what
+    /// `config/kubesink.schema.json` holds for editors (TOML language servers such as taplo
+    /// read JSON Schema) and the Helm chart's `values.schema.json` checks `config` against.
+    /// A test keeps both files in step with it. It knows types, names and allowed values; the
+    /// checks across keys are `kubesink check`'s.
+    pub fn json_schema() -> serde_json::Value {
+        let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+        let mut schema = serde_json::Value::from(generator.into_root_schema_for::<Config>());
+        if let Some(root) = schema.as_object_mut() {
+            root.insert(
+                "title".into(),
+                "kubesink configuration (kubesink.toml)".into(),
+            );
+        }
+        schema
+    }
+
+    /// The effective configuration as TOML, as `kubesink check` prints it (secrets masked),
+    /// in a form that loads again: the `[state.nats]` and `[state.kafka]` tables are left out
+    /// unless that is the backend (their settings without it are an error).
+    ///
+    /// # Errors
+    /// When the configuration cannot be written as TOML.
+    pub fn to_effective_toml(&self) -> Result<String, toml::ser::Error> {
+        let mut value = toml::Value::try_from(self)?;
+        if let Some(toml::Value::Table(state)) = value.get_mut("state") {
+            let backend = self.state.backend.name();
+            for other in ["nats", "kafka"] {
+                if other != backend {
+                    state.remove(other);
+                }
+            }
+        }
+        toml::to_string_pretty(&value)
     }
 }
 

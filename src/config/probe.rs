@@ -82,6 +82,21 @@ pub(super) fn all_errors<T: DeserializeOwned>(value: &Value) -> Vec<Found> {
     out
 }
 
+/// What is left of `value` once every bad value [`all_errors`] found is taken out,
+/// deserialized as `T` (defaults in their place), with the paths taken out: so the checks
+/// serde cannot express still run on the rest of an entry that did not parse. `None` when
+/// the rest does not deserialize either (a required key was the bad one, or the `type`).
+pub(super) fn remainder<T: DeserializeOwned>(value: &Value) -> Option<(T, Vec<Vec<String>>)> {
+    let found = all_errors::<T>(value);
+    let mut rest = value.clone();
+    let mut taken = Vec::new();
+    for f in found {
+        take(&mut rest, &f.path);
+        taken.push(f.path);
+    }
+    rest.deserialize::<T>().ok().map(|t| (t, taken))
+}
+
 /// The first error of deserializing `value` as `T`, with its path; `None` when it deserializes.
 fn first_error<T: DeserializeOwned>(value: &Value) -> Option<(Vec<String>, Kind)> {
     let e = value.deserialize::<T>().err()?;

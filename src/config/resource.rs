@@ -7,7 +7,9 @@ use super::problems::Problems;
 use super::syntax::{check_api_version, check_dns_label};
 
 /// How much of each object a message carries.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PayloadMode {
     /// The whole object without `metadata.managedFields` (and without the `drop` paths).
@@ -23,7 +25,7 @@ pub enum PayloadMode {
 
 /// One `[[resources]]` entry: a kind to watch (built-in or custom), resolved through API
 /// discovery.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceConfig {
     /// `apiVersion` of the kind as Kubernetes writes it: `v1` (the core group), `apps/v1`,

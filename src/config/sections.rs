@@ -9,7 +9,7 @@ use super::{ByteSize, ClusterEntry, HumanDuration};
 /// `[leader_election]`: replicas elect a leader on a `coordination.k8s.io/v1` Lease, the way
 /// client-go's `leaderelection` does (optimistic concurrency on the Lease's resourceVersion);
 /// only the leader watches and emits (`src/leader.rs`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LeaderElectionConfig {
     /// Elect a leader. Default `false`: this process always leads.
@@ -95,7 +95,7 @@ impl LeaderElectionConfig {
 }
 
 /// `[pipeline]`: the batching and backpressure stage (see `src/pipeline/mod.rs`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
     /// While a key waits, a newer change replaces the older one (topology is state). `false`
@@ -186,7 +186,7 @@ impl PipelineConfig {
 }
 
 /// `[watch]`: how each informer keeps its list and watch going (`src/informer/mod.rs`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WatchConfig {
     /// A watch that delivers neither an event nor a bookmark for this long is presumed dead
@@ -225,7 +225,9 @@ pub struct WatchConfig {
 
 /// `watch.initial_list`: how an informer reads the state it starts from (initial sync and
 /// every relist). See `docs/architecture.md` ("Streaming lists").
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum InitialList {
     /// Stream where the server supports it; fall back, per cluster and resource, to paged
@@ -333,7 +335,7 @@ pub const MIN_REQUESTS_PER_SECOND: f64 = 1.0 / 3600.0;
 
 /// `[server]`: the HTTP server with `/metrics`, `/healthz` and `/readyz`
 /// (`docs/operations.md`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Serve at all. Default `true`.
@@ -382,7 +384,7 @@ impl ServerConfig {
 }
 
 /// `[log]`: logging beyond `--log-format` and `--log-level`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// Interval of the one-line summary at info level (objects, events/s, messages/s,

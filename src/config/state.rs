@@ -16,7 +16,9 @@ pub use kubesink_kafka::state::StateKafkaConfig;
 pub use kubesink_nats::state::StateNatsConfig;
 
 /// Where the state is kept.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum StateBackend {
     /// No state: every start lists and emits every object as `initial` (and cannot report
@@ -52,7 +54,7 @@ impl StateBackend {
 
 /// `[state]`: the acknowledged informer state, saved so that a restart sends only the
 /// differences (and the deletes that happened meanwhile) instead of every object again.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
     /// `none` (default), `file`, `nats` or `kafka`.

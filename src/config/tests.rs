@@ -1265,3 +1265,124 @@ fn a_state_backends_name_is_its_spelling_in_the_configuration() {
         assert_eq!(serde_json::to_value(b).unwrap(), b.name(), "{b:?}");
     }
 }
+
+#[test]
+fn a_bad_value_in_a_sink_entry_does_not_hide_the_entrys_other_problems() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        // One type mistake (acks) and three mistakes only the sink's own checks see (no
+        // bootstrap_servers, a bad topic template, mutual TLS half set): one run names all.
+        jail.create_file(
+            "f.toml",
+            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"kafka\"\nacks = \"two\"\ntopic = \"a b\"\n[sinks.security]\nssl_certificate_location = \"/c\"\n[[sinks]]\ntype = \"nats\"\nmax_in_flight = \"many\"\nsubject = \"\"\n",
+        )?;
+        let errs = errors_of(Some(Path::new("f.toml")));
+        let all = errs.join("\n");
+        for want in [
+            "sinks.0.acks: ",
+            "sinks.0.bootstrap_servers: required",
+            "sinks.0.topic: ",
+            "sinks.0.security.ssl_key_location: ",
+            "sinks.1.max_in_flight: ",
+            "sinks.1.subject: ",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        assert!(
+            !all.contains("sinks.1.max_in_flight: must be at least 1"),
+            "the taken-out value is not reported again by its default: {all}"
+        );
+        Ok(())
+    });
+}
+
+/// `config/kubesink.schema.json` and the `config` definitions of the Helm chart's
+/// `values.schema.json` are what [`Config::json_schema`] generates. With
+/// `KUBESINK_WRITE_SCHEMA=1` the test writes them instead (then review the diff).
+#[test]
+fn the_shipped_json_schemas_are_generated_from_the_config_types() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let write = std::env::var_os("KUBESINK_WRITE_SCHEMA").is_some();
+    let generated = Config::json_schema();
+    let text = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap() + "\n";
+
+    // The file for editors: the schema as generated.
+    let shipped = root.join("config/kubesink.schema.json");
+    if write {
+        std::fs::write(&shipped, text(&generated)).unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(&shipped).unwrap_or_default(),
+        text(&generated),
+        "config/kubesink.schema.json is not what the config types generate: run \
+         KUBESINK_WRITE_SCHEMA=1 cargo test -p kubesink --lib the_shipped_json_schemas"
+    );
+
+    // The chart: `config` is checked against definitions.Config (the generated root) and
+    // the definitions it refers to, beside the chart's own rules.
+    let chart = root.join("deploy/helm/kubesink/values.schema.json");
+    let mut values: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&chart).unwrap()).unwrap();
+    let mut config = generated.clone();
+    let defs = config
+        .as_object_mut()
+        .and_then(|o| o.remove("definitions"))
+        .unwrap_or_default();
+    for key in ["$schema", "title"] {
+        config.as_object_mut().unwrap().remove(key);
+    }
+    let mut want = values["definitions"].clone();
+    let chart_own = ["stringMap", "objectList", "name"];
+    want.as_object_mut()
+        .unwrap()
+        .retain(|k, _| chart_own.contains(&k.as_str()));
+    for (k, v) in defs.as_object().unwrap() {
+        assert!(
+            !chart_own.contains(&k.as_str()),
+            "{k} is a chart definition too"
+        );
+        want[k] = v.clone();
+    }
+    want["Config"] = config;
+    if write {
+        values["definitions"] = want.clone();
+        std::fs::write(&chart, text(&values)).unwrap();
+    }
+    assert_eq!(
+        values["definitions"], want,
+        "deploy/helm/kubesink/values.schema.json's definitions are not what the config types \
+         generate: run KUBESINK_WRITE_SCHEMA=1 cargo test -p kubesink --lib the_shipped_json_schemas"
+    );
+    assert_eq!(
+        values["properties"]["config"]["allOf"][0],
+        serde_json::json!({"$ref": "#/definitions/Config"}),
+        "the chart checks config against the generated schema"
+    );
+}
+
+#[test]
+fn the_json_schema_accepts_the_reference_config_and_names_a_typo() {
+    let schema = Config::json_schema();
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let reference: serde_json::Value = toml::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/kubesink.toml"))
+            .unwrap(),
+    )
+    .unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&reference)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let typo: serde_json::Value = toml::from_str(
+        "[cluster]\nname = \"a\"\n[pipeline]\nlinger = \"5ms\"\nlingr = \"5ms\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"k:9092\"\nacks = \"two\"\n",
+    )
+    .unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&typo)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    let all = errors.join("\n");
+    assert!(all.contains("/pipeline") && all.contains("lingr"), "{all}");
+    assert!(all.contains("/sinks/0"), "{all}");
+}

@@ -6,7 +6,8 @@
 //!   versions of its group, or under two API groups that serve the same objects (v1 `Event`
 //!   and `events.k8s.io/v1` `Event`; `extensions/v1beta1` and `apps/v1` Deployments...), with
 //!   overlapping namespaces. Every change would then be reported twice.
-//! - A kubeconfig path that names no file here.
+//! - A file the configuration names (a kubeconfig, a sink's credentials or certificates,
+//!   the NATS state store's credentials) that is not here ([`missing_files`]).
 //! - Sink settings that turn TLS verification off or send credentials without TLS
 //!   ([`SinkConfig::warnings`](crate::destinations::SinkConfig::warnings)), and the same for the
 //!   NATS state store's connection (`state.nats.auth.*`, `state.nats.servers`).
@@ -41,6 +42,56 @@ fn overlap(a: &[String], b: &[String]) -> bool {
     a.is_empty() || b.is_empty() || a.iter().any(|n| b.contains(n))
 }
 
+/// Files named but not here: a kubeconfig (a typo shows only as "cannot connect" at start,
+/// or in a fleet as that cluster failing), a sink's credentials or certificates, the NATS
+/// state store's credentials file (`run` refuses to start without those). A warning, not an
+/// error: a file is often checked where it is not run (in CI, for a Pod that mounts it);
+/// `kubesink check --strict` makes each an error.
+pub fn missing_files(c: &Config) -> Vec<String> {
+    let mut files: Vec<(String, std::path::PathBuf, &str)> = Vec::new();
+    let kubeconfigs = std::iter::once(("cluster.kubeconfig".to_owned(), &c.cluster.kubeconfig))
+        .chain(
+            c.clusters
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (format!("clusters.{i}.kubeconfig"), &e.kubeconfig)),
+        );
+    for (key, path) in kubeconfigs {
+        if let Some(p) = path {
+            files.push((key, p.clone(), "this cluster cannot be watched without it"));
+        }
+    }
+    for (i, s) in c.sinks.iter().enumerate() {
+        for (key, path) in s.files() {
+            files.push((
+                format!("sinks.{i}.{key}"),
+                path,
+                "`kubesink run` refuses to start without it",
+            ));
+        }
+    }
+    #[cfg(feature = "nats")]
+    if c.state.backend == super::StateBackend::Nats {
+        if let Some(p) = &c.state.nats.auth.credentials_file {
+            files.push((
+                "state.nats.auth.credentials_file".to_owned(),
+                p.clone(),
+                "the state store cannot be opened without it",
+            ));
+        }
+    }
+    files
+        .into_iter()
+        .filter(|(_, p, _)| !p.is_file())
+        .map(|(key, p, cost)| {
+            format!(
+                "{key}: {} does not exist here or is not a file ({cost}; fine if it is mounted where kubesink runs)",
+                p.display()
+            )
+        })
+        .collect()
+}
+
 /// Every warning of `c`, one sentence each naming the keys.
 pub fn warnings(c: &Config) -> Vec<String> {
     let mut out = Vec::new();
@@ -69,29 +120,60 @@ pub fn warnings(c: &Config) -> Vec<String> {
             ));
         }
     }
-    // A kubeconfig named but not here: a typo shows only as "cannot connect" at start. A
-    // warning, not an error: a file is often checked where it is not run (in CI, for a Pod
-    // that mounts the kubeconfig).
-    let kubeconfigs = std::iter::once(("cluster.kubeconfig".to_owned(), &c.cluster.kubeconfig))
-        .chain(
-            c.clusters
-                .iter()
-                .enumerate()
-                .map(|(i, e)| (format!("clusters.{i}.kubeconfig"), &e.kubeconfig)),
-        );
-    for (key, path) in kubeconfigs {
-        if let Some(p) = path.as_ref().filter(|p| !p.is_file()) {
-            out.push(format!(
-                "{key}: {} does not exist here or is not a file (fine if it is mounted where kubesink runs)",
-                p.display()
-            ));
-        }
-    }
+    out.extend(missing_files(c));
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }
     out.extend(c.state.warnings());
+    out.extend(unshared_state(c));
     out
+}
+
+/// A state store the replicas cannot share: a file with leader election on (each replica
+/// reads its own; one that takes over starts from a state its predecessor did not save),
+/// or a NATS state server on the loopback (in a Pod, `127.0.0.1` is the Pod itself: no
+/// other replica, nor the Pod after it is rescheduled, finds that store).
+fn unshared_state(c: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if c.state.backend == super::StateBackend::File && c.leader_election.enabled {
+        out.push(format!(
+            "state.backend = \"file\" with leader_election.enabled: each replica reads and writes its own file ({}), so a replica that takes over starts from a state its predecessor never saved (it re-sends, and misses the deletes made meanwhile); use state.backend = \"nats\" or \"kafka\", which every replica reaches",
+            c.state.path.as_ref().map_or_else(|| "state.path".to_owned(), |p| p.display().to_string())
+        ));
+    }
+    #[cfg(feature = "nats")]
+    if c.state.backend == super::StateBackend::Nats {
+        for server in &c.state.nats.servers {
+            if is_loopback(server) {
+                let why = if c.leader_election.enabled {
+                    "the other replicas (leader_election.enabled) and a rescheduled Pod do not reach it, so the one that takes over does not find the state"
+                } else {
+                    "in a Pod that is the Pod itself, so a rescheduled Pod does not find the state"
+                };
+                out.push(format!(
+                    "state.nats.servers: {:?} is this machine's loopback: {why}; name the NATS service every replica reaches",
+                    kubesink_nats::redact_url(server)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether a server URL (`nats://host:port`, `host:port`) names the loopback.
+#[cfg_attr(not(feature = "nats"), allow(dead_code))]
+fn is_loopback(server: &str) -> bool {
+    let rest = server.split_once("://").map_or(server, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        v6.split(']').next().unwrap_or_default()
+    } else {
+        rest.split([':', '/']).next().unwrap_or_default()
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -176,6 +258,63 @@ mod tests {
             with(StateBackend::None, &["nats://n:4222"], false).is_empty(),
             "no store, no connection"
         );
+    }
+
+    #[test]
+    fn a_file_state_with_leader_election_is_warned_about() {
+        use crate::config::{StateBackend, StateConfig};
+        let mut c = Config {
+            state: StateConfig {
+                backend: StateBackend::File,
+                path: Some("/var/lib/kubesink/state".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(warnings(&c).is_empty(), "{:?}", warnings(&c));
+        c.leader_election.enabled = true;
+        let w = warnings(&c);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("state.backend = \"file\" with leader_election.enabled: ")
+                && w[0].contains("/var/lib/kubesink/state"),
+            "{w:?}"
+        );
+    }
+
+    #[cfg(feature = "nats")]
+    #[test]
+    fn a_nats_state_store_on_the_loopback_is_warned_about() {
+        use crate::config::{StateBackend, StateConfig};
+        let with = |servers: &[&str], leader: bool| {
+            let mut state = StateConfig {
+                backend: StateBackend::Nats,
+                ..Default::default()
+            };
+            state.nats.servers = servers.iter().map(|s| s.to_string()).collect();
+            let mut c = Config {
+                state,
+                ..Default::default()
+            };
+            c.leader_election.enabled = leader;
+            warnings(&c)
+        };
+        for server in [
+            "nats://127.0.0.1:4222",
+            "localhost:4222",
+            "tls://[::1]:4222",
+            "nats://u:p@127.0.0.2",
+        ] {
+            let w: Vec<String> = with(&[server], false)
+                .into_iter()
+                .filter(|w| w.contains("loopback"))
+                .collect();
+            assert_eq!(w.len(), 1, "{server}: {w:?}");
+            assert!(w[0].starts_with("state.nats.servers: "), "{w:?}");
+            assert!(!w[0].contains("u:p"), "no credential: {w:?}");
+        }
+        assert!(with(&["nats://127.0.0.1:4222"], true)[0].contains("leader_election.enabled"));
+        assert!(with(&["nats://nats.kubesink:4222"], true).is_empty());
     }
 
     #[test]

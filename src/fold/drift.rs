@@ -8,8 +8,14 @@
 //! `fields` payload modes, and with `drop`, changes kubesink suppresses move the live
 //! `resourceVersion` but not the view's). Keys of the view outside the configured
 //! clusters and resources are not compared; they are counted.
+//!
+//! `--repair` ([`repair`]) publishes the `deleted` messages the ghosts lack, through the
+//! configured sinks: what a stateless run could not send for objects deleted while it was
+//! down (issue 38: a stream switched from stateless to stateful keeps those ghosts).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::{json, Value};
@@ -57,6 +63,9 @@ pub struct Report {
     pub live: usize,
     /// Keys of the view that no configured cluster and resource covers (not compared).
     pub not_compared: usize,
+    /// The configured resources as discovery resolved them (the repair's messages name
+    /// them as kubesink's do).
+    pub resources: Vec<Arc<kubesink_core::Resource>>,
 }
 
 /// Lists every configured resource of every configured cluster and compares.
@@ -69,12 +78,14 @@ pub async fn compare(
     compare_resource_version: bool,
 ) -> anyhow::Result<Report> {
     let mut live: BTreeMap<String, Live> = BTreeMap::new();
+    let mut resources = Vec::new();
     // (cluster, group, kind, namespaces; empty = all) covered by the lists.
     let mut covered: Vec<(String, String, String, Vec<String>)> = Vec::new();
     for spec in cfg.clusters() {
         let client = cluster::client(&spec).await?;
         for res in &spec.resources {
             let resolved = cluster::resolve(&client, &spec.name, res).await?;
+            resources.push(resolved.resource.clone());
             covered.push((
                 spec.name.clone(),
                 resolved.resource.group.clone(),
@@ -104,6 +115,7 @@ pub async fn compare(
     };
     let mut report = Report {
         live: live.len(),
+        resources,
         ..Report::default()
     };
     for e in view.entries() {
@@ -148,6 +160,94 @@ pub async fn compare(
     }
     report.drifts.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(report)
+}
+
+/// What [`repair`] published.
+#[derive(Debug, Default)]
+pub struct Repaired {
+    /// `deleted` messages published to every sink.
+    pub deletes: usize,
+    /// The sinks they went through, by name.
+    pub sinks: Vec<String>,
+}
+
+/// Tries per batch before the repair gives up on a sink (each waits twice as long as the
+/// one before, from a quarter second).
+const SEND_TRIES: u32 = 6;
+
+/// Publishes, through every sink of `cfg` (`[[sinks]]`, built as `kubesink run` builds
+/// them), one `deleted` message per `ghost` of `report`: in the message contract's shape,
+/// inferred (`finalStateUnknown: true`, no `object`), with the uid and resourceVersion the
+/// view last had, so a consumer removes the key (and a Kafka sink adds its tombstone). Its id
+/// is the one kubesink itself would give that inferred delete, so a consumer deduplicating
+/// by id, or JetStream within its duplicate window, takes a second repair as a repeat.
+///
+/// # Errors
+/// A sink that cannot be built, or that does not confirm a batch after [`SEND_TRIES`] tries.
+pub async fn repair(cfg: &Config, view: &View, report: &Report) -> anyhow::Result<Repaired> {
+    use kubesink_core::message::{encode, now_rfc3339, Change};
+    let observed_at = now_rfc3339();
+    let mut messages = Vec::new();
+    for d in report.drifts.iter().filter(|d| d.kind == "ghost") {
+        let Some(e) = view.get(&d.key) else { continue };
+        let Some(resource) = report
+            .resources
+            .iter()
+            .find(|r| r.cluster == e.cluster && r.group == e.group && r.kind == e.kind)
+        else {
+            continue;
+        };
+        let change = Change {
+            op: kubesink_core::Op::Deleted,
+            namespace: (!e.namespace.is_empty()).then(|| e.namespace.clone()),
+            name: e.name.clone(),
+            uid: e.uid.clone(),
+            resource_version: e.resource_version.clone(),
+            initial: false,
+            final_state_unknown: true,
+            object: None,
+            may_be_held: false,
+            reason: None,
+        };
+        messages.push(encode(resource, &change, &observed_at)?);
+    }
+    let mut repaired = Repaired {
+        deletes: messages.len(),
+        ..Repaired::default()
+    };
+    if messages.is_empty() {
+        return Ok(repaired);
+    }
+    let sinks = crate::bridge::build_sinks(cfg).await?;
+    let batch = cfg.pipeline.max_batch_events.max(1);
+    for sink in sinks {
+        for chunk in messages.chunks(batch) {
+            let mut wait = Duration::from_millis(250);
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match sink.send(chunk).await {
+                    Ok(()) => break,
+                    Err(e) if tries < SEND_TRIES => {
+                        tracing::warn!(sink = sink.name(), error = %e, retry_in = ?wait, "repair: the sink did not confirm the deletes; retrying");
+                        tokio::time::sleep(wait).await;
+                        wait *= 2;
+                    }
+                    Err(e) => {
+                        anyhow::bail!(
+                            "repair: sink {} did not confirm the deletes after {tries} tries: {e}",
+                            sink.name()
+                        )
+                    }
+                }
+            }
+        }
+        if let Err(e) = sink.close().await {
+            anyhow::bail!("repair: closing sink {}: {e}", sink.name());
+        }
+        repaired.sinks.push(sink.name().to_owned());
+    }
+    Ok(repaired)
 }
 
 async fn list_into(

@@ -87,12 +87,24 @@ async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Resul
                     s.swept,
                     s.unknown_ops
                 );
-                if s.sweeps_skipped > 0 {
+                let skipped = view.skipped_sweeps();
+                if skipped.replaced > 0 {
+                    eprintln!(
+                        "note: {} sync marker(s) closed a list some of whose messages the stream no \
+                         longer holds: later changes of those objects replaced them (the stream keeps \
+                         the last message per subject or key: max_msgs_per_subject = 1, or a compacted \
+                         topic); not swept, and nothing is missing from the view but the deletes \
+                         a sweep would have inferred from an earlier list (none on a stream that \
+                         began with that list); see docs/consumers.md",
+                        skipped.replaced
+                    );
+                }
+                if skipped.missing > 0 {
                     eprintln!(
                         "warning: {} sync marker(s) closed a list of which fewer objects arrived than its \
-                         count: not swept (on JetStream: a stateless restart within the stream's \
-                         duplicate_window; see docs/consumers.md)",
-                        s.sweeps_skipped
+                         count, and no later change explains the rest: not swept (on JetStream: a \
+                         stateless restart within the stream's duplicate_window; see docs/consumers.md)",
+                        skipped.missing
                     );
                 }
                 if let Some(cfg) = &cfg {
@@ -294,6 +306,26 @@ async fn drift_check(
         view.len(),
         report.not_compared,
     );
+    if args.repair {
+        let repaired = drift::repair(cfg, view, &report).await?;
+        eprintln!(
+            "repaired: {} `deleted` messages (finalStateUnknown) published for the ghosts through {}",
+            repaired.deletes,
+            if repaired.sinks.is_empty() {
+                "no sink (nothing to publish)".to_owned()
+            } else {
+                format!("sink(s) {}", repaired.sinks.join(", "))
+            }
+        );
+        // What the repair does not do: `missing`, `uid` and `stale` keys are the next
+        // kubesink start's (a full list re-sends them).
+        let left = report.drifts.iter().filter(|d| d.kind != "ghost").count();
+        return Ok(if left == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
     Ok(if report.drifts.is_empty() {
         ExitCode::SUCCESS
     } else {

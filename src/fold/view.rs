@@ -76,6 +76,8 @@ pub struct Entry {
     pub partition: Option<i32>,
     /// The fold sequence number of its last `initial: true` message (0: none).
     initial_seq: u64,
+    /// The fold sequence number of its last message applied.
+    seq: u64,
 }
 
 impl Entry {
@@ -175,11 +177,38 @@ struct ScopeState {
     last_id: Option<String>,
 }
 
+/// A sweep not done: its marker's list has fewer `initial` messages here than its `count`.
+#[derive(Debug)]
+struct Skipped {
+    scope: Scope,
+    /// The scope's previous marker (the list's messages come after it).
+    since: u64,
+    /// The marker itself.
+    at: u64,
+    count: u64,
+    seen: u64,
+}
+
+/// Why the sweeps not done were not done, as far as the records read tell
+/// ([`View::skipped_sweeps`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SkippedSweeps {
+    /// Lists whose missing messages are each replaced by a later change of the same object
+    /// (a stream that keeps the last message per subject or key: JetStream
+    /// `max_msgs_per_subject = 1`, a compacted Kafka topic).
+    pub replaced: u64,
+    /// Lists with messages missing that no later change explains (on JetStream, a stateless
+    /// restart within the stream's `duplicate_window`: the re-sent unchanged objects were
+    /// dropped as duplicates of their `Nats-Msg-Id`).
+    pub missing: u64,
+}
+
 /// The current view: one [`Entry`] per live key, ordered by key.
 #[derive(Debug, Default)]
 pub struct View {
     entries: BTreeMap<String, Entry>,
     scopes: HashMap<Scope, ScopeState>,
+    skipped: Vec<Skipped>,
     seq: u64,
     keep_objects: bool,
     /// What the fold did so far.
@@ -193,6 +222,26 @@ impl View {
             keep_objects,
             ..View::default()
         }
+    }
+
+    /// The sweeps not done so far ([`Stats::sweeps_skipped`]), told apart by what the
+    /// records read since show: each missing list message replaced by a later change of its
+    /// object, or messages missing.
+    pub fn skipped_sweeps(&self) -> SkippedSweeps {
+        let mut out = SkippedSweeps::default();
+        for s in &self.skipped {
+            let changed_later = self
+                .entries
+                .values()
+                .filter(|e| s.scope.contains(e) && e.initial_seq <= s.since && e.seq > s.at)
+                .count() as u64;
+            if s.seen + changed_later >= s.count {
+                out.replaced += 1;
+            } else {
+                out.missing += 1;
+            }
+        }
+        out
     }
 
     /// The live keys, ordered by key.
@@ -313,6 +362,7 @@ impl View {
             name,
             partition,
             initial_seq: if initial { self.seq } else { previous_initial },
+            seq: self.seq,
         };
         let json = entry.to_json();
         self.entries.insert(key, entry);
@@ -367,6 +417,13 @@ impl View {
                     .count() as u64;
                 if seen < count {
                     self.stats.sweeps_skipped += 1;
+                    self.skipped.push(Skipped {
+                        scope,
+                        since,
+                        at: self.seq,
+                        count,
+                        seen,
+                    });
                     return Ok(Vec::new());
                 }
             }
@@ -563,6 +620,44 @@ mod tests {
         v.apply(rec(marker("m5", true))).unwrap();
         v.apply(rec(marker("m3", false))).unwrap();
         assert_eq!(v.len(), 1);
+    }
+
+    #[test]
+    fn a_list_whose_messages_later_changes_replaced_is_told_from_one_with_messages_missing() {
+        // A fresh stream keeping one message per subject: `a` changed after the list, and
+        // its `updated` replaced its `added` of the list.
+        let mut v = View::new(false);
+        v.apply(rec(msg("added", "2", "ns", "b", "u2", true)))
+            .unwrap();
+        v.apply(rec(msg("added", "3", "ns", "c", "u3", true)))
+            .unwrap();
+        let mut m = marker("m1", true);
+        m["count"] = json!(3);
+        v.apply(rec(m)).unwrap();
+        assert_eq!(v.stats.sweeps_skipped, 1);
+        v.apply(rec(msg("updated", "4", "ns", "a", "u1", false)))
+            .unwrap();
+        assert_eq!(
+            v.skipped_sweeps(),
+            SkippedSweeps {
+                replaced: 1,
+                missing: 0
+            }
+        );
+        // A list of which a message is simply not there (dropped as a duplicate).
+        let mut v = View::new(false);
+        v.apply(rec(msg("added", "2", "ns", "b", "u2", true)))
+            .unwrap();
+        let mut m = marker("m1", true);
+        m["count"] = json!(2);
+        v.apply(rec(m)).unwrap();
+        assert_eq!(
+            v.skipped_sweeps(),
+            SkippedSweeps {
+                replaced: 0,
+                missing: 1
+            }
+        );
     }
 
     #[test]

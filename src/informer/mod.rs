@@ -265,6 +265,9 @@ pub struct Informer {
     relist_jitter: Duration,
     /// The process's budget of lists in flight: a list holds a slot while it is read.
     lists: Arc<ListBudget>,
+    /// The span of its log lines, `informer{cluster, resource, scope, strategy}`: made anew
+    /// when the strategy changes (recording a field twice would print it twice).
+    span: tracing::Span,
 }
 
 /// How often a failure that keeps repeating is logged again at WARN (with its count).
@@ -351,19 +354,36 @@ impl Informer {
             api,
             relist_jitter: watch.retry_initial_backoff.get(),
             lists,
+            span: tracing::Span::none(),
+        }
+    }
+
+    /// The span of this informer's log lines, with `strategy` once chosen. A root span: made
+    /// while another of its spans is current, it must not nest in it.
+    fn make_span(&self, strategy: Option<Strategy>) -> tracing::Span {
+        match strategy {
+            Some(s) => tracing::info_span!(
+                parent: None,
+                "informer",
+                cluster = %self.resource.cluster,
+                resource = %self.resource,
+                scope = %self.scope,
+                strategy = s.as_str()
+            ),
+            None => tracing::info_span!(
+                parent: None,
+                "informer",
+                cluster = %self.resource.cluster,
+                resource = %self.resource,
+                scope = %self.scope
+            ),
         }
     }
 
     /// Runs until `cancel` fires or the pipeline shuts down. Every log line inside carries
     /// the span `informer{cluster, resource, scope}`.
     pub async fn run(mut self, publisher: Publisher, cancel: CancellationToken) {
-        let span = tracing::info_span!(
-            "informer",
-            cluster = %self.resource.cluster,
-            resource = %self.resource,
-            scope = %self.scope,
-            strategy = tracing::field::Empty
-        );
+        self.span = self.make_span(None);
         /// Clears `running` however the loop ends (a panic included).
         struct Running(Arc<InformerStats>);
         impl Drop for Running {
@@ -374,30 +394,38 @@ impl Informer {
         self.stats.running.store(true, Ordering::Relaxed);
         self.stats.started.store(true, Ordering::Relaxed);
         let _running = Running(self.stats.clone());
-        async move {
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                _ = self.run_loop(&publisher) => {}
-            }
-            tracing::debug!("informer stopped");
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = self.run_loop(&publisher) => {}
         }
-        .instrument(span)
-        .await;
+        self.span.in_scope(|| tracing::debug!("informer stopped"));
     }
 
+    /// Lists and watches, each step in the span of the strategy of its time.
     async fn run_loop(&mut self, publisher: &Publisher) {
         let mut next = Next::List;
         loop {
-            let step = match &next {
-                Next::List if self.stream_now() => self.stream_list(publisher).await,
-                Next::List => self.list(publisher).await,
-                Next::Watch(rv) => {
-                    let rv = rv.clone();
-                    self.watch(&rv, publisher).await
+            let stream =
+                matches!(next, Next::List) && self.span.clone().in_scope(|| self.stream_now());
+            let span = self.span.clone();
+            let step = async {
+                match &next {
+                    Next::List if stream => self.stream_list(publisher).await,
+                    Next::List => self.list(publisher).await,
+                    Next::Watch(rv) => {
+                        let rv = rv.clone();
+                        self.watch(&rv, publisher).await
+                    }
                 }
-            };
-            let wait = match step {
-                Step::Closed => return,
+            }
+            .instrument(span)
+            .await;
+            if matches!(step, Step::Closed) {
+                return;
+            }
+            let span = self.span.clone();
+            let wait = span.in_scope(|| match step {
+                Step::Closed => None,
                 Step::Listed(rv) => {
                     self.listed();
                     next = Next::Watch(rv);
@@ -420,7 +448,7 @@ impl Informer {
                     next = after;
                     wait
                 }
-            };
+            });
             if let Some(wait) = wait {
                 tokio::time::sleep(wait).await;
             }
@@ -445,10 +473,10 @@ impl Informer {
     }
 
     /// Records how the informer reads its state: in its stats (the metric) and in its span
-    /// (`strategy=stream|list` on every later log line of the watch).
-    fn set_strategy(&self, s: Strategy) {
+    /// (`strategy=stream|list` on every later log line of the watch, once: a new span).
+    fn set_strategy(&mut self, s: Strategy) {
         if self.stats.strategy() != Some(s) {
-            tracing::Span::current().record("strategy", s.as_str());
+            self.span = self.make_span(Some(s));
         }
         self.stats.set_strategy(s);
     }
@@ -471,6 +499,13 @@ impl Informer {
         }
         let reason = match failure {
             WatchFailure::NoStreaming(why) => why.clone(),
+            // A selector the server rejects fails the paged list too: not a reason to
+            // give streaming lists up, but the error to report (`failed`).
+            WatchFailure::Api { status, .. }
+                if self.requests.selector_rejected(status).is_some() =>
+            {
+                return false
+            }
             WatchFailure::Api { status, .. } if STREAM_REFUSALS.contains(&status.code) => {
                 format!("the server refuses it: {status}")
             }
@@ -592,7 +627,19 @@ impl Informer {
             (WatchFailure::Transport(_), _) => FailureKind::Unreachable,
             _ => FailureKind::Broken,
         };
-        self.stats.set_failure(kind, format!("{what}: {failure}"));
+        let rejected = match &failure {
+            WatchFailure::Api { status, .. } => self.requests.selector_rejected(status),
+            _ => None,
+        };
+        self.stats.set_failure(
+            kind,
+            format!(
+                "{what}: {}",
+                rejected
+                    .as_ref()
+                    .map_or_else(|| failure.to_string(), Clone::clone)
+            ),
+        );
         let at = self.last_rv.clone().unwrap_or_default();
         let failed = match &failure {
             WatchFailure::Gone(_) => Failed::Gone,
@@ -730,6 +777,15 @@ impl Informer {
             } => {
                 // One streak per status, whether the watch or the list that follows meets it.
                 let signature = format!("status {}", status.code);
+                if let Some(rejected) = self.requests.selector_rejected(status) {
+                    self.stats.other_errors.fetch_add(1, Ordering::Relaxed);
+                    self.log_failure(
+                        "selector rejected",
+                        &format!("{what}: {rejected}; fix the resource's selector (`kubesink check --online` asks the API server); retrying"),
+                        retry_in,
+                    );
+                    return;
+                }
                 match status.code {
                     401 | 403 => {
                         self.stats.forbidden.fetch_add(1, Ordering::Relaxed);

@@ -137,6 +137,8 @@ pub struct Requests {
     /// The resource has a label or field selector: a DELETED may be an object that stopped
     /// matching it ([`Requests::still_there`]).
     selective: bool,
+    /// The selectors in words (`label selector "a=b", field selector "…"`), for errors.
+    selectors: String,
 }
 
 impl Requests {
@@ -165,7 +167,40 @@ impl Requests {
             list,
             watch,
             selective: plan.label_selector.is_some() || plan.field_selector.is_some(),
+            selectors: [
+                plan.label_selector
+                    .as_ref()
+                    .map(|l| format!("label selector {l:?}")),
+                plan.field_selector
+                    .as_ref()
+                    .map(|f| format!("field selector {f:?}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" or "),
         }
+    }
+
+    /// When `status` is the API server rejecting this resource's label or field selector (a
+    /// 400 that does not speak of the streaming list's parameters, to a request carrying a
+    /// selector): that, in words, naming the selector. A 400 or 422 about
+    /// `sendInitialEvents` is a server without streaming lists instead.
+    pub fn selector_rejected(&self, status: &Status) -> Option<String> {
+        const STREAMING: [&str; 4] = [
+            "sendinitialevents",
+            "resourceversionmatch",
+            "watchlist",
+            "allowwatchbookmarks",
+        ];
+        let message = status.message.to_ascii_lowercase();
+        let streaming = STREAMING.iter().any(|p| message.contains(p));
+        (status.code == 400 && self.selective && !streaming).then(|| {
+            format!(
+                "{} rejected by the API server: {}",
+                self.selectors, status.message
+            )
+        })
     }
 
     /// Whether the object of a watch DELETED is still in the cluster with the same uid, so

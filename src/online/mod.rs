@@ -229,24 +229,9 @@ impl fmt::Display for CallError {
             CallError::Kube(kube::Error::Api(s)) => {
                 write!(f, "{} {}: {}", s.code, s.reason, s.message)
             }
-            CallError::Kube(e) => f.write_str(&error_chain(e)),
+            CallError::Kube(e) => f.write_str(&crate::cluster::error_chain(e)),
         }
     }
-}
-
-/// `e` and its sources, each written once (kube's errors often repeat their source).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 /// `call`, bounded by `timeout`.

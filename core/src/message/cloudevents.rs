@@ -88,6 +88,19 @@ pub fn parse_format<'de, D: serde::Deserializer<'de>>(
         })
 }
 
+/// `format`'s JSON Schema: one of its spellings.
+impl schemars::JsonSchema for Format {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Format".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "How each message is written: \"json\" (the topology message v1), \"cloudevents\" (binary content mode) or \"cloudevents-structured\" (a CloudEvents JSON envelope).",
+            "enum": ["json", "cloudevents", "cloudevents-structured"]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for Format {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         parse_format(

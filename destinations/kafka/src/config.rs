@@ -26,7 +26,7 @@ use crate::KafkaSink;
 ///
 /// Defaults give the delivery guarantees of `docs/kafka.md`: the idempotent producer with
 /// `acks = all`, record key = message key, tombstones after deletes.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Name used in logs; unique among sinks. Default `"kafka"`.
@@ -99,10 +99,35 @@ pub struct KafkaConfig {
     pub librdkafka: Passthrough,
 }
 
+/// What librdkafka itself refuses in a passthrough map (an unknown property, a bad value),
+/// found by creating a producer with it alone (no connection is made): what the sink's
+/// build, or the state store's, would refuse at start. `None` when it accepts them.
+/// librdkafka's message quotes the refused property's value: a credential property's
+/// ([`is_secret_property`]) is replaced by `***`.
+pub fn refused_properties(properties: &BTreeMap<String, String>) -> Option<String> {
+    if properties.is_empty() {
+        return None;
+    }
+    let mut c = rdkafka::ClientConfig::new();
+    for (k, v) in properties {
+        c.set(k, v);
+    }
+    let mut text = c
+        .create::<rdkafka::producer::BaseProducer>()
+        .err()?
+        .to_string();
+    for (k, v) in properties {
+        if is_secret_property(k) && !v.is_empty() {
+            text = text.replace(v.as_str(), "***");
+        }
+    }
+    Some(text)
+}
+
 /// The `librdkafka` passthrough map: property → value. `Debug` and `Serialize` print the
 /// value of every credential property ([`is_secret_property`]) as `***`; deserializing keeps
 /// the real value, and [`Deref`](std::ops::Deref) gives the map.
-#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Passthrough(pub BTreeMap<String, String>);
 
@@ -172,7 +197,7 @@ pub const DEFAULT_TOPIC_PROPAGATION_MAX_MS: &str = "5000";
 pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "1000";
 
 /// `[sinks.security]` of a Kafka sink.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSecurity {
     /// `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`. Default
@@ -205,7 +230,9 @@ pub struct KafkaSecurity {
 }
 
 /// `compression.type`.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     /// No compression.
@@ -235,6 +262,22 @@ pub enum Acks {
     /// No acknowledgement.
     #[serde(rename = "0")]
     None,
+}
+
+/// `acks`'s JSON Schema: `"all"`, `"1"` or `"0"`, or librdkafka's numbers.
+impl schemars::JsonSchema for Acks {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Acks".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "\"all\" (every in-sync replica), \"1\" (the leader) or \"0\" (none); also -1, 1 or 0.",
+            "anyOf": [
+                { "type": "string", "enum": ["all", "1", "0", "-1"] },
+                { "type": "integer", "enum": [-1, 1, 0] }
+            ]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for Acks {
@@ -274,7 +317,9 @@ impl<'de> Deserialize<'de> for Acks {
 }
 
 /// `security.protocol`.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
     /// No TLS, no SASL (the default).
@@ -289,7 +334,7 @@ pub enum Protocol {
 }
 
 /// `sasl.mechanism`.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub enum SaslMechanism {
     /// `PLAIN`.
     #[serde(rename = "PLAIN")]
@@ -631,6 +676,13 @@ impl Destination for KafkaConfig {
                 "ssl_certificate_location and ssl_key_location go together (mutual TLS)",
             ));
         }
+        if let Some(e) = refused_properties(&self.librdkafka) {
+            errs.push(self.invalid(
+                index,
+                "librdkafka",
+                format!("librdkafka refuses these properties: {e}"),
+            ));
+        }
         for key in self.librdkafka.keys() {
             if let Some((_, option)) = MANAGED_PROPERTIES.iter().find(|(p, _)| p == key) {
                 errs.push(self.invalid(
@@ -643,6 +695,23 @@ impl Destination for KafkaConfig {
             }
         }
         errs
+    }
+
+    /// `security.ssl_ca_location`, `ssl_certificate_location` and `ssl_key_location`:
+    /// librdkafka reads them when the producer is created (a missing one stops `run`).
+    fn files(&self) -> Vec<(String, std::path::PathBuf)> {
+        let s = &self.security;
+        [
+            ("security.ssl_ca_location", &s.ssl_ca_location),
+            (
+                "security.ssl_certificate_location",
+                &s.ssl_certificate_location,
+            ),
+            ("security.ssl_key_location", &s.ssl_key_location),
+        ]
+        .into_iter()
+        .filter_map(|(key, path)| Some((key.to_owned(), path.as_ref()?.into())))
+        .collect()
     }
 
     /// Settings that work but weaken security, one sentence each (for `kubesink check` and

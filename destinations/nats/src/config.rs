@@ -27,7 +27,7 @@ use crate::NatsSink;
 pub const DEFAULT_SUBJECT: &str = "kubesink.{cluster}.{group}.{kind}.{namespace}.{name}";
 
 /// NATS sink configuration (`[[sinks]]` with `type = "nats"`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsConfig {
     /// Name used in logs; unique among sinks. Default `"nats"`.
@@ -94,7 +94,9 @@ pub struct NatsConfig {
 }
 
 /// Publishing mode.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum NatsMode {
     /// Core NATS: a batch counts as delivered when `flush()` returns.
@@ -105,7 +107,7 @@ pub enum NatsMode {
 }
 
 /// `[sinks.auth]`: at most one of user/password, token, nkey seed, credentials file.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsAuth {
     /// User name (with `password`).
@@ -121,7 +123,7 @@ pub struct NatsAuth {
 }
 
 /// `[sinks.tls]`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsTls {
     /// PEM file of CA certificates that verify the server (in addition to the system roots).
@@ -138,7 +140,7 @@ pub struct NatsTls {
 }
 
 /// `[sinks.stream]`: the JetStream stream the subjects belong to.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsStream {
     /// Stream name. Default `"KUBESINK"`.
@@ -168,7 +170,9 @@ pub struct NatsStream {
 }
 
 /// Stream storage type.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum NatsStorage {
     /// On disk.
@@ -672,6 +676,15 @@ impl Destination for NatsConfig {
             }
         }
         errs
+    }
+
+    /// `auth.credentials_file`: read when the sink is built (a missing one stops `run`).
+    fn files(&self) -> Vec<(String, std::path::PathBuf)> {
+        self.auth
+            .credentials_file
+            .iter()
+            .map(|p| ("auth.credentials_file".to_owned(), p.clone()))
+            .collect()
     }
 
     /// Settings that work but weaken security, one sentence each naming the entry and key:

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::StdoutSink;
 
 /// `[[sinks]]` entry with `type = "stdout"`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StdoutConfig {
     /// Name used in logs. Default `"stdout"`.
@@ -34,6 +34,19 @@ pub enum StdoutFormat {
     /// A CloudEvents structured-mode envelope per line.
     #[serde(rename = "cloudevents-structured")]
     CloudEventsStructured,
+}
+
+/// `format`'s JSON Schema for stdout: one of its two spellings.
+impl schemars::JsonSchema for StdoutFormat {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StdoutFormat".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "\"json\" (the topology message v1 per line) or \"cloudevents-structured\" (a CloudEvents envelope per line).",
+            "enum": ["json", "cloudevents-structured"]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for StdoutFormat {

@@ -58,6 +58,14 @@ release in the release's namespace). Fails on a credential in clear.
 {{- if not $c.resources -}}
 {{- fail "values.config.resources: list the resources to watch (the chart derives the RBAC from them)" -}}
 {{- end -}}
+{{- $cluster := get $c "cluster" | default dict -}}
+{{- if and (not $c.clusters) (eq (upper (trim (toString (get $cluster "name")))) "CHANGE-ME") -}}
+{{- fail "values.config.cluster.name is still the placeholder CHANGE-ME: set it to this cluster's name, carried by every message (--set config.cluster.name=prod-eu-1, or in your values file); kubesink refuses to start with it" -}}
+{{- end -}}
+{{- $leading := dig "leader_election" "enabled" false $c -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not $leading) -}}
+{{- fail (printf "values.replicaCount is %v but config.leader_election.enabled is not true: replicas without leader election would all watch and emit every change; set replicaCount: 1, or config.leader_election.enabled: true" .Values.replicaCount) -}}
+{{- end -}}
 {{- $server := get $c "server" | default dict -}}
 {{- if not (hasKey $server "listen") -}}
 {{- $_ := set $server "listen" (printf "0.0.0.0:%v" .Values.metrics.port) -}}

@@ -13,7 +13,7 @@ use crate::{KafkaConfig, Passthrough, Properties};
 /// The connection is a `[[sinks]]` Kafka entry's (`sink`, or the only Kafka sink when neither
 /// `sink` nor `bootstrap_servers` is set), or its own (`bootstrap_servers` and librdkafka
 /// properties in `librdkafka`, e.g. `"security.protocol" = "sasl_ssl"`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateKafkaConfig {
     /// The name of the `[[sinks]]` Kafka entry whose connection (`bootstrap_servers`,
@@ -275,19 +275,13 @@ impl StateKafkaConfig {
         if self.timeout.get().is_zero() {
             bad("timeout", "must be greater than zero".into());
         }
-        if !self.librdkafka.is_empty() {
-            // What librdkafka itself refuses (an unknown property, a bad value) is found now,
-            // not when the watches wait for a store that can never open.
-            let mut c = rdkafka::ClientConfig::new();
-            for (k, v) in self.librdkafka.iter() {
-                c.set(k, v);
-            }
-            if let Err(e) = c.create::<rdkafka::producer::BaseProducer>() {
-                bad(
-                    "librdkafka",
-                    format!("librdkafka refuses these properties: {e}"),
-                );
-            }
+        // What librdkafka itself refuses (an unknown property, a bad value) is found now,
+        // not when the watches wait for a store that can never open.
+        if let Some(e) = crate::config::refused_properties(&self.librdkafka) {
+            bad(
+                "librdkafka",
+                format!("librdkafka refuses these properties: {e}"),
+            );
         }
         for key in self.librdkafka.keys() {
             if key == "bootstrap.servers" || key == "metadata.broker.list" {

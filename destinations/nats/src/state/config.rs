@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// `[state.nats]`: a JetStream object store holding the state as one object
 /// (<https://docs.nats.io/nats-concepts/jetstream/obj_store>), and a stream beside it,
 /// `{bucket}_JOURNAL`, holding the journal of new objects between saves.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateNatsConfig {
     /// Server URLs (`nats://host:port`, `tls://host:port`), as for the NATS sink.
