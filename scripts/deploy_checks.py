@@ -736,12 +736,22 @@ def cmd_kubelet_env(outdir, paths):
                             continue
                         vol = next(v for v in spec.get("volumes", []) if v["name"] == mount["name"])
                         key = os.path.relpath(config_path, mount["mountPath"])
-                        cm = next((d for d in docs if d.get("kind") == "ConfigMap"
-                                   and "configMap" in vol and d["metadata"]["name"] == vol["configMap"]["name"]), None)
-                        if cm is not None:
-                            toml = cm["data"][key]
+                        if "configMap" in vol:
+                            cm = next((d for d in docs if d.get("kind") == "ConfigMap"
+                                       and d["metadata"]["name"] == vol["configMap"]["name"]), None)
+                            if cm is not None:
+                                toml = (cm.get("data") or {}).get(key)
+                        elif "secret" in vol:
+                            # A Secret of the rendered set (kustomize's secretGenerator).
+                            import base64
+                            sec = next((d for d in docs if d.get("kind") == "Secret"
+                                        and d["metadata"]["name"] == vol["secret"]["secretName"]), None)
+                            if sec is not None and key in (sec.get("data") or {}):
+                                toml = base64.b64decode(sec["data"][key]).decode()
+                            elif sec is not None:
+                                toml = (sec.get("stringData") or {}).get(key)
                     if toml is None:
-                        print(f"FAIL {path}: {workload}/{c['name']}: {config_path} comes from no rendered ConfigMap")
+                        print(f"FAIL {path}: {workload}/{c['name']}: {config_path} comes from no rendered ConfigMap or Secret")
                         failures += 1
                         continue
                     name = f"{stem}-{doc['metadata']['name']}-{c['name']}"
