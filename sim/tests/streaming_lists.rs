@@ -62,6 +62,47 @@ async fn a_consistent_streaming_list_sends_every_object_then_the_end_bookmark_at
     assert_eq!(next["type"], "MODIFIED");
 }
 
+/// Found on the real server (tests/real_*.rs): its BOOKMARK object is the Go type's zero value
+/// (`spec.containers: null`, `status: {}` for a Pod), not metadata alone. The end bookmark the
+/// simulator sends has the recorded one's fields (`tests/fixtures/k8s-replays/v1-37`).
+#[tokio::test]
+async fn the_end_bookmark_has_the_fields_of_the_real_servers() {
+    let recorded: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/k8s-replays/v1-37/watch_event-watch_pods_without_initial_events.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let real = recorded[0]["response_body"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(is_end_bookmark)
+        .expect("the recording has the end bookmark");
+    let (_sim, addr) = sim_with_pods(2, Duration::from_secs(60)).await;
+    let mut w = watch(addr, STREAM, None).await;
+    let events = w.take(3, T).await;
+    let ours = &events[2];
+    assert!(is_end_bookmark(ours), "{ours}");
+    let fields = |e: &Value| {
+        let mut o = e["object"].as_object().unwrap().clone();
+        o.remove("metadata");
+        o
+    };
+    assert_eq!(
+        fields(ours),
+        fields(&real),
+        "simulator {ours} vs real {real}"
+    );
+    assert_eq!(
+        ours["object"]["metadata"]["annotations"],
+        real["object"]["metadata"]["annotations"]
+    );
+}
+
 #[tokio::test]
 async fn the_parameters_are_checked_as_the_api_server_checks_them() {
     let (_sim, addr) = sim_with_pods(1, Duration::from_secs(60)).await;

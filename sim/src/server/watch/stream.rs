@@ -151,7 +151,10 @@ impl WatchStream {
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let obj = json!({"kind": kind, "apiVersion": api_version, "metadata": meta});
+        let mut obj = json!({"kind": kind, "apiVersion": api_version, "metadata": meta});
+        if !self.meta_only {
+            bookmark_zero_fields(&self.rt.kind, &mut obj);
+        }
         line("BOOKMARK", obj.to_string().as_bytes())
     }
 
@@ -353,4 +356,38 @@ fn restamp(obj: &StoredObject, rv: u64) -> Option<StoredObject> {
             .insert("resourceVersion".into(), Value::String(rv.to_string()));
         StoredObject::from_value(&v, rv).ok()
     })
+}
+
+/// The fields a real kube-apiserver's BOOKMARK object carries beside its metadata: the Go
+/// type's zero value, encoded as JSON (fields without `omitempty` stay, as `null` or `0`), so
+/// a client that decodes a bookmark as the kind's type meets them. Read off Kubernetes 1.37.2's
+/// kube-apiserver (tests/kube), streaming lists of each kind, 2026-12-04; a kind not listed
+/// here (ConfigMap, Secret, custom resources) carries metadata only, as there.
+fn bookmark_zero_fields(kind: &str, obj: &mut Value) {
+    let extra = match kind {
+        "Pod" => json!({"spec": {"containers": null}, "status": {}}),
+        "Deployment" => json!({
+            "spec": {"replicas": 0, "selector": null, "template": {"metadata": {}, "spec": {"containers": null}}, "strategy": {}},
+            "status": {}
+        }),
+        "ReplicaSet" => json!({
+            "spec": {"replicas": 0, "selector": null, "template": {"metadata": {}, "spec": {"containers": null}}},
+            "status": {"replicas": 0}
+        }),
+        "Node" => json!({"spec": {}, "status": {
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+                "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "",
+                "operatingSystem": "", "architecture": ""}
+        }}),
+        "Service" => json!({"spec": {}, "status": {"loadBalancer": {}}}),
+        "Namespace" => json!({"spec": {}, "status": {}}),
+        "Lease" => json!({"spec": {}}),
+        _ => return,
+    };
+    if let (Some(o), Some(e)) = (obj.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            o.insert(k.clone(), v.clone());
+        }
+    }
 }
