@@ -96,6 +96,9 @@ enum Base<'a> {
 pub struct Saved {
     snapshot: Option<Vec<u8>>,
     journal: Vec<JournalSegment>,
+    /// Why the store's state is known to be damaged or partly lost
+    /// ([`StateError::Damaged`]): then nothing of it is used.
+    damaged: Option<String>,
 }
 
 /// Reads the saved snapshot and journal from `store`.
@@ -106,10 +109,27 @@ pub struct Saved {
 /// reads again rather than start without state (`bridge/watching.rs`; issue 19: a leader
 /// that took over while the NATS state server restarted started empty and never sent the
 /// deletes made during the hand-over).
+///
+/// A store that was read but holds a state known to be damaged or partly lost
+/// ([`StateError::Damaged`]) is not an error here: [`restore`] ignores that state (a full
+/// initial list), as it ignores a damaged state file.
 pub async fn read(store: &dyn StateStore) -> Result<Saved, StateError> {
-    let snapshot = store.load().await?;
+    let snapshot = match store.load().await {
+        Err(StateError::Damaged(reason)) => {
+            return Ok(Saved {
+                snapshot: None,
+                journal: Vec::new(),
+                damaged: Some(reason),
+            })
+        }
+        loaded => loaded?,
+    };
     let journal = store.load_journal().await?;
-    Ok(Saved { snapshot, journal })
+    Ok(Saved {
+        snapshot,
+        journal,
+        damaged: None,
+    })
 }
 
 /// Each watch's restored store from what [`read`] returned (see the module rules), for
@@ -140,6 +160,16 @@ pub fn restore(
             return none(now_ms(), Some(&format!("it cannot be read: {e}")));
         }
     };
+    if let Some(reason) = &saved.damaged {
+        // What survived (a journal without its snapshot, a snapshot without a chunk) is
+        // not replayed: its keys would be re-sent as non-initial `added`, and the deletes the
+        // lost part could have inferred never sent, with a sync marker that sweeps nothing.
+        tracing::warn!(store, "saved informer state ignored: it is damaged or partly lost ({reason}); every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+        return none(
+            now_ms(),
+            Some(&format!("it is damaged or partly lost: {reason}")),
+        );
+    }
     let base = match saved.snapshot.as_deref() {
         None => Base::Missing,
         Some(bytes) => match snapshot::parse(bytes) {
