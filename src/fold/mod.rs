@@ -87,6 +87,12 @@ async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Resul
                     s.swept,
                     s.unknown_ops
                 );
+                if s.stale_epochs > 0 {
+                    eprintln!(
+                        "{} message(s) of a deposed leader skipped: their leaderEpoch is below one                          already seen for their key (published before a hand-over, written after                          the successor's; see docs/consumers.md)",
+                        s.stale_epochs
+                    );
+                }
                 if s.sweeps_skipped > 0 {
                     eprintln!(
                         "warning: {} sync marker(s) closed a list of which fewer objects arrived than its \
