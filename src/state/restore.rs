@@ -216,6 +216,31 @@ pub fn restore(
         );
         return none(next_generation, None);
     }
+    // A journal without a snapshot is a state only when it is whole: a run numbers its
+    // records from 1, and drops a generation only after a snapshot covering it was stored.
+    // When the oldest frame kept does not start at record 1, a snapshot was stored and is
+    // gone (deleted, or its store lost it): replaying the rest alone would send live
+    // objects as non-initial `added` and never the deletes the lost snapshot could infer
+    // (issue 37), so the state is damaged, for every backend alike.
+    if snap.is_none() {
+        if let Some(oldest) = journal
+            .frames
+            .iter()
+            .min_by_key(|f| (f.generation, f.first))
+        {
+            if oldest.first > 1 {
+                let reason = format!(
+                    "it has a journal but no snapshot, and the journal's oldest frame (generation {}) starts at record {}: a snapshot covered the records before it and is gone",
+                    oldest.generation, oldest.first
+                );
+                tracing::warn!(store, "saved informer state ignored: it is damaged or partly lost ({reason}); every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+                return none(
+                    now_ms(),
+                    Some(&format!("it is damaged or partly lost: {reason}")),
+                );
+            }
+        }
+    }
     if let Some(snap) = snap {
         let damaged = snap.sections.iter().filter(|s| s.is_err()).count();
         if damaged > 0 || snap.sections.len() != snap.announced as usize {
@@ -532,6 +557,28 @@ mod tests {
             r.stores[1].is_none(),
             "nothing was sent for nodes: an initial list"
         );
+    }
+
+    /// Issue 37, defect 2, for every backend: a journal whose oldest frame does not start at
+    /// record 1 lost the snapshot that covered the records before it (the state file or
+    /// object deleted, a state topic lost): the state is damaged, every watch lists and
+    /// emits everything, never the rest of the journal alone.
+    #[tokio::test]
+    async fn a_journal_whose_start_was_dropped_without_its_snapshot_is_damaged_state() {
+        let (_dir, store) = dir_store();
+        let mut records = Vec::new();
+        frame::put_record(&mut records, 0, "ns", "a", U1, "99");
+        let watches = [("core/Pod/".to_owned(), 7)];
+        let later = frame::encode("prod", 4, 37, &watches, 1, &records);
+        store.append(4, vec![later]).await.unwrap();
+        let r = restored(&store).await;
+        assert!(r.stores.iter().all(Option::is_none), "{}", r.summary);
+        assert!(
+            r.summary.contains("damaged or partly lost"),
+            "{}",
+            r.summary
+        );
+        assert!(r.summary.contains("starts at record 37"), "{}", r.summary);
     }
 
     #[tokio::test]
