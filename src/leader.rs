@@ -39,6 +39,9 @@ pub struct Fence {
     until: Arc<AtomicU64>,
     /// Told when the fence is closed early ([`Fence::close`]) or its deadline moves.
     changed: Arc<tokio::sync::Notify>,
+    /// The leader epoch plus one (0: none): the Lease's `leaseTransitions` when this
+    /// replica took it ([`Fence::epoch`]).
+    epoch: Arc<AtomicU64>,
 }
 
 impl Fence {
@@ -47,7 +50,21 @@ impl Fence {
             base: Instant::now(),
             until: Arc::new(AtomicU64::new(0)),
             changed: Arc::new(tokio::sync::Notify::new()),
+            epoch: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// This replica's leader epoch: the Lease's `spec.leaseTransitions` as it wrote it when
+    /// it took the Lease (each take-over by another replica adds one), `None` without leader
+    /// election. Every message carries it (`leaderEpoch`), so a consumer can drop a deposed
+    /// leader's publishes that a client library wrote after its successor's
+    /// (`docs/consumers.md`). A Lease deleted and created again starts at 0 again.
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch.load(Ordering::SeqCst).checked_sub(1)
+    }
+
+    fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch.saturating_add(1), Ordering::SeqCst);
     }
 
     /// Resolves once the fence is closed: its deadline passed (on the monotonic clock, so
@@ -357,7 +374,7 @@ impl Elector {
                 }),
             };
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(self.won(started)),
+                Ok(_) => Ok(self.won(started, 0)),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Other(String::new())),
                 Err(e) => Err(e),
             };
@@ -399,18 +416,20 @@ impl Elector {
         }
         spec.renew_time = Some(now);
         spec.lease_duration_seconds = Some(secs);
+        let transitions = u64::try_from(spec.lease_transitions.unwrap_or(0)).unwrap_or(0);
         match self
             .api
             .replace(&self.name, &PostParams::default(), &lease)
             .await
         {
-            Ok(_) => Ok(self.won(started)),
+            Ok(_) => Ok(self.won(started, transitions)),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Other(holder)),
             Err(e) => Err(e),
         }
     }
 
-    fn won(&mut self, started: Instant) -> Attempt {
+    fn won(&mut self, started: Instant, transitions: u64) -> Attempt {
+        self.fence.set_epoch(transitions);
         self.fence.extend_to(started + self.renew_deadline);
         self.observed = None;
         Attempt::Held

@@ -7,6 +7,12 @@
 //! Nothing here bounds the test's own wall clock: on a loaded machine the test may observe
 //! late, so it asserts order and outcome, and times only from kubesink's own timestamps.
 
+#[cfg(feature = "nats")]
+#[path = "support/nats_server.rs"]
+mod nats_server;
+#[cfg(feature = "nats")]
+#[path = "support/ports.rs"]
+mod ports;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -55,7 +61,10 @@ impl Proc {
         env: &[(&str, &str)],
     ) -> Proc {
         let err = dir.join(format!("{identity}.log"));
-        let mut cmd = Command::new(BIN);
+        // `OTHER_KUBESINK_BIN`: another build of the binary (to run a test against an older
+        // commit's behaviour).
+        let bin = std::env::var("OTHER_KUBESINK_BIN").unwrap_or_else(|_| BIN.to_owned());
+        let mut cmd = Command::new(bin);
         cmd.args(["run", "--config"]).arg(config);
         // `default-…`: the identity left to kubesink, POD_NAME unset (outside Kubernetes).
         if identity.starts_with("default-") {
@@ -366,4 +375,252 @@ async fn a_leader_that_loses_its_lease_while_draining_exits_at_once_not_at_the_d
         "exits as lost leadership while draining (not after the 300 s deadline, 1):\n{log}"
     );
     assert!(log.contains("lost leadership while shutting down"), "{log}");
+}
+
+/// A leader election config like [`config`]'s, delivering ConfigMaps to JetStream on `nats`
+/// (stream `KUBESINK`, every message kept) with a PubAck wait long enough to outlast a paused
+/// server.
+#[cfg(feature = "nats")]
+fn jetstream_config(dir: &Path, kubeconfig: &Path, nats: &str) -> PathBuf {
+    let file = dir.join("kubesink-js.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"[cluster]
+name = "le"
+kubeconfig = {kubeconfig:?}
+[leader_election]
+enabled = true
+lease_name = "kubesink-test"
+lease_namespace = "default"
+lease_duration = "{}ms"
+renew_deadline = "{}ms"
+retry_period = "{}ms"
+[pipeline]
+linger = "3s"
+max_pending_bytes = "256MiB"
+max_batch_bytes = "64MiB"
+max_batch_events = 1000
+[log]
+summary_interval = "0s"
+[[resources]]
+api_version = "v1"
+kind = "ConfigMap"
+[[sinks]]
+type = "nats"
+servers = [{nats:?}]
+mode = "jetstream"
+publish_timeout = "120s"
+max_in_flight = 2000
+client_capacity = 4000
+[sinks.stream]
+name = "KUBESINK"
+create = true
+"#,
+            LEASE.as_millis(),
+            RENEW_DEADLINE.as_millis(),
+            RETRY.as_millis()
+        ),
+    )
+    .unwrap();
+    file
+}
+
+/// ConfigMaps `cm-0`… of ~100 KB each, updated in rounds: each round sets `data.round`.
+#[cfg(feature = "nats")]
+fn configmaps(sim: &kubesink_sim::Simulator, n: usize, round: usize) {
+    let filler = "x".repeat(100 * 1024);
+    for i in 0..n {
+        let cm = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
+            "data": {"round": round.to_string(), "filler": filler},
+        });
+        if round == 0 {
+            sim.create(cm).expect("create");
+        } else {
+            let mut current = sim
+                .objects("v1", "ConfigMap")
+                .into_iter()
+                .find(|o| o["metadata"]["name"] == format!("cm-{i}"))
+                .expect("exists");
+            current["data"]["round"] = round.to_string().into();
+            sim.replace(current).expect("update");
+        }
+    }
+}
+
+/// Every message of stream `KUBESINK`, in stream order, as JSON.
+#[cfg(feature = "nats")]
+async fn stream_payloads(url: &str) -> Vec<serde_json::Value> {
+    use futures::StreamExt;
+    let js = async_nats::jetstream::new(async_nats::connect(url).await.expect("connect"));
+    let mut stream = js.get_stream("KUBESINK").await.expect("stream");
+    let total = stream.info().await.expect("info").state.messages as usize;
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .expect("consumer");
+    let mut msgs = consumer.messages().await.expect("messages");
+    let mut out = Vec::with_capacity(total);
+    while out.len() < total {
+        let m = tokio::time::timeout(Duration::from_secs(30), msgs.next())
+            .await
+            .expect("the stream delivers")
+            .expect("not ended")
+            .expect("message");
+        out.push(serde_json::from_slice(&m.payload).expect("JSON"));
+    }
+    out
+}
+
+/// Issue 37, defect 1: a leader frozen (SIGSTOP) with JetStream publishes queued in its NATS
+/// client (the server stalled meanwhile, so they stay in the client) is replaced; its
+/// successor lists and sends newer changes; the old leader, woken, cannot stop the client
+/// from writing what it queued: those publishes land after the successor's, with older
+/// resourceVersions, and JetStream stores them (their ids differ). Every message carries the
+/// leader's epoch (`leaderEpoch`, the Lease's `leaseTransitions`), and `kubesink fold` skips
+/// one whose epoch is below one already seen for its key: folded, no key's resourceVersion
+/// ever goes backwards. The test first checks that late publishes did land (the window was
+/// hit: it cannot pass vacuously).
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leaders_late_jetstream_publishes_never_move_a_folded_key_backwards() {
+    const N: usize = 200;
+    let server = nats_server::NatsServer::start("");
+    let c = cluster(SimConfig::default()).await;
+    configmaps(&c.sim, N, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = jetstream_config(dir.path(), &c.kubeconfig, &server.url());
+    let mut a = Proc::start(&cfg, dir.path(), "a");
+    wait_for_seen("a leads", LONG, || {
+        let log = a.log();
+        (log.contains("became the leader"), log)
+    })
+    .await;
+    let b = Proc::start(&cfg, dir.path(), "b");
+    wait_for("b follows", LONG, || b.log().contains("following")).await;
+    // a's initial list is in the stream.
+    let deadline = Instant::now() + LONG;
+    while stream_payloads(&server.url()).await.len() < N {
+        assert!(
+            Instant::now() < deadline,
+            "a's list never reached the stream"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The server stalls; round 1 (20 MB) goes to a, which hands it to its client: what the
+    // sockets cannot take stays queued in the client. Then a freezes.
+    server.pause();
+    configmaps(&c.sim, N, 1);
+    // A linger of 3 s gathers the round into one batch, all of it handed to the client.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    a.signal("-STOP");
+    let pid = a.child.id().expect("running");
+    wait_for("a stopped", LONG, || is_stopped(pid)).await;
+    server.resume();
+
+    // b takes over, lists, and sends round 2.
+    wait_for("b leads", LONG, || b.log().contains("became the leader")).await;
+    configmaps(&c.sim, N, 2);
+    let deadline = Instant::now() + LONG;
+    loop {
+        let msgs = stream_payloads(&server.url()).await;
+        let latest = c.sim.objects("v1", "ConfigMap");
+        let want: std::collections::HashSet<String> = latest
+            .iter()
+            .map(|o| {
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
+        let have = msgs
+            .iter()
+            .filter(|m| want.contains(m["resourceVersion"].as_str().unwrap_or_default()))
+            .count();
+        if have >= N {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b's round 2 never reached the stream ({have})\n{}",
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // a wakes: its client writes what it queued; a, deposed, exits.
+    a.signal("-CONT");
+    let code = a.exit_code(LONG).await;
+    eprintln!("a exited with {code:?}");
+    let mut last = 0;
+    let mut msgs = Vec::new();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        msgs = stream_payloads(&server.url()).await;
+        if msgs.len() == last {
+            break;
+        }
+        last = msgs.len();
+    }
+
+    // The window was hit: some key's resourceVersion goes backwards in stream order.
+    let rv = |m: &serde_json::Value| {
+        m["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut newest: std::collections::HashMap<String, u64> = Default::default();
+    let mut late = 0;
+    for m in msgs.iter().filter(|m| m["op"] != "synced") {
+        let k = m["key"].as_str().unwrap_or_default().to_owned();
+        let seen = newest.entry(k).or_default();
+        if rv(m) < *seen {
+            late += 1;
+        }
+        *seen = (*seen).max(rv(m));
+    }
+    eprintln!(
+        "{} messages in the stream, {late} landed after a newer one of their key",
+        msgs.len()
+    );
+    assert!(
+        late > 0,
+        "no late publish of the frozen leader landed: the test did not hit its window\n--- a:\n{}",
+        a.log()
+    );
+
+    // Folded as `kubesink fold` does: no key ever moves backwards.
+    let mut view = kubesink::fold::view::View::new(false);
+    let mut folded: std::collections::HashMap<String, u64> = Default::default();
+    let mut backwards = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let rec = kubesink_core::readback::BrokerRecord {
+            value: Some(m.to_string().into_bytes()),
+            key: None,
+            partition: None,
+            at: format!("stream sequence {}", i + 1),
+        };
+        view.apply(rec).expect("folds");
+        let k = m["key"].as_str().unwrap_or_default();
+        if let Some(e) = view.get(k) {
+            let now = e.resource_version.parse::<u64>().unwrap_or(0);
+            let before = folded.insert(k.to_owned(), now).unwrap_or(0);
+            if now < before {
+                backwards.push(format!("{k}: {before} -> {now} at {}", i + 1));
+            }
+        }
+    }
+    eprintln!(
+        "fold skipped {} stale-epoch messages",
+        view.stats.stale_epochs
+    );
+    assert!(
+        backwards.is_empty(),
+        "folded resourceVersions went backwards: {backwards:?}"
+    );
 }

@@ -1996,3 +1996,249 @@ async fn a_crash_before_a_re_creation_is_delivered_still_deletes_the_old_uids() 
     assert!(ghosts.is_empty(), "uids still held downstream: {ghosts:?}");
     assert_eq!(uid_view(&all).len(), sim_view(&c.sim).len());
 }
+
+/// The view of a consumer that follows the recipe of docs/restarts.md with sync markers:
+/// upserts and deletes by key, and on a new marker with `initial: true` removes every key of
+/// that kind not seen `initial` since the kind's previous marker (the sweep).
+fn swept_view(msgs: &[Value]) -> BTreeSet<Key> {
+    let mut view: BTreeMap<Key, String> = BTreeMap::new();
+    let mut seen: BTreeMap<String, BTreeSet<Key>> = BTreeMap::new();
+    for m in msgs {
+        let kind = m["kind"].as_str().unwrap_or_default().to_owned();
+        match m["op"].as_str() {
+            Some("synced") => {
+                let seen = seen.remove(&kind).unwrap_or_default();
+                if m["initial"] == true {
+                    view.retain(|k, v| *v != kind || seen.contains(k));
+                }
+            }
+            Some("deleted") => {
+                view.remove(&key(m));
+            }
+            Some(_) => {
+                if m["initial"] == true {
+                    seen.entry(kind.clone()).or_default().insert(key(m));
+                }
+                view.insert(key(m), kind);
+            }
+            None => {}
+        }
+    }
+    view.into_keys().collect()
+}
+
+/// Issue 37, defect 2: the state topic emptied while a writer runs (tansu restarted with an
+/// empty memory engine), 5 pods created (journaled under the writer's new fence, no snapshot
+/// since), the writer SIGKILLed, 20 older pods deleted while it is down. The restart must take
+/// the state for damaged (a full initial list, `initial: true`, whose marker sweeps), as for a
+/// damaged state file; replaying the surviving journal alone sent the live pods as
+/// non-initial `added` and a marker with `initial: false`: the 20 deletes were never sent and
+/// no consumer could sweep them (permanent ghosts).
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_topic_emptied_while_running_then_a_crash_costs_a_full_initial_list_not_ghosts() {
+    let mut tansu = kafka_server::Tansu::start().await;
+    let c = cluster_of_500_pods().await;
+    let state = format!(
+        "sync_markers = true\n{}",
+        kafka_state(&tansu, "1h", "write_ahead = true\n")
+    );
+    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
+    let a1 = Kubesink::start(BIN, &cfg_a, node_a.path(), "a1", &[]);
+    until("A1's initial list and marker", &a1, || {
+        a1.messages().iter().any(|m| m["op"] == "synced")
+    })
+    .await;
+    let mut all = a1.terminate().await;
+
+    let a2 = Kubesink::start(BIN, &cfg_a, node_a.path(), "a2", &[]);
+    until("A2's list against the saved state", &a2, || {
+        a2.messages().iter().any(|m| m["op"] == "synced")
+    })
+    .await;
+    tansu.restart_empty().await;
+    let pods = c.sim.objects("v1", "Pod");
+    let mut created = BTreeSet::new();
+    for i in 0..5 {
+        let made = c
+            .sim
+            .create(new_pod(&pods[0], &format!("after-the-loss-{i}")))
+            .expect("create");
+        created.insert(obj_key(&made));
+    }
+    until("A2 sent the 5 new pods", &a2, || {
+        a2.messages()
+            .iter()
+            .filter(|m| m["op"] == "added" && created.contains(&key(m)))
+            .count()
+            == 5
+    })
+    .await;
+    assert!(
+        stderr_has(&a2, "the state topic was deleted or lost its records"),
+        "A2 saw the loss: {}",
+        a2.stderr()
+    );
+    all.extend(a2.kill().await);
+    let deleted: BTreeSet<Key> = pods[1..21].iter().map(obj_key).collect();
+    for k in &deleted {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
+
+    let b = Kubesink::start(BIN, &cfg_b, node_b.path(), "b", &[]);
+    until("B's sync marker", &b, || {
+        b.messages().iter().any(|m| m["op"] == "synced")
+    })
+    .await;
+    let stderr = b.stderr();
+    let b = b.terminate().await;
+    all.extend(b.iter().cloned());
+    let marker = b.iter().find(|m| m["op"] == "synced").expect("B's marker");
+    assert_eq!(
+        marker["initial"], true,
+        "B's list is a full initial list: {marker}\n{stderr}"
+    );
+    let added: Vec<&Value> = b.iter().filter(|m| m["op"] == "added").collect();
+    assert_eq!(added.len(), 485, "every live pod, once");
+    assert!(
+        added.iter().all(|m| m["initial"] == true),
+        "every live pod as initial"
+    );
+    assert!(stderr.contains("damaged or partly lost"), "{stderr}");
+    let want: BTreeSet<Key> = sim_view(&c.sim).into_keys().collect();
+    let got = swept_view(&all);
+    let ghosts: Vec<&Key> = got.difference(&want).collect();
+    assert!(ghosts.is_empty(), "ghosts after the sweep: {ghosts:?}");
+    assert_eq!(got, want);
+}
+
+/// Waits up to `within` for `cond`; false when it never held.
+async fn within(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cond()
+}
+
+/// The end of the defect-4 scenarios: A is killed (SIGKILL: no final save), 20 pods are
+/// deleted while it is down, and B (on another node) must send exactly those 20 deletes and
+/// nothing `initial`: the state A saved after the loss was found.
+#[cfg(feature = "kafka")]
+async fn after_a_crash_the_deletes_made_while_down_are_sent(
+    c: &Cluster,
+    all: &mut Vec<Value>,
+    cfg_b: &Path,
+    dir_b: &Path,
+) {
+    let pods = c.sim.objects("v1", "Pod");
+    let deleted: BTreeSet<Key> = pods[..20].iter().map(obj_key).collect();
+    for k in &deleted {
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+    }
+    let b = Kubesink::start(BIN, cfg_b, dir_b, "b", &[]);
+    until("B's list", &b, || {
+        stderr_has(&b, "relist complete") || stderr_has(&b, "initial sync complete")
+    })
+    .await;
+    let sent_deletes = within(Duration::from_secs(30), || {
+        b.messages()
+            .iter()
+            .filter(|m| m["op"] == "deleted" && deleted.contains(&key(m)))
+            .count()
+            == 20
+    })
+    .await;
+    let stderr = b.stderr();
+    let b = b.terminate().await;
+    let initial = b.iter().filter(|m| m["initial"] == true).count();
+    assert!(
+        sent_deletes && initial == 0,
+        "B must start from the state saved after the loss: {} messages, {initial} initial, deletes sent: {sent_deletes}\n{stderr}",
+        b.len()
+    );
+    all.extend(b);
+    fold_expecting(all, Expect::STRICT.restarts());
+}
+
+/// Issue 37, defect 4: the state topic lost (tansu restarted empty) while the writer is
+/// quiet (no change in the cluster, so nothing writes). The writer must find the loss by
+/// itself (its periodic check of its fence record) and save its whole state again: a crash
+/// after that restarts from it. Unnoticed, the crash left an empty topic: a full initial
+/// list, and the deletes made while down never sent.
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_writer_finds_its_lost_state_topic_and_saves_its_state_again() {
+    let mut tansu = kafka_server::Tansu::start().await;
+    let c = cluster_of_500_pods().await;
+    let state = kafka_state(&tansu, "300ms", "write_ahead = true\n");
+    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
+    let a = Kubesink::start(BIN, &cfg_a, node_a.path(), "a", &[]);
+    until("A's initial list", &a, || a.count() >= 500).await;
+    let manifest = |records: &[(String, Option<usize>)]| {
+        live_keys(records)
+            .iter()
+            .any(|(k, alive)| *alive && k.starts_with("restart/manifest/"))
+    };
+    let deadline = std::time::Instant::now() + LONG;
+    while !manifest(&state_records(&tansu, "kubesink-state").await) {
+        assert!(std::time::Instant::now() < deadline, "A never saved");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tansu.restart_empty().await;
+    // Nothing changes in the cluster: only a check of the quiet writer can find the loss.
+    let noticed = within(Duration::from_secs(30), || {
+        stderr_has(&a, "the state topic was deleted or lost its records")
+            && stderr_has(&a, "saving it whole again")
+    })
+    .await;
+    assert!(
+        noticed,
+        "the quiet writer never noticed its lost state topic:\n{}",
+        a.stderr()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !manifest(&state_records(&tansu, "kubesink-state").await) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no snapshot saved after the loss:\n{}",
+            a.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut all = a.kill().await;
+    after_a_crash_the_deletes_made_while_down_are_sent(&c, &mut all, &cfg_b, node_b.path()).await;
+}
+
+/// Issue 37, defect 4: the state topic lost while the writer is quiet, then SIGTERM: the
+/// final save is the first write to find the loss. It must still land (the topic created
+/// again, a new fence, the whole state), within the shutdown deadline; tried once, it
+/// failed, and the next start listed everything without the deletes made while down.
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_save_after_a_state_topic_was_lost_lands() {
+    let mut tansu = kafka_server::Tansu::start().await;
+    let c = cluster_of_500_pods().await;
+    let state = kafka_state(&tansu, "1h", "write_ahead = true\n");
+    let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
+    let a = Kubesink::start(BIN, &cfg_a, node_a.path(), "a", &[]);
+    until("A's initial list", &a, || a.count() >= 500).await;
+    tansu.restart_empty().await;
+    let stderr = a.stderr();
+    let mut all = a.terminate().await;
+    assert!(
+        !stderr.contains("saving the informer state at shutdown failed"),
+        "{stderr}"
+    );
+    // A second, killed run: it must have restored what the final save stored.
+    let a2 = Kubesink::start(BIN, &cfg_a, node_a.path(), "a2", &[]);
+    until("A2's list", &a2, || {
+        stderr_has(&a2, "relist complete") || stderr_has(&a2, "initial sync complete")
+    })
+    .await;
+    all.extend(a2.kill().await);
+    after_a_crash_the_deletes_made_while_down_are_sent(&c, &mut all, &cfg_b, node_b.path()).await;
+}

@@ -28,8 +28,10 @@ pub trait StateStore: Send + Sync {
     /// The saved bytes; `Ok(None)` when nothing was saved yet.
     ///
     /// # Errors
-    /// [`StateError`] when the store cannot be read (the caller waits and reads again, or
-    /// with `state.write_ahead = false` starts without state: `restore.rs`).
+    /// [`StateError::Damaged`] when the store was read and what it holds is known to be
+    /// damaged or partly lost (the caller ignores the state: a full initial list);
+    /// any other [`StateError`] when the store cannot be read (the caller waits and reads
+    /// again, or with `state.write_ahead = false` starts without state: `restore.rs`).
     async fn load(&self) -> Result<Option<Vec<u8>>, StateError>;
 
     /// Replaces the saved bytes, atomically: a reader sees the old or the new state whole.
@@ -53,6 +55,21 @@ pub trait StateStore: Send + Sync {
     /// [`StateError`] when the store cannot be asked (the save is not attempted).
     async fn saved_generation(&self) -> Result<Option<u64>, StateError> {
         Ok(None)
+    }
+
+    /// Whether the store still holds what this writer saved, checked while nothing else is
+    /// written (the keeper asks at every `state.interval` when the state is unchanged): a
+    /// state lost while a writer is quiet would otherwise be found only by its next write,
+    /// perhaps the final save at shutdown, or never before a crash. `Ok(false)`: it was lost
+    /// (the Kafka state topic deleted, emptied, or created again; the backend is ready to
+    /// write it anew), so the caller saves the whole state now. The default (file, NATS)
+    /// answers `Ok(true)`: their next save stores the whole state anyway.
+    ///
+    /// # Errors
+    /// [`StateError::Fenced`] when another writer took the state over; any other
+    /// [`StateError`] when the store cannot be asked (tried again at the next interval).
+    async fn verify(&self) -> Result<bool, StateError> {
+        Ok(true)
     }
 
     /// Appends journal frames to generation `generation`, in order and durably: on `Ok` they
@@ -113,6 +130,15 @@ pub enum StateError {
         /// This replica's.
         ours: u64,
     },
+    /// The store was read, and what it holds is known to be damaged or partly lost (a
+    /// snapshot chunk missing or failing its checksum, the Kafka state topic lost while a
+    /// writer ran and not saved whole since). Unlike a store that cannot be read, this is not
+    /// waited for: the state is ignored, and every watch lists and emits everything
+    /// (`initial`, so consumers sweep on the sync marker), exactly as for a damaged state
+    /// file. Replaying what survived (a journal without its snapshot) would send live objects
+    /// as non-initial `added` and never the deletes the lost part could have inferred.
+    #[error("state: the saved state is damaged or partly lost: {0}")]
+    Damaged(String),
     /// The background task that packs, writes or runs a save failed.
     #[error("state: the {what} task failed: {detail}")]
     Task {

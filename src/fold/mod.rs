@@ -87,6 +87,14 @@ async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Resul
                     s.swept,
                     s.unknown_ops
                 );
+                if s.stale_epochs > 0 {
+                    eprintln!(
+                        "{} message(s) of a deposed leader skipped: their leaderEpoch is below one \
+                         already seen for their key (published before a hand-over, written after \
+                         the successor's; see docs/consumers.md)",
+                        s.stale_epochs
+                    );
+                }
                 let skipped = view.skipped_sweeps();
                 if skipped.replaced > 0 {
                     eprintln!(

@@ -9,7 +9,10 @@
 //!    `kind`, `namespace` and `name`, as `docs/message-contract.md` defines it.
 //! 3. A message whose `id` is the last id applied to its key is a redelivery: skipped
 //!    (changes of one key arrive in order, so a copy always follows its original directly).
-//! 4. `added` and `updated` upsert the key, `deleted` removes it, `synced` (a sync marker)
+//! 4. A message whose `leaderEpoch` is below the highest one already seen for its key is a
+//!    deposed leader's late publish (a client library wrote it after the successor's
+//!    messages): skipped (`docs/consumers.md`, "Leader epochs").
+//! 5. `added` and `updated` upsert the key, `deleted` removes it, `synced` (a sync marker)
 //!    sweeps its scope (the recipe in `docs/restarts.md`), any other `op` is skipped.
 
 use std::collections::{BTreeMap, HashMap};
@@ -147,6 +150,9 @@ pub struct Stats {
     pub unknown_ops: u64,
     /// Sweeps not done because fewer keys of the list arrived than the marker's `count`.
     pub sweeps_skipped: u64,
+    /// Messages skipped because their `leaderEpoch` is below one already seen for their key
+    /// (a deposed leader's late publishes).
+    pub stale_epochs: u64,
 }
 
 /// A sync marker's scope: one watch (and on Kafka one partition).
@@ -209,6 +215,9 @@ pub struct View {
     entries: BTreeMap<String, Entry>,
     scopes: HashMap<Scope, ScopeState>,
     skipped: Vec<Skipped>,
+    /// The highest `leaderEpoch` seen per key (kept after a delete: a deposed leader's late
+    /// `added` must not bring a deleted key back).
+    epochs: HashMap<String, u64>,
     seq: u64,
     keep_objects: bool,
     /// What the fold did so far.
@@ -323,6 +332,9 @@ impl View {
             None => Resource::new(&cluster, &group, "", &kind, "", !namespace.is_empty())
                 .key(Some(&namespace), &name),
         };
+        if self.stale(&key, &msg) {
+            return Ok(Vec::new());
+        }
         let id = str_field(&msg, "id").to_owned();
         let initial = msg.get("initial").and_then(Value::as_bool) == Some(true);
         if let Some(e) = self
@@ -369,6 +381,28 @@ impl View {
         Ok(vec![Change::Upserted(json)])
     }
 
+    /// Whether `msg` (of key `key`) carries a `leaderEpoch` below the highest seen for the
+    /// key (counted, skipped); otherwise its epoch becomes the key's highest.
+    fn stale(&mut self, key: &str, msg: &Map<String, Value>) -> bool {
+        let Some(epoch) = msg.get("leaderEpoch").and_then(Value::as_u64) else {
+            return false;
+        };
+        match self.epochs.get_mut(key) {
+            Some(seen) if *seen > epoch => {
+                self.stats.stale_epochs += 1;
+                true
+            }
+            Some(seen) => {
+                *seen = epoch;
+                false
+            }
+            None => {
+                self.epochs.insert(key.to_owned(), epoch);
+                false
+            }
+        }
+    }
+
     fn remove(&mut self, key: String, by: &'static str) -> Option<Change> {
         self.entries.remove(&key)?;
         self.stats.applied += 1;
@@ -386,6 +420,11 @@ impl View {
     ) -> Result<Vec<Change>, FoldError> {
         self.stats.markers += 1;
         let (cluster, group, kind) = identity(msg, at)?;
+        // A deposed leader's late marker must not sweep what its successor sent.
+        let marker_key = str_field(msg, "key").to_owned();
+        if !marker_key.is_empty() && self.stale(&marker_key, msg) {
+            return Ok(Vec::new());
+        }
         let scope = Scope {
             cluster,
             group,
@@ -620,6 +659,51 @@ mod tests {
         v.apply(rec(marker("m5", true))).unwrap();
         v.apply(rec(marker("m3", false))).unwrap();
         assert_eq!(v.len(), 1);
+    }
+
+    /// Issue 37, defect 1: a deposed leader's publishes written after its successor's
+    /// (`leaderEpoch` lower than one already applied to the key) are skipped, also after a
+    /// delete and for a sync marker; keys only the old leader touched keep its messages.
+    #[test]
+    fn a_lower_leader_epoch_than_seen_for_the_key_is_skipped() {
+        let mut v = View::new(false);
+        let with = |mut m: Value, epoch: u64, rv: &str| {
+            m["leaderEpoch"] = epoch.into();
+            m["resourceVersion"] = rv.into();
+            m
+        };
+        let a = |op: &str, id: &str, name: &str| msg(op, id, "ns", name, "u1", false);
+        v.apply(rec(with(a("added", "1", "p"), 4, "5"))).unwrap();
+        v.apply(rec(with(a("updated", "2", "p"), 5, "6"))).unwrap();
+        // The zombie's (epoch 4) late update of p, and its late `added` of q after the
+        // successor deleted q.
+        v.apply(rec(with(a("added", "3", "q"), 5, "7"))).unwrap();
+        v.apply(rec(with(a("deleted", "4", "q"), 5, "8"))).unwrap();
+        assert!(v
+            .apply(rec(with(a("updated", "5", "p"), 4, "5")))
+            .unwrap()
+            .is_empty());
+        assert!(v
+            .apply(rec(with(a("added", "6", "q"), 4, "7")))
+            .unwrap()
+            .is_empty());
+        assert_eq!(v.stats.stale_epochs, 2);
+        assert_eq!(keys(&v), vec!["c/apps/Deployment/ns/p"]);
+        assert_eq!(
+            v.get("c/apps/Deployment/ns/p").unwrap().resource_version,
+            "6"
+        );
+        // A late marker of the old leader sweeps nothing.
+        let mut m = with(marker("m1", true), 5, "9");
+        m["key"] = "c/apps/Deployment//%synced".into();
+        v.apply(rec(m.clone())).unwrap();
+        m["id"] = "m0".into();
+        m["leaderEpoch"] = 4.into();
+        assert!(v.apply(rec(m)).unwrap().is_empty());
+        assert_eq!(v.stats.stale_epochs, 3);
+        // Messages without an epoch (no leader election) are folded as before.
+        v.apply(rec(a("added", "7", "r"))).unwrap();
+        assert_eq!(v.len(), 2);
     }
 
     #[test]

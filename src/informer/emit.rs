@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use kubesink_core::message::{encode, encode_synced, now_rfc3339, Change};
+use kubesink_core::message::{encode_synced_with_epoch, encode_with_epoch, now_rfc3339, Change};
 use kubesink_core::Resource;
 
 use super::decide::Decider;
@@ -25,7 +25,12 @@ pub(super) async fn publish(
     publisher: &Publisher,
 ) -> bool {
     for change in changes {
-        let msg = match encode(resource, &change, &now_rfc3339()) {
+        let msg = match encode_with_epoch(
+            resource,
+            &change,
+            &now_rfc3339(),
+            publisher.leader_epoch(),
+        ) {
             Ok(m) => m,
             Err(e) => {
                 let key = resource.key(change.namespace.as_deref(), &change.name);
@@ -44,12 +49,14 @@ pub(super) async fn publish(
     let Some(synced) = decider.take_synced() else {
         return true;
     };
-    let msg = match encode_synced(resource, &synced, &now_rfc3339()) {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::error!(error = %e, "encoding the sync marker failed; marker skipped");
-            return true;
-        }
-    };
+    let msg =
+        match encode_synced_with_epoch(resource, &synced, &now_rfc3339(), publisher.leader_epoch())
+        {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(error = %e, "encoding the sync marker failed; marker skipped");
+                return true;
+            }
+        };
     publisher.publish(msg).await
 }

@@ -67,6 +67,8 @@ use crate::leader::Fence;
 #[derive(Clone)]
 pub struct Publisher {
     queues: Arc<[Arc<SinkQueue>]>,
+    /// The leadership fence, for the leader epoch every message carries.
+    fence: Fence,
 }
 
 impl Publisher {
@@ -86,6 +88,12 @@ impl Publisher {
             all &= q.push_change(msg.clone(), ack.clone(), may_be_held).await;
         }
         all
+    }
+
+    /// The leader epoch messages carry (`leaderEpoch`; [`Fence::epoch`]), `None` without
+    /// leader election.
+    pub fn leader_epoch(&self) -> Option<u64> {
+        self.fence.epoch()
     }
 
     /// The number of sinks a published change goes to.
@@ -139,6 +147,7 @@ impl Pipeline {
         }
         let publisher = Publisher {
             queues: handles.iter().map(|h| h.queue.clone()).collect(),
+            fence,
         };
         Pipeline {
             sinks: handles,

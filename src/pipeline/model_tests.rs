@@ -421,6 +421,9 @@ struct Run {
     /// Events before this index were read already: reading them again is a replay.
     seen: usize,
     needs_relist: bool,
+    /// A half list (no sweep) came after the last complete list: the keys it could not
+    /// prove gone may be held until the next complete list.
+    half_listed: bool,
 }
 
 struct World {
@@ -499,6 +502,7 @@ impl World {
             cursor: 0,
             seen: 0,
             needs_relist: true,
+            half_listed: false,
         });
         self.relist(usize::MAX);
     }
@@ -582,6 +586,7 @@ impl World {
             run.cursor = end;
             run.seen = end;
             run.needs_relist = false;
+            run.half_listed = false;
         }
     }
 
@@ -657,6 +662,7 @@ impl World {
                 let end = self.cluster.history.len();
                 let run = self.run();
                 (run.cursor, run.seen, run.needs_relist) = (end, end, false);
+                run.half_listed = true;
             }
             Step::AbortedList(k) => {
                 let k = (k as usize).min(self.cluster.objects.len().saturating_sub(1));
@@ -867,12 +873,8 @@ impl World {
         Ok(())
     }
 
-    /// Settles the run (the cluster stops, a final relist, every sink delivers everything)
-    /// and checks invariant 1.
-    fn settle(&mut self) -> Result<(), String> {
-        self.trace
-            .push("settle: final relist, every sink delivers".into());
-        self.relist(usize::MAX);
+    /// Every sink delivers everything it holds.
+    fn drain(&mut self) -> Result<(), String> {
         for i in 0..self.setup.sinks {
             for _ in 0..10_000 {
                 let s = &self.run().sinks[i];
@@ -882,7 +884,50 @@ impl World {
                 self.send(i, 0, Outcome::Ok)?;
             }
         }
+        Ok(())
+    }
+
+    /// Settles the run and checks invariant 1 twice: first **before any repair** (when the
+    /// informer is not due a list and no half list left keys unproven: the watch reads every
+    /// event left, every sink delivers), so that a change the pipeline lost is looked for
+    /// before a relist could re-send it (issue 37: the final relist used to come first);
+    /// then after a final relist.
+    fn settle(&mut self) -> Result<(), String> {
+        let caught_up = {
+            let run = self.run();
+            !run.needs_relist && !run.half_listed
+        };
+        if caught_up {
+            self.trace
+                .push("settle: the watch reads every event left, every sink delivers".into());
+            loop {
+                let end = self.cluster.history.len();
+                let run = self.run();
+                if run.cursor >= end {
+                    break;
+                }
+                let at = run.cursor;
+                let replayed = at < run.seen;
+                run.cursor += 1;
+                run.seen = run.seen.max(run.cursor);
+                self.watch_event(at, replayed);
+            }
+            self.drain()?;
+            self.check_acknowledged()?;
+            self.check_fold("before any repair")?;
+        }
+        self.trace
+            .push("settle: final relist, every sink delivers".into());
+        self.relist(usize::MAX);
+        self.drain()?;
         self.check_acknowledged()?;
+        self.check_fold("after the final relist")
+    }
+
+    /// Invariant 1: every sink's folded view is the cluster (keys, uids, content), each key
+    /// at the cluster's resourceVersion or at an older one of the same content (a change
+    /// the payload does not carry sends nothing).
+    fn check_fold(&self, when: &str) -> Result<(), String> {
         let want: BTreeMap<String, (String, u64, String)> = self
             .cluster
             .objects
@@ -906,7 +951,7 @@ impl World {
             };
             if keys(&got) != keys(&want) {
                 return Err(format!(
-                    "invariant 1: sink {i}'s folded view {got:?} differs from the cluster {want:?}"
+                    "invariant 1 ({when}): sink {i}'s folded view {got:?} differs from the cluster {want:?}"
                 ));
             }
             for (k, (uid, rv, image)) in &got {
@@ -914,7 +959,7 @@ impl World {
                 let same = self.cluster.contents.get(&(uid.clone(), *rv)) == Some(image);
                 if *rv > cluster_rv || !same {
                     return Err(format!(
-                        "invariant 1: sink {i} holds {k} at rv {rv}, the cluster at {cluster_rv}"
+                        "invariant 1 ({when}): sink {i} holds {k} at rv {rv}, the cluster at {cluster_rv}"
                     ));
                 }
             }

@@ -28,6 +28,12 @@ use super::watch_key::WatchKey;
 use crate::informer::TrackedStore;
 use crate::leader::Fence;
 
+/// The first wait before retrying a failed final save; doubled up to
+/// [`FINAL_SAVE_RETRY_MAX`].
+const FINAL_SAVE_RETRY: Duration = Duration::from_millis(100);
+/// The longest wait between tries of the final save.
+const FINAL_SAVE_RETRY_MAX: Duration = Duration::from_secs(2);
+
 /// One watch whose acknowledged state the [`Keeper`] saves.
 pub struct Kept {
     /// Identity and selection, written with its section.
@@ -143,7 +149,9 @@ impl Keeper {
     }
 
     /// The final save, at shutdown after the pipeline drained: [`Keeper::save`] forced, after
-    /// any save that runs or waits, and the last one (later requests write nothing).
+    /// any save that runs or waits, and the last one (later requests write nothing). A
+    /// failure is retried (100 ms, doubling to 2 s) until it lands or this replica no longer
+    /// leads; the caller bounds the wait with the shutdown deadline.
     ///
     /// # Errors
     /// As [`Keeper::save`].
@@ -166,7 +174,25 @@ impl Keeper {
             }
             turn.closed = last;
             keeper.set_running(Some(Instant::now()));
-            let result = keeper.save_inner(force).await;
+            let mut result = keeper.save_inner(force).await;
+            // The final save is retried (the caller's shutdown deadline bounds the wait): a
+            // first failure can be the very write that finds the state store reset, and the
+            // next try stores the whole state again (issue 37). A replica that no longer
+            // leads does not retry.
+            let mut delay = FINAL_SAVE_RETRY;
+            while last
+                && result.as_ref().is_err_and(|e| {
+                    !matches!(e, StateError::Fenced | StateError::Superseded { .. })
+                })
+            {
+                if let Err(e) = &result {
+                    keeper.stats.note_save_error(e);
+                    tracing::warn!(store = keeper.describe(), error = %e, retry_in = ?delay, "the final save of the informer state failed; retrying until the shutdown deadline");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(FINAL_SAVE_RETRY_MAX);
+                result = keeper.save_inner(true).await;
+            }
             keeper.set_running(None);
             if let Err(e) = &result {
                 if !matches!(e, StateError::Fenced | StateError::Superseded { .. }) {
@@ -197,7 +223,15 @@ impl Keeper {
             .as_ref()
             == Some(&versions);
         if unchanged && !force {
-            return Ok(None);
+            // Nothing to write: ask the store whether it still holds the last save (a state
+            // topic lost while quiet is otherwise found only by the next write, issue 37).
+            if self.store.verify().await? {
+                return Ok(None);
+            }
+            tracing::warn!(
+                store = self.describe(),
+                "the saved informer state was lost from the store: saving it whole again"
+            );
         }
         let started = Instant::now();
         // Records appended from here on are in the new generation; everything before is in
@@ -672,6 +706,77 @@ mod tests {
             1,
             "the journal generation the successor needs is still there"
         );
+    }
+
+    /// A file store whose first `fail` saves fail (a state topic found lost at the final
+    /// save: the first write finds it gone, the next creates it again).
+    struct FlakyStore {
+        inner: FileStore,
+        fail: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl StateStore for FlakyStore {
+        fn describe(&self) -> &str {
+            "flaky store"
+        }
+        async fn load(&self) -> Result<Option<Vec<u8>>, StateError> {
+            self.inner.load().await
+        }
+        async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self
+                .fail
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(StateError::Backend("the topic no longer exists".into()));
+            }
+            self.inner.save(bytes, generation).await
+        }
+        async fn append(&self, generation: u64, frames: Vec<Vec<u8>>) -> Result<(), StateError> {
+            self.inner.append(generation, frames).await
+        }
+        async fn load_journal(&self) -> Result<Vec<super::super::JournalSegment>, StateError> {
+            self.inner.load_journal().await
+        }
+        async fn drop_journal_before(&self, generation: u64) -> Result<(), StateError> {
+            self.inner.drop_journal_before(generation).await
+        }
+    }
+
+    /// Issue 37, defect 4: the final save was tried once; a store that fails it (a state
+    /// topic lost while the writer was quiet, found by that very save) lost every change
+    /// since the last save, and the next start listed everything. Retried within the
+    /// shutdown deadline (the caller's), it lands.
+    #[tokio::test]
+    async fn the_final_save_is_retried_until_it_lands() {
+        let dir = tempfile::tempdir().unwrap();
+        let flaky = Arc::new(FlakyStore {
+            inner: FileStore::new(dir.path().join("state")),
+            fail: 2.into(),
+        });
+        let store: Arc<dyn StateStore> = flaky.clone();
+        let stats = Arc::new(StateStats::default());
+        let tracked = TrackedStore::new(LightStore::new(), true);
+        tracked.lock().store.observe(Some("ns"), "a", U1, "5", 9);
+        let kept = vec![Kept {
+            key: key(),
+            store: tracked,
+        }];
+        let keeper = Keeper::new(store.clone(), "prod", kept, None, Fence::open(), stats);
+        let saved = tokio::time::timeout(Duration::from_secs(20), keeper.final_save())
+            .await
+            .expect("within the deadline");
+        assert!(saved.as_ref().is_ok_and(Option::is_some), "{saved:?}");
+        assert_eq!(flaky.fail.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let bytes = store.load().await.unwrap().expect("the final save landed");
+        let restored = crate::state::parse(&bytes).unwrap().sections[0]
+            .as_ref()
+            .unwrap()
+            .store()
+            .unwrap();
+        assert!(restored.get(Some("ns"), "a").is_some());
     }
 
     #[tokio::test]

@@ -96,6 +96,9 @@ enum Base<'a> {
 pub struct Saved {
     snapshot: Option<Vec<u8>>,
     journal: Vec<JournalSegment>,
+    /// Why the store's state is known to be damaged or partly lost
+    /// ([`StateError::Damaged`]): then nothing of it is used.
+    damaged: Option<String>,
 }
 
 /// Reads the saved snapshot and journal from `store`.
@@ -106,10 +109,27 @@ pub struct Saved {
 /// reads again rather than start without state (`bridge/watching.rs`; issue 19: a leader
 /// that took over while the NATS state server restarted started empty and never sent the
 /// deletes made during the hand-over).
+///
+/// A store that was read but holds a state known to be damaged or partly lost
+/// ([`StateError::Damaged`]) is not an error here: [`restore`] ignores that state (a full
+/// initial list), as it ignores a damaged state file.
 pub async fn read(store: &dyn StateStore) -> Result<Saved, StateError> {
-    let snapshot = store.load().await?;
+    let snapshot = match store.load().await {
+        Err(StateError::Damaged(reason)) => {
+            return Ok(Saved {
+                snapshot: None,
+                journal: Vec::new(),
+                damaged: Some(reason),
+            })
+        }
+        loaded => loaded?,
+    };
     let journal = store.load_journal().await?;
-    Ok(Saved { snapshot, journal })
+    Ok(Saved {
+        snapshot,
+        journal,
+        damaged: None,
+    })
 }
 
 /// Each watch's restored store from what [`read`] returned (see the module rules), for
@@ -140,6 +160,16 @@ pub fn restore(
             return none(now_ms(), Some(&format!("it cannot be read: {e}")));
         }
     };
+    if let Some(reason) = &saved.damaged {
+        // What survived (a journal without its snapshot, a snapshot without a chunk) is
+        // not replayed: its keys would be re-sent as non-initial `added`, and the deletes the
+        // lost part could have inferred never sent, with a sync marker that sweeps nothing.
+        tracing::warn!(store, "saved informer state ignored: it is damaged or partly lost ({reason}); every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+        return none(
+            now_ms(),
+            Some(&format!("it is damaged or partly lost: {reason}")),
+        );
+    }
     let base = match saved.snapshot.as_deref() {
         None => Base::Missing,
         Some(bytes) => match snapshot::parse(bytes) {
@@ -185,6 +215,31 @@ pub fn restore(
             "no saved informer state yet: every watch lists and emits everything (initial)"
         );
         return none(next_generation, None);
+    }
+    // A journal without a snapshot is a state only when it is whole: a run numbers its
+    // records from 1, and drops a generation only after a snapshot covering it was stored.
+    // When the oldest frame kept does not start at record 1, a snapshot was stored and is
+    // gone (deleted, or its store lost it): replaying the rest alone would send live
+    // objects as non-initial `added` and never the deletes the lost snapshot could infer
+    // (issue 37), so the state is damaged, for every backend alike.
+    if snap.is_none() {
+        if let Some(oldest) = journal
+            .frames
+            .iter()
+            .min_by_key(|f| (f.generation, f.first))
+        {
+            if oldest.first > 1 {
+                let reason = format!(
+                    "it has a journal but no snapshot, and the journal's oldest frame (generation {}) starts at record {}: a snapshot covered the records before it and is gone",
+                    oldest.generation, oldest.first
+                );
+                tracing::warn!(store, "saved informer state ignored: it is damaged or partly lost ({reason}); every watch lists and emits everything (initial){SWEEP_HINT}; the next save overwrites it");
+                return none(
+                    now_ms(),
+                    Some(&format!("it is damaged or partly lost: {reason}")),
+                );
+            }
+        }
     }
     if let Some(snap) = snap {
         let damaged = snap.sections.iter().filter(|s| s.is_err()).count();
@@ -502,6 +557,28 @@ mod tests {
             r.stores[1].is_none(),
             "nothing was sent for nodes: an initial list"
         );
+    }
+
+    /// Issue 37, defect 2, for every backend: a journal whose oldest frame does not start at
+    /// record 1 lost the snapshot that covered the records before it (the state file or
+    /// object deleted, a state topic lost): the state is damaged, every watch lists and
+    /// emits everything, never the rest of the journal alone.
+    #[tokio::test]
+    async fn a_journal_whose_start_was_dropped_without_its_snapshot_is_damaged_state() {
+        let (_dir, store) = dir_store();
+        let mut records = Vec::new();
+        frame::put_record(&mut records, 0, "ns", "a", U1, "99");
+        let watches = [("core/Pod/".to_owned(), 7)];
+        let later = frame::encode("prod", 4, 37, &watches, 1, &records);
+        store.append(4, vec![later]).await.unwrap();
+        let r = restored(&store).await;
+        assert!(r.stores.iter().all(Option::is_none), "{}", r.summary);
+        assert!(
+            r.summary.contains("damaged or partly lost"),
+            "{}",
+            r.summary
+        );
+        assert!(r.summary.contains("starts at record 37"), "{}", r.summary);
     }
 
     #[tokio::test]

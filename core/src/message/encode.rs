@@ -114,6 +114,8 @@ struct Wire<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_epoch: Option<u64>,
 }
 
 /// The end of one list (initial list or relist) of one watch, as a sync marker reports it:
@@ -174,6 +176,8 @@ struct SyncedWire<'a> {
     resource_version: &'a str,
     initial: bool,
     observed_at: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_epoch: Option<u64>,
 }
 
 /// The deterministic message id: 32 lowercase hex digits of XXH3-128 over cluster, group
@@ -251,6 +255,23 @@ pub fn encode(
     c: &Change,
     observed_at: &str,
 ) -> Result<Message, serde_json::Error> {
+    encode_with_epoch(resource, c, observed_at, None)
+}
+
+/// [`encode`] by a leader of epoch `leader_epoch` (leader election: the Lease's
+/// `leaseTransitions` when this replica took it), written as the payload's `leaderEpoch`.
+/// A consumer drops a message whose `leaderEpoch` is below one it already applied for the
+/// same key: a deposed leader's publishes that a client library wrote after its successor's
+/// (`docs/consumers.md`). `None` (no leader election): no field.
+///
+/// # Errors
+/// As [`encode`].
+pub fn encode_with_epoch(
+    resource: &Arc<Resource>,
+    c: &Change,
+    observed_at: &str,
+    leader_epoch: Option<u64>,
+) -> Result<Message, serde_json::Error> {
     let r = &**resource;
     let id = message_id(r, c);
     let key = r.key(c.namespace.as_deref(), &c.name);
@@ -276,6 +297,7 @@ pub fn encode(
             reason: c.reason.filter(|_| c.op == Op::Deleted),
             truncated: false,
             observed_at,
+            leader_epoch,
         },
     )?;
     // `object` comes last: splice the shaped object's text in before the closing brace.
@@ -312,6 +334,19 @@ pub fn encode_synced(
     s: &Synced,
     observed_at: &str,
 ) -> Result<Message, serde_json::Error> {
+    encode_synced_with_epoch(resource, s, observed_at, None)
+}
+
+/// [`encode_synced`] by a leader of epoch `leader_epoch` (see [`encode_with_epoch`]).
+///
+/// # Errors
+/// As [`encode_synced`].
+pub fn encode_synced_with_epoch(
+    resource: &Arc<Resource>,
+    s: &Synced,
+    observed_at: &str,
+    leader_epoch: Option<u64>,
+) -> Result<Message, serde_json::Error> {
     let r = &**resource;
     let id = synced_id(r, s);
     let namespace = s.namespace.as_deref();
@@ -331,6 +366,7 @@ pub fn encode_synced(
         resource_version: &s.resource_version,
         initial: s.initial,
         observed_at,
+        leader_epoch,
     })?;
     Ok(Message {
         key: key.into(),

@@ -23,8 +23,9 @@ mod resource;
 
 pub use cloudevents::Format;
 pub use encode::{
-    encode, encode_synced, message_id, now_rfc3339, synced_id, tombstone_id, truncate, Change,
-    DeleteReason, ObjectJson, SyncScope, Synced, TruncateLevel,
+    encode, encode_synced, encode_synced_with_epoch, encode_with_epoch, message_id, now_rfc3339,
+    synced_id, tombstone_id, truncate, Change, DeleteReason, ObjectJson, SyncScope, Synced,
+    TruncateLevel,
 };
 pub use model::{Message, MessageMeta, Op, Placeholder, CONTENT_TYPE_JSON, SYNCED_NAME};
 pub use resource::Resource;

@@ -52,7 +52,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::Mutex;
 
 pub use config::{StateConnection, StateKafkaConfig};
-pub use records::{scan, Fence, Kind, Manifest, Record, Scanned};
+pub use records::{scan, Fence, Kind, Manifest, Record, Scanned, Scanner};
 
 use records::{EPOCH_HEADER, WRITER_HEADER};
 
@@ -100,10 +100,20 @@ impl ConsumerContext for StateContext {}
 enum Written {
     /// Failed (a new producer is used next time).
     Failed(StateError),
+    /// The transactional producer was fenced by another writer's `init_transactions`: this
+    /// writer no longer holds the state, for good (the description).
+    Fenced(String),
     /// The topic is gone or was created again since this writer's fence (the lowest offset
     /// written, `None` when the topic does not exist; the fence's offset).
     Reset(Option<i64>, i64),
 }
+
+/// `segment.ms` of a state topic this store creates: one hour.
+const SEGMENT_MS: &str = "3600000";
+/// `segment.bytes` of a state topic this store creates: 64 MiB.
+const SEGMENT_BYTES: &str = "67108864";
+/// `min.cleanable.dirty.ratio` of a state topic this store creates.
+const MIN_CLEANABLE_DIRTY_RATIO: &str = "0.1";
 
 /// Said with every transaction error.
 const TRANSACTIONS: &str = "state.kafka.transactional = true: the brokers must support KIP-98 transactions (tansu 0.6 does not); set it to false to rely on the epoch fence alone";
@@ -119,6 +129,15 @@ struct Inner {
     live: BTreeSet<Kind>,
     /// The journal read by the last restore, handed to [`StateStore::load_journal`].
     journal: Option<Vec<JournalSegment>>,
+    /// Why this writer's earlier records are gone (the topic deleted or emptied under it),
+    /// until its lost marker is written (`records.rs`): the first thing after its new fence.
+    lost: Option<String>,
+    /// Why this writer was fenced at the broker (`transactional = true`: another writer's
+    /// `init_transactions` bumped the producer epoch of the shared `transactional.id`). Once
+    /// set, every write is refused with [`StateError::Fenced`] and no producer is built again
+    /// (a new one's `init_transactions` would fence the successor back); only a new
+    /// take-over ([`StateStore::load`], when this replica leads again) clears it.
+    fenced: Option<String>,
 }
 
 /// The state as records of a compacted Kafka topic.
@@ -196,8 +215,12 @@ impl KafkaStore {
         self.config.timeout.get()
     }
 
-    /// The producer, created (and, transactional, initialised) on first use.
+    /// The producer, created (and, transactional, initialised) on first use; never for a
+    /// writer fenced at the broker.
     async fn producer(&self, inner: &mut Inner) -> Result<StateProducer, StateError> {
+        if inner.fenced.is_some() {
+            return Err(StateError::Fenced);
+        }
         if let Some(p) = &inner.producer {
             return Ok(p.clone());
         }
@@ -284,8 +307,15 @@ impl KafkaStore {
                 // -1: the brokers' default.replication.factor (KIP-464).
                 let replication =
                     TopicReplication::Fixed(self.config.replication_factor.unwrap_or(-1));
+                // Compaction never touches the active segment: with the brokers' defaults
+                // (1 GiB or 7 days) a state saved every 30 s would keep every save of a week
+                // (issue 37). Segments roll hourly or at 64 MiB, and a tenth of dirty records
+                // is enough to clean, so a restore reads little more than the live keys.
                 let new = NewTopic::new(&self.config.topic, self.config.partitions, replication)
-                    .set("cleanup.policy", "compact");
+                    .set("cleanup.policy", "compact")
+                    .set("segment.ms", SEGMENT_MS)
+                    .set("segment.bytes", SEGMENT_BYTES)
+                    .set("min.cleanable.dirty.ratio", MIN_CLEANABLE_DIRTY_RATIO);
                 let created = admin
                     .create_topics(
                         &[new],
@@ -297,7 +327,7 @@ impl KafkaStore {
                     .map_err(|e| self.error("creating", e))?;
                 for r in created {
                     match r {
-                        Ok(_) => tracing::info!(topic = %self.config.topic, partitions = self.config.partitions, "state topic created (cleanup.policy=compact)"),
+                        Ok(_) => tracing::info!(topic = %self.config.topic, partitions = self.config.partitions, "state topic created (cleanup.policy=compact, segment.ms=3600000, segment.bytes=67108864, min.cleanable.dirty.ratio=0.1)"),
                         Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                         Err((_, code)) => return Err(self.error("creating", code)),
                     }
@@ -354,6 +384,9 @@ impl KafkaStore {
         what: &'static str,
         records: Vec<(String, Option<Vec<u8>>)>,
     ) -> Result<Vec<i64>, StateError> {
+        if inner.fenced.is_some() {
+            return Err(StateError::Fenced);
+        }
         let epoch = inner.writer.as_ref().map(|(_, e)| *e);
         let written = match self.try_write(inner, what, records).await {
             Ok(offsets) => match (epoch, offsets.iter().min()) {
@@ -362,16 +395,27 @@ impl KafkaStore {
                 (Some(e), Some(&low)) if low < e => Err(Written::Reset(Some(low), e)),
                 _ => Ok(offsets),
             },
-            Err((e, code)) => {
-                if code == Some(RDKafkaErrorCode::UnknownTopicOrPartition) {
+            Err((e, code)) => match code {
+                Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
                     Err(Written::Reset(None, epoch.unwrap_or_default()))
-                } else {
-                    Err(Written::Failed(e))
                 }
-            }
+                code if self.config.transactional && self.fenced_code(inner, code) => {
+                    Err(Written::Fenced(e.to_string()))
+                }
+                _ => Err(Written::Failed(e)),
+            },
         };
         match written {
             Ok(offsets) => Ok(offsets),
+            Err(Written::Fenced(detail)) => {
+                // Another writer's init_transactions fenced this producer (KIP-98): it took
+                // the state over. Retrying with a new producer would bump the epoch again
+                // and fence the successor back, and so on while this zombie lives.
+                inner.producer = None;
+                inner.fenced = Some(detail.clone());
+                tracing::error!(store = %self.description, error = %detail, "state.kafka: this writer's transactional producer was fenced: another writer took the state over (init_transactions, KIP-98); every write of this store is refused from now on (this replica no longer leads), and no new producer is made that would fence the successor back");
+                Err(StateError::Fenced)
+            }
             Err(Written::Failed(e)) => {
                 // A failed or timed-out record can leave an idempotent producer unable to go
                 // on (librdkafka keeps its sequence numbers: `rebuild.rs` of the sink): the
@@ -384,23 +428,144 @@ impl KafkaStore {
                 // have no fence before it: every later restore would ignore it. The next
                 // operation creates the topic (with `create`) and writes a new fence first;
                 // the next save stores the whole state again.
-                inner.producer = None;
-                inner.writer = None;
-                inner.live.clear();
-                self.checked.store(false, Ordering::Relaxed);
                 let detail = match low {
                     None => "the topic no longer exists".to_owned(),
                     Some(low) => format!(
                         "a record landed at offset {low}, below this writer's fence at offset {e}"
                     ),
                 };
-                tracing::warn!(store = %self.description, %detail, "state.kafka: the state topic was deleted or lost its records since this writer's fence: writing a new fence (and creating the topic, with state.kafka.create) before the next write; the next save stores the whole state again");
+                self.reset(inner, &detail, e);
                 Err(self.error(
                     what,
                     format!("{detail}: the topic was deleted or lost its records; a new fence is written first on the next try"),
                 ))
             }
         }
+    }
+
+    /// The topic was deleted, emptied or created again since this writer's fence at offset
+    /// `fence` (`detail` says how it was found): what it wrote is gone, and what it writes
+    /// now would have no fence before it (every later restore would ignore it). The next
+    /// operation creates the topic (with `create`), writes a new fence and a lost marker
+    /// first (`records.rs`); the next save stores the whole state again.
+    fn reset(&self, inner: &mut Inner, detail: &str, fence: i64) {
+        inner.producer = None;
+        inner.writer = None;
+        inner.live.clear();
+        inner.lost = Some(format!(
+            "the state topic was deleted or lost its records while a writer ran ({detail}; its fence was at offset {fence})"
+        ));
+        self.checked.store(false, Ordering::Relaxed);
+        tracing::warn!(store = %self.description, %detail, "state.kafka: the state topic was deleted or lost its records since this writer's fence: writing a new fence (and creating the topic, with state.kafka.create) before the next write; the next save stores the whole state again");
+    }
+
+    /// Whether this writer's fence record is still where it wrote it: `Ok(false)` after a
+    /// [`KafkaStore::reset`] when the topic is gone, holds fewer records than the fence's
+    /// offset, or holds another record there (deleted and created again, then written past
+    /// that offset: the offsets of new writes alone cannot show that). A fence compacted
+    /// away (another writer took over and tombstoned it) is [`StateError::Fenced`]. `Ok(true)`
+    /// without a fence yet, or when the broker's answer does not tell.
+    async fn fence_held(&self, inner: &mut Inner) -> Result<bool, StateError> {
+        let Some((writer, epoch)) = inner.writer.clone() else {
+            return Ok(true);
+        };
+        let mine = Kind::Fence(writer).key(&self.prefix);
+        let consumer = self.consumer(Offset::Offset(epoch))?;
+        let (topic, partition, t) = (self.config.topic.clone(), self.partition, self.timeout());
+        let found = tokio::task::spawn_blocking(move || -> Result<Option<String>, String> {
+            let metadata = consumer
+                .client()
+                .fetch_metadata(Some(&topic), t)
+                .map_err(|e| e.to_string())?;
+            let exists = metadata.topics().iter().any(|x| {
+                x.name() == topic
+                    && x.error().is_none()
+                    && x.partitions().iter().any(|p| p.id() == partition)
+            });
+            if !exists {
+                return Ok(Some("the topic no longer exists".into()));
+            }
+            let deadline = Instant::now() + t;
+            while Instant::now() < deadline {
+                match consumer.poll(Duration::from_millis(100)) {
+                    None => {}
+                    Some(Ok(m)) if m.offset() == epoch => {
+                        let key = m.key().map(String::from_utf8_lossy).unwrap_or_default();
+                        return Ok((key != mine).then(|| {
+                            format!("the record at this writer's fence offset {epoch} is another's ({key:?}): the topic was created again and written past it")
+                        }));
+                    }
+                    Some(Ok(m)) => {
+                        return Err(format!("fenced: this writer's fence record at offset {epoch} was compacted away (the next record is at offset {}): another writer took the state over", m.offset()));
+                    }
+                    Some(Err(e)) => match e.rdkafka_error_code() {
+                        Some(RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset) => {
+                            return Ok(Some(format!("the topic holds no record at this writer's fence offset {epoch}: it was emptied or created again")));
+                        }
+                        Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                            return Ok(Some("the topic no longer exists".into()));
+                        }
+                        _ => tracing::debug!(error = %e, "state.kafka: consumer error while checking the fence (retrying)"),
+                    },
+                }
+            }
+            // No answer either way: nothing to act on.
+            Ok(None)
+        })
+        .await
+        .map_err(|e| self.error("checking the fence record in", e))?;
+        match found {
+            Ok(None) => Ok(true),
+            Ok(Some(detail)) => {
+                self.reset(inner, &detail, epoch);
+                Ok(false)
+            }
+            Err(why) if why.starts_with("fenced: ") => {
+                tracing::warn!(store = %self.description, %why, "state.kafka: not writing: this replica no longer holds the state");
+                Err(StateError::Fenced)
+            }
+            Err(why) => Err(self.error("checking the fence record in", why)),
+        }
+    }
+
+    /// A consumer of the state's partition, assigned (no group, commits nothing) from
+    /// `from`; reading committed records only.
+    fn consumer(&self, from: Offset) -> Result<BaseConsumer<StateContext>, StateError> {
+        let mut c = self.client_config();
+        c.set("group.id", "kubesink-state")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", "error")
+            .set("isolation.level", "read_committed");
+        for k in [
+            "compression.type",
+            "acks",
+            "enable.idempotence",
+            "linger.ms",
+            "message.timeout.ms",
+            "queue.buffering.max.messages",
+            "statistics.interval.ms",
+            "topic.metadata.propagation.max.ms",
+        ] {
+            c.remove(k);
+        }
+        let max = self.config.chunk_bytes.bytes().saturating_add(64 * 1024);
+        c.set("fetch.message.max.bytes", max.max(1024 * 1024).to_string())
+            // librdkafka prefetches up to 64 MiB by default; a restore folds as it reads, so
+            // half of that bounds its memory without slowing the read (4 MiB made a
+            // 520 MB restore five times slower against tansu: issue 37).
+            .set("queued.max.messages.kbytes", "32768");
+        let consumer: BaseConsumer<StateContext> = c
+            .create_with_context(StateContext)
+            .map_err(|e| self.error("creating the consumer for", e))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.config.topic, self.partition, from)
+            .map_err(|e| self.error("reading", e))?;
+        consumer
+            .assign(&tpl)
+            .map_err(|e| self.error("reading", e))?;
+        Ok(consumer)
     }
 
     async fn try_write(
@@ -414,9 +579,10 @@ impl KafkaStore {
         let writer = inner.writer.clone();
         let transactional = self.config.transactional;
         if transactional {
-            producer
-                .begin_transaction()
-                .map_err(|e| plain(self.error(what, format!("{e} ({TRANSACTIONS})"))))?;
+            producer.begin_transaction().map_err(|e| {
+                let code = e.rdkafka_error_code();
+                (self.error(what, format!("{e} ({TRANSACTIONS})")), code)
+            })?;
         }
         let mut futures = Vec::with_capacity(records.len());
         for (key, value) in &records {
@@ -466,9 +632,33 @@ impl KafkaStore {
             tokio::task::spawn_blocking(move || p.commit_transaction(t))
                 .await
                 .map_err(|e| plain(self.error(what, e)))?
-                .map_err(|e| plain(self.error(what, format!("{e} ({TRANSACTIONS})"))))?;
+                .map_err(|e| {
+                    let code = e.rdkafka_error_code();
+                    (self.error(what, format!("{e} ({TRANSACTIONS})")), code)
+                })?;
         }
         Ok(offsets)
+    }
+
+    /// Whether a failed write (error `code`) says this writer's transactional producer was
+    /// fenced by another's `init_transactions`: `PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`
+    /// or librdkafka's own `_FENCED`, as the error itself or as the producer's fatal error
+    /// (a fenced producer's queued records fail as purged, `_PURGE_QUEUE`, or `_FATAL`).
+    fn fenced_code(&self, inner: &Inner, code: Option<RDKafkaErrorCode>) -> bool {
+        let fenced = |c: RDKafkaErrorCode| {
+            matches!(
+                c,
+                RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+                    | RDKafkaErrorCode::Fenced
+            )
+        };
+        code.is_some_and(fenced)
+            || inner
+                .producer
+                .as_ref()
+                .and_then(|p| p.client().fatal_error())
+                .is_some_and(|(c, _)| fenced(c))
     }
 
     /// Writes a new fence record: this writer's epoch from now on.
@@ -501,12 +691,39 @@ impl KafkaStore {
         self.fence(inner).await
     }
 
+    /// Writes this writer's lost marker (`records.rs`) under `epoch`: until a snapshot
+    /// follows it, a restore takes the state for damaged.
+    async fn mark_lost(
+        &self,
+        inner: &mut Inner,
+        epoch: i64,
+        reason: &str,
+    ) -> Result<(), StateError> {
+        let kind = Kind::Lost { epoch };
+        self.write(
+            inner,
+            "marking the state partly lost in",
+            vec![(kind.key(&self.prefix), Some(reason.as_bytes().to_vec()))],
+        )
+        .await?;
+        inner.live.insert(kind);
+        inner.lost = None;
+        Ok(())
+    }
+
     /// The restore: fence, read up to the fence, fold.
+    ///
+    /// # Errors
+    /// [`StateError::Damaged`] when the state read is damaged or partly lost (a snapshot
+    /// whose chunks are missing or fail their checksum, a lost marker no snapshot follows):
+    /// a lost marker of this writer keeps it so until its next save.
     async fn restore(&self, inner: &mut Inner) -> Result<Option<Vec<u8>>, StateError> {
+        // A take-over (this replica leads, again): the one thing that lifts a broker's fence.
+        inner.fenced = None;
         let epoch = self.take_over(inner).await?;
-        let records = self.read_to(epoch).await?;
-        let read = records.len();
-        let scanned = scan(&self.prefix, records);
+        let (scanned, read, peak) = self.read_to(epoch).await?;
+        // What was read decides (below); a loss seen before this restore is in it.
+        inner.lost = None;
         inner.live = scanned.live;
         if scanned.fenced > 0 {
             tracing::warn!(store = %self.description, ignored = scanned.fenced, "state.kafka: records written by a deposed writer after another took over were ignored (a zombie's late writes)");
@@ -534,12 +751,23 @@ impl KafkaStore {
                 })
                 .collect(),
         );
-        tracing::debug!(store = %self.description, records = read, epoch, "state.kafka: read the state up to this writer's fence");
-        let snapshot = match scanned.snapshot {
+        tracing::debug!(store = %self.description, records = read, peak_bytes = peak, epoch, "state.kafka: read the state up to this writer's fence");
+        let damage = match (scanned.snapshot, scanned.lost) {
+            (Err(why), _) => Err(why),
+            (Ok(_), Some(why)) => Err(why),
+            (Ok(s), None) => Ok(s),
+        };
+        let snapshot = match damage {
             Ok(s) => s,
             Err(why) => {
-                tracing::warn!(store = %self.description, reason = %why, "state.kafka: the saved snapshot cannot be used; restoring from the journal only");
-                None
+                // Not "never saved": the journal that survived lacks what the lost part held
+                // (issue 37). Marked under this epoch first, so that a crash before the next
+                // save finds the state damaged again; then the old records are covered.
+                tracing::warn!(store = %self.description, reason = %why, "state.kafka: the saved snapshot cannot be used (the state is damaged or partly lost): it is ignored, every watch lists and emits everything (initial)");
+                self.mark_lost(inner, epoch, &why).await?;
+                self.clean_up(inner, epoch, None).await;
+                inner.journal = Some(Vec::new());
+                return Err(StateError::Damaged(why));
             }
         };
         // Copy forward: what was read, written again under this writer's epoch before
@@ -563,47 +791,22 @@ impl KafkaStore {
         Ok(snapshot.map(|(bytes, _)| bytes))
     }
 
-    /// Every record of the state's partition from its first offset through offset `last`.
-    async fn read_to(&self, last: i64) -> Result<Vec<Record>, StateError> {
-        let mut c = self.client_config();
-        // Assigned, not subscribed: joins no group, commits nothing.
-        c.set("group.id", "kubesink-state")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .set("isolation.level", "read_committed");
-        for k in [
-            "compression.type",
-            "acks",
-            "enable.idempotence",
-            "linger.ms",
-            "message.timeout.ms",
-            "queue.buffering.max.messages",
-            "statistics.interval.ms",
-            "topic.metadata.propagation.max.ms",
-        ] {
-            c.remove(k);
-        }
-        let max = self.config.chunk_bytes.bytes().saturating_add(64 * 1024);
-        c.set("fetch.message.max.bytes", max.max(1024 * 1024).to_string());
-        let consumer: BaseConsumer<StateContext> = c
-            .create_with_context(StateContext)
-            .map_err(|e| self.error("creating the consumer for", e))?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.config.topic, self.partition, Offset::Beginning)
-            .map_err(|e| self.error("reading", e))?;
-        consumer
-            .assign(&tpl)
-            .map_err(|e| self.error("reading", e))?;
+    /// Reads the state's partition from its first offset through offset `last`, folding
+    /// this prefix's records as they come ([`Scanner`]): other states' values are never
+    /// copied, and a snapshot's chunks are dropped as soon as a newer manifest supersedes
+    /// them, so memory follows this state's size, not the partition's. Returns what was
+    /// folded, the records read, and the most value bytes held at once.
+    async fn read_to(&self, last: i64) -> Result<(Scanned, u64, usize), StateError> {
+        let consumer = self.consumer(Offset::Beginning)?;
         let quiet = self.timeout();
+        let mut scanner = Scanner::new(&self.prefix);
         let read = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
+            let mut read = 0u64;
             let mut last_progress = Instant::now();
             loop {
                 if last_progress.elapsed() > quiet {
                     return Err(format!(
-                        "no record for {quiet:?} before reaching this writer's fence at offset {last} ({} read)",
-                        out.len()
+                        "no record for {quiet:?} before reaching this writer's fence at offset {last} ({read} read)"
                     ));
                 }
                 match consumer.poll(Duration::from_millis(100)) {
@@ -613,26 +816,30 @@ impl KafkaStore {
                     }
                     Some(Ok(m)) => {
                         last_progress = Instant::now();
-                        let header = |name: &str| {
-                            m.headers().and_then(|h| {
-                                h.iter().find(|x| x.key == name).and_then(|x| {
-                                    x.value.and_then(|v| std::str::from_utf8(v).ok().map(str::to_owned))
-                                })
-                            })
-                        };
+                        read += 1;
                         let offset = m.offset();
-                        out.push(Record {
-                            offset,
-                            key: m
-                                .key()
-                                .map(|k| String::from_utf8_lossy(k).into_owned())
-                                .unwrap_or_default(),
-                            value: m.payload().map(<[u8]>::to_vec),
-                            writer: header(WRITER_HEADER),
-                            epoch: header(EPOCH_HEADER).and_then(|e| e.parse().ok()),
-                        });
+                        let key = m.key().unwrap_or_default();
+                        if scanner.wants(key) {
+                            let header = |name: &str| {
+                                m.headers().and_then(|h| {
+                                    h.iter().find(|x| x.key == name).and_then(|x| {
+                                        x.value.and_then(|v| {
+                                            std::str::from_utf8(v).ok().map(str::to_owned)
+                                        })
+                                    })
+                                })
+                            };
+                            scanner.push(Record {
+                                offset,
+                                key: String::from_utf8_lossy(key).into_owned(),
+                                value: m.payload().map(<[u8]>::to_vec),
+                                writer: header(WRITER_HEADER),
+                                epoch: header(EPOCH_HEADER).and_then(|e| e.parse().ok()),
+                            });
+                        }
                         if offset >= last {
-                            return Ok(out);
+                            let peak = scanner.held_bytes().1;
+                            return Ok((scanner.finish(), read, peak));
                         }
                     }
                 }
@@ -667,10 +874,14 @@ impl KafkaStore {
     /// This writer's epoch, writing its fence first when it has none yet (a save before any
     /// restore).
     async fn epoch(&self, inner: &mut Inner) -> Result<i64, StateError> {
-        match &inner.writer {
-            Some((_, e)) => Ok(*e),
-            None => self.take_over(inner).await,
+        let epoch = match &inner.writer {
+            Some((_, e)) => *e,
+            None => self.take_over(inner).await?,
+        };
+        if let Some(reason) = inner.lost.clone() {
+            self.mark_lost(inner, epoch, &reason).await?;
         }
+        Ok(epoch)
     }
 
     /// Journal records of this writer under `epoch`, one per `(generation, frame)`, added to
@@ -780,6 +991,7 @@ impl KafkaStore {
                     generation: g,
                 } => *e != epoch || current.is_some_and(|c| c != *g),
                 Kind::Journal { epoch: e, .. } => *e != epoch,
+                Kind::Lost { epoch: e } => *e != epoch || current.is_some(),
             })
             .cloned()
             .collect();
@@ -805,6 +1017,9 @@ impl StateStore for KafkaStore {
 
     async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError> {
         let mut inner = self.inner.lock().await;
+        // A topic created again and written past this writer's fence takes new writes at
+        // higher offsets: only the fence record itself shows the reset (issue 37).
+        self.fence_held(&mut inner).await?;
         let epoch = self.epoch(&mut inner).await?;
         self.write_snapshot(&mut inner, epoch, generation, &bytes, Vec::new())
             .await?;
@@ -818,6 +1033,11 @@ impl StateStore for KafkaStore {
         let frames = frames.into_iter().map(|f| (generation, f)).collect();
         self.write_journal(&mut inner, epoch, frames, "appending to the journal in")
             .await
+    }
+
+    async fn verify(&self) -> Result<bool, StateError> {
+        let mut inner = self.inner.lock().await;
+        self.fence_held(&mut inner).await
     }
 
     async fn load_journal(&self) -> Result<Vec<JournalSegment>, StateError> {

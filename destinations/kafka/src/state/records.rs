@@ -10,6 +10,14 @@
 //! | `{p}/snapshot/{epoch}/{generation}/{i}` | chunk `i` of a snapshot                    |
 //! | `{p}/manifest/{epoch}/{generation}`   | a complete snapshot: its chunks (JSON)       |
 //! | `{p}/journal/{epoch}/{generation}/{n}` | one journal frame                           |
+//! | `{p}/lost/{epoch}`                    | the state is partly lost (UTF-8 reason)      |
+//!
+//! A **lost marker** is written by a writer that found the topic deleted or emptied under
+//! it (its earlier records gone) before anything else it writes, and by a restore that
+//! found the saved state damaged. Until a valid manifest follows it, the state is damaged:
+//! a journal written after the loss is not a state a restore may replay (it lacks the keys
+//! of the lost snapshot, whose deletes could then never be sent), so the restore ignores the
+//! state, as for a damaged state file: a full initial list.
 //!
 //! Compaction keeps the last record of each key, so every key is written once: a new save
 //! never overwrites the chunks or the manifest a restore may still need (the generation is in
@@ -72,6 +80,8 @@ pub enum Kind {
     Manifest { epoch: i64, generation: u64 },
     /// `journal/{epoch}/{generation}/{n}`.
     Journal { epoch: i64, generation: u64, n: u64 },
+    /// `lost/{epoch}`: the state was partly lost before this writer's next manifest.
+    Lost { epoch: i64 },
 }
 
 impl Kind {
@@ -92,6 +102,7 @@ impl Kind {
                 generation,
                 n,
             } => format!("{prefix}/journal/{epoch}/{generation}/{n}"),
+            Kind::Lost { epoch } => format!("{prefix}/lost/{epoch}"),
         }
     }
 
@@ -116,6 +127,9 @@ impl Kind {
                 generation: g.parse().ok()?,
                 n: n.parse().ok()?,
             }),
+            ["lost", e] => Some(Kind::Lost {
+                epoch: e.parse().ok()?,
+            }),
             _ => None,
         }
     }
@@ -126,7 +140,8 @@ impl Kind {
             Kind::Fence(_) => None,
             Kind::Chunk { epoch, .. }
             | Kind::Manifest { epoch, .. }
-            | Kind::Journal { epoch, .. } => Some(*epoch),
+            | Kind::Journal { epoch, .. }
+            | Kind::Lost { epoch } => Some(*epoch),
         }
     }
 }
@@ -162,66 +177,133 @@ pub struct Scanned {
     pub unreadable: u64,
     /// The last fence's writer and epoch.
     pub last_fence: Option<(String, i64)>,
+    /// The reason of a valid lost marker that no valid manifest follows: the state is
+    /// damaged (see the module's lost marker).
+    pub lost: Option<String>,
 }
 
 /// Folds `records` (one partition, offset order) for `prefix` into what a restore may use.
 pub fn scan(prefix: &str, records: impl IntoIterator<Item = Record>) -> Scanned {
-    let mut out = Scanned {
-        snapshot: Ok(None),
-        journal: Vec::new(),
-        live: BTreeSet::new(),
-        fenced: 0,
-        unreadable: 0,
-        last_fence: None,
-    };
-    let mut current: Option<(String, i64)> = None;
-    let mut chunks: BTreeMap<(i64, u64, u32), Vec<u8>> = BTreeMap::new();
-    let mut manifests: BTreeMap<(i64, u64), (i64, Manifest)> = BTreeMap::new();
-    let mut journal: BTreeMap<(i64, u64, u64), (i64, Vec<u8>)> = BTreeMap::new();
+    let mut scanner = Scanner::new(prefix);
     for r in records {
-        let Some(kind) = Kind::parse(prefix, &r.key) else {
-            if r.key.starts_with(&format!("{prefix}/")) {
-                out.unreadable += 1;
+        scanner.push(r);
+    }
+    scanner.finish()
+}
+
+/// [`scan`] one record at a time, keeping only what the restore can still use, so that a
+/// restore's memory is bounded by the state, not by the partition (issue 37: the whole
+/// partition, every cluster's records since the topic was created, was read into memory
+/// first). Other prefixes' records are counted by the reader and never held (see
+/// [`Scanner::wants`]); a valid manifest drops every chunk and manifest it supersedes and
+/// the journal frames of generations below its own (the snapshot covers them).
+pub struct Scanner {
+    prefix: String,
+    /// `{prefix}/`, for [`Scanner::wants`].
+    prefix_slash: String,
+    out: Scanned,
+    current: Option<(String, i64)>,
+    chunks: BTreeMap<(i64, u64, u32), Vec<u8>>,
+    manifests: BTreeMap<(i64, u64), (i64, Manifest)>,
+    journal: BTreeMap<(i64, u64, u64), (i64, Vec<u8>)>,
+    /// Valid lost markers: epoch -> (offset, reason).
+    lost: BTreeMap<i64, (i64, String)>,
+    /// The generation of the last valid manifest (its snapshot covers older journal).
+    covered_below: u64,
+    /// Bytes of values held now (chunks, journal frames).
+    held: usize,
+    /// The most ever held.
+    peak: usize,
+}
+
+impl Scanner {
+    /// A scanner of `prefix`'s records.
+    pub fn new(prefix: &str) -> Scanner {
+        Scanner {
+            prefix: prefix.to_owned(),
+            prefix_slash: format!("{prefix}/"),
+            out: Scanned {
+                snapshot: Ok(None),
+                journal: Vec::new(),
+                live: BTreeSet::new(),
+                fenced: 0,
+                unreadable: 0,
+                last_fence: None,
+                lost: None,
+            },
+            current: None,
+            chunks: BTreeMap::new(),
+            manifests: BTreeMap::new(),
+            journal: BTreeMap::new(),
+            lost: BTreeMap::new(),
+            covered_below: 0,
+            held: 0,
+            peak: 0,
+        }
+    }
+
+    /// Whether a record with `key` is this prefix's (the reader copies no other's value).
+    pub fn wants(&self, key: &[u8]) -> bool {
+        key.starts_with(self.prefix_slash.as_bytes())
+    }
+
+    /// Bytes of record values held now, and the most held at once so far.
+    pub fn held_bytes(&self) -> (usize, usize) {
+        (self.held, self.peak)
+    }
+
+    /// Folds the next record (offset order).
+    pub fn push(&mut self, r: Record) {
+        let Some(kind) = Kind::parse(&self.prefix, &r.key) else {
+            if self.wants(r.key.as_bytes()) {
+                self.out.unreadable += 1;
             }
-            continue;
+            return;
         };
         let Some(value) = r.value else {
             // A tombstone: the key is gone (its record was covered).
-            out.live.remove(&kind);
+            self.out.live.remove(&kind);
             match kind {
                 Kind::Chunk {
                     epoch,
                     generation,
                     i,
                 } => {
-                    chunks.remove(&(epoch, generation, i));
+                    if let Some(v) = self.chunks.remove(&(epoch, generation, i)) {
+                        self.held -= v.len();
+                    }
                 }
                 Kind::Manifest { epoch, generation } => {
-                    manifests.remove(&(epoch, generation));
+                    self.manifests.remove(&(epoch, generation));
                 }
                 Kind::Journal {
                     epoch,
                     generation,
                     n,
                 } => {
-                    journal.remove(&(epoch, generation, n));
+                    if let Some((_, v)) = self.journal.remove(&(epoch, generation, n)) {
+                        self.held -= v.len();
+                    }
+                }
+                Kind::Lost { epoch } => {
+                    self.lost.remove(&epoch);
                 }
                 Kind::Fence(_) => {}
             }
-            continue;
+            return;
         };
-        out.live.insert(kind.clone());
+        self.out.live.insert(kind.clone());
         if let Kind::Fence(writer) = &kind {
-            current = Some((writer.clone(), r.offset));
-            continue;
+            self.current = Some((writer.clone(), r.offset));
+            return;
         }
-        let valid = match (&current, &r.writer, r.epoch) {
+        let valid = match (&self.current, &r.writer, r.epoch) {
             (Some((w, e)), Some(rw), Some(re)) => w == rw && *e == re && kind.epoch() == Some(re),
             _ => false,
         };
         if !valid {
-            out.fenced += 1;
-            continue;
+            self.out.fenced += 1;
+            return;
         }
         match kind {
             Kind::Chunk {
@@ -229,15 +311,19 @@ pub fn scan(prefix: &str, records: impl IntoIterator<Item = Record>) -> Scanned 
                 generation,
                 i,
             } => {
-                chunks.insert((epoch, generation, i), value);
+                self.held += value.len();
+                if let Some(old) = self.chunks.insert((epoch, generation, i), value) {
+                    self.held -= old.len();
+                }
             }
             Kind::Manifest { epoch, generation } => {
                 match serde_json::from_slice::<Manifest>(&value) {
                     Ok(m) if m.generation == generation => {
-                        manifests.insert((epoch, generation), (r.offset, m));
+                        self.manifests.insert((epoch, generation), (r.offset, m));
+                        self.supersede(epoch, generation);
                     }
-                    Ok(_) => out.unreadable += 1,
-                    Err(_) => out.unreadable += 1,
+                    Ok(_) => self.out.unreadable += 1,
+                    Err(_) => self.out.unreadable += 1,
                 }
             }
             Kind::Journal {
@@ -245,23 +331,79 @@ pub fn scan(prefix: &str, records: impl IntoIterator<Item = Record>) -> Scanned 
                 generation,
                 n,
             } => {
-                journal.insert((epoch, generation, n), (r.offset, value));
+                if generation >= self.covered_below {
+                    self.held += value.len();
+                    if let Some((_, old)) = self
+                        .journal
+                        .insert((epoch, generation, n), (r.offset, value))
+                    {
+                        self.held -= old.len();
+                    }
+                }
+            }
+            Kind::Lost { epoch } => {
+                let reason = String::from_utf8_lossy(&value).into_owned();
+                self.lost.insert(epoch, (r.offset, reason));
             }
             Kind::Fence(_) => {}
         }
+        self.peak = self.peak.max(self.held);
     }
-    out.last_fence = current;
-    // The valid manifest written last.
-    if let Some(((epoch, _), (offset, m))) = manifests.into_iter().max_by_key(|(_, (o, _))| *o) {
-        out.snapshot = assemble(epoch, offset, &m, &chunks).map(|b| Some((b, m.generation)));
+
+    /// A valid manifest of (`epoch`, `generation`) came: the last valid manifest is the one
+    /// a restore uses, so every other snapshot's chunks and manifest, and the journal of
+    /// older generations, are no longer needed. (Chunks written after it belong to a later
+    /// save, whose manifest comes after them: none is written yet here.)
+    fn supersede(&mut self, epoch: i64, generation: u64) {
+        let mut freed = 0;
+        self.chunks.retain(|(e, g, _), v| {
+            let keep = (*e, *g) == (epoch, generation);
+            if !keep {
+                freed += v.len();
+            }
+            keep
+        });
+        self.manifests.retain(|k, _| *k == (epoch, generation));
+        self.covered_below = self.covered_below.max(generation);
+        let below = self.covered_below;
+        self.journal.retain(|(_, g, _), (_, v)| {
+            let keep = *g >= below;
+            if !keep {
+                freed += v.len();
+            }
+            keep
+        });
+        self.held -= freed;
     }
-    let mut frames: Vec<(i64, u64, Vec<u8>)> = journal
-        .into_iter()
-        .map(|((_, g, _), (o, v))| (o, g, v))
-        .collect();
-    frames.sort_by_key(|(o, _, _)| *o);
-    out.journal = frames;
-    out
+
+    /// What a restore may use.
+    pub fn finish(mut self) -> Scanned {
+        self.out.last_fence = self.current;
+        // The valid manifest written last.
+        let last_manifest = self.manifests.values().map(|(o, _)| *o).max();
+        if let Some(((epoch, _), (offset, m))) =
+            self.manifests.into_iter().max_by_key(|(_, (o, _))| *o)
+        {
+            self.out.snapshot =
+                assemble(epoch, offset, &m, &self.chunks).map(|b| Some((b, m.generation)));
+        }
+        self.out.lost = self
+            .lost
+            .into_values()
+            .filter(|(o, _)| last_manifest.is_none_or(|m| m < *o))
+            .max_by_key(|(o, _)| *o)
+            .map(|(o, reason)| {
+                format!("{reason} (lost marker at offset {o}, no snapshot saved since)")
+            });
+        let mut frames: Vec<(i64, u64, Vec<u8>)> = self
+            .journal
+            .into_iter()
+            .map(|((_, g, _), (o, v))| (o, g, v))
+            .collect();
+        frames.sort_by_key(|(o, _, _)| *o);
+        self.out.journal = frames;
+        self.out
+    }
 }
 
 /// The snapshot of manifest `m` (epoch `epoch`, at `offset`) from its chunks, checked.
@@ -530,6 +672,111 @@ mod tests {
         );
         let err = scan("p", log.compacted()).snapshot.unwrap_err();
         assert!(err.contains("lacks chunk 2 of 4"), "{err}");
+    }
+
+    #[test]
+    fn a_lost_marker_makes_the_state_damaged_until_a_snapshot_follows_it() {
+        let mut log = Log {
+            records: Vec::new(),
+        };
+        // The topic lost its records: the writer's new fence, its lost marker, a journal
+        // frame written after the loss.
+        let e = log.fence("w1");
+        log.put(
+            "w1",
+            e,
+            Kind::Lost { epoch: e },
+            Some(b"the topic no longer exists".to_vec()),
+        );
+        let journal = Kind::Journal {
+            epoch: e,
+            generation: 5,
+            n: 0,
+        };
+        log.put("w1", e, journal, Some(b"frame".to_vec()));
+        for records in [log.records.clone(), log.compacted()] {
+            let s = scan("p", records);
+            assert_eq!(snap(&s), None);
+            assert_eq!(s.journal.len(), 1, "the journal is read");
+            let lost = s.lost.expect("the state is damaged");
+            assert!(lost.contains("the topic no longer exists"), "{lost}");
+        }
+        // A snapshot saved after it: the state is whole again.
+        log.snapshot("w1", e, 6, b"state", 2);
+        for records in [log.records.clone(), log.compacted()] {
+            let s = scan("p", records);
+            assert_eq!(snap(&s).as_deref(), Some(&b"state"[..]));
+            assert_eq!(s.lost, None);
+        }
+        // A zombie's lost marker after a successor's fence is not the successor's state.
+        let e2 = log.fence("w2");
+        log.put("w1", e, Kind::Lost { epoch: e }, Some(b"late".to_vec()));
+        let s = scan("p", log.records.clone());
+        assert_eq!(s.lost, None, "fenced: {}", s.fenced);
+        // Tombstoned by the writer's clean-up: gone.
+        log.put("w2", e2, Kind::Lost { epoch: e2 }, Some(b"again".to_vec()));
+        assert!(scan("p", log.records.clone()).lost.is_some());
+        log.put("w2", e2, Kind::Lost { epoch: e2 }, None);
+        assert_eq!(scan("p", log.compacted()).lost, None);
+    }
+
+    /// Issue 37, defect 3: a restore held every record of the partition (every state's,
+    /// every save since the topic was created) before folding. The scanner, fed as the
+    /// reader does (other prefixes' values never copied), holds at most one snapshot being
+    /// written beside the current one, and the journal not yet covered.
+    #[test]
+    fn a_restore_holds_one_or_two_snapshots_not_the_partition() {
+        const SNAPSHOT: usize = 100 * 1024;
+        let mut log = Log {
+            records: Vec::new(),
+        };
+        let e = log.fence("w1");
+        let mut partition_bytes = 0;
+        for save in 1..=100u64 {
+            // Journal frames of this generation, then the save (its chunks, its manifest),
+            // with another cluster's state interleaved in the same partition.
+            for n in 0..5 {
+                let kind = Kind::Journal {
+                    epoch: e,
+                    generation: save,
+                    n: save * 10 + n,
+                };
+                log.put("w1", e, kind, Some(vec![b'j'; 1_000]));
+            }
+            let state = vec![(save % 251) as u8; SNAPSHOT];
+            log.snapshot("w1", e, save + 1, &state, 10 * 1024);
+            let other = Record {
+                offset: log.next(),
+                key: "other/snapshot/0/1/0".into(),
+                value: Some(vec![0; SNAPSHOT]),
+                writer: None,
+                epoch: None,
+            };
+            log.records.push(other);
+        }
+        for r in &log.records {
+            partition_bytes += r.value.as_ref().map_or(0, Vec::len);
+        }
+        let mut scanner = Scanner::new("p");
+        let mut copied = 0;
+        for r in log.records.clone() {
+            if scanner.wants(r.key.as_bytes()) {
+                copied += r.value.as_ref().map_or(0, Vec::len);
+                scanner.push(r);
+            }
+        }
+        let (held, peak) = scanner.held_bytes();
+        let scanned = scanner.finish();
+        assert_eq!(snap(&scanned), Some(vec![100u8; SNAPSHOT]));
+        assert!(scanned.journal.is_empty(), "every frame is covered");
+        eprintln!(
+            "partition {partition_bytes} bytes, this state's {copied}, held at the end {held}, at most {peak}"
+        );
+        assert!(
+            peak <= 2 * SNAPSHOT + 5 * 1_000,
+            "held at most {peak} bytes of a {partition_bytes}-byte partition"
+        );
+        assert!(held <= SNAPSHOT, "{held}");
     }
 
     #[test]
