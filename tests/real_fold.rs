@@ -4,10 +4,17 @@
 //! Deployments created, scaled up and down and rolled (the ReplicaSet controller creates and
 //! deletes Pods; the garbage collector cascades a Deployment's delete), ConfigMaps and Secrets
 //! edited, a CRD's custom objects, a namespace created and deleted (the namespace controller
-//! empties it). Secrets' data never leaves the process, in every payload mode.
+//! empties it). Secrets' data never leaves the process, in every payload mode. The same
+//! stream is delivered to stdout, a JetStream stream (real nats-server) and a Kafka topic
+//! (real Kafka-protocol broker), and each destination, read back and folded, holds exactly
+//! the live objects.
 
+#[path = "support/kafka_server.rs"]
+mod kafka_server;
 #[path = "support/kube_server.rs"]
 mod kube_server;
+#[path = "support/nats_server.rs"]
+mod nats_server;
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/process.rs"]
@@ -106,6 +113,66 @@ fn folded(k: &Kubesink) -> (State, Oracle) {
     (o.fold_uids(), o)
 }
 
+/// Every message of JetStream stream `stream`, in stream order.
+async fn jetstream_messages(url: &str, stream: &str) -> Result<Vec<Value>, String> {
+    use futures::StreamExt;
+    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+    let js = async_nats::jetstream::new(client);
+    let mut s = js.get_stream(stream).await.map_err(|e| e.to_string())?;
+    let total = s.info().await.map_err(|e| e.to_string())?.state.messages as usize;
+    let mut out = Vec::with_capacity(total);
+    if total == 0 {
+        return Ok(out);
+    }
+    let consumer = s
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut msgs = consumer.messages().await.map_err(|e| e.to_string())?;
+    while out.len() < total {
+        let m = tokio::time::timeout(Duration::from_secs(10), msgs.next())
+            .await
+            .map_err(|_| "the stream stopped delivering".to_owned())?
+            .ok_or("the stream ended")?
+            .map_err(|e| e.to_string())?;
+        out.push(serde_json::from_slice(&m.payload).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// Waits until the fold of `messages()` (a destination read back) equals the live objects
+/// of the test's namespaces.
+async fn destination_settles<F, Fut>(what: &str, client: &kube::Client, mut messages: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Value>, String>>,
+{
+    let ours = |o: &kube::api::DynamicObject| {
+        o.metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| ns.starts_with("fold-"))
+    };
+    wait_until(what, LONG, || {
+        let read = messages();
+        async move {
+            let msgs = read.await?;
+            let live = live_state(client, KINDS, ours).await;
+            let mut o = Oracle::new(Expect::STRICT);
+            for m in &msgs {
+                o.apply(m);
+            }
+            o.assert_clean();
+            let mut got = o.fold_uids();
+            got.retain(|key, _| key.1.starts_with("fold-"));
+            (live == got)
+                .then_some(())
+                .ok_or_else(|| format!("{} messages: {}", msgs.len(), state_diff(&live, &got)))
+        }
+    })
+    .await;
+}
+
 /// Waits until the fold equals the live objects of the test's namespaces (`fold-…`; the shared
 /// control plane has others), uid and resourceVersion; returns how many there are.
 async fn settle(what: &str, client: &kube::Client, k: &Kubesink) -> usize {
@@ -196,6 +263,9 @@ async fn the_fold_equals_the_real_api_server_under_real_controllers_churn() {
         }
     }
 
+    let nats = nats_server::NatsServer::start("");
+    let tansu = kafka_server::Tansu::start().await;
+    tansu.create_topic("real.topology", 1).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("kubesink.toml");
     std::fs::write(
@@ -238,11 +308,25 @@ api_version = "kubesink.test/v1"
 kind = "Widget"
 [[sinks]]
 type = "stdout"
+[[sinks]]
+type = "nats"
+servers = ["{}"]
+mode = "jetstream"
+subject = "kubesink.{{cluster}}.{{kind}}.{{namespace}}.{{name}}"
+[sinks.stream]
+name = "REAL"
+create = true
+[[sinks]]
+type = "kafka"
+bootstrap_servers = "{}"
+topic = "real.topology"
 "#,
             cp.admin_kubeconfig.display().to_string(),
             secret_modes[0],
             secret_modes[1],
             secret_modes[2],
+            nats.url(),
+            tansu.bootstrap,
         ),
     )
     .expect("config");
@@ -378,6 +462,29 @@ type = "stdout"
         "8 Pods, 3 Deployments, 4 ReplicaSets, 10 ConfigMaps, 6 Secrets, 4 Widgets"
     );
     eprintln!("{after} objects at the end");
+
+    // The same, read back from JetStream and from Kafka.
+    let url = nats.url();
+    destination_settles("the JetStream stream's fold to equal the API server", &client, || {
+        jetstream_messages(&url, "REAL")
+    })
+    .await;
+    // tansu's high watermark can lag the last batch (kafka_server.rs): one flush record,
+    // skipped below.
+    tansu.flush_high_watermarks("real.topology", 1).await;
+    let reader = kafka_server::Reader::start(&tansu.bootstrap, "real.topology", 1);
+    destination_settles("the Kafka topic's fold to equal the API server", &client, || {
+        let records = reader.records();
+        async move {
+            records
+                .iter()
+                .filter_map(|r| r.value.as_ref())
+                .map(|v| serde_json::from_slice::<Value>(v).map_err(|e| e.to_string()))
+                .filter(|m| m.as_ref().map_or(true, |m| m["op"] != "test-flush"))
+                .collect()
+        }
+    })
+    .await;
 
     // Secrets: no payload mode let a value out, in any message.
     let messages = k.messages();

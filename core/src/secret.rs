@@ -12,29 +12,57 @@
 //! A reference that cannot be resolved (variable unset, file unreadable) or resolves to an
 //! empty value is a configuration error naming the variable or file; the value is never
 //! part of an error.
+//!
+//! Serialized (what `kubesink check` prints as the effective configuration), a reference is
+//! written back as it was given, so the printed configuration loads again with the same
+//! secrets; a value written inline is printed as `"***"`, and `"***"` is refused as a value
+//! (it is the mask, never a credential: a printed configuration fed back names the key to
+//! fill in instead of running with the password `***`).
 
 use std::fmt;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A secret string. `Debug`, `Display` and `Serialize` print `"***"`; only
-/// [`Secret::expose`] gives the value, at the one place that hands it to a client library.
+/// A secret string. `Debug` and `Display` print `"***"`, `Serialize` the reference it was
+/// read through or `"***"` (module docs); only [`Secret::expose`] gives the value, at the one
+/// place that hands it to a client library.
 ///
 /// Deserializes from a string (the value), `{ env = "NAME" }` or `{ file = "PATH" }`; see the
 /// module documentation.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secret(String);
+pub struct Secret {
+    value: String,
+    origin: Origin,
+}
+
+/// Where a [`Secret`]'s value was read from.
+#[derive(Clone, Default, PartialEq, Eq)]
+enum Origin {
+    /// Written in the configuration itself.
+    #[default]
+    Inline,
+    /// `{ env = "NAME" }`.
+    Env(String),
+    /// `{ file = "PATH" }`.
+    File(String),
+}
+
+/// The mask `Serialize` prints for an inline secret; refused as a value.
+pub const MASK: &str = "***";
 
 impl Secret {
-    /// Wraps a value.
+    /// Wraps a value (as if written inline).
     pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
+        Secret {
+            value: value.into(),
+            origin: Origin::Inline,
+        }
     }
 
     /// The secret value; call only where a client library needs it.
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.value
     }
 }
 
@@ -52,7 +80,15 @@ impl fmt::Display for Secret {
 
 impl Serialize for Secret {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str("***")
+        use serde::ser::SerializeMap;
+        let (key, at) = match &self.origin {
+            Origin::Inline => return s.serialize_str(MASK),
+            Origin::Env(name) => ("env", name),
+            Origin::File(path) => ("file", path),
+        };
+        let mut map = s.serialize_map(Some(1))?;
+        map.serialize_entry(key, at)?;
+        map.end()
     }
 }
 
@@ -125,7 +161,11 @@ impl Reference {
         if value.is_empty() {
             return Err(format!("the secret's {source} is empty"));
         }
-        Ok(Secret(value))
+        let origin = match self {
+            Reference::Env(name) => Origin::Env(name.clone()),
+            Reference::File(path) => Origin::File(path.clone()),
+        };
+        Ok(Secret { value, origin })
     }
 }
 
@@ -139,11 +179,16 @@ impl<'de> Visitor<'de> for SecretVisitor {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Secret, E> {
-        Ok(Secret(v.to_owned()))
+        self.visit_string(v.to_owned())
     }
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<Secret, E> {
-        Ok(Secret(v))
+        if v == MASK {
+            return Err(de::Error::custom(
+                r#""***" is the mask `kubesink check` prints in place of a secret written into the configuration, not a value: write the secret, or better { env = "NAME" } or { file = "PATH" }"#,
+            ));
+        }
+        Ok(Secret::new(v))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Secret, A::Error> {
@@ -180,6 +225,25 @@ mod tests {
         assert_eq!(format!("{s:?} {s}"), "\"***\" ***");
         assert_eq!(serde_json::to_string(&s).unwrap(), "\"***\"");
         assert_eq!(s.expose(), "hunter2");
+    }
+
+    /// Found by a newcomer (issue 38): `check` printed `{ env = "KAFKA_PW" }` as `"***"`, and
+    /// the printed configuration, fed back, ran with the password `***`.
+    #[test]
+    fn a_reference_serializes_as_itself_and_the_mask_is_refused_as_a_value() {
+        std::env::set_var("KUBESINK_TEST_SECRET_ENV_ROUND_TRIP", "pw");
+        let s = parse(r#"{"env":"KUBESINK_TEST_SECRET_ENV_ROUND_TRIP"}"#).unwrap();
+        let printed = serde_json::to_string(&s).unwrap();
+        assert_eq!(printed, r#"{"env":"KUBESINK_TEST_SECRET_ENV_ROUND_TRIP"}"#);
+        assert_eq!(parse(&printed).unwrap().expose(), "pw");
+        let path = std::env::temp_dir().join(format!("kubesink-secret-rt-{}", std::process::id()));
+        std::fs::write(&path, "pw2\n").unwrap();
+        let s = parse(&serde_json::json!({ "file": path }).to_string()).unwrap();
+        let printed = serde_json::to_string(&s).unwrap();
+        assert_eq!(parse(&printed).unwrap().expose(), "pw2");
+        std::fs::remove_file(&path).unwrap();
+        let err = parse(r#""***""#).unwrap_err();
+        assert!(err.contains("is the mask `kubesink check` prints"), "{err}");
     }
 
     fn parse(json: &str) -> Result<Secret, String> {
