@@ -3,7 +3,7 @@
 # kube-apiserver and kube-controller-manager from their own Go modules, pinned in go.mod) into
 # $TOOLS_CACHE_DIR/kube/KEY/bin, KEY a digest of the module's files and the Go version, so a
 # changed pin builds anew and an unchanged one takes no time. Prints that bin directory on
-# stdout (the tests take it from KUBESINK_KUBE_BIN, or run this script themselves).
+# stdout (the tests take it from KUBE_TEST_BIN_DIR, or run this script themselves).
 #
 # The first build on 2 cores takes several minutes (docs/testing.md has the figure); Go's own
 # build cache (~/.cache/go-build) and module cache (~/go/pkg/mod) make a rebuild quicker.

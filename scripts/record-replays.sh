@@ -5,11 +5,11 @@
 # Kubernetes pin in tests/kube/go.mod, then commit the new directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KUBESINK_KUBE_BIN="$(scripts/kube-build.sh)"
-export KUBESINK_KUBE_BIN
+KUBE_TEST_BIN_DIR="$(scripts/kube-build.sh)"
+export KUBE_TEST_BIN_DIR
 minor="$(sed -n 's/^[[:space:]]*k8s.io\/kubernetes v1\.\([0-9]*\)\..*$/\1/p' tests/kube/go.mod)"
 out="tests/fixtures/k8s-replays/v1-$minor"
 mkdir -p "$out"
-KUBESINK_RECORD="$PWD/$out" cargo test --test real_record -- --nocapture
+RECORD_REPLAYS_INTO="$PWD/$out" cargo test --test real_record -- --nocapture
 echo "recorded into $out:"
 ls -l "$out"

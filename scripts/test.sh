@@ -61,14 +61,14 @@ fi
 # The real Kubernetes control plane of the real-server tests (tests/real_*.rs): etcd,
 # kube-apiserver and kube-controller-manager built from their Go modules (tests/kube/, pinned
 # there) with the machine's Go toolchain, cached in $TOOLS_CACHE_DIR/kube (docs/testing.md has
-# the cold build's time); the tests find it through KUBESINK_KUBE_BIN.
+# the cold build's time); the tests find it through KUBE_TEST_BIN_DIR.
 if ! command -v go >/dev/null 2>&1; then
   echo "error: the real-server tests need the Go toolchain (go on PATH): the project's machines are of the polyglot kind" >&2
   exit 1
 fi
-KUBESINK_KUBE_BIN="$(scripts/kube-build.sh)"
-export KUBESINK_KUBE_BIN
-"$KUBESINK_KUBE_BIN/kube-apiserver" --version
+KUBE_TEST_BIN_DIR="$(scripts/kube-build.sh)"
+export KUBE_TEST_BIN_DIR
+"$KUBE_TEST_BIN_DIR/kube-apiserver" --version
 
 # The Python reference consumers (examples/consumers/python/) that tests/consumers.rs runs
 # against real brokers: a venv with confluent-kafka and nats-py, cached in $TOOLS_CACHE_DIR and
@@ -94,8 +94,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p kubesink --lib -- -D warnings
 # The deploy checks' Python venv (helm-python-sdk, kubernetes-validate): tests/real_deploy.rs
 # installs the Helm chart into the real API server with it.
-KUBESINK_DEPLOY_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
-export KUBESINK_DEPLOY_PYTHON
+DEPLOY_CHECKS_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
+export DEPLOY_CHECKS_PYTHON
 echo "== go vet (tests/kube, the control plane's mains)"
 (cd tests/kube && go vet ./...)
 echo "== cargo test"

@@ -132,7 +132,7 @@ fn every_kustomization_is_accepted_by_the_real_api_server() {
 
 #[test]
 fn the_helm_chart_installs_upgrades_and_uninstalls_on_the_real_api_server() {
-    let python = std::env::var_os("KUBESINK_DEPLOY_PYTHON").map_or_else(
+    let python = std::env::var_os("DEPLOY_CHECKS_PYTHON").map_or_else(
         || {
             let cache = std::env::var_os("TOOLS_CACHE_DIR").map_or_else(
                 || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/kubesink"),

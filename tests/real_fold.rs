@@ -465,25 +465,31 @@ topic = "real.topology"
 
     // The same, read back from JetStream and from Kafka.
     let url = nats.url();
-    destination_settles("the JetStream stream's fold to equal the API server", &client, || {
-        jetstream_messages(&url, "REAL")
-    })
+    destination_settles(
+        "the JetStream stream's fold to equal the API server",
+        &client,
+        || jetstream_messages(&url, "REAL"),
+    )
     .await;
     // tansu's high watermark can lag the last batch (kafka_server.rs): one flush record,
     // skipped below.
     tansu.flush_high_watermarks("real.topology", 1).await;
     let reader = kafka_server::Reader::start(&tansu.bootstrap, "real.topology", 1);
-    destination_settles("the Kafka topic's fold to equal the API server", &client, || {
-        let records = reader.records();
-        async move {
-            records
-                .iter()
-                .filter_map(|r| r.value.as_ref())
-                .map(|v| serde_json::from_slice::<Value>(v).map_err(|e| e.to_string()))
-                .filter(|m| m.as_ref().map_or(true, |m| m["op"] != "test-flush"))
-                .collect()
-        }
-    })
+    destination_settles(
+        "the Kafka topic's fold to equal the API server",
+        &client,
+        || {
+            let records = reader.records();
+            async move {
+                records
+                    .iter()
+                    .filter_map(|r| r.value.as_ref())
+                    .map(|v| serde_json::from_slice::<Value>(v).map_err(|e| e.to_string()))
+                    .filter(|m| m.as_ref().map_or(true, |m| m["op"] != "test-flush"))
+                    .collect()
+            }
+        },
+    )
     .await;
 
     // Secrets: no payload mode let a value out, in any message.

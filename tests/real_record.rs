@@ -1,7 +1,7 @@
 //! Records list and watch exchanges from the real kube-apiserver of the tests
 //! (`tests/support/kube_server.rs`), in the shape of `tests/fixtures/k8s-replays/`, so the
 //! conformance replays (`tests/fixtures.rs`) include the Kubernetes release pinned in
-//! `tests/kube/go.mod`. `scripts/record-replays.sh` runs it with `KUBESINK_RECORD=DIR` and
+//! `tests/kube/go.mod`. `scripts/record-replays.sh` runs it with `RECORD_REPLAYS_INTO=DIR` and
 //! writes the files there (`tests/fixtures/k8s-replays/v1-37`, committed); without the
 //! variable it records into a temporary directory and checks what it recorded has the
 //! recordings' shape, so the recorder itself is tested on every run.
@@ -83,7 +83,7 @@ async fn record_lists_and_watches_of_the_real_api_server() {
         assert!(std::time::Instant::now() < deadline, "3 Pods: {body}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let dir = match std::env::var_os("KUBESINK_RECORD") {
+    let dir = match std::env::var_os("RECORD_REPLAYS_INTO") {
         Some(d) => PathBuf::from(d),
         None => tempfile::tempdir().expect("tempdir").keep(),
     };

@@ -33,12 +33,13 @@ use crate::ports::free_port;
 /// How long a component gets to become ready (a cold machine, two cores shared).
 const READY_WITHIN: Duration = Duration::from_secs(180);
 
-/// The directory holding `etcd`, `kube-apiserver` and `kube-controller-manager`:
-/// `KUBESINK_KUBE_BIN`, else what `scripts/kube-build.sh` prints (it builds when needed).
+/// The directory holding `etcd`, `kube-apiserver` and `kube-controller-manager` (not
+/// `KUBESINK_…`: kubesink reads every such variable as configuration, in tests too):
+/// `KUBE_TEST_BIN_DIR`, else what `scripts/kube-build.sh` prints (it builds when needed).
 pub fn bin_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("KUBESINK_KUBE_BIN") {
+        if let Some(dir) = std::env::var_os("KUBE_TEST_BIN_DIR") {
             return PathBuf::from(dir);
         }
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kube-build.sh");
