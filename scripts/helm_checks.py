@@ -391,24 +391,42 @@ def cmd_real(kubeconfig):
                 failures += 1
                 continue
             manifest = upgraded.get("manifest", "")
-            kinds = sorted({d["kind"] for d in parse_stream(manifest)})
-            got = kubectl(kubeconfig, "get", "-n", ns, "-f", "-", "-o", "name", stdin=manifest)
-            if got.returncode != 0 or upgraded.get("version") != 2:
-                print(f"FAIL ({name}) after upgrade (revision {upgraded.get('version')}): {got.stderr}")
+            docs = parse_stream(manifest)
+            kinds = sorted({d["kind"] for d in docs})
+            # Each object, where Helm put it (its own namespace, else the release's): kubectl
+            # ignores -n for cluster-scoped kinds.
+            missing = []
+            for d in docs:
+                group = d["apiVersion"].rsplit("/", 1)[0] if "/" in d["apiVersion"] else ""
+                ref = f"{d['kind'].lower()}{'.' + group if group else ''}/{d['metadata']['name']}"
+                obj_ns = d["metadata"].get("namespace") or ns
+                got = kubectl(kubeconfig, "get", ref, "-n", obj_ns, "-o", "name")
+                if got.returncode != 0:
+                    missing.append(f"{ref} in {obj_ns}: {got.stderr.strip()}")
+            history = cfg.history(RELEASE)
+            revisions = len(history) if isinstance(history, list) else len(history.get("releases", history))
+            if missing or revisions != 2:
+                print(f"FAIL ({name}) after install and upgrade ({revisions} revisions): {missing}")
                 failures += 1
             else:
                 print(f"ok   helm install and upgrade ({name}) accepted by the real API server: "
-                      f"revision {installed.get('version')} then {upgraded.get('version')}, "
-                      f"{len(got.stdout.split())} objects ({', '.join(kinds)})")
+                      f"2 revisions, {len(docs)} objects ({', '.join(kinds)})")
             try:
                 cfg.uninstall(RELEASE, timeout=120)
             except helm.HelmError as e:
                 print(f"FAIL helm uninstall ({name}): {e}")
                 failures += 1
                 continue
-            left = kubectl(kubeconfig, "get", "-n", ns, "-f", "-", "-o", "name", "--ignore-not-found", stdin=manifest)
-            if left.stdout.strip():
-                print(f"FAIL ({name}) objects left after helm uninstall: {left.stdout.split()}")
+            left = []
+            for d in docs:
+                group = d["apiVersion"].rsplit("/", 1)[0] if "/" in d["apiVersion"] else ""
+                ref = f"{d['kind'].lower()}{'.' + group if group else ''}/{d['metadata']['name']}"
+                got = kubectl(kubeconfig, "get", ref, "-n", d["metadata"].get("namespace") or ns,
+                              "-o", "name", "--ignore-not-found")
+                if got.stdout.strip():
+                    left.append(got.stdout.strip())
+            if left:
+                print(f"FAIL ({name}) objects left after helm uninstall: {left}")
                 failures += 1
             else:
                 print(f"ok   helm uninstall ({name}) removed every object")

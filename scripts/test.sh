@@ -99,7 +99,7 @@ export DEPLOY_CHECKS_PYTHON
 echo "== go vet (tests/kube, the control plane's mains)"
 (cd tests/kube && go vet ./...)
 echo "== cargo test"
-cargo test --workspace
+cargo test --workspace --no-fail-fast
 # The fault campaign (issue 19): two replicas, the simulator's faults, restarts and broker
 # outages under churn, a random seed (printed, so a failure can be replayed), then the
 # stream folded against the cluster and checked for per-key order. `--minutes N` for long
