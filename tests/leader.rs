@@ -486,6 +486,25 @@ async fn stream_payloads(url: &str) -> Vec<serde_json::Value> {
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_leaders_late_jetstream_publishes_never_move_a_folded_key_backwards() {
+    // Whether the frozen leader's queued publishes land late depends on how much its client
+    // had queued when it froze, which a loaded machine moves: the scenario runs again (up to
+    // three times) until one attempt shows late publishes. Every attempt checks the fold.
+    for attempt in 1..=3 {
+        let late = frozen_leader_attempt().await;
+        eprintln!("attempt {attempt}: {late} late publish(es) landed");
+        if late > 0 {
+            return;
+        }
+    }
+    panic!(
+        "no late publish of the frozen leader landed in 3 attempts: the test never hit its window"
+    );
+}
+
+/// One run of the frozen-leader scenario: returns how many of the frozen leader's publishes
+/// landed after a newer message of their key; panics if the fold moved a key backwards.
+#[cfg(feature = "nats")]
+async fn frozen_leader_attempt() -> usize {
     const N: usize = 200;
     let server = nats_server::NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
@@ -588,11 +607,12 @@ async fn a_frozen_leaders_late_jetstream_publishes_never_move_a_folded_key_backw
         "{} messages in the stream, {late} landed after a newer one of their key",
         msgs.len()
     );
-    assert!(
-        late > 0,
-        "no late publish of the frozen leader landed: the test did not hit its window\n--- a:\n{}",
-        a.log()
-    );
+    if late == 0 {
+        eprintln!(
+            "no late publish landed in this attempt; a's log:\n{}",
+            a.log()
+        );
+    }
 
     // Folded as `kubesink fold` does: no key ever moves backwards.
     let mut view = kubesink::fold::view::View::new(false);
@@ -623,4 +643,5 @@ async fn a_frozen_leaders_late_jetstream_publishes_never_move_a_folded_key_backw
         backwards.is_empty(),
         "folded resourceVersions went backwards: {backwards:?}"
     );
+    late
 }

@@ -7,7 +7,8 @@
 //! - **id**: the `id` is the documented derivation (XXH3-128 of cluster, group, kind,
 //!   namespace, name, uid, resourceVersion, op, `fsu`), and one id always carries the same
 //!   change (same key, op, uid, resourceVersion, `finalStateUnknown` and `object`; only
-//!   `observedAt` and `initial` may differ, since a change observed again keeps its id).
+//!   `observedAt`, `initial` and `leaderEpoch` may differ, since a change observed again, or
+//!   sent again by the next leader, keeps its id).
 //! - **duplicates**: a repeated id is a violation unless the test expects redelivery
 //!   ([`Expect::redelivery`]); even then it must repeat the key's *last* message (a consumer
 //!   deduplicates on that alone, `docs/consumers.md` "Deduplication"). Duplicates are skipped.
@@ -431,7 +432,7 @@ fn derived_id(m: &Value) -> Option<String> {
     ))
 }
 
-/// What one id stands for: the message without `observedAt` and `initial`, as a hash per
+/// What one id stands for: the message without `observedAt`, `initial` and `leaderEpoch`, as a hash per
 /// top-level field (cheap to keep for every message of a long run).
 #[derive(PartialEq)]
 struct Change(BTreeMap<String, u64>);
@@ -440,7 +441,7 @@ impl Change {
     fn of(m: &Value) -> Change {
         let fields = m.as_object().map(|o| {
             o.iter()
-                .filter(|(f, _)| *f != "observedAt" && *f != "initial")
+                .filter(|(f, _)| *f != "observedAt" && *f != "initial" && *f != "leaderEpoch")
                 .map(|(f, v)| {
                     let text = serde_json::to_string(v).unwrap_or_default();
                     (f.clone(), xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
