@@ -968,12 +968,6 @@ async fn jetstream_keeps_per_key_order_with_several_batches_in_flight_and_puback
         partial() > 0
     })
     .await;
-    assert!(
-        handle.batches_high_water() >= 2,
-        "several batches were in flight (high water {})",
-        handle.batches_high_water()
-    );
-
     let consumer = stream
         .create_consumer(pull::Config {
             durable_name: Some("reader".into()),
@@ -1020,6 +1014,14 @@ async fn jetstream_keeps_per_key_order_with_several_batches_in_flight_and_puback
     )
     .await;
     reader.abort();
+    // What the test is about happened: several batches were in flight at some point of the
+    // run (checked over the whole run: at the first failed publish alone, a loaded machine
+    // may still have had one).
+    assert!(
+        handle.batches_high_water() >= 2,
+        "several batches were in flight (high water {})",
+        handle.batches_high_water()
+    );
     bridge.shutdown().await;
     let msgs = received.lock().expect("lock").clone();
     let mut oracle = Oracle::new(Expect::STRICT.redelivery());
