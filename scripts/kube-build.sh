@@ -11,6 +11,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../tests/kube"
 
 TOOLS_CACHE_DIR="${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}"
+# The polyglot machines install Go in /usr/local/go; a non-interactive shell may not have it
+# on PATH (it is added by ~/.bashrc).
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="/usr/local/go/bin:$PATH"
+fi
 if ! command -v go >/dev/null 2>&1; then
   echo "scripts/kube-build.sh: the Go toolchain is not on PATH (go.mod needs Go $(sed -n 's/^go //p' go.mod))" >&2
   exit 1
@@ -21,12 +26,13 @@ if [ ! -x "$out/bin/kube-apiserver" ] || [ ! -x "$out/bin/kube-controller-manage
   echo "== building etcd, kube-apiserver and kube-controller-manager (tests/kube) into $out" >&2
   started=$(date +%s)
   rm -rf "$out.tmp" && mkdir -p "$out.tmp/bin"
-  # GOFLAGS=-mod=mod would let go.sum change: the pins are exact, so -mod=readonly.
+  # GOFLAGS=-mod=mod would let go.sum change: the pins are exact, so -mod=readonly; no VCS
+  # stamp (the binaries carry the release's version instead).
   # The version the binaries report (`--version`, /version), as Kubernetes' own build stamps it.
   k8s="$(sed -n 's/^[[:space:]]*k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' go.mod)"
   minor="$(echo "$k8s" | cut -d. -f2)"
   v=k8s.io/component-base/version
-  GOFLAGS=-mod=readonly go build -trimpath \
+  GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath \
     -ldflags="-s -w -X $v.gitVersion=$k8s -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean" \
     -o "$out.tmp/bin/" ./cmd/...
   rm -rf "$out" && mv "$out.tmp" "$out"

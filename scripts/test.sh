@@ -62,6 +62,9 @@ fi
 # kube-apiserver and kube-controller-manager built from their Go modules (tests/kube/, pinned
 # there) with the machine's Go toolchain, cached in $TOOLS_CACHE_DIR/kube (docs/testing.md has
 # the cold build's time); the tests find it through KUBE_TEST_BIN_DIR.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="/usr/local/go/bin:$PATH" # where the polyglot machines have it (~/.bashrc adds it)
+fi
 if ! command -v go >/dev/null 2>&1; then
   echo "error: the real-server tests need the Go toolchain (go on PATH): the project's machines are of the polyglot kind" >&2
   exit 1
