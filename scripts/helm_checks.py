@@ -364,6 +364,14 @@ def kubectl(kubeconfig, *args, stdin=None):
                           capture_output=True, text=True)
 
 
+def object_ref(doc, namespace):
+    """`kind.group/name` of a rendered object for kubectl, and its namespace: its own, else the
+    release's (kubectl ignores -n for cluster-scoped kinds)."""
+    group = doc["apiVersion"].rsplit("/", 1)[0] if "/" in doc["apiVersion"] else ""
+    ref = f"{doc['kind'].lower()}{'.' + group if group else ''}/{doc['metadata']['name']}"
+    return ref, doc["metadata"].get("namespace") or namespace
+
+
 def cmd_real(kubeconfig):
     failures = 0
     r = kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(SERVICE_MONITOR_CRD))
@@ -397,9 +405,7 @@ def cmd_real(kubeconfig):
             # ignores -n for cluster-scoped kinds.
             missing = []
             for d in docs:
-                group = d["apiVersion"].rsplit("/", 1)[0] if "/" in d["apiVersion"] else ""
-                ref = f"{d['kind'].lower()}{'.' + group if group else ''}/{d['metadata']['name']}"
-                obj_ns = d["metadata"].get("namespace") or ns
+                ref, obj_ns = object_ref(d, ns)
                 got = kubectl(kubeconfig, "get", ref, "-n", obj_ns, "-o", "name")
                 if got.returncode != 0:
                     missing.append(f"{ref} in {obj_ns}: {got.stderr.strip()}")
@@ -419,10 +425,8 @@ def cmd_real(kubeconfig):
                 continue
             left = []
             for d in docs:
-                group = d["apiVersion"].rsplit("/", 1)[0] if "/" in d["apiVersion"] else ""
-                ref = f"{d['kind'].lower()}{'.' + group if group else ''}/{d['metadata']['name']}"
-                got = kubectl(kubeconfig, "get", ref, "-n", d["metadata"].get("namespace") or ns,
-                              "-o", "name", "--ignore-not-found")
+                ref, obj_ns = object_ref(d, ns)
+                got = kubectl(kubeconfig, "get", ref, "-n", obj_ns, "-o", "name", "--ignore-not-found")
                 if got.stdout.strip():
                     left.append(got.stdout.strip())
             if left:

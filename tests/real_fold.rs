@@ -23,10 +23,10 @@ mod support;
 
 use std::time::Duration;
 
-use kube_server::{create, delete, live_state, namespace, patch, state_diff, State};
+use kube_server::{create, delete, live_state, namespace, patch};
 use process::Kubesink;
 use serde_json::{json, Value};
-use support::{wait_until, Expect, Oracle};
+use support::{fold_equals, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
@@ -104,15 +104,6 @@ async fn established(client: &kube::Client) {
     .await;
 }
 
-/// The fold of what kubesink sent so far (strict contract: one uninterrupted run).
-fn folded(k: &Kubesink) -> (State, Oracle) {
-    let mut o = Oracle::new(Expect::STRICT);
-    for m in k.messages() {
-        o.apply(&m);
-    }
-    (o.fold_uids(), o)
-}
-
 /// Every message of JetStream stream `stream`, in stream order.
 async fn jetstream_messages(url: &str, stream: &str) -> Result<Vec<Value>, String> {
     use futures::StreamExt;
@@ -158,16 +149,10 @@ where
         async move {
             let msgs = read.await?;
             let live = live_state(client, KINDS, ours).await;
-            let mut o = Oracle::new(Expect::STRICT);
-            for m in &msgs {
-                o.apply(m);
-            }
-            o.assert_clean();
-            let mut got = o.fold_uids();
-            got.retain(|key, _| key.1.starts_with("fold-"));
-            (live == got)
-                .then_some(())
-                .ok_or_else(|| format!("{} messages: {}", msgs.len(), state_diff(&live, &got)))
+            fold_equals(&live, &msgs, Expect::STRICT, |key| {
+                key.1.starts_with("fold-")
+            })
+            .map_err(|diff| format!("{} messages: {diff}", msgs.len()))
         }
     })
     .await;
@@ -185,21 +170,18 @@ async fn settle(what: &str, client: &kube::Client, k: &Kubesink) -> usize {
     let started = std::time::Instant::now();
     loop {
         let live = live_state(client, KINDS, ours).await;
-        let (mut got, oracle) = folded(k);
-        oracle.assert_clean();
-        got.retain(|key, _| key.1.starts_with("fold-"));
-        if live == got {
-            eprintln!(
-                "{what}: {} objects equal after {:?}",
-                live.len(),
-                started.elapsed()
-            );
-            return live.len();
-        }
+        let diff = match fold_equals(&live, &k.messages(), Expect::STRICT, |key| {
+            key.1.starts_with("fold-")
+        }) {
+            Ok(n) => {
+                eprintln!("{what}: {n} objects equal after {:?}", started.elapsed());
+                return n;
+            }
+            Err(diff) => diff,
+        };
         assert!(
             started.elapsed() < LONG,
-            "{what}: the fold never equalled the API server: {}\nkubesink stderr:\n{}",
-            state_diff(&live, &got),
+            "{what}: the fold never equalled the API server: {diff}\nkubesink stderr:\n{}",
             k.stderr()
         );
         tokio::time::sleep(Duration::from_millis(250)).await;

@@ -27,7 +27,7 @@ use kube_server::{
 use process::Kubesink;
 use proxy::Proxy;
 use serde_json::{json, Value};
-use support::{wait_until, Expect, Oracle};
+use support::{fold_equals, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
@@ -127,21 +127,8 @@ impl Setup {
                 o.metadata.namespace.as_deref() == Some(NS)
             })
             .await;
-            let mut o = Oracle::new(Expect::STRICT);
-            for m in self.k.messages() {
-                o.apply(&m);
-            }
-            o.assert_clean();
-            let got = o.fold_uids();
-            if live == got {
-                Ok(live.len())
-            } else {
-                Err(format!(
-                    "{}\nkubesink stderr:\n{}",
-                    kube_server::state_diff(&live, &got),
-                    self.k.stderr()
-                ))
-            }
+            fold_equals(&live, &self.k.messages(), Expect::STRICT, |_| true)
+                .map_err(|diff| format!("{diff}\nkubesink stderr:\n{}", self.k.stderr()))
         })
         .await
     }

@@ -18,10 +18,10 @@ mod support;
 
 use std::time::Duration;
 
-use kube_server::{create, live_state, ControlPlane, Options, State};
+use kube_server::{create, live_state, ControlPlane, Options};
 use process::Kubesink;
 use serde_json::json;
-use support::{wait_until, Expect, Oracle};
+use support::{fold_equals, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
@@ -94,21 +94,8 @@ async fn converged(cp: &ControlPlane, k: &Kubesink, ns: &str) -> usize {
             o.metadata.namespace.as_deref() == Some(ns)
         })
         .await;
-        let mut o = Oracle::new(Expect::STRICT);
-        for m in k.messages() {
-            o.apply(&m);
-        }
-        o.assert_clean();
-        let got: State = o.fold_uids();
-        if live == got {
-            Ok(live.len())
-        } else {
-            Err(format!(
-                "{}\nkubesink stderr:\n{}",
-                kube_server::state_diff(&live, &got),
-                k.stderr()
-            ))
-        }
+        fold_equals(&live, &k.messages(), Expect::STRICT, |_| true)
+            .map_err(|diff| format!("{diff}\nkubesink stderr:\n{}", k.stderr()))
     })
     .await
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use kube_server::{create, live_state, namespace, ControlPlane};
 use process::Kubesink;
 use serde_json::{json, Value};
-use support::{run_kubesink, try_wait_until, wait_until, Expect, Oracle};
+use support::{fold_equals, run_kubesink, try_wait_until, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
@@ -233,15 +233,14 @@ async fn kubesink_rbac_is_sufficient_and_minimal_on_the_real_authorizer() {
                     .is_some_and(|n| n == "rbac-a" || n == "rbac-b")
             })
             .await;
-            let mut o = Oracle::new(Expect::STRICT);
-            for m in k.messages() {
-                o.apply(&m);
+            let folded = fold_equals(&live, &k.messages(), Expect::STRICT, |key| {
+                key.0 == "ConfigMap"
+            });
+            match folded {
+                Ok(_) if k.stderr().contains("became the leader") => Ok(()),
+                Ok(_) => Err(format!("not the leader yet\n{}", k.stderr())),
+                Err(diff) => Err(format!("{diff}\n{}", k.stderr())),
             }
-            let mut got = o.fold_uids();
-            got.retain(|key, _| key.0 == "ConfigMap");
-            (live == got && k.stderr().contains("became the leader"))
-                .then_some(())
-                .ok_or_else(|| format!("{}\n{}", kube_server::state_diff(&live, &got), k.stderr()))
         },
     )
     .await;

@@ -25,7 +25,7 @@ use std::time::Duration;
 use kube_server::{create, delete, live_state, namespace, patch, ControlPlane};
 use process::Kubesink;
 use serde_json::{json, Value};
-use support::{wait_until, Expect, Oracle};
+use support::{fold_equals, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
@@ -70,15 +70,13 @@ async fn converged(cp: &ControlPlane, ns: &str, first: &[Value], second: &Kubesi
             o.metadata.namespace.as_deref() == Some(ns)
         })
         .await;
-        let mut o = Oracle::new(Expect::STRICT.restarts());
-        for m in first.iter().chain(&second.messages()) {
-            o.apply(m);
-        }
-        o.assert_clean();
-        let got = o.fold_uids();
-        (live == got)
-            .then_some(live.len())
-            .ok_or_else(|| kube_server::state_diff(&live, &got))
+        let second = second.messages();
+        fold_equals(
+            &live,
+            first.iter().chain(&second),
+            Expect::STRICT.restarts(),
+            |_| true,
+        )
     })
     .await;
 }
@@ -114,14 +112,7 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
             o.metadata.namespace.as_deref() == Some(ns)
         })
         .await;
-        let mut o = Oracle::new(Expect::STRICT);
-        for m in first.messages() {
-            o.apply(&m);
-        }
-        let got = o.fold_uids();
-        (live == got)
-            .then_some(())
-            .ok_or_else(|| kube_server::state_diff(&live, &got))
+        fold_equals(&live, &first.messages(), Expect::STRICT, |_| true).map(|_| ())
     })
     .await;
     let first = first.terminate().await;

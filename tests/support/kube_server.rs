@@ -306,6 +306,18 @@ fn etcd() -> &'static Mutex<Etcd> {
     })
 }
 
+/// The client URL of the binary's etcd (`http://127.0.0.1:PORT`), and its address.
+fn etcd_url() -> String {
+    etcd().lock().unwrap_or_else(|p| p.into_inner()).url.clone()
+}
+
+fn etcd_addr() -> SocketAddr {
+    etcd_url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("etcd addr")
+}
+
 /// A plain-HTTP GET on loopback (etcd's `/health`, its JSON gateway); the body, or `None`.
 fn http_get_plain(addr: SocketAddr, path: &str) -> Option<String> {
     http_plain(addr, "GET", path, "")
@@ -414,10 +426,10 @@ impl ControlPlane {
     }
 
     fn apiserver_args(&self) -> Vec<String> {
-        let etcd_url = etcd().lock().unwrap_or_else(|p| p.into_inner()).url.clone();
+        let servers = etcd_url();
         let issuer = "https://kubernetes.default.svc.cluster.local";
         let mut args: Vec<String> = vec![
-            format!("--etcd-servers={etcd_url}"),
+            format!("--etcd-servers={servers}"),
             format!("--etcd-prefix={}", self.etcd_prefix),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
@@ -651,11 +663,7 @@ impl ControlPlane {
 
     /// etcd's current revision (its JSON gateway).
     pub fn etcd_revision(&self) -> i64 {
-        let url = etcd().lock().unwrap_or_else(|p| p.into_inner()).url.clone();
-        let addr: SocketAddr = url
-            .trim_start_matches("http://")
-            .parse()
-            .expect("etcd addr");
+        let addr = etcd_addr();
         // A range over one key ("/" in base64) returns the header with the revision.
         let body =
             http_plain(addr, "POST", "/v3/kv/range", r#"{"key":"Lw=="}"#).expect("etcd range");
@@ -671,11 +679,7 @@ impl ControlPlane {
     /// reaches etcd gets 410 Gone. Returns the revision.
     pub fn compact_etcd(&self) -> i64 {
         let revision = self.etcd_revision();
-        let url = etcd().lock().unwrap_or_else(|p| p.into_inner()).url.clone();
-        let addr: SocketAddr = url
-            .trim_start_matches("http://")
-            .parse()
-            .expect("etcd addr");
+        let addr = etcd_addr();
         http_plain(
             addr,
             "POST",
@@ -769,7 +773,7 @@ fn block_on<T: Send + 'static>(f: impl std::future::Future<Output = T> + Send + 
 }
 
 /// `(kind, namespace, name)` → `(uid, resourceVersion)`: an exact state, as the API server
-/// lists it and as a consumer's fold holds it.
+/// lists it and as a consumer's fold holds it (`oracle::UidFold`, the same type).
 pub type State = BTreeMap<(String, String, String), (String, String)>;
 
 /// The API resource of `api_version`/`kind`, from the server's discovery.
@@ -893,24 +897,4 @@ pub async fn live_state(
         }
     }
     out
-}
-
-/// The first differences between `want` (the API server) and `got` (a fold), for a message.
-pub fn state_diff(want: &State, got: &State) -> String {
-    let mut out = Vec::new();
-    for (k, v) in want {
-        match got.get(k) {
-            None => out.push(format!("missing {k:?} {v:?}")),
-            Some(g) if g != v => out.push(format!("stale {k:?}: folded {g:?}, live {v:?}")),
-            Some(_) => {}
-        }
-    }
-    for (k, v) in got {
-        if !want.contains_key(k) {
-            out.push(format!("ghost {k:?} {v:?}"));
-        }
-    }
-    let n = out.len();
-    out.truncate(15);
-    format!("{n} difference(s): {}", out.join("; "))
 }

@@ -4,7 +4,7 @@
 
 mod oracle;
 #[allow(unused_imports)] // each test binary uses a subset
-pub use oracle::{fold, fold_expecting, Expect, Fold, Oracle};
+pub use oracle::{fold, fold_equals, fold_expecting, state_diff, Expect, Fold, Oracle, UidFold};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -101,6 +101,53 @@ impl Expect {
 /// Object identity as tests compare it: (kind, namespace, name) → resourceVersion.
 pub type Fold = BTreeMap<(String, String, String), String>;
 
+/// The exact state: (kind, namespace, name) → (uid, resourceVersion), as a fold holds it and
+/// as `kube_server::live_state` lists it from a real API server.
+pub type UidFold = BTreeMap<(String, String, String), (String, String)>;
+
+/// Folds `msgs` as `expect` allows (panicking on a contract violation), keeps the keys `keep`
+/// keeps, and compares them with `live`: the number of objects when the two are equal, else
+/// their first differences.
+pub fn fold_equals<'a>(
+    live: &UidFold,
+    msgs: impl IntoIterator<Item = &'a Value>,
+    expect: Expect,
+    keep: impl Fn(&(String, String, String)) -> bool,
+) -> Result<usize, String> {
+    let mut o = Oracle::new(expect);
+    for m in msgs {
+        o.apply(m);
+    }
+    o.assert_clean();
+    let mut got = o.fold_uids();
+    got.retain(|key, _| keep(key));
+    if &got == live {
+        Ok(live.len())
+    } else {
+        Err(state_diff(live, &got))
+    }
+}
+
+/// The first differences between `want` (the API server) and `got` (a fold).
+pub fn state_diff(want: &UidFold, got: &UidFold) -> String {
+    let mut out = Vec::new();
+    for (k, v) in want {
+        match got.get(k) {
+            None => out.push(format!("missing {k:?} {v:?}")),
+            Some(g) if g != v => out.push(format!("stale {k:?}: folded {g:?}, live {v:?}")),
+            Some(_) => {}
+        }
+    }
+    for (k, v) in got {
+        if !want.contains_key(k) {
+            out.push(format!("ghost {k:?} {v:?}"));
+        }
+    }
+    let n = out.len();
+    out.truncate(15);
+    format!("{n} difference(s): {}", out.join("; "))
+}
+
 /// Folds `msgs` strictly ([`Expect::STRICT`]); panics naming every violation.
 pub fn fold(msgs: &[Value]) -> Fold {
     fold_expecting(msgs, Expect::STRICT)
@@ -211,7 +258,7 @@ impl Oracle {
 
     /// The live keys with their uid: (kind, namespace, name) → (uid, resourceVersion), the
     /// exact state the real-server tests compare with the API server's.
-    pub fn fold_uids(&self) -> BTreeMap<(String, String, String), (String, String)> {
+    pub fn fold_uids(&self) -> UidFold {
         self.keys
             .values()
             .filter_map(|k| Some((k.short.clone(), k.present.clone()?)))
