@@ -18,8 +18,9 @@ use crate::config::{Cluster, ResourceConfig};
 /// Why the cluster could not be reached or a resource resolved.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// The kubeconfig could not be read or used.
-    #[error("{key} {path}: {source}")]
+    /// The kubeconfig could not be read or used. Its Display says why in full (kube's error
+    /// and its causes, each once), so the error has no `source()` to print again.
+    #[error("{key} {path}: {}", describe_kubeconfig(error))]
     Kubeconfig {
         /// The configuration key: `cluster.kubeconfig` or `clusters.N.kubeconfig` (with
         /// `(unset)` when the default was used).
@@ -27,7 +28,7 @@ pub enum ClusterError {
         /// The file (or `KUBECONFIG / ~/.kube/config`).
         path: String,
         /// kube's error.
-        source: kube::config::KubeconfigError,
+        error: kube::config::KubeconfigError,
     },
     /// The in-cluster service account could not be used.
     #[error("in-cluster configuration: {0}")]
@@ -93,10 +94,10 @@ pub async fn client_as(cfg: &Cluster, user: Option<&str>) -> Result<Client, Clus
         ..Default::default()
     };
     let config = if let Some(path) = &cfg.kubeconfig {
-        let kc_err = |source| ClusterError::Kubeconfig {
+        let kc_err = |error| ClusterError::Kubeconfig {
             key: cfg.kubeconfig_key(),
             path: path.display().to_string(),
-            source,
+            error,
         };
         let kc = Kubeconfig::read_from(path).map_err(kc_err)?;
         Config::from_custom_kubeconfig(kc, &options)
@@ -107,10 +108,10 @@ pub async fn client_as(cfg: &Cluster, user: Option<&str>) -> Result<Client, Clus
     } else {
         Config::from_kubeconfig(&options)
             .await
-            .map_err(|source| ClusterError::Kubeconfig {
+            .map_err(|error| ClusterError::Kubeconfig {
                 key: format!("{} (unset)", cfg.kubeconfig_key()),
                 path: "KUBECONFIG / ~/.kube/config".to_owned(),
-                source,
+                error,
             })?
     };
     // kubesink handles 429 and 5xx itself: counted, logged once, `Retry-After` honoured,
@@ -266,6 +267,15 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// A kubeconfig error in words, after the key and path that name the file: kube's "failed to
+/// read kubeconfig from '\"PATH\"'" repeats the path in doubled quotes, then its cause twice.
+fn describe_kubeconfig(e: &kube::config::KubeconfigError) -> String {
+    match e {
+        kube::config::KubeconfigError::ReadConfig(io, _) => format!("cannot be read: {io}"),
+        other => error_chain(other),
+    }
+}
+
 /// A discovery error in words: kube says a kind is missing with Rust's debug output of the
 /// `GroupVersionKind`; this names the kind and the `apiVersion` instead (`resource` is
 /// `apiVersion Kind`). The rest as [`error_chain`].
@@ -291,6 +301,22 @@ fn is_transient(e: &kube::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kubeconfig_that_cannot_be_read_is_named_once_with_its_cause_once() {
+        let e = ClusterError::Kubeconfig {
+            key: "clusters.1.kubeconfig".into(),
+            path: "/nonexistent/a".into(),
+            error: kube::config::KubeconfigError::ReadConfig(
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+                "/nonexistent/a".into(),
+            ),
+        };
+        assert_eq!(
+            format!("{:#}", anyhow::Error::from(e)),
+            "clusters.1.kubeconfig /nonexistent/a: cannot be read: entity not found"
+        );
+    }
 
     #[test]
     fn a_kind_not_served_is_named_in_words_not_in_rust_debug_output() {

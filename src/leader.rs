@@ -184,6 +184,9 @@ pub struct Elector {
     /// The record last seen (holder, renewTime, resourceVersion) and when it was first seen.
     observed: Option<(String, String, Instant)>,
     fence: Fence,
+    /// Where the outcome of each attempt on the Lease is recorded for `/readyz` and the
+    /// metrics ([`Elector::report_to`]).
+    health: Option<std::sync::Arc<crate::observe::Leadership>>,
 }
 
 fn timed_out() -> kube::Error {
@@ -249,6 +252,20 @@ impl Elector {
             retry_period: cfg.retry_period.get(),
             observed: None,
             fence: Fence::new(),
+            health: None,
+        }
+    }
+
+    /// Records whether each attempt on the Lease reached the API server in `leadership`
+    /// (`/readyz` reports a replica that cannot reach it, whatever its role).
+    pub fn report_to(&mut self, leadership: std::sync::Arc<crate::observe::Leadership>) {
+        self.health = Some(leadership);
+    }
+
+    /// Records one attempt's outcome (see [`Elector::report_to`]).
+    fn record(&self, outcome: Result<(), String>) {
+        if let Some(h) = &self.health {
+            h.lease_attempt(outcome);
         }
     }
 
@@ -272,7 +289,12 @@ impl Elector {
         let mut last_holder = String::new();
         loop {
             let attempt = tokio::time::timeout(self.renew_deadline, self.attempt()).await;
-            match attempt.unwrap_or_else(|_| Err(timed_out())) {
+            let attempt = attempt.unwrap_or_else(|_| Err(timed_out()));
+            self.record(match &attempt {
+                Ok(_) => Ok(()),
+                Err(e) => Err(crate::cluster::error_chain(e)),
+            });
+            match attempt {
                 Ok(Attempt::Held) => {
                     tracing::info!(lease = %self.lease(), identity = %self.identity, "became the leader");
                     return;
@@ -302,7 +324,12 @@ impl Elector {
             // (its fence closes on time regardless).
             let left = self.renew_deadline.saturating_sub(last_ok.elapsed());
             let attempt = tokio::time::timeout(left.max(self.retry_period), self.attempt()).await;
-            let last_error = match attempt.unwrap_or_else(|_| Err(timed_out())) {
+            let attempt = attempt.unwrap_or_else(|_| Err(timed_out()));
+            self.record(match &attempt {
+                Ok(_) => Ok(()),
+                Err(e) => Err(crate::cluster::error_chain(e)),
+            });
+            let last_error = match attempt {
                 Ok(Attempt::Held) => {
                     last_ok = started;
                     continue;

@@ -113,54 +113,78 @@ async fn async_main() -> ExitCode {
 /// with `--online`, once the configuration is valid, one line per configured resource of
 /// each cluster instead of the configuration.
 async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
-    match config::load(file) {
-        Ok(c) if args.strict && !config::missing_files(&c).is_empty() => {
-            let errors = config::missing_files(&c);
-            for e in &errors {
-                eprintln!("error (--strict): {e}");
+    match config::load_with_partial(file) {
+        Err((errors, partial)) => {
+            eprint!("{errors}");
+            // What did parse is still checked: its warnings, and with --strict its missing
+            // files as errors, come in the same run as the errors.
+            if let Some(partial) = partial {
+                if strict_errors(&partial, args.strict) == 0 {
+                    warn(&partial);
+                }
             }
-            warn_except(&c, &errors);
             ExitCode::FAILURE
         }
-        Ok(c) if args.online => {
-            match warn(&c) {
-                0 => eprintln!("configuration OK; asking the clusters"),
-                n => eprintln!("configuration OK, with {n} warning(s); asking the clusters"),
-            }
-            let options = kubesink::online::Options {
-                timeout: args.timeout.into(),
-                impersonate: args.as_user.clone(),
-            };
-            let report = kubesink::online::run(&c, &options).await;
-            for line in &report.lines {
-                println!("{line}");
-            }
-            eprintln!("{}", report.summary());
-            if report.passed() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
+        Ok(c) => check_valid(c, args).await,
+    }
+}
+
+/// `kubesink check` of a configuration that loaded.
+async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
+    if strict_errors(&c, args.strict) > 0 {
+        return ExitCode::FAILURE;
+    }
+    if args.online {
+        match warn(&c) {
+            0 => eprintln!("configuration OK; asking the clusters"),
+            n => eprintln!("configuration OK, with {n} warning(s); asking the clusters"),
         }
-        Ok(c) => match c.to_effective_toml() {
-            Ok(text) => {
-                println!("# effective configuration (secrets masked)\n{text}");
-                match warn(&c) {
-                    0 => eprintln!("configuration OK"),
-                    n => eprintln!("configuration OK, with {n} warning(s)"),
-                }
-                ExitCode::SUCCESS
+        let options = kubesink::online::Options {
+            timeout: args.timeout.into(),
+            impersonate: args.as_user.clone(),
+        };
+        let report = kubesink::online::run(&c, &options).await;
+        for line in &report.lines {
+            println!("{line}");
+        }
+        eprintln!("{}", report.summary());
+        return if report.passed() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    match c.to_effective_toml() {
+        Ok(text) => {
+            println!("# effective configuration (secrets masked)\n{text}");
+            match warn(&c) {
+                0 => eprintln!("configuration OK"),
+                n => eprintln!("configuration OK, with {n} warning(s)"),
             }
-            Err(e) => {
-                eprintln!("configuration is valid but could not be printed: {e}");
-                ExitCode::FAILURE
-            }
-        },
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            eprint!("{e}");
+            eprintln!("configuration is valid but could not be printed: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// With `--strict`, prints each missing file of `c` as an error, then the other warnings;
+/// returns how many errors it printed (none, and nothing printed, without `--strict`).
+fn strict_errors(c: &config::Config, strict: bool) -> usize {
+    if !strict {
+        return 0;
+    }
+    let missing = config::missing_files(c);
+    for m in &missing {
+        eprintln!("error (--strict): {}", m.error());
+    }
+    if !missing.is_empty() {
+        let reported: Vec<String> = missing.iter().map(config::MissingFile::warning).collect();
+        warn_except(c, &reported);
+    }
+    missing.len()
 }
 
 /// Prints what works but is risky in `c` on stderr (the open-files limit, then the

@@ -767,15 +767,15 @@ async fn check_refuses_an_unknown_librdkafka_property_of_a_kafka_sink_as_run_doe
     let file = dir.path().join("kafka.toml");
     std::fs::write(
         &file,
-        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\n[sinks.librdkafka]\n\"socket.keepalive.enabel\" = \"true\"\n",
+        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\n[sinks.librdkafka]\n\"socket.keepalive.enabel\" = \"true\"\n\"socket.timeout.ms\" = \"soon\"\n",
     )
     .unwrap();
     for args in [&["check"][..], &["run"][..]] {
         let (code, stderr) = command(args, &file).await;
         assert_eq!(code, Some(1), "{args:?}: {stderr}");
         assert!(
-            stderr.contains("sinks.0.librdkafka: librdkafka refuses these properties: ")
-                && stderr.contains("socket.keepalive.enabel"),
+            stderr.contains("sinks.0.librdkafka.\"socket.keepalive.enabel\": librdkafka has no such property (did you mean \"socket.keepalive.enable\"?)")
+                && stderr.contains("sinks.0.librdkafka.\"socket.timeout.ms\": librdkafka refuses it: Invalid value"),
             "{args:?}: {stderr}"
         );
     }
@@ -882,4 +882,92 @@ async fn the_configuration_check_prints_loads_again() {
     for f in files {
         check_round_trips(&f, dir.path()).await;
     }
+}
+
+/// Found by a newcomer (issue 38): with leader election, the Lease cluster's missing
+/// kubeconfig was warned about as "this cluster cannot be watched without it" (as if the
+/// fleet went on) while `run` refused to start. `check` now says what `run` does with each
+/// missing kubeconfig, and `run` refuses exactly the one `check` says it refuses.
+#[tokio::test]
+async fn check_says_which_missing_kubeconfig_run_refuses_to_start_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let reachable = dir.path().join("b.kubeconfig");
+    std::fs::write(
+        &reachable,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: b\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: b\n  context:\n    cluster: b\n    user: b\ncurrent-context: b\nusers:\n- name: b\n  user: {}\n",
+    )
+    .unwrap();
+    let file = dir.path().join("fleet.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[clusters]]\nname = \"a\"\nkubeconfig = \"/nonexistent/a\"\n[[clusters]]\nname = \"b\"\nkubeconfig = {reachable:?}\n[[clusters]]\nname = \"c\"\nkubeconfig = \"/nonexistent/c\"\n[leader_election]\nenabled = true\ncluster = \"a\"\nlease_namespace = \"default\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"stdout\"\n"
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = check(&file, &[]).await;
+    assert_eq!(code, Some(0), "warnings without --strict: {stderr}");
+    assert!(
+        stderr.contains("warning: clusters.0.kubeconfig: /nonexistent/a does not exist here or is not a file (`kubesink run` refuses to start without it: cluster \"a\" holds the leader-election Lease;"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: clusters.2.kubeconfig: /nonexistent/c does not exist here or is not a file (cluster \"c\" cannot be watched without it: the other clusters run, it is retried;"),
+        "{stderr}"
+    );
+    let (code, stderr) = command(&["check", "--strict"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error (--strict): clusters.0.kubeconfig: /nonexistent/a does not exist or is not a file (`kubesink run` refuses to start without it")
+            && !stderr.contains("fine if it is mounted"),
+        "{stderr}"
+    );
+    let (code, stderr) = command(&["run"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("clusters.0.kubeconfig /nonexistent/a")
+            && stderr.contains("holds the leader-election Lease"),
+        "{stderr}"
+    );
+}
+
+/// Found by a newcomer (issue 38): while any error existed, `check` printed no warning and
+/// `--strict` no missing file, so fixing the errors revealed a second list. Now one run says
+/// it all.
+#[tokio::test]
+async fn check_reports_warnings_and_strict_errors_beside_the_errors_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mixed.toml");
+    std::fs::write(
+        &file,
+        "[cluster]\nname = \"a\"\n[pipeline]\nmax_pending = 0\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nnamespaces = [\"x\"]\n[[sinks]]\ntype = \"nats\"\nservers = [\"nats://127.0.0.1:1\"]\nmode = \"core\"\n[sinks.auth]\ncredentials_file = \"/nonexistent/nats.creds\"\n",
+    )
+    .unwrap();
+    let (code, stderr) = command(&["check"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("pipeline.max_pending: must be at least 1"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "warning: resources.0 (v1 Pod) and resources.1 (v1 Pod) watch the same objects"
+        ),
+        "the warnings of what parsed come too: {stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "warning: sinks.0.auth.credentials_file: /nonexistent/nats.creds does not exist here"
+        ),
+        "{stderr}"
+    );
+    let (code, stderr) = command(&["check", "--strict"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("pipeline.max_pending: must be at least 1")
+            && stderr.contains("error (--strict): sinks.0.auth.credentials_file: /nonexistent/nats.creds does not exist or is not a file")
+            && stderr.contains("warning: resources.0 (v1 Pod) and resources.1 (v1 Pod)")
+            && !stderr.contains("warning: sinks.0.auth.credentials_file"),
+        "{stderr}"
+    );
 }

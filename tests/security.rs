@@ -451,8 +451,9 @@ sasl_password = "kafka-sasl-pw-SECRET1"
         let text = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(1), "{command}: {text}");
         assert!(
-            text.contains("sinks.3.librdkafka: librdkafka refuses these properties: ")
-                && text.contains("property \"sasl.oauthbearer.client.secret\""),
+            text.contains(
+                "sinks.3.librdkafka.\"sasl.oauthbearer.client.secret\": librdkafka refuses it: "
+            ),
             "{command}: {text}"
         );
         rejected.push_str(&text);

@@ -40,6 +40,7 @@ pub mod state;
 mod streak;
 pub mod template;
 pub mod units;
+pub mod words;
 
 pub use destination::{Destination, SinkConfigError};
 pub use message::{cloudevents, Format, Message, MessageMeta, Op, Resource};

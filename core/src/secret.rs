@@ -60,6 +60,12 @@ impl Secret {
         }
     }
 
+    /// Whether the value was written into the configuration itself (not `{ env = … }` or
+    /// `{ file = … }`): what [`Serialize`] prints as the mask.
+    pub fn is_inline(&self) -> bool {
+        self.origin == Origin::Inline
+    }
+
     /// The secret value; call only where a client library needs it.
     pub fn expose(&self) -> &str {
         &self.value

@@ -441,6 +441,7 @@ pub(super) async fn lead(
     cancel: CancellationToken,
     release: CancellationToken,
 ) {
+    elector.report_to(leadership.clone());
     tokio::select! {
         _ = cancel.cancelled() => return,
         _ = elector.acquire() => {}

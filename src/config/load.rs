@@ -84,6 +84,23 @@ pub(crate) fn load_with_env(file: Option<&Path>, env: Env) -> Result<Config, Con
     loader(file, env)?.run()
 }
 
+/// [`load`] for `kubesink check`: with problems, also what did parse (built-in defaults in
+/// place of each section that did not), so that the warnings and `--strict`'s missing files
+/// of the sections that parsed are reported beside the errors, in one run. The partial
+/// configuration is `None` when the file itself could not be read or parsed (nothing parsed).
+///
+/// # Errors
+/// As [`load`], with the partial configuration.
+pub fn load_with_partial(
+    file: Option<&Path>,
+) -> Result<Config, (ConfigErrors, Option<Box<Config>>)> {
+    let loader = loader(file, Env::prefixed(ENV_PREFIX)).map_err(|e| (e, None))?;
+    match loader.run_partial() {
+        (Some(config), errors) if errors.is_empty() => Ok(config),
+        (config, errors) => Err((ConfigErrors(errors), config.map(Box::new))),
+    }
+}
+
 /// Loads only the `[[resources]]` entries, checked as [`load`] checks them, for commands that
 /// need no more (`kubesink rbac`). Other sections are neither extracted nor checked (that is
 /// `kubesink check`'s job); the layered figment is returned so that a caller can read a
@@ -183,13 +200,22 @@ fn check_inputs(section: &str) -> &'static [&'static str] {
 }
 
 impl Loader {
-    fn run(mut self) -> Result<Config, ConfigErrors> {
+    fn run(self) -> Result<Config, ConfigErrors> {
+        match self.run_partial() {
+            (Some(config), errors) if errors.is_empty() => Ok(config),
+            (_, errors) => Err(ConfigErrors(errors)),
+        }
+    }
+
+    /// Every problem, and the configuration as far as it parsed (defaults in place of the
+    /// sections that did not); `None` when the file does not parse at all.
+    fn run_partial(mut self) -> (Option<Config>, Vec<ConfigError>) {
         // A file that does not parse (TOML syntax) fails every section alike: said once.
         let top = match self.figment.extract::<Value>() {
             Ok(top) => top,
             Err(e) => {
                 self.push_figment(e, None);
-                return Err(ConfigErrors(self.errors));
+                return (None, self.errors);
             }
         };
         self.unknown_sections(&top);
@@ -239,11 +265,7 @@ impl Loader {
             state: state.unwrap_or_default(),
         };
         self.check(&config, &failed);
-        if self.errors.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigErrors(self.errors))
-        }
+        (Some(config), self.errors)
     }
 
     /// Reports every value the file or the environment left at [`PLACEHOLDER`].

@@ -39,7 +39,7 @@ pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
 #[cfg(feature = "kafka")]
 pub(crate) use load::kafka_sinks;
-pub use load::{load, load_resources, ConfigError, ConfigErrors, PLACEHOLDER};
+pub use load::{load, load_resources, load_with_partial, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
@@ -50,7 +50,7 @@ pub use state::StateKafkaConfig;
 #[cfg(feature = "nats")]
 pub use state::StateNatsConfig;
 pub use state::{StateBackend, StateConfig};
-pub use warn::{missing_files, warnings, GROUP_ALIASES};
+pub use warn::{missing_files, warnings, MissingFile, GROUP_ALIASES};
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]

@@ -473,7 +473,7 @@ fn the_kafka_state_takes_a_sinks_connection_or_its_own_and_every_mistake_is_name
             (
                 format!("{head}{kafka}[state.kafka.librdkafka]\n\"no.such.prop\" = \"1\"\n{}", sink("k", "a:1")),
                 None,
-                Err(("state.kafka.librdkafka", "No such configuration property: \"no.such.prop\"", "s.toml)")),
+                Err(("state.kafka.librdkafka.\"no.such.prop\"", "librdkafka has no such property", "s.toml)")),
             ),
             (
                 format!("{head}{kafka}[state.kafka.librdkafka]\n\"bootstrap.servers\" = \"x:1\"\n{}", sink("k", "a:1")),

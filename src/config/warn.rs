@@ -42,31 +42,81 @@ fn overlap(a: &[String], b: &[String]) -> bool {
     a.is_empty() || b.is_empty() || a.iter().any(|n| b.contains(n))
 }
 
+/// A file the configuration names that is not here: its key, its path, and what it costs
+/// (whether `kubesink run` refuses to start without it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MissingFile {
+    /// Full dotted key: `clusters.1.kubeconfig`, `sinks.0.security.ssl_ca_location`.
+    pub key: String,
+    /// The path it names.
+    pub path: std::path::PathBuf,
+    /// What is lost without it.
+    pub cost: String,
+}
+
+impl MissingFile {
+    /// As a warning (`kubesink check`): the file may be mounted only where kubesink runs.
+    pub fn warning(&self) -> String {
+        format!(
+            "{}: {} does not exist here or is not a file ({}; fine if it is mounted where kubesink runs)",
+            self.key,
+            self.path.display(),
+            self.cost
+        )
+    }
+
+    /// As an error (`kubesink check --strict`: checked where it runs).
+    pub fn error(&self) -> String {
+        format!(
+            "{}: {} does not exist or is not a file ({})",
+            self.key,
+            self.path.display(),
+            self.cost
+        )
+    }
+}
+
 /// Files named but not here: a kubeconfig (a typo shows only as "cannot connect" at start,
 /// or in a fleet as that cluster failing), a sink's credentials or certificates, the NATS
 /// state store's credentials file (`run` refuses to start without those). A warning, not an
 /// error: a file is often checked where it is not run (in CI, for a Pod that mounts it);
-/// `kubesink check --strict` makes each an error.
-pub fn missing_files(c: &Config) -> Vec<String> {
-    let mut files: Vec<(String, std::path::PathBuf, &str)> = Vec::new();
-    let kubeconfigs = std::iter::once(("cluster.kubeconfig".to_owned(), &c.cluster.kubeconfig))
-        .chain(
-            c.clusters
-                .iter()
-                .enumerate()
-                .map(|(i, e)| (format!("clusters.{i}.kubeconfig"), &e.kubeconfig)),
-        );
-    for (key, path) in kubeconfigs {
-        if let Some(p) = path {
-            files.push((key, p.clone(), "this cluster cannot be watched without it"));
-        }
+/// `kubesink check --strict` makes each an error. Each says what `run` does without it: a
+/// single cluster's kubeconfig, the Lease cluster's (`leader_election`) and every sink's or
+/// state store's file stop the start; another cluster of a fleet is retried while the others
+/// run.
+pub fn missing_files(c: &Config) -> Vec<MissingFile> {
+    let mut files: Vec<(String, std::path::PathBuf, String)> = Vec::new();
+    let clusters = c.clusters();
+    let lease_holder = c.leader_election.enabled.then(|| {
+        c.leader_election
+            .cluster
+            .as_ref()
+            .and_then(|name| clusters.iter().position(|cl| &cl.name == name))
+            .unwrap_or(0)
+    });
+    for (i, cl) in clusters.iter().enumerate() {
+        let Some(p) = &cl.kubeconfig else { continue };
+        let cost = if clusters.len() == 1 {
+            "`kubesink run` refuses to start without it".to_owned()
+        } else if lease_holder == Some(i) {
+            format!(
+                "`kubesink run` refuses to start without it: cluster {:?} holds the leader-election Lease",
+                cl.name
+            )
+        } else {
+            format!(
+                "cluster {:?} cannot be watched without it: the other clusters run, it is retried",
+                cl.name
+            )
+        };
+        files.push((format!("{}.kubeconfig", cl.key), p.clone(), cost));
     }
     for (i, s) in c.sinks.iter().enumerate() {
         for (key, path) in s.files() {
             files.push((
                 format!("sinks.{i}.{key}"),
                 path,
-                "`kubesink run` refuses to start without it",
+                "`kubesink run` refuses to start without it".to_owned(),
             ));
         }
     }
@@ -76,19 +126,14 @@ pub fn missing_files(c: &Config) -> Vec<String> {
             files.push((
                 "state.nats.auth.credentials_file".to_owned(),
                 p.clone(),
-                "the state store cannot be opened without it",
+                "the state store cannot be opened without it".to_owned(),
             ));
         }
     }
     files
         .into_iter()
         .filter(|(_, p, _)| !p.is_file())
-        .map(|(key, p, cost)| {
-            format!(
-                "{key}: {} does not exist here or is not a file ({cost}; fine if it is mounted where kubesink runs)",
-                p.display()
-            )
-        })
+        .map(|(key, path, cost)| MissingFile { key, path, cost })
         .collect()
 }
 
@@ -120,7 +165,7 @@ pub fn warnings(c: &Config) -> Vec<String> {
             ));
         }
     }
-    out.extend(missing_files(c));
+    out.extend(missing_files(c).iter().map(MissingFile::warning));
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }

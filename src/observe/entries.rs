@@ -22,14 +22,44 @@ pub struct WatchEntry {
     pub stats: Arc<InformerStats>,
 }
 
-/// Whether this replica leads (with leader election), and how often that changed.
+/// Whether this replica leads (with leader election), how often that changed, and whether
+/// the Lease can be read and written at all.
 #[derive(Debug, Default)]
 pub struct Leadership {
     leader: AtomicBool,
     changes: AtomicU64,
+    /// Since when, and why, the last attempts on the Lease failed (`None` once one answers).
+    lease_failing: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
 
 impl Leadership {
+    /// Records the outcome of one attempt on the Lease (acquire or renew): `Err` with the
+    /// error's text when the API server could not be asked or refused, `Ok` once it answered.
+    pub fn lease_attempt(&self, outcome: Result<(), String>) {
+        let mut failing = self
+            .lease_failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match outcome {
+            Ok(()) => *failing = None,
+            Err(why) => {
+                let since = failing
+                    .as_ref()
+                    .map_or_else(std::time::Instant::now, |f| f.0);
+                *failing = Some((since, why));
+            }
+        }
+    }
+
+    /// How long attempts on the Lease have failed, and the last error; `None` while it answers.
+    pub fn lease_failing(&self) -> Option<(std::time::Duration, String)> {
+        self.lease_failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|(since, why)| (since.elapsed(), why.clone()))
+    }
+
     /// Records a change of role; logged by the caller.
     pub fn set_leader(&self, leader: bool) {
         if self.leader.swap(leader, Ordering::SeqCst) != leader {

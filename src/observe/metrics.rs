@@ -739,6 +739,16 @@ impl Collector for BridgeCollector {
                 None,
                 [(Labels::new(), ConstCounter::new(l.changes()))],
             )?;
+            family(
+                &mut encoder,
+                "lease_failing",
+                "1 while the last attempts to read or write the leader-election Lease failed (this replica can neither lead nor stand by)",
+                None,
+                [(
+                    Labels::new(),
+                    ConstGauge::new(i64::from(l.lease_failing().is_some())),
+                )],
+            )?;
         }
         Ok(())
     }

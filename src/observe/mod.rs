@@ -226,6 +226,15 @@ impl Observer {
     /// `/readyz`: see the module's health rules.
     pub fn readiness(&self) -> Report {
         let mut problems = Vec::new();
+        // A replica that cannot reach the Lease can neither lead nor stand by (a leader that
+        // cannot renew stops at its renew deadline): with the Lease's cluster unreachable the
+        // whole fleet emits nothing, and every replica says so.
+        if let Some((failing, why)) = self.leadership.as_ref().and_then(|l| l.lease_failing()) {
+            problems.push(format!(
+                "leader election: the Lease cannot be read or written for {}s: {why}",
+                failing.as_secs()
+            ));
+        }
         // A follower is ready when its sinks are: it stands by.
         for w in self.watches.iter().filter(|_| self.watching()) {
             if !w.stats.synced.load(Ordering::Relaxed) {
@@ -306,8 +315,9 @@ impl Observer {
                 .collect();
             tracing::info!(
                 objects = now.objects,
-                events_per_sec = format!("{:.1}", rate(now.events, last.events)),
-                messages_per_sec = format!("{:.1}", rate(now.messages, last.messages)),
+                // Numbers, not strings, in the JSON log format (rounded to 0.1/s).
+                events_per_sec = (rate(now.events, last.events) * 10.0).round() / 10.0,
+                messages_per_sec = (rate(now.messages, last.messages) * 10.0).round() / 10.0,
                 sinks = %sinks.join("; "),
                 "summary"
             );

@@ -5,8 +5,9 @@
 //! librdkafka): every property kubesink sets is listed in [`MANAGED_PROPERTIES`], and the
 //! `librdkafka` passthrough map may not set any of them. Must never log a secret: the
 //! rendered properties are only ever printed through [`Properties::redacted`], and the
-//! passthrough map ([`Passthrough`]) prints a credential property's value as `***` in
-//! `Debug` and `Serialize` (what `kubesink check` shows).
+//! passthrough map ([`Passthrough`]) prints a credential property's inline value as `***`
+//! in `Debug` and `Serialize` (what `kubesink check` shows), an `{ env }`/`{ file }`
+//! reference as itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use kubesink_core::{Destination, Secret, Sink, SinkConfigError};
 use serde::{Deserialize, Serialize};
 
 use crate::errors::describe_error;
-use crate::properties::{is_secret_property, Properties};
+use crate::properties::{is_secret_property, refused_properties, Properties};
 use crate::request::topic_template;
 use crate::service::{KafkaService, Settings};
 use crate::KafkaSink;
@@ -99,82 +100,114 @@ pub struct KafkaConfig {
     pub librdkafka: Passthrough,
 }
 
-/// What librdkafka itself refuses in a passthrough map (an unknown property, a bad value),
-/// found by creating a producer with it alone (no connection is made): what the sink's
-/// build, or the state store's, would refuse at start. `None` when it accepts them.
-/// librdkafka's message quotes the refused property's value: a credential property's
-/// ([`is_secret_property`]) is replaced by `***`.
-pub fn refused_properties(properties: &BTreeMap<String, String>) -> Option<String> {
-    if properties.is_empty() {
-        return None;
-    }
-    let mut c = rdkafka::ClientConfig::new();
-    for (k, v) in properties {
-        c.set(k, v);
-    }
-    let mut text = c
-        .create::<rdkafka::producer::BaseProducer>()
-        .err()?
-        .to_string();
-    for (k, v) in properties {
-        if is_secret_property(k) && !v.is_empty() {
-            text = text.replace(v.as_str(), "***");
-        }
-    }
-    Some(text)
+/// The `librdkafka` passthrough map: property → value. A value is a string, or, like every
+/// credential of the configuration, `{ env = "NAME" }` or `{ file = "PATH" }` (read when the
+/// configuration loads: [`Secret`]). `Debug` and `Serialize` print a reference as itself (so
+/// the printed configuration loads again with the same secret), a credential property's
+/// ([`is_secret_property`]) inline value as `***` (refused as a value, so a printed
+/// configuration fed back names the property to fill in), and any other value as it is.
+/// [`Deref`](std::ops::Deref) gives the resolved values.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Passthrough {
+    values: BTreeMap<String, String>,
+    /// Where each value came from, for printing.
+    origins: BTreeMap<String, Secret>,
 }
 
-/// The `librdkafka` passthrough map: property → value. `Debug` and `Serialize` print the
-/// value of every credential property ([`is_secret_property`]) as `***`; deserializing keeps
-/// the real value, and [`Deref`](std::ops::Deref) gives the map.
-#[derive(Clone, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(transparent)]
-pub struct Passthrough(pub BTreeMap<String, String>);
-
 impl Passthrough {
-    fn masked(&self) -> BTreeMap<&str, &str> {
-        self.0
+    /// Each property as printed: a reference as itself, a credential's inline value masked.
+    fn printed(&self) -> BTreeMap<&str, Printed<'_>> {
+        self.origins
             .iter()
             .map(|(k, v)| {
-                let v = if is_secret_property(k) {
-                    "***"
+                let printed = if !v.is_inline() || is_secret_property(k) {
+                    Printed::Secret(v)
                 } else {
-                    v.as_str()
+                    Printed::Plain(v.expose())
                 };
-                (k.as_str(), v)
+                (k.as_str(), printed)
             })
             .collect()
+    }
+}
+
+/// One passthrough value as printed.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Printed<'a> {
+    Plain(&'a str),
+    Secret(&'a Secret),
+}
+
+impl std::fmt::Debug for Printed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Printed::Plain(v) => write!(f, "{v:?}"),
+            Printed::Secret(s) => write!(f, "{s:?}"),
+        }
     }
 }
 
 impl std::ops::Deref for Passthrough {
     type Target = BTreeMap<String, String>;
     fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Passthrough {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
+        &self.values
     }
 }
 
 impl From<BTreeMap<String, String>> for Passthrough {
     fn from(m: BTreeMap<String, String>) -> Self {
-        Passthrough(m)
+        let origins = m
+            .iter()
+            .map(|(k, v)| (k.clone(), Secret::new(v.clone())))
+            .collect();
+        Passthrough { values: m, origins }
+    }
+}
+
+impl Passthrough {
+    /// Sets one property to a value written inline.
+    pub fn insert(&mut self, property: String, value: String) {
+        self.origins
+            .insert(property.clone(), Secret::new(value.clone()));
+        self.values.insert(property, value);
     }
 }
 
 impl std::fmt::Debug for Passthrough {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.masked()).finish()
+        f.debug_map().entries(self.printed()).finish()
     }
 }
 
 impl Serialize for Passthrough {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.masked().serialize(s)
+        self.printed().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Passthrough {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let origins = BTreeMap::<String, Secret>::deserialize(d)?;
+        let values = origins
+            .iter()
+            .map(|(k, v)| (k.clone(), v.expose().to_owned()))
+            .collect();
+        Ok(Passthrough { values, origins })
+    }
+}
+
+impl schemars::JsonSchema for Passthrough {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LibrdkafkaProperties".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let value = generator.subschema_for::<Secret>();
+        schemars::json_schema!({
+            "description": "librdkafka properties passed through as they are (librdkafka CONFIGURATION.md): property = value, a value being a string, { env = \"NAME\" } or { file = \"PATH\" }.",
+            "type": "object",
+            "additionalProperties": value
+        })
     }
 }
 
@@ -676,12 +709,12 @@ impl Destination for KafkaConfig {
                 "ssl_certificate_location and ssl_key_location go together (mutual TLS)",
             ));
         }
-        if let Some(e) = refused_properties(&self.librdkafka) {
-            errs.push(self.invalid(
-                index,
-                "librdkafka",
-                format!("librdkafka refuses these properties: {e}"),
-            ));
+        for (property, message) in refused_properties(&self.librdkafka) {
+            let key = property.map_or_else(
+                || "librdkafka".to_owned(),
+                |p| format!("librdkafka.\"{p}\""),
+            );
+            errs.push(self.invalid(index, &key, message));
         }
         for key in self.librdkafka.keys() {
             if let Some((_, option)) = MANAGED_PROPERTIES.iter().find(|(p, _)| p == key) {

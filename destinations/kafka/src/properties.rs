@@ -47,3 +47,228 @@ impl std::fmt::Debug for Properties {
         f.debug_map().entries(self.redacted()).finish()
     }
 }
+
+/// What librdkafka refuses in a passthrough map, one entry per problem: `(Some(property),
+/// message)` for a property it refuses alone (an unknown name, with the nearest known one; a
+/// bad value), then, only when each is accepted alone, `(None, message)` for what it refuses
+/// of them together (found by creating a producer with the map; no connection is made). Each
+/// property is tried alone so that one run reports them all (librdkafka stops at the first).
+/// A credential property's value ([`is_secret_property`]) is never quoted. Empty when
+/// librdkafka accepts the map: what the sink's build, or the state store's, would refuse at
+/// start.
+pub fn refused_properties(
+    properties: &std::collections::BTreeMap<String, String>,
+) -> Vec<(Option<String>, String)> {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaConfRes;
+    let redact = |mut text: String| {
+        for (k, v) in properties {
+            if is_secret_property(k) && !v.is_empty() {
+                text = text.replace(v.as_str(), "***");
+            }
+        }
+        text
+    };
+    let mut refused = Vec::new();
+    for (name, value) in properties {
+        let mut one = rdkafka::ClientConfig::new();
+        one.set(name, value);
+        let message = match one.create_native_config() {
+            Ok(_) => continue,
+            Err(KafkaError::ClientConfig(RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN, ..)) => format!(
+                "librdkafka has no such property{}",
+                kubesink_core::words::did_you_mean(name, &property_names())
+            ),
+            Err(KafkaError::ClientConfig(_, description, ..)) => {
+                format!("librdkafka refuses it: {}", redact(description))
+            }
+            Err(e) => format!("librdkafka refuses it: {}", redact(e.to_string())),
+        };
+        refused.push((Some(name.clone()), message));
+    }
+    if refused.is_empty() && !properties.is_empty() {
+        let mut all = rdkafka::ClientConfig::new();
+        for (k, v) in properties {
+            all.set(k, v);
+        }
+        if let Err(e) = all.create::<rdkafka::producer::BaseProducer>() {
+            let text = match e {
+                KafkaError::ClientCreation(text) => text,
+                e => e.to_string(),
+            };
+            refused.push((
+                None,
+                format!(
+                    "librdkafka refuses these properties together: {}",
+                    redact(text)
+                ),
+            ));
+        }
+    }
+    refused
+}
+
+/// librdkafka's aliases (the `_RK_C_ALIAS` entries of `src/rdkafka_conf.c`, librdkafka
+/// 2.12): names users often write (`bootstrap.servers`, `acks`, `linger.ms`...), which its
+/// configuration dumps leave out.
+const ALIASES: &[&str] = &[
+    "acks",
+    "bootstrap.servers",
+    "compression.type",
+    "delivery.timeout.ms",
+    "enable.auto.commit",
+    "linger.ms",
+    "max.in.flight",
+    "max.partition.fetch.bytes",
+    "retries",
+    "sasl.mechanism",
+    "sasl.oauthbearer.client.credentials.client.id",
+    "sasl.oauthbearer.client.credentials.client.secret",
+];
+
+/// Every property name librdkafka knows (global and topic scope), as its
+/// `rd_kafka_conf_dump`/`rd_kafka_topic_conf_dump` list them with their defaults, and its
+/// [`ALIASES`]: the candidates of "did you mean". Read once.
+fn property_names() -> Vec<&'static str> {
+    use rdkafka::bindings as rd;
+    use std::ffi::{c_char, CStr};
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    /// The names of a dump: even entries of `n` strings (name, value, name, value...).
+    ///
+    /// # Safety
+    /// `dump` is what `rd_kafka_conf_dump`/`rd_kafka_topic_conf_dump` returned with `n`.
+    unsafe fn names(dump: *mut *const c_char, n: usize, out: &mut Vec<String>) {
+        for i in (0..n).step_by(2) {
+            // SAFETY: i < n, within the array; each entry is NULL or a NUL-terminated string
+            // that librdkafka owns until `rd_kafka_conf_dump_free`.
+            let name = unsafe { *dump.add(i) };
+            if !name.is_null() {
+                // SAFETY: non-NULL and NUL-terminated, as above.
+                out.push(
+                    unsafe { CStr::from_ptr(name) }
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    NAMES
+        .get_or_init(|| {
+            let mut out = Vec::new();
+            // SAFETY: each configuration object is created, dumped, and destroyed here, once;
+            // each dump is read within its length and freed with the length it came with.
+            unsafe {
+                let conf = rd::rd_kafka_conf_new();
+                if !conf.is_null() {
+                    let mut n = 0usize;
+                    let dump = rd::rd_kafka_conf_dump(conf, &mut n);
+                    if !dump.is_null() {
+                        names(dump, n, &mut out);
+                        rd::rd_kafka_conf_dump_free(dump, n);
+                    }
+                    rd::rd_kafka_conf_destroy(conf);
+                }
+                let topic = rd::rd_kafka_topic_conf_new();
+                if !topic.is_null() {
+                    let mut n = 0usize;
+                    let dump = rd::rd_kafka_topic_conf_dump(topic, &mut n);
+                    if !dump.is_null() {
+                        names(dump, n, &mut out);
+                        rd::rd_kafka_conf_dump_free(dump, n);
+                    }
+                    rd::rd_kafka_topic_conf_destroy(topic);
+                }
+            }
+            out.extend(ALIASES.iter().map(|a| (*a).to_owned()));
+            out.sort();
+            out.dedup();
+            out
+        })
+        .iter()
+        .map(String::as_str)
+        .collect()
+}
+
+#[cfg(test)]
+mod refused_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_refused_property_is_named_at_once_with_the_nearest_known_name() {
+        let refused = refused_properties(&map(&[
+            ("socket.keepalive.enabel", "true"),
+            ("linger.ms", "soon"),
+            ("sasl.password", "hunter2-but-longer"),
+            ("compresion.type", "zstd"),
+            ("client.id", "fine"),
+        ]));
+        let by_name: BTreeMap<_, _> = refused
+            .iter()
+            .map(|(k, m)| (k.clone().unwrap_or_default(), m.clone()))
+            .collect();
+        assert_eq!(by_name.len(), 3, "{refused:?}");
+        assert_eq!(
+            by_name["socket.keepalive.enabel"],
+            "librdkafka has no such property (did you mean \"socket.keepalive.enable\"?)"
+        );
+        assert_eq!(
+            by_name["compresion.type"],
+            "librdkafka has no such property (did you mean \"compression.type\"?)"
+        );
+        assert!(
+            by_name["linger.ms"].starts_with("librdkafka refuses it: Invalid value"),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_refused_secret_value_is_never_quoted() {
+        // Each alone is accepted (strings); together librdkafka refuses the key at creation.
+        let refused = refused_properties(&map(&[
+            ("security.protocol", "ssl"),
+            ("ssl.key.pem", "hunter2secret"),
+            ("ssl.certificate.pem", "not-a-certificate"),
+        ]));
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        let (property, message) = &refused[0];
+        assert_eq!(property, &None);
+        assert!(
+            message.starts_with("librdkafka refuses these properties together: "),
+            "{message}"
+        );
+        assert!(!message.contains("hunter2secret"), "{message}");
+    }
+
+    #[test]
+    fn accepted_maps_are_not_refused_and_the_names_come_from_librdkafka() {
+        assert!(refused_properties(&BTreeMap::new()).is_empty());
+        assert!(refused_properties(&map(&[("socket.keepalive.enable", "true")])).is_empty());
+        let names = property_names();
+        for known in ["socket.timeout.ms", "message.timeout.ms", "client.id"] {
+            assert!(names.contains(&known), "{known} in {names:?}");
+        }
+        for alias in ALIASES {
+            let mut c = rdkafka::ClientConfig::new();
+            c.set(*alias, "x");
+            assert!(
+                !matches!(
+                    c.create_native_config(),
+                    Err(rdkafka::error::KafkaError::ClientConfig(
+                        rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN,
+                        ..
+                    ))
+                ),
+                "librdkafka knows {alias}"
+            );
+        }
+        assert!(names.len() > 100, "{}", names.len());
+    }
+}

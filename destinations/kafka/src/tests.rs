@@ -265,6 +265,62 @@ fn statistics_are_on_for_the_producer_epoch_unless_the_passthrough_sets_them() {
     );
 }
 
+/// Found by a newcomer (issue 38): `check` printed a passthrough credential as `"***"`, and
+/// the printed configuration, loaded again, ran with the password `***`.
+#[test]
+fn passthrough_values_may_be_references_printed_as_themselves_and_the_mask_is_refused() {
+    std::env::set_var("PASSTHROUGH_TEST_SECRET", "env-s3cret");
+    let dir = std::env::temp_dir().join(format!("passthrough-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("keystore-password");
+    std::fs::write(&key_file, "file-s3cret\n").unwrap();
+    let c = parse(&format!(
+        r#"{{"bootstrap_servers": "b:9092", "librdkafka": {{
+            "sasl.oauthbearer.client.secret": {{"env": "PASSTHROUGH_TEST_SECRET"}},
+            "ssl.keystore.password": {{"file": {:?}}},
+            "ssl.key.password": "inline-s3cret",
+            "client.id": "kubesink-dev"}}}}"#,
+        key_file.display().to_string()
+    ));
+    let rendered = c.render();
+    assert_eq!(
+        rendered.get("sasl.oauthbearer.client.secret"),
+        Some("env-s3cret")
+    );
+    assert_eq!(rendered.get("ssl.keystore.password"), Some("file-s3cret"));
+    assert_eq!(rendered.get("ssl.key.password"), Some("inline-s3cret"));
+    let printed = serde_json::to_value(&c.librdkafka).unwrap();
+    assert_eq!(
+        printed,
+        serde_json::json!({
+            "sasl.oauthbearer.client.secret": {"env": "PASSTHROUGH_TEST_SECRET"},
+            "ssl.keystore.password": {"file": key_file.display().to_string()},
+            "ssl.key.password": "***",
+            "client.id": "kubesink-dev"
+        })
+    );
+    assert!(!format!("{c:?}").contains("s3cret"), "{c:?}");
+    // The printed references load again to the same values; the mask is refused, naming
+    // what to write instead.
+    let again: Passthrough = serde_json::from_value(serde_json::json!({
+        "sasl.oauthbearer.client.secret": printed["sasl.oauthbearer.client.secret"],
+        "ssl.keystore.password": printed["ssl.keystore.password"],
+    }))
+    .unwrap();
+    assert_eq!(
+        again.get("ssl.keystore.password").map(String::as_str),
+        Some("file-s3cret")
+    );
+    let masked = serde_json::from_value::<Passthrough>(printed).unwrap_err();
+    assert!(
+        masked
+            .to_string()
+            .contains("is the mask `kubesink check` prints"),
+        "{masked}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_rejected_property_is_named_without_its_value() {
     let e = KafkaError::ClientConfig(

@@ -570,13 +570,23 @@ impl NatsConfig {
         let service = NatsService::connect(self.settings().await.map_err(invalid)?)
             .await
             .map_err(invalid)?;
-        tracing::info!(
-            sink = %self.name,
-            servers = %self.servers_text(),
-            mode = ?self.mode,
-            max_payload = service.max_payload(),
-            "NATS sink ready"
-        );
+        if service.is_connected() {
+            tracing::info!(
+                sink = %self.name,
+                servers = %self.servers_text(),
+                mode = ?self.mode,
+                max_payload = service.max_payload(),
+                "NATS sink ready"
+            );
+        } else {
+            // Said "ready" before while nothing was connected (found by a newcomer, issue 38).
+            tracing::info!(
+                sink = %self.name,
+                servers = %self.servers_text(),
+                mode = ?self.mode,
+                "NATS sink started, not connected: connecting in the background (/readyz says when it is ready)"
+            );
+        }
         Ok(NatsSink::new(
             self.name.clone(),
             subjects,

@@ -352,6 +352,12 @@ impl NatsService {
         matches!(self.publisher, Publisher::JetStream { .. })
     }
 
+    /// Whether the client is connected now (a sink that started while NATS was unreachable
+    /// connects in the background).
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == State::Connected
+    }
+
     /// The server's `max_payload` in bytes (headers included); 0 when unknown.
     pub fn max_payload(&self) -> usize {
         self.client.server_info().max_payload

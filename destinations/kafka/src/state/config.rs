@@ -277,11 +277,12 @@ impl StateKafkaConfig {
         }
         // What librdkafka itself refuses (an unknown property, a bad value) is found now,
         // not when the watches wait for a store that can never open.
-        if let Some(e) = crate::config::refused_properties(&self.librdkafka) {
-            bad(
-                "librdkafka",
-                format!("librdkafka refuses these properties: {e}"),
+        for (property, message) in crate::properties::refused_properties(&self.librdkafka) {
+            let key = property.map_or_else(
+                || "librdkafka".to_owned(),
+                |p| format!("librdkafka.\"{p}\""),
             );
+            bad(&key, message);
         }
         for key in self.librdkafka.keys() {
             if key == "bootstrap.servers" || key == "metadata.broker.list" {
