@@ -187,6 +187,8 @@ pub struct Elector {
     /// Where the outcome of each attempt on the Lease is recorded for `/readyz` and the
     /// metrics ([`Elector::report_to`]).
     health: Option<std::sync::Arc<crate::observe::Leadership>>,
+    /// The name of the cluster the Lease is on, when known ([`Elector::on_cluster`]).
+    cluster: Option<String>,
 }
 
 fn timed_out() -> kube::Error {
@@ -253,6 +255,7 @@ impl Elector {
             observed: None,
             fence: Fence::new(),
             health: None,
+            cluster: None,
         }
     }
 
@@ -262,10 +265,25 @@ impl Elector {
         self.health = Some(leadership);
     }
 
-    /// Records one attempt's outcome (see [`Elector::report_to`]).
+    /// Names the cluster that holds the Lease in what `/readyz` and the logs say.
+    #[must_use]
+    pub fn on_cluster(mut self, name: impl Into<String>) -> Self {
+        self.cluster = Some(name.into());
+        self
+    }
+
+    /// Records one attempt's outcome (see [`Elector::report_to`]), naming the Lease and its
+    /// cluster.
     fn record(&self, outcome: Result<(), String>) {
         if let Some(h) = &self.health {
-            h.lease_attempt(outcome);
+            h.lease_attempt(outcome.map_err(|e| {
+                let on = self
+                    .cluster
+                    .as_ref()
+                    .map(|c| format!(" on cluster {c:?}"))
+                    .unwrap_or_default();
+                format!("Lease {}{on}: {e}", self.lease())
+            }));
         }
     }
 
@@ -287,6 +305,9 @@ impl Elector {
     /// Waits until this replica holds the lease; the fence is open when it returns.
     pub async fn acquire(&mut self) {
         let mut last_holder = String::new();
+        // A failure is logged at WARN the first time, then at most once a minute (DEBUG in
+        // between): `/readyz` and `kubesink_lease_failing` say it continuously.
+        let mut last_warned: Option<Instant> = None;
         loop {
             let attempt = tokio::time::timeout(self.renew_deadline, self.attempt()).await;
             let attempt = attempt.unwrap_or_else(|_| Err(timed_out()));
@@ -306,7 +327,13 @@ impl Elector {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(lease = %self.lease(), error = %crate::cluster::error_chain(&e), "leader election: cannot read or take the lease; retrying");
+                    let error = crate::cluster::error_chain(&e);
+                    if last_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                        last_warned = Some(Instant::now());
+                        tracing::warn!(lease = %self.lease(), cluster = self.cluster.as_deref().unwrap_or(""), %error, "leader election: cannot read or take the lease; retrying (logged again once a minute while it fails)");
+                    } else {
+                        tracing::debug!(lease = %self.lease(), %error, "leader election: cannot read or take the lease; retrying");
+                    }
                 }
             }
             tokio::time::sleep(self.retry_period).await;

@@ -721,6 +721,24 @@ async fn check_strict_makes_a_missing_kubeconfig_an_error_naming_its_entry() {
         !stderr.contains("warning: clusters."),
         "not twice: {stderr}"
     );
+    // No cluster's kubeconfig is here: check says run refuses, and run says why.
+    let (_, stderr) = check(&file, &[]).await;
+    assert!(
+        stderr.contains("/nonexistent/b does not exist here or is not a file (`kubesink run` refuses to start without it: no cluster's kubeconfig is here;"),
+        "{stderr}"
+    );
+    let (code, stderr) = command(&["run"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "no cluster's client could be built (all 2 failed), so kubesink cannot start"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("fine if it is mounted"),
+        "run says what is missing where it runs: {stderr}"
+    );
 }
 
 #[tokio::test]
@@ -767,7 +785,7 @@ async fn check_refuses_an_unknown_librdkafka_property_of_a_kafka_sink_as_run_doe
     let file = dir.path().join("kafka.toml");
     std::fs::write(
         &file,
-        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\n[sinks.librdkafka]\n\"socket.keepalive.enabel\" = \"true\"\n\"socket.timeout.ms\" = \"soon\"\n",
+        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\n[sinks.librdkafka]\n\"socket.keepalive.enabel\" = \"true\"\n\"socket.timeout.ms\" = \"soon\"\n\"ssl.keystore.location\" = \"/nonexistent/k.p12\"\n",
     )
     .unwrap();
     for args in [&["check"][..], &["run"][..]] {
@@ -778,6 +796,12 @@ async fn check_refuses_an_unknown_librdkafka_property_of_a_kafka_sink_as_run_doe
                 && stderr.contains("sinks.0.librdkafka.\"socket.timeout.ms\": librdkafka refuses it: Invalid value"),
             "{args:?}: {stderr}"
         );
+        if args == ["check"] {
+            assert!(
+                stderr.contains("warning: sinks.0.librdkafka.\"ssl.keystore.location\": /nonexistent/k.p12 does not exist here"),
+                "a file of a passthrough property, beside the errors: {stderr}"
+            );
+        }
     }
 }
 
@@ -787,11 +811,15 @@ async fn check_names_a_missing_nats_credentials_file_that_run_refuses_and_strict
     let file = dir.path().join("nats.toml");
     std::fs::write(
         &file,
-        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"nats\"\nservers = [\"nats://127.0.0.1:1\"]\nmode = \"core\"\n[sinks.auth]\ncredentials_file = \"/nonexistent/nats.creds\"\n",
+        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"nats\"\nservers = [\"nats://127.0.0.1:1\"]\nmode = \"core\"\n[sinks.auth]\ncredentials_file = \"/nonexistent/nats.creds\"\n[sinks.tls]\nca_file = \"/nonexistent/ca.pem\"\n",
     )
     .unwrap();
     let (code, stderr) = command(&["check"], &file).await;
     assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: sinks.0.tls.ca_file: /nonexistent/ca.pem does not exist here"),
+        "a TLS file too (found missing by a newcomer): {stderr}"
+    );
     assert!(
         stderr.contains(
             "warning: sinks.0.auth.credentials_file: /nonexistent/nats.creds does not exist here"

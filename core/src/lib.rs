@@ -46,6 +46,6 @@ pub use destination::{Destination, SinkConfigError};
 pub use message::{cloudevents, Format, Message, MessageMeta, Op, Resource};
 pub use outage::Outage;
 pub use ready::{ReadySignal, ReadyWatch};
-pub use secret::Secret;
+pub use secret::{Secret, MASK};
 pub use sink::{Sink, SinkError};
 pub use streak::{Problem, Streak};

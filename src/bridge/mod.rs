@@ -652,11 +652,25 @@ pub const SHUTDOWN_ABANDONED_EXIT: i32 = 5;
 /// exit code) when the shutdown was not clean.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     crate::limits::prepare(&config);
+    // A missing file is said as what it is here (where kubesink runs), not with `check`'s
+    // "fine if it is mounted where kubesink runs".
+    let missing = crate::config::missing_files(&config);
+    let as_warnings: Vec<String> = missing
+        .iter()
+        .map(crate::config::MissingFile::warning)
+        .collect();
     for w in crate::config::warnings(&config) {
-        tracing::warn!("configuration: {w}");
+        if !as_warnings.contains(&w) {
+            tracing::warn!("configuration: {w}");
+        }
+    }
+    for m in &missing {
+        tracing::warn!("configuration: {}", m.error());
     }
     let clusters = config.clusters();
-    let clients = usable(&clusters, clients(&clusters).await)?;
+    let clients = clients(&clusters).await;
+    // The Lease's cluster first: without it nothing can start, so the other clusters'
+    // problems are not logged as if the fleet went on.
     let elector = if config.leader_election.enabled {
         let at = config
             .leader_election
@@ -674,14 +688,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             ),
             None => anyhow::bail!("no cluster to hold the lease"),
         };
-        Some(Elector::new(client, &config.leader_election))
+        let name = clusters.get(at).map(|c| c.name.clone()).unwrap_or_default();
+        Some(Elector::new(client, &config.leader_election).on_cluster(name))
     } else {
         None
     };
+    let clients = usable(&clusters, clients).map_err(|e| -> anyhow::Error {
+        if clusters.len() > 1 {
+            anyhow::anyhow!("{e}; no cluster's client could be built (all {} failed), so kubesink cannot start (one failing among others is retried while the others run)", clusters.len())
+        } else {
+            e.into()
+        }
+    })?;
     let sinks = build_sinks(&config).await?;
     let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
     let mut bridge = Bridge::launch(&config, clusters, clients, sinks, elector).await?;
-    tracing::info!(clusters = ?names, sinks = config.sinks.len(), leader_election = config.leader_election.enabled, "kubesink running");
+    tracing::info!(clusters = %names.join(","), sinks = config.sinks.len(), leader_election = config.leader_election.enabled, "kubesink running");
     let lost = bridge.take_lost_leadership();
     tokio::pin!(lost);
     tokio::select! {

@@ -128,6 +128,21 @@ pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figme
     }
 }
 
+/// A key path as the file spells it: `sinks.0.librdkafka."ssl.keystore.password"` (a key
+/// that holds a dot is quoted, as in TOML).
+fn dotted(path: &[String]) -> String {
+    path.iter()
+        .map(|k| {
+            if k.contains('.') {
+                format!("{k:?}")
+            } else {
+                k.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
 /// The layers, defaults < file < environment, ready to extract.
 fn loader(file: Option<&Path>, env: Env) -> Result<Loader, ConfigErrors> {
     let mut figment = Figment::from(Serialized::defaults(Config::default()));
@@ -441,7 +456,7 @@ impl Loader {
                 message = rest.to_owned();
             }
             self.errors.push(ConfigError {
-                key: path.join("."),
+                key: dotted(&path),
                 message,
                 source: describe_source(md, &path, self.file.as_deref()),
             });

@@ -112,7 +112,35 @@ fn culprit<T: DeserializeOwned>(
     path: &[String],
     kind: &Kind,
 ) -> Option<Vec<String>> {
+    // The secrets' mask refused as a value: several keys of one entry may hold it, each
+    // giving the same error, so taking one out does not make the error go; the first place
+    // holding the mask is the culprit (found by a newcomer, issue 38: it was blamed on
+    // `type`, and the other places were not reported).
+    if let Kind::Message(message) = kind {
+        if message.starts_with(&format!("{:?} is the mask", kubesink_core::MASK)) {
+            if let Some(first) = holding_mask(value, path) {
+                return Some(first);
+            }
+        }
+    }
     culprit_in::<T>(value, path, kind, &(path.to_vec(), kind.to_string()))
+}
+
+/// The first place below the table at `table` whose value is the secrets' mask.
+fn holding_mask(value: &Value, table: &[String]) -> Option<Vec<String>> {
+    fn walk(v: &Value, path: &mut Vec<String>) -> Option<Vec<String>> {
+        match v {
+            Value::String(_, s) if s == kubesink_core::MASK => Some(path.clone()),
+            Value::Dict(_, dict) => dict.iter().find_map(|(k, child)| {
+                path.push(k.clone());
+                let found = walk(child, path);
+                path.pop();
+                found
+            }),
+            _ => None,
+        }
+    }
+    walk(lookup(value, table)?, &mut table.to_vec())
 }
 
 /// [`culprit`] among the keys of the table at `table`: `error` is the error (path, text) that

@@ -1386,3 +1386,46 @@ fn the_json_schema_accepts_the_reference_config_and_names_a_typo() {
     assert!(all.contains("/pipeline") && all.contains("lingr"), "{all}");
     assert!(all.contains("/sinks/0"), "{all}");
 }
+
+/// Found by a newcomer (issue 38): the secrets' mask `"***"` in two places of one sink entry
+/// was reported once, blamed on `sinks.0.type`, and hid an unset `{ env }` reference beside
+/// it. Each is named at its own key, a dotted librdkafka property quoted as in TOML.
+#[cfg(feature = "kafka")]
+#[test]
+fn the_secrets_mask_is_named_at_every_key_that_holds_it() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "masked.toml",
+            r#"
+[cluster]
+name = "a"
+[[resources]]
+api_version = "v1"
+kind = "Pod"
+[[sinks]]
+type = "kafka"
+bootstrap_servers = "127.0.0.1:1"
+[sinks.security]
+protocol = "sasl_ssl"
+sasl_mechanism = "PLAIN"
+sasl_username = "u"
+sasl_password = "***"
+[sinks.librdkafka]
+"ssl.keystore.password" = "***"
+"client.id" = { env = "TESTS_UNSET_VARIABLE_FOR_THE_MASK" }
+"#,
+        )?;
+        let errs = errors_of(Some(Path::new("masked.toml")));
+        let all = errs.join("\n");
+        assert_eq!(errs.len(), 3, "{all}");
+        for want in [
+            "sinks.0.security.sasl_password: \"***\" is the mask",
+            "sinks.0.librdkafka.\"ssl.keystore.password\": \"***\" is the mask",
+            "sinks.0.librdkafka.\"client.id\": the secret's environment variable TESTS_UNSET_VARIABLE_FOR_THE_MASK is not set",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        Ok(())
+    });
+}

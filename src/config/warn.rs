@@ -94,10 +94,15 @@ pub fn missing_files(c: &Config) -> Vec<MissingFile> {
             .and_then(|name| clusters.iter().position(|cl| &cl.name == name))
             .unwrap_or(0)
     });
+    let none_here = clusters
+        .iter()
+        .all(|cl| cl.kubeconfig.as_ref().is_some_and(|p| !p.is_file()));
     for (i, cl) in clusters.iter().enumerate() {
         let Some(p) = &cl.kubeconfig else { continue };
         let cost = if clusters.len() == 1 {
             "`kubesink run` refuses to start without it".to_owned()
+        } else if none_here {
+            "`kubesink run` refuses to start without it: no cluster's kubeconfig is here".to_owned()
         } else if lease_holder == Some(i) {
             format!(
                 "`kubesink run` refuses to start without it: cluster {:?} holds the leader-election Lease",

@@ -42,7 +42,13 @@ pub fn bin_dir() -> PathBuf {
         if let Some(dir) = std::env::var_os("KUBE_TEST_BIN_DIR") {
             return PathBuf::from(dir);
         }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kube-build.sh");
+        // The workspace root: this crate's, or an ancestor of it (the benchmark suite,
+        // `benches/suite`, includes this file too).
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|d| d.join("scripts/kube-build.sh"))
+            .find(|s| s.is_file())
+            .unwrap_or_else(|| PathBuf::from("scripts/kube-build.sh"));
         let out = Command::new(&script)
             .stderr(Stdio::inherit())
             .output()
@@ -701,6 +707,27 @@ impl ControlPlane {
             procs.retain(|p| p.name != "kube-apiserver");
         }
         self.start_apiserver();
+    }
+
+    /// The process id of a component (`kube-apiserver`, `kube-controller-manager`), while it
+    /// runs; `etcd` is the binary's etcd, shared by every API server.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        if name == "etcd" {
+            return Some(
+                etcd()
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .proc
+                    .child
+                    .id(),
+            );
+        }
+        self.procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.child.id())
     }
 
     /// A component's log.

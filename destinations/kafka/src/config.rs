@@ -744,6 +744,16 @@ impl Destination for KafkaConfig {
         ]
         .into_iter()
         .filter_map(|(key, path)| Some((key.to_owned(), path.as_ref()?.into())))
+        // librdkafka's other files, given through the passthrough (`ssl.keystore.location`,
+        // `ssl.crl.location`, `sasl.kerberos.keytab`...): it refuses to start without them.
+        .chain(
+            self.librdkafka
+                .iter()
+                .filter(|(k, v)| {
+                    (k.ends_with(".location") || k.ends_with(".keytab")) && !v.is_empty()
+                })
+                .map(|(k, v)| (format!("librdkafka.\"{k}\""), v.into())),
+        )
         .collect()
     }
 

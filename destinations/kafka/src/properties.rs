@@ -108,85 +108,62 @@ pub fn refused_properties(
     refused
 }
 
-/// librdkafka's aliases (the `_RK_C_ALIAS` entries of `src/rdkafka_conf.c`, librdkafka
-/// 2.12): names users often write (`bootstrap.servers`, `acks`, `linger.ms`...), which its
-/// configuration dumps leave out.
-const ALIASES: &[&str] = &[
-    "acks",
-    "bootstrap.servers",
-    "compression.type",
-    "delivery.timeout.ms",
-    "enable.auto.commit",
-    "linger.ms",
-    "max.in.flight",
-    "max.partition.fetch.bytes",
-    "retries",
-    "sasl.mechanism",
-    "sasl.oauthbearer.client.credentials.client.id",
-    "sasl.oauthbearer.client.credentials.client.secret",
-];
-
-/// Every property name librdkafka knows (global and topic scope), as its
-/// `rd_kafka_conf_dump`/`rd_kafka_topic_conf_dump` list them with their defaults, and its
-/// [`ALIASES`]: the candidates of "did you mean". Read once.
+/// Every property name librdkafka knows, global and topic, aliases included: the first
+/// column of the table `rd_kafka_conf_properties_show` writes (its CONFIGURATION.md), read
+/// through a temporary file once. The candidates of "did you mean"; empty if the table cannot
+/// be written (the suggestion is then left out).
 fn property_names() -> Vec<&'static str> {
-    use rdkafka::bindings as rd;
-    use std::ffi::{c_char, CStr};
     static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    /// The names of a dump: even entries of `n` strings (name, value, name, value...).
-    ///
-    /// # Safety
-    /// `dump` is what `rd_kafka_conf_dump`/`rd_kafka_topic_conf_dump` returned with `n`.
-    unsafe fn names(dump: *mut *const c_char, n: usize, out: &mut Vec<String>) {
-        for i in (0..n).step_by(2) {
-            // SAFETY: i < n, within the array; each entry is NULL or a NUL-terminated string
-            // that librdkafka owns until `rd_kafka_conf_dump_free`.
-            let name = unsafe { *dump.add(i) };
-            if !name.is_null() {
-                // SAFETY: non-NULL and NUL-terminated, as above.
-                out.push(
-                    unsafe { CStr::from_ptr(name) }
-                        .to_string_lossy()
-                        .into_owned(),
-                );
-            }
-        }
-    }
     NAMES
         .get_or_init(|| {
-            let mut out = Vec::new();
-            // SAFETY: each configuration object is created, dumped, and destroyed here, once;
-            // each dump is read within its length and freed with the length it came with.
-            unsafe {
-                let conf = rd::rd_kafka_conf_new();
-                if !conf.is_null() {
-                    let mut n = 0usize;
-                    let dump = rd::rd_kafka_conf_dump(conf, &mut n);
-                    if !dump.is_null() {
-                        names(dump, n, &mut out);
-                        rd::rd_kafka_conf_dump_free(dump, n);
-                    }
-                    rd::rd_kafka_conf_destroy(conf);
-                }
-                let topic = rd::rd_kafka_topic_conf_new();
-                if !topic.is_null() {
-                    let mut n = 0usize;
-                    let dump = rd::rd_kafka_topic_conf_dump(topic, &mut n);
-                    if !dump.is_null() {
-                        names(dump, n, &mut out);
-                        rd::rd_kafka_conf_dump_free(dump, n);
-                    }
-                    rd::rd_kafka_topic_conf_destroy(topic);
-                }
-            }
-            out.extend(ALIASES.iter().map(|a| (*a).to_owned()));
-            out.sort();
-            out.dedup();
-            out
+            let table = properties_table().unwrap_or_default();
+            let mut names: Vec<String> = table
+                .lines()
+                .filter_map(|l| l.split_once('|'))
+                .map(|(name, _)| name.trim())
+                // Names are lower case with dots and underscores; the header ("Property")
+                // and the separator ("-----") are not.
+                .filter(|n| {
+                    n.starts_with(|c: char| c.is_ascii_lowercase())
+                        && n.chars().all(|c| {
+                            c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_'
+                        })
+                })
+                .map(str::to_owned)
+                .collect();
+            names.sort();
+            names.dedup();
+            names
         })
         .iter()
         .map(String::as_str)
         .collect()
+}
+
+/// librdkafka's property table (Markdown), as `rd_kafka_conf_properties_show` writes it.
+fn properties_table() -> Option<String> {
+    use std::io::Read;
+    // SAFETY: `tmpfile` returns an open stream or NULL (checked); librdkafka writes its table
+    // into it; the stream is flushed, rewound and read through its descriptor, then closed
+    // once. `rdkafka::bindings::FILE` is libc's `FILE`.
+    unsafe {
+        let f = libc::tmpfile();
+        if f.is_null() {
+            return None;
+        }
+        rdkafka::bindings::rd_kafka_conf_properties_show(f);
+        libc::fflush(f);
+        libc::rewind(f);
+        let fd = libc::dup(libc::fileno(f));
+        libc::fclose(f);
+        if fd < 0 {
+            return None;
+        }
+        let mut file = <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd);
+        let mut text = String::new();
+        file.read_to_string(&mut text).ok()?;
+        Some(text)
+    }
 }
 
 #[cfg(test)]
@@ -204,6 +181,8 @@ mod refused_tests {
     #[test]
     fn every_refused_property_is_named_at_once_with_the_nearest_known_name() {
         let refused = refused_properties(&map(&[
+            ("ssl.keystore.locaton", "/k.p12"),
+            ("sasl.oauthbearer.client.secrt", "x"),
             ("socket.keepalive.enabel", "true"),
             ("linger.ms", "soon"),
             ("sasl.password", "hunter2-but-longer"),
@@ -214,7 +193,15 @@ mod refused_tests {
             .iter()
             .map(|(k, m)| (k.clone().unwrap_or_default(), m.clone()))
             .collect();
-        assert_eq!(by_name.len(), 3, "{refused:?}");
+        assert_eq!(by_name.len(), 5, "{refused:?}");
+        assert_eq!(
+            by_name["ssl.keystore.locaton"],
+            "librdkafka has no such property (did you mean \"ssl.keystore.location\"?)"
+        );
+        assert_eq!(
+            by_name["sasl.oauthbearer.client.secrt"],
+            "librdkafka has no such property (did you mean \"sasl.oauthbearer.client.secret\"?)"
+        );
         assert_eq!(
             by_name["socket.keepalive.enabel"],
             "librdkafka has no such property (did you mean \"socket.keepalive.enable\"?)"
@@ -252,12 +239,23 @@ mod refused_tests {
         assert!(refused_properties(&BTreeMap::new()).is_empty());
         assert!(refused_properties(&map(&[("socket.keepalive.enable", "true")])).is_empty());
         let names = property_names();
-        for known in ["socket.timeout.ms", "message.timeout.ms", "client.id"] {
+        // Properties with a default, without one (found missing by a newcomer), aliases, and
+        // topic properties.
+        for known in [
+            "socket.timeout.ms",
+            "client.id",
+            "ssl.keystore.location",
+            "sasl.oauthbearer.client.secret",
+            "bootstrap.servers",
+            "acks",
+            "message.timeout.ms",
+        ] {
             assert!(names.contains(&known), "{known} in {names:?}");
         }
-        for alias in ALIASES {
+        // Every name is one librdkafka knows.
+        for name in &names {
             let mut c = rdkafka::ClientConfig::new();
-            c.set(*alias, "x");
+            c.set(*name, "");
             assert!(
                 !matches!(
                     c.create_native_config(),
@@ -266,7 +264,7 @@ mod refused_tests {
                         ..
                     ))
                 ),
-                "librdkafka knows {alias}"
+                "librdkafka knows {name}"
             );
         }
         assert!(names.len() > 100, "{}", names.len());

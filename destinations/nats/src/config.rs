@@ -471,7 +471,8 @@ pub async fn client_options(
             .map_err(|source| NatsError::File {
                 key: "auth.credentials_file",
                 path: path.display().to_string(),
-                source,
+                // async-nats says "loading creds file 'PATH': CAUSE": the path is said once.
+                source: std::io::Error::new(source.kind(), source.kind().to_string()),
             })?;
     }
     if let Some(ca) = &tls.ca_file {
@@ -560,11 +561,19 @@ impl NatsConfig {
         if let Some(e) = self.validate(index).into_iter().next() {
             return Err(e);
         }
-        let invalid = |e: NatsError| SinkConfigError::Invalid {
-            index,
-            name: self.name.clone(),
-            key: e.config_key().to_owned(),
-            message: e.to_string(),
+        let invalid = |e: NatsError| {
+            let key = e.config_key();
+            // The entry's key is said once (the error's own text may start with it).
+            let text = e.to_string();
+            let message = text
+                .strip_prefix(&format!("{key}: "))
+                .map_or_else(|| text.clone(), str::to_owned);
+            SinkConfigError::Invalid {
+                index,
+                name: self.name.clone(),
+                key: key.to_owned(),
+                message,
+            }
         };
         let subjects = subject_template(&self.subject).map_err(|e| invalid(e.into()))?;
         let service = NatsService::connect(self.settings().await.map_err(invalid)?)
@@ -690,11 +699,15 @@ impl Destination for NatsConfig {
 
     /// `auth.credentials_file`: read when the sink is built (a missing one stops `run`).
     fn files(&self) -> Vec<(String, std::path::PathBuf)> {
-        self.auth
-            .credentials_file
-            .iter()
-            .map(|p| ("auth.credentials_file".to_owned(), p.clone()))
-            .collect()
+        [
+            ("auth.credentials_file", &self.auth.credentials_file),
+            ("tls.ca_file", &self.tls.ca_file),
+            ("tls.cert_file", &self.tls.cert_file),
+            ("tls.key_file", &self.tls.key_file),
+        ]
+        .into_iter()
+        .filter_map(|(key, p)| p.as_ref().map(|p| (key.to_owned(), p.clone())))
+        .collect()
     }
 
     /// Settings that work but weaken security, one sentence each naming the entry and key:

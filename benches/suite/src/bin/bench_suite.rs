@@ -17,9 +17,13 @@
 //!    namespaces with and without the request budget;
 //! 6. many clusters in one process (`fleet.rs`): the same objects over 1, 10 and 50
 //!    clusters, with the default list budget and without one (before/after side by side):
-//!    peak and steady RSS, sync time, open fds, and an RSS-over-time plot of the cold starts.
+//!    peak and steady RSS, sync time, open fds, and an RSS-over-time plot of the cold starts;
+//! 7. on a real kube-apiserver (`real.rs`, `--only real-server`, not part of the full run: it
+//!    needs the control plane `scripts/kube-build.sh` builds): Pods created through the API
+//!    into etcd, kubesink's sync with streaming and paged lists next to the same on the
+//!    simulator, and the API server's own memory and CPU for each.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
 //! `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
 //! fleet` part 6 (`results-fleet-{quick,full}.*` and `fleet-rss-{quick,full}.png`); `--quick` runs
@@ -45,8 +49,14 @@ use serde_json::{json, Value};
 
 #[path = "bench_suite/fleet.rs"]
 mod fleet;
+#[path = "../../../../tests/support/kube_server.rs"]
+mod kube_server;
 #[path = "bench_suite/lists.rs"]
 mod lists;
+#[path = "../../../../tests/support/ports.rs"]
+mod ports;
+#[path = "bench_suite/real.rs"]
+mod real;
 #[path = "bench_suite/tail.rs"]
 mod tail;
 
@@ -706,7 +716,9 @@ struct Args {
     /// `jetstream-tail` (change → JetStream latency with one batch in flight and with the
     /// default, on a quiet host and with one core busy) or `fleet` (many clusters in one
     /// process, with and without the list budget).
-    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet"])]
+    /// `real-server` (Pods created on a real kube-apiserver, synced with streaming and
+    /// paged lists, next to the simulator).
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server"])]
     only: Option<String>,
 }
 
@@ -761,6 +773,28 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(
             out.join(format!("results-jetstream-tail-{mode}.json")),
             serde_json::to_string_pretty(&tail::json(&runs))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
+    if only.as_deref() == Some("real-server") {
+        let pods = if quick { 2_000 } else { 100_000 };
+        let (settle, steady) = if quick {
+            (Duration::from_secs(2), Duration::from_secs(3))
+        } else {
+            (Duration::from_secs(15), Duration::from_secs(10))
+        };
+        let report = real::run(&ctx, pods, settle, steady)?;
+        let md = format!(
+            "<!-- written by bench-suite --only real-server ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            real::markdown(&report)
+        );
+        std::fs::write(out.join(format!("results-real-server-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-real-server-{mode}.json")),
+            serde_json::to_string_pretty(&real::json(&report))?,
         )?;
         std::io::stdout().write_all(md.as_bytes())?;
         return Ok(());
