@@ -131,8 +131,11 @@ pub struct Owed {
     pub seen_gone: Option<String>,
 }
 
-/// Keys, uids, resourceVersions and fingerprints of one watch's objects.
-#[derive(Default)]
+/// Keys, uids, resourceVersions and fingerprints of one watch's objects. `Default` is
+/// [`LightStore::new`]: a derived one lacked the cluster scope's namespace id 0, so a store
+/// made with `unwrap_or_default()` gave the first namespace seen id 0 and later wrote that
+/// namespace's objects as cluster-scoped (found by the model test, issue 37, after a lint's
+/// suggestion made one).
 pub struct LightStore {
     table: HashTable<Entry>,
     hasher: DefaultHashBuilder,
@@ -152,13 +155,26 @@ pub struct LightStore {
     epoch: u32,
 }
 
+impl Default for LightStore {
+    fn default() -> Self {
+        LightStore::new()
+    }
+}
+
 impl LightStore {
     /// An empty store.
     pub fn new() -> Self {
-        let mut s = LightStore::default();
-        s.namespaces.push("".into()); // id 0: cluster scope
-        s.ns_refs.push(0);
-        s
+        LightStore {
+            table: HashTable::default(),
+            hasher: DefaultHashBuilder::default(),
+            namespaces: vec!["".into()], // id 0: cluster scope
+            ns_ids: hashbrown::HashMap::default(),
+            ns_refs: vec![0],
+            free_ns: Vec::new(),
+            overflow: hashbrown::HashMap::default(),
+            former: hashbrown::HashMap::default(),
+            epoch: 0,
+        }
     }
 
     /// Number of objects known.

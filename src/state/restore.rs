@@ -101,6 +101,19 @@ pub struct Saved {
     damaged: Option<String>,
 }
 
+impl Saved {
+    /// What a store returned, without a store: the model test drives [`restore`] with the
+    /// snapshot and journal its runs wrote (`pipeline/model_tests.rs`).
+    #[cfg(test)]
+    pub(crate) fn from_parts(snapshot: Option<Vec<u8>>, journal: Vec<JournalSegment>) -> Self {
+        Saved {
+            snapshot,
+            journal,
+            damaged: None,
+        }
+    }
+}
+
 /// Reads the saved snapshot and journal from `store`.
 ///
 /// # Errors

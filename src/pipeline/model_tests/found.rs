@@ -174,3 +174,49 @@ fn a_watch_delete_of_a_key_held_with_another_uid_deletes_the_held_uid_too() {
     ];
     replay(setup, &steps);
 }
+
+/// Issue 37 (1), found by the model once it could freeze a leader: `c` is listed and its
+/// `added` (rv 1) handed to the client library, the send not confirmed; `c` is updated (rv
+/// 2); the leader freezes and a successor takes over from the saved state, lists `c` at rv 2
+/// and delivers it; the frozen leader wakes and its handed-over `added` rv 1 lands last. A
+/// consumer that applies messages in order holds rv 1: the deposed leader's late publish
+/// moved `c` backwards. Every message carries `leaderEpoch`; a consumer that skips a message
+/// whose epoch is below one seen for its key (`kubesink fold`, docs/consumers.md) holds rv 2.
+/// Run with the epoch rule (passes) and without it (the model must see the late publish).
+#[test]
+fn a_deposed_leaders_late_publish_is_harmless_only_to_a_consumer_that_honours_epochs() {
+    let setup = Setup {
+        sinks: 1,
+        coalesce: false,
+        max_batch_events: 1,
+        markers: false,
+        saves: false,
+        window: 1,
+    };
+    let steps = [
+        Step::Create(2),
+        Step::Watch(1),
+        Step::SendTo {
+            sink: 0,
+            slot: 0,
+            outcome: Outcome::Fail,
+        },
+        Step::Update(2),
+        Step::TakeOver,
+        Step::SendTo {
+            sink: 0,
+            slot: 0,
+            outcome: Outcome::Ok,
+        },
+    ];
+    replay(setup.clone(), &steps);
+    let ignoring_epochs = Strict {
+        epochs: false,
+        ..Strict::ALL
+    };
+    let e = run_case(setup, ignoring_epochs, &steps).expect_err("the late publish is seen");
+    assert!(
+        e.starts_with("invariant 1 (before any repair)") && e.contains("got late from epoch 0"),
+        "{e}"
+    );
+}

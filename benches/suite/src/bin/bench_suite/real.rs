@@ -196,12 +196,20 @@ async fn bytes_per_pod(client: &kube::Client) -> anyhow::Result<f64> {
     Ok(text.len() as f64 / items as f64)
 }
 
-/// Pods requests by verb as `apiserver_request_total` counts them.
+/// Pods requests: (LIST, WATCH). `apiserver_request_total` counts a request when it ends,
+/// so a watch still open (the streaming list's, kubesink's watch) is counted from
+/// `apiserver_longrunning_requests`, the gauge of the requests in progress.
 async fn pod_requests(cp: &ControlPlane) -> (f64, f64) {
     let by_verb = cp.requests_by_verb("", "pods").await;
+    let open = cp
+        .metric(
+            "apiserver_longrunning_requests",
+            &[("verb", "WATCH"), ("resource", "pods")],
+        )
+        .await;
     (
         by_verb.get("LIST").copied().unwrap_or(0.0),
-        by_verb.get("WATCH").copied().unwrap_or(0.0),
+        by_verb.get("WATCH").copied().unwrap_or(0.0) + open,
     )
 }
 
