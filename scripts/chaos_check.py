@@ -4,16 +4,27 @@ destination holds: a JetStream stream (nats-py) or a Kafka topic (confluent-kafk
   chaos_check.py --server URL nats URL STREAM
   chaos_check.py --server URL kafka BOOTSTRAP TOPIC
 
-Checks, per (key, uid), in the order the destination holds the messages (a stream's
-sequence; a Kafka partition's offsets, and every key lives in one partition):
+Honours leader epochs as `kubesink fold` does (docs/consumers.md): a message whose
+`leaderEpoch` is below the highest already applied for its key is a deposed leader's late
+write, skipped and counted; one that lands after its leader's successor was itself replaced
+(the stream's, or the partition's, highest epoch is above epoch + 1) is a zombie publish no
+freeze explains, and a problem. Then, per (key, uid), in the order the destination holds the
+messages (a stream's sequence; a Kafka partition's offsets, and every key lives in one
+partition):
   1. the resourceVersion never goes backwards;
   2. nothing of a uid follows its `deleted` but a repeat of that `deleted` (at-least-once);
   3. folded by (key, uid), as a consumer indexing by uid would (`added`/`updated` hold the
-     pair, `deleted` removes that pair only), the pairs held equal the cluster's pods
-     (namespace, name, uid), read from the API server at URL: no ghost of an old uid,
-     nothing missing. (`kubesink fold --against-cluster` folds by key, as most consumers do.)
-Sync markers and Kafka tombstones (null values) are skipped. Exit 0 when all hold, 1 when
-one does not (the first 50 problems printed).
+     pair, `deleted` removes that pair only), the pairs held equal the cluster's Pods,
+     ConfigMaps and Secrets (kind, namespace, name, uid), read from the API server at URL: no
+     ghost of an old uid, nothing missing;
+  4. exact state: each pair held carries the cluster's resourceVersion, and its `spec`,
+     `status` and `data` equal the live object's (payload "full");
+  5. no Secret message carries `data` or `stringData`; some Secret was seen; with
+     `--expect-recreated`, some key was seen with more than one uid.
+Sync markers and Kafka tombstones (null values) are skipped (markers counted). With
+`--drop-update` (the campaign's lost-update plant) the last `updated` of one live object is
+left out of what is read. Exit 0 when all hold, 1 when one does not (the first 50 problems
+printed).
 """
 
 import argparse
@@ -23,20 +34,71 @@ import sys
 import urllib.request
 
 
-def check(messages, cluster):
-    """`messages`: (position, message dict) in destination order; `cluster`: set of
-    (namespace, name, uid). Returns (count, pairs, problems)."""
-    seen, rv, deleted, held, problems = 0, {}, {}, set(), []
-    for pos, msg in messages:
-        seen += 1
+KINDS = {"Pod": "pods", "ConfigMap": "configmaps", "Secret": "secrets"}
+CONTENT = ("spec", "status", "data")  # compared with the cluster's where the payload has them
+
+
+def check(messages, cluster, drop_update=False):
+    """`messages`: (position, partition, message dict) in destination order; `cluster`: dict
+    (kind, namespace, name, uid) -> live object. Returns (stats, problems)."""
+    st = {"messages": 0, "markers": 0, "late": 0, "zombies": 0, "secrets": 0, "recreated": 0, "late_markers": 0}
+    rv, deleted, held, problems = {}, {}, {}, []
+    epochs, part_max, uids = {}, {}, {}
+    if drop_update:  # the lost-update plant: forget the last `updated` of one live pair
+        last = {}
+        for i, (_, _, m) in enumerate(messages):
+            if m.get("op") != "synced":
+                last[(m.get("kind"), m.get("namespace") or "", m["name"], m["uid"])] = i
+        for k, i in sorted(last.items(), key=lambda kv: kv[1]):
+            if k in cluster and messages[i][2]["op"] == "updated":
+                print(f"PLANT lost-update: dropped {messages[i][0]} ({k[1]}/{k[2]} rv {messages[i][2]['resourceVersion']}, updated)")
+                messages = messages[:i] + messages[i + 1:]
+                break
+    for pos, part, msg in messages:
+        st["messages"] += 1
+        epoch = msg.get("leaderEpoch")
+        if epoch is not None:
+            part_max[part] = max(part_max.get(part, 0), epoch)
         if msg.get("op") == "synced":
+            st["markers"] += 1
+            # `kubesink fold` applies the epoch rule to markers by key too; on Kafka one marker
+            # key is written to every partition, so read across partitions an older marker of
+            # another partition counts there as a deposed leader's (counted here to compare).
+            if epoch is not None:
+                if epoch < epochs.get(msg["key"], epoch):
+                    st["late_markers"] += 1
+                else:
+                    epochs[msg["key"]] = epoch
             continue
         key, uid, op = msg["key"], msg["uid"], msg["op"]
-        pair = (msg.get("namespace") or "", msg["name"], uid)
+        # Leader epochs (docs/consumers.md), as `kubesink fold` honours them: a message below
+        # the highest epoch already applied for its key is a deposed leader's late write,
+        # skipped. A late write can only come from a leader's client library draining after
+        # its successor took over, so it must land while that successor (epoch + 1) is still
+        # the newest writer of its stream (partition); one that lands after a later hand-over
+        # is a zombie publish nothing in the schedule explains.
+        if epoch is not None:
+            top = epochs.get(key)
+            if top is not None and epoch < top:
+                st["late"] += 1
+                if part_max[part] > epoch + 1:
+                    st["zombies"] += 1
+                    problems.append(f"{key} uid {uid}: {op} of leader epoch {epoch} at rv {msg['resourceVersion']} ({pos}) "
+                                    f"after epoch {part_max[part]} wrote: a zombie publish (late by more than one hand-over)")
+                continue
+            epochs[key] = epoch
+        if msg.get("kind") == "Secret":
+            st["secrets"] += 1
+            obj = msg.get("object") or {}
+            for f in ("data", "stringData"):
+                if f in obj:
+                    problems.append(f"{key}: Secret {op} ({pos}) carries {f}")
+        uids.setdefault(key, set()).add(uid)
+        pair = (msg.get("kind"), msg.get("namespace") or "", msg["name"], uid)
         if op == "deleted":
-            held.discard(pair)
+            held.pop(pair, None)
         else:
-            held.add(pair)
+            held[pair] = msg
         try:
             n = int(msg["resourceVersion"])
         except ValueError:
@@ -49,17 +111,34 @@ def check(messages, cluster):
         rv[k] = max(rv.get(k, 0), n)
         if op == "deleted":
             deleted[k] = n
-    for ns, name, uid in sorted(held - cluster):
-        problems.append(f"uid fold: {ns}/{name} uid {uid} held, not in the cluster (a ghost)")
-    for ns, name, uid in sorted(cluster - held):
-        problems.append(f"uid fold: {ns}/{name} uid {uid} in the cluster, not held (missing)")
-    return seen, len(rv), problems
+    st["recreated"] = sum(1 for u in uids.values() if len(u) > 1)
+    for k in sorted(set(held) - set(cluster)):
+        problems.append(f"uid fold: {k[0]} {k[1]}/{k[2]} uid {k[3]} held, not in the cluster (a ghost)")
+    for k in sorted(set(cluster) - set(held)):
+        problems.append(f"uid fold: {k[0]} {k[1]}/{k[2]} uid {k[3]} in the cluster, not held (missing)")
+    for k in sorted(set(cluster) & set(held)):
+        live, msg = cluster[k], held[k]
+        want, got = live["metadata"]["resourceVersion"], msg["resourceVersion"]
+        if want != got:
+            problems.append(f"exact state: {k[0]} {k[1]}/{k[2]} uid {k[3]}: rv {got} held, the cluster has rv {want} (a lost update)")
+            continue
+        obj = msg.get("object") or {}
+        for f in CONTENT:
+            if f in live and not (k[0] == "Secret" and f == "data") and obj.get(f) != live[f]:
+                problems.append(f"exact state: {k[0]} {k[1]}/{k[2]} at rv {got}: {f} differs from the cluster's")
+    st["pairs"] = len(rv)
+    st["held"] = len(held)
+    return st, problems
 
 
-def cluster_pods(server):
-    with urllib.request.urlopen(f"{server}/api/v1/pods", timeout=30) as r:
-        items = json.load(r)["items"]
-    return {(p["metadata"].get("namespace", ""), p["metadata"]["name"], p["metadata"]["uid"]) for p in items}
+def cluster_objects(server):
+    out = {}
+    for kind, plural in KINDS.items():
+        with urllib.request.urlopen(f"{server}/api/v1/{plural}", timeout=30) as r:
+            for o in json.load(r)["items"]:
+                m = o["metadata"]
+                out[(kind, m.get("namespace", ""), m["name"], m["uid"])] = o
+    return out
 
 
 async def nats_messages(url, stream):
@@ -78,7 +157,7 @@ async def nats_messages(url, stream):
             except Exception:
                 break
             seq = m.metadata.sequence.stream
-            out.append((f"stream seq {seq}", json.loads(m.data)))
+            out.append((f"stream seq {seq}", "stream", json.loads(m.data)))
     await nc.close()
     return out
 
@@ -108,7 +187,7 @@ def kafka_messages(bootstrap, topic):
         idle = 0
         p, off = m.partition(), m.offset()
         if m.value() is not None:  # a tombstone's value is null
-            out.append((f"partition {p} offset {off}", json.loads(m.value())))
+            out.append((f"partition {p} offset {off}", p, json.loads(m.value())))
         if off + 1 >= ends[p]:
             done.add(p)
     c.close()
@@ -124,13 +203,21 @@ def main():
     ap.add_argument("kind", choices=["nats", "kafka"])
     ap.add_argument("where")
     ap.add_argument("name")
+    ap.add_argument("--drop-update", action="store_true", help="plant: drop the last `updated` of one live object from what is read")
+    ap.add_argument("--expect-recreated", action="store_true", help="fail unless some key was seen with more than one uid")
     a = ap.parse_args()
     if a.kind == "nats":
         messages = asyncio.run(nats_messages(a.where, a.name))
     else:
         messages = kafka_messages(a.where, a.name)
-    seen, pairs, problems = check(messages, cluster_pods(a.server))
-    print(f"{a.kind} order and uid check: {seen} messages, {pairs} (key, uid) pairs, {len(problems)} problems")
+    st, problems = check(messages, cluster_objects(a.server), a.drop_update)
+    if a.expect_recreated and st["recreated"] == 0:
+        problems.append("no key was seen with more than one uid: re-creation was not exercised")
+    if st["secrets"] == 0:
+        problems.append("no Secret message: Secrets were not exercised")
+    print(f"{a.kind} order, uid and exact-state check: {st['messages']} messages ({st['markers']} sync markers, "
+          f"{st['secrets']} of Secrets), {st['pairs']} (key, uid) pairs, {st['held']} held, keys re-created with a new uid: "
+          f"{st['recreated']}, late writes of a deposed leader skipped: {st['late']} ({st['zombies']} zombies), sync markers below their key's epoch: {st['late_markers']}, {len(problems)} problems")
     for p in problems[:50]:
         print("  " + p)
     sys.exit(1 if problems else 0)

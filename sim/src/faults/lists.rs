@@ -25,11 +25,13 @@ impl Faults {
 
     /// Consumes one pending expired continue.
     pub(crate) fn take_expired_continue(&self) -> bool {
-        self.with(|s| {
+        let take = self.with(|s| {
             let take = s.expire_continues > 0;
             s.expire_continues = s.expire_continues.saturating_sub(1);
             take
-        })
+        });
+        self.count_effect("expiredContinues", u64::from(take));
+        take
     }
 
     /// Whether last pages carry `"continue": ""`.

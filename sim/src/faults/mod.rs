@@ -27,6 +27,7 @@ mod streaming;
 mod transport;
 mod watches;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -92,6 +93,8 @@ pub struct Faults {
     /// Permissions taken away (`access`); the cluster's configuration, kept by
     /// [`Faults::clear`].
     denials: Mutex<Vec<Denial>>,
+    /// How often each fault took effect (kept by [`Faults::clear`]): see [`Faults::effects`].
+    effects: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// Adds `prefix` to `rules` (`on`) or removes it; `None` stands for "every path" when adding
@@ -161,6 +164,36 @@ impl Faults {
         self.set_unreachable(false);
     }
 
+    /// Counts `n` effects of the fault `name` (a request failed, a watch closed, …).
+    pub(crate) fn count_effect(&self, name: &'static str, n: u64) {
+        if n > 0 {
+            *self
+                .effects
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(name)
+                .or_default() += n;
+        }
+    }
+
+    /// How often each fault took effect since the simulator started, so a fault campaign can
+    /// tell a fault that did something from one that did nothing: `failedRequests` (answered
+    /// by `fail-requests`), `goneWatches` (410 ERROR events of `fail-watches`),
+    /// `expiredContinues` (lists answered 410 by `expire-continue`), `damagedWatchEvents`,
+    /// `closedWatches` and `silencedWatches` (open watches ended or silenced),
+    /// `resetWatches` and `cutWatches` (open watches when connections were reset or the
+    /// server became unreachable), `refusedConnections` (closed while unreachable) and
+    /// `delayedResponses`. Kept by [`Faults::clear`].
+    pub fn effects(&self) -> BTreeMap<&'static str, u64> {
+        let mut m = self
+            .effects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        m.insert("damagedWatchEvents", self.damaged_watch_events());
+        m
+    }
+
     /// The current response delay.
     pub fn delay(&self) -> Duration {
         self.with(|s| s.delay)
@@ -175,14 +208,17 @@ impl Faults {
             s.failures -= 1;
             s.failure_kind
         })
+        .inspect(|_| self.count_effect("failedRequests", 1))
     }
 
     /// Consumes one pending "gone" watch.
     pub(crate) fn take_gone_watch(&self) -> bool {
-        self.with(|s| {
+        let take = self.with(|s| {
             let take = s.gone_watches > 0;
             s.gone_watches = s.gone_watches.saturating_sub(1);
             take
-        })
+        });
+        self.count_effect("goneWatches", u64::from(take));
+        take
     }
 }

@@ -25,6 +25,7 @@ impl Faults {
     pub fn set_unreachable(&self, on: bool) {
         self.unreachable.store(on, Ordering::SeqCst);
         if on {
+            self.count_effect("cutWatches", self.open_watch_count());
             let mut cut = self.cut.lock().unwrap_or_else(|p| p.into_inner());
             cut.cancel();
             *cut = CancellationToken::new();
@@ -36,6 +37,7 @@ impl Faults {
     /// served as usual. A client sees its watch body end in a transport error, not a clean
     /// end, and must resume from the last resourceVersion it processed.
     pub fn reset_connections(&self) {
+        self.count_effect("resetWatches", self.open_watch_count());
         let mut cut = self.cut.lock().unwrap_or_else(|p| p.into_inner());
         cut.cancel();
         *cut = CancellationToken::new();

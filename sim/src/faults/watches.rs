@@ -103,9 +103,11 @@ impl Faults {
     /// Ends every watch stream open now (the client sees the response body end); later
     /// watches are unaffected.
     pub fn close_all_watches(&self) {
-        for e in &self.open_watches().entries {
+        let open = self.open_watches();
+        for e in &open.entries {
             e.end.cancel();
         }
+        self.count_effect("closedWatches", open.entries.len() as u64);
     }
 
     /// Makes every watch stream open now send nothing more, ever (no events, no bookmarks,
@@ -114,9 +116,11 @@ impl Faults {
     /// Only [`Faults::close_all_watches`], a status override, an unreachable server or
     /// shutdown end such a stream. New watches are unaffected.
     pub fn silence_open_watches(&self) {
-        for e in &self.open_watches().entries {
+        let open = self.open_watches();
+        for e in &open.entries {
             e.silence.cancel();
         }
+        self.count_effect("silencedWatches", open.entries.len() as u64);
     }
 
     /// While `on`, every NEW watch whose URL path starts with `path_prefix` (`None` = every
@@ -147,6 +151,11 @@ impl Faults {
                 prefix: path_prefix.map(str::to_owned),
             })
         });
+    }
+
+    /// How many watch streams are open now.
+    pub(crate) fn open_watch_count(&self) -> u64 {
+        self.open_watches().entries.len() as u64
     }
 
     /// How many damaged watch events were written since the simulator started.

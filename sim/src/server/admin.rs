@@ -52,7 +52,9 @@
 //!   "streamingListsPeak","requestCounts":{"byResource","byPath"}}` (`churnApplied`:
 //!   operations of the churn started with `/_sim/churn`; `streamingListsInFlight`: watches
 //!   with `sendInitialEvents=true` before their end bookmark, `streamingListsPeak` the most at
-//!   once since the last `reset-stats`)
+//!   once since the last `reset-stats`); `"faultEffects"`: how often each fault took effect
+//!   (`Faults::effects`: failed requests, 410 watches, expired continues, watches closed,
+//!   silenced, reset or cut, connections refused, responses delayed)
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -117,7 +119,7 @@ pub const ADMIN_ENDPOINTS: &[AdminEndpoint] = &[
     ep("POST", "/_sim/deny?verb=watch&group=&resource=pods", "take a permission away (verb, group, resource, namespace; each left out: any): 403 Forbidden and SelfSubjectAccessReview allowed=false; on=false gives it back (alone: all)"),
     ep("POST", "/_sim/reset-stats", "zero the list/watch request counts"),
     ep("POST", "/_sim/clear-faults", "clear every fault switch"),
-    ep("GET", "/_sim/stats", "resourceVersion, watch events sent, open watches, damaged events, streaming lists in flight and their peak, request counts"),
+    ep("GET", "/_sim/stats", "resourceVersion, watch events sent, open watches, damaged events, streaming lists in flight and their peak, request counts, faultEffects (how often each fault took effect)"),
 ];
 
 /// The admin endpoints as text for `--help`.
@@ -372,6 +374,7 @@ pub fn handle(
                     .as_ref()
                     .map_or(0, |c| c.stats().total()),
                 "requestCounts": sim.request_counts().to_json(),
+                "faultEffects": faults.effects(),
             });
             return Ok(json_response(200, body.to_string().into()));
         }

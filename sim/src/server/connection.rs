@@ -32,6 +32,7 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, inner: Arc<Inner>)
             }
         };
         if inner.faults.is_unreachable() {
+            inner.faults.count_effect("refusedConnections", 1);
             tokio::spawn(serve_admin_only(stream, app.clone(), inner.clone()));
             continue;
         }

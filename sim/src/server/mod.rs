@@ -196,6 +196,7 @@ async fn serve_api(
     tracing::debug!(method = %parts.method, uri = %parts.uri, "request");
     let delay = inner.faults.delay();
     if !delay.is_zero() {
+        inner.faults.count_effect("delayedResponses", 1);
         tokio::time::sleep(delay).await;
     }
     if let Some(kind) = inner.faults.take_failure(path) {
