@@ -9,9 +9,14 @@
 //!   peak RSS (`VmHWM`), steady RSS (mean of the second half of the quiet time after the
 //!   sync), CPU seconds (user + system, start to the end of the quiet time);
 //! - the server: RSS before kubesink started (settled, watch cache full) and the highest
-//!   sampled during the sync, CPU seconds during the sync, and (real server) etcd's CPU;
+//!   sampled during the sync, CPU seconds during the sync (and above its rate in the 5 s of
+//!   quiet just before: a Go heap of gigabytes goes on collecting after the start), and
+//!   (real server) etcd's CPU;
 //! - the requests the server counted (`apiserver_request_total` by verb for pods; the
 //!   simulator's own counters).
+//!
+//! Each server is synced four times, streaming, paged, paged, streaming (ABBA), so that
+//! neither strategy always runs first after the start, and each figure shows both.
 //!
 //! No kubelet or scheduler runs (Pods stay Pending) and no controller-manager (the `default`
 //! ServiceAccounts are created here): the Pods are what a watcher of topology reads. Their
@@ -34,6 +39,9 @@ use super::{Ctx, Kubesink};
 /// Namespaces the Pods are spread over (as the simulator runs of the suite).
 const NAMESPACES: usize = 20;
 
+/// The order of the syncs of each server (ABBA).
+const ORDER: [&str; 4] = ["stream", "list", "list", "stream"];
+
 /// Pod creations in flight at once.
 const CREATES_IN_FLIGHT: usize = 48;
 
@@ -43,6 +51,8 @@ pub struct Run {
     pub server: &'static str,
     /// `stream` or `list`.
     pub strategy: &'static str,
+    /// The server's CPU seconds per second in the 5 s before kubesink started.
+    pub server_idle_cpu_rate: f64,
     pub pods: usize,
     pub sync_secs: f64,
     pub kubesink_peak: u64,
@@ -228,8 +238,11 @@ fn sync_once(
     etcd_pid: Option<u32>,
     mut requests: impl FnMut() -> anyhow::Result<(f64, f64)>,
 ) -> anyhow::Result<Run> {
-    let server_before = procfs::memory(server_pid).context("server gone")?.rss;
+    let idle0 = procfs::cpu_seconds(server_pid).unwrap_or(0.0);
+    std::thread::sleep(Duration::from_secs(5));
     let server_cpu0 = procfs::cpu_seconds(server_pid).unwrap_or(0.0);
+    let server_idle_cpu_rate = (server_cpu0 - idle0) / 5.0;
+    let server_before = procfs::memory(server_pid).context("server gone")?.rss;
     let etcd_cpu0 = etcd_pid.and_then(procfs::cpu_seconds);
     let (lists0, watches0) = requests()?;
     let server_sampler = Sampler::start(server_pid, Duration::from_millis(50));
@@ -262,6 +275,7 @@ fn sync_once(
     let run = Run {
         server,
         strategy,
+        server_idle_cpu_rate,
         pods,
         sync_secs,
         kubesink_peak: mem.hwm,
@@ -279,7 +293,7 @@ fn sync_once(
         watch_requests: watches1 - watches0,
     };
     eprintln!(
-        "   {server} {strategy}: synced in {:.1} s, kubesink peak {:.1} MiB, steady {:.1} MiB, CPU {:.2} s; server RSS {:.0} → {:.0} MiB, CPU {:.2} s; {} LIST, {} WATCH",
+        "   {server} {strategy}: synced in {:.1} s, kubesink peak {:.1} MiB, steady {:.1} MiB, CPU {:.2} s; server RSS {:.0} → {:.0} MiB, CPU {:.2} s (idle rate {:.2}/s); {} LIST, {} WATCH",
         run.sync_secs,
         mib(run.kubesink_peak),
         mib(run.kubesink_steady),
@@ -287,6 +301,7 @@ fn sync_once(
         mib(run.server_rss_before),
         mib(run.server_rss_peak),
         run.server_cpu_secs,
+        run.server_idle_cpu_rate,
         run.list_requests,
         run.watch_requests
     );
@@ -307,7 +322,7 @@ pub fn run(ctx: &Ctx, pods: usize, settle: Duration, steady: Duration) -> anyhow
     );
     let mut runs = Vec::new();
     let mut real_bytes_per_pod = 0.0;
-    for strategy in ["stream", "list"] {
+    for strategy in ORDER {
         // A fresh API server each time: its watch cache filled from etcd, nothing served yet.
         cp.restart_apiserver();
         let client = ctx
@@ -332,7 +347,7 @@ pub fn run(ctx: &Ctx, pods: usize, settle: Duration, steady: Duration) -> anyhow
     let etcd_rss = cp.pid("etcd").and_then(procfs::memory).map_or(0, |m| m.rss);
     drop(cp);
     let mut sim_bytes_per_pod = 0.0;
-    for strategy in ["stream", "list"] {
+    for strategy in ORDER {
         let sim = Sim::start_with(
             &ctx.bin,
             &format!("real-compare-{strategy}"),
@@ -383,10 +398,11 @@ pub fn run(ctx: &Ctx, pods: usize, settle: Duration, steady: Duration) -> anyhow
 
 /// The part's table (Markdown).
 pub fn markdown(r: &Report) -> String {
-    let col = |server: &str, strategy: &str| {
+    let col = |server: &str, strategy: &str| -> Vec<&Run> {
         r.runs
             .iter()
-            .find(|x| x.server == server && x.strategy == strategy)
+            .filter(|x| x.server == server && x.strategy == strategy)
+            .collect()
     };
     let cols = [
         col("kube-apiserver", "stream"),
@@ -397,12 +413,15 @@ pub fn markdown(r: &Report) -> String {
     let row = |name: &str, f: &dyn Fn(&Run) -> String| {
         let cells: Vec<String> = cols
             .iter()
-            .map(|c| c.map_or_else(|| "—".to_owned(), f))
+            .map(|runs| match runs.is_empty() {
+                true => "—".to_owned(),
+                false => runs.iter().map(|r| f(r)).collect::<Vec<_>>().join(" / "),
+            })
             .collect();
         format!("| {name} | {} |\n", cells.join(" | "))
     };
     let mut md = format!(
-        "\n### {} Pods on a real kube-apiserver and on the simulator\n\nCreated through the API in {:.0} s ({:.0} Pods/s, {CREATES_IN_FLIGHT} in flight). JSON per Pod as served: kube-apiserver {:.0} bytes, simulator {:.0} bytes. etcd RSS at the end: {:.0} MiB.\n\n| | kube-apiserver, streaming list | kube-apiserver, paged lists | simulator, streaming list | simulator, paged lists |\n|---|---:|---:|---:|---:|\n",
+        "\n### {} Pods on a real kube-apiserver and on the simulator\n\nCreated through the API in {:.0} s ({:.0} Pods/s, {CREATES_IN_FLIGHT} in flight). JSON per Pod as served: kube-apiserver {:.0} bytes, simulator {:.0} bytes. etcd RSS at the end: {:.0} MiB.\n\nEach cell: the first and the second sync of that kind (order streaming, paged, paged, streaming after each server start).\n\n| | kube-apiserver, streaming list | kube-apiserver, paged lists | simulator, streaming list | simulator, paged lists |\n|---|---:|---:|---:|---:|\n",
         r.pods,
         r.create_secs,
         r.pods as f64 / r.create_secs,
@@ -434,6 +453,12 @@ pub fn markdown(r: &Report) -> String {
     });
     md += &row("server CPU during the sync (s)", &|r| {
         format!("{:.2}", r.server_cpu_secs)
+    });
+    md += &row("server CPU above its idle rate (s)", &|r| {
+        format!(
+            "{:.2}",
+            r.server_cpu_secs - r.server_idle_cpu_rate * r.sync_secs
+        )
     });
     md += &row("etcd CPU during the sync (s)", &|r| {
         r.etcd_cpu_secs
@@ -467,6 +492,7 @@ pub fn json(r: &Report) -> Value {
             "server_rss_before_bytes": x.server_rss_before,
             "server_rss_peak_bytes": x.server_rss_peak,
             "server_cpu_secs": x.server_cpu_secs,
+            "server_idle_cpu_rate": x.server_idle_cpu_rate,
             "etcd_cpu_secs": x.etcd_cpu_secs,
             "list_requests": x.list_requests,
             "watch_requests": x.watch_requests,
