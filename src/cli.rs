@@ -64,9 +64,12 @@ pub struct CheckArgs {
     #[arg(long)]
     pub online: bool,
     /// Fail (exit 1) on what is only a warning otherwise because it may be fine where
-    /// kubesink runs: a file the configuration names (a kubeconfig, a sink's credentials
-    /// file or certificates, the NATS state store's credentials file) that is not here. For
-    /// a check run where kubesink runs (its Pod, or CI with the same files mounted).
+    /// kubesink runs: a file the configuration names and `run` reads (a kubeconfig; a sink's
+    /// credentials file, and its certificates and librdkafka `*.location` files when its
+    /// connection uses TLS; the state store's credentials, certificates and librdkafka
+    /// files) that is not here. For a check run where kubesink runs (its Pod, or CI with the
+    /// same files mounted). A file that is here but unusable (a damaged keystore) is found
+    /// only by `run`.
     #[arg(long)]
     pub strict: bool,
     /// With `--online`: ask as this user (impersonation, as `kubectl --as`), e.g.

@@ -253,7 +253,12 @@ pub async fn resolve(
 
 /// `e` and its sources, each written once (kube's errors often repeat their source, and
 /// often say only `client error (SendRequest)` without them: the cause is in the chain).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    // The API server's answer in its own words (kube prints the whole `Status` in Rust's
+    // debug form, escaped quotes and all: found by a newcomer in a 403 on the Lease).
+    if let Some(kube::Error::Api(s)) = e.downcast_ref::<kube::Error>() {
+        return format!("{} {}: {}", s.code, s.reason, s.message);
+    }
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -272,6 +277,16 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 fn describe_kubeconfig(e: &kube::config::KubeconfigError) -> String {
     match e {
         kube::config::KubeconfigError::ReadConfig(io, _) => format!("cannot be read: {io}"),
+        // The YAML parser quotes the offending line, and a kubeconfig holds tokens and keys:
+        // only where (found by a newcomer: a malformed file printed its token).
+        kube::config::KubeconfigError::Parse(p) => match p.location() {
+            Some(at) => format!(
+                "is not a valid kubeconfig: YAML error at line {}, column {} (the file's text is not repeated: it holds credentials)",
+                at.line(),
+                at.column()
+            ),
+            None => "is not a valid kubeconfig: YAML error (the file's text is not repeated: it holds credentials)".to_owned(),
+        },
         other => error_chain(other),
     }
 }

@@ -315,6 +315,9 @@ impl Elector {
                 Ok(_) => Ok(()),
                 Err(e) => Err(crate::cluster::error_chain(e)),
             });
+            if attempt.is_ok() && last_warned.take().is_some() {
+                tracing::info!(lease = %self.lease(), "leader election: the lease can be read again");
+            }
             match attempt {
                 Ok(Attempt::Held) => {
                     tracing::info!(lease = %self.lease(), identity = %self.identity, "became the leader");
@@ -344,6 +347,8 @@ impl Elector {
     /// fence is closed by then).
     pub async fn hold(&mut self) -> Lost {
         let mut last_ok = Instant::now();
+        // As in `acquire`: WARN the first failure of a streak, DEBUG the retries.
+        let mut warned = false;
         loop {
             tokio::time::sleep(self.retry_period).await;
             let started = Instant::now();
@@ -358,6 +363,10 @@ impl Elector {
             });
             let last_error = match attempt {
                 Ok(Attempt::Held) => {
+                    if warned {
+                        tracing::info!(lease = %self.lease(), "lease renewed again");
+                        warned = false;
+                    }
                     last_ok = started;
                     continue;
                 }
@@ -378,7 +387,12 @@ impl Elector {
                     last_error,
                 };
             }
-            tracing::warn!(lease = %self.lease(), error = %last_error, "renewing the lease failed; retrying");
+            if warned {
+                tracing::debug!(lease = %self.lease(), error = %last_error, "renewing the lease failed; retrying");
+            } else {
+                warned = true;
+                tracing::warn!(lease = %self.lease(), cluster = self.cluster.as_deref().unwrap_or(""), error = %last_error, "renewing the lease failed; retrying until the renew deadline (leader_election.renew_deadline), then this replica stops leading");
+            }
         }
     }
 

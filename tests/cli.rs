@@ -785,7 +785,7 @@ async fn check_refuses_an_unknown_librdkafka_property_of_a_kafka_sink_as_run_doe
     let file = dir.path().join("kafka.toml");
     std::fs::write(
         &file,
-        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\n[sinks.librdkafka]\n\"socket.keepalive.enabel\" = \"true\"\n\"socket.timeout.ms\" = \"soon\"\n\"ssl.keystore.location\" = \"/nonexistent/k.p12\"\n",
+        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\n[sinks.security]\nprotocol = \"ssl\"\n[sinks.librdkafka]\n\"socket.keepalive.enabel\" = \"true\"\n\"socket.timeout.ms\" = \"soon\"\n\"ssl.keystore.location\" = \"/nonexistent/k.p12\"\n",
     )
     .unwrap();
     for args in [&["check"][..], &["run"][..]] {
@@ -811,7 +811,7 @@ async fn check_names_a_missing_nats_credentials_file_that_run_refuses_and_strict
     let file = dir.path().join("nats.toml");
     std::fs::write(
         &file,
-        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"nats\"\nservers = [\"nats://127.0.0.1:1\"]\nmode = \"core\"\n[sinks.auth]\ncredentials_file = \"/nonexistent/nats.creds\"\n[sinks.tls]\nca_file = \"/nonexistent/ca.pem\"\n",
+        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"nats\"\nservers = [\"nats://127.0.0.1:1\"]\nmode = \"core\"\n[sinks.auth]\ncredentials_file = \"/nonexistent/nats.creds\"\n[sinks.tls]\nca_file = \"/nonexistent/ca.pem\"\nrequired = true\n",
     )
     .unwrap();
     let (code, stderr) = command(&["check"], &file).await;
@@ -996,6 +996,61 @@ async fn check_reports_warnings_and_strict_errors_beside_the_errors_in_one_run()
             && stderr.contains("error (--strict): sinks.0.auth.credentials_file: /nonexistent/nats.creds does not exist or is not a file")
             && stderr.contains("warning: resources.0 (v1 Pod) and resources.1 (v1 Pod)")
             && !stderr.contains("warning: sinks.0.auth.credentials_file"),
+        "{stderr}"
+    );
+}
+
+/// Found by a newcomer (issue 38): a malformed kubeconfig's YAML error quoted the offending
+/// line, and with it the token; and files `run` never reads (TLS files of a connection
+/// without TLS) were said to stop it.
+#[tokio::test]
+async fn a_malformed_kubeconfig_is_named_without_its_text_and_unused_tls_files_are_not_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("broken.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {\"token\": \"SuperSecretTok3n\" [}\n",
+    )
+    .unwrap();
+    let file = dir.path().join("k.toml");
+    std::fs::write(
+        &file,
+        format!("[cluster]\nname = \"a\"\nkubeconfig = {kubeconfig:?}\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"nats\"\nservers = [\"nats://127.0.0.1:1\"]\nmode = \"core\"\n[sinks.tls]\nca_file = \"/nonexistent/ca.pem\"\n"),
+    )
+    .unwrap();
+    let (code, stderr) = command(&["run"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("is not a valid kubeconfig: YAML error at line")
+            && !stderr.contains("SuperSecretTok3n"),
+        "{stderr}"
+    );
+    let (code, stderr) = command(&["check", "--strict"], &file).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "a nats:// connection without tls.required reads no TLS file: {stderr}"
+    );
+    assert!(!stderr.contains("ca.pem"), "{stderr}");
+}
+
+/// Found by a newcomer (issue 38): one bad value in a `[[sinks]]` entry hid every sink's
+/// missing files and warnings.
+#[tokio::test]
+async fn a_bad_value_in_one_sink_does_not_hide_the_other_sinks_missing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.toml");
+    std::fs::write(
+        &file,
+        "[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"nats\"\nname = \"n\"\nservers = [\"nats://127.0.0.1:1\"]\nmode = \"core\"\n[sinks.auth]\ncredentials_file = \"/nonexistent/n.creds\"\n[[sinks]]\ntype = \"kafka\"\nname = \"k\"\nbootstrap_servers = \"127.0.0.1:1\"\ncompression = \"brotli\"\n",
+    )
+    .unwrap();
+    let (code, stderr) = command(&["check", "--strict"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("sinks.1.compression")
+            && stderr
+                .contains("error (--strict): sinks.0.auth.credentials_file: /nonexistent/n.creds"),
         "{stderr}"
     );
 }

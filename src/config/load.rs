@@ -244,10 +244,23 @@ impl Loader {
         let log = self.section::<LogConfig>("log");
         let resources = self.list::<ResourceConfig>("resources");
         let sinks = self.list::<SinkConfig>("sinks");
-        if sinks.is_none() {
-            self.sink_remainders();
-        }
+        // What is left of each entry that did not parse (its bad values taken out): checked
+        // here, and kept in the partial configuration `check` warns about.
+        let sink_rest = if sinks.is_none() {
+            self.sink_remainders()
+        } else {
+            Vec::new()
+        };
         let state = self.section::<StateConfig>("state");
+        let state_rest = match &state {
+            None => self
+                .figment
+                .find_value("state")
+                .ok()
+                .and_then(|v| probe::remainder::<StateConfig>(&v))
+                .map(|(rest, _)| rest),
+            Some(_) => None,
+        };
         let mut failed: Vec<&str> = Vec::new();
         let mut parsed = |name: &'static str, ok: bool| {
             if !ok {
@@ -280,6 +293,16 @@ impl Loader {
             state: state.unwrap_or_default(),
         };
         self.check(&config, &failed);
+        // The partial configuration `check` warns about: the remainders in place of the
+        // defaults (never run: it has errors), so one bad value of a sink or of `[state]`
+        // does not hide the other entries' missing files and warnings.
+        let mut config = config;
+        if !sink_rest.is_empty() {
+            config.sinks = sink_rest;
+        }
+        if let Some(rest) = state_rest {
+            config.state = rest;
+        }
         (Some(config), self.errors)
     }
 
@@ -414,10 +437,11 @@ impl Loader {
     /// not parse once its bad values are taken out ([`probe::remainder`]): a bad value does
     /// not hide the entry's other problems. A problem of a key already reported (its value
     /// taken out, a default in its place) is not said again.
-    fn sink_remainders(&mut self) {
+    fn sink_remainders(&mut self) -> Vec<SinkConfig> {
         let Ok(Value::Array(_, items)) = self.figment.find_value("sinks") else {
-            return;
+            return Vec::new();
         };
+        let mut rest = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let Some((sink, taken)) = probe::remainder::<SinkConfig>(item) else {
                 continue;
@@ -434,7 +458,9 @@ impl Loader {
                     self.problem(&format!("sinks.{i}.{key}"), message);
                 }
             }
+            rest.push(sink);
         }
+        rest
     }
 
     /// Records the problems found in `value` (at `prefix`), each with its value's source.

@@ -122,8 +122,41 @@ fn culprit<T: DeserializeOwned>(
                 return Some(first);
             }
         }
+        // A secret's `{ env = … }` / `{ file = … }` that cannot be read: the table naming
+        // that variable or file (two such in one entry gave the same kind of error, and the
+        // error was blamed on `type`; found by a newcomer).
+        if message.starts_with("the secret's ") {
+            if let Some(at) = naming_reference(value, path, message) {
+                return Some(at);
+            }
+        }
     }
     culprit_in::<T>(value, path, kind, &(path.to_vec(), kind.to_string()))
+}
+
+/// The first `{ env = NAME }` / `{ file = PATH }` table below `table` whose NAME or PATH the
+/// error `message` names.
+fn naming_reference(value: &Value, table: &[String], message: &str) -> Option<Vec<String>> {
+    fn walk(v: &Value, path: &mut Vec<String>, message: &str) -> Option<Vec<String>> {
+        let Value::Dict(_, dict) = v else {
+            return None;
+        };
+        let named = |key: &str, what: &str| {
+            dict.get(key)
+                .and_then(Value::as_str)
+                .is_some_and(|at| message.contains(&format!("{what} {at}")))
+        };
+        if dict.len() == 1 && (named("env", "variable") || named("file", "file")) {
+            return Some(path.clone());
+        }
+        dict.iter().find_map(|(k, child)| {
+            path.push(k.clone());
+            let found = walk(child, path, message);
+            path.pop();
+            found
+        })
+    }
+    walk(lookup(value, table)?, &mut table.to_vec(), message)
 }
 
 /// The first place below the table at `table` whose value is the secrets' mask.

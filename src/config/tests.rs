@@ -1429,3 +1429,42 @@ sasl_password = "***"
         Ok(())
     });
 }
+
+/// Found by a newcomer (issue 38): two `{ env = … }` secrets of one sink entry that cannot be
+/// read gave one error, blamed on `sinks.0.type`. Each is named at its own key.
+#[cfg(feature = "kafka")]
+#[test]
+fn every_unreadable_secret_reference_is_named_at_its_key() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "refs.toml",
+            r#"
+[cluster]
+name = "a"
+[[resources]]
+api_version = "v1"
+kind = "Pod"
+[[sinks]]
+type = "kafka"
+bootstrap_servers = "127.0.0.1:1"
+[sinks.security]
+protocol = "sasl_ssl"
+sasl_mechanism = "PLAIN"
+sasl_username = "u"
+sasl_password = { env = "TESTS_UNSET_SASL_PASSWORD" }
+ssl_key_password = { env = "TESTS_UNSET_KEY_PASSWORD" }
+"#,
+        )?;
+        let errs = errors_of(Some(Path::new("refs.toml")));
+        let all = errs.join("\n");
+        assert_eq!(errs.len(), 2, "{all}");
+        for want in [
+            "sinks.0.security.sasl_password: the secret's environment variable TESTS_UNSET_SASL_PASSWORD is not set",
+            "sinks.0.security.ssl_key_password: the secret's environment variable TESTS_UNSET_KEY_PASSWORD is not set",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        Ok(())
+    });
+}

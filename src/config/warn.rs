@@ -135,6 +135,42 @@ pub fn missing_files(c: &Config) -> Vec<MissingFile> {
             ));
         }
     }
+    #[cfg(feature = "nats")]
+    if c.state.backend == super::StateBackend::Nats
+        && (c.state.nats.tls.required
+            || c.state.nats.servers.iter().any(|s| s.starts_with("tls://")))
+    {
+        let tls = &c.state.nats.tls;
+        for (key, p) in [
+            ("ca_file", &tls.ca_file),
+            ("cert_file", &tls.cert_file),
+            ("key_file", &tls.key_file),
+        ] {
+            if let Some(p) = p {
+                files.push((
+                    format!("state.nats.tls.{key}"),
+                    p.clone(),
+                    "the state store cannot be opened without it".to_owned(),
+                ));
+            }
+        }
+    }
+    #[cfg(feature = "kafka")]
+    if c.state.backend == super::StateBackend::Kafka {
+        let map = &c.state.kafka.librdkafka;
+        let protocol = map
+            .get("security.protocol")
+            .map(|p| p.to_ascii_lowercase())
+            .unwrap_or_default();
+        let (tls, sasl) = (protocol.ends_with("ssl"), protocol.starts_with("sasl"));
+        for (k, p) in kubesink_kafka::passthrough_files(map, tls, sasl) {
+            files.push((
+                format!("state.kafka.librdkafka.\"{k}\""),
+                p,
+                "the state store cannot be opened without it".to_owned(),
+            ));
+        }
+    }
     files
         .into_iter()
         .filter(|(_, p, _)| !p.is_file())

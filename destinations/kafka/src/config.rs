@@ -734,27 +734,33 @@ impl Destination for KafkaConfig {
     /// librdkafka reads them when the producer is created (a missing one stops `run`).
     fn files(&self) -> Vec<(String, std::path::PathBuf)> {
         let s = &self.security;
-        [
-            ("security.ssl_ca_location", &s.ssl_ca_location),
-            (
-                "security.ssl_certificate_location",
-                &s.ssl_certificate_location,
-            ),
-            ("security.ssl_key_location", &s.ssl_key_location),
-        ]
-        .into_iter()
-        .filter_map(|(key, path)| Some((key.to_owned(), path.as_ref()?.into())))
+        // librdkafka reads the TLS files only with TLS, and a keytab only with SASL: with
+        // other protocols `run` starts without them (found by a newcomer: `check` said it
+        // would not).
+        let tls = matches!(s.protocol, Protocol::Ssl | Protocol::SaslSsl);
+        let sasl = matches!(s.protocol, Protocol::SaslPlaintext | Protocol::SaslSsl);
+        let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();
+        if tls {
+            for (key, path) in [
+                ("security.ssl_ca_location", &s.ssl_ca_location),
+                (
+                    "security.ssl_certificate_location",
+                    &s.ssl_certificate_location,
+                ),
+                ("security.ssl_key_location", &s.ssl_key_location),
+            ] {
+                if let Some(p) = path {
+                    files.push((key.to_owned(), p.into()));
+                }
+            }
+        }
         // librdkafka's other files, given through the passthrough (`ssl.keystore.location`,
-        // `ssl.crl.location`, `sasl.kerberos.keytab`...): it refuses to start without them.
-        .chain(
-            self.librdkafka
-                .iter()
-                .filter(|(k, v)| {
-                    (k.ends_with(".location") || k.ends_with(".keytab")) && !v.is_empty()
-                })
-                .map(|(k, v)| (format!("librdkafka.\"{k}\""), v.into())),
-        )
-        .collect()
+        // `ssl.crl.location`, `sasl.kerberos.keytab`...).
+        files.extend(
+            crate::properties::passthrough_files(&self.librdkafka, tls, sasl)
+                .map(|(k, v)| (format!("librdkafka.\"{k}\""), v)),
+        );
+        files
     }
 
     /// Settings that work but weaken security, one sentence each (for `kubesink check` and

@@ -50,7 +50,7 @@ pub use config::{
 };
 pub use context::{BrokerWatch, EpochWatch, KafkaContext};
 pub use errors::{classify, describe_error, needs_new_producer, SendFailure};
-pub use properties::{is_secret_property, Properties};
+pub use properties::{is_secret_property, passthrough_files, Properties};
 pub use rebuild::{EPOCH_BUMPS_BEFORE_REBUILD, TIMED_OUT_SENDS_BEFORE_REBUILD};
 pub use request::{escape, topic_template, CLUSTER_SCOPE, MAX_TOPIC_LEN, TOPIC};
 pub use sink::{KafkaSink, RECORD_OVERHEAD_BYTES};

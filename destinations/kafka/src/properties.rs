@@ -48,6 +48,28 @@ impl std::fmt::Debug for Properties {
     }
 }
 
+/// Whether passthrough property `name` names a file librdkafka reads (`ssl.*.location`,
+/// `ssl.crl.location`, `sasl.kerberos.keytab`...).
+fn is_file_property(name: &str) -> bool {
+    name.ends_with(".location") || name.ends_with(".keytab")
+}
+
+/// The files a passthrough map names that librdkafka reads when the client is created: the
+/// `ssl.*` ones with TLS (`tls`), the `sasl.*` ones with SASL (`sasl`), as `(property,
+/// path)`. A missing one stops the start (`kubesink check` names it: a warning, an error
+/// with `--strict`).
+pub fn passthrough_files(
+    properties: &std::collections::BTreeMap<String, String>,
+    tls: bool,
+    sasl: bool,
+) -> impl Iterator<Item = (String, std::path::PathBuf)> + '_ {
+    properties
+        .iter()
+        .filter(|(k, v)| is_file_property(k) && !v.is_empty())
+        .filter(move |(k, _)| (tls && k.starts_with("ssl.")) || (sasl && k.starts_with("sasl.")))
+        .map(|(k, v)| (k.clone(), std::path::PathBuf::from(v)))
+}
+
 /// What librdkafka refuses in a passthrough map, one entry per problem: `(Some(property),
 /// message)` for a property it refuses alone (an unknown name, with the nearest known one; a
 /// bad value), then, only when each is accepted alone, `(None, message)` for what it refuses
@@ -88,7 +110,12 @@ pub fn refused_properties(
     }
     if refused.is_empty() && !properties.is_empty() {
         let mut all = rdkafka::ClientConfig::new();
-        for (k, v) in properties {
+        // A file that is not here is its own finding (a missing file, named with its path);
+        // left in, librdkafka would refuse the whole map for the first one, without the path.
+        for (k, v) in properties
+            .iter()
+            .filter(|(k, v)| !is_file_property(k) || std::path::Path::new(v.as_str()).is_file())
+        {
             all.set(k, v);
         }
         if let Err(e) = all.create::<rdkafka::producer::BaseProducer>() {

@@ -472,7 +472,13 @@ pub async fn client_options(
                 key: "auth.credentials_file",
                 path: path.display().to_string(),
                 // async-nats says "loading creds file 'PATH': CAUSE": the path is said once.
-                source: std::io::Error::new(source.kind(), source.kind().to_string()),
+                source: {
+                    let text = source.to_string();
+                    let cause = text
+                        .split_once("': ")
+                        .map_or_else(|| text.clone(), |(_, cause)| cause.to_owned());
+                    std::io::Error::new(source.kind(), cause)
+                },
             })?;
     }
     if let Some(ca) = &tls.ca_file {
@@ -697,17 +703,25 @@ impl Destination for NatsConfig {
         errs
     }
 
-    /// `auth.credentials_file`: read when the sink is built (a missing one stops `run`).
+    /// `auth.credentials_file`, read when the sink is built, and the `tls.*` files when TLS
+    /// is certainly used (`tls.required`, or a `tls://` server): a missing one stops `run`.
+    /// With neither, they are read only if a server demands TLS, so they are not named (a
+    /// newcomer found "run refuses to start without it" said of files `run` never read).
     fn files(&self) -> Vec<(String, std::path::PathBuf)> {
-        [
-            ("auth.credentials_file", &self.auth.credentials_file),
-            ("tls.ca_file", &self.tls.ca_file),
-            ("tls.cert_file", &self.tls.cert_file),
-            ("tls.key_file", &self.tls.key_file),
-        ]
-        .into_iter()
-        .filter_map(|(key, p)| p.as_ref().map(|p| (key.to_owned(), p.clone())))
-        .collect()
+        let tls = self.tls.required || self.servers.iter().any(|s| s.starts_with("tls://"));
+        let mut files: Vec<(&str, &Option<std::path::PathBuf>)> =
+            vec![("auth.credentials_file", &self.auth.credentials_file)];
+        if tls {
+            files.extend([
+                ("tls.ca_file", &self.tls.ca_file),
+                ("tls.cert_file", &self.tls.cert_file),
+                ("tls.key_file", &self.tls.key_file),
+            ]);
+        }
+        files
+            .into_iter()
+            .filter_map(|(key, p)| p.as_ref().map(|p| (key.to_owned(), p.clone())))
+            .collect()
     }
 
     /// Settings that work but weaken security, one sentence each naming the entry and key:
