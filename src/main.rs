@@ -131,7 +131,17 @@ async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
 
 /// `kubesink check` of a configuration that loaded.
 async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
-    if strict_errors(&c, args.strict) > 0 {
+    // A kubeconfig that is here but that `run` cannot use is reported like a missing one: a
+    // warning, an error with --strict (found by a newcomer: a file that is not a kubeconfig,
+    // or a context it lacks, passed `check --strict` and stopped `run`).
+    let unusable = unusable_kubeconfigs(&c).await;
+    for u in &unusable {
+        match args.strict {
+            true => eprintln!("error (--strict): {u}"),
+            false => eprintln!("warning: {u}"),
+        }
+    }
+    if strict_errors(&c, args.strict) > 0 || (args.strict && !unusable.is_empty()) {
         return ExitCode::FAILURE;
     }
     if args.online {
@@ -168,6 +178,26 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The kubeconfigs of `c` that are here but that `run` cannot use, each as one sentence:
+/// its clients are built as `run` builds them (reading the file, resolving the context,
+/// loading certificates; no request is made). A missing file is left to
+/// [`config::missing_files`].
+async fn unusable_kubeconfigs(c: &config::Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for cluster in c.clusters() {
+        if !cluster.kubeconfig.as_ref().is_some_and(|p| p.is_file()) {
+            continue;
+        }
+        if let Err(e) = kubesink::cluster::client(&cluster).await {
+            out.push(format!(
+                "{e} (`kubesink run` cannot use it for cluster {:?})",
+                cluster.name
+            ));
+        }
+    }
+    out
 }
 
 /// With `--strict`, prints each missing file of `c` as an error, then the other warnings;

@@ -1026,12 +1026,20 @@ async fn a_malformed_kubeconfig_is_named_without_its_text_and_unused_tls_files_a
         "{stderr}"
     );
     let (code, stderr) = command(&["check", "--strict"], &file).await;
-    assert_eq!(
-        code,
-        Some(0),
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error (--strict): cluster.kubeconfig ")
+            && stderr.contains("is not a valid kubeconfig: YAML error at line")
+            && !stderr.contains("SuperSecretTok3n"),
+        "check reports the kubeconfig run cannot use: {stderr}"
+    );
+    assert!(
+        !stderr.contains("ca.pem"),
         "a nats:// connection without tls.required reads no TLS file: {stderr}"
     );
-    assert!(!stderr.contains("ca.pem"), "{stderr}");
+    let (code, stderr) = command(&["check"], &file).await;
+    assert_eq!(code, Some(0), "a warning without --strict: {stderr}");
+    assert!(stderr.contains("warning: cluster.kubeconfig "), "{stderr}");
 }
 
 /// Found by a newcomer (issue 38): one bad value in a `[[sinks]]` entry hid every sink's
