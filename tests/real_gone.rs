@@ -6,7 +6,8 @@
 //!   watch kubesink resumes gets 410 Gone, it relists, sends exactly what changed meanwhile
 //!   (the deletes inferred, `finalStateUnknown`) and nothing else;
 //! - a watch connection reset mid-stream resumes from the last resourceVersion seen: no
-//!   relist, nothing sent twice, nothing lost.
+//!   relist, no object re-sent as `added`, nothing lost (an object's updates may be sent
+//!   coalesced, so their count is bounded, not exact).
 
 #[path = "support/kube_server.rs"]
 mod kube_server;
