@@ -47,6 +47,8 @@ mod handle;
 mod model_tests;
 mod queue;
 mod stats;
+#[cfg(test)]
+mod worker_model_tests;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
