@@ -61,14 +61,14 @@ def check(messages, cluster, drop_update=False):
             part_max[part] = max(part_max.get(part, 0), epoch)
         if msg.get("op") == "synced":
             st["markers"] += 1
-            # `kubesink fold` applies the epoch rule to markers by key too; on Kafka one marker
-            # key is written to every partition, so read across partitions an older marker of
-            # another partition counts there as a deposed leader's (counted here to compare).
+            # `kubesink fold` applies the epoch rule to markers by key and partition (on Kafka
+            # one marker key is written to every partition): counted here to compare.
             if epoch is not None:
-                if epoch < epochs.get(msg["key"], epoch):
+                mk = (msg["key"], part)
+                if epoch < epochs.get(mk, epoch):
                     st["late_markers"] += 1
                 else:
-                    epochs[msg["key"]] = epoch
+                    epochs[mk] = epoch
             continue
         key, uid, op = msg["key"], msg["uid"], msg["op"]
         # Leader epochs (docs/consumers.md), as `kubesink fold` honours them: a message below

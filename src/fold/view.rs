@@ -420,8 +420,16 @@ impl View {
     ) -> Result<Vec<Change>, FoldError> {
         self.stats.markers += 1;
         let (cluster, group, kind) = identity(msg, at)?;
-        // A deposed leader's late marker must not sweep what its successor sent.
-        let marker_key = str_field(msg, "key").to_owned();
+        // A deposed leader's late marker must not sweep what its successor sent. On Kafka a
+        // marker is written to every partition and the partitions are read one after the
+        // other, so its epochs are compared within a partition: a successor's marker read in
+        // partition 0 says nothing of the markers partition 1 holds before it (compared
+        // across partitions, every older marker read later counted as a deposed leader's).
+        let marker_key = match (str_field(msg, "key"), partition) {
+            ("", _) => String::new(),
+            (key, Some(p)) => format!("{key}#{p}"),
+            (key, None) => key.to_owned(),
+        };
         if !marker_key.is_empty() && self.stale(&marker_key, msg) {
             return Ok(Vec::new());
         }
@@ -701,6 +709,27 @@ mod tests {
         m["leaderEpoch"] = 4.into();
         assert!(v.apply(rec(m)).unwrap().is_empty());
         assert_eq!(v.stats.stale_epochs, 3);
+        // On Kafka every partition holds every marker, read one partition after the
+        // other: partition 1's markers of epoch 4, read after partition 0's of epoch 5, are
+        // not a deposed leader's; within partition 1 a later epoch-4 marker is.
+        let on = |mut m: Value, id: &str, epoch: u64, p: i32| {
+            m["id"] = id.into();
+            m["leaderEpoch"] = epoch.into();
+            let mut r = rec(m);
+            r.partition = Some(p);
+            r
+        };
+        let mut k = marker("k", false);
+        k["key"] = "c/apps/Deployment//%synced".into();
+        v.apply(on(k.clone(), "k1", 5, 0)).unwrap();
+        v.apply(on(k.clone(), "k2", 4, 1)).unwrap();
+        v.apply(on(k.clone(), "k3", 5, 1)).unwrap();
+        assert_eq!(
+            v.stats.stale_epochs, 3,
+            "no partition's own order went back"
+        );
+        v.apply(on(k, "k4", 4, 1)).unwrap();
+        assert_eq!(v.stats.stale_epochs, 4);
         // Messages without an epoch (no leader election) are folded as before.
         v.apply(rec(a("added", "7", "r"))).unwrap();
         assert_eq!(v.len(), 2);
