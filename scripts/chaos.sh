@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The fault campaign (issues 19, 37): two kubesink replicas (leader election on a Lease, the
-# saved informer state in NATS, two sinks: JetStream and Kafka; replica a pages its lists, 50
+# saved informer state in NATS or in Kafka (a compacted topic on tansu; --state, else drawn
+# from the seed: even seeds NATS, odd Kafka), two sinks: JetStream and Kafka; replica a pages its lists, 50
 # a page, replica b streams them) watching Pods, ConfigMaps and Secrets (payload "full", sync
 # markers on) against the simulator, a real nats-server and a real Kafka-protocol broker
 # (tansu), under pod churn, with a seeded random schedule of faults: every simulator fault
@@ -33,6 +34,7 @@
 #   scripts/chaos.sh --plant zombie        # must fail: an old message with an epoch two
 #                                          #   hand-overs old published after the run
 #   scripts/chaos.sh --plant missing-fault # must fail: one kind of fault never sent
+#   scripts/chaos.sh --state kafka         # the saved state in Kafka whatever the seed
 #
 # Uses the target/debug binaries (built first; BIN and SIM to use others), the
 # Python of the reference consumers' venv for the checks (CONSUMERS_PYTHON, with nats-py and
@@ -50,6 +52,7 @@ SIM="${SIM:-target/debug/kubesink-sim}"
 PY="${CONSUMERS_PYTHON:-python3}"
 seconds=60
 plant=""
+state=""
 seed=$(( $(date +%s) % 100000 ))
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -58,14 +61,18 @@ while [ $# -gt 0 ]; do
     --minutes) seconds=$(( $2 * 60 )); shift 2 ;;
     --plant) plant="$2"; shift 2
       case "$plant" in lost-update|zombie|missing-fault) ;; *) echo "chaos: --plant lost-update|zombie|missing-fault" >&2; exit 2 ;; esac ;;
-    *) echo "usage: $0 [--seed N] [--seconds N | --minutes N] [--plant lost-update|zombie|missing-fault]" >&2; exit 2 ;;
+    --state) state="$2"; shift 2
+      case "$state" in nats|kafka) ;; *) echo "chaos: --state nats|kafka" >&2; exit 2 ;; esac ;;
+    *) echo "usage: $0 [--seed N] [--seconds N | --minutes N] [--plant lost-update|zombie|missing-fault] [--state nats|kafka]" >&2; exit 2 ;;
   esac
 done
+# The state backend: both are shared by the replicas; a seed replays with the same one.
+[ -n "$state" ] || { [ $((seed % 2)) -eq 0 ] && state=nats || state=kafka; }
 "$PY" -c 'import nats, confluent_kafka' 2>/dev/null || { echo "chaos: $PY lacks nats-py or confluent-kafka (set CONSUMERS_PYTHON; scripts/test.sh builds that venv)" >&2; exit 2; }
 TANSU="${TANSU_BIN:-${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}/tansu/bin/tansu}"
 [ -x "$TANSU" ] || { echo "chaos: no tansu at $TANSU (set TANSU_BIN; scripts/test.sh builds it)" >&2; exit 2; }
 RANDOM=$seed
-echo "== chaos: seed $seed, ${seconds}s of faults (replay: scripts/chaos.sh --seed $seed --seconds $seconds${plant:+ --plant $plant})"
+echo "== chaos: seed $seed, ${seconds}s of faults, state in $state (replay: scripts/chaos.sh --seed $seed --seconds $seconds${plant:+ --plant $plant})"
 
 dir=$(mktemp -d)
 cleanup() {
@@ -200,11 +207,8 @@ idle_timeout = "3s"
 retry_initial_backoff = "50ms"
 retry_max_backoff = "1s"
 [state]
-backend = "nats"
 interval = "3s"
-[state.nats]
-servers = ["$nats_url"]
-bucket = "KUBESINK_CHAOS_STATE"
+@STATE@
 [log]
 summary_interval = "0s"
 [server]
@@ -244,6 +248,18 @@ message_timeout = "5s"
 [sinks.librdkafka]
 "batch.num.messages" = "1"
 EOF
+# The state store: a NATS KV bucket, or a compacted Kafka topic through the kafka sink's
+# connection (tansu: the store's topic is created by kubesink; tansu freezes reach it too).
+if [ "$state" = nats ]; then
+  state_toml="backend = \"nats\"\n[state.nats]\nservers = [\"$nats_url\"]\nbucket = \"KUBESINK_CHAOS_STATE\""
+else
+  state_toml="backend = \"kafka\"\n[state.kafka]\ntopic = \"kubesink-chaos-state\""
+fi
+python3 - "$dir/kubesink.toml" "$state_toml" <<'PY'
+import sys
+p, block = sys.argv[1], sys.argv[2].replace("\\n", "\n")
+open(p, "w").write(open(p).read().replace("@STATE@", block))
+PY
 # Replica a makes paged lists (50 a page: an expired continue token has pages to cut);
 # replica b streams its lists (sendInitialEvents) where the server serves them.
 sed -e 's/@INITIAL_LIST@/list/' -e 's/@PAGE_SIZE@/50/' "$dir/kubesink.toml" >"$dir/kubesink-a.toml"
@@ -472,7 +488,7 @@ verdict() {  # $1 agreed, $2 fold file
 }
 ok() { [ "$1" -eq 0 ] && echo ok || echo VIOLATED; }
 nprob=$(wc -l <"$dir/problems.log")
-echo "== chaos: seed $seed, $faults faults in ${seconds}s${plant:+, plant $plant}; NATS fold: $(verdict "$agreed_nats" "$dir/fold-nats.jsonl"), order, uid and exact state: $(ok $order_nats); Kafka fold: $(verdict "$agreed_kafka" "$dir/fold-kafka.jsonl"), order, uid and exact state: $(ok $order_kafka); campaign problems: $nprob"
+echo "== chaos: seed $seed, state in $state, $faults faults in ${seconds}s${plant:+, plant $plant}; NATS fold: $(verdict "$agreed_nats" "$dir/fold-nats.jsonl"), order, uid and exact state: $(ok $order_nats); Kafka fold: $(verdict "$agreed_kafka" "$dir/fold-kafka.jsonl"), order, uid and exact state: $(ok $order_kafka); campaign problems: $nprob"
 if [ -z "$agreed_nats" ] || [ -z "$agreed_kafka" ] || [ "$order_nats" -ne 0 ] || [ "$order_kafka" -ne 0 ] || [ "$nprob" -gt 0 ]; then
   [ "$nprob" -gt 0 ] && { echo "campaign problems:"; sed 's/^/  /' "$dir/problems.log"; }
   echo "schedule:"; cat "$dir/schedule.log"

@@ -15,8 +15,8 @@
 //! 4. `pipeline`: the informers publish through a `Publisher` into one keyed, coalescing,
 //!    bounded queue per sink; a worker per sink batches (events, bytes, linger) and delivers
 //!    at-least-once with retries. A full queue stops the informers reading (backpressure).
-//! 5. [`destinations`]: the one list of destinations, each a wing crate under
-//!    `destinations/` (stdout, NATS, Kafka) implementing `kubesink_core::Sink`.
+//! 5. [`sinks`]: the one list of destinations, each a wing crate under
+//!    `sinks/` (stdout, NATS, Kafka) implementing `kubesink_core::Sink`.
 //!
 //! Beside the path, [`state`] keeps the acknowledged informer state (what every sink
 //! confirmed) in a file or a NATS object store, with a journal of the new keys sent since the
@@ -39,7 +39,6 @@ pub mod cluster;
 pub mod config;
 #[cfg(feature = "sim")]
 pub mod demo;
-pub mod destinations;
 pub mod fold;
 mod informer;
 pub mod leader;
@@ -48,6 +47,7 @@ pub mod observe;
 pub mod online;
 mod pipeline;
 pub mod rbac;
+pub mod sinks;
 pub mod state;
 
 pub use informer::{FailureKind, InformerStats};

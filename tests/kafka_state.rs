@@ -2,7 +2,7 @@
 //! fence against a deposed writer, the snapshot cut into chunks, and the transactional
 //! option on a broker without transactions. The restarts and hand-overs of the whole binary
 //! with this backend are in `tests/restart.rs`; the fence under compaction (which tansu does
-//! not run) is in `destinations/kafka/src/state/records.rs`, on a model of it.
+//! not run) is in `sinks/kafka/src/state/records.rs`, on a model of it.
 #![cfg(feature = "kafka")]
 
 #[path = "support/kafka_server.rs"]

@@ -1,7 +1,7 @@
 //! # kubesink-core: what every part of kubesink shares
 //!
 //! The bridge (crate `kubesink`) and each destination (crates `kubesink-stdout`,
-//! `kubesink-nats`, `kubesink-kafka` under `destinations/`) depend on this crate and never on
+//! `kubesink-nats`, `kubesink-kafka` under `sinks/`) depend on this crate and never on
 //! each other. It owns the contracts between them and the small tools both sides need:
 //!
 //! - [`message`]: topology message v1, the contract downstream teams code against: the
@@ -12,7 +12,7 @@
 //!   retried, how an oversize message is reported).
 //! - [`Destination`] (`destination.rs`): what a `[[sinks]]` entry of a destination's type
 //!   can do (name, validate, warn, build its sink). The bridge lists the destinations once
-//!   (`src/destinations.rs`).
+//!   (`src/sinks.rs`).
 //! - [`state`]: the [`StateStore`](state::StateStore) contract the informer state backends
 //!   implement (a file in the bridge, a JetStream object store in the NATS wing).
 //! - [`readback`]: what a destination's reader hands `kubesink fold` (records in order, then

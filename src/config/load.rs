@@ -603,7 +603,7 @@ impl Loader {
                 // The state's records are not topology messages: never in a sink's topic.
                 let state_topic = &c.state.kafka.topic;
                 for (i, sink) in c.sinks.iter().enumerate() {
-                    let crate::destinations::SinkConfig::Kafka(k) = sink else {
+                    let crate::sinks::SinkConfig::Kafka(k) = sink else {
                         continue;
                     };
                     let clash = c
@@ -654,7 +654,7 @@ impl Loader {
 #[cfg(feature = "kafka")]
 pub(crate) fn kafka_sinks(c: &Config) -> impl Iterator<Item = &kubesink_kafka::KafkaConfig> {
     c.sinks.iter().filter_map(|s| match s {
-        crate::destinations::SinkConfig::Kafka(k) => Some(k),
+        crate::sinks::SinkConfig::Kafka(k) => Some(k),
         #[allow(unreachable_patterns)]
         _ => None,
     })

@@ -32,7 +32,7 @@ mod words;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::destinations::SinkConfig;
+pub use crate::sinks::SinkConfig;
 pub use cluster::{Cluster, ClusterConfig, ClusterEntry};
 pub use env::{is_service_link, service_link_variables};
 pub use kubesink_core::units::{ByteSize, HumanDuration};

@@ -9,7 +9,7 @@
 //! - A file the configuration names (a kubeconfig, a sink's credentials or certificates,
 //!   the NATS state store's credentials) that is not here ([`missing_files`]).
 //! - Sink settings that turn TLS verification off or send credentials without TLS
-//!   ([`SinkConfig::warnings`](crate::destinations::SinkConfig::warnings)), and the same for the
+//!   ([`SinkConfig::warnings`](crate::sinks::SinkConfig::warnings)), and the same for the
 //!   NATS state store's connection (`state.nats.auth.*`, `state.nats.servers`).
 
 use super::Config;

@@ -1,6 +1,6 @@
 //! The one registration list of destinations: every `[[sinks]]` type kubesink can build.
 //!
-//! A destination is a wing under `destinations/` (its crate holds the connection, the sink,
+//! A destination is a wing under `sinks/` (its crate holds the connection, the sink,
 //! the reader `kubesink fold` uses, the state store where the broker has one, and its
 //! CloudEvents binding) whose config struct implements [`kubesink_core::Destination`]. It is
 //! registered by one line below (and its crate and cargo feature in `Cargo.toml`); the
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 /// Declares the destinations: one line each, `Variant(ConfigType) if "cargo feature";`. The
 /// variant's lowercase name is its `type` in `[[sinks]]`.
-macro_rules! destinations {
+macro_rules! sinks {
     ($( $(#[$doc:meta])* $variant:ident($config:ty) if $feature:literal; )*) => {
         /// One `[[sinks]]` entry. The `type` key selects the destination; the other keys are
         /// the destination's own (see each variant's struct).
@@ -53,12 +53,12 @@ macro_rules! destinations {
     };
 }
 
-destinations! {
-    /// `type = "stdout"`: JSON Lines on standard output (`destinations/stdout`).
+sinks! {
+    /// `type = "stdout"`: JSON Lines on standard output (`sinks/stdout`).
     Stdout(kubesink_stdout::StdoutConfig) if "stdout";
-    /// `type = "nats"`: NATS core or JetStream (`destinations/nats`).
+    /// `type = "nats"`: NATS core or JetStream (`sinks/nats`).
     Nats(kubesink_nats::NatsConfig) if "nats";
-    /// `type = "kafka"`: Kafka through librdkafka (`destinations/kafka`).
+    /// `type = "kafka"`: Kafka through librdkafka (`sinks/kafka`).
     Kafka(kubesink_kafka::KafkaConfig) if "kafka";
 }
 

@@ -617,7 +617,7 @@ impl KafkaConfig {
     }
 }
 
-/// The registration of `type = "kafka"` (listed in the bridge's `src/destinations.rs`).
+/// The registration of `type = "kafka"` (listed in the bridge's `src/sinks.rs`).
 #[async_trait]
 impl Destination for KafkaConfig {
     fn name(&self) -> &str {

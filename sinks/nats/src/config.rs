@@ -612,7 +612,7 @@ impl NatsConfig {
     }
 }
 
-/// The registration of `type = "nats"` (listed in the bridge's `src/destinations.rs`).
+/// The registration of `type = "nats"` (listed in the bridge's `src/sinks.rs`).
 #[async_trait]
 impl Destination for NatsConfig {
     fn name(&self) -> &str {
