@@ -30,6 +30,10 @@ if [ -n "$quick" ] && [ -z "${BENCH_RELEASE:-}" ]; then
   if [ -n "${KUBE_TEST_BIN_DIR:-}" ]; then
     echo "== real kube-apiserver, quick (bench-suite --quick --only real-server)"
     "$TARGET/debug/bench-suite" --quick --only real-server --out "${BENCH_OUT:-$TARGET/bench-quick}"
+    # The Go peers beside kubesink on the same server (scripts/peers-build.sh builds them):
+    # 1,000 Pods and a gap of 100, a few minutes.
+    echo "== the Go peers side by side, quick (bench-suite --quick --only peers)"
+    "$TARGET/debug/bench-suite" --quick --only peers --out "${BENCH_OUT:-$TARGET/bench-quick}"
   fi
   exec "$TARGET/debug/bench-suite" --quick --out "${BENCH_OUT:-$TARGET/bench-quick}"
 fi

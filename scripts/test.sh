@@ -99,8 +99,9 @@ cargo clippy -p kubesink --lib -- -D warnings
 # installs the Helm chart into the real API server with it.
 DEPLOY_CHECKS_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
 export DEPLOY_CHECKS_PYTHON
-echo "== go vet (tests/kube, the control plane's mains)"
+echo "== go vet (tests/kube, the control plane's mains; benches/peers, the Go peers)"
 (cd tests/kube && go vet ./...)
+(cd benches/peers && go vet ./...)
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 # The fault campaign (issue 19): two replicas, the simulator's faults, restarts and broker

@@ -40,6 +40,27 @@ impl Proc {
         self.child.stderr.take()
     }
 
+    /// Sends SIGTERM and waits up to `within` for the exit (SIGKILL after that); the exit
+    /// status, `None` when it had to be killed.
+    pub fn terminate(
+        &mut self,
+        within: Duration,
+    ) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        let pid = libc::pid_t::try_from(self.pid())?;
+        // SAFETY: kill(2) on the pid of a child not yet reaped (so not reused).
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(Some(status));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(None)
+    }
+
     /// Fails if it has exited.
     pub fn check_running(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {

@@ -21,9 +21,13 @@
 //! 7. on a real kube-apiserver (`real.rs`, `--only real-server`, not part of the full run: it
 //!    needs the control plane `scripts/kube-build.sh` builds): Pods created through the API
 //!    into etcd, kubesink's sync with streaming and paged lists next to the same on the
-//!    simulator, and the API server's own memory and CPU for each.
+//!    simulator, and the API server's own memory and CPU for each;
+//! 8. side by side with the Go peers (`peers.rs`, `--only peers`, not part of the full run: it
+//!    needs the control plane and the peers `scripts/peers-build.sh` builds): kubesink, the
+//!    seed's lightweight informer, client-go's metadata-only and full informers on the same
+//!    real API server, their sync, memory and CPU, and what each delivers after a gap.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
 //! `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
 //! fleet` part 6 (`results-fleet-{quick,full}.*` and `fleet-rss-{quick,full}.png`); `--quick` runs
@@ -53,6 +57,8 @@ mod fleet;
 mod kube_server;
 #[path = "bench_suite/lists.rs"]
 mod lists;
+#[path = "bench_suite/peers.rs"]
+mod peers;
 #[path = "../../../../tests/support/ports.rs"]
 mod ports;
 #[path = "bench_suite/real.rs"]
@@ -179,6 +185,12 @@ impl Kubesink {
     /// Starts kubesink with the whole configuration `text` (clusters included); stdout piped
     /// when `pipe`, else /dev/null.
     fn start_text(ctx: &Ctx, text: &str, pipe: bool, run: &str) -> anyhow::Result<Self> {
+        let stdout = if pipe { Stdio::piped() } else { Stdio::null() };
+        Kubesink::start_text_to(ctx, text, stdout, run)
+    }
+
+    /// Starts kubesink with the whole configuration `text`, its stdout to `stdout`.
+    fn start_text_to(ctx: &Ctx, text: &str, stdout: Stdio, run: &str) -> anyhow::Result<Self> {
         let config = ctx.dir.path().join(format!("kubesink-{run}.toml"));
         std::fs::write(&config, text)?;
         let port = free_port()?;
@@ -195,7 +207,7 @@ impl Kubesink {
                 .env("RUST_LOG", "warn")
                 .args(["run", "--config"])
                 .arg(&config)
-                .stdout(if pipe { Stdio::piped() } else { Stdio::null() })
+                .stdout(stdout)
                 .stderr(log),
         )?;
         Ok(Kubesink {
@@ -718,7 +730,9 @@ struct Args {
     /// process, with and without the list budget).
     /// `real-server` (Pods created on a real kube-apiserver, synced with streaming and
     /// paged lists, next to the simulator).
-    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server"])]
+    /// `peers` (kubesink beside client-go's informers, the seed's technique among them, on a
+    /// real kube-apiserver: sync, memory, CPU, and what each delivers after a gap).
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers"])]
     only: Option<String>,
 }
 
@@ -773,6 +787,32 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(
             out.join(format!("results-jetstream-tail-{mode}.json")),
             serde_json::to_string_pretty(&tail::json(&runs))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
+    if only.as_deref() == Some("peers") {
+        let (pods, gap) = if quick {
+            (1_000, 100)
+        } else {
+            (100_000, 1_000)
+        };
+        let (settle, steady) = if quick {
+            (Duration::from_secs(2), Duration::from_secs(3))
+        } else {
+            (Duration::from_secs(15), Duration::from_secs(10))
+        };
+        let report = peers::run(&ctx, pods, gap, settle, steady)?;
+        let md = format!(
+            "<!-- written by bench-suite --only peers ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            peers::markdown(&report)
+        );
+        std::fs::write(out.join(format!("results-peers-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-peers-{mode}.json")),
+            serde_json::to_string_pretty(&peers::json(&report))?,
         )?;
         std::io::stdout().write_all(md.as_bytes())?;
         return Ok(());

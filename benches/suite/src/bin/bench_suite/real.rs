@@ -37,7 +37,7 @@ use super::kube_server::{self, ControlPlane};
 use super::{Ctx, Kubesink};
 
 /// Namespaces the Pods are spread over (as the simulator runs of the suite).
-const NAMESPACES: usize = 20;
+pub(super) const NAMESPACES: usize = 20;
 
 /// The order of the syncs of each server (ABBA).
 const ORDER: [&str; 4] = ["stream", "list", "list", "stream"];
@@ -82,7 +82,7 @@ pub struct Report {
 /// A Pod as a ReplicaSet of a Deployment makes it (labels, owner, two containers with ports,
 /// environment, resources, probes and mounts); the server adds the service-account token
 /// volume, default tolerations, managedFields and the Pending status.
-fn pod(namespace: &str, i: usize) -> Value {
+pub(super) fn pod(namespace: &str, i: usize) -> Value {
     let app = format!("app-{}", i % 500);
     json!({
         "apiVersion": "v1",
@@ -126,7 +126,7 @@ fn pod(namespace: &str, i: usize) -> Value {
 
 /// Creates `NAMESPACES` namespaces, their `default` ServiceAccounts and `pods` Pods through
 /// the API; returns the seconds it took.
-async fn populate(cp: &ControlPlane, pods: usize) -> anyhow::Result<f64> {
+pub(super) async fn populate(cp: &ControlPlane, pods: usize) -> anyhow::Result<f64> {
     let client = kube_server::client_of(&cp.admin_kubeconfig)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -175,7 +175,7 @@ async fn populate(cp: &ControlPlane, pods: usize) -> anyhow::Result<f64> {
 }
 
 /// POSTs `body` to `path`; a 409 (exists already) counts as done. Retries a 429 or 5xx.
-async fn post(client: &kube::Client, path: &str, body: Value) -> anyhow::Result<()> {
+pub(super) async fn post(client: &kube::Client, path: &str, body: Value) -> anyhow::Result<()> {
     let bytes = serde_json::to_vec(&body)?;
     for attempt in 0..10u32 {
         let req = http::Request::post(path)
@@ -209,7 +209,7 @@ async fn bytes_per_pod(client: &kube::Client) -> anyhow::Result<f64> {
 /// Pods requests: (LIST, WATCH). `apiserver_request_total` counts a request when it ends,
 /// so a watch still open (the streaming list's, kubesink's watch) is counted from
 /// `apiserver_longrunning_requests`, the gauge of the requests in progress.
-async fn pod_requests(cp: &ControlPlane) -> (f64, f64) {
+pub(super) async fn pod_requests(cp: &ControlPlane) -> (f64, f64) {
     let by_verb = cp.requests_by_verb("", "pods").await;
     let open = cp
         .metric(

@@ -1,0 +1,246 @@
+// Command peer-informer follows every Pod of a cluster the way kubesink's Go peers do, so
+// that `bench-suite --only peers` can measure them beside kubesink on the same real API
+// server (issue 39). One program, three techniques (--mode):
+//
+//   - full: client-go's shared informer over typed Pods (informers.NewSharedInformerFactory),
+//     its cache holding every whole object: what most watchers and exporters run;
+//   - metadata: client-go's metadata-only informer (metadatainformer), its cache holding
+//     PartialObjectMetadata (metadata.* of each object, no spec or status);
+//   - lightweight: the technique of Lyft Clutch's LightweightInformer
+//     (backend/service/k8s/lightweight_informer.go), rebuilt here on client-go because the
+//     module proxy does not serve github.com/lyft/clutch/backend: a cache.Controller whose
+//     DeltaFIFO knows a store holding only an ObjectMeta with the name and namespace of each
+//     object; updates are handed on without the old object, as Clutch does.
+//
+// Every event is handed to a handler that serializes the object to JSON (what a bridge to a
+// broker does before it sends; --encode=false skips it) and appends one line to --out:
+// "op<TAB>namespace/name<TAB>uid<TAB>resourceVersion", op one of added, updated, deleted.
+// A delete seen only as a tombstone after a relist (cache.DeletedFinalStateUnknown) is
+// unwrapped and written too, in every mode: the peers get the benefit of the doubt.
+//
+// Standard output carries status lines for the driver: "synced N" once the initial list
+// has been handed to the handler (N events so far), "events N" at exit (SIGTERM or SIGINT),
+// after --out was flushed. Nothing is saved between runs: none of these techniques has a
+// saved state, so a restart lists everything again.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// sink is the handler's destination: the --out file and the JSON encoder.
+type sink struct {
+	mu     sync.Mutex
+	out    *bufio.Writer
+	encode bool
+	events atomic.Int64
+}
+
+func (s *sink) emit(op string, obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "peer-informer: %s of a %T without metadata: %v\n", op, obj, err)
+		return
+	}
+	if s.encode {
+		if err := json.NewEncoder(io.Discard).Encode(obj); err != nil {
+			fmt.Fprintf(os.Stderr, "peer-informer: encoding %s/%s: %v\n", m.GetNamespace(), m.GetName(), err)
+		}
+	}
+	s.mu.Lock()
+	fmt.Fprintf(s.out, "%s\t%s/%s\t%s\t%s\n", op, m.GetNamespace(), m.GetName(), m.GetUID(), m.GetResourceVersion())
+	s.mu.Unlock()
+	s.events.Add(1)
+}
+
+func (s *sink) flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.out.Flush()
+}
+
+func (s *sink) handler() cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.emit("added", obj) },
+		UpdateFunc: func(_, obj any) { s.emit("updated", obj) },
+		DeleteFunc: func(obj any) { s.emit("deleted", obj) },
+	}
+}
+
+// lightweight builds the Clutch technique: the controller's store holds an ObjectMeta with
+// the name and namespace alone; the DeltaFIFO compares against it to infer deletes on relist.
+func lightweight(cs kubernetes.Interface, s *sink) cache.Controller {
+	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.Everything())
+	store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{})
+	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{KnownObjects: store, EmitDeltaTypeReplaced: true})
+	return cache.New(&cache.Config{
+		Queue:         fifo,
+		ListerWatcher: lw,
+		ObjectType:    &corev1.Pod{},
+		Process: func(obj any, _ bool) error {
+			deltas, ok := obj.(cache.Deltas)
+			if !ok {
+				return fmt.Errorf("not deltas: %T", obj)
+			}
+			for _, d := range deltas {
+				object := d.Object
+				if tomb, ok := object.(cache.DeletedFinalStateUnknown); ok {
+					object = tomb.Obj
+				}
+				m, err := meta.Accessor(object)
+				if err != nil {
+					return err
+				}
+				light := &metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace()}
+				switch d.Type {
+				case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
+					if _, exists, err := store.Get(light); err == nil && exists {
+						if err := store.Update(light); err != nil {
+							return err
+						}
+						s.emit("updated", d.Object)
+					} else {
+						if err := store.Add(light); err != nil {
+							return err
+						}
+						s.emit("added", d.Object)
+					}
+				case cache.Deleted:
+					if err := store.Delete(light); err != nil {
+						return err
+					}
+					s.emit("deleted", d.Object)
+				}
+			}
+			return nil
+		},
+	})
+}
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster (required)")
+	mode := flag.String("mode", "full", "full | metadata | lightweight")
+	outPath := flag.String("out", "", "file the events are appended to (required)")
+	encode := flag.Bool("encode", true, "serialize each event's object to JSON, as a bridge does")
+	flag.Parse()
+	if *kubeconfig == "" || *outPath == "" {
+		fmt.Fprintln(os.Stderr, "peer-informer: --kubeconfig and --out are required")
+		os.Exit(2)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "peer-informer: kubeconfig %s: %v\n", *kubeconfig, err)
+		os.Exit(2)
+	}
+	// The client's defaults (5 QPS, 10 burst) do not matter to one list and one watch.
+	f, err := os.Create(*outPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "peer-informer: --out %s: %v\n", *outPath, err)
+		os.Exit(2)
+	}
+	s := &sink{out: bufio.NewWriterSize(f, 1<<16), encode: *encode}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var synced func() bool
+	switch *mode {
+	case "full":
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "peer-informer: %v\n", err)
+			os.Exit(2)
+		}
+		factory := informers.NewSharedInformerFactory(cs, 0)
+		reg, err := factory.Core().V1().Pods().Informer().AddEventHandler(s.handler())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "peer-informer: %v\n", err)
+			os.Exit(2)
+		}
+		factory.Start(ctx.Done())
+		synced = reg.HasSynced
+	case "metadata":
+		mc, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "peer-informer: %v\n", err)
+			os.Exit(2)
+		}
+		factory := metadatainformer.NewSharedInformerFactory(mc, 0)
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+		reg, err := factory.ForResource(gvr).Informer().AddEventHandler(s.handler())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "peer-informer: %v\n", err)
+			os.Exit(2)
+		}
+		factory.Start(ctx.Done())
+		synced = reg.HasSynced
+	case "lightweight":
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "peer-informer: %v\n", err)
+			os.Exit(2)
+		}
+		c := lightweight(cs, s)
+		go c.Run(ctx.Done())
+		synced = c.HasSynced
+	default:
+		fmt.Fprintf(os.Stderr, "peer-informer: --mode %q: full, metadata or lightweight\n", *mode)
+		os.Exit(2)
+	}
+
+	// The status line once the initial list reached the handler; the file flushed often, so
+	// the driver can count what arrived while the program runs.
+	go func() {
+		for !synced() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		fmt.Printf("synced %d\n", s.events.Load())
+	}()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := s.flush(); err != nil {
+				fmt.Fprintf(os.Stderr, "peer-informer: writing %s: %v\n", *outPath, err)
+				os.Exit(1)
+			}
+			fmt.Printf("events %d\n", s.events.Load())
+			return
+		case <-tick.C:
+			if err := s.flush(); err != nil {
+				fmt.Fprintf(os.Stderr, "peer-informer: writing %s: %v\n", *outPath, err)
+				os.Exit(1)
+			}
+		}
+	}
+}
