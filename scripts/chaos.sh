@@ -258,7 +258,8 @@ fi
 python3 - "$dir/kubesink.toml" "$state_toml" <<'PY'
 import sys
 p, block = sys.argv[1], sys.argv[2].replace("\\n", "\n")
-open(p, "w").write(open(p).read().replace("@STATE@", block))
+text = open(p).read().replace("@STATE@", block)
+open(p, "w").write(text)
 PY
 # Replica a makes paged lists (50 a page: an expired continue token has pages to cut);
 # replica b streams its lists (sendInitialEvents) where the server serves them.
@@ -480,6 +481,10 @@ grep -h PROBLEM "$dir/effects.log" | sed 's/^ *PROBLEM: //' >>"$dir/problems.log
 got_handovers=$(( $(handovers) - 1 ))
 echo "  hand-overs: $got_handovers seen (\"became the leader\" after the first), $expected_handovers expected from the leaders killed, stopped or frozen; woken deposed leaders that exited 3: $deposed_woke"
 [ "$got_handovers" -ge "$expected_handovers" ] || echo "fewer hand-overs ($got_handovers) than leader kills and freezes ($expected_handovers)" >>"$dir/problems.log"
+# The state store took part: a leader after a hand-over restores what its predecessor saved.
+restores=$(cat "$dir"/replica-?.log | grep -c "saved state restored" || true)
+echo "  saved state ($state) restored by a new leader: $restores watches"
+[ "$got_handovers" -eq 0 ] || [ "$restores" -gt 0 ] || echo "no leader restored the saved state ($state) after $got_handovers hand-overs" >>"$dir/problems.log"
 echo "  faults by kind:"; for k in "${!by_kind[@]}"; do echo "    ${by_kind[$k]}  $k"; done | sort -k2
 echo "  names re-created with a new uid: $recreated times; crashes: $crashes; leases lost through API faults: $explained_lease_losses, unexplained: $lease_losses"
 
