@@ -12,6 +12,9 @@
 //     DeltaFIFO knows a store holding only an ObjectMeta with the name and namespace of each
 //     object; updates are handed on without the old object, as Clutch does.
 //
+// Every client is client-go's default for its kind: the typed clientset (full, lightweight)
+// asks for protobuf, the metadata client for JSON metadata (PartialObjectMetadata).
+//
 // Every event is handed to a handler that serializes the object to JSON (what a bridge to a
 // broker does before it sends; --encode=false skips it) and appends one line to --out:
 // "op<TAB>namespace/name<TAB>uid<TAB>resourceVersion", op one of added, updated, deleted.
@@ -41,8 +44,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -96,7 +100,18 @@ func (s *sink) handler() cache.ResourceEventHandlerFuncs {
 // lightweight builds the Clutch technique: the controller's store holds an ObjectMeta with
 // the name and namespace alone; the DeltaFIFO compares against it to infer deletes on relist.
 func lightweight(cs kubernetes.Interface, s *sink) cache.Controller {
-	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.Everything())
+	// Through the typed client, as Clutch lists and watches (its ListWatch calls the
+	// clientset): client-go's typed clients ask for protobuf, which the API server encodes
+	// far more cheaply than JSON; NewListWatchFromClient on the RESTClient would ask for JSON.
+	pods := cs.CoreV1().Pods(metav1.NamespaceAll)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return pods.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return pods.Watch(ctx, opts)
+		},
+	}
 	store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{})
 	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{KnownObjects: store, EmitDeltaTypeReplaced: true})
 	return cache.New(&cache.Config{
