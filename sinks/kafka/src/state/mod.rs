@@ -485,6 +485,17 @@ impl KafkaStore {
             if !exists {
                 return Ok(Some("the topic no longer exists".into()));
             }
+            // An emptied topic (or one created again, by a broker that creates topics on a
+            // metadata request, as tansu does) ends at or before the fence's offset: a read
+            // there would wait for a record that never comes, not fail as out of range
+            // (the first writer's fence is at offset 0, found by tests/restart.rs).
+            if let Ok((_, high)) = consumer.fetch_watermarks(&topic, partition, t) {
+                if high <= epoch {
+                    return Ok(Some(format!(
+                        "the topic ends at offset {high}, at or before this writer's fence at offset {epoch}: it was emptied or created again"
+                    )));
+                }
+            }
             let deadline = Instant::now() + t;
             while Instant::now() < deadline {
                 match consumer.poll(Duration::from_millis(100)) {
