@@ -13,7 +13,7 @@
 //     object; updates are handed on without the old object, as Clutch does.
 //
 // Every client is client-go's default for its kind: the typed clientset (full, lightweight)
-// asks for protobuf, the metadata client for JSON metadata (PartialObjectMetadata).
+// asks for protobuf, the metadata client for protobuf PartialObjectMetadata.
 //
 // Every event is handed to a handler that serializes the object to JSON (what a bridge to a
 // broker does before it sends; --encode=false skips it) and appends one line to --out:

@@ -390,9 +390,11 @@ impl KafkaStore {
         let epoch = inner.writer.as_ref().map(|(_, e)| *e);
         let written = match self.try_write(inner, what, records).await {
             Ok(offsets) => match (epoch, offsets.iter().min()) {
-                // Below this writer's own fence: the topic was deleted and created again, or
-                // lost by its broker (tansu's memory engine on a restart), since the fence.
-                (Some(e), Some(&low)) if low < e => Err(Written::Reset(Some(low), e)),
+                // At or below this writer's own fence (every record it writes lands after
+                // it): the topic was deleted and created again, or lost by its broker
+                // (tansu's memory engine on a restart), since the fence. At: the first
+                // writer's fence is at offset 0, where the emptied topic's next record lands.
+                (Some(e), Some(&low)) if low <= e => Err(Written::Reset(Some(low), e)),
                 _ => Ok(offsets),
             },
             Err((e, code)) => match code {
@@ -431,7 +433,7 @@ impl KafkaStore {
                 let detail = match low {
                     None => "the topic no longer exists".to_owned(),
                     Some(low) => format!(
-                        "a record landed at offset {low}, below this writer's fence at offset {e}"
+                        "a record landed at offset {low}, at or below this writer's fence at offset {e}"
                     ),
                 };
                 self.reset(inner, &detail, e);
