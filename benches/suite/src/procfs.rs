@@ -59,6 +59,17 @@ pub struct Sample {
     pub rss: u64,
 }
 
+/// The mean RSS in bytes of the samples taken at or after `from` seconds (the steady window
+/// after a sync); `None` when there are none.
+pub fn mean_rss_since(samples: &[Sample], from: f64) -> Option<f64> {
+    let tail: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.t >= from)
+        .map(|s| s.rss as f64)
+        .collect();
+    crate::stats::mean(&tail)
+}
+
 /// Samples a process's RSS every `every` on a thread of its own until stopped or the process
 /// is gone.
 pub struct Sampler {

@@ -21,7 +21,7 @@ use anyhow::{bail, Context};
 use kubesink_bench::http::{metric_sum, request};
 use kubesink_bench::procfs::{self, Sample, Sampler};
 use kubesink_bench::procs::Sim;
-use kubesink_bench::stats::{mean, mib};
+use kubesink_bench::stats::mib;
 use serde_json::{json, Value};
 
 use super::{Ctx, Kubesink};
@@ -174,13 +174,8 @@ fn one(
     let cpu_secs = procfs::cpu_seconds(pid).unwrap_or(0.0);
     let samples = sampler.stop();
     let from = sync_secs + steady.as_secs_f64() / 2.0;
-    let tail: Vec<f64> = samples
-        .iter()
-        .filter(|s| s.t >= from)
-        .map(|s| s.rss as f64)
-        .collect();
-    let steady_rss =
-        mean(&tail).map_or_else(|| procfs::memory(pid).map_or(0, |m| m.rss), |m| m as u64);
+    let steady_rss = procfs::mean_rss_since(&samples, from)
+        .map_or_else(|| procfs::memory(pid).map_or(0, |m| m.rss), |m| m as u64);
     Ok(FleetRun {
         clusters: n,
         budget,

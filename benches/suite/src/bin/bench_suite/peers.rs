@@ -29,7 +29,7 @@ use anyhow::{bail, Context};
 use kubesink_bench::http::{metric_sum, request};
 use kubesink_bench::procfs::{self, Sampler};
 use kubesink_bench::procs::{spawn, Proc};
-use kubesink_bench::stats::{mean, mib};
+use kubesink_bench::stats::mib;
 use serde_json::{json, Value};
 
 use super::kube_server::{self, ControlPlane};
@@ -255,17 +255,12 @@ fn sync_once(
     let samples = sampler.stop();
     p.stop()?;
     let from = sync_secs + steady.as_secs_f64() / 2.0;
-    let tail: Vec<f64> = samples
-        .iter()
-        .filter(|s| s.t >= from)
-        .map(|s| s.rss as f64)
-        .collect();
     let s = Sync {
         program,
         pods,
         sync_secs,
         peak: mem.hwm,
-        steady: mean(&tail).unwrap_or(mem.rss as f64) as u64,
+        steady: procfs::mean_rss_since(&samples, from).unwrap_or(mem.rss as f64) as u64,
         cpu_secs: cpu,
         server_rss_before: server_before,
         server_rss_peak: server_samples

@@ -30,7 +30,7 @@ use futures::StreamExt;
 use kubesink_bench::http::request;
 use kubesink_bench::procfs::{self, Sampler};
 use kubesink_bench::procs::Sim;
-use kubesink_bench::stats::{mean, mib};
+use kubesink_bench::stats::mib;
 use serde_json::{json, Value};
 
 use super::kube_server::{self, ControlPlane};
@@ -267,11 +267,6 @@ fn sync_once(
     let mem = procfs::memory(k.proc.pid()).context("kubesink gone")?;
     let samples = sampler.stop();
     let from = sync_secs + steady.as_secs_f64() / 2.0;
-    let tail: Vec<f64> = samples
-        .iter()
-        .filter(|s| s.t >= from)
-        .map(|s| s.rss as f64)
-        .collect();
     let run = Run {
         server,
         strategy,
@@ -279,7 +274,7 @@ fn sync_once(
         pods,
         sync_secs,
         kubesink_peak: mem.hwm,
-        kubesink_steady: mean(&tail).unwrap_or(mem.rss as f64) as u64,
+        kubesink_steady: procfs::mean_rss_since(&samples, from).unwrap_or(mem.rss as f64) as u64,
         kubesink_cpu_secs: kubesink_cpu,
         server_rss_before: server_before,
         server_rss_peak: server_samples
