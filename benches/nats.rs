@@ -40,6 +40,7 @@ fn messages(n: usize) -> Vec<Message> {
                 initial: false,
                 final_state_unknown: false,
                 may_be_held: false,
+                replaced_uid: None,
                 reason: None,
                 object: Some(ObjectJson::from_value(
                     &serde_json::json!({"apiVersion": "v1", "kind": "Pod",

@@ -498,6 +498,15 @@ if [ -z "$agreed_nats" ] || [ -z "$agreed_kafka" ] || [ "$order_nats" -ne 0 ] ||
   [ "$nprob" -gt 0 ] && { echo "campaign problems:"; sed 's/^/  /' "$dir/problems.log"; }
   echo "schedule:"; cat "$dir/schedule.log"
   for d in nats kafka; do echo "drift ($d):"; head -20 "$dir/fold-$d.jsonl"; done
+  # The evidence for each drifting key: its messages and its kind's sync markers as held.
+  for d in nats kafka; do
+    mapfile -t keys < <(grep -o '"key":"[^"]*"' "$dir/fold-$d.jsonl" 2>/dev/null | head -5 | cut -d'"' -f4)
+    [ ${#keys[@]} -gt 0 ] || continue
+    show=(); for k in "${keys[@]}"; do show+=(--show "$k"); done
+    echo "messages of the drifting keys ($d):"
+    if [ $d = nats ]; then where=("$nats_url" CHAOS); else where=("$kafka" chaos); fi
+    "$PY" scripts/chaos_check.py --server "$server" "${show[@]}" $d "${where[@]}" 2>&1 | tail -80 || true
+  done
   for w in a b; do echo "replica $w, last log lines:"; tail -15 "$dir/replica-$w.log"; done
   exit 1
 fi

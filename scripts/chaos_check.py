@@ -197,6 +197,17 @@ def kafka_messages(bootstrap, topic):
     return out
 
 
+def show(messages, keys):
+    """Prints, in destination order, each message of `keys` and every sync marker of their
+    kinds: op, uid, resourceVersion, initial, leaderEpoch, id (markers: count)."""
+    kinds = {k.split("/")[2] for k in keys if k.count("/") >= 3}
+    for pos, _, m in messages:
+        if m.get("key") in keys or (m.get("op") == "synced" and m.get("kind") in kinds):
+            what = f"{m.get('kind')} marker count={m.get('count')}" if m.get("op") == "synced" else m.get("key")
+            print(f"  {pos}: {m.get('op')} {what} uid={m.get('uid')} rv={m.get('resourceVersion')} "
+                  f"initial={m.get('initial')} epoch={m.get('leaderEpoch')} id={m.get('id')} observedAt={m.get('observedAt')}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True, help="the API server (plain HTTP)")
@@ -205,11 +216,16 @@ def main():
     ap.add_argument("name")
     ap.add_argument("--drop-update", action="store_true", help="plant: drop the last `updated` of one live object from what is read")
     ap.add_argument("--expect-recreated", action="store_true", help="fail unless some key was seen with more than one uid")
+    ap.add_argument("--show", action="append", default=[], metavar="KEY",
+                    help="print every message of KEY and the sync markers of its kind, in destination order, then exit (evidence for a drift)")
     a = ap.parse_args()
     if a.kind == "nats":
         messages = asyncio.run(nats_messages(a.where, a.name))
     else:
         messages = kafka_messages(a.where, a.name)
+    if a.show:
+        show(messages, a.show)
+        return
     st, problems = check(messages, cluster_objects(a.server), a.drop_update)
     if a.expect_recreated and st["recreated"] == 0:
         problems.append("no key was seen with more than one uid: re-creation was not exercised")

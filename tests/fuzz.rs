@@ -206,6 +206,7 @@ fn change(
         initial: false,
         final_state_unknown: object.is_none(),
         may_be_held: false,
+        replaced_uid: None,
         reason: None,
         object,
     }

@@ -2243,3 +2243,91 @@ async fn the_final_save_after_a_state_topic_was_lost_lands() {
     all.extend(a2.kill().await);
     after_a_crash_the_deletes_made_while_down_are_sent(&c, &mut all, &cfg_b, node_b.path()).await;
 }
+
+/// Found by scripts/chaos.sh (seed 37624, state in NATS; the CI run of stop 45): a name
+/// re-created (old uid deleted, new uid added) and delivered by one run, then a run whose
+/// saved state still holds the old uid. That run lists the new uid, so it sends the old uid's
+/// inferred `deleted`, then the new uid's `added`: the same change the first run sent, with
+/// the same `id`, hence the same `Nats-Msg-Id`. Within the stream's `duplicate_window`
+/// JetStream stored the `deleted` and dropped the `added` as a duplicate, so the stream ended
+/// with the `deleted`: a consumer folding by key (and `kubesink fold`) lost the live object.
+/// The `added` that follows the inferred `deleted` of the uid it replaced now carries
+/// `replacedUid`, part of its `id`: it is stored, after the `deleted`.
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_creation_sent_again_after_its_inferred_delete_is_not_dropped_as_a_jetstream_duplicate(
+) {
+    let server = nats_server::NatsServer::start("");
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster_of_500_pods().await;
+    let sinks = format!(
+        "{POD_METADATA}[[sinks]]\ntype = \"nats\"\nservers = [{:?}]\nmode = \"jetstream\"\n[sinks.stream]\nname = \"RECREATED\"\ncreate = true\n",
+        server.url()
+    );
+    let config = |state: &str| {
+        let node = dir.path().join(state);
+        std::fs::create_dir_all(&node).unwrap();
+        let extra = format!(
+            "[state]\nbackend = \"file\"\npath = {:?}\ninterval = \"1s\"\n",
+            node.join("state").display().to_string()
+        );
+        let cfg = write_config(&node, &c.kubeconfig, "restart", &sinks, &extra);
+        (node, cfg)
+    };
+    // A saves the state with the old uids and stops; B (its own state) sees the
+    // re-creations and delivers them; C starts from A's state, which lags.
+    let (node_a, cfg_a) = config("a");
+    let a = Kubesink::start(BIN, &cfg_a, &node_a, "a", &[]);
+    until("A's initial list", &a, || a.count() >= 500).await;
+    a.terminate().await;
+    let (node_b, cfg_b) = config("b");
+    let b = Kubesink::start(BIN, &cfg_b, &node_b, "b", &[]);
+    until("B's initial list", &b, || b.count() >= 500).await;
+    let mut recreated = BTreeMap::new();
+    for p in c.sim.objects("v1", "Pod").iter().take(20) {
+        let k = obj_key(p);
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+        let new = c.sim.create(new_pod(p, &k.1)).expect("re-create");
+        recreated.insert(k, new["metadata"]["uid"].as_str().unwrap().to_owned());
+    }
+    let added_by = |k: &Kubesink| {
+        k.messages()
+            .iter()
+            .filter(|m| {
+                m["op"] == "added"
+                    && m["uid"].as_str() == recreated.get(&key(m)).map(String::as_str)
+            })
+            .count()
+    };
+    until("B sent the new uids", &b, || {
+        added_by(&b) == recreated.len()
+    })
+    .await;
+    b.terminate().await;
+    let c_run = Kubesink::start(BIN, &cfg_a, &node_a, "c", &[]);
+    until(
+        "C re-sent the new uids after the old uids' deletes",
+        &c_run,
+        || added_by(&c_run) == recreated.len(),
+    )
+    .await;
+    let sent = c_run.terminate().await;
+    assert!(
+        sent.iter().all(|m| m["initial"] == false),
+        "C started from A's state"
+    );
+    // The stream, folded by key as docs/consumers.md says, against the cluster.
+    let fold = std::process::Command::new(BIN)
+        .args(["--config"])
+        .arg(&cfg_a)
+        .args(["fold", "--nats", &server.url(), "--stream", "RECREATED"])
+        .args(["--against-cluster", "--compare-resource-version"])
+        .output()
+        .expect("run kubesink fold");
+    assert!(
+        fold.status.success(),
+        "the stream's fold differs from the cluster:\n{}\n{}",
+        String::from_utf8_lossy(&fold.stdout),
+        String::from_utf8_lossy(&fold.stderr)
+    );
+}

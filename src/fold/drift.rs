@@ -207,6 +207,7 @@ pub async fn repair(cfg: &Config, view: &View, report: &Report) -> anyhow::Resul
             final_state_unknown: true,
             object: None,
             may_be_held: false,
+            replaced_uid: None,
             reason: None,
         };
         messages.push(encode(resource, &change, &observed_at)?);

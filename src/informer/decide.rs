@@ -638,6 +638,11 @@ impl Decider {
             t.note_added(namespace.as_deref(), &name, &uid, &rv);
         }
         drop(t);
+        // The `added` after its name's old uid's inferred `deleted` names that uid, which
+        // gives it its own `id`: a previous run may have sent the same `added` before this
+        // `deleted`, and a JetStream stream would drop it as a duplicate (found by
+        // scripts/chaos.sh; `Change::replaced_uid`).
+        let replaced_uid = changes.first().map(|gone| gone.uid.clone());
         changes.push(Change {
             op,
             namespace,
@@ -648,6 +653,7 @@ impl Decider {
             final_state_unknown: false,
             object: Some(shaped.object),
             may_be_held: op == Op::Added && may_be_held,
+            replaced_uid,
             reason: None,
         });
         self.count_emitted(&changes);
@@ -714,6 +720,7 @@ impl Decider {
             final_state_unknown: object.is_none(),
             object,
             may_be_held: false,
+            replaced_uid: None,
             reason,
         });
         Ok(changes)
@@ -750,6 +757,7 @@ fn inferred_delete(v: Vanished, seen_gone: &str) -> Change {
         final_state_unknown: true,
         object: None,
         may_be_held: false,
+        replaced_uid: None,
         reason: None,
     }
 }
@@ -960,6 +968,12 @@ mod tests {
         );
         assert!(c[0].object.is_none());
         assert_eq!(c[1].uid, U2);
+        assert_eq!(
+            c[1].replaced_uid.as_deref(),
+            Some(U1),
+            "the added names the uid it replaced"
+        );
+        assert_eq!(c[0].replaced_uid, None);
     }
 
     #[test]

@@ -456,6 +456,7 @@ mod tests {
             initial: false,
             final_state_unknown: false,
             may_be_held: false,
+            replaced_uid: None,
             reason: None,
             object: Some(ObjectJson::from_value(&object)),
         };
@@ -667,6 +668,7 @@ mod tests {
             initial: false,
             final_state_unknown: false,
             may_be_held: false,
+            replaced_uid: None,
             reason: None,
             object: Some(ObjectJson::from_value(&object)),
         };

@@ -233,6 +233,7 @@ fn message(key: &str, rv: u64) -> Message {
         initial: false,
         final_state_unknown: false,
         may_be_held: false,
+        replaced_uid: None,
         reason: None,
         object: Some(ObjectJson::from_value(&object)),
     };

@@ -5,7 +5,7 @@
 //!
 //! Per message, in order (`key` = the payload's `key`, else built as the contract says):
 //! - **id**: the `id` is the documented derivation (XXH3-128 of cluster, group, kind,
-//!   namespace, name, uid, resourceVersion, op, `fsu`), and one id always carries the same
+//!   namespace, name, uid, resourceVersion, op, `fsu`, and an `added`'s `replacedUid`), and one id always carries the same
 //!   change (same key, op, uid, resourceVersion, `finalStateUnknown` and `object`; only
 //!   `observedAt`, `initial` and `leaderEpoch` may differ, since a change observed again, or
 //!   sent again by the next leader, keeps its id).
@@ -471,6 +471,11 @@ fn derived_id(m: &Value) -> Option<String> {
         },
     ] {
         buf.push_str(part);
+        buf.push('\0');
+    }
+    // An `added` that follows the inferred `deleted` of the uid it replaced names that uid.
+    if let Some(old) = m["replacedUid"].as_str().filter(|_| m["op"] == "added") {
+        buf.push_str(old);
         buf.push('\0');
     }
     Some(format!(

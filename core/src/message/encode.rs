@@ -76,6 +76,13 @@ pub struct Change {
     /// For a `deleted`: why, when it is not that the object is gone from the cluster (the
     /// `reason` field of the message; absent otherwise).
     pub reason: Option<DeleteReason>,
+    /// For an `added` emitted right after the inferred `deleted` of another uid under the
+    /// same name (the object was re-created unseen, e.g. while kubesink was down): that uid,
+    /// the message's `replacedUid`, also part of its `id` ([`message_id`]). The previous
+    /// run may have sent this very `added` before the `deleted` it now follows; with the
+    /// same id a JetStream stream drops it as a duplicate within its `duplicate_window`
+    /// and the key's last message says "deleted". `None` otherwise.
+    pub replaced_uid: Option<String>,
 }
 
 /// Why a `deleted` was sent when the object is still in the cluster: the message's `reason`.
@@ -111,6 +118,8 @@ struct Wire<'a> {
     final_state_unknown: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<DeleteReason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replaced_uid: Option<&'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
@@ -182,10 +191,15 @@ struct SyncedWire<'a> {
 
 /// The deterministic message id: 32 lowercase hex digits of XXH3-128 over cluster, group
 /// (empty for core), kind, namespace, name, uid, resourceVersion, op and `finalStateUnknown`,
-/// each followed by a NUL byte. The same change observed again (redelivery, a restart
-/// replaying it) gets the same id.
+/// then, for an `added` with [`Change::replaced_uid`], that uid, each followed by a NUL byte.
+/// The same change observed again (redelivery, a restart replaying it) gets the same id.
 pub fn message_id(r: &Resource, c: &Change) -> String {
     change_id(r, c, c.op.as_str())
+}
+
+/// The `replacedUid` of `c`: only an `added` carries one.
+fn replaced_uid(c: &Change) -> Option<&str> {
+    c.replaced_uid.as_deref().filter(|_| c.op == Op::Added)
 }
 
 /// The id of the Kafka tombstone that follows a `deleted` message: [`message_id`]'s
@@ -198,7 +212,7 @@ pub fn tombstone_id(r: &Resource, c: &Change) -> String {
 
 /// The id of a change with `op_token` in the op's place (see [`message_id`]).
 fn change_id(r: &Resource, c: &Change, op_token: &str) -> String {
-    id_of(&[
+    let parts = [
         r.cluster.as_str(),
         r.group.as_str(),
         r.kind.as_str(),
@@ -208,7 +222,11 @@ fn change_id(r: &Resource, c: &Change, op_token: &str) -> String {
         &c.resource_version,
         op_token,
         if c.final_state_unknown { "fsu" } else { "" },
-    ])
+    ];
+    match replaced_uid(c) {
+        Some(old) => id_of(&[&parts[..], &[old]].concat()),
+        None => id_of(&parts),
+    }
 }
 
 /// 32 lowercase hex digits of XXH3-128 over `parts`, each followed by a NUL byte.
@@ -295,6 +313,7 @@ pub fn encode_with_epoch(
             initial: c.initial,
             final_state_unknown: c.final_state_unknown,
             reason: c.reason.filter(|_| c.op == Op::Deleted),
+            replaced_uid: replaced_uid(c),
             truncated: false,
             observed_at,
             leader_epoch,
@@ -496,6 +515,7 @@ mod tests {
             initial: false,
             final_state_unknown: object.is_none(),
             may_be_held: false,
+            replaced_uid: None,
             reason: None,
             object,
         }
@@ -568,6 +588,33 @@ mod tests {
         let mut c = a.clone();
         c.final_state_unknown = true;
         assert_ne!(message_id(&r, &a), message_id(&r, &c));
+    }
+
+    #[test]
+    fn an_added_that_replaced_a_uid_names_it_and_has_its_own_id() {
+        let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+        let plain = change(Op::Added, Some(json!({})));
+        let mut after = plain.clone();
+        after.replaced_uid = Some("old-uid".into());
+        let m = encode(&r, &after, "2026-12-05T00:00:00Z").unwrap();
+        let v: Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(v["replacedUid"], "old-uid");
+        // The documented derivation: the usual parts, then the replaced uid.
+        let by_hand = format!(
+            "{:032x}",
+            xxh3_128(b"prod\0\0Pod\0default\0web\0ef5a35d5-973f-4ec9-9925-a67e7648ea58\x0017\0added\0\0old-uid\0")
+        );
+        assert_eq!(v["id"], by_hand.as_str());
+        assert_ne!(message_id(&r, &after), message_id(&r, &plain));
+        // Only an `added` carries it.
+        let mut deleted = change(Op::Deleted, None);
+        deleted.replaced_uid = Some("old-uid".into());
+        let v: Value = serde_json::from_slice(&encode(&r, &deleted, "t").unwrap().payload).unwrap();
+        assert!(v.get("replacedUid").is_none());
+        assert_eq!(
+            message_id(&r, &deleted),
+            message_id(&r, &change(Op::Deleted, None))
+        );
     }
 
     #[test]

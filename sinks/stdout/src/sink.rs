@@ -108,6 +108,7 @@ mod tests {
             initial: true,
             final_state_unknown: false,
             may_be_held: false,
+            replaced_uid: None,
             reason: None,
             object: Some(ObjectJson::from_trusted("{}".into())),
         };
