@@ -109,9 +109,21 @@ impl Kubesink {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// How it exited, if it did (a crash shows here: a signal, no code).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGKILL (no shutdown, no final save), then every complete line it wrote before dying
-    /// (a last line cut by the kill is dropped).
+    /// (a last line cut by the kill is dropped). Fails if it had exited on its own before:
+    /// a crash is not the kill the test meant.
     pub async fn kill(mut self) -> Vec<Value> {
+        if let Some(status) = self.exited() {
+            panic!(
+                "kubesink exited on its own before the SIGKILL ({status}):\n{}",
+                self.stderr()
+            );
+        }
         self.child.kill().await.expect("SIGKILL");
         let lines = self.drain().await;
         let broken = self.broken.lock().unwrap().clone();
