@@ -2175,7 +2175,7 @@ async fn after_a_crash_the_deletes_made_while_down_are_sent(
 /// empty broker, and librdkafka 2.12.1 crashed the process (SIGSEGV in
 /// `rd_kafka_metadata_update_op`, a NULL topic name) on tansu 0.6's answer; with the
 /// restart at a random moment and a check every 300 ms that happened in about half the
-/// runs under load, and the process died silently (docs/kafka.md, "Findings with tansu").
+/// runs under load, and the process died silently (docs/kafka.md, "Findings with tansu 0.6").
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_writer_finds_its_lost_state_topic_and_saves_its_state_again() {
