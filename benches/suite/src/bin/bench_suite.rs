@@ -800,7 +800,7 @@ fn main() -> anyhow::Result<()> {
         let (settle, steady) = if quick {
             (Duration::from_secs(2), Duration::from_secs(3))
         } else {
-            (Duration::from_secs(15), Duration::from_secs(10))
+            (Duration::from_secs(15), Duration::from_secs(30))
         };
         let report = peers::run(&ctx, pods, gap, settle, steady)?;
         let md = format!(

@@ -1,5 +1,5 @@
 //! Side by side with the Go peers on a real kube-apiserver (issue 39; `bench-suite --only
-//! peers`): kubesink and three client-go techniques (`benches/peers`, built by
+//! peers`): kubesink (its whole payload, and `payload = "metadata"`) and three client-go techniques (`benches/peers`, built by
 //! `scripts/peers-build.sh`: the seed's lightweight informer as Lyft Clutch builds it, the
 //! metadata-only informer, the shared informer over whole Pods), one program at a time against
 //! the same control plane (`tests/kube/`) and the same Pods, created through the API:
@@ -37,12 +37,26 @@ use super::real::{self, NAMESPACES};
 use super::{watch_lines, Ctx, Kubesink};
 
 /// The programs, in the order they run (each after a fresh API server start).
-pub const PROGRAMS: [&str; 4] = ["kubesink", "lightweight", "metadata", "full"];
+pub const PROGRAMS: [&str; 5] = [
+    "kubesink",
+    "kubesink-metadata",
+    "lightweight",
+    "metadata",
+    "full",
+];
+
+/// Whether `program` is kubesink (its whole payload, or `payload = "metadata"`).
+fn is_kubesink(program: &str) -> bool {
+    program.starts_with("kubesink")
+}
 
 /// What each program is, for the tables.
 pub fn describe(program: &str) -> &'static str {
     match program {
         "kubesink" => "kubesink (lightweight store: key, uid, resourceVersion, fingerprint)",
+        "kubesink-metadata" => {
+            "kubesink, `payload = \"metadata\"` (asks for `PartialObjectMetadata`, as the metadata informer does)"
+        }
         "lightweight" => "the seed's technique (Clutch's LightweightInformer on client-go)",
         "metadata" => "client-go metadata-only informer (metadatainformer)",
         "full" => "client-go shared informer, whole Pods",
@@ -178,7 +192,12 @@ fn start(
     state: Option<&Path>,
     run: &str,
 ) -> anyhow::Result<Running> {
-    if program == "kubesink" {
+    if is_kubesink(program) {
+        let payload = if program == "kubesink-metadata" {
+            "payload = \"metadata\"\n"
+        } else {
+            ""
+        };
         let state = state.map_or(String::new(), |p| {
             format!(
                 "\n[state]\nbackend = \"file\"\npath = {:?}\n",
@@ -186,7 +205,7 @@ fn start(
             )
         });
         let text = format!(
-            "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n\n[[sinks]]\ntype = \"stdout\"\n{state}",
+            "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n{payload}\n[[sinks]]\ntype = \"stdout\"\n{state}",
             kubeconfig.display().to_string()
         );
         let stdout = match out {
@@ -293,7 +312,7 @@ fn events(program: &str, out: &Path) -> anyhow::Result<Vec<(String, String)>> {
         std::fs::read_to_string(out).with_context(|| format!("reading {}", out.display()))?;
     let mut all = Vec::new();
     for line in text.lines().filter(|l| !l.is_empty()) {
-        if program == "kubesink" {
+        if is_kubesink(program) {
             let v: Value = serde_json::from_str(line)
                 .with_context(|| format!("{}: not a message: {line:.200}", out.display()))?;
             let op = v["op"].as_str().unwrap_or_default();
