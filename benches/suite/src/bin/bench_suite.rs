@@ -27,7 +27,7 @@
 //!    seed's lightweight informer, client-go's metadata-only and full informers on the same
 //!    real API server, their sync, memory and CPU, and what each delivers after a gap.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
 //! `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
 //! fleet` part 6 (`results-fleet-{quick,full}.*` and `fleet-rss-{quick,full}.png`); `--quick` runs
@@ -734,6 +734,11 @@ struct Args {
     /// real kube-apiserver: sync, memory, CPU, and what each delivers after a gap).
     #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers"])]
     only: Option<String>,
+    /// With `--only peers`: the number of Pods (default 100,000; 1,000 with `--quick`); the
+    /// gap deletes and creates 1% of them (at least 10). The results file names the count
+    /// when it is not the default (`results-peers-10000.md`).
+    #[arg(long, requires = "only")]
+    pods: Option<usize>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -743,6 +748,7 @@ fn main() -> anyhow::Result<()> {
         bin_dir: bin,
         state_size,
         only,
+        pods: peer_pods,
     } = <Args as clap::Parser>::parse();
     let bin = match bin {
         Some(b) => b,
@@ -792,10 +798,14 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     if only.as_deref() == Some("peers") {
-        let (pods, gap) = if quick {
-            (1_000, 100)
-        } else {
-            (100_000, 1_000)
+        let (pods, gap) = match (peer_pods, quick) {
+            (Some(n), _) => (n, (n / 100).max(10)),
+            (None, true) => (1_000, 100),
+            (None, false) => (100_000, 1_000),
+        };
+        let name = match peer_pods {
+            Some(n) => format!("{n}"),
+            None => mode.to_owned(),
         };
         let (settle, steady) = if quick {
             (Duration::from_secs(2), Duration::from_secs(3))
@@ -809,9 +819,9 @@ fn main() -> anyhow::Result<()> {
             started.elapsed().as_secs_f64(),
             peers::markdown(&report)
         );
-        std::fs::write(out.join(format!("results-peers-{mode}.md")), &md)?;
+        std::fs::write(out.join(format!("results-peers-{name}.md")), &md)?;
         std::fs::write(
-            out.join(format!("results-peers-{mode}.json")),
+            out.join(format!("results-peers-{name}.json")),
             serde_json::to_string_pretty(&peers::json(&report))?,
         )?;
         std::io::stdout().write_all(md.as_bytes())?;
