@@ -417,3 +417,51 @@ fn a_crash_before_a_re_creation_is_delivered_still_sends_the_old_uids_delete() {
         [("ns".to_owned(), "a".to_owned(), "3".to_owned())]
     );
 }
+
+#[test]
+fn after_an_owed_delete_the_keys_object_goes_out_again_as_an_added_naming_the_old_uid() {
+    // Found by scripts/chaos.sh (seed 45401): "a" (U1) confirmed, re-created (U2); the new
+    // uid's `added` is confirmed, the old uid's `deleted` is not, then the crash. The restart
+    // owes U1's `deleted`; U2 is confirmed and unchanged, so the list said nothing of it,
+    // and a destination folding by key ended with the `deleted`: the live object lost.
+    // (With both unconfirmed, the re-sent `added` had the previous run's id, and JetStream
+    // dropped it as a duplicate: the same end.)
+    let (store, mut d, mut acks) = listed_tracked(&[pod("a", U1, 1, "v1")]);
+    settle_all(&mut acks);
+    emit(
+        &mut d,
+        Event::Applied(obj(&pod("a", U2, 3, "v1"))),
+        &mut acks,
+    );
+    assert_eq!(acks.len(), 2, "the old uid's deleted, the new uid's added");
+    let added = acks.pop().unwrap();
+    added.settle();
+    added.settle();
+
+    let restarted = TrackedStore::new(saved_acknowledged(&store), true);
+    let mut d = over(restarted, true);
+    let first = d.on_event(Event::ListStart).unwrap();
+    assert_eq!(
+        (summary(&first), first[0].uid.as_str()),
+        (vec![(Op::Deleted, "a", false, true)], U1),
+        "the owed delete"
+    );
+    let listed = d
+        .on_event(Event::Listed(obj(&pod("a", U2, 3, "v1"))))
+        .unwrap();
+    assert_eq!(summary(&listed), [(Op::Added, "a", false, false)]);
+    assert_eq!(
+        (listed[0].uid.as_str(), listed[0].replaced_uid.as_deref()),
+        (U2, Some(U1)),
+        "the added names the uid whose delete came first, so its id is its own"
+    );
+    assert!(listed[0].may_be_held);
+    // Once: the key's next change is plain again.
+    let next = d
+        .on_event(Event::Listed(obj(&pod("a", U2, 4, "v2"))))
+        .unwrap();
+    assert_eq!(
+        (summary(&next), next[0].replaced_uid.as_deref()),
+        (vec![(Op::Updated, "a", false, false)], None)
+    );
+}
