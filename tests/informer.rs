@@ -775,6 +775,28 @@ async fn next_watch_rv(sim: &kubesink_sim::Simulator, seen: usize) -> String {
     pod_watch_rvs(sim)[seen].clone()
 }
 
+/// Applies `end` (a fault that ends the open pod watch), then returns the resourceVersion
+/// the next watch asks for. A fault that lands while the watch is being opened ends nothing
+/// (the simulator has not registered its stream yet), so `end` is applied again every 2 s
+/// until a watch after the first `seen` shows (seen once in a full run: 60 s without one).
+async fn next_watch_rv_after(sim: &kubesink_sim::Simulator, seen: usize, end: impl Fn()) -> String {
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        end();
+        let again = std::time::Instant::now() + Duration::from_secs(2);
+        while std::time::Instant::now() < again {
+            if let Some(rv) = pod_watch_rvs(sim).get(seen) {
+                return rv.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no watch after the {seen} seen within {LONG:?}"
+        );
+    }
+}
+
 /// Issue 37, proof: which resourceVersion the next watch asks for at each resume point
 /// (asserted nowhere before; `recovery.rs` decides resume or relist, not from where). With
 /// bookmarks off (interval 1 h), against the simulator's request log:
@@ -804,15 +826,23 @@ async fn each_resume_point_watches_from_the_resource_version_it_must() {
     let rv = create_pod(&c.sim, "a");
     wait_for("a delivered", LONG, || delivered(&rv)).await;
     let seen = pod_watch_rvs(&c.sim).len();
-    c.sim.faults().close_all_watches();
-    assert_eq!(next_watch_rv(&c.sim, seen).await, rv, "after a stream end");
+    let close = || c.sim.faults().close_all_watches();
+    assert_eq!(
+        next_watch_rv_after(&c.sim, seen, close).await,
+        rv,
+        "after a stream end"
+    );
 
     // The connection is reset.
     let rv = create_pod(&c.sim, "b");
     wait_for("b delivered", LONG, || delivered(&rv)).await;
     let seen = pod_watch_rvs(&c.sim).len();
-    c.sim.faults().reset_connections();
-    assert_eq!(next_watch_rv(&c.sim, seen).await, rv, "after a reset");
+    let reset = || c.sim.faults().reset_connections();
+    assert_eq!(
+        next_watch_rv_after(&c.sim, seen, reset).await,
+        rv,
+        "after a reset"
+    );
 
     // 410 Gone: the state moves on (a ConfigMap, not watched), the resumed watch is refused.
     let rv = create_pod(&c.sim, "c");
@@ -829,9 +859,8 @@ async fn each_resume_point_watches_from_the_resource_version_it_must() {
         .to_owned();
     let seen = pod_watch_rvs(&c.sim).len();
     c.sim.faults().fail_next_watches_with_gone(1);
-    c.sim.faults().close_all_watches();
     assert_eq!(
-        next_watch_rv(&c.sim, seen).await,
+        next_watch_rv_after(&c.sim, seen, close).await,
         rv,
         "resumed from the last event"
     );
@@ -842,9 +871,8 @@ async fn each_resume_point_watches_from_the_resource_version_it_must() {
     })
     .await;
     let seen = pod_watch_rvs(&c.sim).len();
-    c.sim.faults().close_all_watches();
     assert_eq!(
-        next_watch_rv(&c.sim, seen).await,
+        next_watch_rv_after(&c.sim, seen, close).await,
         later,
         "after the 410 and the relist: from the relist's resourceVersion"
     );
