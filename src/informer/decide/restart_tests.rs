@@ -363,7 +363,7 @@ fn a_crash_before_a_re_creation_is_delivered_still_sends_the_old_uids_delete() {
     // Issue 19 (found by the model test): "a" (U1) is confirmed; the watch sees it
     // re-created (U2), and neither the old uid's `deleted` nor the new uid's `added` is
     // confirmed when the process crashes. A destination may hold U1, U2 or both.
-    let (store, _d, mut acks) = recreated_unsettled();
+    let (store, _d, _acks) = recreated_unsettled();
     let named = store.acknowledged(|a| {
         let mut v = Vec::new();
         a.for_each(|_, name, f| v.push((name.to_owned(), f.uid.render(), f.unconfirmed)));
