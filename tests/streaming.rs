@@ -627,24 +627,32 @@ async fn relists_after_a_shared_410_are_spread_over_the_jitter_not_sent_together
             .all(|(_, s)| s.bookmarks.load(Ordering::SeqCst) >= 1)
     })
     .await;
-    // One etcd compaction expires every watch at once.
+    // One etcd compaction expires every watch at once. (Twenty 410s for the next twenty
+    // watch requests, as before, could let a fast relist's new watch take the 410 meant for
+    // an informer slow to resume on a busy machine.)
     let expired = Instant::now();
-    c.sim.faults().fail_next_watches_with_gone(20);
+    c.sim.compact();
     c.sim.faults().close_all_watches();
-    wait_for("20 relists", LONG, || {
-        run.bridge
-            .informer_stats()
+    // The informers count a list when they start it, before its request reaches the
+    // simulator: wait for both.
+    let relists = || -> Vec<Instant> {
+        c.sim
+            .requests()
             .iter()
-            .all(|(_, s)| s.lists.load(Ordering::SeqCst) == 2)
+            .filter(|r| r.at >= expired && !r.path_and_query.contains("watch=true"))
+            .map(|r| r.at)
+            .collect()
+    };
+    wait_for("20 relists", LONG, || {
+        relists().len() >= 20
+            && run
+                .bridge
+                .informer_stats()
+                .iter()
+                .all(|(_, s)| s.lists.load(Ordering::SeqCst) == 2)
     })
     .await;
-    let relists: Vec<Instant> = c
-        .sim
-        .requests()
-        .iter()
-        .filter(|r| r.at >= expired && !r.path_and_query.contains("watch=true"))
-        .map(|r| r.at)
-        .collect();
+    let relists = relists();
     assert_eq!(relists.len(), 20, "one LIST page per namespace");
     let first = relists.iter().min().copied().unwrap_or(expired);
     let last = relists.iter().max().copied().unwrap_or(expired);
@@ -655,10 +663,9 @@ async fn relists_after_a_shared_410_are_spread_over_the_jitter_not_sent_together
         spread >= Duration::from_millis(100),
         "the relists came within {spread:?} of each other"
     );
-    assert!(
-        spread <= Duration::from_millis(800) + Duration::from_secs(1),
-        "{spread:?}"
-    );
+    // No ceiling on the spread: it is a wall-clock figure a loaded machine stretches (the
+    // jitter is drawn from 0..=watch.retry_initial_backoff where the informer handles a
+    // failure, src/informer/mod.rs).
     run.bridge.shutdown().await;
 }
 

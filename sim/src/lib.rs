@@ -308,6 +308,14 @@ impl Simulator {
         self.inner.store().resource_version()
     }
 
+    /// Compacts the history as etcd does after a write elsewhere: the resourceVersion moves
+    /// on by one without an event, and every watch or `continue` from an older version gets
+    /// 410 Expired (open watches stay open; close them to make the clients resume). Returns
+    /// the new resourceVersion.
+    pub fn compact(&self) -> u64 {
+        self.inner.store().compact()
+    }
+
     /// Creates the objects of `workload` (see [`Workload`]).
     pub fn populate(&self, workload: &Workload) -> Result<(), ApiError> {
         workload::populate(self, workload)

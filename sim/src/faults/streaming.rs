@@ -113,8 +113,11 @@ impl Faults {
         });
     }
 
-    /// While `on`, every streaming list holds its initial-events-end bookmark back after its
-    /// initial events (and sends no other bookmark); `false` releases the held ones at once.
+    /// While `on`, every streaming list begun meanwhile holds its initial-events-end bookmark
+    /// back after its initial events (and sends no other bookmark); `false` releases the held
+    /// ones at once. A list takes the hold when its request comes, so a release also lets out
+    /// a list still writing its initial events (taking it when the end bookmark is due kept
+    /// such a list held past the release on a busy machine).
     /// Cleared by [`Faults::clear`] (which releases them too).
     pub fn hold_initial_events_end(&self, on: bool) {
         let released = self.with(|s| match (on, &s.initial_events_end_hold) {
@@ -130,7 +133,8 @@ impl Faults {
         }
     }
 
-    /// Releases the end bookmarks held now and keeps holding those of later streaming lists,
+    /// Releases the end bookmarks of every streaming list begun so far (held now or still
+    /// writing its initial events) and keeps holding those of later streaming lists,
     /// in one step: [`Faults::hold_initial_events_end`] `false` then `true` leaves a moment
     /// in which a list that comes in gets its end bookmark unheld (a test thread descheduled
     /// between the two calls on a busy machine). Does nothing while the hold is off.

@@ -134,6 +134,18 @@ impl Store {
         self.rv
     }
 
+    /// Compacts the history at a new revision: the revision moves on by one with no event of
+    /// any served resource (a write elsewhere in etcd, such as a Lease or an Event) and every
+    /// older version becomes unreadable, so each watch or `continue` from before it gets
+    /// 410 Expired, whatever the order the clients come back in, while a list made after it
+    /// and the watch from that list's resourceVersion are served. Returns the new revision.
+    pub fn compact(&mut self) -> u64 {
+        self.rv += 1;
+        self.compacted_rv = self.rv;
+        self.log.clear();
+        self.rv
+    }
+
     /// The oldest resourceVersion of `resource` that can still be read or watched from:
     /// versions below it have been compacted out of the log, or come before the creation of
     /// the CRD that serves the resource, so a watch or `continue` from before a CRD was

@@ -126,6 +126,7 @@ pub fn watch(
             }
             if send_initial {
                 st.guard.start_initial_events();
+                st.end_hold = inner.faults.initial_events_end_hold();
             }
         } else if let Some(r) = requested.filter(|r| *r < oldest) {
             backlog.push_back(Item::Error(gone(&r.to_string(), oldest + 1)));

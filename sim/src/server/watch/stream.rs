@@ -95,6 +95,10 @@ pub(super) struct WatchStream {
     pub shutdown: CancellationToken,
     /// Sends nothing more; only `end` or shutdown finish it.
     pub silent: bool,
+    /// The end-bookmark hold this streaming list began under
+    /// (`Faults::hold_initial_events_end`), taken when the request came: a release lets out
+    /// every list begun before it, including one still writing its initial events.
+    pub end_hold: Option<CancellationToken>,
     pub done: bool,
 }
 
@@ -127,6 +131,7 @@ impl WatchStream {
             silence: control.silence,
             shutdown: inner.shutdown.clone(),
             silent: control.silent_from_start,
+            end_hold: None,
             done: false,
         }
     }
@@ -209,7 +214,7 @@ impl WatchStream {
         }
         let mut chunk: Option<BytesMut> = None;
         let mut len = first.len();
-        let held = self.guard.inner.faults.initial_events_end_hold().is_some();
+        let held = self.end_hold.as_ref().is_some_and(|t| !t.is_cancelled());
         while len < WRITE_BATCH_BYTES
             && match self.backlog.front() {
                 Some(Item::Object(..) | Item::Live(_)) => true,
@@ -234,10 +239,10 @@ impl WatchStream {
         chunk.map_or(first, BytesMut::freeze)
     }
 
-    /// Waits while the end-bookmark hold is on (`Faults::hold_initial_events_end`); false
-    /// when the stream must end meanwhile.
+    /// Waits while the end-bookmark hold this list began under is on
+    /// (`Faults::hold_initial_events_end`); false when the stream must end meanwhile.
     async fn wait_for_hold(&mut self) -> bool {
-        let Some(hold) = self.guard.inner.faults.initial_events_end_hold() else {
+        let Some(hold) = self.end_hold.clone() else {
             return true;
         };
         tokio::select! {
