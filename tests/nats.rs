@@ -953,6 +953,12 @@ async fn jetstream_keeps_per_key_order_with_several_batches_in_flight_and_puback
     c.sim.populate(&workload(31)).unwrap();
     let mut cfg = kinds_config(&c);
     cfg.pipeline.max_batch_events = 25;
+    // Full batches of 25, so the stream's 40 cannot end at a batch's edge and some batch
+    // fails in part. With the tests' short linger a loaded machine cuts smaller batches,
+    // which can fill the stream at an edge: then every failure is a whole batch's (a
+    // transient error, not a partial one) and the wait below timed out (1 of 1 run beside
+    // two busy loops).
+    cfg.pipeline.linger = HumanDuration::from_millis(1000);
     cfg.pipeline.retry_max_backoff = HumanDuration::from_millis(300);
     let mut nats = nats_config(&server, NatsMode::Jetstream);
     nats.stream.create = false;

@@ -2350,3 +2350,146 @@ async fn a_re_creation_sent_again_after_its_inferred_delete_is_not_dropped_as_a_
         String::from_utf8_lossy(&fold.stderr)
     );
 }
+
+/// Issue 37, the owed-delete path end to end (the unit test is
+/// `after_an_owed_delete_the_keys_object_goes_out_again_as_an_added_naming_the_old_uid`):
+/// a run restored from a saved state with the old uids (U1) sees 20 names re-created (U2)
+/// and sends the old uids' `deleted` and the new uids' `added`, journaled ahead of the send;
+/// SIGKILL before any save. The next run restores U1 as a *former* uid (its `deleted` owed:
+/// the snapshot has U1, the journal U2) and U2 as unconfirmed: it sends the owed `deleted`
+/// (at U2's resourceVersion, so a new id) and then U2's `added` again. Before a9e9b4c that
+/// `added` had the first run's id: JetStream dropped it as a duplicate of its `Nats-Msg-Id`,
+/// and the stream ended with the owed `deleted` (20 live Pods lost by every consumer folding
+/// by key). Both destinations at once, each folded against the cluster, resourceVersions
+/// compared. With a9e9b4c's re-send taken out: the stream's fold 20 of 20 keys missing, the
+/// topic's exact (it keeps both `added`s and the fold applies the later one).
+#[cfg(all(feature = "nats", feature = "kafka"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_added_after_an_owed_delete_is_stored_by_jetstream_and_kafka() {
+    let server = nats_server::NatsServer::start("");
+    let tansu = kafka_server::Tansu::start().await;
+    let topic = "owed";
+    tansu.create_topic(topic, 3).await;
+    let c = cluster_of_500_pods().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = format!(
+        "{POD_METADATA}[[sinks]]\ntype = \"nats\"\nservers = [{:?}]\nmode = \"jetstream\"\n[sinks.stream]\nname = \"OWED\"\ncreate = true\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = {:?}\ntopic = {topic:?}\n",
+        server.url(),
+        tansu.bootstrap
+    );
+    let extra = format!(
+        "[state]\nbackend = \"file\"\npath = {:?}\ninterval = \"1h\"\nwrite_ahead = true\n",
+        dir.path().join("state").display().to_string()
+    );
+    let cfg = write_config(dir.path(), &c.kubeconfig, "restart", &sinks, &extra);
+    // Run 1 lists the old uids and saves them at SIGTERM.
+    let first = Kubesink::start(BIN, &cfg, dir.path(), "first", &[]);
+    until("the first run's initial list", &first, || {
+        first.count() >= 500
+    })
+    .await;
+    first.terminate().await;
+    // Run 2 starts from them, sees the re-creations, delivers them, and is killed.
+    let second = Kubesink::start(BIN, &cfg, dir.path(), "second", &[]);
+    until("the second run restored and listed", &second, || {
+        stderr_has(&second, "relist complete") || stderr_has(&second, "initial sync complete")
+    })
+    .await;
+    let mut old = BTreeMap::new();
+    let mut new = BTreeMap::new();
+    for p in c.sim.objects("v1", "Pod").iter().take(20) {
+        let k = obj_key(p);
+        old.insert(k.clone(), p["metadata"]["uid"].as_str().unwrap().to_owned());
+        c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
+        let created = c.sim.create(new_pod(p, &k.1)).expect("re-create");
+        new.insert(k, created["metadata"]["uid"].as_str().unwrap().to_owned());
+    }
+    let sent = |msgs: &[Value], op: &str, uids: &BTreeMap<Key, String>| {
+        msgs.iter()
+            .filter(|m| m["op"] == op && m["uid"].as_str() == uids.get(&key(m)).map(String::as_str))
+            .count()
+    };
+    until("the second run sent the re-creations", &second, || {
+        let msgs = second.messages();
+        sent(&msgs, "deleted", &old) == 20 && sent(&msgs, "added", &new) == 20
+    })
+    .await;
+    folds_exact(&cfg, &server.url(), &tansu, topic, "after the second run").await;
+    second.kill().await;
+    // Run 3: the owed deletes, then the new uids' adds again, each stored.
+    let third = Kubesink::start(BIN, &cfg, dir.path(), "third", &[]);
+    until(
+        "the third run's owed deletes and re-sent adds",
+        &third,
+        || {
+            let msgs = third.messages();
+            sent(&msgs, "deleted", &old) == 20 && sent(&msgs, "added", &new) == 20
+        },
+    )
+    .await;
+    let msgs = third.terminate().await;
+    // What a consumer folding by key holds, then why.
+    folds_exact(&cfg, &server.url(), &tansu, topic, "after the third run").await;
+    let readds: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["op"] == "added" && new.contains_key(&key(m)))
+        .collect();
+    assert!(
+        readds
+            .iter()
+            .all(|m| m["replacedUid"].as_str() == old.get(&key(m)).map(String::as_str)),
+        "each re-sent added names the uid whose owed delete came first: {readds:?}"
+    );
+    assert!(
+        msgs.iter().all(|m| m["initial"] == false),
+        "the third run restored its state"
+    );
+}
+
+/// Waits (60 s at most) until `kubesink fold --against-cluster --compare-resource-version`
+/// of the JetStream stream OWED at `nats` and of `topic` (3 partitions) on `tansu` both
+/// equal the cluster of `cfg` (the stdout copy a test reads can come before the brokers').
+#[cfg(all(feature = "nats", feature = "kafka"))]
+async fn folds_exact(
+    cfg: &Path,
+    nats: &str,
+    tansu: &kafka_server::Tansu,
+    topic: &str,
+    label: &str,
+) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .arg("--config")
+            .arg(cfg)
+            .args(args)
+            .args(["--against-cluster", "--compare-resource-version"])
+            .output()
+            .expect("run kubesink fold");
+        (
+            out.status.success(),
+            format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        // tansu's high watermark can stay below a batch's last records until another batch
+        // comes (kafka_server.rs): a flush record (an op every fold skips) per partition.
+        tansu.flush_high_watermarks(topic, 3).await;
+        let stream = run(&["fold", "--nats", nats, "--stream", "OWED"]);
+        let kafka = run(&["fold", "--kafka", &tansu.bootstrap, "--topic", topic]);
+        if stream.0 && kafka.0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{label}: a fold differs from the cluster after 60 s:\nJetStream:\n{}\nKafka:\n{}",
+            stream.1,
+            kafka.1
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
