@@ -779,6 +779,47 @@ async fn command(args: &[&str], file: &std::path::Path) -> (Option<i32>, String)
     )
 }
 
+/// A TLS file that is there but unusable (noticed at issue 38: neither `check` nor the start
+/// found it; run failed at the first TLS connection, or librdkafka refused the producer):
+/// `check` and `run` both name it at its key, with the path and why, for a NATS sink with
+/// TLS certain and a Kafka sink with `ssl`; without TLS certain it is not read.
+#[tokio::test]
+async fn a_tls_file_that_is_there_but_unusable_is_named_by_check_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("ca.pem");
+    std::fs::write(&garbage, "not PEM at all\n").unwrap();
+    let file = dir.path().join("k.toml");
+    let write = |required: bool| {
+        std::fs::write(
+            &file,
+            format!("[cluster]\nname = \"a\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"nats\"\nservers = [\"nats://127.0.0.1:1\"]\nmode = \"core\"\n[sinks.tls]\nca_file = {garbage:?}\nrequired = {required}\n[[sinks]]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\n[sinks.security]\nprotocol = \"ssl\"\nssl_ca_location = {garbage:?}\n"),
+        )
+        .unwrap();
+    };
+    write(true);
+    let path = garbage.display().to_string();
+    for args in [&["check"][..], &["run"][..]] {
+        let (code, stderr) = command(args, &file).await;
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "sinks.0.tls.ca_file: {path} holds no PEM CERTIFICATE block"
+            )),
+            "{args:?}: {stderr}"
+        );
+        if args == ["check"] {
+            assert!(
+                stderr.contains(&format!("sinks.1.security.ssl_ca_location: librdkafka cannot use {path}: ssl.ca.location failed")),
+                "{stderr}"
+            );
+        }
+    }
+    // nats:// without tls.required: the file is read only if the server demands TLS.
+    write(false);
+    let (_, stderr) = command(&["check"], &file).await;
+    assert!(!stderr.contains("sinks.0.tls.ca_file"), "{stderr}");
+}
+
 #[tokio::test]
 async fn check_refuses_an_unknown_librdkafka_property_of_a_kafka_sink_as_run_does() {
     let dir = tempfile::tempdir().unwrap();

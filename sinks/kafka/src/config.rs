@@ -262,6 +262,70 @@ pub struct KafkaSecurity {
     pub ssl_key_password: Option<Secret>,
 }
 
+/// Why librdkafka cannot use the TLS files of `s` that are there, as `(key, message)` with
+/// keys relative to the entry (`security.ssl_ca_location`, ...): librdkafka reads them when
+/// the producer is created, so `run` refuses them at start; found here by creating a producer
+/// with each (the CA file alone, the certificate with its key and passphrase; no
+/// connection is made). Only with `ssl` or `sasl_ssl`, as librdkafka reads them only then;
+/// a file that is not there is named by `files()` instead.
+pub fn tls_file_problems(s: &KafkaSecurity) -> Vec<(&'static str, String)> {
+    use rdkafka::error::KafkaError;
+    if !matches!(s.protocol, Protocol::Ssl | Protocol::SaslSsl) {
+        return Vec::new();
+    }
+    let present = |p: &Option<String>| {
+        p.clone()
+            .filter(|p| std::path::Path::new(p.as_str()).is_file())
+    };
+    let refused = |properties: &[(&str, String)]| {
+        let mut c = rdkafka::ClientConfig::new();
+        c.set("security.protocol", "ssl");
+        for (k, v) in properties {
+            c.set(*k, v.as_str());
+        }
+        match c.create::<rdkafka::producer::BaseProducer>() {
+            Ok(_) => None,
+            Err(KafkaError::ClientCreation(text)) => Some(text),
+            Err(e) => Some(e.to_string()),
+        }
+    };
+    let mut problems = Vec::new();
+    if let Some(ca) = present(&s.ssl_ca_location) {
+        if let Some(text) = refused(&[("ssl.ca.location", ca.clone())]) {
+            problems.push((
+                "security.ssl_ca_location",
+                format!("librdkafka cannot use {ca}: {text}"),
+            ));
+        }
+    }
+    if let (Some(cert), Some(key)) = (
+        present(&s.ssl_certificate_location),
+        present(&s.ssl_key_location),
+    ) {
+        let mut properties = vec![
+            ("ssl.certificate.location", cert.clone()),
+            ("ssl.key.location", key.clone()),
+        ];
+        if let Some(pw) = &s.ssl_key_password {
+            properties.push(("ssl.key.password", pw.expose().to_owned()));
+        }
+        if let Some(text) = refused(&properties) {
+            // librdkafka names the property it failed on ("ssl.key.location failed: ...").
+            let (at, file) = if text.contains("ssl.key") {
+                ("security.ssl_key_location", key)
+            } else {
+                ("security.ssl_certificate_location", cert)
+            };
+            let text = match &s.ssl_key_password {
+                Some(pw) if !pw.expose().is_empty() => text.replace(pw.expose(), "***"),
+                _ => text,
+            };
+            problems.push((at, format!("librdkafka cannot use {file}: {text}")));
+        }
+    }
+    problems
+}
+
 /// `compression.type`.
 #[derive(
     Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
@@ -708,6 +772,9 @@ impl Destination for KafkaConfig {
                 "security.ssl_key_location",
                 "ssl_certificate_location and ssl_key_location go together (mutual TLS)",
             ));
+        }
+        for (key, message) in tls_file_problems(s) {
+            errs.push(self.invalid(index, key, message));
         }
         for (property, message) in refused_properties(&self.librdkafka) {
             let key = property.map_or_else(

@@ -777,3 +777,102 @@ async fn close_reports_the_records_it_could_not_flush_before_its_deadline() {
     );
     pending.abort();
 }
+
+/// Issue 38's leftover (a TLS file that is there but unusable was found by neither `check`
+/// nor the start): librdkafka refuses it when the producer is created, so `validate` names
+/// it, at its key, with librdkafka's reason. Real PEM files made by `openssl`.
+#[test]
+fn tls_files_that_are_there_but_unusable_are_named_at_their_keys() {
+    let dir = std::env::temp_dir().join(format!("kubesink-kafka-pem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).display().to_string();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("openssl (Debian package openssl) makes the test's certificates");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "key.pem",
+                "-out",
+                "cert.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=kubesink-test",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-out",
+        "other.pem",
+    ]);
+    std::fs::write(dir.join("garbage.pem"), "not PEM at all\n").unwrap();
+    let security = |ca: &str, cert: &str, key: &str| KafkaSecurity {
+        protocol: Protocol::Ssl,
+        ssl_ca_location: Some(path(ca)),
+        ssl_certificate_location: Some(path(cert)),
+        ssl_key_location: Some(path(key)),
+        ..Default::default()
+    };
+    assert_eq!(
+        config::tls_file_problems(&security("cert.pem", "cert.pem", "key.pem")),
+        [],
+        "usable files"
+    );
+    let found = config::tls_file_problems(&security("garbage.pem", "cert.pem", "other.pem"));
+    let keys: Vec<&str> = found.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        keys,
+        ["security.ssl_ca_location", "security.ssl_key_location"],
+        "{found:?}"
+    );
+    assert!(
+        found[0].1.starts_with(&format!(
+            "librdkafka cannot use {}: ssl.ca.location failed",
+            path("garbage.pem")
+        )) && found[1].1.starts_with(&format!(
+            "librdkafka cannot use {}: ssl.key.location failed",
+            path("other.pem")
+        )),
+        "{found:?}"
+    );
+    let found = config::tls_file_problems(&security("cert.pem", "garbage.pem", "key.pem"));
+    assert_eq!(
+        found.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+        ["security.ssl_certificate_location"],
+        "{found:?}"
+    );
+    // Not read without TLS; a file that is not there is `files()`'s finding.
+    let mut plain = security("garbage.pem", "garbage.pem", "other.pem");
+    plain.protocol = Protocol::Plaintext;
+    assert_eq!(config::tls_file_problems(&plain), []);
+    let mut missing = security("cert.pem", "cert.pem", "key.pem");
+    missing.ssl_ca_location = Some(path("nonexistent.pem"));
+    assert_eq!(config::tls_file_problems(&missing), []);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -309,7 +309,10 @@ pub struct ClientSettings<'a> {
 /// The problems of a NATS connection's settings serde cannot see, as `(key, message)` with
 /// keys relative to the section (`servers`, `auth`, `auth.password`, `tls.key_file`): no or
 /// invalid server URLs, more than one auth method, user without password, certificate
-/// without key. Shared by the sink and the `[state.nats]` store.
+/// without key, and, when TLS is certain (`tls.required` or a `tls://` URL), a TLS file that
+/// is there but holds no usable certificate or key (so `run` refuses it at start and `check`
+/// names it, instead of a TLS failure at the first connection). Shared by the sink and the
+/// `[state.nats]` store.
 pub fn connection_problems(
     servers: &[String],
     auth: &NatsAuth,
@@ -339,7 +342,63 @@ pub fn connection_problems(
     if tls.cert_file.is_some() != tls.key_file.is_some() {
         errs.push(("tls.key_file", "cert_file and key_file go together".into()));
     }
+    // The files are read only when TLS is certain (as `files()` says): with `nats://` URLs
+    // and no `tls.required`, a server that does not demand TLS never has them read.
+    let tls_certain = tls.required || servers.iter().any(|s| tls_url(s));
+    for (key, path, what) in [
+        ("tls.ca_file", &tls.ca_file, PemContent::Certificates),
+        ("tls.cert_file", &tls.cert_file, PemContent::Certificates),
+        ("tls.key_file", &tls.key_file, PemContent::PrivateKey),
+    ] {
+        let present = path.as_deref().filter(|_| tls_certain);
+        if let Some(problem) = present.and_then(|p| pem_problem(p, what)) {
+            errs.push((key, problem));
+        }
+    }
     errs
+}
+
+/// What a TLS file must hold.
+#[derive(Clone, Copy)]
+enum PemContent {
+    /// At least one `CERTIFICATE` block (a CA bundle, a client certificate chain).
+    Certificates,
+    /// A private key (PKCS#8, PKCS#1 or SEC1).
+    PrivateKey,
+}
+
+/// Why a TLS file that is there cannot be used, read as async-nats reads it when a
+/// connection upgrades to TLS (`async-nats` 0.51 `tls.rs`: `CertificateDer::pem_reader_iter`,
+/// `PrivateKeyDer::from_pem_reader`); `None` when it can, or when it is not there (a missing
+/// file is named by `files()`, often mounted only where kubesink runs). A CA file without a
+/// certificate is a problem although async-nats accepts it: every handshake then fails.
+fn pem_problem(path: &std::path::Path, what: PemContent) -> Option<String> {
+    use async_nats::rustls::pki_types::pem::PemObject;
+    use async_nats::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(format!("{} cannot be read: {e}", path.display())),
+    };
+    let mut reader = std::io::BufReader::new(file);
+    let problem = match what {
+        PemContent::Certificates => {
+            match CertificateDer::pem_reader_iter(&mut reader).collect::<Result<Vec<_>, _>>() {
+                Ok(certs) if certs.is_empty() => "holds no PEM CERTIFICATE block".to_owned(),
+                Ok(_) => return None,
+                Err(e) => format!("is not a PEM certificate file: {e}"),
+            }
+        }
+        PemContent::PrivateKey => match PrivateKeyDer::from_pem_reader(&mut reader) {
+            Ok(_) => return None,
+            Err(async_nats::rustls::pki_types::pem::Error::NoItemsFound) => {
+                "holds no PEM private key (PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)"
+                    .to_owned()
+            }
+            Err(e) => format!("is not a PEM private key file: {e}"),
+        },
+    };
+    Some(format!("{} {problem}", path.display()))
 }
 
 /// Whether a server URL guarantees TLS: the `tls://` scheme (or `wss://`). `nats://`, and a
@@ -803,6 +862,69 @@ mod tests {
                 "stream.max_msgs_per_subject"
             ]
         );
+    }
+
+    #[test]
+    fn tls_files_that_are_there_but_unusable_are_named_when_tls_is_certain() {
+        let dir = std::env::temp_dir().join(format!("kubesink-nats-pem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIBAA==\n-----END CERTIFICATE-----\n";
+        let key = "-----BEGIN PRIVATE KEY-----\nMC4CAQA=\n-----END PRIVATE KEY-----\n";
+        let garbage = write("garbage.pem", "not PEM at all\n");
+        let cut = write("cut.pem", "-----BEGIN CERTIFICATE-----\nMIIBAA==\n");
+        let cert_only = write("cert.pem", cert);
+        let key_only = write("key.pem", key);
+        let problems = |servers: &str, required: bool, ca: &str, cert: &str, key: &str| {
+            let c = parse(&format!(
+                r#"{{"servers": [{servers:?}], "tls": {{"ca_file": {ca:?}, "cert_file": {cert:?}, "key_file": {key:?}, "required": {required}}}}}"#
+            ));
+            connection_problems(&c.servers, &c.auth, &c.tls)
+        };
+        let found = problems("tls://h:4222", false, &garbage, &cut, &cert_only);
+        let keys: Vec<&str> = found.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            keys,
+            ["tls.ca_file", "tls.cert_file", "tls.key_file"],
+            "{found:?}"
+        );
+        assert!(
+            found[0].1 == format!("{garbage} holds no PEM CERTIFICATE block"),
+            "{found:?}"
+        );
+        assert!(
+            found[1]
+                .1
+                .starts_with(&format!("{cut} is not a PEM certificate file: ")),
+            "{found:?}"
+        );
+        assert!(
+            found[2]
+                .1
+                .starts_with(&format!("{cert_only} holds no PEM private key")),
+            "{found:?}"
+        );
+        // Usable files, a missing one (named elsewhere, as a warning), TLS not certain.
+        assert_eq!(
+            problems("nats://h", true, &cert_only, &cert_only, &key_only),
+            []
+        );
+        assert_eq!(
+            problems(
+                "nats://h",
+                true,
+                "/nonexistent/ca.pem",
+                &cert_only,
+                &key_only
+            ),
+            []
+        );
+        assert_eq!(problems("nats://h", false, &garbage, &cut, &cert_only), []);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
