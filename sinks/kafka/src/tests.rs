@@ -791,7 +791,7 @@ fn tls_files_that_are_there_but_unusable_are_named_at_their_keys() {
             .args(args)
             .current_dir(&dir)
             .output()
-            .expect("openssl (Debian package openssl) makes the test's certificates");
+            .expect("openssl must be installed (scripts/test.sh installs it)");
         assert!(
             out.status.success(),
             "{}",
