@@ -814,10 +814,16 @@ async fn a_tls_file_that_is_there_but_unusable_is_named_by_check_and_run() {
             );
         }
     }
-    // nats:// without tls.required: the file is read only if the server demands TLS.
+    // nats:// without tls.required: the file is read only if the server demands TLS (the
+    // Kafka sink's, with ssl, still is).
     write(false);
-    let (_, stderr) = command(&["check"], &file).await;
-    assert!(!stderr.contains("sinks.0.tls.ca_file"), "{stderr}");
+    let (code, stderr) = command(&["check"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        !stderr.contains("sinks.0.tls.ca_file")
+            && stderr.contains("sinks.1.security.ssl_ca_location: librdkafka cannot use"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

@@ -137,8 +137,7 @@ pub fn missing_files(c: &Config) -> Vec<MissingFile> {
     }
     #[cfg(feature = "nats")]
     if c.state.backend == super::StateBackend::Nats
-        && (c.state.nats.tls.required
-            || c.state.nats.servers.iter().any(|s| s.starts_with("tls://")))
+        && kubesink_nats::tls_certain(&c.state.nats.servers, &c.state.nats.tls)
     {
         let tls = &c.state.nats.tls;
         for (key, p) in [

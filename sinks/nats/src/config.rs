@@ -342,9 +342,10 @@ pub fn connection_problems(
     if tls.cert_file.is_some() != tls.key_file.is_some() {
         errs.push(("tls.key_file", "cert_file and key_file go together".into()));
     }
-    // The files are read only when TLS is certain (as `files()` says): with `nats://` URLs
-    // and no `tls.required`, a server that does not demand TLS never has them read.
-    let tls_certain = tls.required || servers.iter().any(|s| tls_url(s));
+    // The files are read only when TLS is certain (`files()` uses the same rule): with
+    // `nats://` URLs and no `tls.required`, a server that does not demand TLS never has
+    // them read.
+    let tls_certain = tls_certain(servers, tls);
     for (key, path, what) in [
         ("tls.ca_file", &tls.ca_file, PemContent::Certificates),
         ("tls.cert_file", &tls.cert_file, PemContent::Certificates),
@@ -367,11 +368,15 @@ enum PemContent {
     PrivateKey,
 }
 
-/// Why a TLS file that is there cannot be used, read as async-nats reads it when a
-/// connection upgrades to TLS (`async-nats` 0.51 `tls.rs`: `CertificateDer::pem_reader_iter`,
-/// `PrivateKeyDer::from_pem_reader`); `None` when it can, or when it is not there (a missing
-/// file is named by `files()`, often mounted only where kubesink runs). A CA file without a
-/// certificate is a problem although async-nats accepts it: every handshake then fails.
+/// Why a TLS file that is there cannot be used, as far as its PEM shows: read with the
+/// functions async-nats 0.51 reads it with when a connection upgrades to TLS (`tls.rs`:
+/// `CertificateDer::pem_reader_iter`, `PrivateKeyDer::from_pem_reader`), so a file that is
+/// not PEM, is cut short, or holds no certificate (no private key) is found. What the PEM
+/// blocks hold (a certificate's DER, a key that matches its certificate) is checked by
+/// rustls at the first connection only. `None` when the PEM is usable, or when the file is
+/// not there (a missing file is named by `files()`, often mounted only where kubesink
+/// runs). A CA file without a certificate is a problem although async-nats accepts it: every
+/// handshake then fails.
 fn pem_problem(path: &std::path::Path, what: PemContent) -> Option<String> {
     use async_nats::rustls::pki_types::pem::PemObject;
     use async_nats::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -399,6 +404,13 @@ fn pem_problem(path: &std::path::Path, what: PemContent) -> Option<String> {
         },
     };
     Some(format!("{} {problem}", path.display()))
+}
+
+/// Whether TLS is certain for a connection, so its TLS files are read: `tls.required`, or
+/// a server URL that guarantees it ([`tls_url`]). Otherwise they are read only if a server
+/// demands TLS. Shared by the sink's and `[state.nats]`'s file checks.
+pub fn tls_certain(servers: &[String], tls: &NatsTls) -> bool {
+    tls.required || servers.iter().any(|s| tls_url(s))
 }
 
 /// Whether a server URL guarantees TLS: the `tls://` scheme (or `wss://`). `nats://`, and a
@@ -767,7 +779,7 @@ impl Destination for NatsConfig {
     /// With neither, they are read only if a server demands TLS, so they are not named (a
     /// newcomer found "run refuses to start without it" said of files `run` never read).
     fn files(&self) -> Vec<(String, std::path::PathBuf)> {
-        let tls = self.tls.required || self.servers.iter().any(|s| s.starts_with("tls://"));
+        let tls = tls_certain(&self.servers, &self.tls);
         let mut files: Vec<(&str, &Option<std::path::PathBuf>)> =
             vec![("auth.credentials_file", &self.auth.credentials_file)];
         if tls {
@@ -906,6 +918,13 @@ mod tests {
             found[2]
                 .1
                 .starts_with(&format!("{cert_only} holds no PEM private key")),
+            "{found:?}"
+        );
+        // tls.required makes TLS certain with a nats:// server too.
+        let found = problems("nats://h", true, &garbage, &cert_only, &key_only);
+        assert_eq!(
+            found.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            ["tls.ca_file"],
             "{found:?}"
         );
         // Usable files, a missing one (named elsewhere, as a warning), TLS not certain.

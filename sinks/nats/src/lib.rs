@@ -44,7 +44,7 @@ pub mod state;
 pub use cloudevents::{nats_headers, percent_encode_header};
 pub use config::{
     client_options, connection_problems, plaintext_credentials, server_addrs, servers_text,
-    ClientSettings, NatsAuth, NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls,
+    tls_certain, ClientSettings, NatsAuth, NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls,
     DEFAULT_SUBJECT,
 };
 pub use connection::{redact_url, ConnectionWatch};
