@@ -289,6 +289,15 @@ start_replica b
 admin "churn?rate=40&seed=$seed"
 for _ in $(seq 300); do [ "$(handovers)" -ge 1 ] && break; sleep 0.1; done
 [ "$(handovers)" -ge 1 ] || fail "no replica became the leader in 30 s"
+# The faults start once the leader watches: a fault that acts on open watches (a reset, a
+# close, silence) drawn while its first lists are still in flight took no effect, and the
+# effect check rightly failed the campaign (seed 57979: two resets at 0 s and 1 s, replica a
+# still paging its lists).
+for _ in $(seq 600); do
+  cat "$dir"/replica-?.log 2>/dev/null | grep -q "initial sync complete" &&
+    [ "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin).get("openWatches", 0))')" -ge 1 ] && break
+  sleep 0.1
+done
 
 faults=0 expected_handovers=0 noop_effect="" recreated=0
 declare -A scheduled=() fault_of=()  # effect counter name -> sim faults of that kind sent, and what they are
