@@ -95,7 +95,15 @@ fail() { echo "== chaos: FAILED: $*"; exit 1; }
 admin() { curl -sf -X POST "$server/_sim/$1" >/dev/null || fail "admin call /_sim/$1 failed"; }
 stats() { curl -sf "$server/_sim/stats" || fail "GET /_sim/stats failed"; }
 lease() {  # holder and leaseTransitions of the Lease, "replica-a 3"
-  curl -sf "$server/apis/coordination.k8s.io/v1/namespaces/default/leases/kubesink-chaos" 2>/dev/null |
+  # Read again when the read fails: a "next 3 requests answer 500" fault answers this read
+  # too, and a leader read as "none" was SIGSTOPped as a follower, so its lost lease after
+  # SIGCONT was a problem nothing explained (seed 58362).
+  local body
+  for _ in 1 2 3 4 5 6; do
+    body=$(curl -sf "$server/apis/coordination.k8s.io/v1/namespaces/default/leases/kubesink-chaos" 2>/dev/null) && break
+    sleep 0.1
+  done
+  printf '%s' "$body" |
     python3 -c 'import json,sys; s=json.load(sys.stdin)["spec"]; print(s.get("holderIdentity") or "none", s.get("leaseTransitions", 0))' 2>/dev/null || echo "none 0"
 }
 # ConfigMaps and Secrets beside the churned Pods; re-creations of a name with a new uid.
