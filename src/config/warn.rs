@@ -139,16 +139,11 @@ pub fn missing_files(c: &Config) -> Vec<MissingFile> {
     if c.state.backend == super::StateBackend::Nats
         && kubesink_nats::tls_certain(&c.state.nats.servers, &c.state.nats.tls)
     {
-        let tls = &c.state.nats.tls;
-        for (key, p) in [
-            ("ca_file", &tls.ca_file),
-            ("cert_file", &tls.cert_file),
-            ("key_file", &tls.key_file),
-        ] {
+        for (key, p) in c.state.nats.tls.files() {
             if let Some(p) = p {
                 files.push((
-                    format!("state.nats.tls.{key}"),
-                    p.clone(),
+                    format!("state.nats.{key}"),
+                    p.to_path_buf(),
                     "the state store cannot be opened without it".to_owned(),
                 ));
             }

@@ -262,6 +262,13 @@ pub struct KafkaSecurity {
     pub ssl_key_password: Option<Secret>,
 }
 
+impl KafkaSecurity {
+    /// Whether the protocol is `ssl` or `sasl_ssl`: librdkafka reads the TLS files only then.
+    pub fn uses_tls(&self) -> bool {
+        matches!(self.protocol, Protocol::Ssl | Protocol::SaslSsl)
+    }
+}
+
 /// Why librdkafka cannot use the TLS files of `s` that are there, as `(key, message)` with
 /// keys relative to the entry (`security.ssl_ca_location`, ...): librdkafka reads them when
 /// the producer is created, so `run` refuses them at start; found here by creating a producer
@@ -270,7 +277,7 @@ pub struct KafkaSecurity {
 /// a file that is not there is named by `files()` instead.
 pub fn tls_file_problems(s: &KafkaSecurity) -> Vec<(&'static str, String)> {
     use rdkafka::error::KafkaError;
-    if !matches!(s.protocol, Protocol::Ssl | Protocol::SaslSsl) {
+    if !s.uses_tls() {
         return Vec::new();
     }
     let present = |p: &Option<String>| {
@@ -805,7 +812,7 @@ impl Destination for KafkaConfig {
         // librdkafka reads the TLS files only with TLS, and a keytab only with SASL: with
         // other protocols `run` starts without them (found by a newcomer: `check` said it
         // would not).
-        let tls = matches!(s.protocol, Protocol::Ssl | Protocol::SaslSsl);
+        let tls = s.uses_tls();
         let sasl = matches!(s.protocol, Protocol::SaslPlaintext | Protocol::SaslSsl);
         let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();
         if tls {

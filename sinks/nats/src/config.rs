@@ -139,6 +139,19 @@ pub struct NatsTls {
     pub required: bool,
 }
 
+impl NatsTls {
+    /// The TLS files with their keys relative to the connection's section (`tls.ca_file`,
+    /// `tls.cert_file`, `tls.key_file`), set or not: what `files()` names, what
+    /// [`connection_problems`] reads, what `check` names for `[state.nats]`.
+    pub fn files(&self) -> [(&'static str, Option<&std::path::Path>); 3] {
+        [
+            ("tls.ca_file", self.ca_file.as_deref()),
+            ("tls.cert_file", self.cert_file.as_deref()),
+            ("tls.key_file", self.key_file.as_deref()),
+        ]
+    }
+}
+
 /// `[sinks.stream]`: the JetStream stream the subjects belong to.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -345,15 +358,16 @@ pub fn connection_problems(
     // The files are read only when TLS is certain (`files()` uses the same rule): with
     // `nats://` URLs and no `tls.required`, a server that does not demand TLS never has
     // them read.
-    let tls_certain = tls_certain(servers, tls);
-    for (key, path, what) in [
-        ("tls.ca_file", &tls.ca_file, PemContent::Certificates),
-        ("tls.cert_file", &tls.cert_file, PemContent::Certificates),
-        ("tls.key_file", &tls.key_file, PemContent::PrivateKey),
-    ] {
-        let present = path.as_deref().filter(|_| tls_certain);
-        if let Some(problem) = present.and_then(|p| pem_problem(p, what)) {
-            errs.push((key, problem));
+    if tls_certain(servers, tls) {
+        for (key, path) in tls.files() {
+            let what = if key == "tls.key_file" {
+                PemContent::PrivateKey
+            } else {
+                PemContent::Certificates
+            };
+            if let Some(problem) = path.and_then(|p| pem_problem(p, what)) {
+                errs.push((key, problem));
+            }
         }
     }
     errs
@@ -779,19 +793,16 @@ impl Destination for NatsConfig {
     /// With neither, they are read only if a server demands TLS, so they are not named (a
     /// newcomer found "run refuses to start without it" said of files `run` never read).
     fn files(&self) -> Vec<(String, std::path::PathBuf)> {
-        let tls = tls_certain(&self.servers, &self.tls);
-        let mut files: Vec<(&str, &Option<std::path::PathBuf>)> =
-            vec![("auth.credentials_file", &self.auth.credentials_file)];
-        if tls {
-            files.extend([
-                ("tls.ca_file", &self.tls.ca_file),
-                ("tls.cert_file", &self.tls.cert_file),
-                ("tls.key_file", &self.tls.key_file),
-            ]);
+        let mut files = vec![(
+            "auth.credentials_file",
+            self.auth.credentials_file.as_deref(),
+        )];
+        if tls_certain(&self.servers, &self.tls) {
+            files.extend(self.tls.files());
         }
         files
             .into_iter()
-            .filter_map(|(key, p)| p.as_ref().map(|p| (key.to_owned(), p.clone())))
+            .filter_map(|(key, p)| p.map(|p| (key.to_owned(), p.to_path_buf())))
             .collect()
     }
 
