@@ -41,6 +41,7 @@ fn messages(n: usize) -> Vec<Message> {
                 final_state_unknown: false,
                 may_be_held: false,
                 replaced_uid: None,
+                changed: None,
                 reason: None,
                 object: Some(ObjectJson::from_value(
                     &serde_json::json!({"apiVersion": "v1", "kind": "Pod",

@@ -134,8 +134,8 @@ pub struct FoldArgs {
     #[arg(long, requires = "against_cluster")]
     pub repair: bool,
     /// With `--against-cluster`, also report objects whose resourceVersion differs (`stale`).
-    /// Only meaningful for `payload = "full"` resources without `drop`: other modes leave the
-    /// view's resourceVersion at the last emitted state.
+    /// Only meaningful for `payload = "full"` resources without `drop` or `ignore_changes`:
+    /// the others leave the view's resourceVersion at the last emitted state.
     #[arg(long, requires = "against_cluster")]
     pub compare_resource_version: bool,
     /// Bound on connecting and on the start-up requests to the broker.

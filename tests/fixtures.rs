@@ -145,6 +145,7 @@ fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
                 final_state_unknown: false,
                 may_be_held: false,
                 replaced_uid: None,
+                changed: None,
                 reason: None,
                 object: Some(result.object.clone()),
             };

@@ -207,6 +207,7 @@ fn change(
         final_state_unknown: object.is_none(),
         may_be_held: false,
         replaced_uid: None,
+        changed: None,
         reason: None,
         object,
     }

@@ -157,6 +157,7 @@ async fn metrics_are_exposed_and_move_under_churn() {
         .any(|(n, l)| n == "kubesink_build_info" && l.iter().any(|(k, _)| k == "version")));
     for name in [
         "kubesink_suppressed_total",
+        "kubesink_updates_ignored_total",
         "kubesink_inferred_deletes_total",
         "kubesink_watch_requests_total",
         "kubesink_watch_gone_total",

@@ -53,6 +53,21 @@ pub struct ResourceConfig {
     /// which is always removed. Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drop: Vec<String>,
+    /// The paths an `updated` message's `changed` names when their value changed: JSONPath
+    /// queries (RFC 9535) without the leading `$`, e.g. `spec.replicas`,
+    /// `spec.template.spec.containers[*].image`, `metadata.labels['app']`; at most 8
+    /// (each keeps a 16-bit fingerprint per object). Default (empty): the object's
+    /// top-level sections, `metadata.labels`, `metadata.annotations`,
+    /// `metadata.ownerReferences`, `metadata` (the rest), `spec`, `status`, `data` and `*`
+    /// (any other top-level field). See docs/message-contract.md, "changed".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub change_paths: Vec<String>,
+    /// Paths (as `change_paths`) whose changes alone send nothing: an update that changes
+    /// only values these select is not emitted (its resourceVersion is still recorded, so
+    /// it is not sent later either), and is counted in `kubesink_updates_ignored_total`.
+    /// E.g. `["status"]` for spec and metadata changes only. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_changes: Vec<String>,
     /// Emit `updated` messages. `false` gives adds and deletes only (the seed's
     /// `receiveUpdates=false`). Default `true`.
     #[serde(default = "yes")]
@@ -94,6 +109,8 @@ impl ResourceConfig {
             payload: PayloadMode::Full,
             fields: Vec::new(),
             drop: Vec::new(),
+            change_paths: Vec::new(),
+            ignore_changes: Vec::new(),
             updates: true,
             allow_secret_data: false,
             page_size: default_page_size(),
@@ -167,6 +184,42 @@ impl ResourceConfig {
                     ),
                 );
             }
+        }
+        if self.change_paths.len() > crate::informer::PART_SLOTS {
+            problems.add(
+                at("change_paths"),
+                format!(
+                    "{} paths; at most {} (each keeps a 16-bit fingerprint per object)",
+                    self.change_paths.len(),
+                    crate::informer::PART_SLOTS
+                ),
+            );
+        }
+        for (list, paths) in [
+            ("change_paths", &self.change_paths),
+            ("ignore_changes", &self.ignore_changes),
+        ] {
+            for (j, path) in paths.iter().enumerate() {
+                if let Err(why) = crate::informer::parse_path(path) {
+                    problems.add(
+                        at(&format!("{list}.{j}")),
+                        format!(
+                            "{path:?} is not a JSONPath (RFC 9535, without the leading $, e.g. \"spec.template.spec.containers[*].image\"): {why}"
+                        ),
+                    );
+                } else if paths[..j].contains(path) {
+                    problems.add(
+                        at(&format!("{list}.{j}")),
+                        format!("{path:?} is listed twice"),
+                    );
+                }
+            }
+        }
+        if !self.ignore_changes.is_empty() && !self.updates {
+            problems.add(
+                at("ignore_changes"),
+                "only applies with updates = true (no update is sent anyway)",
+            );
         }
         for (j, ns) in self.namespaces.iter().enumerate() {
             if let Err(why) = check_dns_label(ns) {

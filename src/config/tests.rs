@@ -202,6 +202,49 @@ type = "stdout"
 }
 
 #[test]
+fn change_paths_and_ignored_paths_are_checked_and_named_by_key() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "changes.toml",
+            r#"
+[cluster]
+name = "p"
+[[resources]]
+api_version = "apps/v1"
+kind = "Deployment"
+change_paths = ["spec.replicas", "spec..[", "spec.replicas"]
+ignore_changes = ["status[?"]
+[[resources]]
+api_version = "v1"
+kind = "Pod"
+change_paths = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
+ignore_changes = ["status"]
+updates = false
+[[resources]]
+api_version = "v1"
+kind = "Service"
+change_paths = ["spec.ports[*].port", "metadata.labels['app.kubernetes.io/name']"]
+ignore_changes = ["status", "metadata.annotations"]
+"#,
+        )?;
+        let errs = errors_of(Some(Path::new("changes.toml")));
+        let all = errs.join("\n");
+        for want in [
+            "resources.0.change_paths.1: \"spec..[\" is not a JSONPath (RFC 9535",
+            "resources.0.change_paths.2: \"spec.replicas\" is listed twice",
+            "resources.0.ignore_changes.0: \"status[?\" is not a JSONPath",
+            "resources.1.change_paths: 9 paths; at most 8",
+            "resources.1.ignore_changes: only applies with updates = true",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        assert_eq!(errs.len(), 5, "the Service's paths are fine:\n{all}");
+        Ok(())
+    });
+}
+
+#[test]
 fn unknown_sink_type_and_unknown_top_level_key_are_errors() {
     Jail::expect_with(|jail| {
         jail.clear_env();

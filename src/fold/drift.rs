@@ -208,6 +208,7 @@ pub async fn repair(cfg: &Config, view: &View, report: &Report) -> anyhow::Resul
             object: None,
             may_be_held: false,
             replaced_uid: None,
+            changed: None,
             reason: None,
         };
         messages.push(encode(resource, &change, &observed_at)?);

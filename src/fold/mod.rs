@@ -228,6 +228,7 @@ fn print_view(view: &View, output: FoldOutput) -> std::io::Result<()> {
                 "UID",
                 "RV",
                 "LAST-OP",
+                "CHANGED",
                 "AGE",
             ]
             .map(str::to_owned)];
@@ -250,10 +251,11 @@ fn print_view(view: &View, output: FoldOutput) -> std::io::Result<()> {
                     e.uid.clone(),
                     e.resource_version.clone(),
                     e.op.clone(),
+                    e.changed.as_ref().map_or_else(String::new, |c| c.join(",")),
                     age,
                 ]);
             }
-            let mut widths = [0usize; 8];
+            let mut widths = [0usize; 9];
             for r in &rows {
                 for (w, c) in widths.iter_mut().zip(r) {
                     *w = (*w).max(c.chars().count());

@@ -73,6 +73,9 @@ pub struct Entry {
     pub resource_version: String,
     /// `observedAt` of the last message (RFC 3339).
     pub observed_at: String,
+    /// The last message's `changed` (an `updated` naming the paths that changed); `None`
+    /// when it has none.
+    pub changed: Option<Vec<String>>,
     /// The object, kept only when the view was asked to keep objects.
     pub object: Option<Value>,
     /// The Kafka partition it was read from.
@@ -85,8 +88,8 @@ pub struct Entry {
 
 impl Entry {
     /// The entry as one JSON Lines object: `key`, `op`, `cluster`, `kind`, `namespace`
-    /// (absent when cluster-scoped), `name`, `uid`, `resourceVersion`, `observedAt`, and
-    /// `object` when kept.
+    /// (absent when cluster-scoped), `name`, `uid`, `resourceVersion`, `observedAt`,
+    /// `changed` when the last message had it, and `object` when kept.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("key".into(), json!(self.key));
@@ -100,6 +103,9 @@ impl Entry {
         m.insert("uid".into(), json!(self.uid));
         m.insert("resourceVersion".into(), json!(self.resource_version));
         m.insert("observedAt".into(), json!(self.observed_at));
+        if let Some(c) = &self.changed {
+            m.insert("changed".into(), json!(c));
+        }
         if let Some(o) = &self.object {
             m.insert("object".into(), o.clone());
         }
@@ -362,6 +368,12 @@ impl View {
             uid: str_field(&msg, "uid").to_owned(),
             resource_version: str_field(&msg, "resourceVersion").to_owned(),
             observed_at: str_field(&msg, "observedAt").to_owned(),
+            changed: msg.get("changed").and_then(Value::as_array).map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            }),
             object: if self.keep_objects {
                 msg.remove("object")
             } else {

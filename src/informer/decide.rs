@@ -8,8 +8,9 @@
 //! |---|---|---|
 //! | `ListStart` (a list starts: first sync, or relist after 410 Gone / desync) | new list epoch | — |
 //! | `Listed(obj)` / `Applied(obj)`, key unknown | insert | `added` |
-//! | same, key known, fingerprint differs | update | `updated` (unless `updates = false`) |
-//! | same, key known, fingerprint equal | update rv | nothing (relist duplicates, dropped-field changes) |
+//! | same, key known, fingerprint differs, `updates = false` | update | nothing |
+//! | same, key known, fingerprint differs | update | `updated` naming its `changed` paths (`changes.rs`) |
+//! | same, key known, fingerprint equal | update rv | nothing (relist duplicates, dropped-field changes, changes in `ignore_changes` paths only) |
 //! | same, key known, uid differs | replace | `deleted` (old uid, `finalStateUnknown`), then `added` |
 //! | same, key *unconfirmed* (restored; its earlier `added` may not have arrived), same uid | confirm, update | `added` (again, `may_be_held`: never cancelled by a later `deleted`) |
 //! | `Deleted(obj)` | remove | `deleted` with the final object |
@@ -597,9 +598,14 @@ impl Decider {
         let rv = obj.resource_version().to_owned();
         let mut t = self.store.lock();
         let before = t.before(namespace.as_deref(), &name);
-        let observed = t
-            .store
-            .observe(namespace.as_deref(), &name, &uid, &rv, shaped.fingerprint);
+        let (observed, parts_before) = t.store.observe_parts(
+            namespace.as_deref(),
+            &name,
+            &uid,
+            &rv,
+            shaped.fingerprint,
+            shaped.parts,
+        );
         self.stats
             .objects
             .store(t.store.len() as u64, Ordering::Relaxed);
@@ -625,6 +631,17 @@ impl Decider {
                 Op::Added
             }
             Observed::Changed if self.updates => Op::Updated,
+            Observed::Unchanged
+                if self.shaper.changes().ignores()
+                    && parts_before
+                        .differing(&shaped.parts)
+                        .is_some_and(|m| m != 0) =>
+            {
+                // Every change lies in `ignore_changes` paths: the store keeps the parts of
+                // the payload last sent, and the new resourceVersion.
+                self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+                return Ok(changes);
+            }
             Observed::Changed | Observed::Unchanged => {
                 self.stats.suppressed.fetch_add(1, Ordering::Relaxed);
                 return Ok(changes);
@@ -667,6 +684,13 @@ impl Decider {
         // `deleted`, and a JetStream stream would drop it as a duplicate (found by
         // scripts/chaos.sh; `Change::replaced_uid`).
         let replaced_uid = changes.first().map(|gone| gone.uid.clone()).or(owed);
+        let changed = (op == Op::Updated)
+            .then(|| {
+                self.shaper
+                    .changes()
+                    .changed(parts_before.differing(&shaped.parts))
+            })
+            .flatten();
         changes.push(Change {
             op,
             namespace,
@@ -678,6 +702,7 @@ impl Decider {
             object: Some(shaped.object),
             may_be_held: op == Op::Added && may_be_held,
             replaced_uid,
+            changed,
             reason: None,
         });
         self.count_emitted(&changes);
@@ -745,6 +770,7 @@ impl Decider {
             object,
             may_be_held: false,
             replaced_uid: None,
+            changed: None,
             reason,
         });
         Ok(changes)
@@ -782,10 +808,13 @@ fn inferred_delete(v: Vanished, seen_gone: &str) -> Change {
         object: None,
         may_be_held: false,
         replaced_uid: None,
+        changed: None,
         reason: None,
     }
 }
 
+#[cfg(test)]
+mod changes_tests;
 #[cfg(test)]
 mod restart_tests;
 

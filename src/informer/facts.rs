@@ -43,6 +43,64 @@ pub enum Rv<'a> {
     Text(Cow<'a, str>),
 }
 
+/// How many change paths a resource can have: the slots of [`Parts`].
+pub const PART_SLOTS: usize = 8;
+
+/// The 16-bit fingerprints of an object's change paths, one per slot (the paths of
+/// `changes.rs`'s [`super::changes::ChangePaths`], in their order): what lets an `updated`
+/// say which paths changed without the old object (issue 41). 16 bytes per object, the
+/// budget the issue set for the default paths. All zero means unknown (state saved by a
+/// kubesink without them, an unconfirmed object, a layout of other paths): the next
+/// update's `changed` is then unknown rather than guessed. 16 bits per path: a path that
+/// changed keeps its 16-bit fingerprint with probability 2⁻¹⁶, and is then missing from
+/// `changed` (docs/message-contract.md says so); whether anything changed at all is still
+/// decided by the 64-bit fingerprint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Parts(pub [u16; PART_SLOTS]);
+
+impl Parts {
+    /// Unknown parts.
+    pub const UNKNOWN: Parts = Parts([0; PART_SLOTS]);
+
+    /// Whether these are known (not [`Parts::UNKNOWN`]).
+    pub fn is_known(&self) -> bool {
+        *self != Parts::UNKNOWN
+    }
+
+    /// The slots whose fingerprints differ between `self` (before) and `after`, as a bit mask
+    /// (bit `i` = slot `i`); `None` when either side is unknown.
+    pub fn differing(&self, after: &Parts) -> Option<u8> {
+        if !self.is_known() || !after.is_known() {
+            return None;
+        }
+        let mut mask = 0u8;
+        for (i, (a, b)) in self.0.iter().zip(after.0.iter()).enumerate() {
+            if a != b {
+                mask |= 1 << i;
+            }
+        }
+        Some(mask)
+    }
+
+    /// The 16 bytes of the saved state (little-endian slots).
+    pub fn to_bytes(self) -> [u8; 2 * PART_SLOTS] {
+        let mut out = [0; 2 * PART_SLOTS];
+        for (i, p) in self.0.iter().enumerate() {
+            out[2 * i..2 * i + 2].copy_from_slice(&p.to_le_bytes());
+        }
+        out
+    }
+
+    /// Parts from [`Parts::to_bytes`]'s form.
+    pub fn from_bytes(b: [u8; 2 * PART_SLOTS]) -> Parts {
+        let mut out = [0; PART_SLOTS];
+        for (i, p) in out.iter_mut().enumerate() {
+            *p = u16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
+        }
+        Parts(out)
+    }
+}
+
 /// One object's facts: uid, resourceVersion and the fingerprint of its emitted payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts<'a> {
@@ -52,6 +110,8 @@ pub struct Facts<'a> {
     pub rv: Rv<'a>,
     /// XXH3-64 of the emitted payload (see `payload::fingerprint`).
     pub fingerprint: u64,
+    /// The change paths' fingerprints of the last emitted payload ([`Parts`]).
+    pub parts: Parts,
     /// The object was sent as `added` and no sink has confirmed it yet (as far as the saved
     /// state knows): downstream may or may not have it, and `fingerprint` is not what it has.
     /// Restored from the write-ahead journal or from a snapshot taken while the `added` was
@@ -119,6 +179,7 @@ impl Facts<'_> {
             uid: Uid::parse(uid).into_owned(),
             rv: Rv::parse(rv).into_owned(),
             fingerprint,
+            parts: Parts::UNKNOWN,
             unconfirmed: false,
         }
     }
@@ -130,6 +191,7 @@ impl Facts<'_> {
             uid: uid.into_owned(),
             rv: rv.into_owned(),
             fingerprint: 0,
+            parts: Parts::UNKNOWN,
             unconfirmed: true,
         }
     }
@@ -140,6 +202,7 @@ impl Facts<'_> {
             uid: self.uid.into_owned(),
             rv: self.rv.into_owned(),
             fingerprint: self.fingerprint,
+            parts: self.parts,
             unconfirmed: self.unconfirmed,
         }
     }

@@ -107,6 +107,7 @@
 //! This module never keeps an object after emitting it.
 
 mod api;
+mod changes;
 mod decide;
 mod decode;
 mod emit;
@@ -132,12 +133,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use api::ClusterApi;
+pub use changes::parse_path;
 pub use decide::{Decider, Event};
 #[cfg(feature = "test-util")]
 pub use decide::{InformerError, Phase};
 #[cfg(feature = "test-util")]
 pub use decode::{watch_line, DecodeError};
-pub use facts::{Facts, Rv, Uid};
+pub use facts::{Facts, Parts, Rv, Uid, PART_SLOTS};
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;

@@ -23,6 +23,7 @@
 //! at the object.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use kubesink_core::message::ObjectJson;
 use kubesink_core::Resource;
@@ -30,6 +31,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::Xxh3;
 
+use super::changes::{ChangePaths, DefaultParts};
+use super::facts::Parts;
 use super::object::RawObject;
 use crate::config::{PayloadMode, ResourceConfig};
 
@@ -102,13 +105,16 @@ fn secret_values(body: &[(Cow<'_, str>, &RawValue)]) -> Vec<String> {
     out
 }
 
-/// A shaped object: its JSON and fingerprint.
+/// A shaped object: its JSON and fingerprints.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shaped {
     /// The emitted object.
     pub object: ObjectJson,
-    /// XXH3-64 of `object` without the value of `metadata.resourceVersion`.
+    /// XXH3-64 of `object` without the value of `metadata.resourceVersion` (and, with
+    /// `ignore_changes`, without the values the ignored paths select: `changes.rs`).
     pub fingerprint: u64,
+    /// The 16-bit fingerprints of the resource's change paths (`changes.rs`).
+    pub parts: Parts,
 }
 
 /// Why an object could not be shaped.
@@ -134,6 +140,7 @@ pub struct Shaper {
     label_value: String,
     api_version: String,
     kind: String,
+    changes: Arc<ChangePaths>,
 }
 
 /// One top-level field of the shaped object: raw as received, or parsed because a pointer
@@ -164,7 +171,13 @@ impl Shaper {
             label_value: resource.cluster.clone(),
             api_version: resource.api_version.clone(),
             kind: resource.kind.clone(),
+            changes: Arc::new(ChangePaths::new(&res.change_paths, &res.ignore_changes)),
         }
+    }
+
+    /// The resource's change paths.
+    pub fn changes(&self) -> &ChangePaths {
+        &self.changes
     }
 
     /// A shaper for `res` without API discovery (tests, fuzzing, recorded fixtures): the
@@ -225,7 +238,17 @@ impl Shaper {
             }
             _ => (self.api_version.as_str(), self.kind.as_str()),
         };
-        Ok(write(api_version, kind, &metadata, &body))
+        let mut shaped = write(api_version, kind, &metadata, &body);
+        if self.changes.needs_parse() {
+            // The text was just written by serde_json and raw fields the server sent, so it
+            // parses; a failure would leave the default parts and whole fingerprint.
+            if let Ok(v) = serde_json::from_str::<Value>(shaped.object.as_str()) {
+                let (parts, filtered) = self.changes.fingerprint_object(v);
+                shaped.parts = parts.unwrap_or(shaped.parts);
+                shaped.fingerprint = filtered.unwrap_or(shaped.fingerprint);
+            }
+        }
+        Ok(shaped)
     }
 
     /// `fields` mode: identity metadata and the listed pointers only.
@@ -352,6 +375,7 @@ fn write(
         .sum();
     let mut out: Vec<u8> = Vec::with_capacity(size + 512);
     let mut rv_span = (0, 0);
+    let mut parts = DefaultParts::new();
     out.extend_from_slice(b"{\"apiVersion\":");
     push_json(&mut out, api_version);
     out.extend_from_slice(b",\"kind\":");
@@ -368,16 +392,19 @@ fn write(
         if k == "resourceVersion" {
             rv_span = (start, out.len());
         }
+        parts.metadata(k, &out[start..]);
     }
     out.push(b'}');
     for (k, f) in body {
         out.push(b',');
         push_json(&mut out, k);
         out.push(b':');
+        let start = out.len();
         match f {
             Field::Raw(r) => out.extend_from_slice(r.get().as_bytes()),
             Field::Parsed(v) => push_json(&mut out, v),
         }
+        parts.field(k, &out[start..]);
     }
     out.push(b'}');
     let mut h = Xxh3::new();
@@ -391,6 +418,7 @@ fn write(
     Shaped {
         object: ObjectJson::from_trusted(text),
         fingerprint,
+        parts: parts.finish(),
     }
 }
 

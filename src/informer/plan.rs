@@ -51,6 +51,11 @@ struct Selection<'a> {
     drop: &'a [String],
     updates: bool,
     allow_secret_data: bool,
+    /// Left out when empty, so states saved before `change_paths` existed still compare.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    change_paths: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    ignore_changes: &'a [String],
 }
 
 impl WatchPlan {
@@ -87,8 +92,11 @@ impl WatchPlan {
     /// The selection fingerprint of a watch of `res` (discovered as `resource`) in
     /// `namespace`, labelled with `label_key`: XXH3-64 of the JSON of the shaping version,
     /// the cluster label key, group, version, kind, namespace, label and field selectors,
-    /// payload mode, `fields`, `drop`, `updates` and `allow_secret_data`. Any change of what
-    /// the watch emits changes it; `page_size` does not.
+    /// payload mode, `fields`, `drop`, `updates`, `allow_secret_data`, `change_paths` and
+    /// `ignore_changes` (the last two only when set, so a state saved before they existed
+    /// still compares). Any change of what the watch emits changes it (the change paths
+    /// decide what the saved parts mean; the ignored paths, what the saved fingerprints
+    /// cover); `page_size` does not.
     pub fn selection_of(
         res: &ResourceConfig,
         resource: &Resource,
@@ -109,6 +117,8 @@ impl WatchPlan {
             drop: &res.drop,
             updates: res.updates,
             allow_secret_data: res.allow_secret_data,
+            change_paths: &res.change_paths,
+            ignore_changes: &res.ignore_changes,
         };
         // Serializing plain strings, booleans and an enum cannot fail; an empty fingerprint
         // input would only make every selection compare equal to itself, never to another.

@@ -29,6 +29,9 @@ pub struct InformerStats {
     pub emitted_deleted: AtomicU64,
     /// Events that changed nothing in the emitted payload.
     pub suppressed: AtomicU64,
+    /// Updates not emitted because all their changes lie in `ignore_changes` paths (as far
+    /// as the change paths see them; counted apart from `suppressed`).
+    pub ignored: AtomicU64,
     /// Watch events dropped because their resourceVersion is older than the one already
     /// held for the key (a replay: see `decide.rs`).
     pub stale_events: AtomicU64,

@@ -8,8 +8,11 @@
 //! object itself: that is the whole point (the
 //! Lyft Clutch "lightweight informer" idea, which cut informer memory by about 65%).
 //!
+//! Per object also the 16-bit fingerprints of its change paths ([`Parts`], 16 bytes: what
+//! lets an `updated` name what changed, issue 41).
+//!
 //! Layout, measured by `cargo bench --bench state_size`: one `hashbrown::HashTable` slot of
-//! 56 bytes plus the name's heap allocation. The table is keyed by (namespace id, name).
+//! 72 bytes plus the name's heap allocation. The table is keyed by (namespace id, name).
 //! Beside it, only while acknowledgements are tracked, the *former* uids of keys whose
 //! `deleted` not every sink has confirmed ([`Former`]): empty in a steady state.
 
@@ -18,7 +21,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use hashbrown::{DefaultHashBuilder, HashTable};
 use uuid::Uuid;
 
-use super::facts::{decimal_rv, uuid_bytes, Facts, Rv, Uid};
+use super::facts::{decimal_rv, uuid_bytes, Facts, Parts, Rv, Uid};
 
 /// Flag in [`Entry::epoch_flags`]: the uid is not a canonical UUID; its text is in the
 /// overflow map.
@@ -34,7 +37,7 @@ const TEXT_FLAGS: u32 = UID_TEXT | RV_TEXT;
 /// The list epoch occupies the low 29 bits and wraps.
 const EPOCH_MASK: u32 = UNCONFIRMED - 1;
 
-/// What the store keeps per object: 56 bytes plus the name's heap allocation.
+/// What the store keeps per object: 72 bytes plus the name's heap allocation.
 #[derive(Debug)]
 pub struct Entry {
     /// Object name.
@@ -46,6 +49,10 @@ pub struct Entry {
     /// Fingerprint of the last emitted-or-suppressed payload (XXH3-64, without
     /// `metadata.resourceVersion`).
     pub fingerprint: u64,
+    /// The change paths' fingerprints of the last emitted payload (see [`Parts`]; an update
+    /// whose changes are all ignored keeps the ones before it, so the next `changed` is
+    /// relative to what was last sent).
+    pub parts: Parts,
     /// Interned namespace id (0 = cluster scope).
     pub ns: u32,
     /// List epoch in which the object was last seen (low 29 bits), the text flags and
@@ -280,7 +287,8 @@ impl LightStore {
         self.epoch = self.epoch.wrapping_add(1);
     }
 
-    /// Records an object seen in a list or a watch event and classifies it.
+    /// Records an object seen in a list or a watch event and classifies it (its change
+    /// paths unknown: [`LightStore::observe_parts`] with [`Parts::UNKNOWN`]).
     pub fn observe(
         &mut self,
         ns: Option<&str>,
@@ -289,6 +297,23 @@ impl LightStore {
         rv: &str,
         fingerprint: u64,
     ) -> Observed {
+        self.observe_parts(ns, name, uid, rv, fingerprint, Parts::UNKNOWN)
+            .0
+    }
+
+    /// Records an object seen in a list or a watch event, with its change paths'
+    /// fingerprints `parts`, and classifies it. Also returns the parts held before (for
+    /// [`Observed::Changed`] and [`Observed::Unchanged`]; [`Parts::UNKNOWN`] otherwise). On
+    /// [`Observed::Unchanged`] the held parts stay: they describe the payload last sent.
+    pub fn observe_parts(
+        &mut self,
+        ns: Option<&str>,
+        name: &str,
+        uid: &str,
+        rv: &str,
+        fingerprint: u64,
+        parts: Parts,
+    ) -> (Observed, Parts) {
         let ns = self.ns_id(ns);
         let epoch = self.epoch & EPOCH_MASK;
         let hash = Self::hash(&self.hasher, ns, name);
@@ -306,6 +331,7 @@ impl LightStore {
             |e| e.ns == ns && &*e.name == name,
             |e| Self::hash(hasher, e.ns, &e.name),
         );
+        let mut before = Parts::UNKNOWN;
         let (result, old_flags) = match slot {
             hashbrown::hash_table::Entry::Occupied(mut o) => {
                 let e = o.get_mut();
@@ -332,10 +358,15 @@ impl LightStore {
                     // Sent as `added` by an earlier run, never confirmed: send it again.
                     Observed::Resend
                 } else if e.fingerprint == fingerprint {
+                    before = e.parts;
                     Observed::Unchanged
                 } else {
+                    before = e.parts;
                     Observed::Changed
                 };
+                if result != Observed::Unchanged {
+                    e.parts = parts;
+                }
                 e.uid = uid_bytes.unwrap_or_default();
                 e.rv = rv_num.unwrap_or_default();
                 e.fingerprint = fingerprint;
@@ -348,6 +379,7 @@ impl LightStore {
                     uid: uid_bytes.unwrap_or_default(),
                     rv: rv_num.unwrap_or_default(),
                     fingerprint,
+                    parts,
                     ns,
                     epoch_flags: epoch | flags,
                 });
@@ -362,7 +394,7 @@ impl LightStore {
         } else if old_flags != 0 {
             self.overflow.remove(&(ns, Box::<str>::from(name)));
         }
-        result
+        (result, before)
     }
 
     /// Marks a known object as seen in the current list without changing it (a list item
@@ -509,6 +541,7 @@ impl LightStore {
                 )
             },
             fingerprint: e.fingerprint,
+            parts: e.parts,
             unconfirmed: e.epoch_flags & UNCONFIRMED != 0,
         }
     }
@@ -556,6 +589,7 @@ impl LightStore {
             uid,
             rv,
             fingerprint: facts.fingerprint,
+            parts: facts.parts,
             ns,
             epoch_flags: epoch | flags,
         };

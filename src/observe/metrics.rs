@@ -206,6 +206,12 @@ impl BridgeCollector {
         )?;
         self.watch_counter(
             e,
+            "updates_ignored",
+            "Updates not emitted because all their changes lie in the resource's ignore_changes paths",
+            |s| load(&s.ignored),
+        )?;
+        self.watch_counter(
+            e,
             "stale_events",
             "Watch events dropped because their resourceVersion is older than the one held for the key (a replayed event)",
             |s| load(&s.stale_events),

@@ -457,6 +457,7 @@ mod tests {
             final_state_unknown: false,
             may_be_held: false,
             replaced_uid: None,
+            changed: None,
             reason: None,
             object: Some(ObjectJson::from_value(&object)),
         };
@@ -669,6 +670,7 @@ mod tests {
             final_state_unknown: false,
             may_be_held: false,
             replaced_uid: None,
+            changed: None,
             reason: None,
             object: Some(ObjectJson::from_value(&object)),
         };

@@ -234,6 +234,7 @@ fn message(key: &str, rv: u64) -> Message {
         final_state_unknown: false,
         may_be_held: false,
         replaced_uid: None,
+        changed: None,
         reason: None,
         object: Some(ObjectJson::from_value(&object)),
     };

@@ -111,6 +111,13 @@ impl<'a> Reader<'a> {
         Ok(u32_at(self.take(4)?, 0))
     }
 
+    /// `N` bytes.
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
     /// A little-endian `u64`.
     pub fn u64(&mut self) -> Result<u64, String> {
         Ok(u64_at(self.take(8)?, 0))

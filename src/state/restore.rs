@@ -376,7 +376,7 @@ fn restore_watch(
     let (mut store, list_rv) = match found {
         Some(Err(d)) => return ignored(d.error.to_string()),
         Some(Ok(s)) if s.selection != w.selection => {
-            return ignored("the resource's selection changed since the save (apiVersion, namespaces, selectors, payload, fields, drop, updates, allow_secret_data or cluster.label): what it emits differs".into());
+            return ignored("the resource's selection changed since the save (apiVersion, namespaces, selectors, payload, fields, drop, updates, allow_secret_data, change_paths, ignore_changes or cluster.label): what it emits differs".into());
         }
         Some(Ok(s)) => match s.store() {
             Ok(store) => (store, s.list_resource_version.clone()),

@@ -2,7 +2,7 @@
 //! lightweight store in its packed form. Owns the byte layout, its checks and the reasons a
 //! part is unusable; never decides what to do about them (`mod.rs` does) and never does I/O.
 //!
-//! # Layout (format version 2)
+//! # Layout (format version 3)
 //!
 //! Integers are little-endian; `uvar` is an unsigned LEB128 integer; `str` is a `uvar` length
 //! and UTF-8 bytes.
@@ -15,6 +15,7 @@
 //!            namespaces:uvar namespace:str*  entries:uvar entry*
 //! entry   := namespace_index:uvar name:str flags:u8
 //!            uid:(16 bytes | str if flags&1) rv:(uvar | str if flags&2) fingerprint:u64
+//!            parts:16 bytes
 //! ```
 //!
 //! `generation` is the state journal's generation the snapshot was taken at: journal
@@ -23,25 +24,28 @@
 //! confirmed by every sink; its fingerprint is 0). A key may have several entries: its
 //! *former* uids (a `deleted` not yet confirmed by every sink, so downstream may still hold
 //! that uid; flag 4) come before its current one, and reading them back in order rebuilds
-//! them (`LightStore::restore`). Version 1 (before the journal) is the
-//! same without `generation` (read as 0) and without flag 4; this build reads both.
+//! them (`LightStore::restore`). `parts` are the 16-bit fingerprints of the resource's
+//! change paths (`Parts`, issue 41; all zero: unknown). Version 2 is the same without
+//! `parts` (read as unknown: the first update of each key after the restore has no
+//! `changed`); version 1 (before the journal) is version 2 without `generation` (read as
+//! 0) and without flag 4. This build reads all three.
 //!
 //! Each part carries its own XXH3-64 checksum, so truncation or corruption costs only the
 //! parts it touches: a damaged header makes the whole file unusable, a damaged section only
 //! its watch. `identity` is `{group}/{Kind}/{namespace}`; `selection` the watch's selection
-//! fingerprint (`WatchPlan::selection`). About 65 bytes per object with pod-like names.
+//! fingerprint (`WatchPlan::selection`). About 81 bytes per object with pod-like names.
 
 use std::str;
 
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::codec::{self, put_str, put_uvar, put_uvar_fixed, u32_at, u64_at};
-use crate::informer::{Acknowledged, Facts, LightStore, Rv, Uid};
+use crate::informer::{Acknowledged, Facts, LightStore, Parts, Rv, Uid};
 
 /// The file's first eight bytes.
 pub const MAGIC: &[u8; 8] = b"KSNKSTAT";
-/// The format version this build writes (it also reads version 1).
-pub const FORMAT_VERSION: u32 = 2;
+/// The format version this build writes (it also reads versions 1 and 2).
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 
@@ -95,15 +99,27 @@ pub struct Writer {
     buf: Vec<u8>,
     header_start: usize,
     sections: u32,
+    version: u32,
 }
 
 impl Writer {
     /// A snapshot of cluster `cluster`, written at `written_at_ms` (milliseconds since the
     /// Unix epoch; informational), taken at journal generation `generation`.
     pub fn new(cluster: &str, written_at_ms: u64, generation: u64) -> Self {
+        Self::of_version(FORMAT_VERSION, cluster, written_at_ms, generation)
+    }
+
+    /// A writer of an older format `version` (2: without parts), as an earlier kubesink
+    /// wrote it: what the tests of reading old states start from.
+    #[cfg(test)]
+    pub fn new_of_version(version: u32, cluster: &str, written_at_ms: u64) -> Self {
+        Self::of_version(version, cluster, written_at_ms, 0)
+    }
+
+    fn of_version(version: u32, cluster: &str, written_at_ms: u64, generation: u64) -> Self {
         let mut buf = Vec::with_capacity(1 << 16);
         buf.extend_from_slice(MAGIC);
-        buf.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        buf.extend_from_slice(&version.to_le_bytes());
         buf.extend_from_slice(&[0; 12]); // header length and checksum, patched by finish
         let header_start = buf.len();
         put_str(&mut buf, cluster);
@@ -114,6 +130,7 @@ impl Writer {
             buf,
             header_start,
             sections: 0,
+            version,
         }
     }
 
@@ -140,10 +157,11 @@ impl Writer {
         let count_at = b.len();
         b.extend_from_slice(&[0; 10]); // entry count, a fixed-width uvar patched below
         let (mut count, mut unconfirmed) = (0u64, 0u64);
+        let parts = self.version >= 3;
         state.for_each(|ns, name, facts| {
             count += 1;
             unconfirmed += u64::from(facts.unconfirmed);
-            put_entry(b, ns, name, facts);
+            put_entry(b, ns, name, facts, parts);
         });
         put_uvar_fixed(&mut b[count_at..count_at + 10], count);
         let len = (self.buf.len() - body) as u64;
@@ -173,12 +191,15 @@ fn header_len(b: &[u8]) -> usize {
     r.pos + 20
 }
 
-fn put_entry(b: &mut Vec<u8>, ns: u32, name: &str, facts: &Facts<'_>) {
+fn put_entry(b: &mut Vec<u8>, ns: u32, name: &str, facts: &Facts<'_>, parts: bool) {
     put_uvar(b, u64::from(ns));
     put_str(b, name);
     let extra = if facts.unconfirmed { UNCONFIRMED } else { 0 };
     codec::put_uid_rv(b, &facts.uid, &facts.rv, extra);
     b.extend_from_slice(&facts.fingerprint.to_le_bytes());
+    if parts {
+        b.extend_from_slice(&facts.parts.to_bytes());
+    }
 }
 
 /// A parsed snapshot: the header, and each section checked but not yet decoded.
@@ -207,6 +228,8 @@ pub struct Section<'a> {
     pub list_resource_version: String,
     part: String,
     rest: &'a [u8],
+    /// The file's format version (entries of versions before 3 have no parts).
+    version: u32,
 }
 
 /// A section that cannot be used.
@@ -302,7 +325,7 @@ pub fn parse(bytes: &[u8]) -> Result<Snapshot<'_>, SnapshotError> {
             }));
             continue;
         }
-        sections.push(Section::parse(body, part).map_err(|error| Damaged {
+        sections.push(Section::parse(body, part, found).map_err(|error| Damaged {
             identity: None,
             error,
         }));
@@ -317,7 +340,7 @@ pub fn parse(bytes: &[u8]) -> Result<Snapshot<'_>, SnapshotError> {
 }
 
 impl<'a> Section<'a> {
-    fn parse(body: &'a [u8], part: String) -> Result<Self, SnapshotError> {
+    fn parse(body: &'a [u8], part: String, version: u32) -> Result<Self, SnapshotError> {
         let mut r = Reader::new(body, &part);
         let identity = r.str()?.to_owned();
         let selection = r.u64()?;
@@ -329,6 +352,7 @@ impl<'a> Section<'a> {
             list_resource_version,
             part,
             rest,
+            version,
         })
     }
 
@@ -356,6 +380,11 @@ impl<'a> Section<'a> {
             let name = r.str()?;
             let (flags, uid, rv) = r.uid_rv()?;
             let fingerprint = r.u64()?;
+            let parts = if self.version >= 3 {
+                Parts::from_bytes(r.array()?)
+            } else {
+                Parts::UNKNOWN
+            };
             store.restore(
                 id,
                 name,
@@ -363,6 +392,7 @@ impl<'a> Section<'a> {
                     uid,
                     rv,
                     fingerprint,
+                    parts,
                     unconfirmed: flags & UNCONFIRMED != 0,
                 },
             );
@@ -409,6 +439,10 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self) -> Result<u64, SnapshotError> {
         self.r.u64().map_err(|w| self.malformed(w))
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        self.r.array().map_err(|w| self.malformed(w))
     }
 
     fn uvar(&mut self) -> Result<u64, SnapshotError> {

@@ -83,6 +83,11 @@ pub struct Change {
     /// same id a JetStream stream drops it as a duplicate within its `duplicate_window`
     /// and the key's last message says "deleted". `None` otherwise.
     pub replaced_uid: Option<String>,
+    /// For an `updated`: the resource's change paths whose value changed since the payload
+    /// last sent for the key (the message's `changed`, in the order the paths are
+    /// configured; see `docs/message-contract.md`); `None` when unknown (state restored from
+    /// an older kubesink, or no path saw the change), and for every other op.
+    pub changed: Option<Vec<Arc<str>>>,
 }
 
 /// Why a `deleted` was sent when the object is still in the cluster: the message's `reason`.
@@ -120,6 +125,8 @@ struct Wire<'a> {
     reason: Option<DeleteReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     replaced_uid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changed: Option<&'a [Arc<str>]>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
@@ -314,6 +321,7 @@ pub fn encode_with_epoch(
             final_state_unknown: c.final_state_unknown,
             reason: c.reason.filter(|_| c.op == Op::Deleted),
             replaced_uid: replaced_uid(c),
+            changed: c.changed.as_deref().filter(|_| c.op == Op::Updated),
             truncated: false,
             observed_at,
             leader_epoch,
@@ -516,6 +524,7 @@ mod tests {
             final_state_unknown: object.is_none(),
             may_be_held: false,
             replaced_uid: None,
+            changed: None,
             reason: None,
             object,
         }

@@ -28,6 +28,7 @@ pub fn deployment_message(op: Op) -> Message {
         final_state_unknown: false,
         may_be_held: false,
         replaced_uid: None,
+        changed: None,
         reason: None,
         object: Some(ObjectJson::from_trusted(r#"{"a":"x \"y\""}"#.into())),
     };

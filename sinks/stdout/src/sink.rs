@@ -109,6 +109,7 @@ mod tests {
             final_state_unknown: false,
             may_be_held: false,
             replaced_uid: None,
+            changed: None,
             reason: None,
             object: Some(ObjectJson::from_trusted("{}".into())),
         };

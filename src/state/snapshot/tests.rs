@@ -22,7 +22,10 @@ fn store(n: usize) -> std::sync::Arc<TrackedStore> {
 }
 
 fn file(sections: &[(&str, u64, usize)]) -> Vec<u8> {
-    let mut w = Writer::new("prod", 1_700_000_000_000, 42);
+    file_with(Writer::new("prod", 1_700_000_000_000, 42), sections)
+}
+
+fn file_with(mut w: Writer, sections: &[(&str, u64, usize)]) -> Vec<u8> {
     for (id, sel, n) in sections {
         let s = store(*n);
         s.lock().list_resource_version = "777".into();
@@ -91,10 +94,10 @@ fn header_damage_makes_the_file_unusable() {
         Err(SnapshotError::Truncated { .. })
     ));
     let mut other = bytes.clone();
-    other[8] = 3;
+    other[8] = 4;
     assert_eq!(
         parse(&other).unwrap_err(),
-        SnapshotError::Version { found: 3 }
+        SnapshotError::Version { found: 4 }
     );
     let mut flipped = bytes.clone();
     flipped[26] ^= 0x40; // inside the cluster name
@@ -135,7 +138,7 @@ fn section_damage_costs_only_that_watch() {
     assert_eq!(snap.announced, 2);
 }
 
-/// `bytes` (version 2) as the version 1 format wrote it: no generation in the header.
+/// `bytes` (version 2, [`Writer::new_of_version`]) as the version 1 format wrote it: no generation in the header.
 fn as_version_1(bytes: &[u8]) -> Vec<u8> {
     let header_len = u32_at(bytes, 12) as usize;
     let header = &bytes[24..24 + header_len - 8];
@@ -174,11 +177,36 @@ fn the_generation_and_unconfirmed_entries_round_trip_and_version_1_is_still_read
     assert_eq!((new.rv.render(), new.fingerprint), ("2000".into(), 0));
     assert!(!restored.get(Some("ns-1"), "pod-1").unwrap().unconfirmed);
 
-    let old = as_version_1(&file(&[("core/Pod/", 7, 10)]));
+    let v2 = Writer::new_of_version(2, "prod", 1);
+    let old = as_version_1(&file_with(v2, &[("core/Pod/", 7, 10)]));
     let snap = parse(&old).unwrap();
     assert_eq!((snap.generation, snap.announced), (0, 1));
     assert_eq!(
         snap.sections[0].as_ref().unwrap().store().unwrap().len(),
         11
     );
+}
+
+#[test]
+fn change_path_parts_round_trip_and_a_version_2_state_restores_them_as_unknown() {
+    let parts = Parts([1, 2, 3, 4, 5, 6, 7, 0xffff]);
+    let with_parts = || {
+        let mut s = LightStore::new();
+        s.begin_list();
+        s.observe_parts(Some("ns"), "web", U1, "10", 77, parts);
+        TrackedStore::new(s, true)
+    };
+    for (version, want) in [(3, parts), (2, Parts::UNKNOWN)] {
+        let mut w = Writer::new_of_version(version, "prod", 1);
+        with_parts().acknowledged(|a| w.section("core/Pod/", 7, a));
+        let bytes = w.finish();
+        let snap = parse(&bytes).unwrap();
+        let restored = snap.sections[0].as_ref().unwrap().store().unwrap();
+        let facts = restored.get(Some("ns"), "web").unwrap();
+        assert_eq!(
+            (facts.fingerprint, facts.parts),
+            (77, want),
+            "format version {version}"
+        );
+    }
 }

@@ -1,0 +1,387 @@
+//! What changed in an update (issue 41): a resource's *change paths*, the 16-bit
+//! fingerprint of each one's value in the shaped payload ([`Parts`], kept in the store, 16
+//! bytes per object), and `ignore_changes`, the paths whose changes alone send nothing.
+//!
+//! Peers that answer "what changed?" (Botkube's `updateSetting.fields`, Robusta, kubewatch)
+//! keep whole objects to diff them; kubesink keeps one small fingerprint per path instead,
+//! so an `updated` names the paths whose value differs from the last payload it sent.
+//!
+//! **Default paths** (no `change_paths` configured): the object's top-level sections, which
+//! together cover every field, so an update always names at least one of them:
+//! [`DEFAULT_PATHS`]. They are fingerprinted while the payload is written (`payload.rs`),
+//! with no parsing. `metadata` is the rest of the metadata without `resourceVersion` (every
+//! write moves it) and `generation` (every `spec` change moves it: a scale names `spec`, not
+//! `spec` and `metadata`); `*` is every top-level field not named (a Role's `rules`, an
+//! Event's `message`, a ConfigMap's `binaryData`).
+//!
+//! **Configured paths** (`change_paths`, at most [`PART_SLOTS`]): JSONPath queries
+//! (RFC 9535, by `serde_json_path`), written as in the issue and in Botkube's
+//! configuration, without the leading `$`: `spec.replicas`,
+//! `spec.template.spec.containers[*].image`, `metadata.labels['app.kubernetes.io/name']`.
+//! A path's value is every node it selects, in document order; the shaped object is parsed
+//! once per event for them (the default paths need no parse). `changed` then lists the
+//! configured paths that changed, and may be empty (the update changed other fields).
+//!
+//! **`ignore_changes`**: JSONPath queries as above. The store's 64-bit fingerprint of such a
+//! resource is taken over the payload *without* the values they select, so an update whose
+//! changes all lie there compares equal and sends nothing (its resourceVersion is still
+//! recorded, so neither a relist nor a restart sends it later); it is counted in
+//! `kubesink_updates_ignored_total`. The next update that is sent carries the whole object as
+//! it is then, ignored fields included, and its `changed` is relative to the payload last
+//! sent (so it names an ignored path whose value moved meanwhile).
+//!
+//! 16 bits per path: a path whose value changed keeps its fingerprint with probability
+//! 2⁻¹⁶ and is then missing from `changed`. With the default paths an update always changes
+//! one of them; when none differs (such a collision, or a change of `generation` alone) the
+//! message says `changed` is unknown (no field) rather than guess. The decision to send an
+//! update at all stays with the 64-bit fingerprint.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use serde_json_path::JsonPath;
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+use super::facts::{Parts, PART_SLOTS};
+
+/// The default change paths, in slot order: the object's top-level sections.
+pub const DEFAULT_PATHS: [&str; PART_SLOTS] = [
+    "metadata.labels",
+    "metadata.annotations",
+    "metadata.ownerReferences",
+    "metadata",
+    "spec",
+    "status",
+    "data",
+    "*",
+];
+
+/// Metadata fields outside every default path: they move on every write (`resourceVersion`)
+/// or with every `spec` change (`generation`).
+const METADATA_UNTRACKED: [&str; 2] = ["resourceVersion", "generation"];
+
+/// A JSONPath query of the configuration as JSONPath: `$` prefixed unless the text has it.
+///
+/// # Errors
+/// The parser's message (RFC 9535 syntax), for `check` and `run` to name with the key.
+pub fn parse_path(text: &str) -> Result<JsonPath, String> {
+    let full = if text.starts_with('$') {
+        text.to_owned()
+    } else if text.starts_with('[') {
+        format!("${text}")
+    } else {
+        format!("$.{text}")
+    };
+    JsonPath::parse(&full).map_err(|e| e.to_string())
+}
+
+/// One resource's change paths and ignored paths, ready to fingerprint payloads.
+#[derive(Clone, Debug)]
+pub struct ChangePaths {
+    /// The names `changed` reports, by slot.
+    names: Vec<Arc<str>>,
+    /// The configured queries, by slot; empty for the default paths.
+    queries: Vec<JsonPath>,
+    /// `ignore_changes`.
+    ignore: Vec<JsonPath>,
+}
+
+impl Default for ChangePaths {
+    fn default() -> Self {
+        ChangePaths {
+            names: DEFAULT_PATHS.iter().map(|p| Arc::from(*p)).collect(),
+            queries: Vec::new(),
+            ignore: Vec::new(),
+        }
+    }
+}
+
+impl ChangePaths {
+    /// The paths of a resource configured with `change_paths` (empty: the default ones) and
+    /// `ignore_changes`. A path that does not parse, or paths beyond [`PART_SLOTS`], are left
+    /// out with an error log: `check` and `run` refuse such a configuration before this is
+    /// built (`config/resource.rs`), so this is only a second line.
+    pub fn new(change_paths: &[String], ignore_changes: &[String]) -> Self {
+        let mut out = ChangePaths::default();
+        let parsed = |texts: &[String], key: &str| -> Vec<(Arc<str>, JsonPath)> {
+            texts
+                .iter()
+                .filter_map(|t| match parse_path(t) {
+                    Ok(q) => Some((Arc::from(t.as_str()), q)),
+                    Err(e) => {
+                        tracing::error!(path = %t, key, error = %e, "change path left out: not a JSONPath");
+                        None
+                    }
+                })
+                .collect()
+        };
+        if !change_paths.is_empty() {
+            let (names, queries) = parsed(change_paths, "change_paths")
+                .into_iter()
+                .take(PART_SLOTS)
+                .unzip();
+            out.names = names;
+            out.queries = queries;
+        }
+        out.ignore = parsed(ignore_changes, "ignore_changes")
+            .into_iter()
+            .map(|(_, q)| q)
+            .collect();
+        out
+    }
+
+    /// Whether these are the default paths (which cover the whole object).
+    pub fn is_default(&self) -> bool {
+        self.queries.is_empty()
+    }
+
+    /// Whether fingerprinting needs the shaped object parsed (configured or ignored paths).
+    pub fn needs_parse(&self) -> bool {
+        !self.queries.is_empty() || !self.ignore.is_empty()
+    }
+
+    /// Whether any path is ignored.
+    pub fn ignores(&self) -> bool {
+        !self.ignore.is_empty()
+    }
+
+    /// The names of the slots set in `mask` ([`Parts::differing`]), in slot order; `None`
+    /// (unknown) for the default paths when none is set: they cover the whole object, so
+    /// the change was one no path sees (a 16-bit collision, or `generation` alone).
+    pub fn changed(&self, mask: Option<u8>) -> Option<Vec<Arc<str>>> {
+        let mask = mask?;
+        if mask == 0 && self.is_default() {
+            return None;
+        }
+        Some(
+            self.names
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, n)| n.clone())
+                .collect(),
+        )
+    }
+
+    /// The configured paths' parts and, with `ignore_changes`, the 64-bit fingerprint
+    /// without the ignored values, from the shaped object `object` (parsed; its
+    /// `metadata.resourceVersion` is removed here, as it is from every fingerprint).
+    pub fn fingerprint_object(&self, mut object: Value) -> (Option<Parts>, Option<u64>) {
+        if let Some(Value::Object(m)) = object.get_mut("metadata") {
+            m.remove("resourceVersion");
+        }
+        let parts = (!self.queries.is_empty()).then(|| {
+            let mut parts = Parts::UNKNOWN;
+            for (slot, q) in self.queries.iter().enumerate() {
+                let mut h = Xxh3::with_seed(slot as u64);
+                for node in q.query(&object).iter() {
+                    h.update(&serde_json::to_vec(node).unwrap_or_default());
+                    h.update(b"\0");
+                }
+                parts.0[slot] = h.digest() as u16;
+            }
+            parts
+        });
+        let filtered = self.ignores().then(|| {
+            let mut pointers: Vec<String> = Vec::new();
+            for q in &self.ignore {
+                pointers.extend(
+                    q.query_located(&object)
+                        .locations()
+                        .map(|l| l.to_json_pointer()),
+                );
+            }
+            for p in &pointers {
+                remove_at(&mut object, p);
+            }
+            xxh3_64(&serde_json::to_vec(&object).unwrap_or_default())
+        });
+        (parts, filtered)
+    }
+}
+
+/// Removes the value at JSON pointer `p`: an object member is removed; an array element
+/// becomes `null`, so the pointers of its later siblings still hold.
+fn remove_at(v: &mut Value, p: &str) {
+    let Some((parent, last)) = p.rsplit_once('/') else {
+        return;
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match v.pointer_mut(parent) {
+        Some(Value::Object(m)) => {
+            m.remove(&last);
+        }
+        Some(Value::Array(a)) => {
+            if let Some(e) = last.parse::<usize>().ok().and_then(|i| a.get_mut(i)) {
+                *e = Value::Null;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The default paths' parts, fed while `payload.rs` writes the object: each metadata
+/// member and top-level field's JSON text goes to its slot.
+pub(super) struct DefaultParts {
+    slots: [Xxh3; PART_SLOTS],
+}
+
+impl DefaultParts {
+    /// Empty slots.
+    pub fn new() -> Self {
+        DefaultParts {
+            slots: std::array::from_fn(|i| Xxh3::with_seed(i as u64)),
+        }
+    }
+
+    /// A metadata member `key` whose value's JSON is `json`.
+    pub fn metadata(&mut self, key: &str, json: &[u8]) {
+        let slot = match key {
+            "labels" => 0,
+            "annotations" => 1,
+            "ownerReferences" => 2,
+            k if METADATA_UNTRACKED.contains(&k) => return,
+            _ => 3,
+        };
+        self.feed(slot, key, json);
+    }
+
+    /// A top-level field `key` (after `metadata`) whose value's JSON is `json`.
+    pub fn field(&mut self, key: &str, json: &[u8]) {
+        let slot = match key {
+            "spec" => 4,
+            "status" => 5,
+            "data" => 6,
+            _ => 7,
+        };
+        self.feed(slot, key, json);
+    }
+
+    fn feed(&mut self, slot: usize, key: &str, json: &[u8]) {
+        let h = &mut self.slots[slot];
+        h.update(key.as_bytes());
+        h.update(b"\0");
+        h.update(json);
+        h.update(b"\0");
+    }
+
+    /// The parts.
+    pub fn finish(&self) -> Parts {
+        let mut parts = Parts::UNKNOWN;
+        for (p, h) in parts.0.iter_mut().zip(self.slots.iter()) {
+            *p = h.digest() as u16;
+        }
+        if !parts.is_known() {
+            // Sixteen zero bytes mean unknown; one odd bit keeps a real value known.
+            parts.0[0] = 1;
+        }
+        parts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_parse_without_a_dollar_and_bad_ones_are_named() {
+        for ok in [
+            "spec.replicas",
+            "spec.template.spec.containers[*].image",
+            "metadata.labels['app.kubernetes.io/name']",
+            "$.status.phase",
+        ] {
+            assert!(parse_path(ok).is_ok(), "{ok}");
+        }
+        assert!(parse_path("spec..[").is_err());
+    }
+
+    #[test]
+    fn configured_parts_change_only_with_their_paths_value() {
+        let paths = ChangePaths::new(
+            &[
+                "spec.replicas".into(),
+                "spec.template.spec.containers[*].image".into(),
+            ],
+            &[],
+        );
+        let obj = |replicas: u32, image: &str, rv: &str| {
+            json!({"metadata": {"name": "web", "resourceVersion": rv},
+                   "spec": {"replicas": replicas, "template": {"spec": {"containers": [
+                       {"name": "a", "image": image}, {"name": "b", "image": "sidecar"}]}}}})
+        };
+        let (a, _) = paths.fingerprint_object(obj(1, "nginx:1", "1"));
+        let (b, _) = paths.fingerprint_object(obj(2, "nginx:1", "2"));
+        let (c, _) = paths.fingerprint_object(obj(2, "nginx:2", "3"));
+        let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+        let names = |m| paths.changed(m).unwrap();
+        assert_eq!(names(a.differing(&b)), vec![Arc::from("spec.replicas")]);
+        assert_eq!(
+            names(b.differing(&c)),
+            vec![Arc::from("spec.template.spec.containers[*].image")]
+        );
+        assert_eq!(names(c.differing(&c)), Vec::<Arc<str>>::new());
+    }
+
+    #[test]
+    fn ignored_values_are_left_out_of_the_filtered_fingerprint() {
+        let paths = ChangePaths::new(&[], &["status".into(), "metadata.annotations".into()]);
+        let obj = |phase: &str, note: &str, rv: &str, replicas: u32| {
+            json!({"metadata": {"name": "web", "resourceVersion": rv, "annotations": {"n": note}},
+                   "spec": {"replicas": replicas}, "status": {"phase": phase}})
+        };
+        let f = |v| paths.fingerprint_object(v).1.unwrap();
+        let base = f(obj("Pending", "a", "1", 1));
+        assert_eq!(base, f(obj("Running", "b", "2", 1)));
+        assert_ne!(base, f(obj("Pending", "a", "3", 2)));
+        // An ignored field that appears is no change either.
+        let mut without = obj("Pending", "a", "1", 1);
+        without.as_object_mut().unwrap().remove("status");
+        assert_eq!(base, f(without));
+    }
+
+    #[test]
+    fn an_ignored_array_element_keeps_its_siblings_pointers() {
+        let mut v = json!({"a": [1, 2, 3]});
+        remove_at(&mut v, "/a/0");
+        remove_at(&mut v, "/a/2");
+        assert_eq!(v, json!({"a": [null, 2, null]}));
+        let mut v = json!({"m": {"x/y": 1, "z": 2}});
+        remove_at(&mut v, "/m/x~1y");
+        assert_eq!(v, json!({"m": {"z": 2}}));
+    }
+
+    #[test]
+    fn default_parts_put_each_section_in_its_slot_and_skip_the_untracked() {
+        let parts = |meta: &[(&str, &str)], fields: &[(&str, &str)]| {
+            let mut d = DefaultParts::new();
+            for (k, v) in meta {
+                d.metadata(k, v.as_bytes());
+            }
+            for (k, v) in fields {
+                d.field(k, v.as_bytes());
+            }
+            d.finish()
+        };
+        let base = parts(
+            &[("name", "\"a\""), ("resourceVersion", "\"1\"")],
+            &[("spec", "{}")],
+        );
+        let moved = parts(
+            &[
+                ("name", "\"a\""),
+                ("resourceVersion", "\"2\""),
+                ("generation", "2"),
+            ],
+            &[("spec", "{\"x\":1}")],
+        );
+        let paths = ChangePaths::default();
+        assert_eq!(
+            paths.changed(base.differing(&moved)).unwrap(),
+            vec![Arc::from("spec")]
+        );
+        assert_eq!(paths.changed(base.differing(&base)), None);
+        assert_eq!(paths.changed(Parts::UNKNOWN.differing(&base)), None);
+    }
+}
