@@ -382,6 +382,7 @@ mod nats_subjects {
             tombstone_id: None,
             uid: "u".into(),
             observed_at: "2026-11-30T00:00:00.000Z".into(),
+            changed: None,
         }
     }
 
@@ -442,6 +443,7 @@ mod kafka_topics {
                 tombstone_id: None,
                 uid: "u".into(),
                 observed_at: "2026-11-30T00:00:00.000Z".into(),
+                changed: None,
             };
             let topic = t.render(&m);
             prop_assert!(topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{}", topic);

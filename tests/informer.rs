@@ -121,6 +121,11 @@ async fn churn_is_followed_exactly_and_a_quiet_relist_emits_nothing() {
         "{stats:?}"
     );
     assert_schema_valid(&schema(), &msgs);
+    // Each update names the paths its object differs in from the key's previous message
+    // (the pipeline coalesces: a coalesced update names the paths of both).
+    let checked =
+        support::check_changed(&msgs, support::Changed::Covers).unwrap_or_else(|e| panic!("{e}"));
+    assert!(checked > 0, "no update checked");
 
     // Force a relist: the next watch answers 410 Gone; nothing changed, so nothing is sent.
     let before = sink.len();

@@ -352,6 +352,7 @@ fn test_message() -> kubesink_core::Message {
         tombstone_id: None,
         uid: "u".into(),
         observed_at: "2026-11-30T00:00:00.000Z".into(),
+        changed: None,
     };
     kubesink_core::Message {
         key: "test/core/ConfigMap/default/x".into(),

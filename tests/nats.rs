@@ -189,6 +189,7 @@ fn message(name: &str, namespace: Option<&str>, id: &str, payload: Value) -> Mes
         tombstone_id: None,
         uid: "u".into(),
         observed_at: "2026-11-30T00:00:00.000Z".into(),
+        changed: None,
     };
     Message {
         key: format!("test/core/ConfigMap/{}/{name}", namespace.unwrap_or("")).into(),

@@ -240,3 +240,46 @@ fn after_a_restart_a_delete_may_come_again_inferred_with_the_last_acknowledged_v
         "{v:#?}"
     );
 }
+
+#[test]
+fn the_changed_oracle_sees_a_missing_or_extra_path_and_lets_a_coalesced_extra_through() {
+    use support::{check_changed, Changed};
+    let obj = |replicas: u32, phase: &str| {
+        json!({"metadata": {"name": "a", "resourceVersion": replicas.to_string(),
+            "labels": {"x": "1"}}, "spec": {"replicas": replicas}, "status": {"phase": phase}})
+    };
+    let added = json!({"key": "k", "op": "added", "object": obj(1, "Pending")});
+    let updated = |changed: Value| {
+        json!({"key": "k", "op": "updated", "resourceVersion": "2", "changed": changed,
+            "object": obj(2, "Pending")})
+    };
+    assert_eq!(
+        check_changed(&[added.clone(), updated(json!(["spec"]))], Changed::Exact),
+        Ok(1)
+    );
+    for (changed, mode) in [
+        (json!(["status"]), Changed::Covers),
+        (json!([]), Changed::Covers),
+        (json!(["spec", "status"]), Changed::Exact),
+    ] {
+        assert!(
+            check_changed(&[added.clone(), updated(changed.clone())], mode).is_err(),
+            "{changed} {mode:?}"
+        );
+    }
+    assert_eq!(
+        check_changed(
+            &[added.clone(), updated(json!(["spec", "status"]))],
+            Changed::Covers
+        ),
+        Ok(1)
+    );
+    let mut unknown = updated(Value::Null);
+    unknown.as_object_mut().unwrap().remove("changed");
+    assert!(check_changed(&[added.clone(), unknown.clone()], Changed::Exact).is_err());
+    assert!(check_changed(&[added.clone(), unknown.clone()], Changed::Covers).is_err());
+    assert_eq!(
+        check_changed(&[added, unknown], Changed::CoversOrUnknown),
+        Ok(1)
+    );
+}

@@ -7,7 +7,8 @@
 //! empties it). Secrets' data never leaves the process, in every payload mode. The same
 //! stream is delivered to stdout, a JetStream stream (real nats-server) and a Kafka topic
 //! (real Kafka-protocol broker), and each destination, read back and folded, holds exactly
-//! the live objects.
+//! the live objects. Every `updated` names the paths whose value differs from the key's
+//! previous message (`changed`, issue 41).
 
 #[path = "support/kafka_server.rs"]
 mod kafka_server;
@@ -497,5 +498,11 @@ topic = "real.topology"
         .filter(|m| m["kind"] == "Pod" && m["op"] == "deleted")
         .count();
     assert!(pods_deleted >= 6, "{pods_deleted} Pod deletes");
+    // Every update names what changed since the key's previous message (issue 41), through
+    // the controllers' status writes, scales, rollouts and adoptions (ownerReferences).
+    let checked = support::check_changed(&messages, support::Changed::Covers)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let updates = messages.iter().filter(|m| m["op"] == "updated").count();
+    assert!(checked > 20, "{checked} of {updates} updates checked");
     k.terminate().await;
 }

@@ -2,7 +2,9 @@
 //! NATS object store on a real nats-server, a compacted topic on a real Kafka-protocol broker):
 //! kubesink stopped (SIGTERM: its state saved), 5 creates, 5 updates and 5 deletes made while
 //! it is down, started again: it sends exactly those 15 (the deletes inferred), nothing
-//! `initial`, and the fold of both runs equals the API server (uid and resourceVersion).
+//! `initial`, each update naming what changed since the first run's last message (the
+//! saved change-path fingerprints), and the fold of both runs equals the API server (uid
+//! and resourceVersion).
 
 #[cfg(feature = "kafka")]
 #[path = "support/kafka_server.rs"]
@@ -144,6 +146,16 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
     let second = Kubesink::start(BIN, &config, dir.path(), "second", &[]);
     converged(cp, ns, &first, &second).await;
     let all = second.terminate().await;
+    // The change paths' fingerprints came back from the saved state: each update after the
+    // restart names what changed since the first run's last message (issue 41).
+    let both: Vec<Value> = first.iter().chain(&all).cloned().collect();
+    support::check_changed(&both, support::Changed::Covers).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        all.iter()
+            .filter(|m| m["kind"] == "ConfigMap" && m["op"] == "updated")
+            .all(|m| m["changed"] == json!(["data"])),
+        "{all:#?}"
+    );
     // The Deployment: re-sent only if its controller really changed it meanwhile.
     assert!(
         all.iter()

@@ -38,6 +38,7 @@
 
 use std::sync::Arc;
 
+use kubesink_core::message::ChangedPaths;
 use serde_json::Value;
 use serde_json_path::JsonPath;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
@@ -79,7 +80,7 @@ pub fn parse_path(text: &str) -> Result<JsonPath, String> {
 #[derive(Clone, Debug)]
 pub struct ChangePaths {
     /// The names `changed` reports, by slot.
-    names: Vec<Arc<str>>,
+    names: Arc<[Arc<str>]>,
     /// The configured queries, by slot; empty for the default paths.
     queries: Vec<JsonPath>,
     /// `ignore_changes`.
@@ -116,11 +117,12 @@ impl ChangePaths {
                 .collect()
         };
         if !change_paths.is_empty() {
-            let (names, queries) = parsed(change_paths, "change_paths")
-                .into_iter()
-                .take(PART_SLOTS)
-                .unzip();
-            out.names = names;
+            let (names, queries): (Vec<Arc<str>>, Vec<JsonPath>) =
+                parsed(change_paths, "change_paths")
+                    .into_iter()
+                    .take(PART_SLOTS)
+                    .unzip();
+            out.names = names.into();
             out.queries = queries;
         }
         out.ignore = parsed(ignore_changes, "ignore_changes")
@@ -145,22 +147,19 @@ impl ChangePaths {
         !self.ignore.is_empty()
     }
 
-    /// The names of the slots set in `mask` ([`Parts::differing`]), in slot order; `None`
-    /// (unknown) for the default paths when none is set: they cover the whole object, so
-    /// the change was one no path sees (a 16-bit collision, or `generation` alone).
-    pub fn changed(&self, mask: Option<u8>) -> Option<Vec<Arc<str>>> {
+    /// The `changed` of an update whose slots in `mask` ([`Parts::differing`]) differ;
+    /// `None` (unknown) when `mask` is, and for the default paths when no slot is set: they
+    /// cover the whole object, so the change was one no path sees (a 16-bit collision, or
+    /// `generation` alone).
+    pub fn changed(&self, mask: Option<u8>) -> Option<ChangedPaths> {
         let mask = mask?;
         if mask == 0 && self.is_default() {
             return None;
         }
-        Some(
-            self.names
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| mask & (1 << i) != 0)
-                .map(|(_, n)| n.clone())
-                .collect(),
-        )
+        Some(ChangedPaths {
+            mask,
+            names: self.names.clone(),
+        })
     }
 
     /// The configured paths' parts and, with `ignore_changes`, the 64-bit fingerprint
@@ -315,13 +314,20 @@ mod tests {
         let (b, _) = paths.fingerprint_object(obj(2, "nginx:1", "2"));
         let (c, _) = paths.fingerprint_object(obj(2, "nginx:2", "3"));
         let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
-        let names = |m| paths.changed(m).unwrap();
-        assert_eq!(names(a.differing(&b)), vec![Arc::from("spec.replicas")]);
+        let names = |m| -> Vec<String> {
+            paths
+                .changed(m)
+                .unwrap()
+                .iter()
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(names(a.differing(&b)), ["spec.replicas"]);
         assert_eq!(
             names(b.differing(&c)),
-            vec![Arc::from("spec.template.spec.containers[*].image")]
+            ["spec.template.spec.containers[*].image"]
         );
-        assert_eq!(names(c.differing(&c)), Vec::<Arc<str>>::new());
+        assert_eq!(names(c.differing(&c)), Vec::<String>::new());
     }
 
     #[test]
@@ -377,10 +383,8 @@ mod tests {
             &[("spec", "{\"x\":1}")],
         );
         let paths = ChangePaths::default();
-        assert_eq!(
-            paths.changed(base.differing(&moved)).unwrap(),
-            vec![Arc::from("spec")]
-        );
+        let changed = paths.changed(base.differing(&moved)).unwrap();
+        assert_eq!(changed.iter().collect::<Vec<_>>(), ["spec"]);
         assert_eq!(paths.changed(base.differing(&base)), None);
         assert_eq!(paths.changed(Parts::UNKNOWN.differing(&base)), None);
     }

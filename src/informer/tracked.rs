@@ -479,6 +479,7 @@ mod tests {
             tombstone_id: None,
             uid: "u".into(),
             observed_at: "2026-11-30T00:00:00.000Z".into(),
+            changed: None,
         })
     }
 

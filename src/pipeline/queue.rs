@@ -312,6 +312,8 @@ impl SinkQueue {
                                 freed: true,
                             });
                         }
+                        let msg = coalesced_changed(&slot.msg, msg);
+                        let size = msg.size();
                         let old = std::mem::replace(&mut slot.msg, msg);
                         let old_ack = std::mem::replace(&mut slot.ack, ack);
                         st.pending_bytes = st.pending_bytes - old.size() + size;
@@ -582,6 +584,25 @@ impl SinkQueue {
     }
 }
 
+/// The survivor of two coalesced changes of a key (`new` replacing `old`, never sent): its
+/// `changed` names what changed since the last message the sink received (issue 41), so the
+/// union of both updates' paths; unknown (left out) when `old` was not an `updated` whose
+/// `changed` is known (an `added` never delivered, or one a destination may hold from a
+/// previous run).
+fn coalesced_changed(old: &Message, new: Message) -> Message {
+    let Some(n) = new.meta.changed.as_ref() else {
+        return new;
+    };
+    match (&old.meta.changed, old.meta.op) {
+        (Some(o), Op::Updated) if o.mask & !n.mask == 0 => new,
+        (Some(o), Op::Updated) => {
+            let union = n.union(o);
+            kubesink_core::message::with_changed(&new, Some(union))
+        }
+        _ => kubesink_core::message::with_changed(&new, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,6 +630,7 @@ mod tests {
                 tombstone_id: None,
                 uid: "u".into(),
                 observed_at: "2026-11-30T00:00:00.000Z".into(),
+                changed: None,
             }),
         }
     }
@@ -641,6 +663,42 @@ mod tests {
         let b = q.next_batch().await.unwrap();
         assert_eq!(payloads(&b), ["a2", "b1"]);
         assert_eq!(q.coalesced(), 1);
+    }
+
+    /// An `updated` of key `a` whose `changed` has `mask` over three paths (`None`: none).
+    fn update(mask: Option<u8>) -> Message {
+        let mut m = msg("a", r#"{"op":"updated","observedAt":"t"}"#);
+        Arc::make_mut(&mut m.meta).op = Op::Updated;
+        let names: Arc<[Arc<str>]> = ["metadata.labels", "spec", "status"].map(Arc::from).into();
+        let changed = mask.map(|mask| kubesink_core::message::ChangedPaths { mask, names });
+        kubesink_core::message::with_changed(&m, changed)
+    }
+
+    #[tokio::test]
+    async fn coalesced_updates_name_the_paths_of_both_and_an_unknown_one_makes_it_unknown() {
+        let q = SinkQueue::new(limits(true, 10));
+        q.push(update(Some(0b100)), None).await; // status
+        q.push(update(Some(0b010)), None).await; // spec
+        let b = q.next_batch().await.unwrap();
+        assert_eq!(
+            payloads(&b),
+            [r#"{"op":"updated","changed":["spec","status"],"observedAt":"t"}"#]
+        );
+        let meta = &b.messages[0].meta;
+        assert_eq!(meta.changed.as_ref().map(|c| c.mask), Some(0b110));
+        q.complete(b);
+        // The replaced update's changed unknown: the survivor's is unknown too.
+        q.push(update(None), None).await;
+        q.push(update(Some(0b001)), None).await;
+        let b = q.next_batch().await.unwrap();
+        assert_eq!(payloads(&b), [r#"{"op":"updated","observedAt":"t"}"#]);
+        q.complete(b);
+        // After an added the sink never received: unknown.
+        q.push(msg("a", r#"{"op":"added"}"#), None).await;
+        q.push(update(Some(0b001)), None).await;
+        let b = q.next_batch().await.unwrap();
+        assert_eq!(b.messages[0].meta.changed, None);
+        assert!(!payloads(&b)[0].contains("changed"), "{:?}", payloads(&b));
     }
 
     #[tokio::test]

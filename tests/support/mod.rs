@@ -2,7 +2,10 @@
 //! capturing sink with fault switches, condition waits with timeouts, the message schema.
 #![allow(dead_code)] // each test binary uses a subset
 
+mod changed;
 mod oracle;
+#[allow(unused_imports)] // each test binary uses a subset
+pub use changed::{check_changed, Changed};
 #[allow(unused_imports)] // each test binary uses a subset
 pub use oracle::{fold, fold_equals, fold_expecting, state_diff, Expect, Fold, Oracle, UidFold};
 

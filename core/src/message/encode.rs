@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::model::{Message, MessageMeta, Op, SYNCED_NAME};
+use super::model::{ChangedPaths, Message, MessageMeta, Op, SYNCED_NAME};
 use super::resource::Resource;
 
 /// A serialized JSON object: the shaped object a message carries, written verbatim into the
@@ -87,7 +87,7 @@ pub struct Change {
     /// last sent for the key (the message's `changed`, in the order the paths are
     /// configured; see `docs/message-contract.md`); `None` when unknown (state restored from
     /// an older kubesink, or no path saw the change), and for every other op.
-    pub changed: Option<Vec<Arc<str>>>,
+    pub changed: Option<ChangedPaths>,
 }
 
 /// Why a `deleted` was sent when the object is still in the cluster: the message's `reason`.
@@ -126,7 +126,7 @@ struct Wire<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     replaced_uid: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    changed: Option<&'a [Arc<str>]>,
+    changed: Option<&'a ChangedPaths>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
@@ -321,7 +321,7 @@ pub fn encode_with_epoch(
             final_state_unknown: c.final_state_unknown,
             reason: c.reason.filter(|_| c.op == Op::Deleted),
             replaced_uid: replaced_uid(c),
-            changed: c.changed.as_deref().filter(|_| c.op == Op::Updated),
+            changed: changed(c),
             truncated: false,
             observed_at,
             leader_epoch,
@@ -346,8 +346,57 @@ pub fn encode_with_epoch(
             name: c.name.as_str().into(),
             uid: c.uid.as_str().into(),
             observed_at: observed_at.into(),
+            changed: changed(c).cloned(),
         }),
     })
+}
+
+fn changed(c: &Change) -> Option<&ChangedPaths> {
+    c.changed.as_ref().filter(|_| c.op == Op::Updated)
+}
+
+/// `msg` (an `updated`) with its `changed` replaced by `changed` (`None`: left out, unknown):
+/// what a queue sends when it coalesces two updates of a key, the survivor naming the paths
+/// of both (`pipeline/queue.rs`). Same key, id and headers. `msg` itself when its payload is
+/// not a JSON object (never for kubesink's own messages).
+pub fn with_changed(msg: &Message, changed: Option<ChangedPaths>) -> Message {
+    let rewritten = (|| {
+        let text = std::str::from_utf8(&msg.payload).ok()?;
+        let RawMap(mut fields) = serde_json::from_str(text).ok()?;
+        let at = fields.iter().position(|(k, _)| k == "changed");
+        match (&changed, at) {
+            (Some(c), _) => {
+                let value = RawValue::from_string(serde_json::to_string(c).ok()?).ok()?;
+                match at {
+                    Some(i) => fields[i].1 = Cow::Owned(value),
+                    None => {
+                        let before = fields
+                            .iter()
+                            .position(|(k, _)| k == "truncated" || k == "observedAt")
+                            .unwrap_or(fields.len());
+                        fields.insert(before, (Cow::Borrowed("changed"), Cow::Owned(value)));
+                    }
+                }
+            }
+            (None, Some(i)) => {
+                fields.remove(i);
+            }
+            (None, None) => {}
+        }
+        Some(write_map(&fields))
+    })();
+    match rewritten {
+        Some(payload) => {
+            let mut meta = (*msg.meta).clone();
+            meta.changed = changed;
+            Message {
+                key: msg.key.clone(),
+                payload: Bytes::from(payload),
+                meta: Arc::new(meta),
+            }
+        }
+        None => msg.clone(),
+    }
 }
 
 /// Encodes the sync marker of a list of `resource` (see [`Synced`]), observed at
@@ -407,6 +456,7 @@ pub fn encode_synced_with_epoch(
             name: SYNCED_NAME.into(),
             uid: "".into(),
             observed_at: observed_at.into(),
+            changed: None,
         }),
     })
 }

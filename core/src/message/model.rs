@@ -153,6 +153,45 @@ pub struct MessageMeta {
     pub uid: Box<str>,
     /// The payload's `observedAt` (RFC 3339, UTC, milliseconds).
     pub observed_at: Box<str>,
+    /// An `updated`'s `changed` (`None`: none in the payload), so a queue that coalesces two
+    /// updates of a key can give the survivor the union ([`ChangedPaths`]).
+    pub changed: Option<ChangedPaths>,
+}
+
+/// The `changed` of an `updated`: which of a resource's change paths changed since the
+/// payload last sent for its key. A bit mask over `names` (bit `i` = `names[i]`, at most 8),
+/// the resource's change paths in their order, shared by every message of the resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangedPaths {
+    /// Bit `i` set: `names[i]` changed.
+    pub mask: u8,
+    /// The resource's change paths.
+    pub names: Arc<[Arc<str>]>,
+}
+
+impl ChangedPaths {
+    /// The names of the paths that changed, in path order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i < 8 && self.mask & (1 << i) != 0)
+            .map(|(_, n)| &**n)
+    }
+
+    /// The paths of `self` or `other` (two updates of one key, `other` the earlier).
+    pub fn union(&self, other: &ChangedPaths) -> ChangedPaths {
+        ChangedPaths {
+            mask: self.mask | other.mask,
+            names: self.names.clone(),
+        }
+    }
+}
+
+impl serde::Serialize for ChangedPaths {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
 }
 
 impl MessageMeta {

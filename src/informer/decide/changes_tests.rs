@@ -86,7 +86,7 @@ fn changed(changes: &[Change]) -> Option<Vec<String>> {
     changes[0]
         .changed
         .as_ref()
-        .map(|c| c.iter().map(|p| p.to_string()).collect())
+        .map(|c| c.iter().map(str::to_owned).collect())
 }
 
 fn names(paths: &[&str]) -> Option<Vec<String>> {
