@@ -87,6 +87,17 @@ async fn sent_at(k: &Kubesink, name: &str, rv: &str) -> Value {
     .await
 }
 
+/// One edit: what it is, `(apiVersion, kind)`, name, subresource, merge patch, the paths
+/// its `updated` must name.
+type Edit<'a> = (
+    &'a str,
+    (&'a str, &'a str),
+    &'a str,
+    Option<&'a str>,
+    Value,
+    Vec<&'a str>,
+);
+
 fn changed(m: &Value) -> Option<Vec<&str>> {
     m.get("changed")
         .and_then(Value::as_array)
@@ -155,7 +166,7 @@ namespaces = ["{ns}"]
     let k = Kubesink::start(BIN, &config, dir.path(), "default", &[]);
     synced(&k, &["solo", "web"]).await;
     let (pods, deployments) = (("v1", "Pod"), ("apps/v1", "Deployment"));
-    let edits: Vec<(&str, (&str, &str), &str, Option<&str>, Value, Vec<&str>)> = vec![
+    let edits: Vec<Edit> = vec![
         (
             "a scale",
             deployments,
