@@ -215,14 +215,14 @@ async fn run_scenario(
             let want = sim_keys(&c.sim, "test", &KINDS);
             let got = view_keys(&view);
             if got == want {
-                Ok(got.len())
+                Ok((got.len(), view))
             } else {
                 Err(view)
             }
         })
         .await;
         match caught_up {
-            Ok(n) => eprintln!("{}: view of {n} keys equals the simulator's", k.name),
+            Ok((n, _)) => eprintln!("{}: view of {n} keys equals the simulator's", k.name),
             Err(view) => {
                 let want = sim_keys(&c.sim, "test", &KINDS);
                 let got = view_keys(&view);
@@ -251,6 +251,46 @@ async fn run_scenario(
             }
         }
     }
+    // Each key's last `changed` (issue 41) as `kubesink fold` reads it from the same source:
+    // every consumer's view says the same, and the churn's updates named what changed.
+    wait_until(
+        "each view's last changes to equal kubesink fold's",
+        LONG,
+        || async {
+            let fold = last_changes(&run_kubesink(fold_args, b"").await.stdout);
+            if !fold.values().any(Option::is_some) {
+                return Err("no key's last message names what changed".to_owned());
+            }
+            for (i, k) in consumers.iter().enumerate() {
+                let view = last_changes(&k.catch_up(&checkpoint(i)).await);
+                if view != fold {
+                    let differ: Vec<_> = fold
+                        .iter()
+                        .filter(|(key, c)| view.get(*key) != Some(c))
+                        .take(5)
+                        .collect();
+                    return Err(format!("{}: {differ:?}", k.name));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+}
+
+/// A printed view's `changed` by key (`None` where the last message had none).
+fn last_changes(jsonl: &str) -> std::collections::BTreeMap<String, Option<serde_json::Value>> {
+    jsonl
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            (
+                v["key"].as_str().unwrap_or_default().to_owned(),
+                v.get("changed").cloned(),
+            )
+        })
+        .collect()
 }
 
 /// Every record of `keys` in `topic` (read from the beginning until it stops growing), one

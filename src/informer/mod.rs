@@ -113,6 +113,7 @@ mod decode;
 mod emit;
 mod facts;
 mod lists;
+mod name;
 mod object;
 mod payload;
 mod plan;

@@ -12,7 +12,8 @@
 //! lets an `updated` name what changed, issue 41).
 //!
 //! Layout, measured by `cargo bench --bench state_size`: one `hashbrown::HashTable` slot of
-//! 72 bytes plus the name's heap allocation. The table is keyed by (namespace id, name).
+//! 64 bytes plus the name's heap allocation (the name behind a thin pointer, its length a
+//! one-byte prefix there: `name.rs`, which gave back 8 of the 16 bytes the parts took). The table is keyed by (namespace id, name).
 //! Beside it, only while acknowledgements are tracked, the *former* uids of keys whose
 //! `deleted` not every sink has confirmed ([`Former`]): empty in a steady state.
 
@@ -22,6 +23,7 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 use uuid::Uuid;
 
 use super::facts::{decimal_rv, uuid_bytes, Facts, Parts, Rv, Uid};
+use super::name::Name;
 
 /// Flag in [`Entry::epoch_flags`]: the uid is not a canonical UUID; its text is in the
 /// overflow map.
@@ -37,11 +39,11 @@ const TEXT_FLAGS: u32 = UID_TEXT | RV_TEXT;
 /// The list epoch occupies the low 29 bits and wraps.
 const EPOCH_MASK: u32 = UNCONFIRMED - 1;
 
-/// What the store keeps per object: 72 bytes plus the name's heap allocation.
+/// What the store keeps per object: 64 bytes plus the name's heap allocation.
 #[derive(Debug)]
 pub struct Entry {
-    /// Object name.
-    pub name: Box<str>,
+    /// Object name (a thin pointer: `name.rs`).
+    pub name: Name,
     /// uid as UUID bytes (all zero when the uid is kept as text in the overflow map).
     uid: [u8; 16],
     /// resourceVersion as a number (0 when kept as text in the overflow map).
@@ -439,7 +441,7 @@ impl LightStore {
             Ok(o) => {
                 let (e, _) = o.remove();
                 if e.epoch_flags & TEXT_FLAGS != 0 {
-                    self.overflow.remove(&(ns_id, e.name));
+                    self.overflow.remove(&(ns_id, Box::from(&*e.name)));
                 }
                 self.ns_unref(ns_id);
                 true
@@ -474,7 +476,7 @@ impl LightStore {
                 unconfirmed: e.epoch_flags & UNCONFIRMED != 0,
             });
             if e.epoch_flags & TEXT_FLAGS != 0 {
-                overflow.remove(&(e.ns, e.name.clone()));
+                overflow.remove(&(e.ns, Box::from(&*e.name)));
             }
             false
         });
@@ -518,7 +520,7 @@ impl LightStore {
     }
 
     fn facts(&self, e: &Entry) -> Facts<'_> {
-        let texts = || self.overflow.get(&(e.ns, e.name.clone()));
+        let texts = || self.overflow.get(&(e.ns, Box::from(&*e.name)));
         Facts {
             uid: if e.epoch_flags & UID_TEXT == 0 {
                 Uid::Uuid(e.uid)
@@ -731,7 +733,8 @@ impl LightStore {
     #[cfg(any(test, feature = "test-util"))]
     pub fn heap_bytes(&self) -> usize {
         let slots = self.table.capacity() * (std::mem::size_of::<Entry>() + 1);
-        let names: usize = self.table.iter().map(|e| e.name.len()).sum();
+        // Each name's allocation: its bytes and a one-byte length prefix (`name.rs`).
+        let names: usize = self.table.iter().map(|e| e.name.len() + 1).sum();
         let ns: usize = self.namespaces.iter().map(|n| n.len() * 2 + 40).sum();
         let overflow: usize = self
             .overflow
@@ -757,7 +760,7 @@ fn render_uid(e: &Entry, overflow: &hashbrown::HashMap<(u32, Box<str>), Overflow
         return Uuid::from_bytes(e.uid).hyphenated().to_string();
     }
     overflow
-        .get(&(e.ns, e.name.clone()))
+        .get(&(e.ns, Box::<str>::from(&*e.name)))
         .and_then(|o| o.uid.as_deref())
         .unwrap_or_default()
         .to_owned()
@@ -768,7 +771,7 @@ fn render_rv(e: &Entry, overflow: &hashbrown::HashMap<(u32, Box<str>), Overflow>
         return e.rv.to_string();
     }
     overflow
-        .get(&(e.ns, e.name.clone()))
+        .get(&(e.ns, Box::<str>::from(&*e.name)))
         .and_then(|o| o.rv.as_deref())
         .unwrap_or_default()
         .to_owned()

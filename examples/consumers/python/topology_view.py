@@ -61,6 +61,7 @@ class View:
         self.entries[key] = {
             "id": m["id"], "op": op, "uid": m["uid"], "resourceVersion": m["resourceVersion"],
             "observedAt": m["observedAt"], "partition": partition,
+            "changed": m.get("changed"),  # the paths the last update changed, if it said
             "initial_seq": self.seq if m.get("initial") else (old or {}).get("initial_seq", 0),
             "scope": [m["cluster"], group_of(m), m["kind"], m.get("namespace", "")],
         }
@@ -87,11 +88,15 @@ class View:
                 del self.entries[key]  # not in the list this marker closes: gone
 
     def lines(self):
-        """The view as JSON Lines, ordered by key: key, op, uid, resourceVersion, observedAt."""
+        """The view as JSON Lines, ordered by key: key, op, uid, resourceVersion, observedAt,
+        and changed when the key's last message had it."""
         for key in sorted(self.entries):
             e = self.entries[key]
-            yield json.dumps({"key": key, "op": e["op"], "uid": e["uid"],
-                              "resourceVersion": e["resourceVersion"], "observedAt": e["observedAt"]})
+            line = {"key": key, "op": e["op"], "uid": e["uid"],
+                    "resourceVersion": e["resourceVersion"], "observedAt": e["observedAt"]}
+            if e.get("changed") is not None:
+                line["changed"] = e["changed"]
+            yield json.dumps(line)
 
 
 def load(path):

@@ -17,6 +17,10 @@ pub struct Entry {
     pub uid: String,
     pub resource_version: String,
     pub observed_at: String,
+    /// The last message's `changed` (an `updated` naming the paths that changed); absent in
+    /// checkpoints written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<Value>,
     pub partition: Option<i32>,
     /// `[cluster, group, kind, namespace]`: what a sync marker's scope is compared with.
     pub scope: [String; 4],
@@ -124,6 +128,7 @@ impl<P: Default + Serialize + for<'de> Deserialize<'de>> Checkpoint<P> {
             uid: text(&m, "uid").to_owned(),
             resource_version: text(&m, "resourceVersion").to_owned(),
             observed_at: text(&m, "observedAt").to_owned(),
+            changed: m.get("changed").filter(|c| c.is_array()).cloned(),
             partition,
             scope,
             initial_seq,
@@ -173,11 +178,15 @@ impl<P: Default + Serialize + for<'de> Deserialize<'de>> Checkpoint<P> {
             .retain(|_, e| !(in_scope(e) && e.initial_seq <= since));
     }
 
-    /// The view as JSON Lines, ordered by key: key, op, uid, resourceVersion, observedAt.
+    /// The view as JSON Lines, ordered by key: key, op, uid, resourceVersion, observedAt,
+    /// and `changed` when the key's last message had it.
     pub fn print(&self) {
         for (key, e) in &self.entries {
-            let line = serde_json::json!({"key": key, "op": e.op, "uid": e.uid,
+            let mut line = serde_json::json!({"key": key, "op": e.op, "uid": e.uid,
                 "resourceVersion": e.resource_version, "observedAt": e.observed_at});
+            if let Some(c) = &e.changed {
+                line["changed"] = c.clone();
+            }
             println!("{line}");
         }
     }
