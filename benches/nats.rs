@@ -42,6 +42,7 @@ fn messages(n: usize) -> Vec<Message> {
                 may_be_held: false,
                 replaced_uid: None,
                 changed: None,
+                changes: None,
                 reason: None,
                 object: Some(ObjectJson::from_value(
                     &serde_json::json!({"apiVersion": "v1", "kind": "Pod",

@@ -146,6 +146,7 @@ fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
                 may_be_held: false,
                 replaced_uid: None,
                 changed: None,
+                changes: None,
                 reason: None,
                 object: Some(result.object.clone()),
             };

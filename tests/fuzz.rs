@@ -208,6 +208,7 @@ fn change(
         may_be_held: false,
         replaced_uid: None,
         changed: None,
+        changes: None,
         reason: None,
         object,
     }

@@ -2,7 +2,8 @@
 //! (a scale and an image change of a Deployment its real controllers act on, a label edit, a
 //! status write through the status subresource, an owner added, a server-side apply that
 //! touches only `managedFields`) is sent as an `updated` naming exactly its paths; configured
-//! `change_paths` name only themselves; with `ignore_changes = ["status"]` a status write is
+//! `change_paths` name only themselves, `change_values` carry the old and new values; with
+//! `ignore_changes = ["status"]` a status write is
 //! sent neither then nor after a restart from saved state, and the next update sent names
 //! the status too (relative to the last message sent).
 
@@ -272,6 +273,7 @@ api_version = "apps/v1"
 kind = "Deployment"
 namespaces = ["{ns}"]
 change_paths = ["spec.replicas", "spec.template.spec.containers[*].image"]
+change_values = ["spec.replicas", "spec.template.spec.containers[*].image"]
 "#
     );
     let config = write_config(dir.path(), cp, ns, &resources);
@@ -289,6 +291,11 @@ change_paths = ["spec.replicas", "spec.template.spec.containers[*].image"]
     .await;
     let m = sent_at(&k, "web", &rv).await;
     assert_eq!(changed(&m), Some(vec!["spec.replicas"]), "{m}");
+    assert_eq!(
+        m["changes"],
+        json!([{"path": "spec.replicas", "old": 2, "new": 3}]),
+        "the old and new values: {m}"
+    );
     // The deployment controller's status write after it changes neither configured path.
     wait_until(
         "a Deployment update naming no configured path",

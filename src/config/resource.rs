@@ -68,6 +68,22 @@ pub struct ResourceConfig {
     /// E.g. `["status"]` for spec and metadata changes only. Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore_changes: Vec<String>,
+    /// Paths (as `change_paths`) whose old and new values an `updated` carries in `changes`
+    /// (`[{path, old, new}]`) when they changed: small fields such as `spec.replicas`, an
+    /// image, `status.phase`; at most 8. Each object keeps its values as JSON text, within
+    /// `change_value_max_bytes` per path and `change_values_max_bytes` per object; a value
+    /// beyond either bound is reported as changed without it. Not kept in the saved state:
+    /// after a restart a key's first update has no `changes`. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub change_values: Vec<String>,
+    /// The most bytes of JSON one `change_values` path's value may take to be kept and sent.
+    /// Default 64.
+    #[serde(default = "default_change_value_max_bytes")]
+    pub change_value_max_bytes: u32,
+    /// The most bytes of `change_values` kept per object, all paths together (in path order).
+    /// Default 256.
+    #[serde(default = "default_change_values_max_bytes")]
+    pub change_values_max_bytes: u32,
     /// Emit `updated` messages. `false` gives adds and deletes only (the seed's
     /// `receiveUpdates=false`). Default `true`.
     #[serde(default = "yes")]
@@ -97,6 +113,14 @@ fn default_page_size() -> u32 {
     500
 }
 
+fn default_change_value_max_bytes() -> u32 {
+    64
+}
+
+fn default_change_values_max_bytes() -> u32 {
+    256
+}
+
 impl ResourceConfig {
     /// A resource with every option at its default.
     pub fn new(api_version: &str, kind: &str) -> Self {
@@ -111,6 +135,9 @@ impl ResourceConfig {
             drop: Vec::new(),
             change_paths: Vec::new(),
             ignore_changes: Vec::new(),
+            change_values: Vec::new(),
+            change_value_max_bytes: default_change_value_max_bytes(),
+            change_values_max_bytes: default_change_values_max_bytes(),
             updates: true,
             allow_secret_data: false,
             page_size: default_page_size(),
@@ -195,9 +222,28 @@ impl ResourceConfig {
                 ),
             );
         }
+        if self.change_values.len() > crate::informer::PART_SLOTS {
+            problems.add(
+                at("change_values"),
+                format!(
+                    "{} paths; at most {}",
+                    self.change_values.len(),
+                    crate::informer::PART_SLOTS
+                ),
+            );
+        }
+        for (key, n) in [
+            ("change_value_max_bytes", self.change_value_max_bytes),
+            ("change_values_max_bytes", self.change_values_max_bytes),
+        ] {
+            if !(1..=65_536).contains(&n) {
+                problems.add(at(key), format!("{n} bytes; 1 to 65536"));
+            }
+        }
         for (list, paths) in [
             ("change_paths", &self.change_paths),
             ("ignore_changes", &self.ignore_changes),
+            ("change_values", &self.change_values),
         ] {
             for (j, path) in paths.iter().enumerate() {
                 if let Err(why) = crate::informer::parse_path(path) {

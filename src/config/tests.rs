@@ -220,12 +220,16 @@ api_version = "v1"
 kind = "Pod"
 change_paths = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
 ignore_changes = ["status"]
+change_values = ["spec["]
+change_value_max_bytes = 0
 updates = false
 [[resources]]
 api_version = "v1"
 kind = "Service"
 change_paths = ["spec.ports[*].port", "metadata.labels['app.kubernetes.io/name']"]
 ignore_changes = ["status", "metadata.annotations"]
+change_values = ["spec.type", "spec.ports[*].port"]
+change_value_max_bytes = 128
 "#,
         )?;
         let errs = errors_of(Some(Path::new("changes.toml")));
@@ -236,10 +240,12 @@ ignore_changes = ["status", "metadata.annotations"]
             "resources.0.ignore_changes.0: \"status[?\" is not a JSONPath",
             "resources.1.change_paths: 9 paths; at most 8",
             "resources.1.ignore_changes: only applies with updates = true",
+            "resources.1.change_values.0: \"spec[\" is not a JSONPath",
+            "resources.1.change_value_max_bytes: 0 bytes; 1 to 65536",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
         }
-        assert_eq!(errs.len(), 5, "the Service's paths are fine:\n{all}");
+        assert_eq!(errs.len(), 7, "the Service's paths are fine:\n{all}");
         Ok(())
     });
 }

@@ -209,6 +209,7 @@ pub async fn repair(cfg: &Config, view: &View, report: &Report) -> anyhow::Resul
             may_be_held: false,
             replaced_uid: None,
             changed: None,
+            changes: None,
             reason: None,
         };
         messages.push(encode(resource, &change, &observed_at)?);

@@ -76,6 +76,8 @@ pub struct Entry {
     /// The last message's `changed` (an `updated` naming the paths that changed); `None`
     /// when it has none.
     pub changed: Option<Vec<String>>,
+    /// The last message's `changes` (old and new values of `change_values` paths).
+    pub changes: Option<Value>,
     /// The object, kept only when the view was asked to keep objects.
     pub object: Option<Value>,
     /// The Kafka partition it was read from.
@@ -89,7 +91,7 @@ pub struct Entry {
 impl Entry {
     /// The entry as one JSON Lines object: `key`, `op`, `cluster`, `kind`, `namespace`
     /// (absent when cluster-scoped), `name`, `uid`, `resourceVersion`, `observedAt`,
-    /// `changed` when the last message had it, and `object` when kept.
+    /// `changed` and `changes` when the last message had them, and `object` when kept.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("key".into(), json!(self.key));
@@ -105,6 +107,9 @@ impl Entry {
         m.insert("observedAt".into(), json!(self.observed_at));
         if let Some(c) = &self.changed {
             m.insert("changed".into(), json!(c));
+        }
+        if let Some(c) = &self.changes {
+            m.insert("changes".into(), c.clone());
         }
         if let Some(o) = &self.object {
             m.insert("object".into(), o.clone());
@@ -374,6 +379,7 @@ impl View {
                     .map(str::to_owned)
                     .collect()
             }),
+            changes: msg.get("changes").filter(|c| c.is_array()).cloned(),
             object: if self.keep_objects {
                 msg.remove("object")
             } else {

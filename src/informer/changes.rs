@@ -44,6 +44,7 @@ use serde_json_path::JsonPath;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::facts::{Parts, PART_SLOTS};
+use super::store::{Kept, Values};
 
 /// The default change paths, in slot order: the object's top-level sections.
 pub const DEFAULT_PATHS: [&str; PART_SLOTS] = [
@@ -85,6 +86,37 @@ pub struct ChangePaths {
     queries: Vec<JsonPath>,
     /// `ignore_changes`.
     ignore: Vec<JsonPath>,
+    /// `change_values`: the paths whose old and new values an update carries.
+    values: Vec<(Arc<str>, JsonPath)>,
+    /// `change_value_max_bytes`: the most bytes of JSON one path's value may take.
+    value_max: usize,
+    /// `change_values_max_bytes`: the most bytes of values kept per object.
+    values_max: usize,
+}
+
+/// What [`ChangePaths::fingerprint_object`] takes from a parsed payload.
+#[derive(Debug, Default)]
+pub struct FromObject {
+    /// The configured paths' parts (`None`: the default paths, taken while writing).
+    pub parts: Option<Parts>,
+    /// The fingerprint without the ignored values (`None`: nothing ignored).
+    pub filtered: Option<u64>,
+    /// The `change_values`' values (`None`: none configured).
+    pub values: Option<Values>,
+}
+
+/// One value change of an update: the path, and its old and new JSON (`None`: unknown, or
+/// beyond the byte bound).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ValueChange<'a> {
+    /// The path as configured.
+    pub path: &'a str,
+    /// The value in the payload last sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old: Option<&'a serde_json::value::RawValue>,
+    /// The value in this payload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new: Option<&'a serde_json::value::RawValue>,
 }
 
 impl Default for ChangePaths {
@@ -93,6 +125,9 @@ impl Default for ChangePaths {
             names: DEFAULT_PATHS.iter().map(|p| Arc::from(*p)).collect(),
             queries: Vec::new(),
             ignore: Vec::new(),
+            values: Vec::new(),
+            value_max: 0,
+            values_max: 0,
         }
     }
 }
@@ -102,7 +137,20 @@ impl ChangePaths {
     /// `ignore_changes`. A path that does not parse, or paths beyond [`PART_SLOTS`], are left
     /// out with an error log: `check` and `run` refuse such a configuration before this is
     /// built (`config/resource.rs`), so this is only a second line.
+    #[cfg(test)]
     pub fn new(change_paths: &[String], ignore_changes: &[String]) -> Self {
+        Self::with_values(change_paths, ignore_changes, &[], 0, 0)
+    }
+
+    /// As [`ChangePaths::new`], with `change_values` and their byte bounds per path
+    /// (`value_max`) and per object (`values_max`).
+    pub fn with_values(
+        change_paths: &[String],
+        ignore_changes: &[String],
+        change_values: &[String],
+        value_max: usize,
+        values_max: usize,
+    ) -> Self {
         let mut out = ChangePaths::default();
         let parsed = |texts: &[String], key: &str| -> Vec<(Arc<str>, JsonPath)> {
             texts
@@ -129,6 +177,12 @@ impl ChangePaths {
             .into_iter()
             .map(|(_, q)| q)
             .collect();
+        out.values = parsed(change_values, "change_values")
+            .into_iter()
+            .take(PART_SLOTS)
+            .collect();
+        out.value_max = value_max;
+        out.values_max = values_max;
         out
     }
 
@@ -137,9 +191,38 @@ impl ChangePaths {
         self.queries.is_empty()
     }
 
-    /// Whether fingerprinting needs the shaped object parsed (configured or ignored paths).
+    /// Whether fingerprinting needs the shaped object parsed (configured, ignored or value
+    /// paths).
     pub fn needs_parse(&self) -> bool {
-        !self.queries.is_empty() || !self.ignore.is_empty()
+        !self.queries.is_empty() || !self.ignore.is_empty() || !self.values.is_empty()
+    }
+
+    /// The value changes between `old` (the values kept for the payload last sent) and
+    /// `new`, as the JSON array of `{path, old, new}` a message's `changes` holds: one entry
+    /// per path whose value differs (by text, or by hash where one side is beyond a bound),
+    /// without the value a side beyond a bound cannot give. `None` when no path changed, and when `old` is unknown
+    /// (none kept: the state a restart starts from does not hold values), rather than a
+    /// guess.
+    pub fn value_changes(&self, old: Option<&Values>, new: &Values) -> Option<String> {
+        let old = Some(old?);
+        fn raw(v: Option<&str>) -> Option<&serde_json::value::RawValue> {
+            v.and_then(|t| serde_json::from_str(t).ok())
+        }
+        let mut out = Vec::new();
+        for (i, (path, _)) in self.values.iter().enumerate() {
+            let (Some(after), before) = (new.get(i), old.and_then(|o| o.get(i))) else {
+                continue;
+            };
+            if before.is_some_and(|b| b == after || b.hash() == after.hash()) {
+                continue;
+            }
+            out.push(ValueChange {
+                path,
+                old: raw(before.and_then(Kept::text)),
+                new: raw(after.text()),
+            });
+        }
+        (!out.is_empty()).then(|| serde_json::to_string(&out).unwrap_or_default())
     }
 
     /// Whether any path is ignored.
@@ -162,14 +245,16 @@ impl ChangePaths {
         })
     }
 
-    /// The configured paths' parts and, with `ignore_changes`, the 64-bit fingerprint
-    /// without the ignored values, from the shaped object `object` (parsed; its
-    /// `metadata.resourceVersion` is removed here, as it is from every fingerprint).
-    pub fn fingerprint_object(&self, mut object: Value) -> (Option<Parts>, Option<u64>) {
+    /// The configured paths' parts, with `ignore_changes` the 64-bit fingerprint without
+    /// the ignored values, and the `change_values`' values, from the shaped object `object`
+    /// (parsed; its `metadata.resourceVersion` is removed here, as it is from every
+    /// fingerprint).
+    pub fn fingerprint_object(&self, mut object: Value) -> FromObject {
         if let Some(Value::Object(m)) = object.get_mut("metadata") {
             m.remove("resourceVersion");
         }
-        let parts = (!self.queries.is_empty()).then(|| {
+        let mut out = FromObject::default();
+        if !self.queries.is_empty() {
             let mut parts = Parts::UNKNOWN;
             for (slot, q) in self.queries.iter().enumerate() {
                 let mut h = Xxh3::with_seed(slot as u64);
@@ -179,9 +264,32 @@ impl ChangePaths {
                 }
                 parts.0[slot] = h.digest() as u16;
             }
-            parts
-        });
-        let filtered = self.ignores().then(|| {
+            out.parts = Some(parts);
+        }
+        if !self.values.is_empty() {
+            let mut budget = self.values_max;
+            let values: Vec<Kept> =
+                self.values
+                    .iter()
+                    .map(|(_, q)| {
+                        let nodes = q.query(&object).all();
+                        let text = match nodes.as_slice() {
+                            [] => "null".to_owned(),
+                            [one] => one.to_string(),
+                            many => Value::Array(many.iter().map(|v| (*v).clone()).collect())
+                                .to_string(),
+                        };
+                        if text.len() <= self.value_max && text.len() <= budget {
+                            budget -= text.len();
+                            Kept::Text(text.into_boxed_str())
+                        } else {
+                            Kept::Beyond(xxh3_64(text.as_bytes()))
+                        }
+                    })
+                    .collect();
+            out.values = Some(values.into_boxed_slice());
+        }
+        if self.ignores() {
             let mut pointers: Vec<String> = Vec::new();
             for q in &self.ignore {
                 pointers.extend(
@@ -193,9 +301,9 @@ impl ChangePaths {
             for p in &pointers {
                 remove_at(&mut object, p);
             }
-            xxh3_64(&serde_json::to_vec(&object).unwrap_or_default())
-        });
-        (parts, filtered)
+            out.filtered = Some(xxh3_64(&serde_json::to_vec(&object).unwrap_or_default()));
+        }
+        out
     }
 }
 
@@ -310,9 +418,9 @@ mod tests {
                    "spec": {"replicas": replicas, "template": {"spec": {"containers": [
                        {"name": "a", "image": image}, {"name": "b", "image": "sidecar"}]}}}})
         };
-        let (a, _) = paths.fingerprint_object(obj(1, "nginx:1", "1"));
-        let (b, _) = paths.fingerprint_object(obj(2, "nginx:1", "2"));
-        let (c, _) = paths.fingerprint_object(obj(2, "nginx:2", "3"));
+        let a = paths.fingerprint_object(obj(1, "nginx:1", "1")).parts;
+        let b = paths.fingerprint_object(obj(2, "nginx:1", "2")).parts;
+        let c = paths.fingerprint_object(obj(2, "nginx:2", "3")).parts;
         let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
         let names = |m| -> Vec<String> {
             paths
@@ -337,7 +445,7 @@ mod tests {
             json!({"metadata": {"name": "web", "resourceVersion": rv, "annotations": {"n": note}},
                    "spec": {"replicas": replicas}, "status": {"phase": phase}})
         };
-        let f = |v| paths.fingerprint_object(v).1.unwrap();
+        let f = |v| paths.fingerprint_object(v).filtered.unwrap();
         let base = f(obj("Pending", "a", "1", 1));
         assert_eq!(base, f(obj("Running", "b", "2", 1)));
         assert_ne!(base, f(obj("Pending", "a", "3", 2)));

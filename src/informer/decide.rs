@@ -673,6 +673,20 @@ impl Decider {
                 Op::Added
             }
         };
+        // `change_values`: the update's value changes against those kept for the payload
+        // last sent, then this payload's kept (an ignored or suppressed update returned
+        // above, keeping the old ones).
+        let value_changes = match shaped.values {
+            Some(values) => {
+                let changes = (op == Op::Updated).then(|| {
+                    let old = t.store.values(namespace.as_deref(), &name);
+                    self.shaper.changes().value_changes(old, &values)
+                });
+                t.store.set_values(namespace.as_deref(), &name, values);
+                changes.flatten()
+            }
+            None => None,
+        };
         let emitted = if changes.is_empty() { 1 } else { 2 };
         t.note_change(namespace.as_deref(), &name, before, emitted);
         if op == Op::Added {
@@ -703,6 +717,7 @@ impl Decider {
             may_be_held: op == Op::Added && may_be_held,
             replaced_uid,
             changed,
+            changes: value_changes,
             reason: None,
         });
         self.count_emitted(&changes);
@@ -771,6 +786,7 @@ impl Decider {
             may_be_held: false,
             replaced_uid: None,
             changed: None,
+            changes: None,
             reason,
         });
         Ok(changes)
@@ -809,6 +825,7 @@ fn inferred_delete(v: Vanished, seen_gone: &str) -> Change {
         may_be_held: false,
         replaced_uid: None,
         changed: None,
+        changes: None,
         reason: None,
     }
 }

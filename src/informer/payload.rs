@@ -34,6 +34,7 @@ use xxhash_rust::xxh3::Xxh3;
 use super::changes::{ChangePaths, DefaultParts};
 use super::facts::Parts;
 use super::object::RawObject;
+use super::store::Values;
 use crate::config::{PayloadMode, ResourceConfig};
 
 /// The version of shaping and fingerprinting. Saved state carries fingerprints; when this
@@ -115,6 +116,8 @@ pub struct Shaped {
     pub fingerprint: u64,
     /// The 16-bit fingerprints of the resource's change paths (`changes.rs`).
     pub parts: Parts,
+    /// The `change_values`' values (`None`: the resource has none).
+    pub values: Option<Values>,
 }
 
 /// Why an object could not be shaped.
@@ -171,7 +174,13 @@ impl Shaper {
             label_value: resource.cluster.clone(),
             api_version: resource.api_version.clone(),
             kind: resource.kind.clone(),
-            changes: Arc::new(ChangePaths::new(&res.change_paths, &res.ignore_changes)),
+            changes: Arc::new(ChangePaths::with_values(
+                &res.change_paths,
+                &res.ignore_changes,
+                &res.change_values,
+                res.change_value_max_bytes as usize,
+                res.change_values_max_bytes as usize,
+            )),
         }
     }
 
@@ -243,9 +252,10 @@ impl Shaper {
             // The text was just written by serde_json and raw fields the server sent, so it
             // parses; a failure would leave the default parts and whole fingerprint.
             if let Ok(v) = serde_json::from_str::<Value>(shaped.object.as_str()) {
-                let (parts, filtered) = self.changes.fingerprint_object(v);
-                shaped.parts = parts.unwrap_or(shaped.parts);
-                shaped.fingerprint = filtered.unwrap_or(shaped.fingerprint);
+                let got = self.changes.fingerprint_object(v);
+                shaped.parts = got.parts.unwrap_or(shaped.parts);
+                shaped.fingerprint = got.filtered.unwrap_or(shaped.fingerprint);
+                shaped.values = got.values;
             }
         }
         Ok(shaped)
@@ -419,6 +429,7 @@ fn write(
         object: ObjectJson::from_trusted(text),
         fingerprint,
         parts: parts.finish(),
+        values: None,
     }
 }
 

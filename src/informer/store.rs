@@ -161,7 +161,41 @@ pub struct LightStore {
     /// Former uids a destination may hold, by key ([`Former`]); empty but for keys
     /// re-created while their changes wait. Each key holds a reference to its namespace.
     former: hashbrown::HashMap<(u32, Box<str>), Vec<Former>>,
+    /// The `change_values` of each object of a resource that has them (`changes.rs`): its
+    /// paths' values in the payload last sent ([`Kept`]). Empty for every other resource.
+    /// Not saved with the state.
+    values: hashbrown::HashMap<(u32, Box<str>), Values>,
     epoch: u32,
+}
+
+/// One object's kept `change_values`, by path.
+pub type Values = Box<[Kept]>;
+
+/// One `change_values` path's value in the payload last sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// Its JSON text, within the byte bounds.
+    Text(Box<str>),
+    /// Beyond a byte bound: the XXH3-64 of its JSON text, so a change is still seen.
+    Beyond(u64),
+}
+
+impl Kept {
+    /// The XXH3-64 of the value's JSON text.
+    pub fn hash(&self) -> u64 {
+        match self {
+            Kept::Text(t) => xxhash_rust::xxh3::xxh3_64(t.as_bytes()),
+            Kept::Beyond(h) => *h,
+        }
+    }
+
+    /// The text, when kept.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Kept::Text(t) => Some(t),
+            Kept::Beyond(_) => None,
+        }
+    }
 }
 
 impl Default for LightStore {
@@ -182,6 +216,7 @@ impl LightStore {
             free_ns: Vec::new(),
             overflow: hashbrown::HashMap::default(),
             former: hashbrown::HashMap::default(),
+            values: hashbrown::HashMap::default(),
             epoch: 0,
         }
     }
@@ -443,6 +478,9 @@ impl LightStore {
                 if e.epoch_flags & TEXT_FLAGS != 0 {
                     self.overflow.remove(&(ns_id, Box::from(&*e.name)));
                 }
+                if !self.values.is_empty() {
+                    self.values.remove(&(ns_id, Box::from(&*e.name)));
+                }
                 self.ns_unref(ns_id);
                 true
             }
@@ -459,6 +497,7 @@ impl LightStore {
         let mut unref = Vec::new();
         let namespaces = &self.namespaces;
         let overflow = &mut self.overflow;
+        let values = &mut self.values;
         self.table.retain(|e| {
             if e.epoch_flags & EPOCH_MASK == epoch {
                 return true;
@@ -477,6 +516,9 @@ impl LightStore {
             });
             if e.epoch_flags & TEXT_FLAGS != 0 {
                 overflow.remove(&(e.ns, Box::from(&*e.name)));
+            }
+            if !values.is_empty() {
+                values.remove(&(e.ns, Box::from(&*e.name)));
             }
             false
         });
@@ -517,6 +559,28 @@ impl LightStore {
         let hash = Self::hash(&self.hasher, ns, name);
         let e = self.table.find(hash, |e| e.ns == ns && &*e.name == name)?;
         Some(self.facts(e))
+    }
+
+    /// The kept `change_values` of `(ns, name)` (`None`: none kept).
+    pub fn values(&self, ns: Option<&str>, name: &str) -> Option<&Values> {
+        let ns = self.ns_id_of(ns)?;
+        self.values.get(&(ns, Box::<str>::from(name)))
+    }
+
+    /// Keeps `values` as the `change_values` of the known object `(ns, name)`; nothing for
+    /// an unknown key (its namespace id could be reused: values live only beside an entry).
+    pub fn set_values(&mut self, ns: Option<&str>, name: &str, values: Values) {
+        let Some(ns) = self.ns_id_of(ns) else {
+            return;
+        };
+        let hash = Self::hash(&self.hasher, ns, name);
+        if self
+            .table
+            .find(hash, |e| e.ns == ns && &*e.name == name)
+            .is_some()
+        {
+            self.values.insert((ns, name.into()), values);
+        }
     }
 
     fn facts(&self, e: &Entry) -> Facts<'_> {

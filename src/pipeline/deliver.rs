@@ -458,6 +458,7 @@ mod tests {
             may_be_held: false,
             replaced_uid: None,
             changed: None,
+            changes: None,
             reason: None,
             object: Some(ObjectJson::from_value(&object)),
         };
@@ -671,6 +672,7 @@ mod tests {
             may_be_held: false,
             replaced_uid: None,
             changed: None,
+            changes: None,
             reason: None,
             object: Some(ObjectJson::from_value(&object)),
         };

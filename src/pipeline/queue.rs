@@ -588,8 +588,13 @@ impl SinkQueue {
 /// `changed` names what changed since the last message the sink received (issue 41), so the
 /// union of both updates' paths; unknown (left out) when `old` was not an `updated` whose
 /// `changed` is known (an `added` never delivered, or one a destination may hold from a
-/// previous run).
+/// previous run). Its `changes` (old and new values) go from the first old value to the
+/// last new one ([`kubesink_core::message::coalesce_changes`]).
 fn coalesced_changed(old: &Message, new: Message) -> Message {
+    let new = match kubesink_core::message::coalesce_changes(old, &new) {
+        Some(changes) => kubesink_core::message::with_changes(&new, changes),
+        None => new,
+    };
     let Some(n) = new.meta.changed.as_ref() else {
         return new;
     };
@@ -699,6 +704,38 @@ mod tests {
         let b = q.next_batch().await.unwrap();
         assert_eq!(b.messages[0].meta.changed, None);
         assert!(!payloads(&b)[0].contains("changed"), "{:?}", payloads(&b));
+    }
+
+    #[tokio::test]
+    async fn coalesced_updates_carry_the_first_old_value_and_the_last_new_one() {
+        let with = |changes: &str| {
+            kubesink_core::message::with_changes(&update(Some(0b010)), Some(changes.to_owned()))
+        };
+        let q = SinkQueue::new(limits(true, 10));
+        q.push(
+            with(r#"[{"path":"spec.replicas","old":1,"new":2},{"path":"image","old":"a","new":"b"}]"#),
+            None,
+        )
+        .await;
+        q.push(
+            with(r#"[{"path":"spec.replicas","old":2,"new":3},{"path":"image","old":"b","new":"a"}]"#),
+            None,
+        )
+        .await;
+        let b = q.next_batch().await.unwrap();
+        let m: serde_json::Value = serde_json::from_slice(&b.messages[0].payload).unwrap();
+        assert_eq!(
+            m["changes"],
+            serde_json::json!([{"path": "spec.replicas", "old": 1, "new": 3}]),
+            "the image came back: not a change"
+        );
+        q.complete(b);
+        // After an added the sink never received, the old values are unknown: none.
+        q.push(msg("a", r#"{"op":"added"}"#), None).await;
+        q.push(with(r#"[{"path":"spec.replicas","old":3,"new":4}]"#), None)
+            .await;
+        let b = q.next_batch().await.unwrap();
+        assert!(!payloads(&b)[0].contains("changes"), "{:?}", payloads(&b));
     }
 
     #[tokio::test]

@@ -235,6 +235,7 @@ fn message(key: &str, rv: u64) -> Message {
         may_be_held: false,
         replaced_uid: None,
         changed: None,
+        changes: None,
         reason: None,
         object: Some(ObjectJson::from_value(&object)),
     };

@@ -88,6 +88,11 @@ pub struct Change {
     /// configured; see `docs/message-contract.md`); `None` when unknown (state restored from
     /// an older kubesink, or no path saw the change), and for every other op.
     pub changed: Option<ChangedPaths>,
+    /// For an `updated` of a resource with `change_values`: the message's `changes`, a JSON
+    /// array of `{path, old, new}` (old and new as JSON; either absent when unknown or beyond
+    /// the byte bound), one per such path that changed. `None` when none did, and for every
+    /// other op.
+    pub changes: Option<String>,
 }
 
 /// Why a `deleted` was sent when the object is still in the cluster: the message's `reason`.
@@ -127,6 +132,8 @@ struct Wire<'a> {
     replaced_uid: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     changed: Option<&'a ChangedPaths>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
@@ -301,6 +308,13 @@ pub fn encode_with_epoch(
     let id = message_id(r, c);
     let key = r.key(c.namespace.as_deref(), &c.name);
     let object_len = c.object.as_ref().map_or(0, |o| o.as_str().len() + 12);
+    // Written by kubesink's own serializer (`informer/changes.rs`); text that is not JSON
+    // would be left out rather than written.
+    let changes: Option<Box<RawValue>> = c
+        .changes
+        .as_ref()
+        .filter(|_| c.op == Op::Updated)
+        .and_then(|t| RawValue::from_string(t.clone()).ok());
     let mut payload = Vec::with_capacity(384 + object_len);
     serde_json::to_writer(
         &mut payload,
@@ -322,6 +336,7 @@ pub fn encode_with_epoch(
             reason: c.reason.filter(|_| c.op == Op::Deleted),
             replaced_uid: replaced_uid(c),
             changed: changed(c),
+            changes: changes.as_deref(),
             truncated: false,
             observed_at,
             leader_epoch,
@@ -461,6 +476,86 @@ pub fn encode_synced_with_epoch(
     })
 }
 
+/// The `changes` a queue sends when it coalesces `earlier` (an `updated` never sent) into
+/// `later`, the update that replaces it: per path, the old value of the first and the new of
+/// the last (a path whose value came back is left out); paths only one of them changed keep
+/// their entry. `None` when `later` needs no rewrite; with `Some(None)` its `changes` go
+/// (unknown: `earlier` was not an `updated`, so the sink never had the old values).
+pub fn coalesce_changes(earlier: &Message, later: &Message) -> Option<Option<String>> {
+    fn changes_of(m: &Message) -> Option<Vec<Value>> {
+        let text = std::str::from_utf8(&m.payload).ok()?;
+        let RawMap(fields) = serde_json::from_str(text).ok()?;
+        let (_, raw) = fields.into_iter().find(|(k, _)| k == "changes")?;
+        serde_json::from_str(raw.get()).ok()
+    }
+    let later_changes = changes_of(later);
+    if earlier.meta.op != Op::Updated {
+        return later_changes.is_some().then_some(None);
+    }
+    let Some(earlier_changes) = changes_of(earlier) else {
+        return None;
+    };
+    let path = |v: &Value| v.get("path").and_then(Value::as_str).map(str::to_owned);
+    let mut merged: Vec<Value> = Vec::new();
+    let later_changes = later_changes.unwrap_or_default();
+    for l in &later_changes {
+        let mut entry = l.clone();
+        if let Some(e) = earlier_changes.iter().find(|e| path(e) == path(l)) {
+            match (e.get("old"), entry.as_object_mut()) {
+                (Some(old), Some(m)) => drop(m.insert("old".into(), old.clone())),
+                (None, Some(m)) => drop(m.remove("old")),
+                _ => {}
+            }
+            if entry.get("old").is_some() && entry.get("old") == entry.get("new") {
+                continue; // changed and changed back
+            }
+        }
+        merged.push(entry);
+    }
+    for e in &earlier_changes {
+        if !later_changes.iter().any(|l| path(l) == path(e)) {
+            merged.push(e.clone());
+        }
+    }
+    Some((!merged.is_empty()).then(|| Value::Array(merged).to_string()))
+}
+
+/// `msg` (an `updated`) with its `changes` replaced by `changes` (JSON array text; `None`:
+/// left out). Same key, id and headers. `msg` itself when its payload is not a JSON object.
+pub fn with_changes(msg: &Message, changes: Option<String>) -> Message {
+    let rewritten = (|| {
+        let text = std::str::from_utf8(&msg.payload).ok()?;
+        let RawMap(mut fields) = serde_json::from_str(text).ok()?;
+        let at = fields.iter().position(|(k, _)| k == "changes");
+        match (changes, at) {
+            (Some(c), at) => {
+                let value = RawValue::from_string(c).ok()?;
+                match at {
+                    Some(i) => fields[i].1 = Cow::Owned(value),
+                    None => {
+                        let before = fields
+                            .iter()
+                            .position(|(k, _)| k == "truncated" || k == "observedAt")
+                            .unwrap_or(fields.len());
+                        fields.insert(before, (Cow::Borrowed("changes"), Cow::Owned(value)));
+                    }
+                }
+            }
+            (None, Some(i)) => drop(fields.remove(i)),
+            (None, None) => {}
+        }
+        Some(write_map(&fields))
+    })();
+    match rewritten {
+        Some(payload) => Message {
+            key: msg.key.clone(),
+            payload: Bytes::from(payload),
+            meta: msg.meta.clone(),
+        },
+        None => msg.clone(),
+    }
+}
+
 /// How far [`truncate`] reduces a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TruncateLevel {
@@ -575,6 +670,7 @@ mod tests {
             may_be_held: false,
             replaced_uid: None,
             changed: None,
+            changes: None,
             reason: None,
             object,
         }

@@ -29,6 +29,7 @@ pub fn deployment_message(op: Op) -> Message {
         may_be_held: false,
         replaced_uid: None,
         changed: None,
+        changes: None,
         reason: None,
         object: Some(ObjectJson::from_trusted(r#"{"a":"x \"y\""}"#.into())),
     };

@@ -110,6 +110,7 @@ mod tests {
             may_be_held: false,
             replaced_uid: None,
             changed: None,
+            changes: None,
             reason: None,
             object: Some(ObjectJson::from_trusted("{}".into())),
         };

@@ -328,3 +328,134 @@ fn a_restart_keeps_the_parts_and_a_state_without_them_says_changed_is_unknown() 
     });
     assert_eq!(changed(&c), names(&["status"]));
 }
+
+/// The one change's `changes`, parsed.
+fn value_changes(changes: &[Change]) -> Option<Value> {
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    changes[0]
+        .changes
+        .as_deref()
+        .map(|t| serde_json::from_str(t).unwrap())
+}
+
+#[test]
+fn old_and_new_values_within_the_bounds_and_paths_beyond_them_without() {
+    let mut res = ResourceConfig::new("apps/v1", "Deployment");
+    res.change_values = vec![
+        "spec.replicas".into(),
+        "spec.template.spec.containers[*].image".into(),
+        "metadata.annotations".into(),
+    ];
+    res.change_value_max_bytes = 50;
+    res.change_values_max_bytes = 70;
+    let (mut d, mut v) = watching(res.clone());
+    let c = modify(&mut d, &mut v, |v| v["spec"]["replicas"] = json!(5));
+    assert_eq!(
+        value_changes(&c),
+        Some(json!([{"path": "spec.replicas", "old": 2, "new": 5}]))
+    );
+    // Several nodes: an array of them.
+    let c = modify(&mut d, &mut v, |v| {
+        v["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.28")
+    });
+    assert_eq!(
+        value_changes(&c),
+        Some(json!([{"path": "spec.template.spec.containers[*].image",
+            "old": ["nginx:1.27", "fluent:3"], "new": ["nginx:1.28", "fluent:3"]}]))
+    );
+    // The annotations (42 bytes of JSON) still fit: 1 + 25 + 42 ≤ 70.
+    let c = modify(&mut d, &mut v, |v| {
+        v["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("22")
+    });
+    assert_eq!(
+        value_changes(&c),
+        Some(json!([{"path": "metadata.annotations",
+            "old": {"deployment.kubernetes.io/revision": "1"},
+            "new": {"deployment.kubernetes.io/revision": "22"}}]))
+    );
+    // A longer image leaves no room for the annotations in the object's 70 bytes: they are
+    // kept as a hash, unchanged, so not reported; the image is, with both values.
+    let c = modify(&mut d, &mut v, |v| {
+        v["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.28-alpine")
+    });
+    assert_eq!(
+        value_changes(&c),
+        Some(json!([{"path": "spec.template.spec.containers[*].image",
+            "old": ["nginx:1.28", "fluent:3"], "new": ["nginx:1.28-alpine", "fluent:3"]}]))
+    );
+    // Beyond the room, a change is still seen, without the values it cannot give.
+    let c = modify(&mut d, &mut v, |v| {
+        v["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("23")
+    });
+    assert_eq!(
+        value_changes(&c),
+        Some(json!([{"path": "metadata.annotations"}]))
+    );
+    // An image beyond the per-path bound (50 bytes): reported with its old value only.
+    let long = format!("registry.example.com/team/{}:1", "x".repeat(30));
+    let c = modify(&mut d, &mut v, |v| {
+        v["spec"]["template"]["spec"]["containers"][0]["image"] = json!(long)
+    });
+    assert_eq!(
+        value_changes(&c),
+        Some(json!([{"path": "spec.template.spec.containers[*].image",
+            "old": ["nginx:1.28-alpine", "fluent:3"]}]))
+    );
+    // A change of no value path: no `changes`; a label edit names its path in `changed`.
+    let c = modify(&mut d, &mut v, |v| {
+        v["metadata"]["labels"]["tier"] = json!("x")
+    });
+    assert_eq!(value_changes(&c), None);
+    assert_eq!(changed(&c), names(&["metadata.labels"]));
+    // The wire form.
+    let c = modify(&mut d, &mut v, |v| v["spec"]["replicas"] = json!(6));
+    let resource = Arc::new(Resource::new(
+        "test",
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        true,
+    ));
+    let wire: Value =
+        serde_json::from_slice(&encode(&resource, &c[0], "t").unwrap().payload).unwrap();
+    assert_eq!(
+        wire["changes"],
+        json!([{"path": "spec.replicas", "old": 5, "new": 6}])
+    );
+    // A restart keeps no values: the first update after it has no `changes`, the next has.
+    let mut restarted = decider_of(res, Some(saved(&d)));
+    restarted.on_event(Event::ListStart).unwrap();
+    restarted
+        .on_event(Event::Listed(obj(&v.to_string())))
+        .unwrap();
+    restarted.on_event(Event::ListDone { sweep: true }).unwrap();
+    let c = modify(&mut restarted, &mut v, |v| v["spec"]["replicas"] = json!(7));
+    assert_eq!(value_changes(&c), None);
+    assert_eq!(changed(&c), names(&["spec"]));
+    let c = modify(&mut restarted, &mut v, |v| v["spec"]["replicas"] = json!(8));
+    assert_eq!(
+        value_changes(&c),
+        Some(json!([{"path": "spec.replicas", "old": 7, "new": 8}]))
+    );
+}
+
+#[test]
+fn an_ignored_update_keeps_the_old_values_of_the_payload_last_sent() {
+    let mut res = ResourceConfig::new("apps/v1", "Deployment");
+    res.change_values = vec!["status.readyReplicas".into(), "spec.replicas".into()];
+    res.ignore_changes = vec!["status".into()];
+    let (mut d, mut v) = watching(res);
+    assert_eq!(
+        modify(&mut d, &mut v, |v| v["status"]["readyReplicas"] = json!(1)),
+        vec![]
+    );
+    let c = modify(&mut d, &mut v, |v| v["spec"]["replicas"] = json!(3));
+    assert_eq!(
+        value_changes(&c),
+        Some(json!([
+            {"path": "status.readyReplicas", "old": 2, "new": 1},
+            {"path": "spec.replicas", "old": 2, "new": 3}
+        ]))
+    );
+}
