@@ -492,9 +492,7 @@ pub fn coalesce_changes(earlier: &Message, later: &Message) -> Option<Option<Str
     if earlier.meta.op != Op::Updated {
         return later_changes.is_some().then_some(None);
     }
-    let Some(earlier_changes) = changes_of(earlier) else {
-        return None;
-    };
+    let earlier_changes = changes_of(earlier)?;
     let path = |v: &Value| v.get("path").and_then(Value::as_str).map(str::to_owned);
     let mut merged: Vec<Value> = Vec::new();
     let later_changes = later_changes.unwrap_or_default();
