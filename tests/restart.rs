@@ -234,6 +234,30 @@ async fn sigkill_mid_churn_then_restart(
         &[a_msgs.clone(), b_msgs.clone()].concat(),
         Expect::STRICT.restarts(),
     );
+    // Each update after the SIGKILL names at least what changed since the key's last
+    // message (issue 41): the saved change-path fingerprints are those of the last
+    // acknowledged message, never newer than the last one sent.
+    let checked = support::check_changed(
+        &[a_msgs.clone(), b_msgs.clone()].concat(),
+        support::Changed::Covers,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(checked >= 100, "{checked} updates checked");
+    for k in &updated {
+        assert!(
+            b_msgs.iter().any(|m| key(m) == *k
+                && m["op"] == "updated"
+                && m["changed"]
+                    .as_array()
+                    .is_some_and(|c| c.contains(&"metadata.labels".into()))),
+            "the update of {k:?} while down names its label: {:?}",
+            b_msgs
+                .iter()
+                .filter(|m| key(m) == *k)
+                .map(|m| (&m["op"], &m["changed"], &m["resourceVersion"]))
+                .collect::<Vec<_>>()
+        );
+    }
 
     assert!(
         b_msgs.iter().all(|m| m["initial"] == false),
