@@ -33,7 +33,8 @@
 //! Each part carries its own XXH3-64 checksum, so truncation or corruption costs only the
 //! parts it touches: a damaged header makes the whole file unusable, a damaged section only
 //! its watch. `identity` is `{group}/{Kind}/{namespace}`; `selection` the watch's selection
-//! fingerprint (`WatchPlan::selection`). About 81 bytes per object with pod-like names.
+//! fingerprint (`WatchPlan::selection`). About 65 bytes per object with pod-like names in
+//! format 2; format 3 adds the 16 bytes of `parts`.
 
 use std::str;
 
