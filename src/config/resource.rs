@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::problems::Problems;
 use super::syntax::{check_api_version, check_dns_label};
+use super::ByteSize;
 
 /// How much of each object a message carries.
 #[derive(
@@ -76,14 +77,14 @@ pub struct ResourceConfig {
     /// after a restart a key's first update has no `changes`. Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub change_values: Vec<String>,
-    /// The most bytes of JSON one `change_values` path's value may take to be kept and sent.
-    /// Default 64.
+    /// The most bytes of JSON one `change_values` path's value may take to be kept and sent
+    /// (a size: `64`, `"1KiB"`; 1 byte to 64 KiB). Default 64.
     #[serde(default = "default_change_value_max_bytes")]
-    pub change_value_max_bytes: u32,
-    /// The most bytes of `change_values` kept per object, all paths together (in path order).
-    /// Default 256.
+    pub change_value_max_bytes: ByteSize,
+    /// The most bytes of `change_values` kept per object, all paths together, filled in the
+    /// configured order (1 byte to 64 KiB). Default 256.
     #[serde(default = "default_change_values_max_bytes")]
-    pub change_values_max_bytes: u32,
+    pub change_values_max_bytes: ByteSize,
     /// Emit `updated` messages. `false` gives adds and deletes only (the seed's
     /// `receiveUpdates=false`). Default `true`.
     #[serde(default = "yes")]
@@ -113,12 +114,12 @@ fn default_page_size() -> u32 {
     500
 }
 
-fn default_change_value_max_bytes() -> u32 {
-    64
+fn default_change_value_max_bytes() -> ByteSize {
+    ByteSize(64)
 }
 
-fn default_change_values_max_bytes() -> u32 {
-    256
+fn default_change_values_max_bytes() -> ByteSize {
+    ByteSize(256)
 }
 
 impl ResourceConfig {
@@ -212,13 +213,19 @@ impl ResourceConfig {
                 );
             }
         }
-        if self.change_paths.len() > crate::informer::PART_SLOTS {
+        // With `ignore_changes`, the last slot holds the ignored values' fingerprint.
+        let slots = crate::informer::PART_SLOTS - usize::from(!self.ignore_changes.is_empty());
+        if self.change_paths.len() > slots {
             problems.add(
                 at("change_paths"),
                 format!(
-                    "{} paths; at most {} (each keeps a 16-bit fingerprint per object)",
+                    "{} paths; at most {slots} (each keeps a 16-bit fingerprint per object{})",
                     self.change_paths.len(),
-                    crate::informer::PART_SLOTS
+                    if slots < crate::informer::PART_SLOTS {
+                        "; with ignore_changes one slot is theirs"
+                    } else {
+                        ""
+                    }
                 ),
             );
         }
@@ -236,8 +243,8 @@ impl ResourceConfig {
             ("change_value_max_bytes", self.change_value_max_bytes),
             ("change_values_max_bytes", self.change_values_max_bytes),
         ] {
-            if !(1..=65_536).contains(&n) {
-                problems.add(at(key), format!("{n} bytes; 1 to 65536"));
+            if !(1..=65_536).contains(&n.0) {
+                problems.add(at(key), format!("{} bytes; 1 byte to 64 KiB", n.0));
             }
         }
         for (list, paths) in [
@@ -247,12 +254,7 @@ impl ResourceConfig {
         ] {
             for (j, path) in paths.iter().enumerate() {
                 if let Err(why) = crate::informer::parse_path(path) {
-                    problems.add(
-                        at(&format!("{list}.{j}")),
-                        format!(
-                            "{path:?} is not a JSONPath (RFC 9535, without the leading $, e.g. \"spec.template.spec.containers[*].image\"): {why}"
-                        ),
-                    );
+                    problems.add(at(&format!("{list}.{j}")), format!("{path:?} {why}"));
                 } else if paths[..j].contains(path) {
                     problems.add(
                         at(&format!("{list}.{j}")),
@@ -261,11 +263,17 @@ impl ResourceConfig {
                 }
             }
         }
-        if !self.ignore_changes.is_empty() && !self.updates {
-            problems.add(
-                at("ignore_changes"),
-                "only applies with updates = true (no update is sent anyway)",
-            );
+        for (key, set) in [
+            ("change_paths", !self.change_paths.is_empty()),
+            ("ignore_changes", !self.ignore_changes.is_empty()),
+            ("change_values", !self.change_values.is_empty()),
+        ] {
+            if set && !self.updates {
+                problems.add(
+                    at(key),
+                    "only applies with updates = true (no update is sent anyway)",
+                );
+            }
         }
         for (j, ns) in self.namespaces.iter().enumerate() {
             if let Err(why) = check_dns_label(ns) {

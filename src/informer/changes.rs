@@ -14,19 +14,24 @@
 //! `spec` and `metadata`); `*` is every top-level field not named (a Role's `rules`, an
 //! Event's `message`, a ConfigMap's `binaryData`).
 //!
-//! **Configured paths** (`change_paths`, at most [`PART_SLOTS`]): JSONPath queries
+//! **Configured paths** (`change_paths`, at most [`PART_SLOTS`], one fewer with
+//! `ignore_changes`, whose values' fingerprint takes the last slot): JSONPath queries
 //! (RFC 9535, by `serde_json_path`), written as in the issue and in Botkube's
 //! configuration, without the leading `$`: `spec.replicas`,
 //! `spec.template.spec.containers[*].image`, `metadata.labels['app.kubernetes.io/name']`.
 //! A path's value is every node it selects, in document order; the shaped object is parsed
 //! once per event for them (the default paths need no parse). `changed` then lists the
-//! configured paths that changed, and may be empty (the update changed other fields).
+//! configured paths that changed, in the configured order, and may be empty (the update
+//! changed other fields). An empty `change_paths` is the default paths; a leading `$` is
+//! accepted (and kept in the name `changed` reports).
 //!
 //! **`ignore_changes`**: JSONPath queries as above. The store's 64-bit fingerprint of such a
 //! resource is taken over the payload *without* the values they select, so an update whose
 //! changes all lie there compares equal and sends nothing (its resourceVersion is still
 //! recorded, so neither a relist nor a restart sends it later); it is counted in
-//! `kubesink_updates_ignored_total`. The next update that is sent carries the whole object as
+//! `kubesink_updates_ignored_total` when its ignored values differ from those of the payload
+//! last sent (with configured `change_paths`, the last slot holds their fingerprint, so this
+//! is seen whichever paths are configured). The next update that is sent carries the whole object as
 //! it is then, ignored fields included, and its `changed` is relative to the payload last
 //! sent (so it names an ignored path whose value moved meanwhile).
 //!
@@ -62,10 +67,13 @@ pub const DEFAULT_PATHS: [&str; PART_SLOTS] = [
 /// or with every `spec` change (`generation`).
 const METADATA_UNTRACKED: [&str; 2] = ["resourceVersion", "generation"];
 
-/// A JSONPath query of the configuration as JSONPath: `$` prefixed unless the text has it.
+/// A JSONPath query of the configuration as JSONPath: `$.` prefixed unless the text starts
+/// with `$` (or `[`, then `$`).
 ///
 /// # Errors
-/// The parser's message (RFC 9535 syntax), for `check` and `run` to name with the key.
+/// Why it is not one, for `check` and `run` to name with the key: the parser's message
+/// (RFC 9535 syntax) about the query as parsed, with the `$.` it was given, and how member
+/// names other than letters, digits and `_` are written.
 pub fn parse_path(text: &str) -> Result<JsonPath, String> {
     let full = if text.starts_with('$') {
         text.to_owned()
@@ -74,7 +82,14 @@ pub fn parse_path(text: &str) -> Result<JsonPath, String> {
     } else {
         format!("$.{text}")
     };
-    JsonPath::parse(&full).map_err(|e| e.to_string())
+    JsonPath::parse(&full).map_err(|e| {
+        format!(
+            "is not a JSONPath (RFC 9535; parsed as {full:?}: {e}). Write it without the \
+             leading $, e.g. \"spec.template.spec.containers[*].image\"; a member name with \
+             other characters than letters, digits and _ goes in brackets: \
+             \"metadata.labels['app.kubernetes.io/name']\""
+        )
+    })
 }
 
 /// One resource's change paths and ignored paths, ready to fingerprint payloads.
@@ -165,10 +180,11 @@ impl ChangePaths {
                 .collect()
         };
         if !change_paths.is_empty() {
+            let slots = PART_SLOTS - usize::from(!ignore_changes.is_empty());
             let (names, queries): (Vec<Arc<str>>, Vec<JsonPath>) =
                 parsed(change_paths, "change_paths")
                     .into_iter()
-                    .take(PART_SLOTS)
+                    .take(slots)
                     .unzip();
             out.names = names.into();
             out.queries = queries;
@@ -263,6 +279,19 @@ impl ChangePaths {
                     h.update(b"\0");
                 }
                 parts.0[slot] = h.digest() as u16;
+            }
+            if self.ignores() {
+                // The last slot (never a configured path's: `config/resource.rs` keeps it
+                // free) is the ignored values': an update they alone changed is then told
+                // from one that changed nothing (`kubesink_updates_ignored_total`).
+                let mut h = Xxh3::with_seed(PART_SLOTS as u64);
+                for q in &self.ignore {
+                    for node in q.query(&object).iter() {
+                        h.update(&serde_json::to_vec(node).unwrap_or_default());
+                        h.update(b"\0");
+                    }
+                }
+                parts.0[PART_SLOTS - 1] = h.digest() as u16;
             }
             out.parts = Some(parts);
         }

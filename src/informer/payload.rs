@@ -178,8 +178,8 @@ impl Shaper {
                 &res.change_paths,
                 &res.ignore_changes,
                 &res.change_values,
-                res.change_value_max_bytes as usize,
-                res.change_values_max_bytes as usize,
+                res.change_value_max_bytes.bytes(),
+                res.change_values_max_bytes.bytes(),
             )),
         }
     }

@@ -29,8 +29,8 @@ pub struct InformerStats {
     pub emitted_deleted: AtomicU64,
     /// Events that changed nothing in the emitted payload.
     pub suppressed: AtomicU64,
-    /// Updates not emitted because all their changes lie in `ignore_changes` paths (as far
-    /// as the change paths see them; counted apart from `suppressed`).
+    /// Updates not emitted whose payload differs from the one last sent in `ignore_changes`
+    /// paths only (counted apart from `suppressed`; see `changes.rs`).
     pub ignored: AtomicU64,
     /// Watch events dropped because their resourceVersion is older than the one already
     /// held for the key (a replay: see `decide.rs`).

@@ -207,7 +207,7 @@ impl BridgeCollector {
         self.watch_counter(
             e,
             "updates_ignored",
-            "Updates not emitted because all their changes lie in the resource's ignore_changes paths",
+            "Updates not emitted whose payload differs from the one last sent in the resource's ignore_changes paths only",
             |s| load(&s.ignored),
         )?;
         self.watch_counter(

@@ -346,8 +346,8 @@ fn old_and_new_values_within_the_bounds_and_paths_beyond_them_without() {
         "spec.template.spec.containers[*].image".into(),
         "metadata.annotations".into(),
     ];
-    res.change_value_max_bytes = 50;
-    res.change_values_max_bytes = 70;
+    res.change_value_max_bytes = crate::config::ByteSize(50);
+    res.change_values_max_bytes = crate::config::ByteSize(70);
     let (mut d, mut v) = watching(res.clone());
     let c = modify(&mut d, &mut v, |v| v["spec"]["replicas"] = json!(5));
     assert_eq!(
@@ -458,4 +458,29 @@ fn an_ignored_update_keeps_the_old_values_of_the_payload_last_sent() {
             {"path": "spec.replicas", "old": 2, "new": 3}
         ]))
     );
+}
+
+#[test]
+fn an_ignored_update_is_counted_as_ignored_also_with_configured_paths_that_miss_it() {
+    // Found by a newcomer's try: with `change_paths = ["spec.replicas"]` the status write was
+    // counted as suppressed (no configured path saw it), not as ignored.
+    let mut res = ResourceConfig::new("apps/v1", "Deployment");
+    res.change_paths = vec!["spec.replicas".into()];
+    res.ignore_changes = vec!["status".into()];
+    let (mut d, mut v) = watching(res);
+    let c = modify(&mut d, &mut v, |v| v["status"]["readyReplicas"] = json!(1));
+    assert_eq!(c, vec![]);
+    assert_eq!(
+        (
+            d.stats().ignored.load(Ordering::Relaxed),
+            d.stats().suppressed.load(Ordering::Relaxed)
+        ),
+        (1, 0)
+    );
+    // The ignored values' slot is never named.
+    let c = modify(&mut d, &mut v, |v| {
+        v["spec"]["replicas"] = json!(4);
+        v["status"]["readyReplicas"] = json!(2);
+    });
+    assert_eq!(changed(&c), names(&["spec.replicas"]));
 }
