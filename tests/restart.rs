@@ -1677,7 +1677,7 @@ async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logge
                 ("restart", both.clone()),
                 full_pods,
                 full_nodes,
-                "state format version 9, this kubesink reads versions 1 to 2",
+                "state format version 9, this kubesink reads versions 1 to 3",
             ),
             (
                 "not a state file",

@@ -375,43 +375,53 @@ fn changed(c: &Change) -> Option<&ChangedPaths> {
 /// of both (`pipeline/queue.rs`). Same key, id and headers. `msg` itself when its payload is
 /// not a JSON object (never for kubesink's own messages).
 pub fn with_changed(msg: &Message, changed: Option<ChangedPaths>) -> Message {
-    let rewritten = (|| {
-        let text = std::str::from_utf8(&msg.payload).ok()?;
-        let RawMap(mut fields) = serde_json::from_str(text).ok()?;
-        let at = fields.iter().position(|(k, _)| k == "changed");
-        match (&changed, at) {
-            (Some(c), _) => {
-                let value = RawValue::from_string(serde_json::to_string(c).ok()?).ok()?;
-                match at {
-                    Some(i) => fields[i].1 = Cow::Owned(value),
-                    None => {
-                        let before = fields
-                            .iter()
-                            .position(|(k, _)| k == "truncated" || k == "observedAt")
-                            .unwrap_or(fields.len());
-                        fields.insert(before, (Cow::Borrowed("changed"), Cow::Owned(value)));
-                    }
-                }
-            }
-            (None, Some(i)) => {
-                fields.remove(i);
-            }
-            (None, None) => {}
-        }
-        Some(write_map(&fields))
-    })();
-    match rewritten {
-        Some(payload) => {
-            let mut meta = (*msg.meta).clone();
+    let value = match &changed {
+        Some(c) => match serde_json::to_string(c) {
+            Ok(text) => Some(text),
+            Err(_) => return msg.clone(),
+        },
+        None => None,
+    };
+    match with_field(msg, "changed", value) {
+        Some(mut m) => {
+            let mut meta = (*m.meta).clone();
             meta.changed = changed;
-            Message {
-                key: msg.key.clone(),
-                payload: Bytes::from(payload),
-                meta: Arc::new(meta),
-            }
+            m.meta = Arc::new(meta);
+            m
         }
         None => msg.clone(),
     }
+}
+
+/// `msg` with its optional top-level field `name` set to the JSON text `value` (placed
+/// before `truncated` and `observedAt`, where the wire order has it) or, with `None`,
+/// removed; `None` when the payload is not a JSON object or `value` not JSON.
+fn with_field(msg: &Message, name: &'static str, value: Option<String>) -> Option<Message> {
+    let text = std::str::from_utf8(&msg.payload).ok()?;
+    let RawMap(mut fields) = serde_json::from_str(text).ok()?;
+    let at = fields.iter().position(|(k, _)| k == name);
+    match (value, at) {
+        (Some(v), at) => {
+            let value = RawValue::from_string(v).ok()?;
+            match at {
+                Some(i) => fields[i].1 = Cow::Owned(value),
+                None => {
+                    let before = fields
+                        .iter()
+                        .position(|(k, _)| k == "truncated" || k == "observedAt")
+                        .unwrap_or(fields.len());
+                    fields.insert(before, (Cow::Borrowed(name), Cow::Owned(value)));
+                }
+            }
+        }
+        (None, Some(i)) => drop(fields.remove(i)),
+        (None, None) => {}
+    }
+    Some(Message {
+        key: msg.key.clone(),
+        payload: Bytes::from(write_map(&fields)),
+        meta: msg.meta.clone(),
+    })
 }
 
 /// Encodes the sync marker of a list of `resource` (see [`Synced`]), observed at
@@ -521,37 +531,7 @@ pub fn coalesce_changes(earlier: &Message, later: &Message) -> Option<Option<Str
 /// `msg` (an `updated`) with its `changes` replaced by `changes` (JSON array text; `None`:
 /// left out). Same key, id and headers. `msg` itself when its payload is not a JSON object.
 pub fn with_changes(msg: &Message, changes: Option<String>) -> Message {
-    let rewritten = (|| {
-        let text = std::str::from_utf8(&msg.payload).ok()?;
-        let RawMap(mut fields) = serde_json::from_str(text).ok()?;
-        let at = fields.iter().position(|(k, _)| k == "changes");
-        match (changes, at) {
-            (Some(c), at) => {
-                let value = RawValue::from_string(c).ok()?;
-                match at {
-                    Some(i) => fields[i].1 = Cow::Owned(value),
-                    None => {
-                        let before = fields
-                            .iter()
-                            .position(|(k, _)| k == "truncated" || k == "observedAt")
-                            .unwrap_or(fields.len());
-                        fields.insert(before, (Cow::Borrowed("changes"), Cow::Owned(value)));
-                    }
-                }
-            }
-            (None, Some(i)) => drop(fields.remove(i)),
-            (None, None) => {}
-        }
-        Some(write_map(&fields))
-    })();
-    match rewritten {
-        Some(payload) => Message {
-            key: msg.key.clone(),
-            payload: Bytes::from(payload),
-            meta: msg.meta.clone(),
-        },
-        None => msg.clone(),
-    }
+    with_field(msg, "changes", changes).unwrap_or_else(|| msg.clone())
 }
 
 /// How far [`truncate`] reduces a message.

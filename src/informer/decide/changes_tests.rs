@@ -9,6 +9,7 @@ use kubesink_core::message::{encode, Change};
 use kubesink_core::{Op, Resource};
 use serde_json::{json, Value};
 
+use super::restart_tests::saved;
 use super::tests::{obj, U1};
 use super::{Decider, Event};
 use crate::config::ResourceConfig;
@@ -33,15 +34,20 @@ fn deployment() -> Value {
     })
 }
 
-fn decider_of(res: ResourceConfig, store: Option<LightStore>) -> Decider {
-    let resource = Arc::new(Resource::new(
+/// The resource the tests' Deployments are of.
+fn deployments() -> Arc<Resource> {
+    Arc::new(Resource::new(
         "test",
         "apps",
         "v1",
         "Deployment",
         "deployments",
         true,
-    ));
+    ))
+}
+
+fn decider_of(res: ResourceConfig, store: Option<LightStore>) -> Decider {
+    let resource = deployments();
     let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
     match store {
         None => Decider::new(resource, "all namespaces".into(), shaper, res.updates),
@@ -198,14 +204,7 @@ fn configured_paths_name_only_themselves_and_may_name_none() {
     });
     assert_eq!(changed(&c), names(&["metadata.labels['app']"]));
     // The wire form carries it, in the configured spelling.
-    let resource = Arc::new(Resource::new(
-        "test",
-        "apps",
-        "v1",
-        "Deployment",
-        "deployments",
-        true,
-    ));
+    let resource = deployments();
     let m = encode(&resource, &c[0], "2026-12-05T00:00:00Z").unwrap();
     let wire: Value = serde_json::from_slice(&m.payload).unwrap();
     assert_eq!(wire["changed"], json!(["metadata.labels['app']"]));
@@ -265,18 +264,6 @@ fn an_update_in_ignored_paths_only_is_not_sent_nor_sent_later() {
     assert_eq!(c, vec![]);
 }
 
-/// A copy of `d`'s store, as a state snapshot carries it.
-fn saved(d: &Decider) -> LightStore {
-    let store = d.store();
-    let table = store.namespace_table().to_vec();
-    let mut copy = LightStore::new();
-    store.for_each(|ns, name, facts| {
-        let id = copy.intern(Some(&table[ns as usize]));
-        copy.restore(id, name, &facts);
-    });
-    copy
-}
-
 #[test]
 fn a_restart_keeps_the_parts_and_a_state_without_them_says_changed_is_unknown() {
     let res = ResourceConfig::new("apps/v1", "Deployment");
@@ -310,14 +297,7 @@ fn a_restart_keeps_the_parts_and_a_state_without_them_says_changed_is_unknown() 
         .on_event(Event::Listed(obj(&edited.to_string())))
         .unwrap();
     assert_eq!(changed(&c), None);
-    let resource = Arc::new(Resource::new(
-        "test",
-        "apps",
-        "v1",
-        "Deployment",
-        "deployments",
-        true,
-    ));
+    let resource = deployments();
     let wire: Value =
         serde_json::from_slice(&encode(&resource, &c[0], "t").unwrap().payload).unwrap();
     assert!(wire.get("changed").is_none(), "unknown is no field");
@@ -409,14 +389,7 @@ fn old_and_new_values_within_the_bounds_and_paths_beyond_them_without() {
     assert_eq!(changed(&c), names(&["metadata.labels"]));
     // The wire form.
     let c = modify(&mut d, &mut v, |v| v["spec"]["replicas"] = json!(6));
-    let resource = Arc::new(Resource::new(
-        "test",
-        "apps",
-        "v1",
-        "Deployment",
-        "deployments",
-        true,
-    ));
+    let resource = deployments();
     let wire: Value =
         serde_json::from_slice(&encode(&resource, &c[0], "t").unwrap().payload).unwrap();
     assert_eq!(

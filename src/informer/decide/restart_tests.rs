@@ -15,7 +15,7 @@ use crate::informer::store::LightStore;
 use crate::informer::tracked::{acknowledged_keys, unconfirmed_keys, TrackedStore};
 
 /// A copy of `d`'s store, as a state snapshot would carry it.
-fn saved(d: &Decider) -> LightStore {
+pub(super) fn saved(d: &Decider) -> LightStore {
     let store = d.store();
     let table = store.namespace_table().to_vec();
     let mut copy = LightStore::new();
