@@ -384,6 +384,7 @@ mod nats_subjects {
             uid: "u".into(),
             observed_at: "2026-11-30T00:00:00.000Z".into(),
             changed: None,
+            has_changes: false,
         }
     }
 
@@ -445,6 +446,7 @@ mod kafka_topics {
                 uid: "u".into(),
                 observed_at: "2026-11-30T00:00:00.000Z".into(),
                 changed: None,
+                has_changes: false,
             };
             let topic = t.render(&m);
             prop_assert!(topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{}", topic);

@@ -353,6 +353,7 @@ fn test_message() -> kubesink_core::Message {
         uid: "u".into(),
         observed_at: "2026-11-30T00:00:00.000Z".into(),
         changed: None,
+        has_changes: false,
     };
     kubesink_core::Message {
         key: "test/core/ConfigMap/default/x".into(),

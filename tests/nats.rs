@@ -190,6 +190,7 @@ fn message(name: &str, namespace: Option<&str>, id: &str, payload: Value) -> Mes
         uid: "u".into(),
         observed_at: "2026-11-30T00:00:00.000Z".into(),
         changed: None,
+        has_changes: false,
     };
     Message {
         key: format!("test/core/ConfigMap/{}/{name}", namespace.unwrap_or("")).into(),

@@ -76,6 +76,17 @@ async fn merge(
     obj.metadata.resource_version.expect("resourceVersion")
 }
 
+/// A merge patch of the Pod `solo` in `ns` (of its `subresource` when given); returns the
+/// resourceVersion the server gave the result.
+async fn edit_solo(
+    client: &kube::Client,
+    ns: &str,
+    subresource: Option<&str>,
+    patch: Value,
+) -> String {
+    merge(client, "v1", "Pod", ns, "solo", subresource, patch).await
+}
+
 /// The message of `name` at `rv`, once kubesink sent it.
 async fn sent_at(k: &Kubesink, name: &str, rv: &str) -> Value {
     wait_until(&format!("the message of {name} at {rv}"), LONG, || {
@@ -238,12 +249,9 @@ namespaces = ["{ns}"]
         .await
         .expect("apply");
     let touched_rv = touched.metadata.resource_version.expect("resourceVersion");
-    let after = merge(
+    let after = edit_solo(
         &client,
-        "v1",
-        "Pod",
         ns,
-        "solo",
         None,
         json!({"metadata": {"labels": {"after": "touch"}}}),
     )
@@ -312,23 +320,17 @@ change_values = ["spec.replicas", "spec.template.spec.containers[*].image"]
         },
     )
     .await;
-    let status = merge(
+    let status = edit_solo(
         &client,
-        "v1",
-        "Pod",
         ns,
-        "solo",
         Some("status"),
         json!({"status": {"conditions": [{"type": "kubesink.test/Checked", "status": "False"}]}}),
     )
     .await;
     // A label edit after it is sent: the status write before it was not.
-    let label = merge(
+    let label = edit_solo(
         &client,
-        "v1",
-        "Pod",
         ns,
-        "solo",
         None,
         json!({"metadata": {"labels": {"tier": "back"}}}),
     )
@@ -339,12 +341,9 @@ change_values = ["spec.replicas", "spec.template.spec.containers[*].image"]
         Some(vec!["metadata.labels", "status"]),
         "relative to the last message sent, whose status was the older one: {m}"
     );
-    let status_again = merge(
+    let status_again = edit_solo(
         &client,
-        "v1",
-        "Pod",
         ns,
-        "solo",
         Some("status"),
         json!({"status": {"conditions": [{"type": "kubesink.test/Checked", "status": "Unknown"}]}}),
     )
@@ -366,12 +365,9 @@ change_values = ["spec.replicas", "spec.template.spec.containers[*].image"]
     // A restart from the saved state sends nothing for the Pod, whose only change since the
     // last message sent is ignored; its next label edit names the status too.
     let k = Kubesink::start(BIN, &config, dir.path(), "restarted", &[]);
-    let label = merge(
+    let label = edit_solo(
         &client,
-        "v1",
-        "Pod",
         ns,
-        "solo",
         None,
         json!({"metadata": {"labels": {"tier": "again"}}}),
     )

@@ -220,13 +220,13 @@ impl ChangePaths {
     /// (none kept: the state a restart starts from does not hold values), rather than a
     /// guess.
     pub fn value_changes(&self, old: Option<&Values>, new: &Values) -> Option<String> {
-        let old = Some(old?);
+        let old = old?;
         fn raw(v: Option<&str>) -> Option<&serde_json::value::RawValue> {
             v.and_then(|t| serde_json::from_str(t).ok())
         }
         let mut out = Vec::new();
         for (i, (path, _)) in self.values.iter().enumerate() {
-            let (Some(after), before) = (new.get(i), old.and_then(|o| o.get(i))) else {
+            let (Some(after), before) = (new.get(i), old.get(i)) else {
                 continue;
             };
             if before.is_some_and(|b| b == after || b.hash() == after.hash()) {
@@ -270,13 +270,22 @@ impl ChangePaths {
             m.remove("resourceVersion");
         }
         let mut out = FromObject::default();
+        // The ignored values, read once: where they are (removed below for the filtered
+        // fingerprint) and, with configured paths, their own part.
+        let mut ignored_pointers: Vec<String> = Vec::new();
+        let mut ignored_part = Xxh3::with_seed(PART_SLOTS as u64);
+        for q in &self.ignore {
+            for node in q.query_located(&object).iter() {
+                hash_node(&mut ignored_part, node.node());
+                ignored_pointers.push(node.location().to_json_pointer());
+            }
+        }
         if !self.queries.is_empty() {
             let mut parts = Parts::UNKNOWN;
             for (slot, q) in self.queries.iter().enumerate() {
                 let mut h = Xxh3::with_seed(slot as u64);
                 for node in q.query(&object).iter() {
-                    h.update(&serde_json::to_vec(node).unwrap_or_default());
-                    h.update(b"\0");
+                    hash_node(&mut h, node);
                 }
                 parts.0[slot] = h.digest() as u16;
             }
@@ -284,14 +293,7 @@ impl ChangePaths {
                 // The last slot (never a configured path's: `config/resource.rs` keeps it
                 // free) is the ignored values': an update they alone changed is then told
                 // from one that changed nothing (`kubesink_updates_ignored_total`).
-                let mut h = Xxh3::with_seed(PART_SLOTS as u64);
-                for q in &self.ignore {
-                    for node in q.query(&object).iter() {
-                        h.update(&serde_json::to_vec(node).unwrap_or_default());
-                        h.update(b"\0");
-                    }
-                }
-                parts.0[PART_SLOTS - 1] = h.digest() as u16;
+                parts.0[PART_SLOTS - 1] = ignored_part.digest() as u16;
             }
             out.parts = Some(parts);
         }
@@ -319,21 +321,19 @@ impl ChangePaths {
             out.values = Some(values.into_boxed_slice());
         }
         if self.ignores() {
-            let mut pointers: Vec<String> = Vec::new();
-            for q in &self.ignore {
-                pointers.extend(
-                    q.query_located(&object)
-                        .locations()
-                        .map(|l| l.to_json_pointer()),
-                );
-            }
-            for p in &pointers {
+            for p in &ignored_pointers {
                 remove_at(&mut object, p);
             }
             out.filtered = Some(xxh3_64(&serde_json::to_vec(&object).unwrap_or_default()));
         }
         out
     }
+}
+
+/// Feeds one selected node's JSON, and a separator, to a path's hash.
+fn hash_node(h: &mut Xxh3, node: &Value) {
+    h.update(&serde_json::to_vec(node).unwrap_or_default());
+    h.update(b"\0");
 }
 
 /// Removes the value at JSON pointer `p`: an object member is removed; an array element

@@ -362,6 +362,7 @@ pub fn encode_with_epoch(
             uid: c.uid.as_str().into(),
             observed_at: observed_at.into(),
             changed: changed(c).cloned(),
+            has_changes: changes.is_some(),
         }),
     })
 }
@@ -384,9 +385,7 @@ pub fn with_changed(msg: &Message, changed: Option<ChangedPaths>) -> Message {
     };
     match with_field(msg, "changed", value) {
         Some(mut m) => {
-            let mut meta = (*m.meta).clone();
-            meta.changed = changed;
-            m.meta = Arc::new(meta);
+            Arc::make_mut(&mut m.meta).changed = changed;
             m
         }
         None => msg.clone(),
@@ -482,6 +481,7 @@ pub fn encode_synced_with_epoch(
             uid: "".into(),
             observed_at: observed_at.into(),
             changed: None,
+            has_changes: false,
         }),
     })
 }
@@ -493,16 +493,19 @@ pub fn encode_synced_with_epoch(
 /// (unknown: `earlier` was not an `updated`, so the sink never had the old values).
 pub fn coalesce_changes(earlier: &Message, later: &Message) -> Option<Option<String>> {
     fn changes_of(m: &Message) -> Option<Vec<Value>> {
+        if !m.meta.has_changes {
+            return None;
+        }
         let text = std::str::from_utf8(&m.payload).ok()?;
         let RawMap(fields) = serde_json::from_str(text).ok()?;
         let (_, raw) = fields.into_iter().find(|(k, _)| k == "changes")?;
         serde_json::from_str(raw.get()).ok()
     }
-    let later_changes = changes_of(later);
     if earlier.meta.op != Op::Updated {
-        return later_changes.is_some().then_some(None);
+        return later.meta.has_changes.then_some(None);
     }
     let earlier_changes = changes_of(earlier)?;
+    let later_changes = changes_of(later);
     let path = |v: &Value| v.get("path").and_then(Value::as_str).map(str::to_owned);
     let mut merged: Vec<Value> = Vec::new();
     let later_changes = later_changes.unwrap_or_default();
@@ -531,7 +534,14 @@ pub fn coalesce_changes(earlier: &Message, later: &Message) -> Option<Option<Str
 /// `msg` (an `updated`) with its `changes` replaced by `changes` (JSON array text; `None`:
 /// left out). Same key, id and headers. `msg` itself when its payload is not a JSON object.
 pub fn with_changes(msg: &Message, changes: Option<String>) -> Message {
-    with_field(msg, "changes", changes).unwrap_or_else(|| msg.clone())
+    let has_changes = changes.is_some();
+    match with_field(msg, "changes", changes) {
+        Some(mut m) => {
+            Arc::make_mut(&mut m.meta).has_changes = has_changes;
+            m
+        }
+        None => msg.clone(),
+    }
 }
 
 /// How far [`truncate`] reduces a message.

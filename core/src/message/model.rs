@@ -156,6 +156,9 @@ pub struct MessageMeta {
     /// An `updated`'s `changed` (`None`: none in the payload), so a queue that coalesces two
     /// updates of a key can give the survivor the union ([`ChangedPaths`]).
     pub changed: Option<ChangedPaths>,
+    /// The payload has `changes` (an `updated`'s old and new values), so a queue that
+    /// coalesces two updates merges them without reading payloads that have none.
+    pub has_changes: bool,
 }
 
 /// The `changed` of an `updated`: which of a resource's change paths changed since the

@@ -39,6 +39,7 @@ fn meta(op: Op, kind: &str, ns: Option<&str>, name: &str, id: &str) -> MessageMe
         uid: "u".into(),
         observed_at: "2026-11-30T00:00:00.000Z".into(),
         changed: None,
+        has_changes: false,
     }
 }
 

@@ -221,6 +221,7 @@ mod tests {
             uid: "u".into(),
             observed_at: "2026-11-30T00:00:00.000Z".into(),
             changed: None,
+            has_changes: false,
         }
     }
 
