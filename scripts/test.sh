@@ -72,6 +72,10 @@ fi
 KUBE_TEST_BIN_DIR="$(scripts/kube-build.sh)"
 export KUBE_TEST_BIN_DIR
 "$KUBE_TEST_BIN_DIR/kube-apiserver" --version
+# The real receivers of the HTTP sink's tests (tests/http.rs): the CloudEvents Go SDK's HTTP
+# binding behind a small server (tests/receivers/), built once into $TOOLS_CACHE_DIR/receivers.
+RECEIVERS_BIN_DIR="$(scripts/receivers-build.sh)"
+export RECEIVERS_BIN_DIR
 
 # The Python reference consumers (examples/consumers/python/) that tests/consumers.rs runs
 # against real brokers: a venv with confluent-kafka and nats-py, cached in $TOOLS_CACHE_DIR and
@@ -99,8 +103,9 @@ cargo clippy -p kubesink --lib -- -D warnings
 # installs the Helm chart into the real API server with it.
 DEPLOY_CHECKS_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
 export DEPLOY_CHECKS_PYTHON
-echo "== go vet (tests/kube, the control plane's mains; benches/peers, the Go peers)"
+echo "== go vet (tests/kube, the control plane's mains; tests/receivers, the HTTP sink's receivers; benches/peers, the Go peers)"
 (cd tests/kube && go vet ./...)
+(cd tests/receivers && go vet ./...)
 (cd benches/peers && go vet ./...)
 echo "== cargo test"
 cargo test --workspace --no-fail-fast

@@ -60,6 +60,8 @@ sinks! {
     Nats(kubesink_nats::NatsConfig) if "nats";
     /// `type = "kafka"`: Kafka through librdkafka (`sinks/kafka`).
     Kafka(kubesink_kafka::KafkaConfig) if "kafka";
+    /// `type = "http"`: CloudEvents or JSON Lines over HTTP POST (`sinks/http`).
+    Http(kubesink_http::HttpConfig) if "http";
 }
 
 impl SinkConfig {

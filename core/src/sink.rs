@@ -103,6 +103,15 @@ pub trait Sink: Send + Sync {
         0
     }
 
+    /// How many messages the destination refused for good, each reported at ERROR and not
+    /// retried (HTTP: a 4xx answer that names the message, not the connection, the
+    /// credentials or the URL; `sinks/http`). Such a message counts as delivered: it is the
+    /// one exception to "never dropped", for a destination that says retrying cannot help.
+    /// Default 0: the sink never does.
+    fn rejected(&self) -> u64 {
+        0
+    }
+
     /// The signal this sink bumps when its destination becomes reachable again (see the
     /// contract). `None` (the default): the sink has no such event; the pipeline then makes
     /// its own signal, which only the readiness probe bumps.

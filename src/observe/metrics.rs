@@ -454,6 +454,12 @@ impl BridgeCollector {
         )?;
         self.sink_counter(
             e,
+            "sink_rejected_messages",
+            "Messages the destination refused for good (HTTP 4xx naming the message): logged at ERROR, not retried",
+            |_, s| s.handle.sink().rejected(),
+        )?;
+        self.sink_counter(
+            e,
             "sink_truncated_messages",
             "Messages reduced by the oversize policy (metadata only, or no object)",
             |st, _| load(&st.truncated),

@@ -28,6 +28,7 @@
 //! SDK's own deserializer.
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -45,6 +46,10 @@ pub const TYPE_PREFIX: &str = "io.kubesink.topology.";
 
 /// The content type of a structured-mode message (the JSON event format).
 pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json";
+
+/// The content type of a batched-mode body (HTTP protocol binding §3.3): a JSON array of
+/// structured-mode events.
+pub const BATCH_CONTENT_TYPE: &str = "application/cloudevents-batch+json";
 
 /// How a sink writes each message (`format` of a `[[sinks]]` entry).
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
@@ -186,6 +191,32 @@ pub fn structured(m: &Message) -> Bytes {
     Bytes::from(out)
 }
 
+/// The header value encoding of the HTTP protocol binding (§3.1.3.2), which the NATS binding
+/// (§3.1.3.2) takes over word for word: space, `"`, `%` and every byte
+/// outside printable ASCII become `%XY` (uppercase hex of each UTF-8 byte). Borrows `value`
+/// when nothing needs encoding (the usual case).
+pub fn percent_encode_header(value: &str) -> Cow<'_, str> {
+    if value
+        .bytes()
+        .all(|b| matches!(b, b'!'..=b'~') && b != b'"' && b != b'%')
+    {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 8);
+    for b in value.bytes() {
+        match b {
+            b' ' | b'"' | b'%' => {
+                let _ = write!(out, "%{b:02X}");
+            }
+            b'!'..=b'~' => out.push(char::from(b)),
+            _ => {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +270,18 @@ mod tests {
             assert_eq!(serde_json::from_value::<Format>(v).unwrap(), f);
         }
         assert!(serde_json::from_value::<Format>("xml".into()).is_err());
+    }
+
+    #[test]
+    fn header_values_are_percent_encoded_as_the_bindings_say() {
+        assert_eq!(
+            percent_encode_header("prod/core/Pod//%synced"),
+            "prod/core/Pod//%25synced"
+        );
+        assert_eq!(
+            percent_encode_header("Euro \u{20AC} \u{1F600}"),
+            "Euro%20%E2%82%AC%20%F0%9F%98%80"
+        );
+        assert_eq!(percent_encode_header("a\"b"), "a%22b");
     }
 }

@@ -41,7 +41,7 @@ mod service;
 mod sink;
 pub mod state;
 
-pub use cloudevents::{nats_headers, percent_encode_header};
+pub use cloudevents::nats_headers;
 pub use config::{
     client_options, connection_problems, plaintext_credentials, server_addrs, servers_text,
     tls_certain, ClientSettings, NatsAuth, NatsConfig, NatsMode, NatsStorage, NatsStream, NatsTls,

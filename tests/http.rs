@@ -1,0 +1,538 @@
+//! The HTTP sink end to end, on a real kube-apiserver (with its controllers) and a real
+//! CloudEvents receiver this project did not write: `tests/receivers/cmd/ce-receiver` decodes
+//! every request with the CloudEvents Go SDK's HTTP binding (binary, structured and batched
+//! content modes; JSON Lines line by line), validates each event and writes it down; what it
+//! wrote, folded, must equal the API server's objects (uid and resourceVersion).
+//!
+//! - every format at once, one over HTTPS with mutual TLS and a bearer token, through churn
+//!   and a 20 s outage of every receiver (readiness falls and comes back);
+//! - each failure answer of `sinks/http/src/sink.rs`'s table, injected by the receiver:
+//!   429 with `Retry-After`, 500, a stalled request, a dropped connection, 401, and a 400 that
+//!   refuses one message for good (counted, not sent again).
+
+#[path = "support/kube_server.rs"]
+mod kube_server;
+#[path = "support/ports.rs"]
+mod ports;
+#[path = "support/process.rs"]
+mod process;
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use kube_server::{create, delete, live_state, namespace, patch};
+use process::Kubesink;
+use serde_json::{json, Value};
+use support::{fold_equals, http_get, wait_until, Expect};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
+const LONG: Duration = Duration::from_secs(180);
+const KINDS: &[(&str, &str)] = &[
+    ("v1", "Pod"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "ReplicaSet"),
+    ("v1", "ConfigMap"),
+];
+
+/// The receivers' directory: `RECEIVERS_BIN_DIR`, else what `scripts/receivers-build.sh`
+/// prints (it builds when needed).
+fn receivers_bin() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("RECEIVERS_BIN_DIR") {
+            return PathBuf::from(dir);
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/receivers-build.sh");
+        let out = Command::new(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "{} failed: the HTTP tests need Go",
+            script.display()
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+}
+
+/// A running `ce-receiver`: the CloudEvents Go SDK behind an HTTP server.
+struct Receiver {
+    child: Child,
+    addr: SocketAddr,
+    out: PathBuf,
+    args: Vec<String>,
+    dir: PathBuf,
+}
+
+impl Receiver {
+    fn start(dir: &Path, name: &str, args: &[String]) -> Receiver {
+        let mut r = Receiver {
+            child: Command::new("true").spawn().expect("true"),
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            out: dir.join(format!("{name}.jsonl")),
+            args: args.to_vec(),
+            dir: dir.join(name),
+        };
+        std::fs::create_dir_all(&r.dir).expect("dir");
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let addr_file = self.dir.join("addr");
+        let _ = std::fs::remove_file(&addr_file);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("log"))
+            .expect("log");
+        self.child = Command::new(receivers_bin().join("ce-receiver"))
+            .arg("-listen")
+            .arg(self.addr.to_string())
+            .arg("-out")
+            .arg(&self.out)
+            .arg("-addr-file")
+            .arg(&addr_file)
+            .args(&self.args)
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start ce-receiver");
+        let started = Instant::now();
+        loop {
+            if let Ok(a) = std::fs::read_to_string(&addr_file) {
+                self.addr = a.trim().parse().expect("the receiver's address");
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "ce-receiver did not start: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    /// Sets a fault for the next `count` requests (`mode=status&status=429&retry_after=2`).
+    async fn fault(&self, query: &str) {
+        let (code, body) = http_get(self.addr, &format!("/fault?{query}")).await;
+        assert_eq!(code, 204, "{body}");
+    }
+
+    async fn stats(&self) -> Value {
+        let (_, body) = http_get(self.addr, "/stats").await;
+        serde_json::from_str(&body).expect("stats")
+    }
+
+    /// The topology messages it wrote down: a CloudEvent's `data`, or a JSON Lines line.
+    fn messages(&self) -> Result<Vec<Value>, String> {
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        text.lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).map_err(|e| format!("{e}: {l}"))?;
+                Ok(if v.get("specversion").is_some() {
+                    v["data"].clone()
+                } else {
+                    v
+                })
+            })
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn deployment(ns: &str, name: &str, replicas: i32) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}
+            }
+        }
+    })
+}
+
+fn configmap(ns: &str, name: &str, n: u32) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns}, "data": {"n": n.to_string()}})
+}
+
+/// Waits until what `r` wrote down, folded, equals the live objects of namespace `ns`.
+async fn settles(what: &str, client: &kube::Client, ns: &str, r: &Receiver) -> usize {
+    wait_until(what, LONG, || async {
+        let msgs = r.messages()?;
+        let live = live_state(client, KINDS, |o| {
+            o.metadata.namespace.as_deref() == Some(ns)
+        })
+        .await;
+        fold_equals(&live, &msgs, Expect::STRICT.redelivery(), |key| key.1 == ns)
+            .map_err(|diff| format!("{} messages: {diff}", msgs.len()))
+    })
+    .await
+}
+
+fn resources(ns: &str) -> String {
+    KINDS
+        .iter()
+        .map(|(a, k)| {
+            format!("[[resources]]\napi_version = {a:?}\nkind = {k:?}\nnamespaces = [{ns:?}]\n")
+        })
+        .collect()
+}
+
+/// The `name` sample of a metric family in Prometheus text.
+fn metric(text: &str, family: &str, sink: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(family) && l.contains(&format!("sink=\"{sink}\"")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_format_delivers_the_real_api_servers_objects_through_churn_and_a_receiver_outage() {
+    let cp = kube_server::shared_async().await;
+    let client = cp.admin().await;
+    let ns = "http-formats";
+    namespace(cp, ns, json!({"kubesink-test": "http"})).await;
+    for i in 0..2 {
+        create(&client, deployment(ns, &format!("web-{i}"), 3)).await;
+    }
+    for i in 0..10 {
+        create(&client, configmap(ns, &format!("cm-{i}"), i)).await;
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = &cp.pki.dir;
+    let token = "t0ken-for-the-receiver";
+    // Binary mode over HTTPS: the receiver presents the control plane's serving
+    // certificate (127.0.0.1) and requires a client certificate of its CA and the token.
+    let tls_args: Vec<String> = [
+        "-tls-cert",
+        "apiserver.crt",
+        "-tls-key",
+        "apiserver.key",
+        "-client-ca",
+        "ca.crt",
+    ]
+    .chunks(2)
+    .flat_map(|p| [p[0].to_owned(), pki.join(p[1]).display().to_string()])
+    .chain(["-bearer".to_owned(), token.to_owned()])
+    .collect();
+    let formats = [
+        "cloudevents",
+        "cloudevents-structured",
+        "cloudevents-batch",
+        "jsonl",
+    ];
+    let mut receivers: Vec<Receiver> = formats
+        .iter()
+        .map(|f| {
+            Receiver::start(
+                dir.path(),
+                f,
+                if *f == "cloudevents" { &tls_args } else { &[] },
+            )
+        })
+        .collect();
+    let mut sinks = String::new();
+    for (f, r) in formats.iter().zip(&receivers) {
+        let scheme = if *f == "cloudevents" { "https" } else { "http" };
+        sinks += &format!(
+            "[[sinks]]\ntype = \"http\"\nname = {f:?}\nurl = \"{scheme}://{}/events\"\nformat = {f:?}\ntimeout = \"2s\"\nmax_body_bytes = \"64KiB\"\n",
+            r.addr
+        );
+        if *f == "cloudevents" {
+            sinks += &format!(
+                "health_url = \"https://{}/healthz\"\n[sinks.auth]\nbearer_token = {{ env = \"RECEIVER_TOKEN\" }}\n[sinks.tls]\nca_file = {:?}\ncert_file = {:?}\nkey_file = {:?}\n",
+                r.addr,
+                pki.join("ca.crt"),
+                pki.join("admin.crt"),
+                pki.join("admin.key"),
+            );
+        }
+    }
+    let config = dir.path().join("kubesink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster]\nname = \"real\"\nkubeconfig = {:?}\n[pipeline]\nlinger = \"20ms\"\nretry_max_backoff = \"2s\"\n{}{sinks}",
+            cp.admin_kubeconfig.display().to_string(),
+            resources(ns),
+        ),
+    )
+    .expect("config");
+    let listen = format!("127.0.0.1:{}", ports::free_port());
+    let k = Kubesink::start(
+        BIN,
+        &config,
+        dir.path(),
+        "http",
+        &[
+            ("KUBESINK_SERVER__LISTEN", &listen),
+            ("RECEIVER_TOKEN", token),
+        ],
+    );
+    let server: SocketAddr = listen.parse().expect("listen");
+    for r in &receivers {
+        let n = settles("the initial lists", &client, ns, r).await;
+        assert!(n >= 2 + 2 + 6 + 10, "{n} objects");
+    }
+
+    // Churn through real clients and controllers, then every receiver down for 20 s while
+    // the churn goes on, then back on the same addresses.
+    patch(
+        &client,
+        "apps/v1",
+        "Deployment",
+        Some(ns),
+        "web-0",
+        json!({"spec": {"replicas": 5}}),
+    )
+    .await;
+    for i in 0..5 {
+        patch(
+            &client,
+            "v1",
+            "ConfigMap",
+            Some(ns),
+            &format!("cm-{i}"),
+            json!({"data": {"n": "edited"}}),
+        )
+        .await;
+    }
+    for r in &mut receivers {
+        r.stop();
+    }
+    let down = Instant::now();
+    patch(
+        &client,
+        "apps/v1",
+        "Deployment",
+        Some(ns),
+        "web-1",
+        json!({"spec": {"replicas": 1}}),
+    )
+    .await;
+    for i in 5..10 {
+        delete(&client, "v1", "ConfigMap", Some(ns), &format!("cm-{i}")).await;
+    }
+    for i in 10..15 {
+        create(&client, configmap(ns, &format!("cm-{i}"), i)).await;
+    }
+    wait_until("/readyz says the receiver is down", LONG, || async {
+        let (code, body) = http_get(server, "/readyz").await;
+        (code == 503).then_some(()).ok_or(format!("{code} {body}"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(down.elapsed())).await;
+    for r in &mut receivers {
+        r.spawn();
+    }
+    for r in &receivers {
+        let n = settles("after the outage", &client, ns, r).await;
+        assert!(n >= 2 + 2 + 6 + 10, "{n} objects");
+        let log = r.log();
+        assert!(
+            !log.contains("rejected a request"),
+            "the SDK refused nothing: {log}"
+        );
+    }
+    wait_until("/readyz ready again", LONG, || async {
+        let (code, body) = http_get(server, "/readyz").await;
+        (code == 200).then_some(()).ok_or(format!("{code} {body}"))
+    })
+    .await;
+    let (_, metrics) = http_get(server, "/metrics").await;
+    for f in formats {
+        assert_eq!(
+            metric(&metrics, "kubesink_sink_rejected_messages_total", f),
+            0.0,
+            "{f}"
+        );
+        assert!(metric(&metrics, "kubesink_sink_errors_total", f) >= 0.0);
+    }
+
+    // `kubesink fold --file` reads what a receiver wrote (CloudEvents envelopes).
+    let fold = Command::new(BIN)
+        .env("RECEIVER_TOKEN", token)
+        .args(["--config"])
+        .arg(&config)
+        .args(["fold", "--file"])
+        .arg(&receivers[2].out)
+        .args(["--against-cluster", "--compare-resource-version"])
+        .output()
+        .expect("kubesink fold");
+    let stderr = String::from_utf8_lossy(&fold.stderr);
+    assert!(
+        fold.status.success() && stderr.contains("in agreement with the cluster"),
+        "{stderr}"
+    );
+    k.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_failure_answer_behaves_as_documented() {
+    let cp = kube_server::shared_async().await;
+    let client = cp.admin().await;
+    let ns = "http-faults";
+    namespace(cp, ns, json!({"kubesink-test": "http"})).await;
+    for i in 0..3 {
+        create(&client, configmap(ns, &format!("cm-{i}"), i)).await;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = Receiver::start(dir.path(), "receiver", &[]);
+    let config = dir.path().join("kubesink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster]\nname = \"real\"\nkubeconfig = {:?}\n[pipeline]\nlinger = \"20ms\"\nretry_max_backoff = \"10s\"\n[[resources]]\napi_version = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [{ns:?}]\n[[sinks]]\ntype = \"http\"\nname = \"hook\"\nurl = \"http://{}/events\"\ntimeout = \"1s\"\nrequests_in_flight = 1\n",
+            cp.admin_kubeconfig.display().to_string(),
+            r.addr,
+        ),
+    )
+    .expect("config");
+    let listen = format!("127.0.0.1:{}", ports::free_port());
+    let k = Kubesink::start(
+        BIN,
+        &config,
+        dir.path(),
+        "faults",
+        &[("KUBESINK_SERVER__LISTEN", &listen)],
+    );
+    let server: SocketAddr = listen.parse().expect("listen");
+    let only = |key: &(String, String, String)| key.0 == "ConfigMap";
+    let settled = |what: &'static str| {
+        let (client, r) = (&client, &r);
+        async move {
+            wait_until(what, LONG, || async {
+                let msgs = r.messages()?;
+                let live = live_state(client, &[("v1", "ConfigMap")], |o| {
+                    o.metadata.namespace.as_deref() == Some(ns)
+                })
+                .await;
+                fold_equals(&live, &msgs, Expect::STRICT.redelivery(), |key| {
+                    key.1 == ns && only(key)
+                })
+                .map_err(|diff| format!("{} messages: {diff}", msgs.len()))
+            })
+            .await
+        }
+    };
+    settled("the initial list").await;
+
+    // Each retried answer: the next requests get it, then the change arrives anyway.
+    let mut n = 0;
+    for (fault, count) in [
+        ("mode=status&status=429&retry_after=3", 2),
+        ("mode=status&status=500", 3),
+        ("mode=status&status=503&retry_after=1", 1),
+        ("mode=stall", 2),
+        ("mode=drop", 3),
+        ("mode=status&status=401", 1),
+    ] {
+        let before = r.stats().await["faulted"].as_u64().unwrap_or(0);
+        r.fault(&format!("{fault}&count={count}")).await;
+        let started = Instant::now();
+        n += 1;
+        patch(
+            &client,
+            "v1",
+            "ConfigMap",
+            Some(ns),
+            "cm-0",
+            json!({"data": {"n": format!("fault-{n}")}}),
+        )
+        .await;
+        settled("after the fault").await;
+        let faulted = r.stats().await["faulted"].as_u64().unwrap_or(0) - before;
+        assert_eq!(faulted, count, "{fault}: every faulted request was retried");
+        if fault.contains("429") {
+            // Two answers of Retry-After: 3: at least 6 s before the change got through
+            // (a floor; the backoff alone is 0.1 s, then 0.2 s).
+            assert!(
+                started.elapsed() >= Duration::from_millis(5800),
+                "{fault}: {:?}",
+                started.elapsed()
+            );
+        }
+        eprintln!("{fault} ×{count}: delivered after {:?}", started.elapsed());
+    }
+
+    // A 400 refuses the one message of its request for good: counted and logged, not sent
+    // again; the key's next change heals the fold.
+    r.fault("mode=status&status=400&count=1").await;
+    patch(
+        &client,
+        "v1",
+        "ConfigMap",
+        Some(ns),
+        "cm-1",
+        json!({"data": {"n": "refused"}}),
+    )
+    .await;
+    wait_until("the refused message counted", LONG, || async {
+        let (_, m) = http_get(server, "/metrics").await;
+        let got = metric(&m, "kubesink_sink_rejected_messages_total", "hook");
+        (got == 1.0).then_some(()).ok_or(format!("{got}"))
+    })
+    .await;
+    let log = std::fs::read_to_string(&k.log).unwrap_or_default();
+    assert!(
+        log.contains("the receiver refused the message for good"),
+        "{log}"
+    );
+    assert!(
+        settled_fails_for_cm1(&client, ns, &r).await,
+        "the refused change is not in the receiver's file"
+    );
+    patch(
+        &client,
+        "v1",
+        "ConfigMap",
+        Some(ns),
+        "cm-1",
+        json!({"data": {"n": "healed"}}),
+    )
+    .await;
+    settled("after the key's next change").await;
+    let (_, m) = http_get(server, "/metrics").await;
+    assert!(
+        metric(&m, "kubesink_sink_errors_total", "hook") > 0.0,
+        "errors are counted"
+    );
+    k.terminate().await;
+}
+
+/// Whether the receiver's fold of `cm-1` lacks the live resourceVersion (the refused change).
+async fn settled_fails_for_cm1(client: &kube::Client, ns: &str, r: &Receiver) -> bool {
+    let live = live_state(client, &[("v1", "ConfigMap")], |o| {
+        o.metadata.namespace.as_deref() == Some(ns)
+    })
+    .await;
+    let msgs = r.messages().unwrap_or_default();
+    fold_equals(&live, &msgs, Expect::STRICT.redelivery(), |key| key.1 == ns).is_err()
+}
