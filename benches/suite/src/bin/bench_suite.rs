@@ -27,9 +27,10 @@
 //!    seed's lightweight informer, client-go's metadata-only and full informers on the same
 //!    real API server, their sync, memory and CPU, and what each delivers after a gap.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
-//! `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
+//! `--only http` the HTTP sink into a local receiver, each format (`bench_suite/http.rs`,
+//! `results-http-*`), `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
 //! fleet` part 6 (`results-fleet-{quick,full}.*` and `fleet-rss-{quick,full}.png`); `--quick` runs
 //! small sizes in a minute or two (CI runs it so the driver never rots); `--out` (default
 //! `docs/bench`) receives `results-{quick,full}.md`, `.json` and the plot; `--bin-dir`
@@ -53,6 +54,8 @@ use serde_json::{json, Value};
 
 #[path = "bench_suite/fleet.rs"]
 mod fleet;
+#[path = "bench_suite/http.rs"]
+mod http;
 #[path = "../../../../tests/support/kube_server.rs"]
 mod kube_server;
 #[path = "bench_suite/lists.rs"]
@@ -732,7 +735,9 @@ struct Args {
     /// paged lists, next to the simulator).
     /// `peers` (kubesink beside client-go's informers, the seed's technique among them, on a
     /// real kube-apiserver: sync, memory, CPU, and what each delivers after a gap).
-    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers"])]
+    /// `http` (the HTTP sink into a local CloudEvents receiver: initial list, latency and CPU
+    /// per change, each format).
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http"])]
     only: Option<String>,
     /// With `--only peers`: the number of Pods (default 100,000; 1,000 with `--quick`); the
     /// gap deletes and creates 1% of them (at least 10). The results file names the count
@@ -793,6 +798,26 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(
             out.join(format!("results-jetstream-tail-{mode}.json")),
             serde_json::to_string_pretty(&tail::json(&runs))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
+    if only.as_deref() == Some("http") {
+        eprintln!(
+            "== HTTP sink: {} pods, {} changes/s, each format into a local receiver",
+            plan.churn_pods, plan.churn_rate
+        );
+        let runs = http::runs(&ctx, &plan)?;
+        let md = format!(
+            "<!-- written by bench-suite --only http ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            http::markdown(&runs)
+        );
+        std::fs::write(out.join(format!("results-http-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-http-{mode}.json")),
+            serde_json::to_string_pretty(&http::json(&runs))?,
         )?;
         std::io::stdout().write_all(md.as_bytes())?;
         return Ok(());

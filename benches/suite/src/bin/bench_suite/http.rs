@@ -1,0 +1,234 @@
+//! The HTTP sink into a local receiver (issue 40): for each `format`, the initial list of the
+//! plan's churn pods (objects/s, from kubesink's start to the receiver's 2xx for the last),
+//! then the latency from a change (the simulator's write, stamped in an annotation) to the
+//! receiver having decoded it, at the plan's churn rate, and the CPU both sides spend per
+//! change. The receiver is `tests/receivers`' `ce-receiver` (the CloudEvents Go SDK's HTTP
+//! binding decodes every request) writing each event to its stdout, which the bench reads.
+//! Each format has its own simulator, receiver and kubesink, on the host as it is; the stdout
+//! sink runs first as the control (the same churn and clock, no HTTP), so the HTTP rows are
+//! read as ratios to it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use kubesink_bench::procfs;
+use kubesink_bench::procs::{spawn, Sim};
+use serde_json::{json, Value};
+
+use super::{collect_latency, latency_of, stdout_sink, Ctx, Kubesink, Latency, Plan};
+
+/// The formats measured, in the table's order; `stdout` is the control: the stdout sink,
+/// whose lines the bench reads itself, with no HTTP and no receiver.
+const FORMATS: [&str; 5] = [
+    "stdout",
+    "cloudevents",
+    "cloudevents-structured",
+    "cloudevents-batch",
+    "jsonl",
+];
+
+/// One format's run.
+pub struct HttpRun {
+    /// `format` of the sink.
+    pub format: &'static str,
+    /// Pods listed.
+    pub pods: usize,
+    /// Seconds from kubesink's start to every listed pod accepted by the receiver.
+    pub sync_secs: f64,
+    /// Change → receiver latency during the churn.
+    pub lat: Latency,
+    /// kubesink's CPU seconds per 10,000 changes during the churn.
+    pub cpu_per_10k: f64,
+    /// The receiver's CPU seconds per 10,000 changes during the churn.
+    pub receiver_cpu_per_10k: f64,
+}
+
+/// The receivers' directory: `RECEIVERS_BIN_DIR`, else what `scripts/receivers-build.sh`
+/// builds.
+fn receivers_bin() -> anyhow::Result<PathBuf> {
+    if let Some(d) = std::env::var_os("RECEIVERS_BIN_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    let script = std::env::current_dir()?
+        .ancestors()
+        .map(|d| d.join("scripts/receivers-build.sh"))
+        .find(|p| p.exists())
+        .context("scripts/receivers-build.sh not found above the working directory (or set RECEIVERS_BIN_DIR)")?;
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed: {}", script.display(), out.status);
+    }
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+fn wait_file(path: &Path, within: Duration) -> anyhow::Result<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return Ok(text.trim().to_owned());
+        }
+        if Instant::now() > deadline {
+            bail!("{} did not appear within {within:?}", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every format, one after the other.
+pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
+    let bin = receivers_bin()?;
+    let mut out = Vec::new();
+    for format in FORMATS {
+        let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
+        if format == "stdout" {
+            let started = Instant::now();
+            let mut k = Kubesink::start(ctx, &sim, &stdout_sink(), true, "http-control")?;
+            let ms = collect_latency(k.proc.take_stdout().context("stdout")?);
+            k.wait_delivered(Some(plan.churn_pods), Duration::from_secs(1800))?;
+            let sync_secs = started.elapsed().as_secs_f64();
+            out.push(churn(plan, &sim, &k, None, &ms, format, sync_secs)?);
+            continue;
+        }
+        let addr_file = ctx.dir.path().join(format!("receiver-{format}.addr"));
+        let mut receiver = spawn(
+            "ce-receiver",
+            Command::new(bin.join("ce-receiver"))
+                .args([
+                    "-listen",
+                    "127.0.0.1:0",
+                    "-out",
+                    "/dev/stdout",
+                    "-addr-file",
+                ])
+                .arg(&addr_file)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null()),
+        )?;
+        let ms = collect_latency(receiver.take_stdout().context("receiver stdout")?);
+        let addr = wait_file(&addr_file, Duration::from_secs(20))?;
+        let sink = format!(
+            "[[sinks]]\ntype = \"http\"\nurl = \"http://{addr}/events\"\nformat = {format:?}\n"
+        );
+        let started = Instant::now();
+        let mut k = Kubesink::start(ctx, &sim, &sink, false, &format!("http-{format}"))?;
+        k.wait_delivered(Some(plan.churn_pods), Duration::from_secs(1800))?;
+        let sync_secs = started.elapsed().as_secs_f64();
+        out.push(churn(
+            plan,
+            &sim,
+            &k,
+            Some(receiver.pid()),
+            &ms,
+            format,
+            sync_secs,
+        )?);
+    }
+    Ok(out)
+}
+
+/// The churn part of a run: latency samples from `ms` (cleared first), CPU of kubesink and of
+/// the receiver (`None`: none) per change.
+fn churn(
+    plan: &Plan,
+    sim: &Sim,
+    k: &Kubesink,
+    receiver: Option<u32>,
+    ms: &Arc<Mutex<Vec<f64>>>,
+    format: &'static str,
+    sync_secs: f64,
+) -> anyhow::Result<HttpRun> {
+    std::thread::sleep(Duration::from_millis(500));
+    ms.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    let cpu = || procfs::cpu_seconds(k.proc.pid()).unwrap_or(0.0);
+    let rcpu = || receiver.and_then(procfs::cpu_seconds).unwrap_or(0.0);
+    let (cpu0, rcpu0) = (cpu(), rcpu());
+    let churn_started = Instant::now();
+    sim.churn(plan.churn_rate)?;
+    std::thread::sleep(plan.churn_for);
+    let applied = sim.churn_applied()?.max(1);
+    let secs = churn_started.elapsed().as_secs_f64();
+    sim.churn(0.0)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let per_10k = |used: f64| used / applied as f64 * 10_000.0;
+    let (cpu_per_10k, receiver_cpu_per_10k) = (per_10k(cpu() - cpu0), per_10k(rcpu() - rcpu0));
+    let samples = ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let lat = latency_of(format, &samples, applied, secs);
+    eprintln!(
+        "   {format}: initial list {sync_secs:.2} s ({:.0}/s); p50 {:.1} ms, p99 {:.1} ms ({} changes); CPU/10k changes kubesink {cpu_per_10k:.2} s, receiver {receiver_cpu_per_10k:.2} s",
+        plan.churn_pods as f64 / sync_secs.max(1e-9),
+        lat.p50,
+        lat.p99,
+        lat.samples
+    );
+    Ok(HttpRun {
+        format,
+        pods: plan.churn_pods,
+        sync_secs,
+        lat,
+        cpu_per_10k,
+        receiver_cpu_per_10k,
+    })
+}
+
+/// The Markdown table of the runs.
+pub fn markdown(runs: &[HttpRun]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nHTTP sink into a local CloudEvents receiver (the Go SDK's HTTP binding; a fresh simulator, receiver and kubesink per format, default options):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| format | initial list of {} pods (s) | objects/s | changes/s | p50 ms | p99 ms | max ms | changes | kubesink CPU s / 10k changes | receiver CPU s / 10k changes |",
+        runs.first().map_or(0, |r| r.pods)
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in runs {
+        let _ = writeln!(
+            s,
+            "| {} | {:.2} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} |",
+            if r.format == "stdout" {
+                "stdout (control: no HTTP)".to_owned()
+            } else {
+                format!("`{}`", r.format)
+            },
+            r.sync_secs,
+            r.pods as f64 / r.sync_secs.max(1e-9),
+            r.lat.rate,
+            r.lat.p50,
+            r.lat.p99,
+            r.lat.max,
+            r.lat.samples,
+            r.cpu_per_10k,
+            r.receiver_cpu_per_10k,
+        );
+    }
+    s
+}
+
+/// The runs as JSON.
+pub fn json(runs: &[HttpRun]) -> Value {
+    json!(runs
+        .iter()
+        .map(|r| json!({
+            "format": r.format,
+            "pods": r.pods,
+            "sync_secs": r.sync_secs,
+            "objects_per_sec": r.pods as f64 / r.sync_secs.max(1e-9),
+            "changes_per_sec": r.lat.rate,
+            "samples": r.lat.samples,
+            "p50_ms": r.lat.p50,
+            "p99_ms": r.lat.p99,
+            "max_ms": r.lat.max,
+            "kubesink_cpu_s_per_10k": r.cpu_per_10k,
+            "receiver_cpu_s_per_10k": r.receiver_cpu_per_10k,
+        }))
+        .collect::<Vec<_>>())
+}
