@@ -26,7 +26,7 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
 # The production build leaves `kubesink demo` (cargo feature `sim`) out.
-ARG KUBESINK_FEATURES=stdout,nats,kafka,http
+ARG KUBESINK_FEATURES=stdout,nats,kafka,http,otlp
 COPY --from=planner /src/recipe.json recipe.json
 # Dependencies only: this layer is reused until Cargo.toml or Cargo.lock change.
 RUN cargo chef cook --release --locked --recipe-path recipe.json \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the real receivers the HTTP sink's tests send to (tests/receivers/: the CloudEvents Go
-# SDK's HTTP binding, pinned in go.mod) into $TOOLS_CACHE_DIR/receivers/KEY/bin, KEY a digest of
+# Builds the real receivers the HTTP and OTLP sinks' tests send to (tests/receivers/: the CloudEvents Go
+# SDK's HTTP binding and an OpenTelemetry Collector, pinned in go.mod) into $TOOLS_CACHE_DIR/receivers/KEY/bin, KEY a digest of
 # the module's files and the Go version, and prints that directory (tests/http.rs takes it from
-# RECEIVERS_BIN_DIR). Some 20 seconds on 2 cores the first time.
+# RECEIVERS_BIN_DIR). About a minute and a half on 2 cores the first time (the Collector).
 set -euo pipefail
 cd "$(dirname "$0")/../tests/receivers"
 

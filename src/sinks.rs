@@ -62,6 +62,8 @@ sinks! {
     Kafka(kubesink_kafka::KafkaConfig) if "kafka";
     /// `type = "http"`: CloudEvents or JSON Lines over HTTP POST (`sinks/http`).
     Http(kubesink_http::HttpConfig) if "http";
+    /// `type = "otlp"`: OpenTelemetry log records over OTLP/HTTP (`sinks/otlp`).
+    Otlp(kubesink_otlp::OtlpConfig) if "otlp";
 }
 
 impl SinkConfig {

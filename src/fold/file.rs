@@ -1,7 +1,10 @@
 //! The JSON Lines source: a file, or `-` for stdin (kubesink's stdout sink writes this
 //! format). Caught up at the end of the input; `--follow` then waits for more lines (a file
 //! being appended to) until interrupted; on stdin, `--follow` counts a 0.5 s pause as caught
-//! up and then reads until the pipe closes. Blank lines are skipped.
+//! up and then reads until the pipe closes. Blank lines are skipped. Lines may be topology
+//! messages, CloudEvents envelopes (the view unwraps them), or OTLP JSON logs requests (an
+//! OpenTelemetry Collector's file exporter: each of its log records written by the OTLP sink
+//! is one message).
 
 use std::path::Path;
 
@@ -87,11 +90,36 @@ pub async fn read(path: &Path, follow: bool, tx: mpsc::Sender<Event>) -> Result<
         if line.trim().is_empty() {
             continue;
         }
+        let at = format!("{name} line {number}");
+        #[cfg(feature = "otlp")]
+        if kubesink_otlp::reader::is_otlp_line(line.trim_start().as_bytes()) {
+            // A line of an OpenTelemetry Collector's file exporter: the topology messages of
+            // its log records (the OTLP sink's records, `sinks/otlp`).
+            let messages =
+                kubesink_otlp::reader::messages(line.trim().as_bytes()).map_err(|reason| {
+                    SourceError::Read {
+                        what: format!("{at} (OTLP JSON)"),
+                        reason,
+                    }
+                })?;
+            for (i, m) in messages.into_iter().enumerate() {
+                let rec = BrokerRecord {
+                    value: Some(m.to_string().into_bytes()),
+                    key: None,
+                    partition: None,
+                    at: format!("{at} log record {}", i + 1),
+                };
+                if tx.send(Event::Record(rec)).await.is_err() {
+                    return Ok(());
+                }
+            }
+            continue;
+        }
         let rec = BrokerRecord {
             value: Some(line.trim_end().as_bytes().to_vec()),
             key: None,
             partition: None,
-            at: format!("{name} line {number}"),
+            at,
         };
         if tx.send(Event::Record(rec)).await.is_err() {
             return Ok(());

@@ -401,6 +401,26 @@ impl HttpConfig {
             Some(h) => Some(self.parse_url(index, "health_url", h)?),
             None => None,
         };
+        let client = self.client(index)?;
+        Ok(HttpSink::new(Settings {
+            name: self.name.clone(),
+            client,
+            url,
+            health_url,
+            format: self.format,
+            max_body_bytes: self.max_body_bytes.bytes(),
+            requests_in_flight: self.requests_in_flight,
+        }))
+    }
+
+    /// The HTTP client of this entry: timeouts, default headers (authentication and
+    /// `headers`), TLS roots and client certificate, no redirects. The OTLP wing builds its
+    /// client with it too.
+    ///
+    /// # Errors
+    /// A header that cannot be sent, or a TLS file that cannot be read or parsed, naming the
+    /// key.
+    pub fn client(&self, index: usize) -> Result<reqwest::Client, SinkConfigError> {
         let mut client = reqwest::Client::builder()
             .use_rustls_tls()
             .user_agent(concat!("kubesink/", env!("CARGO_PKG_VERSION")))
@@ -449,18 +469,9 @@ impl HttpConfig {
         if self.tls.insecure_skip_verify {
             client = client.danger_accept_invalid_certs(true);
         }
-        let client = client.build().map_err(|e| {
-            self.invalid(index, "tls", format!("the HTTP client cannot be made: {e}"))
-        })?;
-        Ok(HttpSink::new(Settings {
-            name: self.name.clone(),
-            client,
-            url,
-            health_url,
-            format: self.format,
-            max_body_bytes: self.max_body_bytes.bytes(),
-            requests_in_flight: self.requests_in_flight,
-        }))
+        client
+            .build()
+            .map_err(|e| self.invalid(index, "tls", format!("the HTTP client cannot be made: {e}")))
     }
 }
 

@@ -17,4 +17,6 @@ mod config;
 mod sink;
 
 pub use config::{HttpAuth, HttpConfig, HttpFormat, HttpTls, ENVELOPE_ROOM};
-pub use sink::{HttpSink, JSON_LINES_CONTENT_TYPE};
+pub use sink::{
+    classify, drain, retry_after, transport, Failure, HttpSink, JSON_LINES_CONTENT_TYPE,
+};

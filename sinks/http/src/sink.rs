@@ -77,24 +77,37 @@ pub struct HttpSink {
     rejected: AtomicU64,
 }
 
-/// How a request ended when it did not end with a 2xx.
+/// How a request ended when it did not end with a 2xx (the module documentation's table).
+/// Shared with the OTLP wing, whose OTLP/HTTP requests are answered the same way.
 #[derive(Debug)]
-enum Failure {
+pub enum Failure {
     /// Try later: no answer, or 408, 425, 429, 5xx; `retry_after` from the answer.
     Retry {
+        /// What happened, naming the URL.
         message: String,
+        /// The answer's `Retry-After`.
         retry_after: Option<Duration>,
     },
     /// 413: the body is too large for the receiver.
-    TooLarge { message: String },
+    TooLarge {
+        /// What happened, naming the URL.
+        message: String,
+    },
     /// The receiver refuses the body's messages for good (a 4xx not listed elsewhere).
-    Refused { message: String },
+    Refused {
+        /// What happened, naming the URL, with the answer's first bytes.
+        message: String,
+    },
     /// An operator is needed (credentials, URL, TLS, content type).
-    Fatal { message: String },
+    Fatal {
+        /// What happened, naming the URL.
+        message: String,
+    },
 }
 
 impl Failure {
-    fn message(&self) -> &str {
+    /// What happened, naming the URL.
+    pub fn message(&self) -> &str {
         match self {
             Failure::Retry { message, .. }
             | Failure::TooLarge { message }
@@ -164,7 +177,13 @@ impl HttpSink {
             .send()
             .await;
         let result = match sent {
-            Ok(response) => answer(&self.s.url, response).await,
+            Ok(response) => match classify(&self.s.url, response).await {
+                Ok(response) => {
+                    drain(response).await;
+                    Ok(())
+                }
+                Err(f) => Err(f),
+            },
             Err(e) => Err(transport(&self.s.url, &e)),
         };
         match &result {
@@ -388,11 +407,30 @@ fn pack(pieces: &[Bytes], max_body: usize) -> Vec<(usize, usize)> {
     ranges
 }
 
-/// Classifies an answer (module documentation's table).
-async fn answer(url: &reqwest::Url, response: reqwest::Response) -> Result<(), Failure> {
+/// Reads what is left of an accepted answer's body (up to 64 KiB), so that the connection
+/// goes back to the pool instead of being closed.
+pub async fn drain(mut response: reqwest::Response) {
+    let mut read = 0;
+    while read < 64 * 1024 {
+        match response.chunk().await {
+            Ok(Some(chunk)) => read += chunk.len(),
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
+/// Classifies an answer (module documentation's table): the response itself for a 2xx (its
+/// body unread), else the [`Failure`], with `Retry-After` and the body's first bytes.
+///
+/// # Errors
+/// The [`Failure`] of any answer other than 2xx.
+pub async fn classify(
+    url: &reqwest::Url,
+    response: reqwest::Response,
+) -> Result<reqwest::Response, Failure> {
     let status = response.status();
     if status.is_success() {
-        return Ok(());
+        return Ok(response);
     }
     let retry_after = response
         .headers()
@@ -449,7 +487,7 @@ async fn excerpt(mut response: reqwest::Response) -> String {
 
 /// A request that got no answer: a certificate refused needs an operator; anything else
 /// (refused or dropped connection, timeout) is retried.
-fn transport(url: &reqwest::Url, e: &reqwest::Error) -> Failure {
+pub fn transport(url: &reqwest::Url, e: &reqwest::Error) -> Failure {
     let mut chain = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -475,7 +513,7 @@ fn transport(url: &reqwest::Url, e: &reqwest::Error) -> Failure {
 
 /// `Retry-After` (RFC 9110 §10.2.3): a number of seconds, or an HTTP-date (how long until
 /// then, 0 when past).
-fn retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
+pub fn retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
     let text = value.to_str().ok()?.trim();
     if let Ok(secs) = text.parse::<u64>() {
         return Some(Duration::from_secs(secs));

@@ -1,0 +1,313 @@
+//! The OTLP sink's delivery: a batch becomes one or more `ExportLogsServiceRequest`s
+//! (protobuf, gzip) POSTed in order to `{endpoint}/v1/logs`, one at a time, so per-key order
+//! holds. The answers follow the OTLP specification ("OTLP/HTTP Response", "Failures",
+//! "Throttling"), read through the HTTP wing's classification:
+//!
+//! | answer | what the sink does |
+//! |---|---|
+//! | 2xx | confirmed; a `partial_success` with `rejected_log_records` > 0 means the Collector dropped that many for good: they are counted (`kubesink_sink_rejected_messages_total`) and its `error_message` logged, not sent again (the specification: MUST NOT retry) |
+//! | 429, 502, 503, 504 (retryable per the specification), 408, 425, any other 5xx, no answer | retried with the pipeline's backoff; `Retry-After` honoured. The specification calls a 500 not retryable; kubesink retries it anyway, because dropping the topology on a Collector that crashed mid-request loses state no later change restores |
+//! | 413 | a request of several records is split in two; a single record gets the oversize policy |
+//! | 401, 403, 404, 405, 415… | an operator is needed: retried at the maximum backoff |
+//! | 400 and other 4xx | the request is refused: split in two until the refused record is alone, which is counted and logged, not sent again |
+
+use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use kubesink_core::{Message, Outage, Sink, SinkError};
+use kubesink_http::{classify, transport, Failure};
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message as _;
+use reqwest::header::{HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
+
+use crate::record::log_record;
+
+/// The content type of an OTLP/HTTP protobuf request.
+pub const PROTOBUF: &str = "application/x-protobuf";
+
+/// The OTLP sink (`[[sinks]]` with `type = "otlp"`); see the module documentation.
+pub struct OtlpSink {
+    name: String,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    gzip: bool,
+    max_body_bytes: usize,
+    outage: Outage,
+    rejected: AtomicU64,
+}
+
+/// A record ready to send: its resource (cluster, namespace) and the record.
+struct Item {
+    resource: (String, Option<String>),
+    record: LogRecord,
+}
+
+impl OtlpSink {
+    pub(crate) fn new(
+        name: String,
+        client: reqwest::Client,
+        url: reqwest::Url,
+        gzip: bool,
+        max_body_bytes: usize,
+    ) -> Self {
+        let outage = Outage::new(
+            &name,
+            "OTLP endpoint",
+            "retrying with the pipeline's backoff",
+        );
+        OtlpSink {
+            name,
+            client,
+            url,
+            gzip,
+            max_body_bytes,
+            outage,
+            rejected: AtomicU64::new(0),
+        }
+    }
+
+    /// The request of `items`: one `ResourceLogs` per (cluster, namespace) in the order they
+    /// first appear, each record in batch order within it (a key's records share a resource,
+    /// so their order holds).
+    fn request(items: &[Item]) -> ExportLogsServiceRequest {
+        let mut resource_logs: Vec<ResourceLogs> = Vec::new();
+        let mut index: Vec<&(String, Option<String>)> = Vec::new();
+        for item in items {
+            let at = match index.iter().position(|r| **r == item.resource) {
+                Some(at) => at,
+                None => {
+                    index.push(&item.resource);
+                    let (cluster, namespace) = &item.resource;
+                    let mut attributes = vec![attr("k8s.cluster.name", cluster)];
+                    if let Some(ns) = namespace {
+                        attributes.push(attr("k8s.namespace.name", ns));
+                    }
+                    resource_logs.push(ResourceLogs {
+                        resource: Some(Resource {
+                            attributes,
+                            ..Default::default()
+                        }),
+                        scope_logs: vec![ScopeLogs {
+                            scope: Some(InstrumentationScope {
+                                name: "kubesink".into(),
+                                version: env!("CARGO_PKG_VERSION").into(),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    });
+                    resource_logs.len() - 1
+                }
+            };
+            resource_logs[at].scope_logs[0]
+                .log_records
+                .push(item.record.clone());
+        }
+        ExportLogsServiceRequest { resource_logs }
+    }
+
+    fn body(&self, items: &[Item]) -> Result<Bytes, Failure> {
+        let raw = Self::request(items).encode_to_vec();
+        if !self.gzip {
+            return Ok(Bytes::from(raw));
+        }
+        let mut gz = flate2::write::GzEncoder::new(
+            Vec::with_capacity(raw.len() / 4),
+            flate2::Compression::fast(),
+        );
+        gz.write_all(&raw)
+            .and_then(|()| gz.finish())
+            .map(Bytes::from)
+            .map_err(|e| Failure::Retry {
+                message: format!("gzip: {e}"),
+                retry_after: None,
+            })
+    }
+
+    /// One export; on a 2xx, the count of records the endpoint rejected (partial success).
+    async fn export(&self, items: &[Item]) -> Result<(), Failure> {
+        let body = self.body(items)?;
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static(PROTOBUF));
+        if self.gzip {
+            request = request.header(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        let result = match request.body(body).send().await {
+            Ok(response) => match classify(&self.url, response).await {
+                Ok(response) => {
+                    self.partial_success(response).await;
+                    Ok(())
+                }
+                Err(f) => Err(f),
+            },
+            Err(e) => Err(transport(&self.url, &e)),
+        };
+        match &result {
+            Ok(()) => {
+                self.outage.recovered();
+            }
+            Err(f @ (Failure::Retry { .. } | Failure::Fatal { .. })) => {
+                self.outage.failed(f.message());
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Reads a 2xx answer: an `ExportLogsServiceResponse` whose `partial_success` names the
+    /// records the endpoint dropped for good (an empty or unreadable body: none).
+    async fn partial_success(&self, response: reqwest::Response) {
+        let Ok(bytes) = response.bytes().await else {
+            return;
+        };
+        let Ok(answer) = ExportLogsServiceResponse::decode(bytes) else {
+            return;
+        };
+        if let Some(partial) = answer.partial_success {
+            if partial.rejected_log_records > 0 {
+                let n = u64::try_from(partial.rejected_log_records).unwrap_or(0);
+                self.rejected.fetch_add(n, Ordering::Relaxed);
+                tracing::error!(sink = %self.name, rejected = n, reason = %partial.error_message, "the OTLP endpoint dropped log records for good (partial success): they are not sent again (kubesink_sink_rejected_messages_total)");
+            }
+        }
+    }
+
+    fn refused(&self, m: &Message, message: &str) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(sink = %self.name, key = %m.key, id = %m.meta.id, answer = message, "the OTLP endpoint refused the record for good: it is not sent again (kubesink_sink_rejected_messages_total)");
+    }
+}
+
+fn attr(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue {
+            value: Some(
+                opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                    value.to_owned(),
+                ),
+            ),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Consecutive ranges of `sizes` whose sum stays within `max`; a larger one alone.
+fn pack(sizes: &[usize], max: usize) -> Vec<(usize, usize)> {
+    let mut ranges = Vec::new();
+    let (mut start, mut total) = (0, 0);
+    for (i, s) in sizes.iter().enumerate() {
+        if i > start && total + s > max {
+            ranges.push((start, i));
+            (start, total) = (i, 0);
+        }
+        total += s;
+    }
+    if start < sizes.len() {
+        ranges.push((start, sizes.len()));
+    }
+    ranges
+}
+
+#[async_trait]
+impl Sink for OtlpSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+        let mut items = Vec::with_capacity(batch.len());
+        for m in batch {
+            let record = log_record(m)
+                .map_err(|e| SinkError::fatal(&self.name, format!("message {}: {e}", m.meta.id)))?;
+            let resource = (
+                m.meta.resource.cluster.clone(),
+                m.meta.namespace.as_deref().map(str::to_owned),
+            );
+            items.push(Item { resource, record });
+        }
+        let sizes: Vec<usize> = items.iter().map(|i| i.record.encoded_len() + 8).collect();
+        let mut todo: std::collections::VecDeque<(usize, usize)> =
+            pack(&sizes, self.max_body_bytes.saturating_sub(1024)).into();
+        while let Some((start, end)) = todo.pop_front() {
+            match self.export(&items[start..end]).await {
+                Ok(()) => {}
+                Err(Failure::Refused { .. } | Failure::TooLarge { .. }) if end - start > 1 => {
+                    let mid = start + (end - start) / 2;
+                    todo.push_front((mid, end));
+                    todo.push_front((start, mid));
+                }
+                Err(Failure::Refused { message }) => self.refused(&batch[start], &message),
+                Err(f) => {
+                    let name = &self.name;
+                    if start > 0 {
+                        return Err(SinkError::Partial {
+                            sink: name.clone(),
+                            failed: (start..batch.len()).collect(),
+                            message: f.message().to_owned(),
+                        });
+                    }
+                    return Err(match f {
+                        Failure::TooLarge { .. } => SinkError::TooLarge {
+                            sink: name.clone(),
+                            index: 0,
+                            size: batch[0].payload.len(),
+                            limit: None,
+                        },
+                        Failure::Fatal { message } => SinkError::fatal(name, message),
+                        Failure::Retry {
+                            message,
+                            retry_after,
+                        } => SinkError::Transient {
+                            sink: name.clone(),
+                            message,
+                            retry_after,
+                        },
+                        Failure::Refused { message } => SinkError::transient(name, message),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        if self.outage.is_down() {
+            return Err(SinkError::transient(
+                &self.name,
+                format!(
+                    "the last {} exports to {} failed",
+                    self.outage.failures(),
+                    self.url
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn close(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    fn max_message_bytes(&self) -> Option<usize> {
+        Some(self.max_body_bytes.saturating_sub(4096))
+    }
+
+    fn rejected(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
