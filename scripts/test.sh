@@ -72,8 +72,10 @@ fi
 KUBE_TEST_BIN_DIR="$(scripts/kube-build.sh)"
 export KUBE_TEST_BIN_DIR
 "$KUBE_TEST_BIN_DIR/kube-apiserver" --version
-# The real receivers of the HTTP sink's tests (tests/http.rs): the CloudEvents Go SDK's HTTP
-# binding behind a small server (tests/receivers/), built once into $TOOLS_CACHE_DIR/receivers.
+# The real receivers of the HTTP and OTLP sinks' tests (tests/http.rs, tests/otlp.rs): the
+# CloudEvents Go SDK's HTTP binding behind a small server, and an OpenTelemetry Collector (OTLP
+# receiver, file exporter) built from its modules (tests/receivers/), built once into
+# $TOOLS_CACHE_DIR/receivers.
 RECEIVERS_BIN_DIR="$(scripts/receivers-build.sh)"
 export RECEIVERS_BIN_DIR
 
@@ -103,7 +105,7 @@ cargo clippy -p kubesink --lib -- -D warnings
 # installs the Helm chart into the real API server with it.
 DEPLOY_CHECKS_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
 export DEPLOY_CHECKS_PYTHON
-echo "== go vet (tests/kube, the control plane's mains; tests/receivers, the HTTP sink's receivers; benches/peers, the Go peers)"
+echo "== go vet (tests/kube, the control plane's mains; tests/receivers, the HTTP and OTLP sinks' receivers; benches/peers, the Go peers)"
 (cd tests/kube && go vet ./...)
 (cd tests/receivers && go vet ./...)
 (cd benches/peers && go vet ./...)

@@ -160,12 +160,16 @@ async fn partial_success_is_counted_and_not_retried_and_answers_are_classified()
     sink.send(&[m.clone(), m.clone()]).await.unwrap();
     assert_eq!(sink.rejected(), 2);
     assert!(matches!(
-        sink.send(&[m.clone()]).await,
+        sink.send(std::slice::from_ref(&m)).await,
         Err(SinkError::Transient { .. })
     ));
     assert!(sink.healthcheck().await.is_err());
-    assert!(sink.send(&[m.clone()]).await.unwrap_err().is_fatal());
-    sink.send(&[m.clone()]).await.unwrap();
+    assert!(sink
+        .send(std::slice::from_ref(&m))
+        .await
+        .unwrap_err()
+        .is_fatal());
+    sink.send(std::slice::from_ref(&m)).await.unwrap();
     assert_eq!(
         sink.rejected(),
         3,

@@ -4,6 +4,7 @@
 //! receiver having decoded it, at the plan's churn rate, and the CPU both sides spend per
 //! change. The receiver is `tests/receivers`' `ce-receiver` (the CloudEvents Go SDK's HTTP
 //! binding decodes every request) writing each event to its stdout, which the bench reads.
+//! The OTLP sink runs last, into an OpenTelemetry Collector (`tests/receivers`' `otelcol`).
 //! Each format has its own simulator, receiver and kubesink, on the host as it is; the stdout
 //! sink runs first as the control (the same churn and clock, no HTTP), so the HTTP rows are
 //! read as ratios to it.
@@ -22,12 +23,13 @@ use super::{collect_latency, latency_of, stdout_sink, Ctx, Kubesink, Latency, Pl
 
 /// The formats measured, in the table's order; `stdout` is the control: the stdout sink,
 /// whose lines the bench reads itself, with no HTTP and no receiver.
-const FORMATS: [&str; 5] = [
+const FORMATS: [&str; 6] = [
     "stdout",
     "cloudevents",
     "cloudevents-structured",
     "cloudevents-batch",
     "jsonl",
+    "otlp",
 ];
 
 /// One format's run.
@@ -95,6 +97,10 @@ pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
             out.push(churn(plan, &sim, &k, None, &ms, format, sync_secs)?);
             continue;
         }
+        if format == "otlp" {
+            out.push(otlp_run(ctx, plan, &sim, &bin)?);
+            continue;
+        }
         let addr_file = ctx.dir.path().join(format!("receiver-{format}.addr"));
         let mut receiver = spawn(
             "ce-receiver",
@@ -130,6 +136,84 @@ pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
         )?);
     }
     Ok(out)
+}
+
+/// The OTLP sink into an OpenTelemetry Collector (`tests/receivers`' `otelcol`: the OTLP
+/// receiver and the file exporter writing OTLP JSON to its stdout, flushed every 10 ms), whose
+/// lines the bench expands into messages with the OTLP wing's reader.
+fn otlp_run(ctx: &Ctx, plan: &Plan, sim: &Sim, bin: &Path) -> anyhow::Result<HttpRun> {
+    let port = kubesink_bench::procs::free_port()?;
+    let config = ctx.dir.path().join("otelcol-bench.yaml");
+    std::fs::write(
+        &config,
+        format!("receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\nexporters:\n  file:\n    path: /dev/stdout\n    flush_interval: 10ms\nservice:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    logs:\n      receivers: [otlp]\n      exporters: [file]\n"),
+    )?;
+    let mut collector = spawn(
+        "otelcol",
+        Command::new(bin.join("otelcol"))
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    )?;
+    let ms = collect_otlp_latency(collector.take_stdout().context("otelcol stdout")?);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("otelcol did not listen on {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sink = format!("[[sinks]]\ntype = \"otlp\"\nendpoint = \"http://127.0.0.1:{port}\"\n");
+    let started = Instant::now();
+    let mut k = Kubesink::start(ctx, sim, &sink, false, "http-otlp")?;
+    k.wait_delivered(Some(plan.churn_pods), Duration::from_secs(1800))?;
+    let sync_secs = started.elapsed().as_secs_f64();
+    churn(plan, sim, &k, Some(collector.pid()), &ms, "otlp", sync_secs)
+}
+
+/// [`collect_latency`] for OTLP JSON lines (one export request a line, many records): a scan
+/// without parsing, so the reader keeps up with the Collector. In each record the body's
+/// `type` comes before the object's annotations; a stamp counts when the nearest `type`
+/// before it is `ADDED` or `MODIFIED` (a `DELETED` carries the stamp of its last write).
+fn collect_otlp_latency(out: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<f64>>> {
+    use std::io::BufRead as _;
+    const TYPE: &str = "{\"key\":\"type\",\"value\":{\"stringValue\":\"";
+    let stamp = format!(
+        "{{\"key\":\"{}\",\"value\":{{\"stringValue\":\"",
+        kubesink_bench::procs::STAMP
+    );
+    let ms: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let m = ms.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let now = kubesink_bench::procs::now_micros();
+            // Every body type and every stamp, by position (one linear pass each).
+            let mut marks: Vec<(usize, bool)> = line
+                .match_indices(TYPE)
+                .map(|(i, _)| (i, true))
+                .chain(line.match_indices(&stamp).map(|(i, _)| (i, false)))
+                .collect();
+            marks.sort_unstable();
+            let mut got = Vec::new();
+            let mut counted = false;
+            for (at, is_type) in marks {
+                if is_type {
+                    let rest = &line[at + TYPE.len()..];
+                    counted = rest.starts_with("ADDED") || rest.starts_with("MODIFIED");
+                    continue;
+                }
+                let rest = &line[at + stamp.len()..];
+                let value = rest.split('"').next().and_then(|v| v.parse::<u64>().ok());
+                if let (true, Some(v)) = (counted, value) {
+                    got.push(now.saturating_sub(v) as f64 / 1000.0);
+                }
+                counted = false;
+            }
+            m.lock().unwrap_or_else(|p| p.into_inner()).extend(got);
+        }
+    });
+    ms
 }
 
 /// The churn part of a run: latency samples from `ms` (cleared first), CPU of kubesink and of
@@ -182,7 +266,7 @@ pub fn markdown(runs: &[HttpRun]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\nHTTP sink into a local CloudEvents receiver (the Go SDK's HTTP binding; a fresh simulator, receiver and kubesink per format, default options):\n"
+        "\nHTTP sink into a local CloudEvents receiver (the Go SDK's HTTP binding), and the OTLP sink into an OpenTelemetry Collector (OTLP receiver, file exporter); a fresh simulator, receiver and kubesink per row, default options:\n"
     );
     let _ = writeln!(
         s,
@@ -194,10 +278,10 @@ pub fn markdown(runs: &[HttpRun]) -> String {
         let _ = writeln!(
             s,
             "| {} | {:.2} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} |",
-            if r.format == "stdout" {
-                "stdout (control: no HTTP)".to_owned()
-            } else {
-                format!("`{}`", r.format)
+            match r.format {
+                "stdout" => "stdout (control: no HTTP)".to_owned(),
+                "otlp" => "OTLP sink (gzip) into an OpenTelemetry Collector".to_owned(),
+                f => format!("`{f}`"),
             },
             r.sync_secs,
             r.pods as f64 / r.sync_secs.max(1e-9),
