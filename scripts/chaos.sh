@@ -319,6 +319,16 @@ sim_fault() {
   if [ "$plant" = missing-fault ] && { [ -z "$noop_effect" ] || [ "$noop_effect" = "$effect" ]; }; then
     noop_effect=$effect; log_fault "$what" "(PLANT missing-fault: not sent)"
   else
+    # A fault that acts on open watches waits (up to 5 s) for one to be open: drawn right
+    # after "API server unreachable" it found none and took no effect, which the effect check
+    # rightly flagged (seed 77022: a reset at 55 s, the server refusing connections since 55 s).
+    case $effect in
+      resetWatches | closedWatches | silencedWatches)
+        for _ in $(seq 50); do
+          [ "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin).get("openWatches", 0))')" -ge 1 ] && break
+          sleep 0.1
+        done ;;
+    esac
     log_fault "$what"; for c in "$@"; do admin "$c"; done
     api_fault_at=$(date +%s); [ "$effect" = delayedResponses ] && delay_on=1
   fi
