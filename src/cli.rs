@@ -86,7 +86,9 @@ pub struct CheckArgs {
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("source").required(true).args(["file", "kafka", "nats"])))]
 pub struct FoldArgs {
-    /// A JSON Lines file (kubesink's stdout sink output), or `-` for stdin.
+    /// A JSON Lines file, or `-` for stdin: topology messages (the stdout sink's output),
+    /// CloudEvents envelopes (what an HTTP receiver wrote down), or OTLP JSON logs requests (an
+    /// OpenTelemetry Collector's file exporter fed by the OTLP sink).
     #[arg(long, value_name = "PATH")]
     pub file: Option<PathBuf>,
     /// Kafka bootstrap servers (`host:9092,host2:9092`); with `--topic`.

@@ -16,49 +16,23 @@ mod kube_server;
 mod ports;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/receivers.rs"]
+mod receivers;
 mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use kube_server::{create, delete, live_state, namespace, patch};
 use process::Kubesink;
+use receivers::{configmap, deployment, resources, KINDS};
 use serde_json::{json, Value};
 use support::{fold_equals, http_get, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(180);
-const KINDS: &[(&str, &str)] = &[
-    ("v1", "Pod"),
-    ("apps/v1", "Deployment"),
-    ("apps/v1", "ReplicaSet"),
-    ("v1", "ConfigMap"),
-];
-
-/// The receivers' directory: `RECEIVERS_BIN_DIR`, else what `scripts/receivers-build.sh`
-/// prints (it builds when needed).
-fn receivers_bin() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("RECEIVERS_BIN_DIR") {
-            return PathBuf::from(dir);
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/receivers-build.sh");
-        let out = Command::new(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "{} failed: the HTTP tests need Go",
-            script.display()
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-}
 
 /// A running `ce-receiver`: the CloudEvents Go SDK behind an HTTP server.
 struct Receiver {
@@ -91,7 +65,7 @@ impl Receiver {
             .append(true)
             .open(self.dir.join("log"))
             .expect("log");
-        self.child = Command::new(receivers_bin().join("ce-receiver"))
+        self.child = Command::new(receivers::bin().join("ce-receiver"))
             .arg("-listen")
             .arg(self.addr.to_string())
             .arg("-out")
@@ -159,27 +133,6 @@ impl Drop for Receiver {
     }
 }
 
-fn deployment(ns: &str, name: &str, replicas: i32) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}
-            }
-        }
-    })
-}
-
-fn configmap(ns: &str, name: &str, n: u32) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": ns}, "data": {"n": n.to_string()}})
-}
-
 /// Waits until what `r` wrote down, folded, equals the live objects of namespace `ns`.
 async fn settles(what: &str, client: &kube::Client, ns: &str, r: &Receiver) -> usize {
     wait_until(what, LONG, || async {
@@ -192,15 +145,6 @@ async fn settles(what: &str, client: &kube::Client, ns: &str, r: &Receiver) -> u
             .map_err(|diff| format!("{} messages: {diff}", msgs.len()))
     })
     .await
-}
-
-fn resources(ns: &str) -> String {
-    KINDS
-        .iter()
-        .map(|(a, k)| {
-            format!("[[resources]]\napi_version = {a:?}\nkind = {k:?}\nnamespaces = [{ns:?}]\n")
-        })
-        .collect()
 }
 
 /// The `name` sample of a metric family in Prometheus text.

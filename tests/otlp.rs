@@ -10,49 +10,23 @@ mod kube_server;
 mod ports;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/receivers.rs"]
+mod receivers;
 mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use kube_server::{create, delete, live_state, namespace, patch};
 use process::Kubesink;
+use receivers::{configmap, deployment, resources, KINDS};
 use serde_json::{json, Value};
 use support::{fold_equals, http_get, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(180);
-const KINDS: &[(&str, &str)] = &[
-    ("v1", "Pod"),
-    ("apps/v1", "Deployment"),
-    ("apps/v1", "ReplicaSet"),
-    ("v1", "ConfigMap"),
-];
-
-/// The receivers' directory: `RECEIVERS_BIN_DIR`, else what `scripts/receivers-build.sh`
-/// prints (it builds when needed).
-fn receivers_bin() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("RECEIVERS_BIN_DIR") {
-            return PathBuf::from(dir);
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/receivers-build.sh");
-        let out = Command::new(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "{} failed: the OTLP tests need Go",
-            script.display()
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-}
 
 /// A running Collector writing what it receives to `dir/logs-N.json`.
 struct Collector {
@@ -93,7 +67,7 @@ impl Collector {
             .append(true)
             .open(self.dir.join("otelcol.log"))
             .expect("log");
-        self.child = Command::new(receivers_bin().join("otelcol"))
+        self.child = Command::new(receivers::bin().join("otelcol"))
             .arg("--config")
             .arg(&config)
             .stdout(Stdio::null())
@@ -155,27 +129,6 @@ impl Drop for Collector {
     }
 }
 
-fn deployment(ns: &str, name: &str, replicas: i32) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}
-            }
-        }
-    })
-}
-
-fn configmap(ns: &str, name: &str, n: u32) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": ns}, "data": {"n": n.to_string()}})
-}
-
 async fn settles(what: &str, client: &kube::Client, ns: &str, c: &Collector) -> usize {
     wait_until(what, LONG, || async {
         let msgs = c.messages()?;
@@ -203,12 +156,7 @@ async fn the_collectors_file_folds_to_the_real_api_server_through_churn_and_a_co
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let mut collector = Collector::start(dir.path());
-    let resources: String = KINDS
-        .iter()
-        .map(|(a, k)| {
-            format!("[[resources]]\napi_version = {a:?}\nkind = {k:?}\nnamespaces = [{ns:?}]\n")
-        })
-        .collect();
+    let resources = resources(ns);
     let config = dir.path().join("kubesink.toml");
     std::fs::write(
         &config,

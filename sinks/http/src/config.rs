@@ -237,7 +237,7 @@ impl HttpConfig {
             return Err(self.invalid(
                 index,
                 key,
-                format!("{url:?}: the scheme must be http or https"),
+                format!("{url:?}: the scheme must be http:// or https:// (is it missing?)"),
             ));
         }
         if !parsed.username().is_empty() || parsed.password().is_some() {
@@ -251,35 +251,42 @@ impl HttpConfig {
     }
 
     /// The default headers of every request: authentication and `headers`.
-    fn header_map(&self, index: usize) -> Result<HeaderMap, SinkConfigError> {
+    fn header_map(&self, index: usize) -> Result<HeaderMap, Vec<SinkConfigError>> {
         let mut map = HeaderMap::new();
+        let mut problems = Vec::new();
         for (name, value) in &self.headers {
             let key = format!("headers.{name}");
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| self.invalid(index, &key, "not a valid HTTP header name"))?;
+            let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
+                problems.push(self.invalid(index, &key, "not a valid HTTP header name"));
+                continue;
+            };
             if RESERVED_HEADERS.contains(&header.as_str()) || header.as_str().starts_with("ce-") {
-                return Err(self.invalid(
+                problems.push(self.invalid(
                     index,
                     &key,
-                    "the sink sets this header itself (Content-Type, Content-Length, Host, Transfer-Encoding and the CloudEvents ce- headers)",
+                    "the sink sets this header itself (Content-Type, Content-Length, Host, Transfer-Encoding, and ce-* where it sends CloudEvents)",
                 ));
+                continue;
             }
             if header == reqwest::header::AUTHORIZATION && self.auth.is_set() {
-                return Err(self.invalid(
+                problems.push(self.invalid(
                     index,
                     &key,
                     "set either headers.Authorization or [sinks.auth], not both",
                 ));
+                continue;
             }
-            let mut v = HeaderValue::from_str(value.expose()).map_err(|_| {
-                self.invalid(
+            match HeaderValue::from_str(value.expose()) {
+                Ok(mut v) => {
+                    v.set_sensitive(true);
+                    map.insert(header, v);
+                }
+                Err(_) => problems.push(self.invalid(
                     index,
                     &key,
                     "the value has characters a header cannot carry (control characters, newlines)",
-                )
-            })?;
-            v.set_sensitive(true);
-            map.insert(header, v);
+                )),
+            }
         }
         let auth = match (
             &self.auth.bearer_token,
@@ -289,41 +296,55 @@ impl HttpConfig {
             (Some(token), None, None) => {
                 Some(("auth.bearer_token", format!("Bearer {}", token.expose())))
             }
+            (None, Some(user), Some(_)) if user.contains(':') => {
+                problems.push(self.invalid(
+                    index,
+                    "auth.username",
+                    "a basic authentication user name cannot contain ':' (RFC 7617)",
+                ));
+                None
+            }
             (None, Some(user), Some(password)) => {
-                if user.contains(':') {
-                    return Err(self.invalid(
-                        index,
-                        "auth.username",
-                        "a basic authentication user name cannot contain ':' (RFC 7617)",
-                    ));
-                }
                 let pair = format!("{user}:{}", password.expose());
                 let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
                 Some(("auth.password", format!("Basic {encoded}")))
             }
             (None, None, None) => None,
             (Some(_), _, _) => {
-                return Err(self.invalid(
+                problems.push(self.invalid(
                     index,
                     "auth",
                     "set bearer_token or username/password, not both",
-                ))
+                ));
+                None
             }
             (None, Some(_), None) => {
-                return Err(self.invalid(index, "auth.password", "username needs a password"))
+                problems.push(self.invalid(index, "auth.password", "username needs a password"));
+                None
             }
             (None, None, Some(_)) => {
-                return Err(self.invalid(index, "auth.username", "password needs a username"))
+                problems.push(self.invalid(index, "auth.username", "password needs a username"));
+                None
             }
         };
         if let Some((key, value)) = auth {
-            let mut v = HeaderValue::from_str(&value).map_err(|_| {
-                self.invalid(index, key, "the value has characters a header cannot carry")
-            })?;
-            v.set_sensitive(true);
-            map.insert(reqwest::header::AUTHORIZATION, v);
+            match HeaderValue::from_str(&value) {
+                Ok(mut v) => {
+                    v.set_sensitive(true);
+                    map.insert(reqwest::header::AUTHORIZATION, v);
+                }
+                Err(_) => problems.push(self.invalid(
+                    index,
+                    key,
+                    "the value has characters a header cannot carry",
+                )),
+            }
         }
-        Ok(map)
+        if problems.is_empty() {
+            Ok(map)
+        } else {
+            Err(problems)
+        }
     }
 
     /// Every problem of the entry that can be seen without building it.
@@ -381,7 +402,7 @@ impl HttpConfig {
             ));
         }
         if let Err(e) = self.header_map(index) {
-            out.push(e);
+            out.extend(e);
         }
         out
     }
@@ -426,7 +447,7 @@ impl HttpConfig {
             .user_agent(concat!("kubesink/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(self.connect_timeout.get())
             .timeout(self.timeout.get())
-            .default_headers(self.header_map(index)?)
+            .default_headers(self.header_map(index).map_err(|mut e| e.remove(0))?)
             // A redirect would re-send the body somewhere the configuration does not name.
             .redirect(reqwest::redirect::Policy::none());
         if let Some(ca) = &self.tls.ca_file {

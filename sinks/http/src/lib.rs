@@ -6,6 +6,7 @@
 //!
 //! - `config.rs`: the `[[sinks]]` entry, its checks and the client it builds (timeouts, TLS
 //!   with a custom CA and mutual TLS, bearer or basic authentication, custom headers).
+//! - `health.rs`: readiness and the outage log from the answers (shared with the OTLP wing).
 //! - `sink.rs`: delivery: per-key order, what each answer means (retry with `Retry-After`,
 //!   split a refused batch, refuse one message for good, call the operator), readiness.
 //!
@@ -14,9 +15,11 @@
 //! state store. `docs/http.md` is the user's page.
 
 mod config;
+mod health;
 mod sink;
 
 pub use config::{HttpAuth, HttpConfig, HttpFormat, HttpTls, ENVELOPE_ROOM};
+pub use health::Health;
 pub use sink::{
     classify, drain, retry_after, transport, Failure, HttpSink, JSON_LINES_CONTENT_TYPE,
 };

@@ -33,11 +33,12 @@ use kubesink_core::message::cloudevents::{
     attributes, percent_encode_header, structured, BATCH_CONTENT_TYPE, STRUCTURED_CONTENT_TYPE,
 };
 use kubesink_core::message::CONTENT_TYPE_JSON;
-use kubesink_core::{Message, Outage, Sink, SinkError};
+use kubesink_core::{Message, ReadySignal, Sink, SinkError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::StatusCode;
 
 use crate::config::{HttpFormat, ENVELOPE_ROOM};
+use crate::health::Health;
 
 /// The content type of a JSON Lines body.
 pub const JSON_LINES_CONTENT_TYPE: &str = "application/x-ndjson";
@@ -72,8 +73,9 @@ pub(crate) struct Settings {
 /// The HTTP sink (`[[sinks]]` with `type = "http"`); see the module documentation.
 pub struct HttpSink {
     s: Settings,
-    /// The receiver's outages as the log tells them; also the readiness without `health_url`.
-    outage: Outage,
+    /// The receiver's outages and operator answers: the log, and the readiness without
+    /// `health_url`.
+    health: Health,
     rejected: AtomicU64,
 }
 
@@ -119,14 +121,10 @@ impl Failure {
 
 impl HttpSink {
     pub(crate) fn new(s: Settings) -> Self {
-        let outage = Outage::new(
-            &s.name,
-            "HTTP receiver",
-            "retrying with the pipeline's backoff",
-        );
+        let health = Health::new(&s.name, "HTTP receiver");
         HttpSink {
             s,
-            outage,
+            health,
             rejected: AtomicU64::new(0),
         }
     }
@@ -186,15 +184,7 @@ impl HttpSink {
             },
             Err(e) => Err(transport(&self.s.url, &e)),
         };
-        match &result {
-            Ok(()) => {
-                self.outage.recovered();
-            }
-            Err(f @ (Failure::Retry { .. } | Failure::Fatal { .. })) => {
-                self.outage.failed(f.message());
-            }
-            Err(_) => {}
-        }
+        self.health.record(&result);
         result
     }
 
@@ -539,17 +529,7 @@ impl Sink for HttpSink {
     async fn healthcheck(&self) -> Result<(), SinkError> {
         let name = &self.s.name;
         let Some(url) = &self.s.health_url else {
-            return match self.outage.is_down() {
-                false => Ok(()),
-                true => Err(SinkError::transient(
-                    name,
-                    format!(
-                        "the last {} requests to {} failed",
-                        self.outage.failures(),
-                        self.s.url
-                    ),
-                )),
-            };
+            return self.health.check(name, &self.s.url);
         };
         match self.s.client.get(url.clone()).send().await {
             Ok(r) if r.status().is_success() => Ok(()),
@@ -574,6 +554,10 @@ impl Sink for HttpSink {
 
     fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
+    }
+
+    fn health_signal(&self) -> Option<ReadySignal> {
+        Some(self.health.signal())
     }
 }
 

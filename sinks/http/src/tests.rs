@@ -377,12 +377,15 @@ fn the_configuration_names_each_problem() {
         "Content-Type".into(),
         kubesink_core::Secret::new("text/plain"),
     );
+    c.headers
+        .insert("host".into(), kubesink_core::Secret::new("elsewhere"));
     let errors = check(c).join("\n");
     for want in [
-        "sinks[2] (http): url: \"ftp://x/\": the scheme must be http or https",
+        "sinks[2] (http): url: \"ftp://x/\": the scheme must be http:// or https://",
         "max_body_bytes: 100 bytes is below the minimum of 16 KiB",
         "requests_in_flight: 0 is outside 1 to 256",
         "headers.Content-Type: the sink sets this header itself",
+        "headers.host: the sink sets this header itself",
     ] {
         assert!(errors.contains(want), "{want} in:\n{errors}");
     }

@@ -175,11 +175,41 @@ impl Destination for OtlpConfig {
     }
 
     fn validate(&self, index: usize) -> Vec<SinkConfigError> {
-        self.as_http()
-            .validate(index)
-            .into_iter()
-            .map(rename)
-            .collect()
+        let invalid = |message: String| SinkConfigError::Invalid {
+            index,
+            name: self.name.clone(),
+            key: "endpoint".into(),
+            message,
+        };
+        let mut out = Vec::new();
+        match reqwest::Url::parse(&self.endpoint) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {
+                if u.path().trim_end_matches('/').ends_with("/v1/logs") {
+                    let base = self.endpoint.trim_end_matches('/');
+                    let base = base.strip_suffix("/v1/logs").unwrap_or(base);
+                    out.push(invalid(format!(
+                        "{:?} ends with /v1/logs, which kubesink appends itself (endpoint is the base URL, as OTEL_EXPORTER_OTLP_ENDPOINT): use {base:?}",
+                        self.endpoint
+                    )));
+                }
+            }
+            _ => out.push(invalid(format!(
+                "{:?} is not an http:// or https:// URL (is the scheme missing?)",
+                self.endpoint
+            ))),
+        }
+        let endpoint_named = !out.is_empty();
+        out.extend(
+            self.as_http()
+                .validate(index)
+                .into_iter()
+                .map(rename)
+                .filter(|e| {
+                    !(endpoint_named
+                        && matches!(e, SinkConfigError::Invalid { key, .. } if key == "endpoint"))
+                }),
+        );
+        out
     }
 
     fn warnings(&self, index: usize) -> Vec<String> {

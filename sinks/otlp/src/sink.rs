@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use kubesink_core::{Message, Outage, Sink, SinkError};
-use kubesink_http::{classify, transport, Failure};
+use kubesink_core::{Message, ReadySignal, Sink, SinkError};
+use kubesink_http::{classify, transport, Failure, Health};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -39,7 +39,7 @@ pub struct OtlpSink {
     url: reqwest::Url,
     gzip: bool,
     max_body_bytes: usize,
-    outage: Outage,
+    health: Health,
     rejected: AtomicU64,
 }
 
@@ -57,18 +57,14 @@ impl OtlpSink {
         gzip: bool,
         max_body_bytes: usize,
     ) -> Self {
-        let outage = Outage::new(
-            &name,
-            "OTLP endpoint",
-            "retrying with the pipeline's backoff",
-        );
+        let health = Health::new(&name, "OTLP endpoint");
         OtlpSink {
             name,
             client,
             url,
             gzip,
             max_body_bytes,
-            outage,
+            health,
             rejected: AtomicU64::new(0),
         }
     }
@@ -152,15 +148,7 @@ impl OtlpSink {
             },
             Err(e) => Err(transport(&self.url, &e)),
         };
-        match &result {
-            Ok(()) => {
-                self.outage.recovered();
-            }
-            Err(f @ (Failure::Retry { .. } | Failure::Fatal { .. })) => {
-                self.outage.failed(f.message());
-            }
-            Err(_) => {}
-        }
+        self.health.record(&result);
         result
     }
 
@@ -282,17 +270,7 @@ impl Sink for OtlpSink {
     }
 
     async fn healthcheck(&self) -> Result<(), SinkError> {
-        if self.outage.is_down() {
-            return Err(SinkError::transient(
-                &self.name,
-                format!(
-                    "the last {} exports to {} failed",
-                    self.outage.failures(),
-                    self.url
-                ),
-            ));
-        }
-        Ok(())
+        self.health.check(&self.name, &self.url)
     }
 
     async fn close(&self) -> Result<(), SinkError> {
@@ -305,6 +283,10 @@ impl Sink for OtlpSink {
 
     fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
+    }
+
+    fn health_signal(&self) -> Option<ReadySignal> {
+        Some(self.health.signal())
     }
 }
 

@@ -191,9 +191,32 @@ fn the_logs_url_and_the_checks_speak_of_endpoint() {
         .map(|e| e.to_string())
         .collect();
     assert!(
+        errors.iter().any(|e| e
+            .contains("sinks[1] (otlp): endpoint: \"ftp://c\" is not an http:// or https:// URL")),
+        "{errors:?}"
+    );
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let errors: Vec<String> = OtlpConfig::new("otel-collector:4318")
+        .validate(0)
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains(
+            "\"otel-collector:4318\" is not an http:// or https:// URL (is the scheme missing?)"
+        ),
+        "{errors:?}"
+    );
+    let errors: Vec<String> = OtlpConfig::new("http://c:4318/v1/logs")
+        .validate(0)
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
         errors
             .iter()
-            .any(|e| e.contains("sinks[1] (otlp): endpoint:")),
+            .any(|e| e.contains("ends with /v1/logs") && e.contains("use \"http://c:4318\"")),
         "{errors:?}"
     );
 }
