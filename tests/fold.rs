@@ -147,6 +147,7 @@ async fn a_jsonl_file_folds_duplicates_deletes_unknown_ops_and_markers() {
     );
     assert!(
         run.stderr.contains("1 duplicates")
+            && run.stderr.contains("1 deletes of keys not in the view")
             && run.stderr.contains("sweeping 1 keys")
             && run.stderr.contains("1 unknown ops skipped"),
         "{}",

@@ -77,11 +77,13 @@ async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Resul
                 let s = &view.stats;
                 eprintln!(
                     "caught up with {what}: {} keys from {} records ({} applied, {} duplicates, \
-                     {} tombstones, {} sync markers sweeping {} keys, {} unknown ops skipped)",
+                     {} deletes of keys not in the view, {} tombstones, {} sync markers sweeping \
+                     {} keys, {} unknown ops skipped)",
                     view.len(),
                     s.records,
                     s.applied,
                     s.duplicates,
+                    s.unknown_deletes,
                     s.tombstones,
                     s.markers,
                     s.swept,

@@ -159,6 +159,10 @@ pub struct Stats {
     pub swept: u64,
     /// Messages with an `op` the fold does not know, skipped.
     pub unknown_ops: u64,
+    /// `deleted` messages of keys the view did not hold (a delete delivered again after its
+    /// key left, or the delete of an object whose earlier messages the source no longer
+    /// has: a compacted topic, a stream's retention, a receiver started late).
+    pub unknown_deletes: u64,
     /// Sweeps not done because fewer keys of the list arrived than the marker's `count`.
     pub sweeps_skipped: u64,
     /// Messages skipped because their `leaderEpoch` is below one already seen for their key
@@ -362,7 +366,11 @@ impl View {
             return Ok(Vec::new());
         }
         if op == "deleted" {
-            return Ok(self.remove(key, "deleted").into_iter().collect());
+            let removed = self.remove(key, "deleted");
+            if removed.is_none() {
+                self.stats.unknown_deletes += 1;
+            }
+            return Ok(removed.into_iter().collect());
         }
         self.stats.applied += 1;
         let previous_initial = self.entries.get(&key).map_or(0, |e| e.initial_seq);
