@@ -21,5 +21,6 @@ mod sink;
 pub use config::{HttpAuth, HttpConfig, HttpFormat, HttpTls, ENVELOPE_ROOM};
 pub use health::Health;
 pub use sink::{
-    classify, drain, retry_after, transport, Failure, HttpSink, JSON_LINES_CONTENT_TYPE,
+    classify, drain, outcome, pack, retry_after, send_in_order, transport, Failure, HttpSink,
+    JSON_LINES_CONTENT_TYPE,
 };

@@ -194,57 +194,6 @@ impl HttpSink {
         tracing::error!(sink = %self.s.name, key = %m.key, id = %m.meta.id, op = m.meta.op.as_str(), answer = message, "the receiver refused the message for good: it is not sent again (kubesink_sink_rejected_messages_total)");
     }
 
-    /// The error for a batch whose messages `failed` (ascending) were not confirmed, the
-    /// others were (or were refused for good): the whole-batch kind when nothing got
-    /// through, else [`SinkError::Partial`].
-    fn outcome(
-        &self,
-        batch: &[Message],
-        mut failed: Vec<(usize, Failure)>,
-    ) -> Result<(), SinkError> {
-        if failed.is_empty() {
-            return Ok(());
-        }
-        failed.sort_by_key(|(i, _)| *i);
-        let name = &self.s.name;
-        if failed.len() < batch.len() {
-            return Err(SinkError::Partial {
-                sink: name.clone(),
-                message: failed[0].1.message().to_owned(),
-                failed: failed.into_iter().map(|(i, _)| i).collect(),
-            });
-        }
-        if let Some((index, _)) = failed
-            .iter()
-            .find(|(_, f)| matches!(f, Failure::TooLarge { .. }))
-        {
-            return Err(SinkError::TooLarge {
-                sink: name.clone(),
-                index: *index,
-                size: batch[*index].payload.len(),
-                limit: None,
-            });
-        }
-        if let Some((_, f)) = failed
-            .iter()
-            .find(|(_, f)| matches!(f, Failure::Fatal { .. }))
-        {
-            return Err(SinkError::fatal(name, f.message()));
-        }
-        let retry_after = failed
-            .iter()
-            .filter_map(|(_, f)| match f {
-                Failure::Retry { retry_after, .. } => *retry_after,
-                _ => None,
-            })
-            .max();
-        Err(SinkError::Transient {
-            sink: name.clone(),
-            message: failed[0].1.message().to_owned(),
-            retry_after,
-        })
-    }
-
     /// One event per request: keys concurrently, each key's messages in order.
     async fn send_each(&self, batch: &[Message]) -> Result<(), SinkError> {
         let mut chains: Vec<Vec<usize>> = Vec::new();
@@ -301,7 +250,7 @@ impl HttpSink {
             .flat_map(futures::stream::iter)
             .collect()
             .await;
-        self.outcome(batch, failed)
+        outcome(&self.s.name, batch, failed)
     }
 
     /// Many messages per request, one request at a time in batch order. A refused or too
@@ -309,48 +258,31 @@ impl HttpSink {
     /// the receiver refuses is alone.
     async fn send_batched(&self, batch: &[Message]) -> Result<(), SinkError> {
         let pieces: Vec<Bytes> = batch.iter().map(|m| self.piece(m)).collect();
-        let mut todo: VecDeque<(usize, usize)> = pack(&pieces, self.s.max_body_bytes).into();
-        while let Some((start, end)) = todo.pop_front() {
-            let body = self.join(&pieces[start..end]);
-            let result = if body.len() > self.s.max_body_bytes {
-                Err(Failure::TooLarge {
-                    message: format!(
-                        "{} bytes is above max_body_bytes ({})",
-                        body.len(),
-                        self.s.max_body_bytes
-                    ),
-                })
-            } else {
-                self.post(body, self.headers(None)).await
-            };
-            match result {
-                Ok(()) => {}
-                Err(Failure::Refused { .. } | Failure::TooLarge { .. }) if end - start > 1 => {
-                    let mid = start + (end - start) / 2;
-                    todo.push_front((mid, end));
-                    todo.push_front((start, mid));
+        // A separator (`,` or `\n`) each, and two bytes of brackets.
+        let sizes: Vec<usize> = pieces.iter().map(|p| p.len() + 1).collect();
+        let max = self.s.max_body_bytes;
+        let ranges = pack(&sizes, max.saturating_sub(2));
+        send_in_order(
+            &self.s.name,
+            batch,
+            ranges,
+            |start, end| {
+                let body = self.join(&pieces[start..end]);
+                async move {
+                    if body.len() > max {
+                        return Err(Failure::TooLarge {
+                            message: format!(
+                                "{} bytes is above max_body_bytes ({max})",
+                                body.len()
+                            ),
+                        });
+                    }
+                    self.post(body, self.headers(None)).await
                 }
-                Err(Failure::Refused { message }) => self.refused(&batch[start], &message),
-                Err(f) => {
-                    let message = format!(
-                        "not sent: an earlier request of the batch failed: {}",
-                        f.message()
-                    );
-                    let mut failed = vec![(start, f)];
-                    failed.extend((start + 1..batch.len()).map(|j| {
-                        (
-                            j,
-                            Failure::Retry {
-                                message: message.clone(),
-                                retry_after: None,
-                            },
-                        )
-                    }));
-                    return self.outcome(batch, failed);
-                }
-            }
-        }
-        Ok(())
+            },
+            |m, message| self.refused(m, message),
+        )
+        .await
     }
 
     /// A batched body of `pieces`: a JSON array, or lines.
@@ -378,23 +310,125 @@ impl HttpSink {
     }
 }
 
-/// Splits `pieces` into consecutive ranges whose batched body (a separator each, and two
-/// bytes of brackets) stays within `max_body`; a piece larger than that alone is a range
-/// of its own.
-fn pack(pieces: &[Bytes], max_body: usize) -> Vec<(usize, usize)> {
+/// Splits a batch whose messages take `sizes` bytes in a request body into consecutive
+/// ranges whose sum stays within `max`; a message larger than that alone is a range of its
+/// own. Shared with the OTLP wing.
+pub fn pack(sizes: &[usize], max: usize) -> Vec<(usize, usize)> {
     let mut ranges = Vec::new();
-    let (mut start, mut size) = (0, 2);
-    for (i, p) in pieces.iter().enumerate() {
-        if i > start && size + p.len() + 1 > max_body {
+    let (mut start, mut total) = (0, 0);
+    for (i, s) in sizes.iter().enumerate() {
+        if i > start && total + s > max {
             ranges.push((start, i));
-            (start, size) = (i, 2);
+            (start, total) = (i, 0);
         }
-        size += p.len() + 1;
+        total += s;
     }
-    if start < pieces.len() {
-        ranges.push((start, pieces.len()));
+    if start < sizes.len() {
+        ranges.push((start, sizes.len()));
     }
     ranges
+}
+
+/// Sends the consecutive `ranges` of `batch` (from [`pack`]) one request at a time, in
+/// order, with `send(start, end)`. A refused or too large request of several messages is
+/// split in two, first half first, until the message the receiver refuses is alone, which
+/// goes to `refused` (and counts as delivered); any other failure returns that request and
+/// everything after it ([`outcome`]). The batched path of both the HTTP and the OTLP sink.
+///
+/// # Errors
+/// What [`outcome`] makes of the first failure.
+pub async fn send_in_order<F, Fut>(
+    sink: &str,
+    batch: &[Message],
+    ranges: Vec<(usize, usize)>,
+    mut send: F,
+    refused: impl Fn(&Message, &str),
+) -> Result<(), SinkError>
+where
+    F: FnMut(usize, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Failure>>,
+{
+    let mut todo: VecDeque<(usize, usize)> = ranges.into();
+    while let Some((start, end)) = todo.pop_front() {
+        match send(start, end).await {
+            Ok(()) => {}
+            Err(Failure::Refused { .. } | Failure::TooLarge { .. }) if end - start > 1 => {
+                let mid = start + (end - start) / 2;
+                todo.push_front((mid, end));
+                todo.push_front((start, mid));
+            }
+            Err(Failure::Refused { message }) => refused(&batch[start], &message),
+            Err(f) => {
+                let message = format!(
+                    "not sent: an earlier request of the batch failed: {}",
+                    f.message()
+                );
+                let mut failed = vec![(start, f)];
+                failed.extend((start + 1..batch.len()).map(|j| {
+                    (
+                        j,
+                        Failure::Retry {
+                            message: message.clone(),
+                            retry_after: None,
+                        },
+                    )
+                }));
+                return outcome(sink, batch, failed);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The error for a batch whose messages `failed` (ascending) were not confirmed, the
+/// others were (or were refused for good): the whole-batch kind when nothing got
+/// through, else [`SinkError::Partial`].
+pub fn outcome(
+    sink: &str,
+    batch: &[Message],
+    mut failed: Vec<(usize, Failure)>,
+) -> Result<(), SinkError> {
+    if failed.is_empty() {
+        return Ok(());
+    }
+    failed.sort_by_key(|(i, _)| *i);
+    let name = sink;
+    if failed.len() < batch.len() {
+        return Err(SinkError::Partial {
+            sink: name.to_owned(),
+            message: failed[0].1.message().to_owned(),
+            failed: failed.into_iter().map(|(i, _)| i).collect(),
+        });
+    }
+    if let Some((index, _)) = failed
+        .iter()
+        .find(|(_, f)| matches!(f, Failure::TooLarge { .. }))
+    {
+        return Err(SinkError::TooLarge {
+            sink: name.to_owned(),
+            index: *index,
+            size: batch[*index].payload.len(),
+            limit: None,
+        });
+    }
+    if let Some((_, f)) = failed
+        .iter()
+        .find(|(_, f)| matches!(f, Failure::Fatal { .. }))
+    {
+        return Err(SinkError::fatal(name, f.message()));
+    }
+    let retry_after = failed
+        .iter()
+        .filter_map(|(_, f)| match f {
+            Failure::Retry { retry_after, .. } => *retry_after,
+            _ => None,
+        })
+        .max();
+    Err(SinkError::Transient {
+        sink: name.to_owned(),
+        message: failed[0].1.message().to_owned(),
+        retry_after,
+    })
 }
 
 /// Reads what is left of an accepted answer's body (up to 64 KiB), so that the connection

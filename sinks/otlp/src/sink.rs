@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 use kubesink_core::{Message, ReadySignal, Sink, SinkError};
-use kubesink_http::{classify, transport, Failure, Health};
+use kubesink_http::{classify, pack, send_in_order, transport, Failure, Health};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -190,23 +190,6 @@ fn attr(key: &str, value: &str) -> KeyValue {
     }
 }
 
-/// Consecutive ranges of `sizes` whose sum stays within `max`; a larger one alone.
-fn pack(sizes: &[usize], max: usize) -> Vec<(usize, usize)> {
-    let mut ranges = Vec::new();
-    let (mut start, mut total) = (0, 0);
-    for (i, s) in sizes.iter().enumerate() {
-        if i > start && total + s > max {
-            ranges.push((start, i));
-            (start, total) = (i, 0);
-        }
-        total += s;
-    }
-    if start < sizes.len() {
-        ranges.push((start, sizes.len()));
-    }
-    ranges
-}
-
 #[async_trait]
 impl Sink for OtlpSink {
     fn name(&self) -> &str {
@@ -225,48 +208,15 @@ impl Sink for OtlpSink {
             items.push(Item { resource, record });
         }
         let sizes: Vec<usize> = items.iter().map(|i| i.record.encoded_len() + 8).collect();
-        let mut todo: std::collections::VecDeque<(usize, usize)> =
-            pack(&sizes, self.max_body_bytes.saturating_sub(1024)).into();
-        while let Some((start, end)) = todo.pop_front() {
-            match self.export(&items[start..end]).await {
-                Ok(()) => {}
-                Err(Failure::Refused { .. } | Failure::TooLarge { .. }) if end - start > 1 => {
-                    let mid = start + (end - start) / 2;
-                    todo.push_front((mid, end));
-                    todo.push_front((start, mid));
-                }
-                Err(Failure::Refused { message }) => self.refused(&batch[start], &message),
-                Err(f) => {
-                    let name = &self.name;
-                    if start > 0 {
-                        return Err(SinkError::Partial {
-                            sink: name.clone(),
-                            failed: (start..batch.len()).collect(),
-                            message: f.message().to_owned(),
-                        });
-                    }
-                    return Err(match f {
-                        Failure::TooLarge { .. } => SinkError::TooLarge {
-                            sink: name.clone(),
-                            index: 0,
-                            size: batch[0].payload.len(),
-                            limit: None,
-                        },
-                        Failure::Fatal { message } => SinkError::fatal(name, message),
-                        Failure::Retry {
-                            message,
-                            retry_after,
-                        } => SinkError::Transient {
-                            sink: name.clone(),
-                            message,
-                            retry_after,
-                        },
-                        Failure::Refused { message } => SinkError::transient(name, message),
-                    });
-                }
-            }
-        }
-        Ok(())
+        let ranges = pack(&sizes, self.max_body_bytes.saturating_sub(1024));
+        send_in_order(
+            &self.name,
+            batch,
+            ranges,
+            |start, end| self.export(&items[start..end]),
+            |m, message| self.refused(m, message),
+        )
+        .await
     }
 
     async fn healthcheck(&self) -> Result<(), SinkError> {
