@@ -105,10 +105,11 @@ cargo clippy -p kubesink --lib -- -D warnings
 # installs the Helm chart into the real API server with it.
 DEPLOY_CHECKS_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
 export DEPLOY_CHECKS_PYTHON
-echo "== go vet (tests/kube, the control plane's mains; tests/receivers, the HTTP and OTLP sinks' receivers; benches/peers, the Go peers)"
+echo "== go vet (tests/kube, the control plane's mains; tests/receivers, the HTTP and OTLP sinks' receivers; benches/peers and benches/peers/otelcol, the Go peers)"
 (cd tests/kube && go vet ./...)
 (cd tests/receivers && go vet ./...)
 (cd benches/peers && go vet ./...)
+(cd benches/peers/otelcol && go vet ./...)
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 # The fault campaign (issue 19): two replicas, the simulator's faults, restarts and broker

@@ -17,7 +17,10 @@
 //
 // Every event is handed to a handler that serializes the object to JSON (what a bridge to a
 // broker does before it sends; --encode=false skips it) and appends one line to --out:
-// "op<TAB>namespace/name<TAB>uid<TAB>resourceVersion", op one of added, updated, deleted.
+// "op<TAB>namespace/name<TAB>uid<TAB>resourceVersion<TAB>stamp<TAB>handled", op one of added,
+// updated, deleted; stamp the object's bench.kubesink.io/changed-at annotation (the churn's
+// write time in Unix microseconds, "-" when absent) and handled the time the handler ran
+// (Unix microseconds), so the driver can take change → delivered latencies from the file.
 // A delete seen only as a tombstone after a relist (cache.DeletedFinalStateUnknown) is
 // unwrapped and written too, in every mode: the peers get the benefit of the doubt.
 //
@@ -55,6 +58,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
+// stampAnnotation is the annotation the bench suite's churn writes its change time into
+// (Unix microseconds; kubesink_bench::procs::STAMP).
+const stampAnnotation = "bench.kubesink.io/changed-at"
+
 // sink is the handler's destination: the --out file and the JSON encoder.
 type sink struct {
 	mu     sync.Mutex
@@ -77,8 +84,13 @@ func (s *sink) emit(op string, obj any) {
 			fmt.Fprintf(os.Stderr, "peer-informer: encoding %s/%s: %v\n", m.GetNamespace(), m.GetName(), err)
 		}
 	}
+	stamp, ok := m.GetAnnotations()[stampAnnotation]
+	if !ok {
+		stamp = "-"
+	}
+	handled := time.Now().UnixMicro()
 	s.mu.Lock()
-	fmt.Fprintf(s.out, "%s\t%s/%s\t%s\t%s\n", op, m.GetNamespace(), m.GetName(), m.GetUID(), m.GetResourceVersion())
+	fmt.Fprintf(s.out, "%s\t%s/%s\t%s\t%s\t%s\t%d\n", op, m.GetNamespace(), m.GetName(), m.GetUID(), m.GetResourceVersion(), stamp, handled)
 	s.mu.Unlock()
 	s.events.Add(1)
 }

@@ -24,10 +24,13 @@
 //!    simulator, and the API server's own memory and CPU for each;
 //! 8. side by side with the Go peers (`peers.rs`, `--only peers`, not part of the full run: it
 //!    needs the control plane and the peers `scripts/peers-build.sh` builds): kubesink, the
-//!    seed's lightweight informer, client-go's metadata-only and full informers on the same
-//!    real API server, their sync, memory and CPU, and what each delivers after a gap.
+//!    seed's lightweight informer, client-go's metadata-only and full informers and an
+//!    OpenTelemetry Collector with the k8sobjects receiver on the same real API server, their
+//!    sync, memory and CPU, churn latency, and what each delivers after a gap;
+//! 9. the cost of a resource's CEL filter (`filters.rs`, `--only filters`): no filter, one
+//!    condition, five, on the simulator.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
 //! `--only http` the HTTP sink into a local receiver, each format (`bench_suite/http.rs`,
 //! `results-http-*`), `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
@@ -52,6 +55,8 @@ use kubesink_bench::procs::{self, free_port, spawn, Nats, Proc, Sim, Tansu};
 use kubesink_bench::stats::{mean, mib, percentile};
 use serde_json::{json, Value};
 
+#[path = "bench_suite/filters.rs"]
+mod filters;
 #[path = "bench_suite/fleet.rs"]
 mod fleet;
 #[path = "bench_suite/http.rs"]
@@ -737,7 +742,7 @@ struct Args {
     /// real kube-apiserver: sync, memory, CPU, and what each delivers after a gap).
     /// `http` (the HTTP sink into a local CloudEvents receiver: initial list, latency and CPU
     /// per change, each format).
-    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http"])]
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http", "filters"])]
     only: Option<String>,
     /// With `--only peers`: the number of Pods (default 100,000; 1,000 with `--quick`); the
     /// gap deletes and creates 1% of them (at least 10). The results file names the count
@@ -802,6 +807,26 @@ fn main() -> anyhow::Result<()> {
         std::io::stdout().write_all(md.as_bytes())?;
         return Ok(());
     }
+    if only.as_deref() == Some("filters") {
+        eprintln!(
+            "== resource filters (CEL): {} pods, {} changes/s, no filter, 1 and 5 conditions",
+            plan.churn_pods, plan.churn_rate
+        );
+        let runs = filters::runs(&ctx, &plan)?;
+        let md = format!(
+            "<!-- written by bench-suite --only filters ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            filters::markdown(&runs)
+        );
+        std::fs::write(out.join(format!("results-filters-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-filters-{mode}.json")),
+            serde_json::to_string_pretty(&filters::json(&runs))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
     if only.as_deref() == Some("http") {
         eprintln!(
             "== HTTP sink: {} pods, {} changes/s, each format into a local receiver",
@@ -837,7 +862,9 @@ fn main() -> anyhow::Result<()> {
         } else {
             (Duration::from_secs(15), Duration::from_secs(30))
         };
-        let report = peers::run(&ctx, pods, gap, settle, steady)?;
+        let churn_secs = if quick { 3.0 } else { 30.0 };
+        let report = peers::run(&ctx, pods, gap, settle, steady, churn_secs)?;
+        peers::plot(&out.join(format!("peers-rss-{name}.png")), &report)?;
         let md = format!(
             "<!-- written by bench-suite --only peers ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
             machine(),

@@ -28,8 +28,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use kubesink_bench::http::{metric_sum, request};
 use kubesink_bench::procfs::{self, Sampler};
-use kubesink_bench::procs::{spawn, Proc};
-use kubesink_bench::stats::mib;
+use kubesink_bench::procs::{now_micros, spawn, stamp_of, Proc, STAMP};
+use kubesink_bench::stats::{mib, percentile};
 use serde_json::{json, Value};
 
 use super::kube_server::{self, ControlPlane};
@@ -37,13 +37,28 @@ use super::real::{self, NAMESPACES};
 use super::{watch_lines, Ctx, Kubesink};
 
 /// The programs, in the order they run (each after a fresh API server start).
-pub const PROGRAMS: [&str; 5] = [
+pub const PROGRAMS: [&str; 6] = [
     "kubesink",
     "kubesink-metadata",
     "lightweight",
     "metadata",
     "full",
+    "k8sobjects",
 ];
+
+/// Every `LARGE_EVERY`th Pod carries an annotation of `LARGE_BYTES` bytes (5% of the Pods: what
+/// tools that keep a manifest, a build record or a sidecar's status in an annotation leave).
+pub const LARGE_EVERY: usize = 20;
+/// The size of the large annotation, in bytes.
+pub const LARGE_BYTES: usize = 32 * 1024;
+const LARGE_ANNOTATION: &str = "bench.kubesink.io/build-record";
+
+/// The churn rates (changes/s) asked for, one after the other on one start of each program.
+pub const CHURN_RATES: [f64; 2] = [200.0, 1_000.0];
+
+/// (stamp, delivered) pairs, both Unix microseconds: the churn's write time read from the
+/// object's annotation, and the time the program handed the change on.
+type Stamps = Arc<Mutex<Vec<(u64, u64)>>>;
 
 /// Whether `program` is kubesink (its whole payload, or `payload = "metadata"`).
 fn is_kubesink(program: &str) -> bool {
@@ -60,8 +75,23 @@ pub fn describe(program: &str) -> &'static str {
         "lightweight" => "the seed's technique (Clutch's LightweightInformer on client-go)",
         "metadata" => "client-go metadata-only informer (metadatainformer)",
         "full" => "client-go shared informer, whole Pods",
+        "k8sobjects" => {
+            "OpenTelemetry Collector, `k8sobjects` receiver (watch, initial state) → file exporter"
+        }
         _ => "?",
     }
+}
+
+/// A Pod as [`real::pod`] makes it; every [`LARGE_EVERY`]th with a [`LARGE_BYTES`] annotation.
+fn peer_pod(namespace: &str, i: usize) -> Value {
+    let mut pod = real::pod(namespace, i);
+    if i.is_multiple_of(LARGE_EVERY) {
+        let filler: String = (0..LARGE_BYTES)
+            .map(|k| char::from(b'a' + ((i + k * 7) % 26) as u8))
+            .collect();
+        pod["metadata"]["annotations"][LARGE_ANNOTATION] = Value::String(filler);
+    }
+    pod
 }
 
 /// One program's initial sync and steady state.
@@ -77,6 +107,8 @@ pub struct Sync {
     pub server_cpu_secs: f64,
     pub lists: f64,
     pub watches: f64,
+    /// The program's RSS from its start to the end of the quiet time (the plot).
+    pub samples: Vec<procfs::Sample>,
 }
 
 /// One program's restart after a gap.
@@ -95,36 +127,74 @@ pub struct Gap {
     pub sync_secs: f64,
 }
 
+/// One program under one churn rate.
+pub struct Churn {
+    pub program: &'static str,
+    /// The rate asked for (changes/s).
+    pub target: f64,
+    /// Changes the API server accepted, and the rate it took them at.
+    pub applied: usize,
+    pub rate: f64,
+    /// Changes the program handed on (its stamp seen), within the drain time.
+    pub delivered: usize,
+    /// Change → delivered, milliseconds.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// The program's CPU seconds per 10,000 applied changes (from the first change to the
+    /// last delivered).
+    pub cpu_per_10k: f64,
+    /// The API server's CPU seconds per 10,000 applied changes over the same time.
+    pub server_cpu_per_10k: f64,
+}
+
 /// The whole part.
 pub struct Report {
     pub pods: usize,
     pub create_secs: f64,
     pub syncs: Vec<Sync>,
     pub gaps: Vec<Gap>,
+    pub churns: Vec<Churn>,
+    pub churn_secs: f64,
 }
 
 /// A running program and how to tell it synced.
-enum Running {
+struct Running {
+    kind: Kind,
+    /// Threads reading its output; stopped and joined by [`Running::stop`].
+    readers: Vec<std::thread::JoinHandle<()>>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+enum Kind {
     Kubesink(Kubesink),
     Peer {
         proc: Proc,
         lines: Arc<Mutex<Vec<String>>>,
     },
+    /// The Collector: its file exporter writes to stdout, read by a thread that counts the
+    /// records and writes them down as a peer's event lines; synced once `expect` records
+    /// came.
+    Collector {
+        proc: Proc,
+        records: Arc<std::sync::atomic::AtomicUsize>,
+        expect: usize,
+    },
 }
 
 impl Running {
     fn pid(&self) -> u32 {
-        match self {
-            Running::Kubesink(k) => k.proc.pid(),
-            Running::Peer { proc, .. } => proc.pid(),
+        match &self.kind {
+            Kind::Kubesink(k) => k.proc.pid(),
+            Kind::Peer { proc, .. } | Kind::Collector { proc, .. } => proc.pid(),
         }
     }
 
     /// Waits until the program handed every object of its initial list on (`pods` at
     /// least, when given).
     fn wait_synced(&mut self, pods: Option<usize>, within: Duration) -> anyhow::Result<()> {
-        match self {
-            Running::Kubesink(k) => match pods {
+        match &mut self.kind {
+            Kind::Kubesink(k) => match pods {
                 Some(n) => {
                     k.wait_delivered(Some(n), within)?;
                     k.wait_delivered(None, within)
@@ -149,7 +219,7 @@ impl Running {
                     }
                 }
             },
-            Running::Peer { proc, lines } => {
+            Kind::Peer { proc, lines } => {
                 super::wait_line(proc, lines, "synced ", within)?;
                 let n = lines
                     .lock()
@@ -164,16 +234,41 @@ impl Running {
                 }
                 Ok(())
             }
+            Kind::Collector {
+                proc,
+                records,
+                expect,
+            } => {
+                let want = pods.unwrap_or(*expect);
+                let deadline = std::time::Instant::now() + within;
+                while records.load(std::sync::atomic::Ordering::Relaxed) < want {
+                    proc.check_running()?;
+                    if std::time::Instant::now() > deadline {
+                        bail!(
+                            "the Collector wrote {} records, not {want}, within {within:?}",
+                            records.load(std::sync::atomic::Ordering::Relaxed)
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                Ok(())
+            }
         }
     }
 
-    /// SIGTERM, and the clean exit it must make.
+    /// SIGTERM, and the clean exit it must make; then its output readers are finished.
     fn stop(self) -> anyhow::Result<()> {
-        let (mut proc, name) = match self {
-            Running::Kubesink(k) => (k.proc, "kubesink"),
-            Running::Peer { proc, .. } => (proc, "peer"),
+        let (mut proc, name) = match self.kind {
+            Kind::Kubesink(k) => (k.proc, "kubesink"),
+            Kind::Peer { proc, .. } => (proc, "peer"),
+            Kind::Collector { proc, .. } => (proc, "otelcol-k8sobjects"),
         };
-        match proc.terminate(Duration::from_secs(60))? {
+        let exit = proc.terminate(Duration::from_secs(60))?;
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in self.readers {
+            let _ = r.join();
+        }
+        match exit {
             Some(s) if s.success() => Ok(()),
             Some(s) => bail!("{name} exited with {s} after SIGTERM"),
             None => bail!("{name} did not exit within 60 s of SIGTERM"),
@@ -181,17 +276,189 @@ impl Running {
     }
 }
 
-/// Starts `program` on the cluster of `kubeconfig`, its events to `out` (kubesink: its
-/// stdout; `None`: /dev/null), kubesink's state in `state` when given.
+/// Reads kubesink's stdout: every added or updated message with a stamp goes into `stamps`.
+fn kubesink_reader(
+    out: impl std::io::Read + Send + 'static,
+    stamps: Stamps,
+) -> std::thread::JoinHandle<()> {
+    use std::io::BufRead as _;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let now = now_micros();
+            if let Some(at) = stamp_of(&line) {
+                if line.contains("\"op\":\"added\"") || line.contains("\"op\":\"updated\"") {
+                    stamps
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((at, now));
+                }
+            }
+        }
+    })
+}
+
+/// Follows a peer's event file (its writer flushes every 100 ms) until `done`: every added or
+/// updated line with a stamp goes into `stamps`, with the time the handler ran.
+fn peer_tail(
+    path: PathBuf,
+    stamps: Stamps,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    use std::io::{Read as _, Seek as _};
+    std::thread::spawn(move || {
+        let (mut offset, mut partial) = (0u64, String::new());
+        loop {
+            let finished = done.load(std::sync::atomic::Ordering::Relaxed);
+            if let Ok(mut f) = std::fs::File::open(&path) {
+                let mut chunk = String::new();
+                if f.seek(std::io::SeekFrom::Start(offset)).is_ok()
+                    && f.read_to_string(&mut chunk).is_ok()
+                {
+                    offset += chunk.len() as u64;
+                    partial.push_str(&chunk);
+                    let complete = partial.rfind('\n').map_or(0, |i| i + 1);
+                    let mut got = Vec::new();
+                    for line in partial[..complete].lines() {
+                        let f: Vec<&str> = line.split('\t').collect();
+                        if f.len() >= 6 && (f[0] == "added" || f[0] == "updated") {
+                            if let (Ok(at), Ok(handled)) = (f[4].parse(), f[5].parse()) {
+                                got.push((at, handled));
+                            }
+                        }
+                    }
+                    partial.drain(..complete);
+                    stamps.lock().unwrap_or_else(|p| p.into_inner()).extend(got);
+                }
+            }
+            if finished {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
+
+/// The string value that follows `{"key":"KEY","value":{"stringValue":"` in `line`, from `at`.
+fn otlp_string<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let marker = format!("{{\"key\":\"{key}\",\"value\":{{\"stringValue\":\"");
+    let at = line.find(&marker)? + marker.len();
+    line[at..].split('"').next()
+}
+
+/// The records of one line of the Collector's file exporter (OTLP JSON, one export request a
+/// line; the k8sobjects receiver hands each watch event on alone, so a line holds one
+/// record): (op, namespace/name, stamp). A scan, not a parse, so that the reader keeps up;
+/// a line with more than one record is parsed whole.
+fn otlp_records(line: &str) -> Vec<(&'static str, String, Option<u64>)> {
+    const TYPE: &str = "{\"key\":\"type\",\"value\":{\"stringValue\":\"";
+    let op_of = |t: &str| match t {
+        "ADDED" => Some("added"),
+        "MODIFIED" => Some("updated"),
+        "DELETED" => Some("deleted"),
+        _ => None,
+    };
+    let types: Vec<&'static str> = line
+        .match_indices(TYPE)
+        .filter_map(|(i, _)| op_of(line[i + TYPE.len()..].split('"').next()?))
+        .collect();
+    if types.len() == 1 {
+        let key = format!(
+            "{}/{}",
+            otlp_string(line, "k8s.namespace.name").unwrap_or_default(),
+            otlp_string(line, "event.name").unwrap_or_default()
+        );
+        let stamp = otlp_string(line, STAMP).and_then(|v| v.parse().ok());
+        return vec![(types[0], key, stamp)];
+    }
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        return Vec::new();
+    };
+    let kv = |values: &Value, key: &str| -> Option<Value> {
+        values
+            .as_array()?
+            .iter()
+            .find(|e| e["key"] == key)
+            .map(|e| e["value"].clone())
+    };
+    let mut all = Vec::new();
+    for rl in v["resourceLogs"].as_array().into_iter().flatten() {
+        let ns = kv(&rl["resource"]["attributes"], "k8s.namespace.name")
+            .and_then(|v| v["stringValue"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
+            for r in sl["logRecords"].as_array().into_iter().flatten() {
+                let body = &r["body"]["kvlistValue"]["values"];
+                let Some(op) = kv(body, "type").and_then(|t| op_of(t["stringValue"].as_str()?))
+                else {
+                    continue;
+                };
+                let name = kv(&r["attributes"], "event.name")
+                    .and_then(|v| v["stringValue"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let stamp = kv(body, "object")
+                    .and_then(|o| kv(&o["kvlistValue"]["values"], "metadata"))
+                    .and_then(|m| kv(&m["kvlistValue"]["values"], "annotations"))
+                    .and_then(|a| kv(&a["kvlistValue"]["values"], STAMP))
+                    .and_then(|s| s["stringValue"].as_str()?.parse().ok());
+                all.push((op, format!("{ns}/{name}"), stamp));
+            }
+        }
+    }
+    all
+}
+
+/// Reads the Collector's stdout (its file exporter's output): counts the records, writes each
+/// down in `file` as a peer's event line (the time read as the time handled), and puts
+/// every stamped add or update into `stamps` when given.
+fn collector_reader(
+    out: impl std::io::Read + Send + 'static,
+    file: PathBuf,
+    records: Arc<std::sync::atomic::AtomicUsize>,
+    stamps: Option<Stamps>,
+) -> std::thread::JoinHandle<()> {
+    use std::io::{BufRead as _, Write as _};
+    std::thread::spawn(move || {
+        let Ok(f) = std::fs::File::create(&file) else {
+            eprintln!("   cannot write {}", file.display());
+            return;
+        };
+        let mut w = std::io::BufWriter::new(f);
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let now = now_micros();
+            for (op, key, stamp) in otlp_records(&line) {
+                let shown = stamp.map_or_else(|| "-".to_owned(), |s| s.to_string());
+                let _ = writeln!(w, "{op}\t{key}\t-\t-\t{shown}\t{now}");
+                if let (Some(at), Some(stamps), true) = (stamp, &stamps, op != "deleted") {
+                    stamps
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((at, now));
+                }
+                records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let _ = w.flush();
+    })
+}
+
+/// Starts `program` on the cluster of `kubeconfig` (`pods` Pods live), its events to `out`
+/// (kubesink: its stdout; `None`: /dev/null, or a scratch file for the peers), kubesink's
+/// state in `state` when given; with `stamps`, every stamped change it hands on is recorded
+/// there (kubesink's stdout is then read by the suite, not written to `out`).
+#[allow(clippy::too_many_arguments)]
 fn start(
     ctx: &Ctx,
     peers: &Path,
     program: &'static str,
     kubeconfig: &Path,
+    pods: usize,
     out: Option<&Path>,
     state: Option<&Path>,
+    stamps: Option<&Stamps>,
     run: &str,
 ) -> anyhow::Result<Running> {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
     if is_kubesink(program) {
         let payload = if program == "kubesink-metadata" {
             "payload = \"metadata\"\n"
@@ -208,20 +475,60 @@ fn start(
             "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n{payload}\n[[sinks]]\ntype = \"stdout\"\n{state}",
             kubeconfig.display().to_string()
         );
-        let stdout = match out {
-            Some(p) => Stdio::from(std::fs::File::create(p)?),
-            None => Stdio::null(),
+        let stdout = match (stamps, out) {
+            (Some(_), _) => Stdio::piped(),
+            (None, Some(p)) => Stdio::from(std::fs::File::create(p)?),
+            (None, None) => Stdio::null(),
         };
-        return Ok(Running::Kubesink(Kubesink::start_text_to(
-            ctx,
-            &text,
-            stdout,
-            &format!("peers-{run}"),
-        )?));
+        let mut k = Kubesink::start_text_to(ctx, &text, stdout, &format!("peers-{run}"))?;
+        if let Some(stamps) = stamps {
+            let out = k.proc.take_stdout().context("kubesink stdout")?;
+            readers.push(kubesink_reader(out, stamps.clone()));
+        }
+        return Ok(Running {
+            kind: Kind::Kubesink(k),
+            readers,
+            done,
+        });
     }
     let scratch = ctx.dir.path().join(format!("peer-{run}.events"));
     let out = out.unwrap_or(&scratch);
     let log = std::fs::File::create(ctx.dir.path().join(format!("peer-{run}.log")))?;
+    if program == "k8sobjects" {
+        let config = ctx.dir.path().join(format!("otelcol-{run}.yaml"));
+        std::fs::write(
+            &config,
+            "receivers:\n  k8sobjects:\n    auth_type: kubeConfig\n    include_initial_state: true\n    objects:\n      - name: pods\n        mode: watch\n\
+             exporters:\n  file:\n    path: /dev/stdout\n    flush_interval: 10ms\n\
+             service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    logs:\n      receivers: [k8sobjects]\n      exporters: [file]\n",
+        )?;
+        let mut proc = spawn(
+            "otelcol-k8sobjects",
+            Command::new(peers.join("otelcol-k8sobjects"))
+                .env("KUBECONFIG", kubeconfig)
+                .arg("--config")
+                .arg(&config)
+                .stdout(Stdio::piped())
+                .stderr(log),
+        )?;
+        let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stdout = proc.take_stdout().context("otelcol stdout")?;
+        readers.push(collector_reader(
+            stdout,
+            out.to_owned(),
+            records.clone(),
+            stamps.cloned(),
+        ));
+        return Ok(Running {
+            kind: Kind::Collector {
+                proc,
+                records,
+                expect: pods,
+            },
+            readers,
+            done,
+        });
+    }
     let mut proc = spawn(
         &format!("peer-informer --mode {program}"),
         Command::new(peers.join("peer-informer"))
@@ -233,7 +540,14 @@ fn start(
             .stderr(log),
     )?;
     let lines = watch_lines(proc.take_stdout().context("stdout")?);
-    Ok(Running::Peer { proc, lines })
+    if let Some(stamps) = stamps {
+        readers.push(peer_tail(out.to_owned(), stamps.clone(), done.clone()));
+    }
+    Ok(Running {
+        kind: Kind::Peer { proc, lines },
+        readers,
+        done,
+    })
 }
 
 /// One program's initial sync and quiet time, after a fresh API server start.
@@ -258,6 +572,8 @@ fn sync_once(
         peers,
         program,
         &cp.admin_kubeconfig,
+        pods,
+        None,
         None,
         None,
         &format!("sync-{program}"),
@@ -290,6 +606,7 @@ fn sync_once(
         server_cpu_secs: server_cpu,
         lists: lists1 - lists0,
         watches: watches1 - watches0,
+        samples,
     };
     eprintln!(
         "   {program}: synced in {:.1} s, peak {:.1} MiB, steady {:.1} MiB, CPU {:.2} s; server RSS {:.0} → {:.0} MiB, CPU {:.2} s; {} LIST, {} WATCH",
@@ -364,13 +681,16 @@ fn gap_once(
     std::fs::create_dir_all(&dir)?;
     let state = dir.join("state");
     let first = dir.join("first.out");
+    let live_pods = *next - *live;
     let mut p = start(
         ctx,
         peers,
         program,
         &cp.admin_kubeconfig,
+        live_pods,
         Some(&first),
         Some(&state),
+        None,
         &format!("gap1-{program}"),
     )?;
     p.wait_synced(None, Duration::from_secs(1800))?;
@@ -408,7 +728,7 @@ fn gap_once(
             real::post(
                 &client,
                 &format!("/api/v1/namespaces/{ns}/pods"),
-                real::pod(&ns, i),
+                peer_pod(&ns, i),
             )
             .await?;
         }
@@ -422,8 +742,10 @@ fn gap_once(
         peers,
         program,
         &cp.admin_kubeconfig,
+        live_pods,
         Some(&second),
         Some(&state),
+        None,
         &format!("gap2-{program}"),
     )?;
     let started = std::time::Instant::now();
@@ -459,6 +781,157 @@ fn gap_once(
     Ok(g)
 }
 
+/// Stamps Pods `cursor, cursor + 1, …` (wrapping over `live..next`) with the write time at
+/// `rate` changes/s for `secs` seconds: a merge PATCH of the [`STAMP`] annotation, 64 in
+/// flight at most. Returns the changes the API server accepted and the seconds they took.
+async fn stamp_pods(
+    client: &kube::Client,
+    live: usize,
+    next: usize,
+    cursor: &mut usize,
+    rate: f64,
+    secs: f64,
+) -> anyhow::Result<(usize, f64)> {
+    use futures::StreamExt as _;
+    let total = (rate * secs) as usize;
+    let span = (next - live).max(1);
+    let first = *cursor;
+    *cursor += total;
+    let started = tokio::time::Instant::now();
+    let mut writes = std::pin::pin!(futures::stream::iter(0..total)
+        .then(|k| async move {
+            tokio::time::sleep_until(started + Duration::from_secs_f64(k as f64 / rate)).await;
+            k
+        })
+        .map(|k| {
+            let client = client.clone();
+            async move {
+                let (ns, name) = pod_key(live + (first + k) % span);
+                let body = json!({"metadata": {"annotations": {STAMP: now_micros().to_string()}}});
+                let req = http::Request::patch(format!("/api/v1/namespaces/{ns}/pods/{name}"))
+                    .header("content-type", "application/merge-patch+json")
+                    .body(serde_json::to_vec(&body)?)?;
+                client
+                    .request_text(req)
+                    .await
+                    .with_context(|| format!("patching {ns}/{name}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(64));
+    let mut applied = 0;
+    while let Some(r) = writes.next().await {
+        if let Err(e) = r {
+            eprintln!("   a churn write failed: {e:#}");
+        } else {
+            applied += 1;
+        }
+    }
+    Ok((applied, started.elapsed().as_secs_f64()))
+}
+
+/// One program under churn: started and synced (its watch open), then each of
+/// [`CHURN_RATES`] for `secs` seconds; per rate the changes applied, those delivered within
+/// `drain`, the change → delivered latency and the CPU per 10,000 changes of the program and
+/// of the API server.
+#[allow(clippy::too_many_arguments)]
+fn churn_once(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    peers: &Path,
+    program: &'static str,
+    live: usize,
+    next: usize,
+    cursor: &mut usize,
+    secs: f64,
+    drain: Duration,
+) -> anyhow::Result<Vec<Churn>> {
+    let stamps: Stamps = Arc::default();
+    let open_watches = || {
+        ctx.rt.block_on(cp.metric(
+            "apiserver_longrunning_requests",
+            &[("verb", "WATCH"), ("resource", "pods")],
+        ))
+    };
+    let watches0 = open_watches();
+    let out = ctx.dir.path().join(format!("churn-{program}.out"));
+    let mut p = start(
+        ctx,
+        peers,
+        program,
+        &cp.admin_kubeconfig,
+        next - live,
+        Some(&out),
+        None,
+        Some(&stamps),
+        &format!("churn-{program}"),
+    )?;
+    p.wait_synced(Some(next - live), Duration::from_secs(1800))?;
+    // Changes made before the program's watch is open would be missed by a program that lists
+    // and then watches from a later resourceVersion (the Collector's receiver does).
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    while open_watches() < watches0 + 1.0 {
+        if std::time::Instant::now() > deadline {
+            bail!("{program} opened no watch of Pods within 600 s of its sync");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let client = ctx
+        .rt
+        .block_on(kube_server::client_of(&cp.admin_kubeconfig))
+        .map_err(anyhow::Error::msg)?;
+    let server = cp.pid("kube-apiserver").context("no kube-apiserver")?;
+    let mut rows = Vec::new();
+    for target in CHURN_RATES {
+        let seen = |from: u64, to: u64| -> Vec<(u64, u64)> {
+            stamps
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter(|(at, _)| (from..to).contains(at))
+                .copied()
+                .collect()
+        };
+        let cpu0 = procfs::cpu_seconds(p.pid()).unwrap_or(0.0);
+        let server_cpu0 = procfs::cpu_seconds(server).unwrap_or(0.0);
+        let from = now_micros();
+        let (applied, took) = ctx
+            .rt
+            .block_on(stamp_pods(&client, live, next, cursor, target, secs))?;
+        let to = now_micros();
+        let deadline = std::time::Instant::now() + drain;
+        while seen(from, to).len() < applied && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let cpu = procfs::cpu_seconds(p.pid()).unwrap_or(0.0) - cpu0;
+        let server_cpu = procfs::cpu_seconds(server).unwrap_or(0.0) - server_cpu0;
+        let ms: Vec<f64> = seen(from, to)
+            .iter()
+            .map(|(at, got)| got.saturating_sub(*at) as f64 / 1000.0)
+            .collect();
+        let per_10k = |c: f64| c / applied.max(1) as f64 * 10_000.0;
+        let row = Churn {
+            program,
+            target,
+            applied,
+            rate: applied as f64 / took.max(1e-9),
+            delivered: ms.len(),
+            p50_ms: percentile(&ms, 50.0).unwrap_or(f64::NAN),
+            p99_ms: percentile(&ms, 99.0).unwrap_or(f64::NAN),
+            max_ms: percentile(&ms, 100.0).unwrap_or(f64::NAN),
+            cpu_per_10k: per_10k(cpu),
+            server_cpu_per_10k: per_10k(server_cpu),
+        };
+        eprintln!(
+            "   {program} at {target:.0}/s asked: {} changes at {:.0}/s, {} delivered, p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms; CPU/10k changes {:.2} s (API server {:.2} s)",
+            row.applied, row.rate, row.delivered, row.p50_ms, row.p99_ms, row.max_ms, row.cpu_per_10k, row.server_cpu_per_10k
+        );
+        rows.push(row);
+    }
+    p.stop()?;
+    Ok(rows)
+}
+
 /// The peers' bin directory: `PEERS_BIN_DIR`, else what `scripts/peers-build.sh` builds.
 fn peers_bin() -> anyhow::Result<PathBuf> {
     if let Some(d) = std::env::var_os("PEERS_BIN_DIR") {
@@ -481,24 +954,45 @@ fn peers_bin() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
 }
 
-/// Creates `pods` Pods on a real control plane, then runs every program's sync and gap.
+/// Creates `pods` Pods on a real control plane, then runs every program's sync, churn (each
+/// rate for `churn_secs`) and gap.
 pub fn run(
     ctx: &Ctx,
     pods: usize,
     gap: usize,
     settle: Duration,
     steady: Duration,
+    churn_secs: f64,
 ) -> anyhow::Result<Report> {
     let peers = peers_bin()?;
     eprintln!("== the Go peers: {}", peers.display());
     eprintln!("== a real kube-apiserver and etcd (tests/kube, built by scripts/kube-build.sh)");
     let cp = ControlPlane::start(kube_server::Options::default());
     eprintln!("== creating {pods} Pods through the API");
-    let create_secs = ctx.rt.block_on(real::populate(&cp, pods))?;
+    let create_secs = ctx.rt.block_on(real::populate_with(&cp, pods, peer_pod))?;
     eprintln!("== initial sync and steady state, one program at a time");
     let mut syncs = Vec::new();
     for program in PROGRAMS {
         syncs.push(sync_once(ctx, &cp, &peers, program, pods, settle, steady)?);
+    }
+    eprintln!(
+        "== churn: each program synced, then {:?} changes/s for {churn_secs} s each",
+        CHURN_RATES
+    );
+    let mut churns = Vec::new();
+    let mut cursor = 0;
+    for program in PROGRAMS {
+        churns.extend(churn_once(
+            ctx,
+            &cp,
+            &peers,
+            program,
+            0,
+            pods,
+            &mut cursor,
+            churn_secs,
+            Duration::from_secs(120),
+        )?);
     }
     eprintln!("== a gap: each program stopped while {gap} Pods are deleted and {gap} created");
     let (mut live, mut next) = (0, pods);
@@ -513,6 +1007,8 @@ pub fn run(
         create_secs,
         syncs,
         gaps,
+        churns,
+        churn_secs,
     })
 }
 
@@ -521,11 +1017,16 @@ pub fn markdown(r: &Report) -> String {
     let mut s = format!(
         "\n## Side by side with the Go peers on a real kube-apiserver ({} Pods)\n\n\
          kube-apiserver and etcd of `tests/kube` (v1.37.2), the peers of `benches/peers` \
-         (client-go v0.37.2), one program at a time after a fresh API server start; {} Pods \
-         created through the API in {:.0} s. Ratios are to kubesink's figure in this run.\n\n\
+         (client-go v0.37.2; the Collector's contrib v0.148.0), one program at a time after a \
+         fresh API server start; {} Pods created through the API in {:.0} s, one in {} with a \
+         {} KiB annotation. Ratios are to kubesink's figure in this run.\n\n\
          | program | sync (s) | peak RSS (MiB) | steady RSS (MiB) | steady ÷ kubesink | CPU (s) | CPU ÷ kubesink | API server CPU (s) | API server RSS peak (MiB) | LIST | WATCH |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        r.pods, r.pods, r.create_secs
+        r.pods,
+        r.pods,
+        r.create_secs,
+        LARGE_EVERY,
+        LARGE_BYTES / 1024
     );
     let base = r.syncs.iter().find(|x| x.program == "kubesink");
     for x in &r.syncs {
@@ -547,6 +1048,37 @@ pub fn markdown(r: &Report) -> String {
             x.lists,
             x.watches
         );
+    }
+    if !r.churns.is_empty() {
+        s += &format!(
+            "\n**Churn**: each program synced, then its watch open, then Pods patched (an \
+             annotation stamped with the write time) at each rate for {:.0} s; latency from the \
+             write to the program handing the change on (kubesink: its stdout line read; a \
+             client-go peer: its handler; the Collector: its file exporter's line read).\n\n\
+             | program | rate asked (/s) | applied | rate (/s) | delivered | p50 ms | p99 ms | max ms | CPU s / 10k changes | ÷ kubesink | API server CPU s / 10k |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            r.churn_secs
+        );
+        for c in &r.churns {
+            let base = r
+                .churns
+                .iter()
+                .find(|b| b.program == "kubesink" && b.target == c.target)
+                .map_or(f64::NAN, |b| c.cpu_per_10k / b.cpu_per_10k.max(1e-9));
+            s += &format!(
+                "| {} | {:.0} | {} | {:.0} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {base:.2}× | {:.2} |\n",
+                describe(c.program),
+                c.target,
+                c.applied,
+                c.rate,
+                c.delivered,
+                c.p50_ms,
+                c.p99_ms,
+                c.max_ms,
+                c.cpu_per_10k,
+                c.server_cpu_per_10k
+            );
+        }
     }
     if let Some(g) = r.gaps.first() {
         s += &format!(
@@ -585,9 +1117,48 @@ pub fn json(r: &Report) -> Value {
             "server_rss_before_bytes": x.server_rss_before, "server_rss_peak_bytes": x.server_rss_peak,
             "server_cpu_secs": x.server_cpu_secs, "lists": x.lists, "watches": x.watches,
         })).collect::<Vec<_>>(),
+        "churn_secs": r.churn_secs,
+        "churns": r.churns.iter().map(|c| json!({
+            "program": c.program, "target_per_sec": c.target, "applied": c.applied,
+            "rate_per_sec": c.rate, "delivered": c.delivered, "p50_ms": c.p50_ms,
+            "p99_ms": c.p99_ms, "max_ms": c.max_ms, "cpu_secs_per_10k": c.cpu_per_10k,
+            "server_cpu_secs_per_10k": c.server_cpu_per_10k,
+        })).collect::<Vec<_>>(),
         "gaps": r.gaps.iter().map(|g| json!({
             "program": g.program, "changed": g.changed, "deletes": g.deletes, "adds": g.adds,
             "resent": g.resent, "events": g.events, "sync_secs": g.sync_secs,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The RSS-over-time plot of every program's initial sync and quiet time.
+pub fn plot(path: &Path, r: &Report) -> anyhow::Result<()> {
+    use kubesink_bench::plot::{rss_over_time, Series};
+    use plotters::style::RGBColor;
+    const COLORS: [RGBColor; 6] = [
+        RGBColor(44, 160, 44),
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(255, 127, 14),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+    ];
+    let series: Vec<Series<'_>> = r
+        .syncs
+        .iter()
+        .zip(COLORS.iter().cycle())
+        .map(|(x, c)| Series {
+            label: x.program,
+            samples: &x.samples,
+            color: *c,
+        })
+        .collect();
+    rss_over_time(
+        path,
+        &format!(
+            "RSS from start through the sync of {} real Pods and 30 s of quiet",
+            r.pods
+        ),
+        &series,
+    )
 }

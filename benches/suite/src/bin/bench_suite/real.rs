@@ -127,6 +127,15 @@ pub(super) fn pod(namespace: &str, i: usize) -> Value {
 /// Creates `NAMESPACES` namespaces, their `default` ServiceAccounts and `pods` Pods through
 /// the API; returns the seconds it took.
 pub(super) async fn populate(cp: &ControlPlane, pods: usize) -> anyhow::Result<f64> {
+    populate_with(cp, pods, pod).await
+}
+
+/// [`populate`] with Pod `i` of namespace `ns` made by `make(ns, i)`.
+pub(super) async fn populate_with(
+    cp: &ControlPlane,
+    pods: usize,
+    make: fn(&str, usize) -> Value,
+) -> anyhow::Result<f64> {
     let client = kube_server::client_of(&cp.admin_kubeconfig)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -155,7 +164,7 @@ pub(super) async fn populate(cp: &ControlPlane, pods: usize) -> anyhow::Result<f
                 post(
                     &client,
                     &format!("/api/v1/namespaces/{ns}/pods"),
-                    pod(&ns, i),
+                    make(&ns, i),
                 )
                 .await
             }
