@@ -21,8 +21,8 @@ use super::plan::{Keepers, PlannedCluster, PlannedScope};
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, ResourceConfig, StateConfig, WatchConfig};
 use crate::informer::{
-    ClusterApi, Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore, ListBudget,
-    TrackedStore, WatchPlan,
+    ClusterApi, Decider, FailureKind, Filter, Informer, InformerStats, JournalRef, LightStore,
+    ListBudget, TrackedStore, WatchPlan,
 };
 use crate::leader::{Elector, Fence, Lost};
 use crate::observe::Leadership;
@@ -398,6 +398,20 @@ async fn watch_resource(
     if log.failed() {
         span.in_scope(|| tracing::info!("API discovery succeeded; starting its watches"));
     }
+    // `check` compiled it already; a run without `check` learns of an error here.
+    let filter = match t
+        .resource
+        .filter
+        .as_deref()
+        .map(Filter::compile)
+        .transpose()
+    {
+        Ok(f) => f.map(Arc::new),
+        Err(e) => {
+            span.in_scope(|| tracing::error!(error = %e, filter = t.resource.filter.as_deref().unwrap_or_default(), "configuration error in the resource's filter; this resource is not watched"));
+            return;
+        }
+    };
     let plans = WatchPlan::expand(
         &t.resource,
         resolved.resource,
@@ -418,6 +432,7 @@ async fn watch_resource(
         if sync_markers {
             decider = decider.with_sync_markers(scope.namespace);
         }
+        decider = decider.with_filter(filter.clone());
         let informer = Informer::new(
             plan,
             t.client.clone(),

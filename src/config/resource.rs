@@ -44,6 +44,15 @@ pub struct ResourceConfig {
     /// Field selector passed to the API server (`metadata.name=web`). Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field_selector: Option<String>,
+    /// A CEL expression over the object (`object`, `cluster`, `kind`, `ns`): only the
+    /// objects it gives `true` for are followed; one that stops matching is sent as `deleted`
+    /// with `reason: "leftFilter"`, one that starts matching as `added`. An evaluation error
+    /// (a missing field, a type mismatch) is no match, counted in
+    /// `kubesink_filter_errors_total`. E.g. `!(has(object.status.phase) &&
+    /// object.status.phase in ["Succeeded", "Failed"])`. See docs/configuration.md,
+    /// "Filters". Default: none (every object the selectors return).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
     /// Payload mode: `full` (default), `metadata` or `fields`.
     #[serde(default)]
     pub payload: PayloadMode,
@@ -131,6 +140,7 @@ impl ResourceConfig {
             namespaces: Vec::new(),
             label_selector: None,
             field_selector: None,
+            filter: None,
             payload: PayloadMode::Full,
             fields: Vec::new(),
             drop: Vec::new(),
@@ -282,6 +292,11 @@ impl ResourceConfig {
         }
         if self.page_size == 0 {
             problems.add(at("page_size"), "must be at least 1");
+        }
+        if let Some(expr) = &self.filter {
+            if let Err(e) = crate::informer::Filter::compile(expr) {
+                problems.add(at("filter"), format!("{expr:?}: {e}"));
+            }
         }
         if let Some(plural) = &self.plural {
             if check_dns_label(plural).is_err() {

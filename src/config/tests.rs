@@ -117,6 +117,32 @@ fn bad_values_in_file_name_key_and_file() {
     });
 }
 
+/// Issue 42: a resource filter that does not compile is reported by `check` (and refused by
+/// `run`) naming the key, the file, the expression and the position; a variable a resource
+/// filter does not have is named too.
+#[test]
+fn a_bad_filter_names_its_key_its_file_and_the_position() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "f.toml",
+            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nfilter = \"object.status.phase ==\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Node\"\nfilter = \"op == 'added'\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Service\"\nfilter = 'ns == \"a\"'\n",
+        )?;
+        let all = errors_of(Some(Path::new("f.toml"))).join("\n");
+        assert!(
+            all.contains("resources.0.filter: \"object.status.phase ==\": line 1, column "),
+            "{all}"
+        );
+        assert!(
+            all.contains("resources.1.filter: \"op == 'added'\": unknown variable \"op\""),
+            "{all}"
+        );
+        assert!(!all.contains("resources.2"), "a good filter: {all}");
+        assert!(all.contains("f.toml)"), "{all}");
+        Ok(())
+    });
+}
+
 #[test]
 fn several_bad_keys_in_one_section_and_env_are_all_reported() {
     Jail::expect_with(|jail| {

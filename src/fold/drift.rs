@@ -1,6 +1,6 @@
 //! `--against-cluster`: the folded view compared with a live list from the API server of
-//! every cluster and resource of the configuration (label and field selectors and
-//! namespaces as configured, so both sides cover the same objects).
+//! every cluster and resource of the configuration (label and field selectors, namespaces
+//! and CEL filters as configured, so both sides cover the same objects).
 //!
 //! A difference is one of: `missing` (live, not in the view), `ghost` (in the view, not
 //! live), `uid` (same key, another object), and with `compare_resource_version` `stale`
@@ -267,6 +267,9 @@ async fn list_into(
     if let Some(f) = &res.field_selector {
         params = params.fields(f);
     }
+    if let Some(expr) = &res.filter {
+        return list_filtered_into(api, params, res, expr, resolved, cluster, out).await;
+    }
     loop {
         // Only names, uids and resourceVersions are compared: a metadata-only list
         // (PartialObjectMetadataList) spares decoding and holding whole objects.
@@ -274,6 +277,62 @@ async fn list_into(
             anyhow::anyhow!("cluster {cluster}: listing {}: {e}", res.display_name())
         })?;
         for o in &page.items {
+            let name = o.metadata.name.as_deref().unwrap_or_default();
+            let key = resolved.resource.key(o.metadata.namespace.as_deref(), name);
+            out.insert(
+                key,
+                Live {
+                    uid: o.metadata.uid.clone().unwrap_or_default(),
+                    resource_version: o.metadata.resource_version.clone().unwrap_or_default(),
+                },
+            );
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => params = params.continue_token(&c),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// [`list_into`] for a resource with a CEL `filter`: whole objects listed (the expression may
+/// read any field), and only those it matches kept, evaluated as the informer evaluates it
+/// (the same redaction of Secrets).
+async fn list_filtered_into(
+    api: &Api<DynamicObject>,
+    mut params: ListParams,
+    res: &crate::config::ResourceConfig,
+    expr: &str,
+    resolved: &Resolved,
+    cluster: &str,
+    out: &mut BTreeMap<String, Live>,
+) -> anyhow::Result<()> {
+    use crate::informer::{Filter, FilterMatch, RawObject, Shaper};
+    let filter = Filter::compile(expr).map_err(|e| {
+        anyhow::anyhow!(
+            "cluster {cluster}: the filter of {} {expr:?}: {e}",
+            res.display_name()
+        )
+    })?;
+    let shaper = Shaper::for_resource(res, &resolved.resource, "");
+    loop {
+        let page = api.list(&params).await.map_err(|e| {
+            anyhow::anyhow!("cluster {cluster}: listing {}: {e}", res.display_name())
+        })?;
+        for o in &page.items {
+            let text = serde_json::to_string(o)?;
+            let obj = RawObject::parse(&text)?;
+            let (metadata, redacted) = shaper.filter_view(&obj);
+            let got = filter.matches(
+                &obj,
+                &metadata,
+                &redacted,
+                &resolved.resource.cluster,
+                &resolved.resource.kind,
+                &*resolved.resource,
+            );
+            if got != FilterMatch::Yes {
+                continue;
+            }
             let name = o.metadata.name.as_deref().unwrap_or_default();
             let key = resolved.resource.key(o.metadata.namespace.as_deref(), name);
             out.insert(

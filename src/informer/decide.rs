@@ -16,6 +16,9 @@
 //! | `Deleted(obj)` | remove | `deleted` with the final object |
 //! | `Deleted(obj)`, key known with another uid (replaced unseen) | remove | `deleted` (held uid, `finalStateUnknown`), then `deleted` with the final object |
 //! | `LeftSelector(obj)` (a DELETED of an object still in the cluster: `watch.rs` `still_there`) | remove | as `Deleted`, the `deleted` with `reason: leftSelector` |
+//! | `Listed(obj)` / `Applied(obj)` the resource's `filter` does not match, key known | remove | `deleted` with this state and `reason: leftFilter` |
+//! | same, key unknown | — | nothing (counted in `filtered_out`) |
+//! | `Deleted(obj)` / `LeftSelector(obj)` the filter does not match, key unknown | — | nothing |
 //! | `ListedUnreadable` (a list item that did not decode, key known) | keep, mark seen | nothing |
 //! | `ListDone { sweep: true }` | sweep keys not seen in this list | `deleted`, `finalStateUnknown: true`, each |
 //! | `ListDone { sweep: false }` (an unreadable item without a key: a half list) | keep all | nothing |
@@ -57,6 +60,7 @@ use kubesink_core::message::{Change, DeleteReason, Synced};
 use kubesink_core::{Message, Op, Resource};
 
 use super::facts::Facts;
+use super::filter::{Filter, Match as FilterMatch};
 use super::object::RawObject;
 use super::payload::{ShapeError, Shaper};
 use super::stats::InformerStats;
@@ -185,6 +189,8 @@ pub struct Decider {
     /// drops it as a duplicate and the key ends "deleted" (found by scripts/chaos.sh,
     /// seed 45401). Only keys of owed deletes: a handful after a crash.
     owed_sent: std::collections::HashMap<(Option<String>, String), String>,
+    /// The resource's CEL filter (`filter.rs`): objects it does not match are not followed.
+    filter: Option<Arc<Filter>>,
 }
 
 /// The store as [`Decider::store`] lends it (under the store's lock).
@@ -247,7 +253,58 @@ impl Decider {
             listed_once: false,
             watch_floor: None,
             owed_sent: std::collections::HashMap::new(),
+            filter: None,
         }
+    }
+
+    /// Follows only the objects `filter` matches (see the semantics table): an object that
+    /// stops matching is sent as `deleted` with `reason: leftFilter`, one that starts
+    /// matching as `added`.
+    pub fn with_filter(mut self, filter: Option<Arc<Filter>>) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// Whether the resource's filter matches `obj` (always, without a filter); counts a
+    /// no match and an evaluation error.
+    fn follows(&self, obj: &RawObject<'_>) -> bool {
+        let Some(filter) = &self.filter else {
+            return true;
+        };
+        let (metadata, redacted) = self.shaper.filter_view(obj);
+        let got = filter.matches(
+            obj,
+            &metadata,
+            &redacted,
+            &self.resource.cluster,
+            &self.resource.kind,
+            &*self.resource,
+        );
+        match got {
+            FilterMatch::Yes => return true,
+            FilterMatch::No => {}
+            FilterMatch::Error => {
+                self.stats.filter_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.stats.filtered_out.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Whether the store holds `obj`'s key.
+    fn holds(&self, obj: &RawObject<'_>) -> bool {
+        obj.name()
+            .is_some_and(|name| self.store.lock().store.get(obj.namespace(), name).is_some())
+    }
+
+    /// An object the filter does not match: the `deleted` (`leftFilter`) of a key held,
+    /// nothing for one not held.
+    fn left_filter(&mut self, obj: RawObject<'_>) -> Result<Vec<Change>, InformerError> {
+        if !self.holds(&obj) {
+            return Ok(Vec::new());
+        }
+        self.stats.left_filter.fetch_add(1, Ordering::Relaxed);
+        self.delete(obj, Some(DeleteReason::LeftFilter))
     }
 
     /// Turns on sync markers for a watch covering `namespace` (`None`: all namespaces or a
@@ -325,6 +382,9 @@ impl Decider {
                 if let Ok(rv) = obj.resource_version().parse::<u64>() {
                     self.list_max_rv = self.list_max_rv.max(Some(rv));
                 }
+                if !self.follows(&obj) {
+                    return self.left_filter(obj);
+                }
                 let initial = matches!(self.phase, Phase::InitialList { .. });
                 self.apply(obj, initial)
             }
@@ -337,14 +397,23 @@ impl Decider {
             // Not match guards: `stale` raises the watch's floor for an event it admits.
             Event::Applied(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
+                false if !self.follows(&obj) => self.left_filter(obj),
                 false => self.apply(obj, false),
             },
+            // The final state of a key held is sent whatever the filter says of it; a key
+            // never followed has nothing to delete.
             Event::Deleted(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
+                false if self.filter.is_some() && !self.holds(&obj) && !self.follows(&obj) => {
+                    Ok(Vec::new())
+                }
                 false => self.delete(obj, None),
             },
             Event::LeftSelector(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
+                false if self.filter.is_some() && !self.holds(&obj) && !self.follows(&obj) => {
+                    Ok(Vec::new())
+                }
                 false => self.delete(obj, Some(DeleteReason::LeftSelector)),
             },
         }
@@ -832,6 +901,8 @@ fn inferred_delete(v: Vanished, seen_gone: &str) -> Change {
 
 #[cfg(test)]
 mod changes_tests;
+#[cfg(test)]
+mod filter_tests;
 #[cfg(test)]
 mod restart_tests;
 

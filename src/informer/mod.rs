@@ -112,6 +112,7 @@ mod decide;
 mod decode;
 mod emit;
 mod facts;
+mod filter;
 mod lists;
 mod name;
 mod object;
@@ -141,6 +142,7 @@ pub use decide::{InformerError, Phase};
 #[cfg(feature = "test-util")]
 pub use decode::{watch_line, DecodeError};
 pub use facts::{Facts, Parts, Rv, Uid, PART_SLOTS};
+pub use filter::{Filter, Match as FilterMatch};
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
@@ -149,11 +151,13 @@ pub use store::LightStore;
 #[cfg(test)] // the journal's tests record as the informer does
 pub use tracked::record_new_key;
 pub use tracked::{Acknowledged, JournalRef, NewKeys, TrackedStore};
+// `fold --against-cluster` evaluates filters on what the informer would see.
+pub use payload::Shaper;
 // What only the benches and tests reach (`kubesink::testing`).
 #[cfg(feature = "test-util")]
 #[cfg(any(test, feature = "test-util"))]
 // and the pipeline's model (`pipeline/model_tests.rs`)
-pub use payload::{ShapeError, Shaped, Shaper};
+pub use payload::{ShapeError, Shaped};
 #[cfg(feature = "test-util")]
 pub use store::{Entry as StoreEntry, Observed, Vanished};
 

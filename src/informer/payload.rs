@@ -199,6 +199,26 @@ impl Shaper {
         Shaper::for_resource(res, &resource, label_key)
     }
 
+    /// What a resource's filter sees of `obj` (`filter.rs`): its metadata redacted as the
+    /// message's is (a Secret's annotations that repeat its data removed), and whether a
+    /// top-level field is left out of the message for secrecy (`data`, `stringData`).
+    pub fn filter_view<'o>(
+        &self,
+        obj: &'o RawObject<'_>,
+    ) -> (Cow<'o, Map<String, Value>>, impl Fn(&str) -> bool) {
+        let strip = self.strip_secret_data;
+        let mut metadata = Cow::Borrowed(&obj.metadata);
+        if strip {
+            if let Some(Value::Object(a)) = metadata.to_mut().get_mut("annotations") {
+                let values = secret_values(&obj.body);
+                a.retain(|k, v| !secret_annotation(k, v, &values));
+            }
+        }
+        (metadata, move |k: &str| {
+            strip && (k == "data" || k == "stringData")
+        })
+    }
+
     /// Turns a watched object into the emitted object and its fingerprint.
     ///
     /// # Errors

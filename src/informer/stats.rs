@@ -39,6 +39,13 @@ pub struct InformerStats {
     pub inferred_deletes: AtomicU64,
     /// Watch DELETEDs of objects found still in the cluster: they left the selector.
     pub left_selector: AtomicU64,
+    /// Objects (listed or watched) the resource's filter did not match: not followed.
+    pub filtered_out: AtomicU64,
+    /// Objects that stopped matching the resource's filter: sent as `deleted` with
+    /// `reason: leftFilter`.
+    pub left_filter: AtomicU64,
+    /// Evaluations of the resource's filter that failed or gave no bool (each a no match).
+    pub filter_errors: AtomicU64,
     /// Lists started (1 = initial sync only; more = relists or retried lists).
     pub lists: AtomicU64,
     /// Objects currently known.

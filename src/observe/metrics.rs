@@ -230,6 +230,24 @@ impl BridgeCollector {
         )?;
         self.watch_counter(
             e,
+            "filtered_out_objects",
+            "Objects listed or watched that the resource's filter did not match (not followed)",
+            |s| load(&s.filtered_out),
+        )?;
+        self.watch_counter(
+            e,
+            "left_filter_deletes",
+            "Objects that stopped matching the resource's filter, sent as deleted with reason leftFilter",
+            |s| load(&s.left_filter),
+        )?;
+        self.watch_counter(
+            e,
+            "filter_errors",
+            "Evaluations of the resource's filter that failed (a missing field, a type mismatch) or gave no bool: each taken as no match",
+            |s| load(&s.filter_errors),
+        )?;
+        self.watch_counter(
+            e,
             "skipped_objects",
             "Objects skipped because they could not be decoded or shaped",
             |s| load(&s.skipped),

@@ -256,6 +256,19 @@ struct Setup {
     saves: bool,
     /// Batches a sink may have in flight at once (`QueueLimits::window`).
     window: usize,
+    /// The resource has the CEL filter [`MODEL_FILTER`] (issue 42): the destinations' views
+    /// must equal the cluster's objects [`model_filter_keeps`].
+    filter: bool,
+}
+
+/// The model's resource filter: Pods whose image number ends in 0 or 5 are not followed, so
+/// updates move objects out of the filter and back in.
+const MODEL_FILTER: &str =
+    r#"!object.spec.containers.exists(c, c.image.endsWith("0") || c.image.endsWith("5"))"#;
+
+/// [`MODEL_FILTER`] written apart, in Rust: the oracle's.
+fn model_filter_keeps(image: &str) -> bool {
+    !(image.ends_with('0') || image.ends_with('5'))
 }
 
 #[derive(Clone)]
@@ -546,6 +559,10 @@ impl World {
         );
         if self.setup.markers {
             decider = decider.with_sync_markers(None);
+        }
+        if self.setup.filter {
+            let filter = crate::informer::Filter::compile(MODEL_FILTER).expect("compiles");
+            decider = decider.with_filter(Some(Arc::new(filter)));
         }
         let limits = QueueLimits {
             coalesce: self.setup.coalesce,
@@ -1078,6 +1095,7 @@ impl World {
             .cluster
             .objects
             .iter()
+            .filter(|(_, o)| !self.setup.filter || model_filter_keeps(&o.image))
             .map(|(i, o)| (key_of(NAMES[*i]), (o.uid.clone(), o.rv, o.image.clone())))
             .collect();
         for (i, d) in self.dests.iter().enumerate() {
@@ -1240,15 +1258,17 @@ fn setup() -> impl Strategy<Value = Setup> {
         any::<bool>(),
         any::<bool>(),
         prop_oneof![Just(1usize), 2..=3usize],
+        any::<bool>(),
     )
         .prop_map(
-            |(sinks, coalesce, max_batch_events, markers, saves, window)| Setup {
+            |(sinks, coalesce, max_batch_events, markers, saves, window, filter)| Setup {
                 sinks,
                 coalesce,
                 max_batch_events,
                 markers,
                 saves,
                 window,
+                filter,
             },
         )
 }

@@ -13,8 +13,10 @@
 //!   ([`Expect::redelivery`]); even then it must repeat the key's *last* message (a consumer
 //!   deduplicates on that alone, `docs/consumers.md` "Deduplication"). Duplicates are skipped.
 //! - **op**: `added` for a key already present, `deleted` of another uid or of a key already
-//!   deleted, `updated` of another uid or of a uid already deleted: violations. A `deleted`
-//!   of a uid the stream never carried is not: an `added` a destination may hold from an
+//!   deleted, `updated` of another uid or of a uid already deleted: violations (a `deleted`
+//!   with a `reason`, `leftSelector` or `leftFilter`, is of an object still in the cluster,
+//!   which may come back as `added` with its uid). A `deleted` of a uid the stream never
+//!   carried is not: an `added` a destination may hold from an
 //!   earlier run or leader is never cancelled, so its `deleted` may go alone. `updated` for an
 //!   absent key is a coalesced `added` (an `added` overtaken by an `updated` arrives as
 //!   `updated`) unless the test says coalescing is off ([`Expect::uncoalesced`]). After a
@@ -416,7 +418,11 @@ impl Oracle {
             if k.present.as_ref().is_some_and(|(u, _)| *u == uid) {
                 k.present = None;
             }
-            k.deleted_uids.insert(uid);
+            // A `deleted` with a `reason` (leftSelector, leftFilter) is of an object still in
+            // the cluster: it comes back as `added`, with the same uid, when it matches again.
+            if m.get("reason").is_none_or(Value::is_null) {
+                k.deleted_uids.insert(uid);
+            }
         } else {
             k.present = Some((uid, rv));
         }

@@ -105,6 +105,9 @@ pub enum DeleteReason {
     /// found it still in the cluster, with the same uid, by a LIST of that one name without
     /// the selectors.
     LeftSelector,
+    /// `leftFilter`: the object stopped matching the resource's CEL `filter`; the message
+    /// carries its state after the change that made it leave.
+    LeftFilter,
 }
 
 /// The wire form (serde field order is the documented order).

@@ -26,6 +26,7 @@ fn an_inferred_delete_after_a_crash_carries_an_older_resource_version() {
         markers: false,
         saves: false,
         window: 1,
+        filter: false,
     };
     let steps = [
         Step::Create(0),
@@ -62,6 +63,7 @@ fn a_crash_between_a_re_creation_and_its_delivery_never_loses_the_old_uids_delet
         markers: false,
         saves: false,
         window: 1,
+        filter: false,
     };
     let steps = [
         Step::Create(0),
@@ -93,6 +95,7 @@ fn a_replayed_event_of_a_deleted_key_never_resurrects_it() {
         markers: false,
         saves: false,
         window: 1,
+        filter: false,
     };
     let ok = Step::Send {
         sink: 0,
@@ -129,6 +132,7 @@ fn a_partial_retry_never_sends_a_state_older_than_one_delivered() {
         markers: false,
         saves: false,
         window: 1,
+        filter: false,
     };
     let steps = [
         Step::Create(0),
@@ -162,6 +166,7 @@ fn a_watch_delete_of_a_key_held_with_another_uid_deletes_the_held_uid_too() {
         markers: false,
         saves: false,
         window: 1,
+        filter: false,
     };
     let steps = [
         Step::Create(1),
@@ -192,6 +197,7 @@ fn a_deposed_leaders_late_publish_is_harmless_only_to_a_consumer_that_honours_ep
         markers: false,
         saves: false,
         window: 1,
+        filter: false,
     };
     let steps = [
         Step::Create(2),

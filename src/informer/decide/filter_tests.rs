@@ -1,0 +1,205 @@
+//! A resource's CEL filter in the decider (issue 42), without a server: matching, leaving
+//! (`deleted` with `reason: leftFilter`, the leaving state as its object), coming back
+//! (`added`), deletes of objects never followed, relists and a restart from saved state
+//! under a changed expression.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use kubesink_core::message::{encode, Change, DeleteReason};
+use kubesink_core::{Op, Resource};
+use serde_json::{json, Value};
+
+use super::restart_tests::saved;
+use super::tests::{obj, U1, U2};
+use super::{Decider, Event};
+use crate::config::ResourceConfig;
+use crate::informer::filter::Filter;
+use crate::informer::payload::Shaper;
+use crate::informer::store::LightStore;
+use crate::informer::tracked::TrackedStore;
+
+const NOT_DONE: &str =
+    r#"!(has(object.status.phase) && object.status.phase in ["Succeeded", "Failed"])"#;
+
+fn pod(name: &str, uid: &str, rv: u64, phase: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv.to_string()},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": phase}
+    })
+    .to_string()
+}
+
+fn decider(expr: &str, store: Option<LightStore>) -> Decider {
+    let res = ResourceConfig::new("v1", "Pod");
+    let resource = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+    let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
+    let filter = Some(Arc::new(Filter::compile(expr).expect("compiles")));
+    let restored = store.is_some();
+    Decider::with_store(
+        resource,
+        "all namespaces".into(),
+        shaper,
+        true,
+        TrackedStore::new(store.unwrap_or_default(), false),
+        restored,
+        Arc::default(),
+    )
+    .with_filter(filter)
+}
+
+/// (op, name, reason, the object's phase) of each change.
+fn summary(changes: &[Change]) -> Vec<(Op, String, Option<DeleteReason>, Value)> {
+    changes
+        .iter()
+        .map(|c| {
+            let phase = c
+                .object
+                .as_ref()
+                .map_or(Value::Null, |o| o.to_value()["status"]["phase"].clone());
+            (c.op, c.name.clone(), c.reason, phase)
+        })
+        .collect()
+}
+
+fn list(d: &mut Decider, objects: &[String]) -> Vec<Change> {
+    let mut out = d.on_event(Event::ListStart).unwrap();
+    for o in objects {
+        out.extend(d.on_event(Event::Listed(obj(o))).unwrap());
+    }
+    out.extend(d.on_event(Event::ListDone { sweep: true }).unwrap());
+    out
+}
+
+#[test]
+fn only_matching_objects_are_listed_and_a_leaving_one_is_deleted_with_left_filter() {
+    let mut d = decider(NOT_DONE, None);
+    let out = list(
+        &mut d,
+        &[pod("a", U1, 1, "Running"), pod("b", U2, 2, "Succeeded")],
+    );
+    assert_eq!(
+        summary(&out),
+        [(Op::Added, "a".into(), None, json!("Running"))]
+    );
+    assert_eq!(d.stats().filtered_out.load(Ordering::Relaxed), 1);
+    assert_eq!(d.store().len(), 1, "the store holds only what matched");
+
+    // a completes: it leaves the filter, with the state that made it leave.
+    let out = d
+        .on_event(Event::Applied(obj(&pod("a", U1, 3, "Succeeded"))))
+        .unwrap();
+    assert_eq!(
+        summary(&out),
+        [(
+            Op::Deleted,
+            "a".into(),
+            Some(DeleteReason::LeftFilter),
+            json!("Succeeded")
+        )]
+    );
+    assert!(!out[0].final_state_unknown);
+    let resource = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+    let msg = encode(&resource, &out[0], "2026-12-05T00:00:00.000Z").unwrap();
+    let wire: Value = serde_json::from_slice(&msg.payload).unwrap();
+    assert_eq!(wire["reason"], "leftFilter", "{wire}");
+    assert_eq!(d.stats().left_filter.load(Ordering::Relaxed), 1);
+    assert_eq!(d.store().len(), 0);
+
+    // Further changes of an object not followed send nothing; nor does its delete.
+    assert!(d
+        .on_event(Event::Applied(obj(&pod("a", U1, 4, "Failed"))))
+        .unwrap()
+        .is_empty());
+    assert!(d
+        .on_event(Event::Deleted(obj(&pod("b", U2, 5, "Succeeded"))))
+        .unwrap()
+        .is_empty());
+
+    // b matches again (phase rewritten, as a test can): it comes back as added.
+    let out = d
+        .on_event(Event::Applied(obj(&pod("b", U2, 6, "Running"))))
+        .unwrap();
+    assert_eq!(
+        summary(&out),
+        [(Op::Added, "b".into(), None, json!("Running"))]
+    );
+    // Its real delete is sent, whatever the final state says.
+    let out = d
+        .on_event(Event::Deleted(obj(&pod("b", U2, 7, "Succeeded"))))
+        .unwrap();
+    assert_eq!(
+        summary(&out),
+        [(Op::Deleted, "b".into(), None, json!("Succeeded"))]
+    );
+}
+
+#[test]
+fn a_relist_sends_left_filter_for_an_object_that_stopped_matching_unseen() {
+    let mut d = decider(NOT_DONE, None);
+    list(
+        &mut d,
+        &[pod("a", U1, 1, "Running"), pod("c", U2, 2, "Running")],
+    );
+    // The watch missed a's completion (410 Gone, relist): the list shows it done.
+    let out = list(
+        &mut d,
+        &[pod("a", U1, 5, "Failed"), pod("c", U2, 2, "Running")],
+    );
+    assert_eq!(
+        summary(&out),
+        [(
+            Op::Deleted,
+            "a".into(),
+            Some(DeleteReason::LeftFilter),
+            json!("Failed")
+        )],
+        "a leftFilter delete with its state, not a finalStateUnknown sweep"
+    );
+}
+
+#[test]
+fn a_restart_under_a_changed_expression_sends_the_difference_only() {
+    let mut first = decider("true", None);
+    list(
+        &mut first,
+        &[pod("a", U1, 1, "Running"), pod("b", U2, 2, "Succeeded")],
+    );
+    // Restarted with the filter: b leaves (it is still there), a is unchanged.
+    let mut d = decider(NOT_DONE, Some(saved(&first)));
+    let out = list(
+        &mut d,
+        &[pod("a", U1, 1, "Running"), pod("b", U2, 2, "Succeeded")],
+    );
+    assert_eq!(
+        summary(&out),
+        [(
+            Op::Deleted,
+            "b".into(),
+            Some(DeleteReason::LeftFilter),
+            json!("Succeeded")
+        )]
+    );
+    // And back without it: b comes back as added, a still nothing.
+    let mut again = decider("true", Some(saved(&d)));
+    let out = list(
+        &mut again,
+        &[pod("a", U1, 1, "Running"), pod("b", U2, 2, "Succeeded")],
+    );
+    assert_eq!(
+        summary(&out),
+        [(Op::Added, "b".into(), None, json!("Succeeded"))]
+    );
+}
+
+#[test]
+fn an_evaluation_error_is_no_match_and_counted() {
+    // status.nodeName is absent on these Pods: an error, not a crash, not a match.
+    let mut d = decider("object.status.nodeName == 'n1'", None);
+    let out = list(&mut d, &[pod("a", U1, 1, "Running")]);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(d.stats().filter_errors.load(Ordering::Relaxed), 1);
+    assert_eq!(d.stats().filtered_out.load(Ordering::Relaxed), 1);
+}

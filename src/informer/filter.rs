@@ -1,0 +1,540 @@
+//! A resource's CEL filter (`[[resources]] filter`, issue 42): which objects of the resource
+//! kubesink follows at all.
+//!
+//! The expression is compiled once, at start (`kubesink check` reports a syntax error with
+//! its line and column, and a variable no resource filter has), with the `cel` crate
+//! (cel-rust: the Common Expression Language the Kubernetes API server uses for validation
+//! rules and admission policies), its standard library and its strings and lists extensions
+//! (`lowerAscii`, `split`, `flatten`, …).
+//!
+//! # Variables
+//!
+//! | name | CEL type | value |
+//! |---|---|---|
+//! | `object` | map | the object as the API server sent it, `metadata.managedFields` left out and, for Secrets without `allow_secret_data`, `data`, `stringData` and the annotations that repeat them removed (the same redaction as the message) |
+//! | `cluster` | string | the cluster's name |
+//! | `kind` | string | the resource's kind, `Pod` |
+//! | `ns` | string | the object's namespace, `""` for a cluster-scoped object (CEL reserves the word `namespace`: the language definition's reserved identifiers) |
+//!
+//! `op` and `changed` are not variables of a resource filter: whether kubesink follows an
+//! object depends on the object alone, never on how its change arrived, so that a restart's
+//! list (all `added`) and the watch decide alike.
+//!
+//! # Evaluation
+//!
+//! The expression must give a `bool`. `true`: the object is followed; `false`: it is not,
+//! as if the API server had not sent it. Anything else (an error: a missing field, a type
+//! mismatch; or a non-`bool` result) is **no match**, counted in
+//! `kubesink_filter_errors_total{resource}` and logged at WARN once per resource (with the
+//! object's key and the error); write `has(object.status.phase) && …` for fields an object
+//! may lack.
+//!
+//! # Bounds
+//!
+//! CEL has no unbounded loops: a comprehension (`all`, `exists`, `map`, `filter`) runs once
+//! per element of a list or map of the object, which the API server bounds (1.5 MiB per
+//! object in etcd). What an expression may build is bounded by what it may say: at most
+//! [`MAX_SOURCE_BYTES`] of source, nested at most [`MAX_DEPTH`] deep, with at most
+//! [`MAX_COMPREHENSION_NESTING`] comprehensions inside one another (so its work is at most
+//! the square of an object's largest list).
+//!
+//! # Cost
+//!
+//! Only the top-level fields of the object the expression can reach are built as CEL values
+//! for it: an expression that reads `object.metadata` and `object.status` never parses
+//! `spec`. The fields are found in the compiled expression: `object.f`, `object["f"]`; any
+//! other use of `object` (passed whole to a function, iterated) builds every field.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use serde_json::{Map, Value};
+
+use super::object::RawObject;
+
+/// The most bytes of source an expression may have.
+pub const MAX_SOURCE_BYTES: usize = 4096;
+/// The deepest the parser nests an expression (cel's own default is 96).
+pub const MAX_DEPTH: u16 = 32;
+/// The most comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) nested inside
+/// one another.
+pub const MAX_COMPREHENSION_NESTING: usize = 2;
+
+/// The stack of the thread an expression is parsed on (see [`Filter::compile`]).
+const COMPILE_STACK_BYTES: usize = 256 << 20;
+
+/// The variables a resource filter has.
+pub const VARIABLES: [&str; 4] = ["object", "cluster", "kind", "ns"];
+
+/// Why an expression does not compile: the message, and where (1-based line and column of
+/// the source; `None` when the problem is the whole expression).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", match position { Some((l, c)) => format!("line {l}, column {c}: "), None => String::new() })]
+pub struct CompileError {
+    /// What is wrong.
+    pub message: String,
+    /// (line, column), 1-based.
+    pub position: Option<(usize, usize)>,
+}
+
+/// What [`Filter::matches`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// The expression gave `true`.
+    Yes,
+    /// It gave `false`.
+    No,
+    /// It failed or gave no bool: taken as no match.
+    Error,
+}
+
+/// Which top-level fields of the object the expression can reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Needs {
+    /// The object is used whole.
+    All,
+    /// Only these fields (`metadata` among them or not).
+    Fields(BTreeSet<String>),
+}
+
+/// A compiled resource filter; see the module docs. Shared by the resource's informers
+/// (one per namespace), which count into the same error counter.
+pub struct Filter {
+    source: String,
+    program: cel::Program,
+    env: Arc<cel::Env>,
+    needs: Needs,
+    errors: AtomicU64,
+    logged: AtomicBool,
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filter")
+            .field("source", &self.source)
+            .field("needs", &self.needs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Filter {
+    /// Compiles `source`.
+    ///
+    /// # Errors
+    /// [`CompileError`]: empty, longer than [`MAX_SOURCE_BYTES`], a syntax error (with its
+    /// position), nested deeper than the bounds, or a variable other than [`VARIABLES`].
+    pub fn compile(source: &str) -> Result<Filter, CompileError> {
+        let whole = |message: String| CompileError {
+            message,
+            position: None,
+        };
+        if source.trim().is_empty() {
+            return Err(whole("the expression is empty".into()));
+        }
+        if source.len() > MAX_SOURCE_BYTES {
+            return Err(whole(format!(
+                "{} bytes; at most {MAX_SOURCE_BYTES}",
+                source.len()
+            )));
+        }
+        // cel's ANTLR parser descends recursively before its depth limit applies: a few
+        // thousand nested parentheses (within MAX_SOURCE_BYTES) would overflow a 2 MiB
+        // thread stack. It runs on a thread of its own with room for the deepest source.
+        let text = source.to_owned();
+        let parsed = std::thread::Builder::new()
+            .name("cel-compile".into())
+            .stack_size(COMPILE_STACK_BYTES)
+            .spawn(move || parse(&text))
+            .map_err(|e| whole(format!("starting the CEL parser: {e}")))?
+            .join()
+            .map_err(|_| whole("the CEL parser failed on this expression".into()))?;
+        let (env, program) = parsed?;
+        let mut walk = Walk::default();
+        walk.expr(program.expression(), &mut Vec::new(), 0);
+        if walk.nesting > MAX_COMPREHENSION_NESTING {
+            return Err(whole(format!(
+                "comprehensions nested {} deep; at most {MAX_COMPREHENSION_NESTING}",
+                walk.nesting
+            )));
+        }
+        if let Some(v) = walk.free.iter().find(|v| !VARIABLES.contains(&v.as_str())) {
+            let hint = match v.as_str() {
+                "op" | "changed" => {
+                    " (a resource filter decides on the object alone: op and changed belong to a sink's filter)"
+                }
+                _ => "",
+            };
+            return Err(whole(format!(
+                "unknown variable {v:?}; a resource filter has {}{hint}",
+                VARIABLES.join(", ")
+            )));
+        }
+        Ok(Filter {
+            source: source.to_owned(),
+            program,
+            env,
+            needs: if walk.whole_object {
+                Needs::All
+            } else {
+                Needs::Fields(walk.fields)
+            },
+            errors: AtomicU64::new(0),
+            logged: AtomicBool::new(false),
+        })
+    }
+
+    /// Evaluations that failed or gave no `bool` (each a no match); the informer's
+    /// `filter_errors` counts them per watch.
+    #[cfg(test)]
+    fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Whether `obj` matches, given its `metadata` and the top-level fields the message
+    /// leaves out (`redacted`) as the shaper redacts them. An evaluation error is no match
+    /// ([`Match::Error`]): counted, and logged once per filter with `resource` and the
+    /// object's key.
+    pub fn matches(
+        &self,
+        obj: &RawObject<'_>,
+        metadata: &Map<String, Value>,
+        redacted: &dyn Fn(&str) -> bool,
+        cluster: &str,
+        kind: &str,
+        resource: &dyn std::fmt::Display,
+    ) -> Match {
+        match self.evaluate(obj, metadata, redacted, cluster, kind) {
+            Ok(true) => Match::Yes,
+            Ok(false) => Match::No,
+            Err(why) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                if !self.logged.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        resource = %resource,
+                        namespace = obj.namespace().unwrap_or_default(),
+                        name = obj.name().unwrap_or_default(),
+                        filter = self.source,
+                        error = %why,
+                        "the resource's filter failed on an object: taken as no match (counted in kubesink_filter_errors_total; logged once)"
+                    );
+                }
+                Match::Error
+            }
+        }
+    }
+
+    fn evaluate(
+        &self,
+        obj: &RawObject<'_>,
+        metadata: &Map<String, Value>,
+        redacted: &dyn Fn(&str) -> bool,
+        cluster: &str,
+        kind: &str,
+    ) -> Result<bool, String> {
+        let mut object = Map::new();
+        if let Some(a) = &obj.api_version {
+            object.insert("apiVersion".into(), Value::String(a.clone()));
+        }
+        if let Some(k) = &obj.kind {
+            object.insert("kind".into(), Value::String(k.clone()));
+        }
+        let wanted = |field: &str| match &self.needs {
+            Needs::All => true,
+            Needs::Fields(f) => f.contains(field),
+        };
+        if wanted("metadata") {
+            object.insert("metadata".into(), Value::Object(metadata.clone()));
+        }
+        for (key, raw) in &obj.body {
+            if wanted(key) && !redacted(key) {
+                let v: Value = serde_json::from_str(raw.get())
+                    .map_err(|e| format!("field {key:?} does not parse: {e}"))?;
+                object.insert(key.to_string(), v);
+            }
+        }
+        let mut ctx = cel::Context::with_env(self.env.clone());
+        ctx.add_variable("object", Value::Object(object))
+            .map_err(|e| e.to_string())?;
+        ctx.add_variable_from_value("cluster", cluster.to_owned());
+        ctx.add_variable_from_value("kind", kind.to_owned());
+        ctx.add_variable_from_value("ns", obj.namespace().unwrap_or_default().to_owned());
+        match self.program.execute(&ctx) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("gave {other:?}, not a bool")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// Parses and compiles `source` with the standard library and the strings and lists
+/// extensions, nested at most [`MAX_DEPTH`] deep.
+fn parse(source: &str) -> Result<(Arc<cel::Env>, cel::Program), CompileError> {
+    let whole = |message: String| CompileError {
+        message,
+        position: None,
+    };
+    let mut env = cel::Env::stdlib();
+    for (name, ext) in [
+        (
+            "strings",
+            cel::extensions::strings as fn(&mut cel::Env) -> _,
+        ),
+        ("lists", cel::extensions::lists),
+    ] {
+        env.add_extension(ext)
+            .map_err(|e| whole(format!("the CEL {name} extension: {e}")))?;
+    }
+    let env = Arc::new(env);
+    let parsed = env
+        .parser()
+        .max_recursion_depth(MAX_DEPTH)
+        .parse_with_source_info(source);
+    let program = match parsed {
+        Ok(_) => env.compile(source),
+        Err(e) => Err(e),
+    }
+    .map_err(|errors| {
+        let first = errors.errors.first();
+        let mut message = first.map_or_else(|| errors.to_string(), |e| e.msg.clone());
+        if message.ends_with("reserved identifier: namespace") {
+            message +=
+                " (CEL reserves the word: the namespace is `ns`, or `object.metadata.namespace`)";
+        }
+        CompileError {
+            message,
+            position: first
+                .filter(|e| e.pos.0 >= 1 && e.pos.1 >= 0)
+                .map(|e| (e.pos.0 as usize, e.pos.1 as usize + 1)),
+        }
+    })?;
+    Ok((env, program))
+}
+
+/// The compiled expression's free variables, the object's top-level fields it reaches, and
+/// its comprehension nesting.
+#[derive(Default)]
+struct Walk {
+    free: BTreeSet<String>,
+    fields: BTreeSet<String>,
+    whole_object: bool,
+    nesting: usize,
+}
+
+impl Walk {
+    /// `bound`: the comprehension variables in scope; `depth`: comprehensions around.
+    fn expr(&mut self, e: &IdedExpr, bound: &mut Vec<String>, depth: usize) {
+        let is_object = |e: &IdedExpr, bound: &[String]| matches!(&e.expr, Expr::Ident(n) if n == "object" && !bound.iter().any(|b| b == "object"));
+        match &e.expr {
+            Expr::Unspecified | Expr::Literal(_) => {}
+            Expr::Ident(name) => {
+                if !name.starts_with('@') && !bound.iter().any(|b| b == name) {
+                    self.free.insert(name.clone());
+                    if name == "object" {
+                        self.whole_object = true;
+                    }
+                }
+            }
+            Expr::Select(s) if is_object(&s.operand, bound) => {
+                self.free.insert("object".into());
+                self.fields.insert(s.field.clone());
+            }
+            Expr::Select(s) => self.expr(&s.operand, bound, depth),
+            Expr::Call(c) => {
+                let literal_index = c.func_name == cel::common::ast::operators::INDEX
+                    && c.args.len() == 2
+                    && is_object(&c.args[0], bound);
+                if literal_index {
+                    if let Expr::Literal(LiteralValue::String(f)) = &c.args[1].expr {
+                        self.free.insert("object".into());
+                        self.fields.insert(f.inner().to_owned());
+                        return;
+                    }
+                }
+                if let Some(t) = &c.target {
+                    self.expr(t, bound, depth);
+                }
+                for a in &c.args {
+                    self.expr(a, bound, depth);
+                }
+            }
+            Expr::Comprehension(c) => {
+                self.nesting = self.nesting.max(depth + 1);
+                self.expr(&c.iter_range, bound, depth);
+                self.expr(&c.accu_init, bound, depth);
+                let added = 2 + usize::from(c.iter_var2.is_some());
+                bound.push(c.iter_var.clone());
+                bound.push(c.accu_var.clone());
+                if let Some(v) = &c.iter_var2 {
+                    bound.push(v.clone());
+                }
+                self.expr(&c.loop_cond, bound, depth + 1);
+                self.expr(&c.loop_step, bound, depth + 1);
+                self.expr(&c.result, bound, depth + 1);
+                bound.truncate(bound.len() - added);
+            }
+            Expr::List(l) => {
+                for x in &l.elements {
+                    self.expr(x, bound, depth);
+                }
+            }
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(f) => self.expr(&f.value, bound, depth),
+                        EntryExpr::MapEntry(me) => {
+                            self.expr(&me.key, bound, depth);
+                            self.expr(&me.value, bound, depth);
+                        }
+                    }
+                }
+            }
+            Expr::Struct(s) => {
+                for entry in &s.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(f) => self.expr(&f.value, bound, depth),
+                        EntryExpr::MapEntry(me) => {
+                            self.expr(&me.key, bound, depth);
+                            self.expr(&me.value, bound, depth);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(phase: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"web-1","namespace":"payments","labels":{{"team":"pay"}}}},"spec":{{"containers":[{{"name":"app","image":"nginx:1.27"}}]}},"status":{{"phase":"{phase}"}}}}"#
+        )
+    }
+
+    fn eval(expr: &str, json: &str) -> (bool, u64) {
+        let f = Filter::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+        let obj = RawObject::parse(json).expect("object");
+        let m = f.matches(&obj, &obj.metadata, &|_| false, "prod", "Pod", &"v1 Pod");
+        (m == Match::Yes, f.errors())
+    }
+
+    #[test]
+    fn the_common_wishes_match_as_written() {
+        let running = pod("Running");
+        let done = pod("Succeeded");
+        let drop_completed =
+            r#"!(has(object.status.phase) && object.status.phase in ["Succeeded", "Failed"])"#;
+        assert_eq!(eval(drop_completed, &running), (true, 0));
+        assert_eq!(eval(drop_completed, &done), (false, 0));
+        assert_eq!(
+            eval(r#"ns in ["payments", "billing"]"#, &running),
+            (true, 0)
+        );
+        assert_eq!(eval(r#"ns.startsWith("kube-")"#, &running), (false, 0));
+        assert_eq!(
+            eval(
+                r#"object.spec.containers.exists(c, c.image.startsWith("nginx"))"#,
+                &running
+            ),
+            (true, 0)
+        );
+        assert_eq!(
+            eval(
+                r#"object.metadata.labels["team"] == "pay" && cluster == "prod" && kind == "Pod""#,
+                &running
+            ),
+            (true, 0)
+        );
+        assert_eq!(
+            eval(
+                r#"object["status"]["phase"].lowerAscii() == "running""#,
+                &running
+            ),
+            (true, 0)
+        );
+    }
+
+    #[test]
+    fn a_run_time_error_is_no_match_and_counted() {
+        // A missing field, a type mismatch, a result that is not a bool.
+        assert_eq!(
+            eval("object.status.nodeName == 'a'", &pod("Running")),
+            (false, 1)
+        );
+        assert_eq!(
+            eval("object.status.phase + 1 == 2", &pod("Running")),
+            (false, 1)
+        );
+        assert_eq!(eval("object.status.phase", &pod("Running")), (false, 1));
+    }
+
+    #[test]
+    fn compile_errors_name_the_position_and_unknown_variables() {
+        let e = Filter::compile("object.status.phase ==").expect_err("syntax");
+        assert_eq!(e.position.map(|p| p.0), Some(1), "{e}");
+        assert!(e.to_string().starts_with("line 1, column "), "{e}");
+        let e = Filter::compile("namespace == 'a'").expect_err("reserved");
+        assert!(e.to_string().contains("the namespace is `ns`"), "{e}");
+        let e = Filter::compile("op == 'added'").expect_err("op");
+        assert!(e.to_string().contains("unknown variable \"op\""), "{e}");
+        assert!(e.to_string().contains("sink's filter"), "{e}");
+        let e = Filter::compile("objct.metadata.name == 'a'").expect_err("typo");
+        assert!(e.to_string().contains("\"objct\""), "{e}");
+        assert!(Filter::compile(" ").is_err());
+        assert!(Filter::compile(&"1 + ".repeat(2000)).is_err());
+        let deep = format!("{}true{}", "(".repeat(100), ")".repeat(100));
+        assert!(
+            Filter::compile(&deep).is_err(),
+            "nested deeper than MAX_DEPTH"
+        );
+        // As deep as the source bound allows: an error, not a stack overflow.
+        let n = (MAX_SOURCE_BYTES - 4) / 2;
+        let deepest = format!("{}true{}", "(".repeat(n), ")".repeat(n));
+        assert!(Filter::compile(&deepest).is_err());
+        // cel folds a run of `!` (by its parity): no recursion, no limit needed.
+        let unary = format!("{}true", "!".repeat(MAX_SOURCE_BYTES - 5));
+        assert_eq!(eval(&unary, &pod("Running")), (false, 0));
+        let nested = "[[[1]]].all(a, a.all(b, b.all(c, c > 0)))";
+        let e = Filter::compile(nested).expect_err("three comprehensions");
+        assert!(e.to_string().contains("nested 3 deep"), "{e}");
+        // Comprehension variables are not free variables.
+        assert!(Filter::compile("object.spec.containers.all(c, c.name != '')").is_ok());
+    }
+
+    #[test]
+    fn only_the_fields_the_expression_reaches_are_built() {
+        let f =
+            Filter::compile("object.metadata.name == 'a' && has(object.status.phase)").expect("ok");
+        assert_eq!(
+            f.needs,
+            Needs::Fields(["metadata".to_owned(), "status".to_owned()].into())
+        );
+        let f = Filter::compile("object['spec'].nodeName == 'n'").expect("ok");
+        assert_eq!(f.needs, Needs::Fields(["spec".to_owned()].into()));
+        let f = Filter::compile("size(object) > 2").expect("ok");
+        assert_eq!(f.needs, Needs::All);
+        let f = Filter::compile("[1].all(object, object > 0)").expect("ok");
+        assert_eq!(
+            f.needs,
+            Needs::Fields(BTreeSet::new()),
+            "a bound name is not the object"
+        );
+    }
+
+    #[test]
+    fn redacted_fields_are_not_seen() {
+        let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"a"},"data":{"k":"c2VjcmV0"}}"#;
+        let f = Filter::compile("has(object.data)").expect("ok");
+        let obj = RawObject::parse(secret).expect("object");
+        let redact = |k: &str| k == "data" || k == "stringData";
+        let seen = |redact: &dyn Fn(&str) -> bool| {
+            f.matches(&obj, &obj.metadata, redact, "c", "Secret", &"v1 Secret")
+        };
+        assert_eq!(seen(&redact), Match::No);
+        assert_eq!(seen(&|_| false), Match::Yes);
+    }
+}
