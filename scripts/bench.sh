@@ -31,7 +31,7 @@ if [ -n "$quick" ] && [ -z "${BENCH_RELEASE:-}" ]; then
     echo "== real kube-apiserver, quick (bench-suite --quick --only real-server)"
     "$TARGET/debug/bench-suite" --quick --only real-server --out "${BENCH_OUT:-$TARGET/bench-quick}"
     # The Go peers beside kubesink on the same server (scripts/peers-build.sh builds them):
-    # 1,000 Pods and a gap of 100, a few minutes.
+    # 1,000 Pods, 3 s of churn at each rate and a gap of 100, a few minutes.
     echo "== the Go peers side by side, quick (bench-suite --quick --only peers)"
     "$TARGET/debug/bench-suite" --quick --only peers --out "${BENCH_OUT:-$TARGET/bench-quick}"
   fi
@@ -41,6 +41,10 @@ if [ -n "$quick" ] && [ -z "${BENCH_RELEASE:-}" ]; then
     echo "== HTTP and OTLP sinks into local receivers, quick (bench-suite --quick --only http)"
     "$TARGET/debug/bench-suite" --quick --only http --out "${BENCH_OUT:-$TARGET/bench-quick}"
   fi
+  # The cost of a resource's CEL filter (the simulator only): 1,000 Pods, 5 s of churn per
+  # variant, under a minute.
+  echo "== resource filters (CEL), quick (bench-suite --quick --only filters)"
+  "$TARGET/debug/bench-suite" --quick --only filters --out "${BENCH_OUT:-$TARGET/bench-quick}"
   exec "$TARGET/debug/bench-suite" --quick --out "${BENCH_OUT:-$TARGET/bench-quick}"
 fi
 

@@ -56,9 +56,24 @@ const LARGE_ANNOTATION: &str = "bench.kubesink.io/build-record";
 /// The churn rates (changes/s) asked for, one after the other on one start of each program.
 pub const CHURN_RATES: [f64; 2] = [200.0, 1_000.0];
 
-/// (stamp, delivered) pairs, both Unix microseconds: the churn's write time read from the
-/// object's annotation, and the time the program handed the change on.
-type Stamps = Arc<Mutex<Vec<(u64, u64)>>>;
+/// (stamp, handled, out), Unix microseconds: the churn's write time read from the object's
+/// annotation; the time the program handled the change (a client-go peer: its handler ran;
+/// kubesink: the message's `observedAt`, millisecond resolution; the Collector: the record's
+/// `observedTimeUnixNano`, set by the receiver's watch callback); the time the suite read the
+/// change from the program's output (kubesink's stdout, the Collector's file exporter; 0 for
+/// the peers, which write to a file the suite reads after).
+type Stamps = Arc<Mutex<Vec<(u64, u64, u64)>>>;
+
+/// `observedAt` of a message line (RFC 3339), in Unix microseconds.
+fn observed_at(line: &str) -> Option<u64> {
+    const KEY: &str = "\"observedAt\":\"";
+    let at = line.find(KEY)? + KEY.len();
+    let text = line[at..].split('"').next()?;
+    let t = humantime::parse_rfc3339(text).ok()?;
+    t.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_micros() as u64)
+}
 
 /// Whether `program` is kubesink (its whole payload, or `payload = "metadata"`).
 fn is_kubesink(program: &str) -> bool {
@@ -137,10 +152,14 @@ pub struct Churn {
     pub rate: f64,
     /// Changes the program handed on (its stamp seen), within the drain time.
     pub delivered: usize,
-    /// Change → delivered, milliseconds.
+    /// Change → handled by the program (see [`Stamps`]), milliseconds.
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// Change → read from the program's output by the suite (kubesink, the Collector; NaN
+    /// for the peers), milliseconds.
+    pub out_p50_ms: f64,
+    pub out_p99_ms: f64,
     /// The program's CPU seconds per 10,000 applied changes (from the first change to the
     /// last delivered).
     pub cpu_per_10k: f64,
@@ -276,7 +295,8 @@ impl Running {
     }
 }
 
-/// Reads kubesink's stdout: every added or updated message with a stamp goes into `stamps`.
+/// Reads kubesink's stdout: every added or updated message with a stamp goes into `stamps`,
+/// with its `observedAt` and the time it was read.
 fn kubesink_reader(
     out: impl std::io::Read + Send + 'static,
     stamps: Stamps,
@@ -287,10 +307,11 @@ fn kubesink_reader(
             let now = now_micros();
             if let Some(at) = stamp_of(&line) {
                 if line.contains("\"op\":\"added\"") || line.contains("\"op\":\"updated\"") {
+                    let handled = observed_at(&line).unwrap_or(now);
                     stamps
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .push((at, now));
+                        .push((at, handled, now));
                 }
             }
         }
@@ -322,7 +343,7 @@ fn peer_tail(
                         let f: Vec<&str> = line.split('\t').collect();
                         if f.len() >= 6 && (f[0] == "added" || f[0] == "updated") {
                             if let (Ok(at), Ok(handled)) = (f[4].parse(), f[5].parse()) {
-                                got.push((at, handled));
+                                got.push((at, handled, 0));
                             }
                         }
                     }
@@ -345,11 +366,19 @@ fn otlp_string<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line[at..].split('"').next()
 }
 
+/// The first `observedTimeUnixNano` of `line`, in Unix microseconds.
+fn observed_nanos(line: &str) -> Option<u64> {
+    const KEY: &str = "\"observedTimeUnixNano\":\"";
+    let at = line.find(KEY)? + KEY.len();
+    let nanos: u64 = line[at..].split('"').next()?.parse().ok()?;
+    Some(nanos / 1000)
+}
+
 /// The records of one line of the Collector's file exporter (OTLP JSON, one export request a
 /// line; the k8sobjects receiver hands each watch event on alone, so a line holds one
-/// record): (op, namespace/name, stamp). A scan, not a parse, so that the reader keeps up;
-/// a line with more than one record is parsed whole.
-fn otlp_records(line: &str) -> Vec<(&'static str, String, Option<u64>)> {
+/// record): (op, namespace/name, stamp, observed time in Unix microseconds). A scan, not a
+/// parse, so that the reader keeps up; a line with more than one record is parsed whole.
+fn otlp_records(line: &str) -> Vec<(&'static str, String, Option<u64>, Option<u64>)> {
     const TYPE: &str = "{\"key\":\"type\",\"value\":{\"stringValue\":\"";
     let op_of = |t: &str| match t {
         "ADDED" => Some("added"),
@@ -368,7 +397,7 @@ fn otlp_records(line: &str) -> Vec<(&'static str, String, Option<u64>)> {
             otlp_string(line, "event.name").unwrap_or_default()
         );
         let stamp = otlp_string(line, STAMP).and_then(|v| v.parse().ok());
-        return vec![(types[0], key, stamp)];
+        return vec![(types[0], key, stamp, observed_nanos(line))];
     }
     let Ok(v) = serde_json::from_str::<Value>(line) else {
         return Vec::new();
@@ -400,7 +429,11 @@ fn otlp_records(line: &str) -> Vec<(&'static str, String, Option<u64>)> {
                     .and_then(|m| kv(&m["kvlistValue"]["values"], "annotations"))
                     .and_then(|a| kv(&a["kvlistValue"]["values"], STAMP))
                     .and_then(|s| s["stringValue"].as_str()?.parse().ok());
-                all.push((op, format!("{ns}/{name}"), stamp));
+                let observed = r["observedTimeUnixNano"]
+                    .as_str()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map(|n| n / 1000);
+                all.push((op, format!("{ns}/{name}"), stamp, observed));
             }
         }
     }
@@ -425,14 +458,15 @@ fn collector_reader(
         let mut w = std::io::BufWriter::new(f);
         for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
             let now = now_micros();
-            for (op, key, stamp) in otlp_records(&line) {
+            for (op, key, stamp, observed) in otlp_records(&line) {
                 let shown = stamp.map_or_else(|| "-".to_owned(), |s| s.to_string());
                 let _ = writeln!(w, "{op}\t{key}\t-\t-\t{shown}\t{now}");
                 if let (Some(at), Some(stamps), true) = (stamp, &stamps, op != "deleted") {
-                    stamps
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((at, now));
+                    stamps.lock().unwrap_or_else(|p| p.into_inner()).push((
+                        at,
+                        observed.unwrap_or(now),
+                        now,
+                    ));
                 }
                 records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
@@ -883,12 +917,12 @@ fn churn_once(
     let server = cp.pid("kube-apiserver").context("no kube-apiserver")?;
     let mut rows = Vec::new();
     for target in CHURN_RATES {
-        let seen = |from: u64, to: u64| -> Vec<(u64, u64)> {
+        let seen = |from: u64, to: u64| -> Vec<(u64, u64, u64)> {
             stamps
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .iter()
-                .filter(|(at, _)| (from..to).contains(at))
+                .filter(|(at, _, _)| (from..to).contains(at))
                 .copied()
                 .collect()
         };
@@ -905,9 +939,15 @@ fn churn_once(
         }
         let cpu = procfs::cpu_seconds(p.pid()).unwrap_or(0.0) - cpu0;
         let server_cpu = procfs::cpu_seconds(server).unwrap_or(0.0) - server_cpu0;
-        let ms: Vec<f64> = seen(from, to)
+        let got = seen(from, to);
+        let ms: Vec<f64> = got
             .iter()
-            .map(|(at, got)| got.saturating_sub(*at) as f64 / 1000.0)
+            .map(|(at, handled, _)| handled.saturating_sub(*at) as f64 / 1000.0)
+            .collect();
+        let out_ms: Vec<f64> = got
+            .iter()
+            .filter(|(_, _, out)| *out > 0)
+            .map(|(at, _, out)| out.saturating_sub(*at) as f64 / 1000.0)
             .collect();
         let per_10k = |c: f64| c / applied.max(1) as f64 * 10_000.0;
         let row = Churn {
@@ -919,12 +959,14 @@ fn churn_once(
             p50_ms: percentile(&ms, 50.0).unwrap_or(f64::NAN),
             p99_ms: percentile(&ms, 99.0).unwrap_or(f64::NAN),
             max_ms: percentile(&ms, 100.0).unwrap_or(f64::NAN),
+            out_p50_ms: percentile(&out_ms, 50.0).unwrap_or(f64::NAN),
+            out_p99_ms: percentile(&out_ms, 99.0).unwrap_or(f64::NAN),
             cpu_per_10k: per_10k(cpu),
             server_cpu_per_10k: per_10k(server_cpu),
         };
         eprintln!(
-            "   {program} at {target:.0}/s asked: {} changes at {:.0}/s, {} delivered, p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms; CPU/10k changes {:.2} s (API server {:.2} s)",
-            row.applied, row.rate, row.delivered, row.p50_ms, row.p99_ms, row.max_ms, row.cpu_per_10k, row.server_cpu_per_10k
+            "   {program} at {target:.0}/s asked: {} changes at {:.0}/s, {} delivered, handled p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms; out p50 {:.1} ms, p99 {:.1} ms; CPU/10k changes {:.2} s (API server {:.2} s)",
+            row.applied, row.rate, row.delivered, row.p50_ms, row.p99_ms, row.max_ms, row.out_p50_ms, row.out_p99_ms, row.cpu_per_10k, row.server_cpu_per_10k
         );
         rows.push(row);
     }
@@ -1052,13 +1094,23 @@ pub fn markdown(r: &Report) -> String {
     if !r.churns.is_empty() {
         s += &format!(
             "\n**Churn**: each program synced, then its watch open, then Pods patched (an \
-             annotation stamped with the write time) at each rate for {:.0} s; latency from the \
-             write to the program handing the change on (kubesink: its stdout line read; a \
-             client-go peer: its handler; the Collector: its file exporter's line read).\n\n\
-             | program | rate asked (/s) | applied | rate (/s) | delivered | p50 ms | p99 ms | max ms | CPU s / 10k changes | ÷ kubesink | API server CPU s / 10k |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+             annotation stamped with the write time) at each rate for {:.0} s. Handled: from the \
+             write to the program handling the change (a client-go peer: its handler ran; \
+             kubesink: the message's `observedAt`, in milliseconds; the Collector: the record's \
+             `observedTimeUnixNano`). Out: to the suite reading it from the program's output \
+             (kubesink's stdout, the Collector's file exporter on stdout; the peers write a file \
+             read afterwards).\n\n\
+             | program | rate asked (/s) | applied | rate (/s) | delivered | handled p50 ms | p99 ms | max ms | out p50 ms | out p99 ms | CPU s / 10k changes | ÷ kubesink | API server CPU s / 10k |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
             r.churn_secs
         );
+        let shown = |v: f64| {
+            if v.is_nan() {
+                "—".to_owned()
+            } else {
+                format!("{v:.1}")
+            }
+        };
         for c in &r.churns {
             let base = r
                 .churns
@@ -1066,7 +1118,7 @@ pub fn markdown(r: &Report) -> String {
                 .find(|b| b.program == "kubesink" && b.target == c.target)
                 .map_or(f64::NAN, |b| c.cpu_per_10k / b.cpu_per_10k.max(1e-9));
             s += &format!(
-                "| {} | {:.0} | {} | {:.0} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {base:.2}× | {:.2} |\n",
+                "| {} | {:.0} | {} | {:.0} | {} | {:.1} | {:.1} | {:.0} | {} | {} | {:.2} | {base:.2}× | {:.2} |\n",
                 describe(c.program),
                 c.target,
                 c.applied,
@@ -1075,6 +1127,8 @@ pub fn markdown(r: &Report) -> String {
                 c.p50_ms,
                 c.p99_ms,
                 c.max_ms,
+                shown(c.out_p50_ms),
+                shown(c.out_p99_ms),
                 c.cpu_per_10k,
                 c.server_cpu_per_10k
             );
@@ -1121,7 +1175,8 @@ pub fn json(r: &Report) -> Value {
         "churns": r.churns.iter().map(|c| json!({
             "program": c.program, "target_per_sec": c.target, "applied": c.applied,
             "rate_per_sec": c.rate, "delivered": c.delivered, "p50_ms": c.p50_ms,
-            "p99_ms": c.p99_ms, "max_ms": c.max_ms, "cpu_secs_per_10k": c.cpu_per_10k,
+            "p99_ms": c.p99_ms, "max_ms": c.max_ms, "out_p50_ms": c.out_p50_ms,
+            "out_p99_ms": c.out_p99_ms, "cpu_secs_per_10k": c.cpu_per_10k,
             "server_cpu_secs_per_10k": c.server_cpu_per_10k,
         })).collect::<Vec<_>>(),
         "gaps": r.gaps.iter().map(|g| json!({
