@@ -95,6 +95,12 @@ fn sent<'a>(msgs: &'a [Value], name: &str) -> Vec<&'a Value> {
     msgs.iter().filter(|m| m["name"] == name).collect()
 }
 
+/// Sets ConfigMap `name`'s `keep` (the ConfigMaps' filter reads it).
+async fn set_keep(client: &kube::Client, name: &str, keep: &str) {
+    let data = json!({"data": {"keep": keep}});
+    patch(client, "v1", "ConfigMap", Some(NS), name, data).await;
+}
+
 fn cm(name: &str, keep: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": NS}, "data": {"keep": keep}})
@@ -149,24 +155,8 @@ async fn only_matching_objects_are_followed_and_leaving_ones_are_deleted_with_le
     }
 
     // Edits in and out of the filters, creates and deletes on both sides.
-    patch(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some(NS),
-        "cm-00",
-        json!({"data": {"keep": "no"}}),
-    )
-    .await;
-    patch(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some(NS),
-        "cm-01",
-        json!({"data": {"keep": "yes"}}),
-    )
-    .await;
+    set_keep(&client, "cm-00", "no").await;
+    set_keep(&client, "cm-01", "yes").await;
     delete(&client, "v1", "ConfigMap", Some(NS), "cm-02").await;
     delete(&client, "v1", "ConfigMap", Some(NS), "cm-03").await;
     create(&client, cm("new-in", "yes")).await;
@@ -227,24 +217,8 @@ async fn only_matching_objects_are_followed_and_leaving_ones_are_deleted_with_le
 
     // Down: cm-04 leaves, cm-05 enters, web is scaled back up, cm-06 is deleted.
     let first = first.terminate().await;
-    patch(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some(NS),
-        "cm-04",
-        json!({"data": {"keep": "no"}}),
-    )
-    .await;
-    patch(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some(NS),
-        "cm-05",
-        json!({"data": {"keep": "yes"}}),
-    )
-    .await;
+    set_keep(&client, "cm-04", "no").await;
+    set_keep(&client, "cm-05", "yes").await;
     delete(&client, "v1", "ConfigMap", Some(NS), "cm-06").await;
     patch(
         &client,

@@ -294,8 +294,26 @@ impl ResourceConfig {
             problems.add(at("page_size"), "must be at least 1");
         }
         if let Some(expr) = &self.filter {
-            if let Err(e) = crate::informer::Filter::compile(expr) {
-                problems.add(at("filter"), format!("{expr:?}: {e}"));
+            // A long expression is named by its start: the message must stay readable.
+            let shown = match expr.char_indices().nth(120) {
+                Some((cut, _)) => format!("{:?}…", &expr[..cut]),
+                None => format!("{expr:?}"),
+            };
+            match crate::informer::Filter::compile(expr) {
+                Err(e) => problems.add(at("filter"), format!("{shown}: {e}")),
+                Ok(f) if self.payload == PayloadMode::Metadata => {
+                    let beyond = f.reads_beyond_metadata();
+                    if !beyond.is_empty() {
+                        problems.add(
+                            at("filter"),
+                            format!(
+                                "{shown} reads object.{} but payload = \"metadata\" watches metadata only (PartialObjectMetadata): it would fail on every object",
+                                beyond.join(", object.")
+                            ),
+                        );
+                    }
+                }
+                Ok(_) => {}
             }
         }
         if let Some(plural) = &self.plural {

@@ -126,7 +126,7 @@ fn a_bad_filter_names_its_key_its_file_and_the_position() {
         jail.clear_env();
         jail.create_file(
             "f.toml",
-            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nfilter = \"object.status.phase ==\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Node\"\nfilter = \"op == 'added'\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Service\"\nfilter = 'ns == \"a\"'\n",
+            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nfilter = \"object.status.phase ==\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Node\"\nfilter = \"op == 'added'\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Service\"\nfilter = 'ns == \"a\"'\n[[resources]]\napi_version = \"apps/v1\"\nkind = \"Deployment\"\npayload = \"metadata\"\nfilter = \"object.spec.replicas > 0\"\n",
         )?;
         let all = errors_of(Some(Path::new("f.toml"))).join("\n");
         assert!(
@@ -138,6 +138,10 @@ fn a_bad_filter_names_its_key_its_file_and_the_position() {
             "{all}"
         );
         assert!(!all.contains("resources.2"), "a good filter: {all}");
+        assert!(
+            all.contains("resources.3.filter: \"object.spec.replicas > 0\" reads object.spec but payload = \"metadata\""),
+            "{all}"
+        );
         assert!(all.contains("f.toml)"), "{all}");
         Ok(())
     });

@@ -253,6 +253,23 @@ pub async fn repair(cfg: &Config, view: &View, report: &Report) -> anyhow::Resul
     Ok(repaired)
 }
 
+/// Records one listed object's key, uid and resourceVersion.
+fn insert_live(
+    resolved: &Resolved,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    out: &mut BTreeMap<String, Live>,
+) {
+    let name = meta.name.as_deref().unwrap_or_default();
+    let key = resolved.resource.key(meta.namespace.as_deref(), name);
+    out.insert(
+        key,
+        Live {
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+        },
+    );
+}
+
 async fn list_into(
     api: &Api<DynamicObject>,
     res: &crate::config::ResourceConfig,
@@ -277,15 +294,7 @@ async fn list_into(
             anyhow::anyhow!("cluster {cluster}: listing {}: {e}", res.display_name())
         })?;
         for o in &page.items {
-            let name = o.metadata.name.as_deref().unwrap_or_default();
-            let key = resolved.resource.key(o.metadata.namespace.as_deref(), name);
-            out.insert(
-                key,
-                Live {
-                    uid: o.metadata.uid.clone().unwrap_or_default(),
-                    resource_version: o.metadata.resource_version.clone().unwrap_or_default(),
-                },
-            );
+            insert_live(resolved, &o.metadata, out);
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(c) => params = params.continue_token(&c),
@@ -330,18 +339,9 @@ async fn list_filtered_into(
                 &resolved.resource.kind,
                 &*resolved.resource,
             );
-            if got != FilterMatch::Yes {
-                continue;
+            if got == FilterMatch::Yes {
+                insert_live(resolved, &o.metadata, out);
             }
-            let name = o.metadata.name.as_deref().unwrap_or_default();
-            let key = resolved.resource.key(o.metadata.namespace.as_deref(), name);
-            out.insert(
-                key,
-                Live {
-                    uid: o.metadata.uid.clone().unwrap_or_default(),
-                    resource_version: o.metadata.resource_version.clone().unwrap_or_default(),
-                },
-            );
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(c) => params = params.continue_token(&c),

@@ -160,16 +160,23 @@ impl Filter {
             )));
         }
         if let Some(v) = walk.free.iter().find(|v| !VARIABLES.contains(&v.as_str())) {
-            let hint = match v.as_str() {
-                "op" | "changed" => {
-                    " (a resource filter decides on the object alone: op and changed belong to a sink's filter)"
+            let not_a_macro = walk.first_args.iter().find(|(arg, _)| arg == v);
+            let hint = match (v.as_str(), not_a_macro) {
+                ("op" | "changed", _) => {
+                    " (a resource filter decides on the object alone: op and changed describe a change, not an object)".to_owned()
                 }
-                _ => "",
+                (_, Some((_, function))) => format!(
+                    " (the first argument of `{function}`, which is not one of CEL's macros: all, exists, exists_one, map, filter)"
+                ),
+                _ => String::new(),
             };
             return Err(whole(format!(
                 "unknown variable {v:?}; a resource filter has {}{hint}",
                 VARIABLES.join(", ")
             )));
+        }
+        if let Some(what) = not_a_bool(program.expression()) {
+            return Err(whole(format!("the expression gives {what}, never a bool")));
         }
         Ok(Filter {
             source: source.to_owned(),
@@ -183,6 +190,20 @@ impl Filter {
             errors: AtomicU64::new(0),
             logged: AtomicBool::new(false),
         })
+    }
+
+    /// The top-level fields of the object the expression reads other than `apiVersion`,
+    /// `kind` and `metadata` (what a metadata-only watch has), in order; `["*"]` when it
+    /// uses the object whole.
+    pub fn reads_beyond_metadata(&self) -> Vec<String> {
+        match &self.needs {
+            Needs::All => vec!["*".to_owned()],
+            Needs::Fields(f) => f
+                .iter()
+                .filter(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+                .cloned()
+                .collect(),
+        }
     }
 
     /// Evaluations that failed or gave no `bool` (each a no match); the informer's
@@ -268,6 +289,35 @@ impl Filter {
     }
 }
 
+/// What the expression's root gives when it can be told without types and is not a bool: a
+/// literal, a list or map, arithmetic. A field, a variable or a function may be a bool.
+fn not_a_bool(e: &IdedExpr) -> Option<&'static str> {
+    use cel::common::ast::operators;
+    match &e.expr {
+        Expr::Literal(LiteralValue::Boolean(_)) => None,
+        Expr::Literal(LiteralValue::Null) => Some("null"),
+        Expr::Literal(LiteralValue::String(_)) => Some("a string"),
+        Expr::Literal(LiteralValue::Bytes(_)) => Some("bytes"),
+        Expr::Literal(_) => Some("a number"),
+        Expr::List(_) => Some("a list"),
+        Expr::Map(_) | Expr::Struct(_) => Some("a map"),
+        Expr::Call(c)
+            if [
+                operators::ADD,
+                operators::SUBSTRACT,
+                operators::MULTIPLY,
+                operators::DIVIDE,
+                operators::MODULO,
+                operators::NEGATE,
+            ]
+            .contains(&c.func_name.as_str()) =>
+        {
+            Some("the result of arithmetic")
+        }
+        _ => None,
+    }
+}
+
 /// Parses and compiles `source` with the standard library and the strings and lists
 /// extensions, nested at most [`MAX_DEPTH`] deep.
 fn parse(source: &str) -> Result<(Arc<cel::Env>, cel::Program), CompileError> {
@@ -298,16 +348,19 @@ fn parse(source: &str) -> Result<(Arc<cel::Env>, cel::Program), CompileError> {
     .map_err(|errors| {
         let first = errors.errors.first();
         let mut message = first.map_or_else(|| errors.to_string(), |e| e.msg.clone());
+        let mut position = first
+            .filter(|e| e.pos.0 >= 1 && e.pos.1 >= 1)
+            .map(|e| (e.pos.0 as usize, e.pos.1 as usize));
         if message.ends_with("reserved identifier: namespace") {
             message +=
                 " (CEL reserves the word: the namespace is `ns`, or `object.metadata.namespace`)";
         }
-        CompileError {
-            message,
-            position: first
-                .filter(|e| e.pos.0 >= 1 && e.pos.1 >= 0)
-                .map(|e| (e.pos.0 as usize, e.pos.1 as usize + 1)),
+        // cel's depth limit surfaces as its parser's internal error value.
+        if message.contains("Recursion limit") {
+            message = format!("nested deeper than {MAX_DEPTH} levels");
+            position = None;
         }
+        CompileError { message, position }
     })?;
     Ok((env, program))
 }
@@ -317,6 +370,9 @@ fn parse(source: &str) -> Result<(Arc<cel::Env>, cel::Program), CompileError> {
 #[derive(Default)]
 struct Walk {
     free: BTreeSet<String>,
+    /// (identifier, function) of each member call whose first argument is a bare identifier:
+    /// `list.any(c, …)` when `any` is not a macro leaves `c` free.
+    first_args: Vec<(String, String)>,
     fields: BTreeSet<String>,
     whole_object: bool,
     nesting: usize,
@@ -352,6 +408,11 @@ impl Walk {
                         return;
                     }
                 }
+                if let (Some(_), Some(Expr::Ident(first))) =
+                    (&c.target, c.args.first().map(|a| &a.expr))
+                {
+                    self.first_args.push((first.clone(), c.func_name.clone()));
+                }
                 if let Some(t) = &c.target {
                     self.expr(t, bound, depth);
                 }
@@ -379,19 +440,9 @@ impl Walk {
                     self.expr(x, bound, depth);
                 }
             }
-            Expr::Map(m) => {
-                for entry in &m.entries {
-                    match &entry.expr {
-                        EntryExpr::StructField(f) => self.expr(&f.value, bound, depth),
-                        EntryExpr::MapEntry(me) => {
-                            self.expr(&me.key, bound, depth);
-                            self.expr(&me.value, bound, depth);
-                        }
-                    }
-                }
-            }
-            Expr::Struct(s) => {
-                for entry in &s.entries {
+            Expr::Map(cel::common::ast::MapExpr { entries, .. })
+            | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+                for entry in entries {
                     match &entry.expr {
                         EntryExpr::StructField(f) => self.expr(&f.value, bound, depth),
                         EntryExpr::MapEntry(me) => {
@@ -477,11 +528,41 @@ mod tests {
         let e = Filter::compile("object.status.phase ==").expect_err("syntax");
         assert_eq!(e.position.map(|p| p.0), Some(1), "{e}");
         assert!(e.to_string().starts_with("line 1, column "), "{e}");
+        let e = Filter::compile("object.status.phase ==").expect_err("syntax");
+        assert_eq!(
+            e.position,
+            Some((1, 23)),
+            "the end of the source, 1-based: {e}"
+        );
+        let e = Filter::compile(&format!("{}true{}", "(".repeat(40), ")".repeat(40)))
+            .expect_err("deep");
+        assert_eq!(
+            e.to_string(),
+            format!("nested deeper than {MAX_DEPTH} levels")
+        );
+        for (expr, what) in [
+            ("1 + 2", "the result of arithmetic"),
+            ("'yes'", "a string"),
+            ("[true]", "a list"),
+            ("3", "a number"),
+        ] {
+            let e = Filter::compile(expr).expect_err(expr);
+            assert!(e.to_string().contains(what), "{expr}: {e}");
+        }
+        let e = Filter::compile("object.spec.containers.any(c, c.name == 'a')").expect_err("any");
+        assert!(
+            e.to_string()
+                .contains("`any`, which is not one of CEL's macros"),
+            "{e}"
+        );
         let e = Filter::compile("namespace == 'a'").expect_err("reserved");
         assert!(e.to_string().contains("the namespace is `ns`"), "{e}");
         let e = Filter::compile("op == 'added'").expect_err("op");
         assert!(e.to_string().contains("unknown variable \"op\""), "{e}");
-        assert!(e.to_string().contains("sink's filter"), "{e}");
+        assert!(
+            e.to_string().contains("describe a change, not an object"),
+            "{e}"
+        );
         let e = Filter::compile("objct.metadata.name == 'a'").expect_err("typo");
         assert!(e.to_string().contains("\"objct\""), "{e}");
         assert!(Filter::compile(" ").is_err());
