@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use kube_server::{create, delete, live_state, namespace, patch};
 use process::Kubesink;
-use receivers::{configmap, deployment, resources, KINDS};
+use receivers::{configmap, resources, KINDS};
 use serde_json::{json, Value};
 use support::{fold_equals, http_get, wait_until, Expect};
 
@@ -163,7 +163,11 @@ async fn every_format_delivers_the_real_api_servers_objects_through_churn_and_a_
     let ns = "http-formats";
     namespace(cp, ns, json!({"kubesink-test": "http"})).await;
     for i in 0..2 {
-        create(&client, deployment(ns, &format!("web-{i}"), 3)).await;
+        create(
+            &client,
+            kube_server::deployment(ns, &format!("web-{i}"), 3, "nginx:1.27"),
+        )
+        .await;
     }
     for i in 0..10 {
         create(&client, configmap(ns, &format!("cm-{i}"), i)).await;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use kube_server::{create, delete, live_state, namespace, patch};
 use process::Kubesink;
-use receivers::{configmap, deployment, resources, KINDS};
+use receivers::{configmap, resources, KINDS};
 use serde_json::{json, Value};
 use support::{fold_equals, http_get, wait_until, Expect};
 
@@ -149,7 +149,11 @@ async fn the_collectors_file_folds_to_the_real_api_server_through_churn_and_a_co
     let ns = "otlp-main";
     namespace(cp, ns, json!({"kubesink-test": "otlp"})).await;
     for i in 0..2 {
-        create(&client, deployment(ns, &format!("web-{i}"), 3)).await;
+        create(
+            &client,
+            kube_server::deployment(ns, &format!("web-{i}"), 3, "nginx:1.27"),
+        )
+        .await;
     }
     for i in 0..10 {
         create(&client, configmap(ns, &format!("cm-{i}"), i)).await;

@@ -101,6 +101,12 @@ async fn set_keep(client: &kube::Client, name: &str, keep: &str) {
     patch(client, "v1", "ConfigMap", Some(NS), name, data).await;
 }
 
+/// Scales the Deployment `web` (the Deployments' filter reads `spec.replicas`).
+async fn scale_web(client: &kube::Client, replicas: i32) {
+    let spec = json!({"spec": {"replicas": replicas}});
+    patch(client, "apps/v1", "Deployment", Some(NS), "web", spec).await;
+}
+
 fn cm(name: &str, keep: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": NS}, "data": {"keep": keep}})
@@ -120,15 +126,7 @@ async fn only_matching_objects_are_followed_and_leaving_ones_are_deleted_with_le
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no-data", "namespace": NS}}),
     )
     .await;
-    create(
-        &client,
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": NS},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
-    )
-    .await;
+    create(&client, kube_server::deployment(NS, "web", 1, "nginx")).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = write_config(dir.path(), cp);
     let listen = format!("127.0.0.1:{}", ports::free_port());
@@ -161,15 +159,7 @@ async fn only_matching_objects_are_followed_and_leaving_ones_are_deleted_with_le
     delete(&client, "v1", "ConfigMap", Some(NS), "cm-03").await;
     create(&client, cm("new-in", "yes")).await;
     create(&client, cm("new-out", "no")).await;
-    patch(
-        &client,
-        "apps/v1",
-        "Deployment",
-        Some(NS),
-        "web",
-        json!({"spec": {"replicas": 0}}),
-    )
-    .await;
+    scale_web(&client, 0).await;
     converged(cp, || first.messages()).await;
     let msgs = first.messages();
     let left = sent(&msgs, "cm-00");
@@ -220,15 +210,7 @@ async fn only_matching_objects_are_followed_and_leaving_ones_are_deleted_with_le
     set_keep(&client, "cm-04", "no").await;
     set_keep(&client, "cm-05", "yes").await;
     delete(&client, "v1", "ConfigMap", Some(NS), "cm-06").await;
-    patch(
-        &client,
-        "apps/v1",
-        "Deployment",
-        Some(NS),
-        "web",
-        json!({"spec": {"replicas": 2}}),
-    )
-    .await;
+    scale_web(&client, 2).await;
     let second = Kubesink::start(BIN, &config, dir.path(), "second", &[]);
     converged(cp, || {
         first.iter().cloned().chain(second.messages()).collect()

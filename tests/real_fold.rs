@@ -42,24 +42,6 @@ const KINDS: &[(&str, &str)] = &[
     ("kubesink.test/v1", "Widget"),
 ];
 
-fn deployment(ns: &str, name: &str, replicas: i32, image: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            // No kubelet here, so no Pod ever becomes ready: a rolling update would wait for
-            // one forever; Recreate rolls out without it.
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "c", "image": image}]}
-            }
-        }
-    })
-}
-
 fn widget_crd() -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -209,11 +191,15 @@ async fn the_fold_equals_the_real_api_server_under_real_controllers_churn() {
     for i in 0..3 {
         create(
             &client,
-            deployment(main, &format!("web-{i}"), 2, "nginx:1.27"),
+            kube_server::deployment(main, &format!("web-{i}"), 2, "nginx:1.27"),
         )
         .await;
     }
-    create(&client, deployment(gone, "doomed", 3, "busybox")).await;
+    create(
+        &client,
+        kube_server::deployment(gone, "doomed", 3, "busybox"),
+    )
+    .await;
     for i in 0..10 {
         create(
             &client,
@@ -346,7 +332,7 @@ topic = "real.topology"
         json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}}),
     )
     .await;
-    create(&client, deployment(main, "web-3", 4, "redis")).await;
+    create(&client, kube_server::deployment(main, "web-3", 4, "redis")).await;
     for i in 0..10 {
         if i % 3 == 0 {
             delete(&client, "v1", "ConfigMap", Some(main), &format!("cm-{i}")).await;

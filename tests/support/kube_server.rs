@@ -39,28 +39,53 @@ const READY_WITHIN: Duration = Duration::from_secs(180);
 pub fn bin_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("KUBE_TEST_BIN_DIR") {
-            return PathBuf::from(dir);
-        }
-        // The workspace root: this crate's, or an ancestor of it (the benchmark suite,
-        // `benches/suite`, includes this file too).
-        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .map(|d| d.join("scripts/kube-build.sh"))
-            .find(|s| s.is_file())
-            .unwrap_or_else(|| PathBuf::from("scripts/kube-build.sh"));
-        let out = Command::new(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "{} failed: the real-server tests need Go and the module proxy (docs/testing.md)",
-            script.display()
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        built_dir(
+            "KUBE_TEST_BIN_DIR",
+            "scripts/kube-build.sh",
+            "the real-server tests need Go and the module proxy (docs/testing.md)",
+        )
     })
     .clone()
+}
+
+/// A directory of tools a build script makes: `$env_var` when set, else what `script`
+/// prints (found in this crate's root or an ancestor of it: the benchmark suite,
+/// `benches/suite`, includes this file too), building when needed; panics with `need` when
+/// the script fails.
+pub fn built_dir(env_var: &str, script: &str, need: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os(env_var) {
+        return PathBuf::from(dir);
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|d| d.join(script))
+        .find(|s| s.is_file())
+        .unwrap_or_else(|| PathBuf::from(script));
+    let out = Command::new(&path)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(out.status.success(), "{} failed: {need}", path.display());
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// A Deployment the ReplicaSet controller fills with `replicas` Pods of `image`. No kubelet
+/// runs here, so no Pod ever becomes ready: a rolling update would wait for one forever;
+/// Recreate rolls out without it.
+pub fn deployment(ns: &str, name: &str, replicas: i32, image: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": image}]}
+            }
+        }
+    })
 }
 
 /// Spawns processes from one thread that lives as long as the test binary, each with

@@ -2,7 +2,6 @@
 //! objects their churn creates.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
@@ -12,38 +11,11 @@ use serde_json::{json, Value};
 pub fn bin() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("RECEIVERS_BIN_DIR") {
-            return PathBuf::from(dir);
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/receivers-build.sh");
-        let out = Command::new(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "{} failed: these tests need Go",
-            script.display()
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-}
-
-/// A Deployment the ReplicaSet controller fills with `replicas` Pods (Recreate: no kubelet
-/// makes a Pod ready here).
-pub fn deployment(ns: &str, name: &str, replicas: i32) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}
-            }
-        }
+        crate::kube_server::built_dir(
+            "RECEIVERS_BIN_DIR",
+            "scripts/receivers-build.sh",
+            "these tests need Go",
+        )
     })
 }
 

@@ -265,6 +265,74 @@ impl Kubesink {
     }
 }
 
+/// A directory of tools a build script makes: `$env_var` when set, else what `script` (found
+/// above the working directory, e.g. `scripts/peers-build.sh`) prints, building when needed.
+fn built_dir(env_var: &str, script: &str) -> anyhow::Result<PathBuf> {
+    if let Some(d) = std::env::var_os(env_var) {
+        return Ok(PathBuf::from(d));
+    }
+    let path = std::env::current_dir()?
+        .ancestors()
+        .map(|d| d.join(script))
+        .find(|p| p.exists())
+        .with_context(|| {
+            format!("{script} not found above the working directory (or set {env_var})")
+        })?;
+    let out = Command::new(&path)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", path.display()))?;
+    if !out.status.success() {
+        bail!("{} failed: {}", path.display(), out.status);
+    }
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+/// What [`churn_window`] measured.
+struct ChurnWindow {
+    /// Changes the simulator applied (at least 1), and the seconds they took.
+    applied: u64,
+    secs: f64,
+    /// CPU seconds per 10,000 changes of each process asked for, in order.
+    cpu_per_10k: Vec<f64>,
+    /// The latency samples collected during the window.
+    samples: Vec<f64>,
+}
+
+/// A churn window on `sim`: `ms` cleared after half a second of quiet, the plan's rate for
+/// its time, then 2 s to drain; the CPU each of `pids` spent per 10,000 changes (0 for a
+/// process that is gone).
+fn churn_window(
+    plan: &Plan,
+    sim: &Sim,
+    pids: &[u32],
+    ms: &Arc<Mutex<Vec<f64>>>,
+) -> anyhow::Result<ChurnWindow> {
+    std::thread::sleep(Duration::from_millis(500));
+    ms.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    let cpu = |pid: u32| procfs::cpu_seconds(pid).unwrap_or(0.0);
+    let before: Vec<f64> = pids.iter().map(|p| cpu(*p)).collect();
+    let started = Instant::now();
+    sim.churn(plan.churn_rate)?;
+    std::thread::sleep(plan.churn_for);
+    let applied = sim.churn_applied()?.max(1);
+    let secs = started.elapsed().as_secs_f64();
+    sim.churn(0.0)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu_per_10k = pids
+        .iter()
+        .zip(before)
+        .map(|(p, c0)| (cpu(*p) - c0) / applied as f64 * 10_000.0)
+        .collect();
+    let samples = ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok(ChurnWindow {
+        applied,
+        secs,
+        cpu_per_10k,
+        samples,
+    })
+}
+
 /// Collects a child's output lines on a thread: `synced N` / `listed N` status lines.
 fn watch_lines(reader: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
     let lines: Arc<Mutex<Vec<String>>> = Arc::default();

@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use kubesink_bench::procfs;
 use kubesink_bench::procs::Sim;
 use serde_json::{json, Value};
 
@@ -56,25 +55,14 @@ pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<FilterRun>> {
         let ms = collect_latency(k.proc.take_stdout().context("stdout")?);
         k.wait_delivered(Some(plan.churn_pods), Duration::from_secs(1800))?;
         let list_secs = started.elapsed().as_secs_f64();
-        std::thread::sleep(Duration::from_millis(500));
-        ms.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        let cpu0 = procfs::cpu_seconds(k.proc.pid()).unwrap_or(0.0);
-        let churn_started = Instant::now();
-        sim.churn(plan.churn_rate)?;
-        std::thread::sleep(plan.churn_for);
-        let applied = sim.churn_applied()?.max(1);
-        let secs = churn_started.elapsed().as_secs_f64();
-        sim.churn(0.0)?;
-        std::thread::sleep(Duration::from_secs(2));
-        let cpu = procfs::cpu_seconds(k.proc.pid()).unwrap_or(0.0) - cpu0;
-        let samples = ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let w = super::churn_window(plan, &sim, &[k.proc.pid()], &ms)?;
         let run = FilterRun {
             name,
             expr,
             pods: plan.churn_pods,
             list_per_sec: plan.churn_pods as f64 / list_secs.max(1e-9),
-            lat: latency_of(name, &samples, applied, secs),
-            cpu_per_10k: cpu / applied as f64 * 10_000.0,
+            lat: latency_of(name, &w.samples, w.applied, w.secs),
+            cpu_per_10k: w.cpu_per_10k[0],
         };
         eprintln!(
             "   {name}: initial list {:.0} objects/s; p50 {:.1} ms, p99 {:.1} ms ({} changes at {:.0}/s); CPU/10k changes {:.2} s",

@@ -9,13 +9,12 @@
 //! sink runs first as the control (the same churn and clock, no HTTP), so the HTTP rows are
 //! read as ratios to it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use kubesink_bench::procfs;
 use kubesink_bench::procs::{spawn, Sim};
 use serde_json::{json, Value};
 
@@ -48,27 +47,6 @@ pub struct HttpRun {
     pub receiver_cpu_per_10k: f64,
 }
 
-/// The receivers' directory: `RECEIVERS_BIN_DIR`, else what `scripts/receivers-build.sh`
-/// builds.
-fn receivers_bin() -> anyhow::Result<PathBuf> {
-    if let Some(d) = std::env::var_os("RECEIVERS_BIN_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let script = std::env::current_dir()?
-        .ancestors()
-        .map(|d| d.join("scripts/receivers-build.sh"))
-        .find(|p| p.exists())
-        .context("scripts/receivers-build.sh not found above the working directory (or set RECEIVERS_BIN_DIR)")?;
-    let out = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!("{} failed: {}", script.display(), out.status);
-    }
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
-}
-
 fn wait_file(path: &Path, within: Duration) -> anyhow::Result<String> {
     let deadline = Instant::now() + within;
     loop {
@@ -84,7 +62,7 @@ fn wait_file(path: &Path, within: Duration) -> anyhow::Result<String> {
 
 /// Every format, one after the other.
 pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
-    let bin = receivers_bin()?;
+    let bin = super::built_dir("RECEIVERS_BIN_DIR", "scripts/receivers-build.sh")?;
     let mut out = Vec::new();
     for format in FORMATS {
         let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
@@ -227,21 +205,13 @@ fn churn(
     format: &'static str,
     sync_secs: f64,
 ) -> anyhow::Result<HttpRun> {
-    std::thread::sleep(Duration::from_millis(500));
-    ms.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    let cpu = || procfs::cpu_seconds(k.proc.pid()).unwrap_or(0.0);
-    let rcpu = || receiver.and_then(procfs::cpu_seconds).unwrap_or(0.0);
-    let (cpu0, rcpu0) = (cpu(), rcpu());
-    let churn_started = Instant::now();
-    sim.churn(plan.churn_rate)?;
-    std::thread::sleep(plan.churn_for);
-    let applied = sim.churn_applied()?.max(1);
-    let secs = churn_started.elapsed().as_secs_f64();
-    sim.churn(0.0)?;
-    std::thread::sleep(Duration::from_secs(2));
-    let per_10k = |used: f64| used / applied as f64 * 10_000.0;
-    let (cpu_per_10k, receiver_cpu_per_10k) = (per_10k(cpu() - cpu0), per_10k(rcpu() - rcpu0));
-    let samples = ms.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let pids: Vec<u32> = std::iter::once(k.proc.pid()).chain(receiver).collect();
+    let w = super::churn_window(plan, sim, &pids, ms)?;
+    let (cpu_per_10k, receiver_cpu_per_10k) = (
+        w.cpu_per_10k[0],
+        w.cpu_per_10k.get(1).copied().unwrap_or(0.0),
+    );
+    let (samples, applied, secs) = (w.samples, w.applied, w.secs);
     let lat = latency_of(format, &samples, applied, secs);
     eprintln!(
         "   {format}: initial list {sync_secs:.2} s ({:.0}/s); p50 {:.1} ms, p99 {:.1} ms ({} changes); CPU/10k changes kubesink {cpu_per_10k:.2} s, receiver {receiver_cpu_per_10k:.2} s",

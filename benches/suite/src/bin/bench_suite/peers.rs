@@ -974,28 +974,6 @@ fn churn_once(
     Ok(rows)
 }
 
-/// The peers' bin directory: `PEERS_BIN_DIR`, else what `scripts/peers-build.sh` builds.
-fn peers_bin() -> anyhow::Result<PathBuf> {
-    if let Some(d) = std::env::var_os("PEERS_BIN_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let script = std::env::current_dir()?
-        .ancestors()
-        .map(|d| d.join("scripts/peers-build.sh"))
-        .find(|p| p.exists())
-        .context(
-            "scripts/peers-build.sh not found above the working directory (or set PEERS_BIN_DIR)",
-        )?;
-    let out = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!("{} failed: {}", script.display(), out.status);
-    }
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
-}
-
 /// Creates `pods` Pods on a real control plane, then runs every program's sync, churn (each
 /// rate for `churn_secs`) and gap.
 pub fn run(
@@ -1006,7 +984,7 @@ pub fn run(
     steady: Duration,
     churn_secs: f64,
 ) -> anyhow::Result<Report> {
-    let peers = peers_bin()?;
+    let peers = super::built_dir("PEERS_BIN_DIR", "scripts/peers-build.sh")?;
     eprintln!("== the Go peers: {}", peers.display());
     eprintln!("== a real kube-apiserver and etcd (tests/kube, built by scripts/kube-build.sh)");
     let cp = ControlPlane::start(kube_server::Options::default());
