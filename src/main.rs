@@ -167,6 +167,10 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
     match c.to_effective_toml() {
         Ok(text) => {
             println!("# effective configuration (secrets masked)\n{text}");
+            println!("# routes: what reaches each sink (\"own state\": a sink with a filter keeps its acknowledged state apart)");
+            for line in kubesink::bridge::explain_routes(&c) {
+                println!("#   {line}");
+            }
             match warn(&c) {
                 0 => eprintln!("configuration OK"),
                 n => eprintln!("configuration OK, with {n} warning(s)"),

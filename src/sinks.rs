@@ -13,6 +13,8 @@
 use std::sync::Arc;
 
 use kubesink_core::{Destination, Sink, SinkConfigError};
+
+use crate::informer::{Filter, FilterPlace};
 use serde::{Deserialize, Serialize};
 
 /// Declares the destinations: one line each, `Variant(ConfigType) if "cargo feature";`. The
@@ -75,7 +77,23 @@ impl SinkConfig {
     /// Checks settings that serde cannot (returns every problem found). `index` is the
     /// entry's position in `sinks`, used in messages.
     pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
-        self.destination().validate(index)
+        let mut problems = self.destination().validate(index);
+        if let Some(expr) = self.filter() {
+            if let Err(e) = Filter::compile_for(expr, FilterPlace::Sink) {
+                problems.push(SinkConfigError::Invalid {
+                    index,
+                    name: self.name().to_owned(),
+                    key: "filter".to_owned(),
+                    message: format!("{}: {e}", Filter::shown(expr)),
+                });
+            }
+        }
+        problems
+    }
+
+    /// The entry's `filter` ([`Destination::filter`]).
+    pub fn filter(&self) -> Option<&str> {
+        self.destination().filter()
     }
 
     /// Settings that work but weaken security (TLS verification off, credentials without

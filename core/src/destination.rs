@@ -17,6 +17,12 @@ pub trait Destination {
     /// The entry's `name` (unique among the sinks; metrics and logs use it).
     fn name(&self) -> &str;
 
+    /// The entry's `filter`: a CEL expression choosing what the sink gets, compiled and
+    /// applied by the bridge (`None`: everything).
+    fn filter(&self) -> Option<&str> {
+        None
+    }
+
     /// An entry with every option set (optional ones included, secrets as placeholders): the
     /// reference-file test walks its keys to check that `config/kubesink.toml` documents
     /// every option of every registered destination.

@@ -17,6 +17,8 @@
 //! started waiting. A follower never saves.
 
 mod plan;
+mod routes;
+pub use routes::explain as explain_routes;
 mod watching;
 
 use std::net::SocketAddr;
@@ -59,6 +61,9 @@ pub enum StartError {
         /// Clients given.
         clients: usize,
     },
+    /// A sink's filter does not compile.
+    #[error(transparent)]
+    Route(#[from] routes::RouteError),
 }
 
 /// What a shutdown could not finish ([`Bridge::shutdown_report`]).
@@ -218,6 +223,10 @@ impl Bridge {
             });
         }
         let multi = clusters.len() > 1;
+        let routes = Arc::new(routes::routes(config, &sinks)?);
+        // The counters of each filtered sink's views, by sink (the first route's views count
+        // into the watch's own).
+        let mut view_stats: Vec<(String, Arc<InformerStats>)> = Vec::new();
         let mut planned = Vec::new();
         let mut watches = Vec::new();
         let mut states = Vec::new();
@@ -234,15 +243,9 @@ impl Bridge {
                 let identity = configured_identity(&spec.name, res);
                 let mut scopes = Vec::new();
                 for ns in namespaces {
-                    let key = WatchKey {
-                        identity: WatchPlan::identity_of(&identity, ns.as_deref()),
-                        selection: WatchPlan::selection_of(
-                            res,
-                            &identity,
-                            ns.as_deref(),
-                            &spec.label,
-                        ),
-                    };
+                    let base = WatchPlan::identity_of(&identity, ns.as_deref());
+                    let selection =
+                        WatchPlan::selection_of(res, &identity, ns.as_deref(), &spec.label);
                     let s = Arc::new(InformerStats::default());
                     let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
                     let label = if multi {
@@ -258,10 +261,32 @@ impl Bridge {
                         namespace: ns.clone(),
                         stats: s.clone(),
                     });
+                    let views = routes
+                        .iter()
+                        .enumerate()
+                        .map(|(k, r)| {
+                            let key = WatchKey {
+                                identity: r.identity(&base),
+                                selection,
+                                seed: r.seed(&base),
+                            };
+                            let counts = match (k, &r.sink) {
+                                (0, _) => s.clone(),
+                                (_, sink) => {
+                                    let c = Arc::new(InformerStats::default());
+                                    if let Some(sink) = sink {
+                                        view_stats.push((sink.clone(), c.clone()));
+                                    }
+                                    c
+                                }
+                            };
+                            (key, counts)
+                        })
+                        .collect();
                     scopes.push(PlannedScope {
                         namespace: ns,
                         stats: s,
-                        key,
+                        views,
                     });
                 }
                 resources.push(PlannedResource {
@@ -308,7 +333,14 @@ impl Bridge {
         let sink_entries = pipeline
             .sinks()
             .iter()
-            .map(|h| SinkEntry { handle: h.clone() })
+            .map(|h| SinkEntry {
+                handle: h.clone(),
+                views: view_stats
+                    .iter()
+                    .filter(|(sink, _)| sink == h.sink().name())
+                    .map(|(_, s)| s.clone())
+                    .collect(),
+            })
             .collect();
         let observed = Arc::new(Observer::new(
             watches,
@@ -339,6 +371,7 @@ impl Bridge {
         let watching = Watching {
             clusters: planned,
             sync_markers: config.pipeline.sync_markers,
+            routes: routes.clone(),
             watch: config.watch.clone(),
             lists,
             state: config.state.clone(),

@@ -19,9 +19,10 @@ pub(super) type Keepers = Arc<Mutex<Vec<Arc<Keeper>>>>;
 /// before the state was restored and discovery resolved it.
 pub(super) struct PlannedScope {
     pub(super) namespace: Option<String>,
+    /// The watch's counters (shown per watch; its first view's decider counts into them).
     pub(super) stats: Arc<InformerStats>,
-    /// Its key in saved state.
-    pub(super) key: WatchKey,
+    /// Per route (`routes.rs`, in order): its view's key in saved state and counters.
+    pub(super) views: Vec<(WatchKey, Arc<InformerStats>)>,
 }
 
 /// One configured resource and its watches to come.

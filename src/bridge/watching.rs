@@ -18,11 +18,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::plan::{Keepers, PlannedCluster, PlannedScope};
+use super::routes::Route;
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, ResourceConfig, StateConfig, WatchConfig};
 use crate::informer::{
     ClusterApi, Decider, FailureKind, Filter, Informer, InformerStats, JournalRef, LightStore,
-    ListBudget, TrackedStore, WatchPlan,
+    ListBudget, TrackedStore, View, WatchPlan,
 };
 use crate::leader::{Elector, Fence, Lost};
 use crate::observe::Leadership;
@@ -39,6 +40,8 @@ const STATE_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration:
 pub(super) struct Watching {
     pub clusters: Vec<PlannedCluster>,
     pub sync_markers: bool,
+    /// Which sinks each watch's views serve (`routes.rs`).
+    pub routes: Arc<Vec<Route>>,
     pub watch: WatchConfig,
     /// The process's budget of lists in flight, shared by every cluster's informers.
     pub lists: Arc<ListBudget>,
@@ -53,12 +56,12 @@ pub(super) struct Watching {
     pub tasks: TaskTracker,
 }
 
-/// One watch ready to run: its store and whether it holds saved state.
+/// One watch ready to run: per route, its view's store, whether it holds saved state, and
+/// its counters.
 struct Scope {
     namespace: Option<String>,
     stats: Arc<InformerStats>,
-    store: Arc<TrackedStore>,
-    restored: bool,
+    views: Vec<(Arc<TrackedStore>, bool, Arc<InformerStats>)>,
 }
 
 /// One configured resource of one cluster and its watches.
@@ -68,6 +71,8 @@ struct Target {
     api: Arc<ClusterApi>,
     resource: ResourceConfig,
     scopes: Vec<Scope>,
+    /// Which sinks each watch's views serve (`routes.rs`).
+    routes: Arc<Vec<Route>>,
 }
 
 impl Watching {
@@ -94,7 +99,8 @@ impl Watching {
         let keys: Vec<WatchKey> = c
             .resources
             .iter()
-            .flat_map(|r| r.scopes.iter().map(|s| s.key.clone()))
+            .flat_map(|r| r.scopes.iter())
+            .flat_map(|s| s.views.iter().map(|(key, _)| key.clone()))
             .collect();
         let mut stores: Vec<(Arc<TrackedStore>, bool)> = match &c.state {
             None => keys
@@ -116,16 +122,23 @@ impl Watching {
                 .iter()
                 .map(
                     |PlannedScope {
-                         namespace, stats, ..
+                         namespace,
+                         stats,
+                         views,
                      }| {
-                        let (store, restored) = stores.pop().unwrap_or_else(|| {
-                            (TrackedStore::new(LightStore::new(), false), false)
-                        });
+                        let views = views
+                            .iter()
+                            .map(|(_, counts)| {
+                                let (store, restored) = stores.pop().unwrap_or_else(|| {
+                                    (TrackedStore::new(LightStore::new(), false), false)
+                                });
+                                (store, restored, counts.clone())
+                            })
+                            .collect();
                         Scope {
                             namespace: namespace.clone(),
                             stats: stats.clone(),
-                            store,
-                            restored,
+                            views,
                         }
                     },
                 )
@@ -136,6 +149,7 @@ impl Watching {
                 api: c.api.clone(),
                 resource: r.resource.clone(),
                 scopes,
+                routes: self.routes.clone(),
             };
             self.tasks.spawn(watch_resource(
                 target,
@@ -420,29 +434,40 @@ async fn watch_resource(
     );
     for (plan, scope) in plans.into_iter().zip(t.scopes) {
         scope.stats.clear_failure();
-        let mut decider = Decider::with_store(
-            plan.resource.clone(),
-            plan.scope(),
-            plan.shaper.clone(),
-            plan.updates,
-            scope.store,
-            scope.restored,
-            scope.stats.clone(),
-        );
-        if sync_markers {
-            decider = decider.with_sync_markers(scope.namespace);
-        }
-        decider = decider.with_filter(filter.clone());
+        let views = t
+            .routes
+            .iter()
+            .zip(scope.views)
+            .map(|(route, (store, restored, counts))| {
+                let mut decider = Decider::with_store(
+                    plan.resource.clone(),
+                    plan.scope(),
+                    plan.shaper.clone(),
+                    plan.updates,
+                    store,
+                    restored,
+                    counts,
+                );
+                if sync_markers {
+                    decider = decider.with_sync_markers(scope.namespace.clone());
+                }
+                decider = decider.with_filter(filter.clone());
+                if let Some(f) = &route.filter {
+                    decider = decider.with_sink_filter(f.clone());
+                }
+                View::new(decider, publisher.only(&route.sinks))
+            })
+            .collect();
         let informer = Informer::new(
             plan,
             t.client.clone(),
             &watch,
-            decider,
+            views,
             scope.stats,
             t.api.clone(),
             lists.clone(),
         );
-        tasks.spawn(informer.run(publisher.clone(), cancel.clone()));
+        tasks.spawn(informer.run(cancel.clone()));
     }
 }
 

@@ -294,11 +294,7 @@ impl ResourceConfig {
             problems.add(at("page_size"), "must be at least 1");
         }
         if let Some(expr) = &self.filter {
-            // A long expression is named by its start: the message must stay readable.
-            let shown = match expr.char_indices().nth(120) {
-                Some((cut, _)) => format!("{:?}…", &expr[..cut]),
-                None => format!("{expr:?}"),
-            };
+            let shown = crate::informer::Filter::shown(expr);
             match crate::informer::Filter::compile(expr) {
                 Err(e) => problems.add(at("filter"), format!("{shown}: {e}")),
                 Ok(f) if self.payload == PayloadMode::Metadata => {

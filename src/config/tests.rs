@@ -148,6 +148,32 @@ fn a_bad_filter_names_its_key_its_file_and_the_position() {
 }
 
 #[test]
+fn a_bad_sink_filter_names_its_sink_key_file_and_position() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "s.toml",
+            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[sinks]]\ntype = \"stdout\"\nname = \"a\"\nfilter = 'ns == \"payments\" &&'\n[[sinks]]\ntype = \"stdout\"\nname = \"b\"\nfilter = 'op == \"deleted\" || changed.exists(p, p.startsWith(\"spec\"))'\n[[sinks]]\ntype = \"stdout\"\nname = \"c\"\nfilter = 'opp == 1'\n",
+        )?;
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(
+            all.contains("sinks.0.filter: \"ns == \\\"payments\\\" &&\": line 1, column "),
+            "{all}"
+        );
+        assert!(
+            !all.contains("sinks.1"),
+            "op and changed are a sink filter's: {all}"
+        );
+        assert!(
+            all.contains("sinks.2.filter: \"opp == 1\": unknown variable \"opp\"; a sink's filter has object, cluster, kind, ns, op, changed"),
+            "{all}"
+        );
+        assert!(all.contains("s.toml)"), "{all}");
+        Ok(())
+    });
+}
+
+#[test]
 fn several_bad_keys_in_one_section_and_env_are_all_reported() {
     Jail::expect_with(|jail| {
         jail.clear_env();

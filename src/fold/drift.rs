@@ -315,7 +315,7 @@ async fn list_filtered_into(
     cluster: &str,
     out: &mut BTreeMap<String, Live>,
 ) -> anyhow::Result<()> {
-    use crate::informer::{Filter, FilterMatch, RawObject, Shaper};
+    use crate::informer::{Filter, FilterMatch, FilterSubject as Subject, RawObject, Shaper};
     let filter = Filter::compile(expr).map_err(|e| {
         anyhow::anyhow!(
             "cluster {cluster}: the filter of {} {expr:?}: {e}",
@@ -331,14 +331,15 @@ async fn list_filtered_into(
             let text = serde_json::to_string(o)?;
             let obj = RawObject::parse(&text)?;
             let (metadata, redacted) = shaper.filter_view(&obj);
-            let got = filter.matches(
-                &obj,
-                &metadata,
-                &redacted,
-                &resolved.resource.cluster,
-                &resolved.resource.kind,
-                &*resolved.resource,
-            );
+            let got = filter.matches(&Subject {
+                obj: &obj,
+                metadata: &metadata,
+                redacted: &redacted,
+                cluster: &resolved.resource.cluster,
+                kind: &resolved.resource.kind,
+                resource: &*resolved.resource,
+                change: None,
+            });
             if got == FilterMatch::Yes {
                 insert_live(resolved, &o.metadata, out);
             }

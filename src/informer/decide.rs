@@ -60,7 +60,7 @@ use kubesink_core::message::{Change, DeleteReason, Synced};
 use kubesink_core::{Message, Op, Resource};
 
 use super::facts::Facts;
-use super::filter::{Filter, Match as FilterMatch};
+use super::filter::{ChangeVars, Filter, Match as FilterMatch, Subject};
 use super::object::RawObject;
 use super::payload::{ShapeError, Shaper};
 use super::stats::InformerStats;
@@ -73,7 +73,7 @@ use super::tracked::TrackedStore;
 use crate::pipeline::Ack;
 
 /// What the list/watch loop saw, in the order it saw it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Event<'a> {
     /// A list starts.
     ListStart,
@@ -189,8 +189,13 @@ pub struct Decider {
     /// drops it as a duplicate and the key ends "deleted" (found by scripts/chaos.sh,
     /// seed 45401). Only keys of owed deletes: a handful after a crash.
     owed_sent: std::collections::HashMap<(Option<String>, String), String>,
-    /// The resource's CEL filter (`filter.rs`): objects it does not match are not followed.
-    filter: Option<Arc<Filter>>,
+    /// The CEL filters of objects (`filter.rs`): the resource's, and, for a decider that
+    /// serves the sinks of one filter (a *view*, see `bridge/views.rs`), that sink's. An
+    /// object that any of them does not match is not followed.
+    filters: Vec<Arc<Filter>>,
+    /// A sink's change filter (one naming `op` or `changed`): a change it does not match is
+    /// not sent, and is settled as if delivered.
+    change_filter: Option<Arc<Filter>>,
 }
 
 /// The store as [`Decider::store`] lends it (under the store's lock).
@@ -253,7 +258,8 @@ impl Decider {
             listed_once: false,
             watch_floor: None,
             owed_sent: std::collections::HashMap::new(),
-            filter: None,
+            filters: Vec::new(),
+            change_filter: None,
         }
     }
 
@@ -261,25 +267,94 @@ impl Decider {
     /// stops matching is sent as `deleted` with `reason: leftFilter`, one that starts
     /// matching as `added`.
     pub fn with_filter(mut self, filter: Option<Arc<Filter>>) -> Self {
-        self.filter = filter;
+        self.filters.extend(filter);
         self
     }
 
-    /// Whether the resource's filter matches `obj` (always, without a filter); counts a
-    /// no match and an evaluation error.
+    /// Also applies a sink's filter: one of objects ([`Filter::on_changes`] false) is one
+    /// more filter of what this decider follows (leaving it sends `deleted` with
+    /// `leftFilter`); a change filter drops the changes it does not match, settled as if
+    /// delivered.
+    pub fn with_sink_filter(mut self, filter: Arc<Filter>) -> Self {
+        if filter.on_changes() {
+            self.change_filter = Some(filter);
+        } else {
+            self.filters.push(filter);
+        }
+        self
+    }
+
+    /// Whether every object filter matches `obj` (always, without one); counts a no match
+    /// and an evaluation error.
     fn follows(&self, obj: &RawObject<'_>) -> bool {
-        let Some(filter) = &self.filter else {
+        if self.filters.is_empty() {
             return true;
-        };
+        }
         let (metadata, redacted) = self.shaper.filter_view(obj);
-        let got = filter.matches(
+        for filter in &self.filters {
+            let got = filter.matches(&Subject {
+                obj,
+                metadata: &metadata,
+                redacted: &redacted,
+                cluster: &self.resource.cluster,
+                kind: &self.resource.kind,
+                resource: &*self.resource,
+                change: None,
+            });
+            match got {
+                FilterMatch::Yes => continue,
+                FilterMatch::No => {}
+                FilterMatch::Error => {
+                    self.stats.filter_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            self.stats.filtered_out.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Whether the change filter keeps `change`, decided on `obj` (the event's object when
+    /// it is the change's, else a stub of the change's key, uid and resourceVersion: an
+    /// inferred `deleted` has no object). Counts a change dropped as filtered out.
+    fn keeps(&self, filter: &Filter, change: &Change, obj: Option<&RawObject<'_>>) -> bool {
+        let stub;
+        let obj = match obj.filter(|o| o.uid() == change.uid) {
+            Some(o) => o,
+            None => {
+                let mut metadata = serde_json::Map::new();
+                metadata.insert("name".into(), change.name.clone().into());
+                if let Some(ns) = &change.namespace {
+                    metadata.insert("namespace".into(), ns.clone().into());
+                }
+                metadata.insert("uid".into(), change.uid.clone().into());
+                metadata.insert(
+                    "resourceVersion".into(),
+                    change.resource_version.clone().into(),
+                );
+                stub = RawObject {
+                    api_version: None,
+                    kind: Some(self.resource.kind.clone()),
+                    metadata,
+                    body: Vec::new(),
+                };
+                &stub
+            }
+        };
+        let changed: Vec<&str> = change.changed.iter().flat_map(|c| c.iter()).collect();
+        let (metadata, redacted) = self.shaper.filter_view(obj);
+        let got = filter.matches(&Subject {
             obj,
-            &metadata,
-            &redacted,
-            &self.resource.cluster,
-            &self.resource.kind,
-            &*self.resource,
-        );
+            metadata: &metadata,
+            redacted: &redacted,
+            cluster: &self.resource.cluster,
+            kind: &self.resource.kind,
+            resource: &*self.resource,
+            change: Some(ChangeVars {
+                op: change.op.as_str(),
+                changed: &changed,
+            }),
+        });
         match got {
             FilterMatch::Yes => return true,
             FilterMatch::No => {}
@@ -371,6 +446,29 @@ impl Decider {
     /// [`InformerError::Shape`] for one a pointer cannot shape: nothing is emitted for it
     /// and its last known state stays.
     pub fn on_event(&mut self, event: Event<'_>) -> Result<Vec<Change>, InformerError> {
+        let Some(filter) = self.change_filter.clone() else {
+            return self.decide(event);
+        };
+        let obj = match &event {
+            Event::Listed(o) | Event::Applied(o) | Event::Deleted(o) | Event::LeftSelector(o) => {
+                Some(o.clone())
+            }
+            _ => None,
+        };
+        let changes = self.decide(event)?;
+        let mut kept = Vec::with_capacity(changes.len());
+        for change in changes {
+            if self.keeps(&filter, &change, obj.as_ref()) {
+                kept.push(change);
+            } else {
+                self.abandon(&change);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// [`Decider::on_event`] before a change filter.
+    fn decide(&mut self, event: Event<'_>) -> Result<Vec<Change>, InformerError> {
         match event {
             Event::ListStart => {
                 self.begin_list();
@@ -404,14 +502,14 @@ impl Decider {
             // never followed has nothing to delete.
             Event::Deleted(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
-                false if self.filter.is_some() && !self.holds(&obj) && !self.follows(&obj) => {
+                false if !self.filters.is_empty() && !self.holds(&obj) && !self.follows(&obj) => {
                     Ok(Vec::new())
                 }
                 false => self.delete(obj, None),
             },
             Event::LeftSelector(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
-                false if self.filter.is_some() && !self.holds(&obj) && !self.follows(&obj) => {
+                false if !self.filters.is_empty() && !self.holds(&obj) && !self.follows(&obj) => {
                     Ok(Vec::new())
                 }
                 false => self.delete(obj, Some(DeleteReason::LeftSelector)),

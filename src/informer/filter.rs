@@ -68,6 +68,51 @@ const COMPILE_STACK_BYTES: usize = 256 << 20;
 /// The variables a resource filter has.
 pub const VARIABLES: [&str; 4] = ["object", "cluster", "kind", "ns"];
 
+/// The variables a sink's filter has besides [`VARIABLES`]: they describe the change.
+pub const CHANGE_VARIABLES: [&str; 2] = ["op", "changed"];
+
+/// Where an expression filters, which decides its variables and its meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// `[[resources]] filter`: which objects kubesink follows ([`VARIABLES`]).
+    Resource,
+    /// `[[sinks]] filter`: which objects (or, naming `op` or `changed`, which changes) a
+    /// sink gets ([`VARIABLES`] and [`CHANGE_VARIABLES`]).
+    Sink,
+}
+
+/// A change as a sink's filter sees it: `op` (`"added"`, `"updated"`, `"deleted"`, the
+/// message's `op`) and `changed` (the message's `changed` paths of an `updated`; empty
+/// otherwise).
+#[derive(Debug, Clone, Copy)]
+pub struct ChangeVars<'a> {
+    /// The message's `op`.
+    pub op: &'a str,
+    /// The message's `changed`.
+    pub changed: &'a [&'a str],
+}
+
+/// What an expression is evaluated on: the object (decoded once), its `metadata` and the
+/// top-level fields the message leaves out (`redacted`, as the shaper redacts them), the
+/// cluster's name, the kind, the resource (for the log line) and, for a sink's change
+/// filter, the change.
+pub struct Subject<'s, 'a> {
+    /// The decoded object.
+    pub obj: &'s RawObject<'a>,
+    /// Its `metadata` as the message carries it.
+    pub metadata: &'s Map<String, Value>,
+    /// Top-level fields the message leaves out.
+    pub redacted: &'s dyn Fn(&str) -> bool,
+    /// The cluster's name.
+    pub cluster: &'s str,
+    /// The resource's kind.
+    pub kind: &'s str,
+    /// The resource, named in the log line of an error.
+    pub resource: &'s dyn std::fmt::Display,
+    /// The change, for a filter that names `op` or `changed`.
+    pub change: Option<ChangeVars<'s>>,
+}
+
 /// Why an expression does not compile: the message, and where (1-based line and column of
 /// the source; `None` when the problem is the whole expression).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +151,9 @@ pub struct Filter {
     program: cel::Program,
     env: Arc<cel::Env>,
     needs: Needs,
+    /// It names `op` or `changed` (a sink's change filter).
+    on_changes: bool,
+    place: Place,
     errors: AtomicU64,
     logged: AtomicBool,
 }
@@ -120,12 +168,20 @@ impl std::fmt::Debug for Filter {
 }
 
 impl Filter {
-    /// Compiles `source`.
+    /// Compiles `source` as a resource filter ([`Place::Resource`]).
+    ///
+    /// # Errors
+    /// As [`Filter::compile_for`].
+    pub fn compile(source: &str) -> Result<Filter, CompileError> {
+        Filter::compile_for(source, Place::Resource)
+    }
+
+    /// Compiles `source` as a filter at `place`.
     ///
     /// # Errors
     /// [`CompileError`]: empty, longer than [`MAX_SOURCE_BYTES`], a syntax error (with its
-    /// position), nested deeper than the bounds, or a variable other than [`VARIABLES`].
-    pub fn compile(source: &str) -> Result<Filter, CompileError> {
+    /// position), nested deeper than the bounds, or a variable other than those of `place`.
+    pub fn compile_for(source: &str, place: Place) -> Result<Filter, CompileError> {
         let whole = |message: String| CompileError {
             message,
             position: None,
@@ -159,7 +215,10 @@ impl Filter {
                 walk.nesting
             )));
         }
-        if let Some(v) = walk.free.iter().find(|v| !VARIABLES.contains(&v.as_str())) {
+        let known = |v: &str| {
+            VARIABLES.contains(&v) || (place == Place::Sink && CHANGE_VARIABLES.contains(&v))
+        };
+        if let Some(v) = walk.free.iter().find(|v| !known(v)) {
             let not_a_macro = walk.first_args.iter().find(|(arg, _)| arg == v);
             let hint = match (v.as_str(), not_a_macro) {
                 ("op" | "changed", _) => {
@@ -170,9 +229,15 @@ impl Filter {
                 ),
                 _ => String::new(),
             };
+            let (whose, has) = match place {
+                Place::Resource => ("a resource filter", VARIABLES.join(", ")),
+                Place::Sink => (
+                    "a sink's filter",
+                    format!("{}, {}", VARIABLES.join(", "), CHANGE_VARIABLES.join(", ")),
+                ),
+            };
             return Err(whole(format!(
-                "unknown variable {v:?}; a resource filter has {}{hint}",
-                VARIABLES.join(", ")
+                "unknown variable {v:?}; {whose} has {has}{hint}"
             )));
         }
         if let Some(what) = not_a_bool(program.expression()) {
@@ -187,6 +252,8 @@ impl Filter {
             } else {
                 Needs::Fields(walk.fields)
             },
+            on_changes: CHANGE_VARIABLES.iter().any(|v| walk.free.contains(*v)),
+            place,
             errors: AtomicU64::new(0),
             logged: AtomicBool::new(false),
         })
@@ -213,32 +280,41 @@ impl Filter {
         self.errors.load(Ordering::Relaxed)
     }
 
-    /// Whether `obj` matches, given its `metadata` and the top-level fields the message
-    /// leaves out (`redacted`) as the shaper redacts them. An evaluation error is no match
-    /// ([`Match::Error`]): counted, and logged once per filter with `resource` and the
-    /// object's key.
-    pub fn matches(
-        &self,
-        obj: &RawObject<'_>,
-        metadata: &Map<String, Value>,
-        redacted: &dyn Fn(&str) -> bool,
-        cluster: &str,
-        kind: &str,
-        resource: &dyn std::fmt::Display,
-    ) -> Match {
-        match self.evaluate(obj, metadata, redacted, cluster, kind) {
+    /// `expr` as a message names it: quoted, a long one by its first 120 characters (the
+    /// message must stay readable).
+    pub fn shown(expr: &str) -> String {
+        match expr.char_indices().nth(120) {
+            Some((cut, _)) => format!("{:?}…", &expr[..cut]),
+            None => format!("{expr:?}"),
+        }
+    }
+
+    /// Whether the expression names `op` or `changed`: a sink's *change filter*, which
+    /// chooses changes rather than objects (see `docs/configuration.md`).
+    pub fn on_changes(&self) -> bool {
+        self.on_changes
+    }
+
+    /// Whether `subject` matches. An evaluation error is no match ([`Match::Error`]):
+    /// counted, and logged once per filter with the resource and the object's key.
+    pub fn matches(&self, subject: &Subject<'_, '_>) -> Match {
+        match self.evaluate(subject) {
             Ok(true) => Match::Yes,
             Ok(false) => Match::No,
             Err(why) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 if !self.logged.swap(true, Ordering::Relaxed) {
+                    let whose = match self.place {
+                        Place::Resource => "the resource's filter",
+                        Place::Sink => "a sink's filter",
+                    };
                     tracing::warn!(
-                        resource = %resource,
-                        namespace = obj.namespace().unwrap_or_default(),
-                        name = obj.name().unwrap_or_default(),
+                        resource = %subject.resource,
+                        namespace = subject.obj.namespace().unwrap_or_default(),
+                        name = subject.obj.name().unwrap_or_default(),
                         filter = self.source,
                         error = %why,
-                        "the resource's filter failed on an object: taken as no match (counted in kubesink_filter_errors_total; logged once)"
+                        "{whose} failed on an object: taken as no match (counted in kubesink_filter_errors_total; logged once)"
                     );
                 }
                 Match::Error
@@ -246,14 +322,8 @@ impl Filter {
         }
     }
 
-    fn evaluate(
-        &self,
-        obj: &RawObject<'_>,
-        metadata: &Map<String, Value>,
-        redacted: &dyn Fn(&str) -> bool,
-        cluster: &str,
-        kind: &str,
-    ) -> Result<bool, String> {
+    fn evaluate(&self, subject: &Subject<'_, '_>) -> Result<bool, String> {
+        let obj = subject.obj;
         let mut object = Map::new();
         if let Some(a) = &obj.api_version {
             object.insert("apiVersion".into(), Value::String(a.clone()));
@@ -266,10 +336,10 @@ impl Filter {
             Needs::Fields(f) => f.contains(field),
         };
         if wanted("metadata") {
-            object.insert("metadata".into(), Value::Object(metadata.clone()));
+            object.insert("metadata".into(), Value::Object(subject.metadata.clone()));
         }
         for (key, raw) in &obj.body {
-            if wanted(key) && !redacted(key) {
+            if wanted(key) && !(subject.redacted)(key) {
                 let v: Value = serde_json::from_str(raw.get())
                     .map_err(|e| format!("field {key:?} does not parse: {e}"))?;
                 object.insert(key.to_string(), v);
@@ -278,9 +348,24 @@ impl Filter {
         let mut ctx = cel::Context::with_env(self.env.clone());
         ctx.add_variable("object", Value::Object(object))
             .map_err(|e| e.to_string())?;
-        ctx.add_variable_from_value("cluster", cluster.to_owned());
-        ctx.add_variable_from_value("kind", kind.to_owned());
+        ctx.add_variable_from_value("cluster", subject.cluster.to_owned());
+        ctx.add_variable_from_value("kind", subject.kind.to_owned());
         ctx.add_variable_from_value("ns", obj.namespace().unwrap_or_default().to_owned());
+        if self.on_changes {
+            let change = subject.change.unwrap_or(ChangeVars {
+                op: "",
+                changed: &[],
+            });
+            ctx.add_variable_from_value("op", change.op.to_owned());
+            ctx.add_variable_from_value(
+                "changed",
+                change
+                    .changed
+                    .iter()
+                    .map(|p| (*p).to_owned())
+                    .collect::<Vec<String>>(),
+            );
+        }
         match self.program.execute(&ctx) {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("gave {other:?}, not a bool")),
@@ -469,8 +554,59 @@ mod tests {
     fn eval(expr: &str, json: &str) -> (bool, u64) {
         let f = Filter::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
         let obj = RawObject::parse(json).expect("object");
-        let m = f.matches(&obj, &obj.metadata, &|_| false, "prod", "Pod", &"v1 Pod");
+        let m = f.matches(&subject(&obj, &|_| false, None));
         (m == Match::Yes, f.errors())
+    }
+
+    fn subject<'s, 'a>(
+        obj: &'s RawObject<'a>,
+        redacted: &'s dyn Fn(&str) -> bool,
+        change: Option<ChangeVars<'s>>,
+    ) -> Subject<'s, 'a> {
+        Subject {
+            obj,
+            metadata: &obj.metadata,
+            redacted,
+            cluster: "prod",
+            kind: "Pod",
+            resource: &"v1 Pod",
+            change,
+        }
+    }
+
+    #[test]
+    fn a_sink_filter_may_choose_changes_by_op_and_changed() {
+        let running = pod("Running");
+        let obj = RawObject::parse(&running).expect("object");
+        let spec = Filter::compile_for(
+            r#"op != "updated" || changed.exists(p, p.startsWith("spec"))"#,
+            Place::Sink,
+        )
+        .expect("compiles");
+        assert!(spec.on_changes());
+        let m = |op, changed: &[&str]| {
+            spec.matches(&subject(&obj, &|_| false, Some(ChangeVars { op, changed })))
+        };
+        assert_eq!(m("updated", &["status"]), Match::No);
+        assert_eq!(m("updated", &["status", "spec.containers"]), Match::Yes);
+        assert_eq!(m("added", &[]), Match::Yes);
+        assert_eq!(m("deleted", &[]), Match::Yes);
+        // Without op or changed a sink's filter chooses objects, as a resource's does.
+        let objects = Filter::compile_for(r#"ns == "payments""#, Place::Sink).expect("compiles");
+        assert!(!objects.on_changes());
+        // A resource filter has no op: it decides on the object alone.
+        let e = Filter::compile(r#"op == "added""#).expect_err("no op");
+        assert!(
+            e.message
+                .contains("a resource filter has object, cluster, kind, ns"),
+            "{e}"
+        );
+        let e = Filter::compile_for("opp == 1", Place::Sink).expect_err("unknown");
+        assert!(
+            e.message
+                .contains("a sink's filter has object, cluster, kind, ns, op, changed"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -612,9 +748,7 @@ mod tests {
         let f = Filter::compile("has(object.data)").expect("ok");
         let obj = RawObject::parse(secret).expect("object");
         let redact = |k: &str| k == "data" || k == "stringData";
-        let seen = |redact: &dyn Fn(&str) -> bool| {
-            f.matches(&obj, &obj.metadata, redact, "c", "Secret", &"v1 Secret")
-        };
+        let seen = |redact: &dyn Fn(&str) -> bool| f.matches(&subject(&obj, redact, None));
         assert_eq!(seen(&redact), Match::No);
         assert_eq!(seen(&|_| false), Match::Yes);
     }

@@ -142,7 +142,10 @@ pub use decide::{InformerError, Phase};
 #[cfg(feature = "test-util")]
 pub use decode::{watch_line, DecodeError};
 pub use facts::{Facts, Parts, Rv, Uid, PART_SLOTS};
-pub use filter::{Filter, Match as FilterMatch};
+pub use filter::{
+    CompileError as FilterCompileError, Filter, Match as FilterMatch, Place as FilterPlace,
+    Subject as FilterSubject,
+};
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
@@ -238,7 +241,8 @@ pub struct Informer {
     resource: Arc<Resource>,
     scope: String,
     requests: Requests,
-    decider: Decider,
+    /// One decider per route (`bridge/routes.rs`), never empty.
+    views: Vec<View>,
     stats: Arc<InformerStats>,
     idle_timeout: Duration,
     retry: Retry,
@@ -322,7 +326,7 @@ impl FailureLog {
 
 impl Informer {
     /// An informer following `plan` through `client`, with the `[watch]` settings, deciding
-    /// with `decider` (prepared by the bridge for the plan: restored state, acknowledgements,
+    /// with `views` (one decider per route, prepared by the bridge for the plan: restored state, acknowledgements,
     /// sync markers) and counting into `stats` (created before the plan existed: the bridge
     /// shows the watch while API discovery of its resource is still retried), within its
     /// cluster's `api` budget and the process's budget of lists in flight, `lists`.
@@ -330,7 +334,7 @@ impl Informer {
         plan: WatchPlan,
         client: Client,
         watch: &WatchConfig,
-        decider: Decider,
+        views: Vec<View>,
         stats: Arc<InformerStats>,
         api: Arc<ClusterApi>,
         lists: Arc<ListBudget>,
@@ -340,7 +344,7 @@ impl Informer {
             resource: plan.resource.clone(),
             requests: Requests::new(&plan, client, api.clone()),
             scope,
-            decider,
+            views,
             stats,
             idle_timeout: watch.idle_timeout.get(),
             retry: Retry::new(Backoff::new(
@@ -389,7 +393,7 @@ impl Informer {
 
     /// Runs until `cancel` fires or the pipeline shuts down. Every log line inside carries
     /// the span `informer{cluster, resource, scope}`.
-    pub async fn run(mut self, publisher: Publisher, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken) {
         self.span = self.make_span(None);
         /// Clears `running` however the loop ends (a panic included).
         struct Running(Arc<InformerStats>);
@@ -403,13 +407,13 @@ impl Informer {
         let _running = Running(self.stats.clone());
         tokio::select! {
             _ = cancel.cancelled() => {}
-            _ = self.run_loop(&publisher) => {}
+            _ = self.run_loop() => {}
         }
         self.span.in_scope(|| tracing::debug!("informer stopped"));
     }
 
     /// Lists and watches, each step in the span of the strategy of its time.
-    async fn run_loop(&mut self, publisher: &Publisher) {
+    async fn run_loop(&mut self) {
         let mut next = Next::List;
         loop {
             let stream =
@@ -417,11 +421,11 @@ impl Informer {
             let span = self.span.clone();
             let step = async {
                 match &next {
-                    Next::List if stream => self.stream_list(publisher).await,
-                    Next::List => self.list(publisher).await,
+                    Next::List if stream => self.stream_list().await,
+                    Next::List => self.list().await,
                     Next::Watch(rv) => {
                         let rv = rv.clone();
-                        self.watch(&rv, publisher).await
+                        self.watch(&rv).await
                     }
                 }
             }
@@ -877,9 +881,9 @@ impl Informer {
 
     /// One complete list: pages until the last, then the sweep; the whole of it holds a slot
     /// of the list budget (given back on every way out).
-    async fn list(&mut self, publisher: &Publisher) -> Step {
+    async fn list(&mut self) -> Step {
         let _slot = self.lists.acquire().await;
-        if let Err(step) = self.decide(Event::ListStart, publisher).await {
+        if let Err(step) = self.decide(Event::ListStart).await {
             return step;
         }
         let mut continue_token: Option<String> = None;
@@ -909,10 +913,7 @@ impl Informer {
                 }
             };
             for (i, item) in page.items.iter().enumerate() {
-                if let Err(step) = self
-                    .decide_listed(i as u64, item.get(), &mut sweep, publisher)
-                    .await
-                {
+                if let Err(step) = self.decide_listed(i as u64, item.get(), &mut sweep).await {
                     return step;
                 }
             }
@@ -920,8 +921,10 @@ impl Informer {
                 Some(token) => continue_token = Some(token.to_owned()),
                 None => {
                     let rv = page.metadata.resource_version.clone().unwrap_or_default();
-                    self.decider.note_list_resource_version(&rv);
-                    if let Err(step) = self.decide(Event::ListDone { sweep }, publisher).await {
+                    for v in &mut self.views {
+                        v.decider.note_list_resource_version(&rv);
+                    }
+                    if let Err(step) = self.decide(Event::ListDone { sweep }).await {
                         return step;
                     }
                     self.stats.note_event();
@@ -936,9 +939,9 @@ impl Informer {
     /// One streaming list: the initial events as listed objects, the end bookmark as the
     /// list's end, then the same watch read on (see "Streaming lists" above). The initial
     /// events hold a slot of the list budget, the watch after the end bookmark none.
-    async fn stream_list(&mut self, publisher: &Publisher) -> Step {
+    async fn stream_list(&mut self) -> Step {
         let slot = self.lists.acquire().await;
-        if let Err(step) = self.decide(Event::ListStart, publisher).await {
+        if let Err(step) = self.decide(Event::ListStart).await {
             return step;
         }
         self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
@@ -989,8 +992,10 @@ impl Informer {
                     initial_events_end: true,
                 } => {
                     self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
-                    self.decider.note_list_resource_version(&resource_version);
-                    if let Err(step) = self.decide(Event::ListDone { sweep }, publisher).await {
+                    for v in &mut self.views {
+                        v.decider.note_list_resource_version(&resource_version);
+                    }
+                    if let Err(step) = self.decide(Event::ListDone { sweep }).await {
                         return step;
                     }
                     self.stats.note_event();
@@ -1005,7 +1010,7 @@ impl Informer {
                     // The same connection goes on as the watch from the bookmark; the
                     // server's timeoutSeconds counts from the request.
                     lines.set_idle_timeout(self.idle_timeout);
-                    return self.read_watch(lines, started, publisher).await;
+                    return self.read_watch(lines, started).await;
                 }
                 // The API server sends a watch with sendInitialEvents no bookmark before the
                 // one that ends its initial events (the cacher holds them back until then):
@@ -1029,10 +1034,7 @@ impl Informer {
                 WatchLine::Error(status) => return failed(WatchFailure::from_error_event(status)),
             };
             events += 1;
-            if let Err(step) = self
-                .decide_listed(events, raw.get(), &mut sweep, publisher)
-                .await
-            {
+            if let Err(step) = self.decide_listed(events, raw.get(), &mut sweep).await {
                 return step;
             }
         }
@@ -1046,7 +1048,6 @@ impl Informer {
         index: u64,
         item: &str,
         sweep: &mut bool,
-        publisher: &Publisher,
     ) -> Result<(), Step> {
         let event = match RawObject::parse(item) {
             Ok(obj) => Event::Listed(obj),
@@ -1058,7 +1059,7 @@ impl Informer {
                 }
             },
         };
-        self.decide(event, publisher).await
+        self.decide(event).await
     }
 
     /// A list item (at position `index` of its page or stream) that does not decode: logged and counted;
@@ -1086,11 +1087,11 @@ impl Informer {
     }
 
     /// One watch request, read until it ends or fails.
-    async fn watch(&mut self, rv: &str, publisher: &Publisher) -> Step {
+    async fn watch(&mut self, rv: &str) -> Step {
         self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         match self.requests.watch(rv, self.idle_timeout).await {
-            Ok(lines) => self.read_watch(lines, started, publisher).await,
+            Ok(lines) => self.read_watch(lines, started).await,
             Err(failure) => Step::Failed {
                 failure,
                 listing: false,
@@ -1099,12 +1100,7 @@ impl Informer {
     }
 
     /// A watch's event lines, read until it ends or fails; `started`: when it began.
-    async fn read_watch(
-        &mut self,
-        mut lines: Lines,
-        started: Instant,
-        publisher: &Publisher,
-    ) -> Step {
+    async fn read_watch(&mut self, mut lines: Lines, started: Instant) -> Step {
         let failed = |failure| Step::Failed {
             failure,
             listing: false,
@@ -1184,7 +1180,7 @@ impl Informer {
             } else {
                 Event::Applied(obj)
             };
-            if let Err(step) = self.decide(event, publisher).await {
+            if let Err(step) = self.decide(event).await {
                 return step;
             }
             self.note_line(rv, count);
@@ -1205,9 +1201,33 @@ impl Informer {
         }
     }
 
-    /// Applies one event and publishes what it decides; `Err(Step::Closed)` when the
-    /// pipeline is shutting down.
-    async fn decide(&mut self, event: Event<'_>, publisher: &Publisher) -> Result<(), Step> {
+    /// Applies one event in every view and publishes what each decides to its sinks;
+    /// `Err(Step::Closed)` when the pipeline is shutting down.
+    async fn decide(&mut self, event: Event<'_>) -> Result<(), Step> {
+        let Some((last, rest)) = self.views.split_last_mut() else {
+            return Ok(());
+        };
+        for view in rest {
+            view.decide(event.clone(), &self.resource).await?;
+        }
+        last.decide(event, &self.resource).await
+    }
+}
+
+/// A decider and the sinks it serves (`bridge/routes.rs`): the sinks without a filter share
+/// one view of a watch, each sink with a filter has its own.
+pub struct View {
+    decider: Decider,
+    publisher: Publisher,
+}
+
+impl View {
+    /// `decider`'s changes go to `publisher`'s sinks.
+    pub fn new(decider: Decider, publisher: Publisher) -> Self {
+        View { decider, publisher }
+    }
+
+    async fn decide(&mut self, event: Event<'_>, resource: &Arc<Resource>) -> Result<(), Step> {
         let changes = match self.decider.on_event(event) {
             Ok(changes) => changes,
             Err(e) => {
@@ -1215,7 +1235,7 @@ impl Informer {
                 return Ok(());
             }
         };
-        if emit::publish(&mut self.decider, &self.resource, changes, publisher).await {
+        if emit::publish(&mut self.decider, resource, changes, &self.publisher).await {
             Ok(())
         } else {
             Err(Step::Closed)

@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// An object decoded in one pass; see the module docs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RawObject<'a> {
     /// `apiVersion`, when present.
     pub api_version: Option<String>,

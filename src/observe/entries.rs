@@ -100,4 +100,7 @@ pub struct ClusterEntry {
 pub struct SinkEntry {
     /// The sink with its queue and counters.
     pub handle: SinkHandle,
+    /// With a `filter`: the counters of its views, one per watch (`bridge/routes.rs`);
+    /// empty otherwise.
+    pub views: Vec<Arc<InformerStats>>,
 }

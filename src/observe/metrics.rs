@@ -476,6 +476,27 @@ impl BridgeCollector {
             "Messages the destination refused for good (HTTP 4xx naming the message): logged at ERROR, not retried",
             |_, s| s.handle.sink().rejected(),
         )?;
+        let views = |s: &SinkEntry, get: fn(&InformerStats) -> u64| -> u64 {
+            s.views.iter().map(|v| get(v)).sum()
+        };
+        self.sink_counter(
+            e,
+            "sink_filtered_out",
+            "Objects (or, for a change filter, changes) that the sink's filter did not match, summed over its watches: not sent to this sink (0 without a filter)",
+            move |_, s| views(s, |v| load(&v.filtered_out)),
+        )?;
+        self.sink_counter(
+            e,
+            "sink_left_filter_deletes",
+            "Objects that stopped matching the sink's filter, sent to this sink as deleted with reason leftFilter",
+            move |_, s| views(s, |v| load(&v.left_filter)),
+        )?;
+        self.sink_counter(
+            e,
+            "sink_filter_errors",
+            "Evaluations of the sink's filter that failed (a missing field, a type mismatch) or gave no bool: each taken as no match",
+            move |_, s| views(s, |v| load(&v.filter_errors)),
+        )?;
         self.sink_counter(
             e,
             "sink_truncated_messages",

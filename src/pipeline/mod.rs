@@ -102,6 +102,21 @@ impl Publisher {
     pub fn sinks(&self) -> usize {
         self.queues.len()
     }
+
+    /// A publisher to the sinks at `sinks` (indexes in the pipeline's order; one out of
+    /// range is left out): a route's (`bridge/routes.rs`). All of them: a clone of this one.
+    pub fn only(&self, sinks: &[usize]) -> Publisher {
+        if sinks.len() == self.queues.len() && sinks.iter().enumerate().all(|(i, s)| i == *s) {
+            return self.clone();
+        }
+        Publisher {
+            queues: sinks
+                .iter()
+                .filter_map(|i| self.queues.get(*i).cloned())
+                .collect(),
+            fence: self.fence.clone(),
+        }
+    }
 }
 
 /// The running pipeline: one queue and one worker per sink. Owns the workers.

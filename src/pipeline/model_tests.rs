@@ -835,6 +835,7 @@ impl World {
         let watch = crate::state::WatchKey {
             identity: WATCH.into(),
             selection: 0,
+            seed: None,
         };
         let restored = crate::state::restore(
             Ok(crate::state::Saved::from_parts(snapshot, journal)),

@@ -355,6 +355,7 @@ mod tests {
         let watches = [WatchKey {
             identity: "core/Pod/".into(),
             selection: 7,
+            seed: None,
         }];
         Journal::new("prod", &watches, generation, Arc::default())
     }

@@ -379,6 +379,7 @@ mod tests {
         WatchKey {
             identity: "core/Pod/".into(),
             selection: 7,
+            seed: None,
         }
     }
 

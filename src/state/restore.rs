@@ -269,6 +269,27 @@ pub fn restore(
     let stores: Vec<Option<LightStore>> = watches
         .iter()
         .map(|w| {
+            // A view with no saved state of its own starts from its seed's (`WatchKey::seed`).
+            let own = records.contains_key(w.identity.as_str())
+                || snap.is_some_and(|s| {
+                    s.sections.iter().any(|p| match p {
+                        Ok(p) => p.identity == w.identity,
+                        Err(d) => d.identity.as_deref() == Some(&w.identity),
+                    })
+                });
+            let seeded;
+            let w = match &w.seed {
+                Some(seed) if !own => {
+                    tracing::info!(watch = %w.identity, from = %seed, "no saved state of this view yet: it starts from the shared view's (the sink had every object until its filter)");
+                    seeded = WatchKey {
+                        identity: seed.clone(),
+                        selection: w.selection,
+                        seed: None,
+                    };
+                    &seeded
+                }
+                _ => w,
+            };
             restore_watch(snap, w, age, records.get(w.identity.as_str())).unwrap_or_else(|reason| {
                 ignored.push(format!("{}: {reason}", w.identity));
                 None
@@ -436,6 +457,7 @@ mod tests {
         WatchKey {
             identity: "core/Pod/".into(),
             selection: 7,
+            seed: None,
         }
     }
 
@@ -443,6 +465,7 @@ mod tests {
         WatchKey {
             identity: "core/Node/".into(),
             selection: 8,
+            seed: None,
         }
     }
 

@@ -7,4 +7,7 @@ pub struct WatchKey {
     pub identity: String,
     /// The selection fingerprint (`WatchPlan::selection`).
     pub selection: u64,
+    /// The identity whose saved state this watch starts from when it has none of its own:
+    /// a sink's view starts from the shared view's (`bridge/routes.rs`). `None`: none.
+    pub seed: Option<String>,
 }

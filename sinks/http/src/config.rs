@@ -42,6 +42,15 @@ pub struct HttpConfig {
     /// Name used in logs and metrics; unique among sinks. Default `"http"`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// A CEL expression choosing what this sink gets (docs/configuration.md, "Sink filters
+    /// and routes"). Naming only `object`, `cluster`, `kind` and `ns` it chooses the objects
+    /// the sink holds: one that starts matching is sent to this sink as `added`, one that
+    /// stops as `deleted` with `reason: "leftFilter"`, and the sink's acknowledged state is
+    /// kept apart from the other sinks'. Naming `op` or `changed` it chooses changes: one
+    /// it does not match is not sent to this sink. Compiled at start; `kubesink check`
+    /// names a syntax error's line and column. Default: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
     /// Required. The URL every request is POSTed to (`http://` or `https://`).
     pub url: String,
     /// How messages become requests (see [`HttpFormat`]). Default `"cloudevents"` (binary
@@ -203,6 +212,7 @@ impl HttpConfig {
     pub fn new(url: impl Into<String>) -> Self {
         HttpConfig {
             name: default_name(),
+            filter: None,
             url: url.into(),
             format: HttpFormat::default(),
             timeout: default_timeout(),
@@ -515,6 +525,10 @@ impl HttpAuth {
 impl Destination for HttpConfig {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn filter(&self) -> Option<&str> {
+        self.filter.as_deref()
     }
 
     fn reference_example() -> Self {

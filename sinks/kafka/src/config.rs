@@ -33,6 +33,15 @@ pub struct KafkaConfig {
     /// Name used in logs; unique among sinks. Default `"kafka"`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// A CEL expression choosing what this sink gets (docs/configuration.md, "Sink filters
+    /// and routes"). Naming only `object`, `cluster`, `kind` and `ns` it chooses the objects
+    /// the sink holds: one that starts matching is sent to this sink as `added`, one that
+    /// stops as `deleted` with `reason: "leftFilter"`, and the sink's acknowledged state is
+    /// kept apart from the other sinks'. Naming `op` or `changed` it chooses changes: one
+    /// it does not match is not sent to this sink. Compiled at start; `kubesink check`
+    /// names a syntax error's line and column. Default: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
     /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`). Required.
     #[serde(default)]
     pub bootstrap_servers: String,
@@ -484,6 +493,7 @@ impl Default for KafkaConfig {
     fn default() -> Self {
         KafkaConfig {
             name: default_name(),
+            filter: None,
             bootstrap_servers: String::new(),
             topic: default_topic(),
             compression: Compression::default(),
@@ -694,6 +704,10 @@ impl KafkaConfig {
 impl Destination for KafkaConfig {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn filter(&self) -> Option<&str> {
+        self.filter.as_deref()
     }
 
     fn reference_example() -> Self {

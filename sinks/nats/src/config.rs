@@ -33,6 +33,15 @@ pub struct NatsConfig {
     /// Name used in logs; unique among sinks. Default `"nats"`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// A CEL expression choosing what this sink gets (docs/configuration.md, "Sink filters
+    /// and routes"). Naming only `object`, `cluster`, `kind` and `ns` it chooses the objects
+    /// the sink holds: one that starts matching is sent to this sink as `added`, one that
+    /// stops as `deleted` with `reason: "leftFilter"`, and the sink's acknowledged state is
+    /// kept apart from the other sinks'. Naming `op` or `changed` it chooses changes: one
+    /// it does not match is not sent to this sink. Compiled at start; `kubesink check`
+    /// names a syntax error's line and column. Default: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
     /// Server URLs (`nats://host:port`, `tls://host:port`). The client connects to one and
     /// fails over to the others. Default `["nats://127.0.0.1:4222"]`.
     #[serde(default = "default_servers")]
@@ -213,6 +222,7 @@ impl Default for NatsConfig {
     fn default() -> Self {
         NatsConfig {
             name: default_name(),
+            filter: None,
             servers: default_servers(),
             connection_name: default_connection_name(),
             subject: default_subject(),
@@ -702,6 +712,10 @@ impl NatsConfig {
 impl Destination for NatsConfig {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn filter(&self) -> Option<&str> {
+        self.filter.as_deref()
     }
 
     fn reference_example() -> Self {

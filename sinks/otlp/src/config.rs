@@ -25,6 +25,15 @@ pub struct OtlpConfig {
     /// Name used in logs and metrics; unique among sinks. Default `"otlp"`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// A CEL expression choosing what this sink gets (docs/configuration.md, "Sink filters
+    /// and routes"). Naming only `object`, `cluster`, `kind` and `ns` it chooses the objects
+    /// the sink holds: one that starts matching is sent to this sink as `added`, one that
+    /// stops as `deleted` with `reason: "leftFilter"`, and the sink's acknowledged state is
+    /// kept apart from the other sinks'. Naming `op` or `changed` it chooses changes: one
+    /// it does not match is not sent to this sink. Compiled at start; `kubesink check`
+    /// names a syntax error's line and column. Default: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
     /// Required. The OTLP/HTTP base URL (`http://collector:4318`); requests go to
     /// `{endpoint}/v1/logs`, as `OTEL_EXPORTER_OTLP_ENDPOINT` does.
     pub endpoint: String,
@@ -85,6 +94,7 @@ impl OtlpConfig {
     pub fn new(endpoint: impl Into<String>) -> Self {
         OtlpConfig {
             name: default_name(),
+            filter: None,
             endpoint: endpoint.into(),
             compression: OtlpCompression::default(),
             timeout: default_timeout(),
@@ -105,6 +115,7 @@ impl OtlpConfig {
     fn as_http(&self) -> HttpConfig {
         HttpConfig {
             name: self.name.clone(),
+            filter: None,
             timeout: self.timeout,
             connect_timeout: self.connect_timeout,
             max_body_bytes: self.max_body_bytes,
@@ -162,6 +173,10 @@ fn rename(e: SinkConfigError) -> SinkConfigError {
 impl Destination for OtlpConfig {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn filter(&self) -> Option<&str> {
+        self.filter.as_deref()
     }
 
     fn reference_example() -> Self {

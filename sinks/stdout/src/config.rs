@@ -16,6 +16,15 @@ pub struct StdoutConfig {
     /// Name used in logs. Default `"stdout"`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// A CEL expression choosing what this sink gets (docs/configuration.md, "Sink filters
+    /// and routes"). Naming only `object`, `cluster`, `kind` and `ns` it chooses the objects
+    /// the sink holds: one that starts matching is sent to this sink as `added`, one that
+    /// stops as `deleted` with `reason: "leftFilter"`, and the sink's acknowledged state is
+    /// kept apart from the other sinks'. Naming `op` or `changed` it chooses changes: one
+    /// it does not match is not sent to this sink. Compiled at start; `kubesink check`
+    /// names a syntax error's line and column. Default: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
     /// How each line is written: `"json"` (the topology message v1) or
     /// `"cloudevents-structured"` (one CloudEvents JSON envelope per line, `data` = the
     /// message; see `docs/message-contract.md#cloudevents`). Binary mode has no headers to go
@@ -78,6 +87,7 @@ impl Default for StdoutConfig {
     fn default() -> Self {
         StdoutConfig {
             name: default_name(),
+            filter: None,
             format: StdoutFormat::Json,
         }
     }
@@ -97,6 +107,10 @@ impl StdoutConfig {
 impl Destination for StdoutConfig {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn filter(&self) -> Option<&str> {
+        self.filter.as_deref()
     }
 
     fn reference_example() -> Self {

@@ -203,3 +203,95 @@ fn an_evaluation_error_is_no_match_and_counted() {
     assert_eq!(d.stats().filter_errors.load(Ordering::Relaxed), 1);
     assert_eq!(d.stats().filtered_out.load(Ordering::Relaxed), 1);
 }
+
+/// A decider serving a filtered sink's view: the resource's filter, then the sink's.
+fn view(resource_expr: Option<&str>, sink_expr: &str) -> Decider {
+    use crate::informer::filter::Place;
+    let res = ResourceConfig::new("v1", "Pod");
+    let resource = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
+    let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
+    let own = resource_expr.map(|e| Arc::new(Filter::compile(e).expect("compiles")));
+    let sink = Filter::compile_for(sink_expr, Place::Sink).expect("compiles");
+    Decider::with_store(
+        resource,
+        "all namespaces".into(),
+        shaper,
+        true,
+        TrackedStore::new(LightStore::new(), true),
+        false,
+        Arc::default(),
+    )
+    .with_filter(own)
+    .with_sink_filter(Arc::new(sink))
+}
+
+#[test]
+fn a_sinks_object_filter_narrows_the_resources_and_leaving_either_is_left_filter() {
+    let mut d = view(Some(NOT_DONE), r#"object.metadata.name.startsWith("pay-")"#);
+    let out = list(
+        &mut d,
+        &[
+            pod("pay-1", U1, 10, "Running"),
+            pod("pay-2", U2, 11, "Succeeded"),
+            pod(
+                "shop-1",
+                "00000000-0000-4000-8000-000000000003",
+                12,
+                "Running",
+            ),
+        ],
+    );
+    let names: Vec<_> = summary(&out).into_iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(names, vec![(Op::Added, "pay-1".to_owned())]);
+    // Leaving the resource's filter: deleted, leftFilter, for this view too.
+    let out = d
+        .on_event(Event::Applied(obj(&pod("pay-1", U1, 13, "Failed"))))
+        .unwrap();
+    assert_eq!(
+        summary(&out),
+        vec![(
+            Op::Deleted,
+            "pay-1".into(),
+            Some(DeleteReason::LeftFilter),
+            json!("Failed")
+        )]
+    );
+    // A delete of an object the view never followed sends nothing.
+    let out = d
+        .on_event(Event::Deleted(obj(&pod(
+            "shop-1",
+            "00000000-0000-4000-8000-000000000003",
+            14,
+            "Running",
+        ))))
+        .unwrap();
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_change_filter_drops_the_changes_it_does_not_match_and_settles_them() {
+    let mut d = view(
+        None,
+        r#"op == "deleted" || object.status.phase == "Failed""#,
+    );
+    let out = list(
+        &mut d,
+        &[pod("a", U1, 10, "Running"), pod("b", U2, 11, "Failed")],
+    );
+    let names: Vec<_> = summary(&out).into_iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(names, vec![(Op::Added, "b".to_owned())]);
+    // A dropped change is settled as if delivered; the one sent waits for its sink.
+    assert_eq!(
+        crate::informer::tracked::acknowledged_keys(&d.store),
+        vec![("ns".to_owned(), "a".to_owned(), "10".to_owned())]
+    );
+    let out = d
+        .on_event(Event::Applied(obj(&pod("a", U1, 12, "Failed"))))
+        .unwrap();
+    assert_eq!(summary(&out)[0].0, Op::Updated);
+    // An inferred delete (no object) is seen through a stub of its key.
+    let out = list(&mut d, &[pod("b", U2, 11, "Failed")]);
+    let names: Vec<_> = summary(&out).into_iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(names, vec![(Op::Deleted, "a".to_owned())]);
+    assert_eq!(d.stats().filtered_out.load(Ordering::Relaxed), 1);
+}

@@ -1,0 +1,161 @@
+//! Routes: which sinks each watch's deciders serve, from the sinks' `filter`s (issue 42).
+//!
+//! A sink without a `filter` gets every change of every watch; the sinks without one share
+//! one decider per watch (the *shared view*), as before filters existed. A sink with a
+//! `filter` gets a decider of its own per watch (its *view*): it follows the objects the
+//! resource's filter and the sink's filter both match (or, for a change filter naming `op`
+//! or `changed`, every object, and drops the changes the filter does not match), so it is
+//! sent `added` when an object starts matching and `deleted` (`leftFilter`) when one stops,
+//! its sync markers and inferred deletes cover what *it* holds, and its acknowledged state
+//! (what the saved state and the journal record, see `informer/tracked.rs`) counts only its
+//! own confirmations: a change another sink did not get cannot hold back, or run ahead of,
+//! what this sink has.
+//!
+//! Why a decider per filtered sink, rather than one store holding a per-sink bit per key:
+//! a view's store holds only the objects its filter matches (64 bytes each, `store.rs`), so a
+//! narrow route costs little; the decider, the store, the saved state and the journal stay
+//! exactly the code every other watch runs (restart, hand-over, 410 Gone, owed deletes), with
+//! no second format to keep; and a per-key bit would have to be saved and read back per sink
+//! anyway. The price is CPU: each view decides every event again (measured in the bench
+//! suite's `filters` rows).
+//!
+//! In the saved state a view is the watch's identity with `#sink=NAME` appended. A view
+//! without a saved state of its own starts from the shared view's (the sink got everything
+//! until it had a filter), so adding a filter to a sink sends it `deleted` (`leftFilter`) for
+//! what the filter leaves out and nothing else.
+
+use std::sync::Arc;
+
+use kubesink_core::Sink;
+
+use crate::config::Config;
+use crate::informer::{Filter, FilterPlace};
+
+/// One view's sinks and filter.
+#[derive(Debug)]
+pub struct Route {
+    /// The filtered sink's name; `None` for the shared view.
+    pub sink: Option<String>,
+    /// The indexes of its sinks in the pipeline.
+    pub sinks: Vec<usize>,
+    /// The sink's compiled filter; `None` for the shared view.
+    pub filter: Option<Arc<Filter>>,
+}
+
+impl Route {
+    /// The identity in the saved state of this route's view of the watch `identity`.
+    pub fn identity(&self, identity: &str) -> String {
+        match &self.sink {
+            None => identity.to_owned(),
+            Some(name) => format!("{identity}#sink={name}"),
+        }
+    }
+
+    /// The identity a view without saved state of its own starts from: the shared view's.
+    pub fn seed(&self, identity: &str) -> Option<String> {
+        self.sink.as_ref().map(|_| identity.to_owned())
+    }
+}
+
+/// A sink's filter that does not compile (`kubesink check` reports it first).
+#[derive(Debug, thiserror::Error)]
+#[error("sinks.{index}.filter (sink {name:?}) {shown}: {error}")]
+pub struct RouteError {
+    index: usize,
+    name: String,
+    shown: String,
+    error: crate::informer::FilterCompileError,
+}
+
+/// The routes of `sinks` (the pipeline's, in order): the shared view of the sinks whose
+/// configuration entry (found by name in `config.sinks`) has no filter, if any, then one
+/// route per filtered sink. A sink not in the configuration (an embedder's) has no filter.
+///
+/// # Errors
+/// [`RouteError`] for a filter that does not compile.
+pub fn routes(config: &Config, sinks: &[Arc<dyn Sink>]) -> Result<Vec<Route>, RouteError> {
+    let mut shared = Vec::new();
+    let mut filtered = Vec::new();
+    for (i, sink) in sinks.iter().enumerate() {
+        let entry = config
+            .sinks
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.name() == sink.name());
+        let Some((index, expr)) = entry.and_then(|(j, c)| c.filter().map(|f| (j, f))) else {
+            shared.push(i);
+            continue;
+        };
+        let filter = Filter::compile_for(expr, FilterPlace::Sink).map_err(|error| RouteError {
+            index,
+            name: sink.name().to_owned(),
+            shown: Filter::shown(expr),
+            error,
+        })?;
+        filtered.push(Route {
+            sink: Some(sink.name().to_owned()),
+            sinks: vec![i],
+            filter: Some(Arc::new(filter)),
+        });
+    }
+    let mut out = Vec::with_capacity(filtered.len() + 1);
+    if !shared.is_empty() || filtered.is_empty() {
+        out.push(Route {
+            sink: None,
+            sinks: shared,
+            filter: None,
+        });
+    }
+    out.extend(filtered);
+    Ok(out)
+}
+
+/// The compiled routes of `config` in words, one line per resource and sink (per cluster
+/// when there are several): what reaches the sink, and whether the sink keeps state of its
+/// own. What `kubesink check` prints; a filter that does not compile is named (`check`
+/// reports it as an error before this).
+pub fn explain(config: &Config) -> Vec<String> {
+    let clusters = config.clusters();
+    let multi = clusters.len() > 1;
+    let mut out = Vec::new();
+    for cluster in &clusters {
+        for res in &cluster.resources {
+            let from = match multi {
+                true => format!("{}: {}", cluster.name, res.display_name()),
+                false => res.display_name(),
+            };
+            let objects = res.filter.as_deref().map(|f| format!("({f})"));
+            for sink in &config.sinks {
+                let kind = serde_json::to_value(sink)
+                    .ok()
+                    .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+                    .unwrap_or_default();
+                let to = format!("{kind} {:?}", sink.name());
+                let when = match sink.filter() {
+                    None => match &objects {
+                        None => "every change".to_owned(),
+                        Some(r) => format!("the objects matching {r}"),
+                    },
+                    Some(expr) => match Filter::compile_for(expr, FilterPlace::Sink) {
+                        Err(e) => format!("nothing: its filter does not compile ({e})"),
+                        Ok(f) if f.on_changes() => {
+                            let of = objects
+                                .as_ref()
+                                .map(|r| format!(" of the objects matching {r}"))
+                                .unwrap_or_default();
+                            format!("the changes matching ({expr}){of}; own state")
+                        }
+                        Ok(_) => match &objects {
+                            None => format!("the objects matching ({expr}); own state"),
+                            Some(r) => {
+                                format!("the objects matching {r} && ({expr}); own state")
+                            }
+                        },
+                    },
+                };
+                out.push(format!("{from} → {to}: {when}"));
+            }
+        }
+    }
+    out
+}
