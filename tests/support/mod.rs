@@ -88,6 +88,8 @@ pub fn config(kubeconfig: &std::path::Path, resources: Vec<ResourceConfig>) -> C
 /// A sink that keeps every confirmed message, with switches to block it or make it fail.
 #[derive(Default)]
 pub struct CaptureSink {
+    /// Its name; `capture` when empty.
+    name: String,
     messages: Mutex<Vec<Value>>,
     payloads: Mutex<Vec<bytes::Bytes>>,
     /// While true, `send` waits (a sink that blocks).
@@ -105,6 +107,14 @@ pub struct CaptureSink {
 impl CaptureSink {
     pub fn new() -> Arc<Self> {
         Arc::new(CaptureSink::default())
+    }
+    /// A capture sink named `name` (the bridge finds a sink's `filter` by its name).
+    #[allow(dead_code)]
+    pub fn named(name: &str) -> Arc<Self> {
+        Arc::new(CaptureSink {
+            name: name.to_owned(),
+            ..CaptureSink::default()
+        })
     }
     pub fn messages(&self) -> Vec<Value> {
         self.messages.lock().unwrap().clone()
@@ -125,7 +135,10 @@ impl CaptureSink {
 #[async_trait]
 impl Sink for CaptureSink {
     fn name(&self) -> &str {
-        "capture"
+        match self.name.as_str() {
+            "" => "capture",
+            name => name,
+        }
     }
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         let delay = self.delay_ms.load(Ordering::SeqCst);

@@ -533,6 +533,7 @@ impl Destination for HttpConfig {
 
     fn reference_example() -> Self {
         HttpConfig {
+            filter: Some(r#"ns == "payments""#.into()),
             headers: BTreeMap::from([("X-Team".to_owned(), Secret::new("platform"))]),
             health_url: Some("https://receiver.example/healthz".into()),
             auth: HttpAuth {

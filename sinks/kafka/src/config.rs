@@ -712,6 +712,7 @@ impl Destination for KafkaConfig {
 
     fn reference_example() -> Self {
         KafkaConfig {
+            filter: Some(r#"ns == "payments""#.into()),
             security: Box::new(KafkaSecurity {
                 protocol: Protocol::SaslSsl,
                 sasl_mechanism: Some(SaslMechanism::Plain),

@@ -729,6 +729,7 @@ impl Destination for NatsConfig {
         n.tls.cert_file = Some("/cert".into());
         n.tls.key_file = Some("/key".into());
         n.stream.subjects = vec!["a.>".into()];
+        n.filter = Some(r#"ns == "payments""#.into());
         n
     }
 

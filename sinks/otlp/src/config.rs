@@ -185,6 +185,7 @@ impl Destination for OtlpConfig {
             headers: http.headers,
             auth: http.auth,
             tls: http.tls,
+            filter: http.filter,
             ..OtlpConfig::new("https://collector.example:4318")
         }
     }

@@ -114,7 +114,10 @@ impl Destination for StdoutConfig {
     }
 
     fn reference_example() -> Self {
-        StdoutConfig::default()
+        StdoutConfig {
+            filter: Some(r#"ns == "payments""#.into()),
+            ..StdoutConfig::default()
+        }
     }
 
     async fn build(&self, _index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
