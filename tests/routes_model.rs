@@ -76,18 +76,16 @@ fn needless(msgs: &[Value]) -> Option<String> {
         let uid = m["uid"].to_string();
         let rv = m["object"]["metadata"]["resourceVersion"].to_string();
         match m["op"].as_str() {
-            Some("deleted") => {
-                if held.remove(&key).is_none_or(|(u, _)| u != uid) {
-                    return Some(format!(
-                        "a deleted (reason {}) of {key:?} {uid}, which it did not hold",
-                        m["reason"]
-                    ));
-                }
+            Some("deleted") if held.remove(&key).is_none_or(|(u, _)| u != uid) => {
+                return Some(format!(
+                    "a deleted (reason {}) of {key:?} {uid}, which it did not hold",
+                    m["reason"]
+                ));
+            }
+            Some("added") if held.get(&key) == Some(&(uid.clone(), rv.clone())) => {
+                return Some(format!("{key:?} {uid} re-sent unchanged at {rv}"));
             }
             Some("added") => {
-                if held.get(&key) == Some(&(uid.clone(), rv.clone())) {
-                    return Some(format!("{key:?} {uid} re-sent unchanged at {rv}"));
-                }
                 held.insert(key, (uid, rv));
             }
             Some("updated") => {
