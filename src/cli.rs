@@ -127,6 +127,12 @@ pub struct FoldArgs {
     /// (`missing`, `ghost`, `uid`); exit 1 when there are any.
     #[arg(long)]
     pub against_cluster: bool,
+    /// With `--against-cluster`: the view is what the sink of this name (`--config`'s
+    /// `[[sinks]]`) holds, so the live objects are also filtered by its `filter` (a route,
+    /// docs/configuration.md). A sink whose filter names `op` or `changed` chooses changes,
+    /// not objects, and is refused.
+    #[arg(long, value_name = "NAME", requires = "against_cluster")]
+    pub sink: Option<String>,
     /// With `--against-cluster`: publish a `deleted` message (inferred: `finalStateUnknown:
     /// true`, no `object`) for every ghost, through the sinks of the configuration
     /// (`--config`'s `[[sinks]]`, as `kubesink run` builds them). The repair of a stream whose

@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use super::view::View;
 use crate::cluster::{self, Resolved};
 use crate::config::Config;
+use crate::informer::{Filter, FilterPlace};
 
 /// One live object: what the comparison needs.
 #[derive(Debug, Clone)]
@@ -68,15 +69,24 @@ pub struct Report {
     pub resources: Vec<Arc<kubesink_core::Resource>>,
 }
 
-/// Lists every configured resource of every configured cluster and compares.
+/// Lists every configured resource of every configured cluster and compares. With `sink`
+/// (a `[[sinks]]` name), the live objects are also filtered by that sink's `filter`: what
+/// that sink's destination holds.
 ///
 /// # Errors
-/// The kubeconfig, API discovery or a list failing (the resource and cluster named).
+/// The kubeconfig, API discovery or a list failing (the resource and cluster named); a
+/// `sink` the configuration lacks, or whose filter chooses changes (it names `op` or
+/// `changed`: its destination is not meant to hold the cluster's objects).
 pub async fn compare(
     cfg: &Config,
     view: &View,
     compare_resource_version: bool,
+    sink: Option<&str>,
 ) -> anyhow::Result<Report> {
+    let sink_filter = match sink {
+        None => None,
+        Some(name) => sink_filter(cfg, name)?,
+    };
     let mut live: BTreeMap<String, Live> = BTreeMap::new();
     let mut resources = Vec::new();
     // (cluster, group, kind, namespaces; empty = all) covered by the lists.
@@ -101,7 +111,15 @@ pub async fn compare(
                     .collect()
             };
             for api in apis {
-                list_into(&api, res, &resolved, &spec.name, &mut live).await?;
+                list_into(
+                    &api,
+                    res,
+                    sink_filter.as_ref(),
+                    &resolved,
+                    &spec.name,
+                    &mut live,
+                )
+                .await?;
             }
         }
     }
@@ -270,9 +288,33 @@ fn insert_live(
     );
 }
 
+/// The compiled object filter of the sink named `name` (`None`: it has none).
+fn sink_filter(cfg: &Config, name: &str) -> anyhow::Result<Option<Filter>> {
+    let Some(sink) = cfg.sinks.iter().find(|s| s.name() == name) else {
+        let names: Vec<&str> = cfg.sinks.iter().map(|s| s.name()).collect();
+        anyhow::bail!(
+            "--sink {name:?}: the configuration has no sink of that name (it has {})",
+            names.join(", ")
+        );
+    };
+    let Some(expr) = sink.filter() else {
+        return Ok(None);
+    };
+    let filter = Filter::compile_for(expr, FilterPlace::Sink)
+        .map_err(|e| anyhow::anyhow!("sinks {name:?} filter {}: {e}", Filter::shown(expr)))?;
+    if filter.on_changes() {
+        anyhow::bail!(
+            "--sink {name:?}: its filter {} names op or changed: it chooses changes, not objects, so its destination is not a copy of the cluster to compare",
+            Filter::shown(expr)
+        );
+    }
+    Ok(Some(filter))
+}
+
 async fn list_into(
     api: &Api<DynamicObject>,
     res: &crate::config::ResourceConfig,
+    sink: Option<&Filter>,
     resolved: &Resolved,
     cluster: &str,
     out: &mut BTreeMap<String, Live>,
@@ -284,8 +326,21 @@ async fn list_into(
     if let Some(f) = &res.field_selector {
         params = params.fields(f);
     }
-    if let Some(expr) = &res.filter {
-        return list_filtered_into(api, params, res, expr, resolved, cluster, out).await;
+    let own = res
+        .filter
+        .as_deref()
+        .map(|expr| {
+            Filter::compile(expr).map_err(|e| {
+                anyhow::anyhow!(
+                    "cluster {cluster}: the filter of {} {expr:?}: {e}",
+                    res.display_name()
+                )
+            })
+        })
+        .transpose()?;
+    let filters: Vec<&Filter> = own.iter().chain(sink).collect();
+    if !filters.is_empty() {
+        return list_filtered_into(api, params, res, &filters, resolved, cluster, out).await;
     }
     loop {
         // Only names, uids and resourceVersions are compared: a metadata-only list
@@ -303,25 +358,19 @@ async fn list_into(
     }
 }
 
-/// [`list_into`] for a resource with a CEL `filter`: whole objects listed (the expression may
-/// read any field), and only those it matches kept, evaluated as the informer evaluates it
-/// (the same redaction of Secrets).
+/// [`list_into`] with CEL filters (the resource's, a sink's): whole objects listed (an
+/// expression may read any field), and only those every filter matches kept, evaluated as
+/// the informer evaluates them (the same redaction of Secrets).
 async fn list_filtered_into(
     api: &Api<DynamicObject>,
     mut params: ListParams,
     res: &crate::config::ResourceConfig,
-    expr: &str,
+    filters: &[&Filter],
     resolved: &Resolved,
     cluster: &str,
     out: &mut BTreeMap<String, Live>,
 ) -> anyhow::Result<()> {
-    use crate::informer::{Filter, FilterMatch, FilterSubject as Subject, RawObject, Shaper};
-    let filter = Filter::compile(expr).map_err(|e| {
-        anyhow::anyhow!(
-            "cluster {cluster}: the filter of {} {expr:?}: {e}",
-            res.display_name()
-        )
-    })?;
+    use crate::informer::{FilterMatch, FilterSubject as Subject, RawObject, Shaper};
     let shaper = Shaper::for_resource(res, &resolved.resource, "");
     loop {
         let page = api.list(&params).await.map_err(|e| {
@@ -331,7 +380,7 @@ async fn list_filtered_into(
             let text = serde_json::to_string(o)?;
             let obj = RawObject::parse(&text)?;
             let (metadata, redacted) = shaper.filter_view(&obj);
-            let got = filter.matches(&Subject {
+            let subject = Subject {
                 obj: &obj,
                 metadata: &metadata,
                 redacted: &redacted,
@@ -339,8 +388,11 @@ async fn list_filtered_into(
                 kind: &resolved.resource.kind,
                 resource: &*resolved.resource,
                 change: None,
-            });
-            if got == FilterMatch::Yes {
+            };
+            if filters
+                .iter()
+                .all(|f| f.matches(&subject) == FilterMatch::Yes)
+            {
                 insert_live(resolved, &o.metadata, out);
             }
         }

@@ -291,7 +291,13 @@ async fn drift_check(
     view: &View,
     args: &FoldArgs,
 ) -> anyhow::Result<ExitCode> {
-    let report = drift::compare(cfg, view, args.compare_resource_version).await?;
+    let report = drift::compare(
+        cfg,
+        view,
+        args.compare_resource_version,
+        args.sink.as_deref(),
+    )
+    .await?;
     let mut out = std::io::stdout().lock();
     for d in &report.drifts {
         writeln!(out, "{}", d.to_json())?;
