@@ -292,13 +292,13 @@ async fn routes_fold_exact_per_sink_through_leaving_a_filter_a_hand_over_and_a_c
     assert!(check.status.success(), "{out}");
     assert!(
         out.contains(
-            "#   v1 ConfigMap → kafka \"pay\": the objects matching (kind == \"ConfigMap\""
+            "#   v1 ConfigMap → kafka \"pay\" (topic \"routes.pay\"): the objects matching (kind == \"ConfigMap\""
         ),
         "{out}"
     );
     assert!(
         out.contains(
-            "#   v1 Secret → nats \"deletes\": the changes matching (op == \"deleted\"); own state"
+            "#   v1 Secret → nats \"deletes\" (subject \"deletes.{kind}.{namespace}.{name}\"): the changes matching (op == \"deleted\"); own state"
         ),
         "{out}"
     );

@@ -161,6 +161,39 @@ async fn case(seed: u64, rounds: usize, steps: usize, coalesce: bool) {
             },
         )
         .await;
+        // Per sink: what its filter kept out, what left it.
+        let addr = bridge.server_addr().expect("server");
+        let (_, metrics) = support::http_get(addr, "/metrics").await;
+        let count =
+            |name: &str, sink: &str| support::metric_value(&metrics, name, &[("sink", sink)]);
+        let left: f64 = ROUTES
+            .iter()
+            .map(|r| count("kubesink_sink_left_filter_deletes_total", r.0))
+            .sum();
+        let sent_left = ROUTES
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                sinks[i]
+                    .messages()
+                    .iter()
+                    .filter(|m| m["reason"] == "leftFilter")
+                    .count()
+            })
+            .sum::<usize>();
+        assert!(
+            left >= sent_left as f64,
+            "{left} counted, {sent_left} received\n{metrics}"
+        );
+        assert!(
+            count("kubesink_sink_filtered_out_total", "even") > 0.0,
+            "{metrics}"
+        );
+        assert_eq!(
+            count("kubesink_sink_filtered_out_total", "all"),
+            0.0,
+            "{metrics}"
+        );
         assert_eq!(bridge.shutdown().await, 0, "a clean stop saves the state");
         for (i, s) in sinks.iter().enumerate() {
             got[i].extend(s.messages());

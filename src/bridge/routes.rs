@@ -126,11 +126,15 @@ pub fn explain(config: &Config) -> Vec<String> {
             };
             let objects = res.filter.as_deref().map(|f| format!("({f})"));
             for sink in &config.sinks {
-                let kind = serde_json::to_value(sink)
-                    .ok()
-                    .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+                let entry = serde_json::to_value(sink).unwrap_or_default();
+                let text = |k: &str| entry.get(k).and_then(|v| v.as_str());
+                let kind = text("type").unwrap_or_default();
+                // Where it goes: the topic, subject, URL or endpoint (template) of the entry.
+                let target = ["topic", "subject", "url", "endpoint"]
+                    .iter()
+                    .find_map(|k| text(k).map(|t| format!(" ({k} {t:?})")))
                     .unwrap_or_default();
-                let to = format!("{kind} {:?}", sink.name());
+                let to = format!("{kind} {:?}{target}", sink.name());
                 let when = match sink.filter() {
                     None => match &objects {
                         None => "every change".to_owned(),
