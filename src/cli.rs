@@ -130,7 +130,8 @@ pub struct FoldArgs {
     /// With `--against-cluster`: the view is what the sink of this name (`--config`'s
     /// `[[sinks]]`) holds, so the live objects are also filtered by its `filter` (a route,
     /// docs/configuration.md). A sink whose filter names `op` or `changed` chooses changes,
-    /// not objects, and is refused.
+    /// not objects, and is refused. With `--repair`, the deletes go through that sink only
+    /// (a ghost of one route may be an object another route holds).
     #[arg(long, value_name = "NAME", requires = "against_cluster")]
     pub sink: Option<String>,
     /// With `--against-cluster`: publish a `deleted` message (inferred: `finalStateUnknown:

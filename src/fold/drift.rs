@@ -194,7 +194,7 @@ pub struct Repaired {
 const SEND_TRIES: u32 = 6;
 
 /// Publishes, through every sink of `cfg` (`[[sinks]]`, built as `kubesink run` builds
-/// them), one `deleted` message per `ghost` of `report`: in the message contract's shape,
+/// them; with `sink`, through that one only), one `deleted` message per `ghost` of `report`: in the message contract's shape,
 /// inferred (`finalStateUnknown: true`, no `object`), with the uid and resourceVersion the
 /// view last had, so a consumer removes the key (and a Kafka sink adds its tombstone). Its id
 /// is the one kubesink itself would give that inferred delete, so a consumer deduplicating
@@ -202,7 +202,12 @@ const SEND_TRIES: u32 = 6;
 ///
 /// # Errors
 /// A sink that cannot be built, or that does not confirm a batch after [`SEND_TRIES`] tries.
-pub async fn repair(cfg: &Config, view: &View, report: &Report) -> anyhow::Result<Repaired> {
+pub async fn repair(
+    cfg: &Config,
+    view: &View,
+    report: &Report,
+    sink: Option<&str>,
+) -> anyhow::Result<Repaired> {
     use kubesink_core::message::{encode, now_rfc3339, Change};
     let observed_at = now_rfc3339();
     let mut messages = Vec::new();
@@ -239,7 +244,12 @@ pub async fn repair(cfg: &Config, view: &View, report: &Report) -> anyhow::Resul
     if messages.is_empty() {
         return Ok(repaired);
     }
-    let sinks = crate::bridge::build_sinks(cfg).await?;
+    // With `--sink`, a ghost may be an object another route holds: only that sink is repaired.
+    let sinks: Vec<_> = crate::bridge::build_sinks(cfg)
+        .await?
+        .into_iter()
+        .filter(|s| sink.is_none_or(|name| s.name() == name))
+        .collect();
     let batch = cfg.pipeline.max_batch_events.max(1);
     for sink in sinks {
         for chunk in messages.chunks(batch) {

@@ -325,7 +325,7 @@ async fn drift_check(
         report.not_compared,
     );
     if args.repair {
-        let repaired = drift::repair(cfg, view, &report).await?;
+        let repaired = drift::repair(cfg, view, &report, args.sink.as_deref()).await?;
         eprintln!(
             "repaired: {} `deleted` messages (finalStateUnknown) published for the ghosts through {}",
             repaired.deletes,
