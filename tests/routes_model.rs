@@ -1,5 +1,6 @@
 //! A property of sink filters (issue 42), on the simulator: whatever the churn and however
-//! often kubesink is stopped and started again from its saved state, each sink's fold (every
+//! often kubesink is stopped and started again from its saved state, with or without
+//! coalescing and sync markers, each sink's fold (every
 //! message it got, across the runs, in order) equals the cluster filtered by that sink's
 //! expression, uid and resourceVersion (`Expect::STRICT` but for the re-sends a restart
 //! allows). The churn (`Simulator::churn_steps`, seeded) changes Pods' images, which the
@@ -97,7 +98,7 @@ fn needless(msgs: &[Value]) -> Option<String> {
     None
 }
 
-async fn case(seed: u64, rounds: usize, steps: usize, coalesce: bool) {
+async fn case(seed: u64, rounds: usize, steps: usize, coalesce: bool, markers: bool) {
     let c = cluster(SimConfig::default()).await;
     c.sim
         .populate(&Workload {
@@ -110,6 +111,8 @@ async fn case(seed: u64, rounds: usize, steps: usize, coalesce: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
     cfg.pipeline.coalesce = coalesce;
+    // Each view sends its own sync markers; the oracle sweeps by them.
+    cfg.pipeline.sync_markers = markers;
     cfg.state.backend = StateBackend::File;
     cfg.state.path = Some(dir.path().join("state"));
     cfg.sinks = ROUTES
@@ -234,12 +237,13 @@ proptest! {
         rounds in 2..4usize,
         steps in 10..120usize,
         coalesce in any::<bool>(),
+        markers in any::<bool>(),
     ) {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("runtime")
-            .block_on(case(seed, rounds, steps, coalesce));
+            .block_on(case(seed, rounds, steps, coalesce, markers));
     }
 }
