@@ -111,7 +111,7 @@ async fn case(seed: u64, rounds: usize, steps: usize, coalesce: bool, markers: b
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
     cfg.pipeline.coalesce = coalesce;
-    // Each view sends its own sync markers; the oracle sweeps by them.
+    // Each view sends its own sync markers (barriers in its sinks' queues; not folded).
     cfg.pipeline.sync_markers = markers;
     cfg.state.backend = StateBackend::File;
     cfg.state.path = Some(dir.path().join("state"));
