@@ -920,15 +920,28 @@ impl Decider {
                     fingerprint: held.fingerprint,
                     unconfirmed: held.unconfirmed,
                 });
+            // An object that left the filter under a uid never followed (the key's object
+            // was re-created unseen, and the new one does not match): its `deleted` would
+            // name an object no destination got. Only the old uid's goes.
+            let unheld = reason == Some(DeleteReason::LeftFilter) && replaced.is_some();
             if let Some(v) = replaced {
                 let gone = inferred_delete(v, rv);
                 t.note_deleted(ns, &name, &gone.uid, &gone.resource_version);
                 changes.push(gone);
                 self.stats.inferred_deletes.fetch_add(1, Ordering::Relaxed);
             }
-            t.note_change(ns, &name, before, 1 + changes.len() as u32);
-            t.note_deleted(ns, &name, uid, rv);
+            let own = u32::from(!unheld);
+            t.note_change(ns, &name, before, own + changes.len() as u32);
+            if !unheld {
+                t.note_deleted(ns, &name, uid, rv);
+            }
             t.store.remove(ns, &name);
+            if unheld {
+                drop(t);
+                self.note_size();
+                self.count_emitted(&changes);
+                return Ok(changes);
+            }
         }
         self.note_size();
         self.count_emitted(&changes);

@@ -161,6 +161,21 @@ fn a_relist_sends_left_filter_for_an_object_that_stopped_matching_unseen() {
 }
 
 #[test]
+fn a_key_re_created_unseen_outside_the_filter_sends_only_the_old_uids_delete() {
+    let mut d = decider(NOT_DONE, None);
+    list(&mut d, &[pod("a", U1, 1, "Running")]);
+    // Deleted and created again under its name while the watch was down; the new object is
+    // done, so the filter leaves it out: no destination ever got uid U2.
+    let out = list(&mut d, &[pod("a", U2, 7, "Failed")]);
+    let got: Vec<_> = out
+        .iter()
+        .map(|c| (c.op, c.uid.clone(), c.final_state_unknown))
+        .collect();
+    assert_eq!(got, vec![(Op::Deleted, U1.to_owned(), true)]);
+    assert!(d.store().get(Some("ns"), "a").is_none());
+}
+
+#[test]
 fn a_restart_under_a_changed_expression_sends_the_difference_only() {
     let mut first = decider("true", None);
     list(
