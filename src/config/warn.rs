@@ -206,6 +206,48 @@ pub fn warnings(c: &Config) -> Vec<String> {
     }
     out.extend(c.state.warnings());
     out.extend(unshared_state(c));
+    out.extend(sink_filters_beyond_metadata(c));
+    out
+}
+
+/// A sink's object filter that reads a field beyond `metadata` while a resource is watched
+/// metadata-only (`payload = "metadata"`): a sink's filter applies to every resource, and on
+/// those objects it fails (no match, counted). Said unless the filter names `kind` (then it
+/// is likely guarded: `kind != "Secret" || …`).
+fn sink_filters_beyond_metadata(c: &Config) -> Vec<String> {
+    use crate::informer::{Filter, FilterPlace};
+    let mut metadata_only: Vec<String> = Vec::new();
+    for cluster in c.clusters() {
+        for r in &cluster.resources {
+            let name = r.display_name();
+            if r.payload == super::PayloadMode::Metadata && !metadata_only.contains(&name) {
+                metadata_only.push(name);
+            }
+        }
+    }
+    if metadata_only.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (i, s) in c.sinks.iter().enumerate() {
+        let Some(Ok(f)) = s
+            .filter()
+            .map(|e| Filter::compile_for(e, FilterPlace::Sink))
+        else {
+            continue;
+        };
+        let beyond = f.reads_beyond_metadata();
+        if beyond.is_empty() || f.uses("kind") {
+            continue;
+        }
+        out.push(format!(
+            "sinks.{i}.filter (sink {:?}) reads object.{} but {} {} watched metadata-only (payload = \"metadata\"): the filter fails on those objects (no match, counted in kubesink_sink_filter_errors_total); guard it with kind, e.g. 'kind != \"Secret\" || …'",
+            s.name(),
+            beyond.join(", object."),
+            metadata_only.join(", "),
+            if metadata_only.len() == 1 { "is" } else { "are" },
+        ));
+    }
     out
 }
 
@@ -266,6 +308,34 @@ mod tests {
             resources,
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn a_sink_filter_reading_beyond_metadata_with_a_metadata_only_resource_is_warned_about() {
+        let mut secret = ResourceConfig::new("v1", "Secret");
+        secret.payload = crate::config::PayloadMode::Metadata;
+        let sink = |filter: &str| {
+            crate::sinks::SinkConfig::Stdout(kubesink_stdout::StdoutConfig {
+                filter: Some(filter.to_owned()),
+                ..Default::default()
+            })
+        };
+        let mut c = Config {
+            resources: vec![ResourceConfig::new("v1", "Pod"), secret],
+            sinks: vec![sink("object.spec.nodeName == \"n1\"")],
+            ..Default::default()
+        };
+        let w = warnings(&c).join("\n");
+        assert!(
+            w.contains("sinks.0.filter (sink \"stdout\") reads object.spec but v1 Secret is watched metadata-only"),
+            "{w}"
+        );
+        // Guarded by kind, or reading metadata only: no warning.
+        c.sinks = vec![
+            sink("kind != \"Pod\" || object.spec.nodeName == \"n1\""),
+            sink("ns == \"a\" && has(object.metadata.labels)"),
+        ];
+        assert!(warnings(&c).is_empty(), "{:?}", warnings(&c));
     }
 
     #[test]

@@ -153,6 +153,8 @@ pub struct Filter {
     needs: Needs,
     /// It names `op` or `changed` (a sink's change filter).
     on_changes: bool,
+    /// The variables it names.
+    variables: BTreeSet<String>,
     place: Place,
     errors: AtomicU64,
     logged: AtomicBool,
@@ -253,6 +255,7 @@ impl Filter {
                 Needs::Fields(walk.fields)
             },
             on_changes: CHANGE_VARIABLES.iter().any(|v| walk.free.contains(*v)),
+            variables: walk.free.clone(),
             place,
             errors: AtomicU64::new(0),
             logged: AtomicBool::new(false),
@@ -287,6 +290,11 @@ impl Filter {
             Some((cut, _)) => format!("{:?}…", &expr[..cut]),
             None => format!("{expr:?}"),
         }
+    }
+
+    /// Whether the expression names the variable `name` (`kind`, `ns`, …).
+    pub fn uses(&self, name: &str) -> bool {
+        self.variables.contains(name)
     }
 
     /// Whether the expression names `op` or `changed`: a sink's *change filter*, which
