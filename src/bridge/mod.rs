@@ -224,9 +224,6 @@ impl Bridge {
         }
         let multi = clusters.len() > 1;
         let routes = Arc::new(routes::routes(config, &sinks)?);
-        // The counters of each filtered sink's views, by sink (the first route's views count
-        // into the watch's own).
-        let mut view_stats: Vec<(String, Arc<InformerStats>)> = Vec::new();
         let mut planned = Vec::new();
         let mut watches = Vec::new();
         let mut states = Vec::new();
@@ -270,15 +267,12 @@ impl Bridge {
                                 selection,
                                 seed: r.seed(&base),
                             };
-                            let counts = match (k, &r.sink) {
-                                (0, _) => s.clone(),
-                                (_, sink) => {
-                                    let c = Arc::new(InformerStats::default());
-                                    if let Some(sink) = sink {
-                                        view_stats.push((sink.clone(), c.clone()));
-                                    }
-                                    c
-                                }
+                            // The first view counts into the watch's counters (what
+                            // `/metrics` and `/readyz` show per watch); a sink's filter counts
+                            // into the sink's (`Route::counts`).
+                            let counts = match k {
+                                0 => s.clone(),
+                                _ => Arc::new(InformerStats::default()),
                             };
                             (key, counts)
                         })
@@ -333,13 +327,13 @@ impl Bridge {
         let sink_entries = pipeline
             .sinks()
             .iter()
-            .map(|h| SinkEntry {
+            .enumerate()
+            .map(|(i, h)| SinkEntry {
                 handle: h.clone(),
-                views: view_stats
+                filter: routes
                     .iter()
-                    .filter(|(sink, _)| sink == h.sink().name())
-                    .map(|(_, s)| s.clone())
-                    .collect(),
+                    .find(|r| r.sink.is_some() && r.sinks.contains(&i))
+                    .map(|r| r.counts.clone()),
             })
             .collect();
         let observed = Arc::new(Observer::new(

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use kubesink_core::Sink;
 
 use crate::config::Config;
-use crate::informer::{Filter, FilterPlace};
+use crate::informer::{Filter, FilterPlace, SinkFilterStats};
 
 /// One view's sinks and filter.
 #[derive(Debug)]
@@ -40,6 +40,8 @@ pub struct Route {
     pub sinks: Vec<usize>,
     /// The sink's compiled filter; `None` for the shared view.
     pub filter: Option<Arc<Filter>>,
+    /// What the sink's filter did, summed over its views (shown per sink).
+    pub counts: Arc<SinkFilterStats>,
 }
 
 impl Route {
@@ -95,7 +97,8 @@ pub fn routes(config: &Config, sinks: &[Arc<dyn Sink>]) -> Result<Vec<Route>, Ro
         filtered.push(Route {
             sink: Some(sink.name().to_owned()),
             sinks: vec![i],
-            filter: Some(Arc::new(filter)),
+            filter: Some(Arc::new(filter.of_sink(sink.name()))),
+            counts: Arc::default(),
         });
     }
     let mut out = Vec::with_capacity(filtered.len() + 1);
@@ -104,6 +107,7 @@ pub fn routes(config: &Config, sinks: &[Arc<dyn Sink>]) -> Result<Vec<Route>, Ro
             sink: None,
             sinks: shared,
             filter: None,
+            counts: Arc::default(),
         });
     }
     out.extend(filtered);

@@ -453,7 +453,7 @@ async fn watch_resource(
                 }
                 decider = decider.with_filter(filter.clone());
                 if let Some(f) = &route.filter {
-                    decider = decider.with_sink_filter(f.clone());
+                    decider = decider.with_sink_filter(f.clone(), route.counts.clone());
                 }
                 View::new(decider, publisher.only(&route.sinks))
             })

@@ -52,7 +52,7 @@
 //!
 //! The decider owns the [`LightStore`]; it never keeps an object after returning its change.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -63,7 +63,7 @@ use super::facts::Facts;
 use super::filter::{ChangeVars, Filter, Match as FilterMatch, Subject};
 use super::object::RawObject;
 use super::payload::{ShapeError, Shaper};
-use super::stats::InformerStats;
+use super::stats::{InformerStats, SinkFilterStats};
 #[cfg(any(test, feature = "test-util"))]
 use super::store::LightStore;
 use super::store::{Observed, Vanished};
@@ -196,6 +196,12 @@ pub struct Decider {
     /// A sink's change filter (one naming `op` or `changed`): a change it does not match is
     /// not sent, and is settled as if delivered.
     change_filter: Option<Arc<Filter>>,
+    /// The first of `filters` that is a sink's (the ones before are the resource's).
+    sink_from: usize,
+    /// The sink's filter's counts (`None` without one: every count is the resource's).
+    sink_counts: Option<Arc<SinkFilterStats>>,
+    /// The last object [`Decider::follows`] refused was refused by the sink's filter.
+    out_by_sink: std::sync::atomic::AtomicBool,
 }
 
 /// The store as [`Decider::store`] lends it (under the store's lock).
@@ -260,6 +266,9 @@ impl Decider {
             owed_sent: std::collections::HashMap::new(),
             filters: Vec::new(),
             change_filter: None,
+            sink_from: usize::MAX,
+            sink_counts: None,
+            out_by_sink: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -275,13 +284,25 @@ impl Decider {
     /// more filter of what this decider follows (leaving it sends `deleted` with
     /// `leftFilter`); a change filter drops the changes it does not match, settled as if
     /// delivered.
-    pub fn with_sink_filter(mut self, filter: Arc<Filter>) -> Self {
+    /// Counts into `counts` (the sink's, shared by its views).
+    pub fn with_sink_filter(mut self, filter: Arc<Filter>, counts: Arc<SinkFilterStats>) -> Self {
         if filter.on_changes() {
             self.change_filter = Some(filter);
         } else {
+            self.sink_from = self.filters.len();
             self.filters.push(filter);
         }
+        self.sink_counts = Some(counts);
         self
+    }
+
+    /// The counters of a no match (`filtered out`, `errors`) by the filter at `index` of
+    /// `filters` (`usize::MAX`: the change filter): the sink's or the resource's.
+    fn out_counters(&self, index: usize) -> (&AtomicU64, &AtomicU64) {
+        match &self.sink_counts {
+            Some(c) if index >= self.sink_from => (&c.filtered_out, &c.errors),
+            _ => (&self.stats.filtered_out, &self.stats.filter_errors),
+        }
     }
 
     /// Whether every object filter matches `obj` (always, without one); counts a no match
@@ -291,7 +312,7 @@ impl Decider {
             return true;
         }
         let (metadata, redacted) = self.shaper.filter_view(obj);
-        for filter in &self.filters {
+        for (i, filter) in self.filters.iter().enumerate() {
             let got = filter.matches(&Subject {
                 obj,
                 metadata: &metadata,
@@ -301,14 +322,17 @@ impl Decider {
                 resource: &*self.resource,
                 change: None,
             });
+            let (out, errors) = self.out_counters(i);
             match got {
                 FilterMatch::Yes => continue,
                 FilterMatch::No => {}
                 FilterMatch::Error => {
-                    self.stats.filter_errors.fetch_add(1, Ordering::Relaxed);
+                    errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            self.stats.filtered_out.fetch_add(1, Ordering::Relaxed);
+            out.fetch_add(1, Ordering::Relaxed);
+            self.out_by_sink
+                .store(i >= self.sink_from, Ordering::Relaxed);
             return false;
         }
         true
@@ -355,14 +379,15 @@ impl Decider {
                 changed: &changed,
             }),
         });
+        let (out, errors) = self.out_counters(usize::MAX);
         match got {
             FilterMatch::Yes => return true,
             FilterMatch::No => {}
             FilterMatch::Error => {
-                self.stats.filter_errors.fetch_add(1, Ordering::Relaxed);
+                errors.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.stats.filtered_out.fetch_add(1, Ordering::Relaxed);
+        out.fetch_add(1, Ordering::Relaxed);
         false
     }
 
@@ -378,7 +403,11 @@ impl Decider {
         if !self.holds(&obj) {
             return Ok(Vec::new());
         }
-        self.stats.left_filter.fetch_add(1, Ordering::Relaxed);
+        match &self.sink_counts {
+            Some(c) if self.out_by_sink.load(Ordering::Relaxed) => &c.left_filter,
+            _ => &self.stats.left_filter,
+        }
+        .fetch_add(1, Ordering::Relaxed);
         self.delete(obj, Some(DeleteReason::LeftFilter))
     }
 

@@ -155,6 +155,8 @@ pub struct Filter {
     on_changes: bool,
     /// The variables it names.
     variables: BTreeSet<String>,
+    /// The sink whose filter it is (`None`: a resource's, or unnamed), for its log line.
+    sink: Option<String>,
     place: Place,
     errors: AtomicU64,
     logged: AtomicBool,
@@ -256,6 +258,7 @@ impl Filter {
             },
             on_changes: CHANGE_VARIABLES.iter().any(|v| walk.free.contains(*v)),
             variables: walk.free.clone(),
+            sink: None,
             place,
             errors: AtomicU64::new(0),
             logged: AtomicBool::new(false),
@@ -292,6 +295,12 @@ impl Filter {
         }
     }
 
+    /// The filter of sink `name`: its log line names it.
+    pub fn of_sink(mut self, name: &str) -> Self {
+        self.sink = Some(name.to_owned());
+        self
+    }
+
     /// Whether the expression names the variable `name` (`kind`, `ns`, …).
     pub fn uses(&self, name: &str) -> bool {
         self.variables.contains(name)
@@ -312,9 +321,15 @@ impl Filter {
             Err(why) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 if !self.logged.swap(true, Ordering::Relaxed) {
-                    let whose = match self.place {
-                        Place::Resource => "the resource's filter",
-                        Place::Sink => "a sink's filter",
+                    let whose = match (self.place, &self.sink) {
+                        (Place::Resource, _) => {
+                            "the resource's filter (counted in kubesink_filter_errors_total)"
+                                .to_owned()
+                        }
+                        (Place::Sink, Some(name)) => format!(
+                            "the filter of sink {name:?} (counted in kubesink_sink_filter_errors_total)"
+                        ),
+                        (Place::Sink, None) => "a sink's filter".to_owned(),
                     };
                     tracing::warn!(
                         resource = %subject.resource,
@@ -322,7 +337,7 @@ impl Filter {
                         name = subject.obj.name().unwrap_or_default(),
                         filter = self.source,
                         error = %why,
-                        "{whose} failed on an object: taken as no match (counted in kubesink_filter_errors_total; logged once)"
+                        "{whose} failed on an object: taken as no match (logged once)"
                     );
                 }
                 Match::Error

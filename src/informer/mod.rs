@@ -149,7 +149,7 @@ pub use filter::{
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
-pub use stats::{FailureKind, InformerStats, Strategy};
+pub use stats::{FailureKind, InformerStats, SinkFilterStats, Strategy};
 pub use store::LightStore;
 #[cfg(test)] // the journal's tests record as the informer does
 pub use tracked::record_new_key;

@@ -223,3 +223,16 @@ impl InformerStats {
         self.last_failure.get()
     }
 }
+
+/// What a sink's `filter` did (`[[sinks]] filter`, `bridge/routes.rs`), summed over the
+/// sink's views (one per watch): shown per sink (`kubesink_sink_filtered_out_total` and the
+/// others), apart from the resources' filters' counts.
+#[derive(Debug, Default)]
+pub struct SinkFilterStats {
+    /// Objects (or, for a change filter, changes) it did not match.
+    pub filtered_out: AtomicU64,
+    /// Objects that stopped matching it: sent to the sink as `deleted` (`leftFilter`).
+    pub left_filter: AtomicU64,
+    /// Evaluations that failed or gave no bool (each a no match).
+    pub errors: AtomicU64,
+}

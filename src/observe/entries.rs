@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::informer::{ClusterApi, InformerStats};
+use crate::informer::{ClusterApi, InformerStats, SinkFilterStats};
 use crate::pipeline::SinkHandle;
 use crate::state::StateStats;
 
@@ -100,7 +100,6 @@ pub struct ClusterEntry {
 pub struct SinkEntry {
     /// The sink with its queue and counters.
     pub handle: SinkHandle,
-    /// With a `filter`: the counters of its views, one per watch (`bridge/routes.rs`);
-    /// empty otherwise.
-    pub views: Vec<Arc<InformerStats>>,
+    /// With a `filter`: what it did, summed over the sink's views (`bridge/routes.rs`).
+    pub filter: Option<Arc<SinkFilterStats>>,
 }

@@ -18,7 +18,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::entries::{ClusterEntry, Leadership, SinkEntry, StateEntry, WatchEntry};
-use crate::informer::{InformerStats, ListBudget, Strategy};
+use crate::informer::{InformerStats, ListBudget, SinkFilterStats, Strategy};
 use crate::pipeline::{SinkStats, ERROR_KINDS};
 use crate::state::StateStats;
 
@@ -476,8 +476,8 @@ impl BridgeCollector {
             "Messages the destination refused for good (HTTP 4xx naming the message): logged at ERROR, not retried",
             |_, s| s.handle.sink().rejected(),
         )?;
-        let views = |s: &SinkEntry, get: fn(&InformerStats) -> u64| -> u64 {
-            s.views.iter().map(|v| get(v)).sum()
+        let views = |s: &SinkEntry, get: fn(&SinkFilterStats) -> u64| -> u64 {
+            s.filter.as_deref().map_or(0, get)
         };
         self.sink_counter(
             e,
@@ -495,7 +495,7 @@ impl BridgeCollector {
             e,
             "sink_filter_errors",
             "Evaluations of the sink's filter that failed (a missing field, a type mismatch) or gave no bool: each taken as no match",
-            move |_, s| views(s, |v| load(&v.filter_errors)),
+            move |_, s| views(s, |v| load(&v.errors)),
         )?;
         self.sink_counter(
             e,

@@ -237,7 +237,7 @@ fn view(resource_expr: Option<&str>, sink_expr: &str) -> Decider {
         Arc::default(),
     )
     .with_filter(own)
-    .with_sink_filter(Arc::new(sink))
+    .with_sink_filter(Arc::new(sink), Arc::default())
 }
 
 #[test]
