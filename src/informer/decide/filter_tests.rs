@@ -308,5 +308,8 @@ fn a_change_filter_drops_the_changes_it_does_not_match_and_settles_them() {
     let out = list(&mut d, &[pod("b", U2, 11, "Failed")]);
     let names: Vec<_> = summary(&out).into_iter().map(|s| (s.0, s.1)).collect();
     assert_eq!(names, vec![(Op::Deleted, "a".to_owned())]);
-    assert_eq!(d.stats().filtered_out.load(Ordering::Relaxed), 1);
+    // Counted as the sink's, not the resource's.
+    let sink = d.sink_counts.clone().expect("a sink's filter");
+    assert_eq!(sink.filtered_out.load(Ordering::Relaxed), 1);
+    assert_eq!(d.stats().filtered_out.load(Ordering::Relaxed), 0);
 }
