@@ -298,7 +298,7 @@ async fn routes_fold_exact_per_sink_through_leaving_a_filter_a_hand_over_and_a_c
     );
     assert!(
         out.contains(
-            "#   v1 Secret → nats \"deletes\" (subject \"deletes.{kind}.{namespace}.{name}\"): the changes matching (op == \"deleted\"); own state"
+            "#   v1 Secret → nats \"deletes\" (subject \"deletes.{kind}.{namespace}.{name}\", stream \"DELETES\"): the changes matching (op == \"deleted\"); own state"
         ),
         "{out}"
     );
@@ -340,13 +340,14 @@ async fn routes_fold_exact_per_sink_through_leaving_a_filter_a_hand_over_and_a_c
     tansu.flush_high_watermarks("routes.pay", 1).await;
     let (code, stdout, stderr) = fold("routes.pay", Some("pay"));
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    let (code, stdout, _) = fold("routes.pay", None);
+    let (code, stdout, stderr) = fold("routes.pay", None);
     assert_eq!(
         code,
         Some(1),
         "without --sink every ConfigMap is expected: {stdout}"
     );
     assert!(stdout.contains("\"missing\""), "{stdout}");
+    assert!(stderr.contains("compare with --sink NAME"), "{stderr}");
     let (code, _, stderr) = fold("routes.pay", Some("deletes"));
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("names op or changed"), "{stderr}");

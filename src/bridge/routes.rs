@@ -134,9 +134,15 @@ pub fn explain(config: &Config) -> Vec<String> {
                 let text = |k: &str| entry.get(k).and_then(|v| v.as_str());
                 let kind = text("type").unwrap_or_default();
                 // Where it goes: the topic, subject, URL or endpoint (template) of the entry.
+                let stream = entry
+                    .pointer("/stream/name")
+                    .and_then(|v| v.as_str())
+                    .filter(|_| text("mode") == Some("jetstream"))
+                    .map(|s| format!(", stream {s:?}"))
+                    .unwrap_or_default();
                 let target = ["topic", "subject", "url", "endpoint"]
                     .iter()
-                    .find_map(|k| text(k).map(|t| format!(" ({k} {t:?})")))
+                    .find_map(|k| text(k).map(|t| format!(" ({k} {t:?}{stream})")))
                     .unwrap_or_default();
                 let to = format!("{kind} {:?}{target}", sink.name());
                 let when = match sink.filter() {

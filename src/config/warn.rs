@@ -207,6 +207,51 @@ pub fn warnings(c: &Config) -> Vec<String> {
     out.extend(c.state.warnings());
     out.extend(unshared_state(c));
     out.extend(sink_filters_beyond_metadata(c));
+    out.extend(kinds_never_configured(c));
+    out
+}
+
+/// A filter comparing `kind` with a name no configured resource has (`kind == "pod"`: kinds
+/// are case-sensitive, `Pod`): that comparison never holds. A resource's filter is compared
+/// with its own kind, a sink's with every configured kind.
+fn kinds_never_configured(c: &Config) -> Vec<String> {
+    use crate::informer::{Filter, FilterPlace};
+    let mut kinds: Vec<String> = Vec::new();
+    let mut filters: Vec<(String, String, Vec<String>, FilterPlace)> = Vec::new();
+    for (ci, cluster) in c.clusters().iter().enumerate() {
+        for (i, r) in cluster.resources.iter().enumerate() {
+            if !kinds.contains(&r.kind) {
+                kinds.push(r.kind.clone());
+            }
+            if let Some(f) = &r.filter {
+                let at = match c.clusters.is_empty() {
+                    true => format!("resources.{i}.filter"),
+                    false => format!("clusters.{ci}.resources.{i}.filter"),
+                };
+                filters.push((at, f.clone(), vec![r.kind.clone()], FilterPlace::Resource));
+            }
+        }
+    }
+    for (i, s) in c.sinks.iter().enumerate() {
+        if let Some(f) = s.filter() {
+            let at = format!("sinks.{i}.filter (sink {:?})", s.name());
+            filters.push((at, f.to_owned(), kinds.clone(), FilterPlace::Sink));
+        }
+    }
+    let mut out = Vec::new();
+    for (at, expr, kinds, place) in filters {
+        let Ok(f) = Filter::compile_for(&expr, place) else {
+            continue;
+        };
+        for k in f.compared("kind") {
+            if !kinds.iter().any(|known| known == k) {
+                out.push(format!(
+                    "{at} compares kind with {k:?}, which no resource it sees has (kinds are case-sensitive and as configured: {}): that comparison never holds",
+                    kinds.join(", ")
+                ));
+            }
+        }
+    }
     out
 }
 
@@ -336,6 +381,34 @@ mod tests {
             sink("ns == \"a\" && has(object.metadata.labels)"),
         ];
         assert!(warnings(&c).is_empty(), "{:?}", warnings(&c));
+    }
+
+    #[test]
+    fn a_filter_comparing_kind_with_a_kind_not_configured_is_warned_about() {
+        let mut pod = ResourceConfig::new("v1", "Pod");
+        pod.filter = Some(r#"kind == "Pod" && ns != "kube-system""#.into());
+        let mut c = Config {
+            resources: vec![pod, ResourceConfig::new("v1", "Secret")],
+            sinks: vec![crate::sinks::SinkConfig::Stdout(
+                kubesink_stdout::StdoutConfig {
+                    filter: Some(r#"kind in ["pod", "Secret"]"#.into()),
+                    ..Default::default()
+                },
+            )],
+            ..Default::default()
+        };
+        let w = warnings(&c).join("\n");
+        assert!(
+            w.contains(r#"sinks.0.filter (sink "stdout") compares kind with "pod", which no resource it sees has (kinds are case-sensitive and as configured: Pod, Secret)"#),
+            "{w}"
+        );
+        assert!(!w.contains("resources.0"), "{w}");
+        c.resources[0].filter = Some(r#"kind == "Secret""#.into());
+        let w = warnings(&c).join("\n");
+        assert!(
+            w.contains(r#"resources.0.filter compares kind with "Secret""#),
+            "{w}"
+        );
     }
 
     #[test]

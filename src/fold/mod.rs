@@ -324,6 +324,20 @@ async fn drift_check(
         view.len(),
         report.not_compared,
     );
+    // A route's destination holds only what its sink's filter matches: without `--sink`
+    // every missing object of the others would be reported.
+    let routes: Vec<&str> = cfg
+        .sinks
+        .iter()
+        .filter(|s| s.filter().is_some())
+        .map(|s| s.name())
+        .collect();
+    if args.sink.is_none() && count("missing") > 0 && !routes.is_empty() {
+        eprintln!(
+            "hint: sink(s) {} of the configuration have a filter; if this destination is fed by one of them, compare with --sink NAME (only what its filter matches is expected there)",
+            routes.join(", ")
+        );
+    }
     if args.repair {
         let repaired = drift::repair(cfg, view, &report, args.sink.as_deref()).await?;
         eprintln!(

@@ -68,6 +68,10 @@ const COMPILE_STACK_BYTES: usize = 256 << 20;
 /// The variables a resource filter has.
 pub const VARIABLES: [&str; 4] = ["object", "cluster", "kind", "ns"];
 
+/// The values of `op` a sink's change filter sees (the message's `op`; sync markers are not
+/// changes and never reach a filter).
+pub const OPS: [&str; 3] = ["added", "updated", "deleted"];
+
 /// The variables a sink's filter has besides [`VARIABLES`]: they describe the change.
 pub const CHANGE_VARIABLES: [&str; 2] = ["op", "changed"];
 
@@ -155,6 +159,8 @@ pub struct Filter {
     on_changes: bool,
     /// The variables it names.
     variables: BTreeSet<String>,
+    /// (variable, string literal) of each comparison of a variable with a literal.
+    compared: Vec<(String, String)>,
     /// The sink whose filter it is (`None`: a resource's, or unnamed), for its log line.
     sink: Option<String>,
     place: Place,
@@ -247,6 +253,22 @@ impl Filter {
         if let Some(what) = not_a_bool(program.expression()) {
             return Err(whole(format!("the expression gives {what}, never a bool")));
         }
+        for (var, text) in &walk.compared {
+            match var.as_str() {
+                "op" if !OPS.contains(&text.as_str()) => {
+                    return Err(whole(format!(
+                        "op is never {text:?}: it is one of {} (lowercase, as the message's op)",
+                        OPS.map(|o| format!("{o:?}")).join(", ")
+                    )))
+                }
+                "changed" => {
+                    return Err(whole(format!(
+                        "changed is a list of paths, never the string {text:?}: write {text:?} in changed, or changed.exists(p, p.startsWith({text:?}))"
+                    )))
+                }
+                _ => {}
+            }
+        }
         Ok(Filter {
             source: source.to_owned(),
             program,
@@ -258,6 +280,7 @@ impl Filter {
             },
             on_changes: CHANGE_VARIABLES.iter().any(|v| walk.free.contains(*v)),
             variables: walk.free.clone(),
+            compared: walk.compared.clone(),
             sink: None,
             place,
             errors: AtomicU64::new(0),
@@ -293,6 +316,16 @@ impl Filter {
             Some((cut, _)) => format!("{:?}…", &expr[..cut]),
             None => format!("{expr:?}"),
         }
+    }
+
+    /// The string literals the expression compares variable `name` with (`kind == "Pod"`,
+    /// `ns in ["a", "b"]`), in order.
+    pub fn compared(&self, name: &str) -> Vec<&str> {
+        self.compared
+            .iter()
+            .filter(|(v, _)| v == name)
+            .map(|(_, t)| t.as_str())
+            .collect()
     }
 
     /// The filter of sink `name`: its log line names it.
@@ -459,6 +492,11 @@ fn parse(source: &str) -> Result<(Arc<cel::Env>, cel::Program), CompileError> {
         let mut position = first
             .filter(|e| e.pos.0 >= 1 && e.pos.1 >= 1)
             .map(|e| (e.pos.0 as usize, e.pos.1 as usize));
+        if message.contains("token recognition error at: '= '")
+            || message.contains("token recognition error at: '='")
+        {
+            message += " (CEL compares with ==, not =)";
+        }
         if message.ends_with("reserved identifier: namespace") {
             message +=
                 " (CEL reserves the word: the namespace is `ns`, or `object.metadata.namespace`)";
@@ -484,9 +522,42 @@ struct Walk {
     fields: BTreeSet<String>,
     whole_object: bool,
     nesting: usize,
+    /// (variable, string literal) of each comparison of a free variable with a literal.
+    compared: Vec<(String, String)>,
 }
 
 impl Walk {
+    /// Notes a free variable compared with string literals: `v == "x"`, `"x" != v`,
+    /// `v in ["x", "y"]` (what [`Filter::compared`] answers and `compile` checks).
+    fn note_comparison(&mut self, c: &cel::common::ast::CallExpr, bound: &[String]) {
+        use cel::common::ast::operators::{EQUALS, IN, NOT_EQUALS};
+        let var = |e: &IdedExpr| match &e.expr {
+            Expr::Ident(n) if !bound.contains(n) => Some(n.clone()),
+            _ => None,
+        };
+        let text = |e: &IdedExpr| match &e.expr {
+            Expr::Literal(LiteralValue::String(s)) => Some(s.inner().to_owned()),
+            _ => None,
+        };
+        let [a, b] = c.args.as_slice() else { return };
+        let pairs: Vec<(String, String)> = match c.func_name.as_str() {
+            EQUALS | NOT_EQUALS => match (var(a), text(b), var(b), text(a)) {
+                (Some(v), Some(t), _, _) | (_, _, Some(v), Some(t)) => vec![(v, t)],
+                _ => Vec::new(),
+            },
+            IN => match (var(a), &b.expr) {
+                (Some(v), Expr::List(l)) => l
+                    .elements
+                    .iter()
+                    .filter_map(|e| text(e).map(|t| (v.clone(), t)))
+                    .collect(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        self.compared.extend(pairs);
+    }
+
     /// `bound`: the comprehension variables in scope; `depth`: comprehensions around.
     fn expr(&mut self, e: &IdedExpr, bound: &mut Vec<String>, depth: usize) {
         let is_object = |e: &IdedExpr, bound: &[String]| matches!(&e.expr, Expr::Ident(n) if n == "object" && !bound.iter().any(|b| b == "object"));
@@ -506,6 +577,7 @@ impl Walk {
             }
             Expr::Select(s) => self.expr(&s.operand, bound, depth),
             Expr::Call(c) => {
+                self.note_comparison(c, bound);
                 let literal_index = c.func_name == cel::common::ast::operators::INDEX
                     && c.args.len() == 2
                     && is_object(&c.args[0], bound);
@@ -624,6 +696,22 @@ mod tests {
                 .contains("a resource filter has object, cluster, kind, ns"),
             "{e}"
         );
+        let e = Filter::compile_for(r#"op == "Deleted""#, Place::Sink).expect_err("no such op");
+        assert!(
+            e.message
+                .contains(r#"op is never "Deleted": it is one of "added", "updated", "deleted""#),
+            "{e}"
+        );
+        let e = Filter::compile_for(r#"op in ["added", "modified"]"#, Place::Sink)
+            .expect_err("no such op");
+        assert!(e.message.contains(r#"op is never "modified""#), "{e}");
+        let e = Filter::compile_for(r#"changed == "spec""#, Place::Sink).expect_err("a list");
+        assert!(e.message.contains(r#"write "spec" in changed"#), "{e}");
+        let f =
+            Filter::compile_for(r#"kind == "Pod" || "Secret" == kind"#, Place::Sink).expect("ok");
+        assert_eq!(f.compared("kind"), ["Pod", "Secret"]);
+        let e = Filter::compile(r#"kind = "Pod""#).expect_err("=");
+        assert!(e.message.contains("CEL compares with =="), "{e}");
         let e = Filter::compile_for("opp == 1", Place::Sink).expect_err("unknown");
         assert!(
             e.message
