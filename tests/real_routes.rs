@@ -116,33 +116,6 @@ fn team(o: &DynamicObject) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Every message of JetStream stream `stream`, in stream order.
-async fn jetstream_messages(url: &str, stream: &str) -> Result<Vec<Value>, String> {
-    use futures::StreamExt;
-    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
-    let js = async_nats::jetstream::new(client);
-    let mut s = js.get_stream(stream).await.map_err(|e| e.to_string())?;
-    let total = s.info().await.map_err(|e| e.to_string())?.state.messages as usize;
-    let mut out = Vec::with_capacity(total);
-    if total == 0 {
-        return Ok(out);
-    }
-    let consumer = s
-        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut msgs = consumer.messages().await.map_err(|e| e.to_string())?;
-    while out.len() < total {
-        let m = tokio::time::timeout(Duration::from_secs(10), msgs.next())
-            .await
-            .map_err(|_| "the stream stopped delivering".to_owned())?
-            .ok_or("the stream ended")?
-            .map_err(|e| e.to_string())?;
-        out.push(serde_json::from_slice(&m.payload).map_err(|e| e.to_string())?);
-    }
-    Ok(out)
-}
-
 /// The destinations, read back.
 struct Read {
     pay: kafka_server::Reader,
@@ -172,8 +145,8 @@ impl Read {
         Ok(Held {
             pay: Self::topic(&self.pay),
             rest: Self::topic(&self.rest),
-            secrets: jetstream_messages(&self.nats, "ROUTES").await?,
-            deletes: jetstream_messages(&self.nats, "DELETES")
+            secrets: nats_server::jetstream_messages(&self.nats, "ROUTES").await?,
+            deletes: nats_server::jetstream_messages(&self.nats, "DELETES")
                 .await
                 .unwrap_or_default(),
         })
@@ -376,7 +349,7 @@ async fn routes_fold_exact_per_sink_through_leaving_a_filter_a_hand_over_and_a_c
     );
     assert_eq!(about(&held.pay, "cm-01"), vec![("added".into(), None)]);
     let deleted: BTreeSet<_> = wait_until("the deletes' stream", LONG, || async {
-        let d = jetstream_messages(&read.nats, "DELETES").await?;
+        let d = nats_server::jetstream_messages(&read.nats, "DELETES").await?;
         let names: BTreeSet<String> = d
             .iter()
             .map(|m| m["name"].as_str().unwrap_or_default().to_owned())

@@ -308,34 +308,46 @@ impl Decider {
     /// Whether every object filter matches `obj` (always, without one); counts a no match
     /// and an evaluation error.
     fn follows(&self, obj: &RawObject<'_>) -> bool {
-        if self.filters.is_empty() {
-            return true;
-        }
-        let (metadata, redacted) = self.shaper.filter_view(obj);
         for (i, filter) in self.filters.iter().enumerate() {
-            let got = filter.matches(&Subject {
-                obj,
-                metadata: &metadata,
-                redacted: &redacted,
-                cluster: &self.resource.cluster,
-                kind: &self.resource.kind,
-                resource: &*self.resource,
-                change: None,
-            });
-            let (out, errors) = self.out_counters(i);
-            match got {
-                FilterMatch::Yes => continue,
-                FilterMatch::No => {}
-                FilterMatch::Error => {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                }
+            if !self.evaluate(filter, i, obj, None) {
+                self.out_by_sink
+                    .store(i >= self.sink_from, Ordering::Relaxed);
+                return false;
             }
-            out.fetch_add(1, Ordering::Relaxed);
-            self.out_by_sink
-                .store(i >= self.sink_from, Ordering::Relaxed);
-            return false;
         }
         true
+    }
+
+    /// Whether `filter` (at `index` of `filters`, `usize::MAX` for the change filter)
+    /// matches `obj` (and `change`); counts a no match and an evaluation error as the
+    /// resource's or the sink's ([`Decider::out_counters`]).
+    fn evaluate(
+        &self,
+        filter: &Filter,
+        index: usize,
+        obj: &RawObject<'_>,
+        change: Option<ChangeVars<'_>>,
+    ) -> bool {
+        let (metadata, redacted) = self.shaper.filter_view(obj);
+        let got = filter.matches(&Subject {
+            obj,
+            metadata: &metadata,
+            redacted: &redacted,
+            cluster: &self.resource.cluster,
+            kind: &self.resource.kind,
+            resource: &*self.resource,
+            change,
+        });
+        let (out, errors) = self.out_counters(index);
+        match got {
+            FilterMatch::Yes => return true,
+            FilterMatch::No => {}
+            FilterMatch::Error => {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        out.fetch_add(1, Ordering::Relaxed);
+        false
     }
 
     /// Whether the change filter keeps `change`, decided on `obj` (the event's object when
@@ -366,29 +378,11 @@ impl Decider {
             }
         };
         let changed: Vec<&str> = change.changed.iter().flat_map(|c| c.iter()).collect();
-        let (metadata, redacted) = self.shaper.filter_view(obj);
-        let got = filter.matches(&Subject {
-            obj,
-            metadata: &metadata,
-            redacted: &redacted,
-            cluster: &self.resource.cluster,
-            kind: &self.resource.kind,
-            resource: &*self.resource,
-            change: Some(ChangeVars {
-                op: change.op.as_str(),
-                changed: &changed,
-            }),
-        });
-        let (out, errors) = self.out_counters(usize::MAX);
-        match got {
-            FilterMatch::Yes => return true,
-            FilterMatch::No => {}
-            FilterMatch::Error => {
-                errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        out.fetch_add(1, Ordering::Relaxed);
-        false
+        let vars = ChangeVars {
+            op: change.op.as_str(),
+            changed: &changed,
+        };
+        self.evaluate(filter, usize::MAX, obj, Some(vars))
     }
 
     /// Whether the store holds `obj`'s key.

@@ -212,3 +212,30 @@ pub fn generate_certs(dir: &Path) {
         ]);
     }
 }
+
+/// Every message of JetStream stream `stream`, in stream order.
+pub async fn jetstream_messages(url: &str, stream: &str) -> Result<Vec<serde_json::Value>, String> {
+    use futures::StreamExt;
+    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+    let js = async_nats::jetstream::new(client);
+    let mut s = js.get_stream(stream).await.map_err(|e| e.to_string())?;
+    let total = s.info().await.map_err(|e| e.to_string())?.state.messages as usize;
+    let mut out = Vec::with_capacity(total);
+    if total == 0 {
+        return Ok(out);
+    }
+    let consumer = s
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut msgs = consumer.messages().await.map_err(|e| e.to_string())?;
+    while out.len() < total {
+        let m = tokio::time::timeout(Duration::from_secs(10), msgs.next())
+            .await
+            .map_err(|_| "the stream stopped delivering".to_owned())?
+            .ok_or("the stream ended")?
+            .map_err(|e| e.to_string())?;
+        out.push(serde_json::from_slice(&m.payload).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
