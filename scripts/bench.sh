@@ -43,7 +43,7 @@ if [ -n "$quick" ] && [ -z "${BENCH_RELEASE:-}" ]; then
   fi
   # The cost of a resource's CEL filter (the simulator only): 1,000 Pods, 5 s of churn per
   # variant, under a minute.
-  echo "== resource filters (CEL), quick (bench-suite --quick --only filters)"
+  echo "== filters (CEL): resource filters and routes, quick (bench-suite --quick --only filters)"
   "$TARGET/debug/bench-suite" --quick --only filters --out "${BENCH_OUT:-$TARGET/bench-quick}"
   exec "$TARGET/debug/bench-suite" --quick --out "${BENCH_OUT:-$TARGET/bench-quick}"
 fi

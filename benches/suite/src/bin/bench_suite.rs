@@ -877,7 +877,7 @@ fn main() -> anyhow::Result<()> {
     }
     if only.as_deref() == Some("filters") {
         eprintln!(
-            "== resource filters (CEL): {} pods, {} changes/s, no filter, 1 and 5 conditions",
+            "== filters (CEL): {} pods, {} changes/s, no filter, a resource filter of 1 and 5 conditions, two routes",
             plan.churn_pods, plan.churn_rate
         );
         let runs = filters::runs(&ctx, &plan)?;
