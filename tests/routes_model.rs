@@ -139,16 +139,11 @@ async fn case(seed: u64, rounds: usize, steps: usize, coalesce: bool, markers: b
             .iter()
             .map(|(name, _, _)| CaptureSink::named(name))
             .collect();
-        let client = kubesink::cluster::client(&cfg.clusters()[0])
-            .await
-            .expect("client");
         let dyn_sinks = sinks
             .iter()
             .map(|s| s.clone() as Arc<dyn kubesink_core::Sink>)
             .collect();
-        let bridge = kubesink::bridge::Bridge::start(&cfg, client, dyn_sinks)
-            .await
-            .expect("bridge starts");
+        let bridge = support::start_bridge_with(&cfg, dyn_sinks).await;
         // Churn while it runs, then wait for every route to hold the cluster's objects.
         c.sim
             .churn_steps(steps, seed ^ (round as u64 + 1))

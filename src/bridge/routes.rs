@@ -119,6 +119,32 @@ pub fn routes(config: &Config, sinks: &[Arc<dyn Sink>]) -> Result<Vec<Route>, Ro
 /// own. What `kubesink check` prints; a filter that does not compile is named (`check`
 /// reports it as an error before this).
 pub fn explain(config: &Config) -> Vec<String> {
+    // Each sink once: where it goes and its compiled filter.
+    let sinks: Vec<_> = config
+        .sinks
+        .iter()
+        .map(|sink| {
+            let entry = serde_json::to_value(sink).unwrap_or_default();
+            let text = |k: &str| entry.get(k).and_then(|v| v.as_str());
+            let kind = text("type").unwrap_or_default();
+            // Where it goes: the topic, subject, URL or endpoint (template) of the entry.
+            let stream = entry
+                .pointer("/stream/name")
+                .and_then(|v| v.as_str())
+                .filter(|_| text("mode") == Some("jetstream"))
+                .map(|s| format!(", stream {s:?}"))
+                .unwrap_or_default();
+            let target = ["topic", "subject", "url", "endpoint"]
+                .iter()
+                .find_map(|k| text(k).map(|t| format!(" ({k} {t:?}{stream})")))
+                .unwrap_or_default();
+            let to = format!("{kind} {:?}{target}", sink.name());
+            let filter = sink
+                .filter()
+                .map(|expr| (expr, Filter::compile_for(expr, FilterPlace::Sink)));
+            (to, filter)
+        })
+        .collect();
     let clusters = config.clusters();
     let multi = clusters.len() > 1;
     let mut out = Vec::new();
@@ -129,42 +155,23 @@ pub fn explain(config: &Config) -> Vec<String> {
                 false => res.display_name(),
             };
             let objects = res.filter.as_deref().map(|f| format!("({f})"));
-            for sink in &config.sinks {
-                let entry = serde_json::to_value(sink).unwrap_or_default();
-                let text = |k: &str| entry.get(k).and_then(|v| v.as_str());
-                let kind = text("type").unwrap_or_default();
-                // Where it goes: the topic, subject, URL or endpoint (template) of the entry.
-                let stream = entry
-                    .pointer("/stream/name")
-                    .and_then(|v| v.as_str())
-                    .filter(|_| text("mode") == Some("jetstream"))
-                    .map(|s| format!(", stream {s:?}"))
-                    .unwrap_or_default();
-                let target = ["topic", "subject", "url", "endpoint"]
-                    .iter()
-                    .find_map(|k| text(k).map(|t| format!(" ({k} {t:?}{stream})")))
-                    .unwrap_or_default();
-                let to = format!("{kind} {:?}{target}", sink.name());
-                let when = match sink.filter() {
+            for (to, filter) in &sinks {
+                let when = match filter {
                     None => match &objects {
                         None => "every change".to_owned(),
                         Some(r) => format!("the objects matching {r}"),
                     },
-                    Some(expr) => match Filter::compile_for(expr, FilterPlace::Sink) {
-                        Err(e) => format!("nothing: its filter does not compile ({e})"),
-                        Ok(f) if f.on_changes() => {
-                            let of = objects
-                                .as_ref()
-                                .map(|r| format!(" of the objects matching {r}"))
-                                .unwrap_or_default();
-                            format!("the changes matching ({expr}){of}; own state")
-                        }
-                        Ok(_) => match &objects {
-                            None => format!("the objects matching ({expr}); own state"),
-                            Some(r) => {
-                                format!("the objects matching {r} && ({expr}); own state")
-                            }
-                        },
+                    Some((_, Err(e))) => format!("nothing: its filter does not compile ({e})"),
+                    Some((expr, Ok(f))) if f.on_changes() => {
+                        let of = objects
+                            .as_ref()
+                            .map(|r| format!(" of the objects matching {r}"))
+                            .unwrap_or_default();
+                        format!("the changes matching ({expr}){of}; own state")
+                    }
+                    Some((expr, Ok(_))) => match &objects {
+                        None => format!("the objects matching ({expr}); own state"),
+                        Some(r) => format!("the objects matching {r} && ({expr}); own state"),
                     },
                 };
                 out.push(format!("{from} → {to}: {when}"));

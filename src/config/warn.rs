@@ -206,92 +206,80 @@ pub fn warnings(c: &Config) -> Vec<String> {
     }
     out.extend(c.state.warnings());
     out.extend(unshared_state(c));
-    out.extend(sink_filters_beyond_metadata(c));
-    out.extend(kinds_never_configured(c));
+    out.extend(filter_warnings(c));
     out
 }
 
-/// A filter comparing `kind` with a name no configured resource has (`kind == "pod"`: kinds
-/// are case-sensitive, `Pod`): that comparison never holds. A resource's filter is compared
-/// with its own kind, a sink's with every configured kind.
-fn kinds_never_configured(c: &Config) -> Vec<String> {
+/// What the configuration's CEL filters say that they do not mean, each filter compiled
+/// once:
+/// - a filter comparing `kind` with a name no resource it sees has (`kind == "pod"`: kinds
+///   are case-sensitive, `Pod`): that comparison never holds. A resource's filter is
+///   compared with its own kind, a sink's with every configured kind;
+/// - a sink's object filter reading a field beyond `metadata` while a resource is watched
+///   metadata-only (`payload = "metadata"`): a sink's filter applies to every resource, and
+///   on those objects it fails (no match, counted). Said unless the filter names `kind` (then
+///   it is likely guarded: `kind != "Secret" || …`).
+fn filter_warnings(c: &Config) -> Vec<String> {
     use crate::informer::{Filter, FilterPlace};
     let mut kinds: Vec<String> = Vec::new();
-    let mut filters: Vec<(String, String, Vec<String>, FilterPlace)> = Vec::new();
-    for (ci, cluster) in c.clusters().iter().enumerate() {
+    let mut metadata_only: Vec<String> = Vec::new();
+    // (key, expression, the kinds it sees (`None`: every configured kind), place)
+    let mut filters: Vec<(String, &str, Option<&str>, FilterPlace)> = Vec::new();
+    let clusters = c.clusters();
+    for (ci, cluster) in clusters.iter().enumerate() {
         for (i, r) in cluster.resources.iter().enumerate() {
             if !kinds.contains(&r.kind) {
                 kinds.push(r.kind.clone());
+            }
+            let name = r.display_name();
+            if r.payload == super::PayloadMode::Metadata && !metadata_only.contains(&name) {
+                metadata_only.push(name);
             }
             if let Some(f) = &r.filter {
                 let at = match c.clusters.is_empty() {
                     true => format!("resources.{i}.filter"),
                     false => format!("clusters.{ci}.resources.{i}.filter"),
                 };
-                filters.push((at, f.clone(), vec![r.kind.clone()], FilterPlace::Resource));
+                filters.push((at, f, Some(&r.kind), FilterPlace::Resource));
             }
         }
     }
     for (i, s) in c.sinks.iter().enumerate() {
         if let Some(f) = s.filter() {
             let at = format!("sinks.{i}.filter (sink {:?})", s.name());
-            filters.push((at, f.to_owned(), kinds.clone(), FilterPlace::Sink));
+            filters.push((at, f, None, FilterPlace::Sink));
         }
     }
     let mut out = Vec::new();
-    for (at, expr, kinds, place) in filters {
-        let Ok(f) = Filter::compile_for(&expr, place) else {
+    for (at, expr, own_kind, place) in filters {
+        let Ok(f) = Filter::compile_for(expr, place) else {
             continue;
         };
+        let seen: Vec<&str> = match own_kind {
+            Some(k) => vec![k],
+            None => kinds.iter().map(String::as_str).collect(),
+        };
         for k in f.compared("kind") {
-            if !kinds.iter().any(|known| known == k) {
+            if !seen.contains(&k) {
                 out.push(format!(
                     "{at} compares kind with {k:?}, which no resource it sees has (kinds are case-sensitive and as configured: {}): that comparison never holds",
-                    kinds.join(", ")
+                    seen.join(", ")
                 ));
             }
         }
-    }
-    out
-}
-
-/// A sink's object filter that reads a field beyond `metadata` while a resource is watched
-/// metadata-only (`payload = "metadata"`): a sink's filter applies to every resource, and on
-/// those objects it fails (no match, counted). Said unless the filter names `kind` (then it
-/// is likely guarded: `kind != "Secret" || …`).
-fn sink_filters_beyond_metadata(c: &Config) -> Vec<String> {
-    use crate::informer::{Filter, FilterPlace};
-    let mut metadata_only: Vec<String> = Vec::new();
-    for cluster in c.clusters() {
-        for r in &cluster.resources {
-            let name = r.display_name();
-            if r.payload == super::PayloadMode::Metadata && !metadata_only.contains(&name) {
-                metadata_only.push(name);
-            }
-        }
-    }
-    if metadata_only.is_empty() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for (i, s) in c.sinks.iter().enumerate() {
-        let Some(Ok(f)) = s
-            .filter()
-            .map(|e| Filter::compile_for(e, FilterPlace::Sink))
-        else {
-            continue;
-        };
         let beyond = f.reads_beyond_metadata();
-        if beyond.is_empty() || f.uses("kind") {
-            continue;
+        if place == FilterPlace::Sink
+            && !metadata_only.is_empty()
+            && !beyond.is_empty()
+            && !f.uses("kind")
+        {
+            out.push(format!(
+                "{at} reads object.{} but {} {} watched metadata-only (payload = \"metadata\"): the filter fails on those objects (no match, counted in kubesink_sink_filter_errors_total); guard it with kind, e.g. 'kind != \"Secret\" || …'",
+                beyond.join(", object."),
+                metadata_only.join(", "),
+                if metadata_only.len() == 1 { "is" } else { "are" },
+            ));
         }
-        out.push(format!(
-            "sinks.{i}.filter (sink {:?}) reads object.{} but {} {} watched metadata-only (payload = \"metadata\"): the filter fails on those objects (no match, counted in kubesink_sink_filter_errors_total); guard it with kind, e.g. 'kind != \"Secret\" || …'",
-            s.name(),
-            beyond.join(", object."),
-            metadata_only.join(", "),
-            if metadata_only.len() == 1 { "is" } else { "are" },
-        ));
     }
     out
 }

@@ -390,15 +390,7 @@ async fn list_filtered_into(
             let text = serde_json::to_string(o)?;
             let obj = RawObject::parse(&text)?;
             let (metadata, redacted) = shaper.filter_view(&obj);
-            let subject = Subject {
-                obj: &obj,
-                metadata: &metadata,
-                redacted: &redacted,
-                cluster: &resolved.resource.cluster,
-                kind: &resolved.resource.kind,
-                resource: &*resolved.resource,
-                change: None,
-            };
+            let subject = Subject::new(&obj, &metadata, &redacted, &resolved.resource, None);
             if filters
                 .iter()
                 .all(|f| f.matches(&subject) == FilterMatch::Yes)

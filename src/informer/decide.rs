@@ -190,7 +190,7 @@ pub struct Decider {
     /// seed 45401). Only keys of owed deletes: a handful after a crash.
     owed_sent: std::collections::HashMap<(Option<String>, String), String>,
     /// The CEL filters of objects (`filter.rs`): the resource's, and, for a decider that
-    /// serves the sinks of one filter (a *view*, see `bridge/views.rs`), that sink's. An
+    /// serves the sinks of one filter (a *view*, see `bridge/routes.rs`), that sink's. An
     /// object that any of them does not match is not followed.
     filters: Vec<Arc<Filter>>,
     /// A sink's change filter (one naming `op` or `changed`): a change it does not match is
@@ -200,8 +200,15 @@ pub struct Decider {
     sink_from: usize,
     /// The sink's filter's counts (`None` without one: every count is the resource's).
     sink_counts: Option<Arc<SinkFilterStats>>,
-    /// The last object [`Decider::follows`] refused was refused by the sink's filter.
-    out_by_sink: std::sync::atomic::AtomicBool,
+}
+
+/// Whose filter did not match an object ([`Decider::refused`]): what its `leftFilter` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// The resource's.
+    Resource,
+    /// The sink's, in a sink's view.
+    Sink,
 }
 
 /// The store as [`Decider::store`] lends it (under the store's lock).
@@ -268,7 +275,6 @@ impl Decider {
             change_filter: None,
             sink_from: usize::MAX,
             sink_counts: None,
-            out_by_sink: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -305,39 +311,47 @@ impl Decider {
         }
     }
 
-    /// Whether every object filter matches `obj` (always, without one); counts a no match
-    /// and an evaluation error.
-    fn follows(&self, obj: &RawObject<'_>) -> bool {
-        for (i, filter) in self.filters.iter().enumerate() {
-            if !self.evaluate(filter, i, obj, None) {
-                self.out_by_sink
-                    .store(i >= self.sink_from, Ordering::Relaxed);
-                return false;
-            }
+    /// Which object filter does not match `obj`, the first one (`None`: every one matches,
+    /// or there is none); counts a no match and an evaluation error.
+    fn refused(&self, obj: &RawObject<'_>) -> Option<Refused> {
+        if self.filters.is_empty() {
+            return None;
         }
-        true
+        let (metadata, redacted) = self.shaper.filter_view(obj);
+        let i = (0..self.filters.len())
+            .find(|&i| !self.evaluate(i, obj, &metadata, &redacted, None))?;
+        Some(match i >= self.sink_from {
+            true => Refused::Sink,
+            false => Refused::Resource,
+        })
     }
 
-    /// Whether `filter` (at `index` of `filters`, `usize::MAX` for the change filter)
-    /// matches `obj` (and `change`); counts a no match and an evaluation error as the
-    /// resource's or the sink's ([`Decider::out_counters`]).
+    /// Whether the filter at `index` of `filters` (`usize::MAX`: the change filter) matches
+    /// `obj` (with its `metadata` and `redacted` fields as the shaper gives them, and
+    /// `change`); counts a no match and an evaluation error as the resource's or the sink's
+    /// ([`Decider::out_counters`]).
     fn evaluate(
         &self,
-        filter: &Filter,
         index: usize,
         obj: &RawObject<'_>,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+        redacted: &dyn Fn(&str) -> bool,
         change: Option<ChangeVars<'_>>,
     ) -> bool {
-        let (metadata, redacted) = self.shaper.filter_view(obj);
-        let got = filter.matches(&Subject {
+        let filter = match index {
+            usize::MAX => self.change_filter.as_ref(),
+            i => self.filters.get(i),
+        };
+        let Some(filter) = filter else {
+            return true;
+        };
+        let got = filter.matches(&Subject::new(
             obj,
-            metadata: &metadata,
-            redacted: &redacted,
-            cluster: &self.resource.cluster,
-            kind: &self.resource.kind,
-            resource: &*self.resource,
+            metadata,
+            redacted,
+            &self.resource,
             change,
-        });
+        ));
         let (out, errors) = self.out_counters(index);
         match got {
             FilterMatch::Yes => return true,
@@ -353,7 +367,7 @@ impl Decider {
     /// Whether the change filter keeps `change`, decided on `obj` (the event's object when
     /// it is the change's, else a stub of the change's key, uid and resourceVersion: an
     /// inferred `deleted` has no object). Counts a change dropped as filtered out.
-    fn keeps(&self, filter: &Filter, change: &Change, obj: Option<&RawObject<'_>>) -> bool {
+    fn keeps(&self, change: &Change, obj: Option<&RawObject<'_>>) -> bool {
         let stub;
         let obj = match obj.filter(|o| o.uid() == change.uid) {
             Some(o) => o,
@@ -382,7 +396,8 @@ impl Decider {
             op: change.op.as_str(),
             changed: &changed,
         };
-        self.evaluate(filter, usize::MAX, obj, Some(vars))
+        let (metadata, redacted) = self.shaper.filter_view(obj);
+        self.evaluate(usize::MAX, obj, &metadata, &redacted, Some(vars))
     }
 
     /// Whether the store holds `obj`'s key.
@@ -393,12 +408,16 @@ impl Decider {
 
     /// An object the filter does not match: the `deleted` (`leftFilter`) of a key held,
     /// nothing for one not held.
-    fn left_filter(&mut self, obj: RawObject<'_>) -> Result<Vec<Change>, InformerError> {
+    fn left_filter(
+        &mut self,
+        obj: RawObject<'_>,
+        by: Refused,
+    ) -> Result<Vec<Change>, InformerError> {
         if !self.holds(&obj) {
             return Ok(Vec::new());
         }
-        match &self.sink_counts {
-            Some(c) if self.out_by_sink.load(Ordering::Relaxed) => &c.left_filter,
+        match (by, &self.sink_counts) {
+            (Refused::Sink, Some(c)) => &c.left_filter,
             _ => &self.stats.left_filter,
         }
         .fetch_add(1, Ordering::Relaxed);
@@ -469,9 +488,9 @@ impl Decider {
     /// [`InformerError::Shape`] for one a pointer cannot shape: nothing is emitted for it
     /// and its last known state stays.
     pub fn on_event(&mut self, event: Event<'_>) -> Result<Vec<Change>, InformerError> {
-        let Some(filter) = self.change_filter.clone() else {
+        if self.change_filter.is_none() {
             return self.decide(event);
-        };
+        }
         let obj = match &event {
             Event::Listed(o) | Event::Applied(o) | Event::Deleted(o) | Event::LeftSelector(o) => {
                 Some(o.clone())
@@ -481,7 +500,7 @@ impl Decider {
         let changes = self.decide(event)?;
         let mut kept = Vec::with_capacity(changes.len());
         for change in changes {
-            if self.keeps(&filter, &change, obj.as_ref()) {
+            if self.keeps(&change, obj.as_ref()) {
                 kept.push(change);
             } else {
                 self.abandon(&change);
@@ -503,8 +522,8 @@ impl Decider {
                 if let Ok(rv) = obj.resource_version().parse::<u64>() {
                     self.list_max_rv = self.list_max_rv.max(Some(rv));
                 }
-                if !self.follows(&obj) {
-                    return self.left_filter(obj);
+                if let Some(by) = self.refused(&obj) {
+                    return self.left_filter(obj, by);
                 }
                 let initial = matches!(self.phase, Phase::InitialList { .. });
                 self.apply(obj, initial)
@@ -518,21 +537,31 @@ impl Decider {
             // Not match guards: `stale` raises the watch's floor for an event it admits.
             Event::Applied(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
-                false if !self.follows(&obj) => self.left_filter(obj),
-                false => self.apply(obj, false),
+                false => match self.refused(&obj) {
+                    Some(by) => self.left_filter(obj, by),
+                    None => self.apply(obj, false),
+                },
             },
             // The final state of a key held is sent whatever the filter says of it; a key
             // never followed has nothing to delete.
             Event::Deleted(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
-                false if !self.filters.is_empty() && !self.holds(&obj) && !self.follows(&obj) => {
+                false
+                    if !self.filters.is_empty()
+                        && !self.holds(&obj)
+                        && self.refused(&obj).is_some() =>
+                {
                     Ok(Vec::new())
                 }
                 false => self.delete(obj, None),
             },
             Event::LeftSelector(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
-                false if !self.filters.is_empty() && !self.holds(&obj) && !self.follows(&obj) => {
+                false
+                    if !self.filters.is_empty()
+                        && !self.holds(&obj)
+                        && self.refused(&obj).is_some() =>
+                {
                     Ok(Vec::new())
                 }
                 false => self.delete(obj, Some(DeleteReason::LeftSelector)),
@@ -925,7 +954,7 @@ impl Decider {
         let namespace = obj.namespace().map(str::to_owned);
         let (uid, rv) = (obj.uid(), obj.resource_version());
         let mut changes = Vec::with_capacity(1);
-        {
+        let unheld = {
             let mut t = self.store.lock();
             let ns = namespace.as_deref();
             let held = t.store.get(ns, &name).map(Facts::into_owned);
@@ -959,15 +988,13 @@ impl Decider {
                 t.note_deleted(ns, &name, uid, rv);
             }
             t.store.remove(ns, &name);
-            if unheld {
-                drop(t);
-                self.note_size();
-                self.count_emitted(&changes);
-                return Ok(changes);
-            }
-        }
+            unheld
+        };
         self.note_size();
         self.count_emitted(&changes);
+        if unheld {
+            return Ok(changes);
+        }
         self.stats.emitted_deleted.fetch_add(1, Ordering::Relaxed);
         // The delete is emitted even when the final state cannot be shaped: without it.
         let object = match self.shaper.shape(&obj) {

@@ -96,6 +96,28 @@ pub struct ChangeVars<'a> {
     pub changed: &'a [&'a str],
 }
 
+impl<'s, 'a> Subject<'s, 'a> {
+    /// `obj` of `resource` (its cluster and kind), with its `metadata` and `redacted` fields
+    /// as the shaper gives them (`Shaper::filter_view`), and `change` for a change filter.
+    pub fn new(
+        obj: &'s RawObject<'a>,
+        metadata: &'s Map<String, Value>,
+        redacted: &'s dyn Fn(&str) -> bool,
+        resource: &'s kubesink_core::Resource,
+        change: Option<ChangeVars<'s>>,
+    ) -> Self {
+        Subject {
+            obj,
+            metadata,
+            redacted,
+            cluster: &resource.cluster,
+            kind: &resource.kind,
+            resource,
+            change,
+        }
+    }
+}
+
 /// What an expression is evaluated on: the object (decoded once), its `metadata` and the
 /// top-level fields the message leaves out (`redacted`, as the shaper redacts them), the
 /// cluster's name, the kind, the resource (for the log line) and, for a sink's change

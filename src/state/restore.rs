@@ -271,12 +271,7 @@ pub fn restore(
         .map(|w| {
             // A view with no saved state of its own starts from its seed's (`WatchKey::seed`).
             let own = records.contains_key(w.identity.as_str())
-                || snap.is_some_and(|s| {
-                    s.sections.iter().any(|p| match p {
-                        Ok(p) => p.identity == w.identity,
-                        Err(d) => d.identity.as_deref() == Some(&w.identity),
-                    })
-                });
+                || snap.is_some_and(|s| s.section(&w.identity).is_some());
             let seeded;
             let w = match &w.seed {
                 Some(seed) if !own => {
@@ -388,12 +383,7 @@ fn restore_watch(
                 matches!(p, Err(d) if matches!(d.error, super::SnapshotError::Truncated { .. }))
             })
     });
-    let found = snap.and_then(|snap| {
-        snap.sections.iter().find(|s| match s {
-            Ok(s) => s.identity == w.identity,
-            Err(d) => d.identity.as_deref() == Some(&w.identity),
-        })
-    });
+    let found = snap.and_then(|snap| snap.section(&w.identity));
     let (mut store, list_rv) = match found {
         Some(Err(d)) => return ignored(d.error.to_string()),
         Some(Ok(s)) if s.selection != w.selection => {

@@ -218,6 +218,17 @@ pub struct Snapshot<'a> {
     pub sections: Vec<Result<Section<'a>, Damaged>>,
 }
 
+impl<'a> Snapshot<'a> {
+    /// The section of the watch `identity`, whole or damaged (a damaged one's identity is
+    /// known when its header could be read).
+    pub fn section(&self, identity: &str) -> Option<&Result<Section<'a>, Damaged>> {
+        self.sections.iter().find(|s| match s {
+            Ok(s) => s.identity == identity,
+            Err(d) => d.identity.as_deref() == Some(identity),
+        })
+    }
+}
+
 /// A section whose checksum matched.
 #[derive(Debug)]
 pub struct Section<'a> {

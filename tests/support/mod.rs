@@ -109,7 +109,6 @@ impl CaptureSink {
         Arc::new(CaptureSink::default())
     }
     /// A capture sink named `name` (the bridge finds a sink's `filter` by its name).
-    #[allow(dead_code)]
     pub fn named(name: &str) -> Arc<Self> {
         Arc::new(CaptureSink {
             name: name.to_owned(),
@@ -240,10 +239,18 @@ pub async fn post_json(client: &kube::Client, path: &str, body: String) {
 
 /// A bridge for `cfg` (its first cluster) delivering to `sink`.
 pub async fn start_bridge(cfg: &Config, sink: Arc<dyn Sink>) -> kubesink::bridge::Bridge {
+    start_bridge_with(cfg, vec![sink]).await
+}
+
+/// [`start_bridge`] with several sinks, in the pipeline's order.
+pub async fn start_bridge_with(
+    cfg: &Config,
+    sinks: Vec<Arc<dyn Sink>>,
+) -> kubesink::bridge::Bridge {
     let client = kubesink::cluster::client(&cfg.clusters()[0])
         .await
         .expect("client");
-    kubesink::bridge::Bridge::start(cfg, client, vec![sink])
+    kubesink::bridge::Bridge::start(cfg, client, sinks)
         .await
         .expect("bridge starts")
 }
