@@ -271,3 +271,63 @@ proptest! {
             .block_on(case(seed, rounds, steps, coalesce, markers, shared));
     }
 }
+
+/// A sink that gets a filter between two runs starts from the state all sinks shared: the
+/// second run sends it a `deleted` (`leftFilter`) for each object the filter leaves out and
+/// nothing else, and its fold equals the cluster filtered by the expression.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_given_a_filter_between_runs_gets_only_the_left_filter_deletes() {
+    let (_, even, keeps) = ROUTES[0];
+    let c = cluster(SimConfig::default()).await;
+    c.sim
+        .populate(&Workload {
+            namespaces: 2,
+            pods: 40,
+            seed: 7,
+            ..Default::default()
+        })
+        .expect("populate");
+    // Images the filter leaves out and keeps, so the second run has both.
+    c.sim.churn_steps(60, 7).expect("churn");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
+    cfg.state.backend = StateBackend::File;
+    cfg.state.path = Some(dir.path().join("state"));
+    let entry = |filter: Option<&str>| {
+        SinkConfig::Stdout(kubesink_stdout::StdoutConfig {
+            name: "x".to_owned(),
+            filter: filter.map(str::to_owned),
+            ..Default::default()
+        })
+    };
+    let everything = wanted(&c.sim, |_| true);
+    let mut all = Vec::new();
+    for (run, filter) in [(1, None), (2, even)] {
+        cfg.sinks = vec![entry(filter)];
+        let sink = CaptureSink::named("x");
+        let bridge = support::start_bridge(&cfg, sink.clone()).await;
+        let want = if run == 1 {
+            everything.clone()
+        } else {
+            wanted(&c.sim, keeps)
+        };
+        wait_until("the sink to equal the cluster", LONG, || async {
+            let msgs: Vec<Value> = all.iter().cloned().chain(sink.messages()).collect();
+            fold_equals(&want, &msgs, Expect::STRICT.restarts(), |_| true).map(|_| ())
+        })
+        .await;
+        assert_eq!(bridge.shutdown().await, 0);
+        if run == 2 {
+            let sent = sink.messages();
+            let left_out = everything.len() - want.len();
+            assert!(left_out > 0, "the churn left every image even");
+            assert_eq!(sent.len(), left_out, "{sent:#?}");
+            assert!(
+                sent.iter()
+                    .all(|m| m["op"] == "deleted" && m["reason"] == "leftFilter"),
+                "{sent:#?}"
+            );
+        }
+        all.extend(sink.messages());
+    }
+}
