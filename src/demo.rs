@@ -79,7 +79,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let clusters = config.clusters();
     let clients = crate::bridge::usable(&clusters, crate::bridge::clients(&clusters).await)?;
     let sinks: Vec<Arc<dyn kubesink_core::Sink>> = crate::bridge::build_sinks(&config).await?;
-    let bridge = Bridge::launch(&config, clusters, clients, sinks, None).await?;
+    let bridge =
+        Bridge::launch(&config, clusters, clients, sinks, None, Default::default()).await?;
     if let Some(at) = bridge.server_addr() {
         tracing::info!("demo running: messages on stdout; http://{at}/metrics, /healthz and /readyz; Ctrl-C stops it");
     }

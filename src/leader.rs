@@ -189,6 +189,11 @@ pub struct Elector {
     health: Option<std::sync::Arc<crate::observe::Leadership>>,
     /// The name of the cluster the Lease is on, when known ([`Elector::on_cluster`]).
     cluster: Option<String>,
+    /// Labels and annotations the Lease is created with ([`Elector::marked`]).
+    marks: (
+        std::collections::BTreeMap<String, String>,
+        std::collections::BTreeMap<String, String>,
+    ),
 }
 
 fn timed_out() -> kube::Error {
@@ -201,7 +206,7 @@ fn timed_out() -> kube::Error {
 /// `leaseDurationSeconds` for `d`: whole seconds, rounded up (a sub-second or fractional
 /// duration truncated would tell the other replicas the lease expires before it does; a
 /// zero would make it free at once), at least 1.
-fn lease_seconds(d: Duration) -> i32 {
+pub(crate) fn lease_seconds(d: Duration) -> i32 {
     let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
 }
@@ -256,7 +261,39 @@ impl Elector {
             fence: Fence::new(),
             health: None,
             cluster: None,
+            marks: Default::default(),
         }
+    }
+
+    /// Starts from what another reader of this process saw of the Lease: record
+    /// `(holder, renewTime and resourceVersion as [`Elector::record_of`] writes them)` first
+    /// seen at `at`. A new candidate for a Lease whose holder died then takes it
+    /// `lease_duration` after that first sight, not after its own (scale-out: the group's
+    /// listing saw the cluster Lease before the cluster was assigned here). The same rule as
+    /// its own observations: `at` is on this process's monotonic clock.
+    #[must_use]
+    pub fn seen(mut self, holder: String, record: String, at: Instant) -> Self {
+        self.observed = Some((holder, record, at));
+        self
+    }
+
+    /// The record of `lease` as [`Elector::seen`] takes it: its `renewTime` and
+    /// `resourceVersion` (a change of either is a renewal).
+    pub fn record_of(lease: &Lease) -> String {
+        let spec = lease.spec.clone().unwrap_or_default();
+        format!("{:?}{:?}", spec.renew_time, lease.metadata.resource_version)
+    }
+
+    /// Creates the Lease, when it does not exist, with these labels and annotations (a
+    /// scale-out cluster Lease names its group and cluster, `scale_out`).
+    #[must_use]
+    pub fn marked(
+        mut self,
+        labels: std::collections::BTreeMap<String, String>,
+        annotations: std::collections::BTreeMap<String, String>,
+    ) -> Self {
+        self.marks = (labels, annotations);
+        self
     }
 
     /// Records whether each attempt on the Lease reached the API server in `leadership`
@@ -430,6 +467,8 @@ impl Elector {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
                     namespace: Some(self.namespace.clone()),
+                    labels: Some(self.marks.0.clone()).filter(|l| !l.is_empty()),
+                    annotations: Some(self.marks.1.clone()).filter(|a| !a.is_empty()),
                     ..Default::default()
                 },
                 spec: Some(LeaseSpec {
@@ -449,13 +488,7 @@ impl Elector {
         };
         let spec = current.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
-        let record = (
-            holder.clone(),
-            format!(
-                "{:?}{:?}",
-                spec.renew_time, current.metadata.resource_version
-            ),
-        );
+        let record = (holder.clone(), Self::record_of(&current));
         // When the record was first seen: after the GET returned, as client-go's
         // `observedTime` (taking it before would let a follower count the request's own
         // latency as time the holder failed to renew, and take over early).

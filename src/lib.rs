@@ -47,6 +47,7 @@ pub mod observe;
 pub mod online;
 mod pipeline;
 pub mod rbac;
+pub mod scale_out;
 pub mod sinks;
 pub mod state;
 

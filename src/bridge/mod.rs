@@ -82,6 +82,19 @@ pub struct ShutdownReport {
 }
 
 impl ShutdownReport {
+    /// The reports of several bridges (a scale-out replica's, one per cluster) as one.
+    pub fn merge(reports: impl IntoIterator<Item = ShutdownReport>) -> ShutdownReport {
+        reports
+            .into_iter()
+            .fold(ShutdownReport::default(), |mut all, r| {
+                all.undelivered += r.undelivered;
+                all.panicked.extend(r.panicked);
+                all.abandoned.extend(r.abandoned);
+                all.timeout = all.timeout.max(r.timeout);
+                all
+            })
+    }
+
     /// Everything delivered and done within the deadline.
     pub fn is_clean(&self) -> bool {
         self.undelivered == 0 && self.panicked.is_empty() && self.abandoned.is_empty()
@@ -137,6 +150,21 @@ fn describe(r: &ShutdownReport) -> String {
 /// the lease to expire).
 const AFTER_DRAIN_SHARE: u32 = 5;
 
+/// What the bridges of one scale-out replica share (one bridge per cluster it holds,
+/// `scale_out.rs`); the default for a bridge of its own.
+#[derive(Clone, Default)]
+pub(crate) struct Shared {
+    /// The process's budget of lists in flight (without: the bridge makes its own from
+    /// `watch.max_concurrent_lists`).
+    pub lists: Option<Arc<ListBudget>>,
+    /// Name the watches and the saved state as a configuration of several clusters does,
+    /// although this bridge runs one of them (so a move between replicas, or a switch from
+    /// one leader to scale-out, finds the same state keys).
+    pub multi: bool,
+    /// Label this bridge's sink queues with its cluster (each held cluster has its own).
+    pub sink_cluster: Option<String>,
+}
+
 /// A running bridge: informers feeding the pipeline, observed.
 pub struct Bridge {
     pipeline: Pipeline,
@@ -188,7 +216,15 @@ impl Bridge {
         elector: Option<Elector>,
     ) -> Result<Bridge, StartError> {
         let clients = clients.into_iter().map(Ok).collect();
-        Bridge::launch(config, config.clusters(), clients, sinks, elector).await
+        Bridge::launch(
+            config,
+            config.clusters(),
+            clients,
+            sinks,
+            elector,
+            Shared::default(),
+        )
+        .await
     }
 
     /// [`Bridge::start_with`] for the clients [`clients`] built (or could not build): a
@@ -204,7 +240,15 @@ impl Bridge {
         sinks: Vec<Arc<dyn Sink>>,
         elector: Option<Elector>,
     ) -> Result<Bridge, StartError> {
-        Bridge::launch(config, config.clusters(), clients, sinks, elector).await
+        Bridge::launch(
+            config,
+            config.clusters(),
+            clients,
+            sinks,
+            elector,
+            Shared::default(),
+        )
+        .await
     }
 
     /// [`Bridge::start_built`] for `clusters` already resolved from `config` (by the caller
@@ -215,6 +259,7 @@ impl Bridge {
         clients: Vec<Result<Client, ClusterError>>,
         sinks: Vec<Arc<dyn Sink>>,
         elector: Option<Elector>,
+        shared: Shared,
     ) -> Result<Bridge, StartError> {
         if clusters.len() != clients.len() {
             return Err(StartError::Clients {
@@ -222,7 +267,7 @@ impl Bridge {
                 clients: clients.len(),
             });
         }
-        let multi = clusters.len() > 1;
+        let multi = clusters.len() > 1 || shared.multi;
         let routes = Arc::new(routes::routes(config, &sinks)?);
         let mut planned = Vec::new();
         let mut watches = Vec::new();
@@ -311,7 +356,10 @@ impl Bridge {
             });
         }
         // One budget of lists in flight for the whole process, every cluster's informers.
-        let lists = Arc::new(ListBudget::new(config.watch.max_concurrent_lists));
+        let lists = shared
+            .lists
+            .clone()
+            .unwrap_or_else(|| Arc::new(ListBudget::new(config.watch.max_concurrent_lists)));
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
         let fence = elector.as_ref().map_or_else(Fence::open, Elector::fence);
@@ -334,6 +382,7 @@ impl Bridge {
                     .iter()
                     .find(|r| r.sink.is_some() && r.sinks.contains(&i))
                     .map(|r| r.counts.clone()),
+                cluster: shared.sink_cluster.clone(),
             })
             .collect();
         let observed = Arc::new(Observer::new(
@@ -494,6 +543,14 @@ impl Bridge {
                 None => std::future::pending().await,
             }
         }
+    }
+
+    /// Stops at once, without delivering what is pending (counted as undelivered) or waiting
+    /// for a save: for a bridge whose lease was lost (its fence is closed: it could neither
+    /// send nor save anyway; the next holder sends what it held, scale-out).
+    pub(crate) async fn abandon(mut self) -> ShutdownReport {
+        self.shutdown_timeout = Duration::ZERO;
+        self.shutdown_report().await
     }
 
     /// [`Bridge::shutdown_report`], returning only the number of changes not delivered (a
@@ -694,6 +751,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     for m in &missing {
         tracing::warn!("configuration: {}", m.error());
     }
+    if config.leader_election.enabled && config.leader_election.scale_out {
+        return crate::scale_out::run(config).await;
+    }
     let clusters = config.clusters();
     let clients = clients(&clusters).await;
     // The Lease's cluster first: without it nothing can start, so the other clusters'
@@ -729,7 +789,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     })?;
     let sinks = build_sinks(&config).await?;
     let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
-    let mut bridge = Bridge::launch(&config, clusters, clients, sinks, elector).await?;
+    let mut bridge = Bridge::launch(
+        &config,
+        clusters,
+        clients,
+        sinks,
+        elector,
+        Shared::default(),
+    )
+    .await?;
     tracing::info!(clusters = %names.join(","), sinks = config.sinks.len(), leader_election = config.leader_election.enabled, "kubesink running");
     let lost = bridge.take_lost_leadership();
     tokio::pin!(lost);

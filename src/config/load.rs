@@ -15,7 +15,7 @@ use super::problems::Problems;
 use super::{probe, words};
 use super::{
     ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PipelineConfig,
-    ResourceConfig, ServerConfig, SinkConfig, StateConfig, WatchConfig,
+    ResourceConfig, ServerConfig, SinkConfig, StateBackend, StateConfig, WatchConfig,
 };
 
 /// Prefix of the environment variables that override the file.
@@ -571,6 +571,12 @@ impl Loader {
             problems.add("sinks", "at least one [[sinks]] entry is required");
         }
         problems.extend(c.state.problems());
+        if c.leader_election.scale_out && c.leader_election.enabled {
+            let shared = !matches!(c.state.backend, StateBackend::None | StateBackend::File);
+            if !shared {
+                problems.add("leader_election.scale_out", "needs [state] backend = \"nats\" or \"kafka\": a cluster moves between replicas and its next holder resumes from its saved state (a file is one replica's; without state every move re-sends the cluster and loses the deletes made during it)");
+            }
+        }
         for (key, message) in problems.into_vec() {
             let section = key.split('.').next().unwrap_or_default();
             if failed.contains(&section) || check_inputs(section).iter().any(|s| failed.contains(s))

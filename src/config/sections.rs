@@ -34,6 +34,19 @@ pub struct LeaderElectionConfig {
     pub renew_deadline: HumanDuration,
     /// How often to try to acquire or renew. Default 2s.
     pub retry_period: HumanDuration,
+    /// Spread the clusters over the replicas instead of electing one leader for all
+    /// (`docs/scale-out.md`): each replica renews a membership Lease
+    /// (`{lease_name}-member-…`), every replica computes the same assignment of clusters to
+    /// the live members, and each cluster is held on a Lease of its own
+    /// (`{lease_name}-cluster-…`) with these timings. Needs `enabled = true` and `[state]` in
+    /// NATS or Kafka (the next holder of a cluster resumes from its saved state). Default
+    /// `false`.
+    pub scale_out: bool,
+    /// With `scale_out`: how long a replica must have been a member before clusters are
+    /// assigned to it, so a replica that restarts again and again does not pull clusters
+    /// back and forth. Default: 2 × `lease_duration`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_after: Option<HumanDuration>,
 }
 
 impl Default for LeaderElectionConfig {
@@ -47,6 +60,8 @@ impl Default for LeaderElectionConfig {
             lease_duration: HumanDuration::from_secs(15),
             renew_deadline: HumanDuration::from_secs(10),
             retry_period: HumanDuration::from_secs(2),
+            scale_out: false,
+            join_after: None,
         }
     }
 }
@@ -90,7 +105,18 @@ impl LeaderElectionConfig {
                 }
             }
         }
+        if self.scale_out && !self.enabled {
+            problems.add(
+                "leader_election.scale_out",
+                "needs leader_election.enabled = true (each cluster is held on a Lease of its own, with the leader election's timings)",
+            );
+        }
         problems.into_vec()
+    }
+
+    /// With `scale_out`: [`LeaderElectionConfig::join_after`], else 2 × `lease_duration`.
+    pub fn join_after(&self) -> std::time::Duration {
+        self.join_after.map_or(2 * self.lease_duration.0, |d| d.0)
     }
 }
 

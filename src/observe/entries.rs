@@ -9,6 +9,7 @@ use crate::pipeline::SinkHandle;
 use crate::state::StateStats;
 
 /// One watch as the observers see it (known from the configuration before discovery).
+#[derive(Clone)]
 pub struct WatchEntry {
     /// The cluster's name.
     pub cluster: String,
@@ -79,6 +80,7 @@ impl Leadership {
 }
 
 /// One cluster's state store as the observers see it.
+#[derive(Clone)]
 pub struct StateEntry {
     /// The cluster's name.
     pub cluster: String,
@@ -89,6 +91,7 @@ pub struct StateEntry {
 }
 
 /// One cluster's API requests as the observers see them.
+#[derive(Clone)]
 pub struct ClusterEntry {
     /// The cluster's name.
     pub cluster: String,
@@ -97,9 +100,13 @@ pub struct ClusterEntry {
 }
 
 /// One sink as the observers see it.
+#[derive(Clone)]
 pub struct SinkEntry {
     /// The sink with its queue and counters.
     pub handle: SinkHandle,
     /// With a `filter`: what it did, summed over the sink's views (`bridge/routes.rs`).
     pub filter: Option<Arc<SinkFilterStats>>,
+    /// With scale-out (`scale_out.rs`), the cluster whose pipeline this queue belongs to: every
+    /// held cluster has its own queues, so the sink's series carry a `cluster` label too.
+    pub cluster: Option<String>,
 }

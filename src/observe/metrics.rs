@@ -116,6 +116,17 @@ impl WatchEntry {
     }
 }
 
+impl SinkEntry {
+    /// `sink`, and `cluster` with scale-out (a pipeline per held cluster).
+    fn labels(&self) -> Labels {
+        let mut labels = vec![("sink", self.handle.sink().name().to_owned())];
+        if let Some(c) = &self.cluster {
+            labels.push(("cluster", c.clone()));
+        }
+        labels
+    }
+}
+
 fn with(mut labels: Labels, key: &'static str, value: &str) -> Labels {
     labels.push((key, value.to_owned()));
     labels
@@ -152,12 +163,9 @@ impl BridgeCollector {
             name,
             help,
             None,
-            self.sinks.iter().map(|s| {
-                (
-                    vec![("sink", s.handle.sink().name().to_owned())],
-                    ConstCounter::new(get(s.handle.stats(), s)),
-                )
-            }),
+            self.sinks
+                .iter()
+                .map(|s| (s.labels(), ConstCounter::new(get(s.handle.stats(), s)))),
         )
     }
 
@@ -399,7 +407,7 @@ impl BridgeCollector {
     }
 
     fn encode_sinks(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let name = |s: &SinkEntry| vec![("sink", s.handle.sink().name().to_owned())];
+        let name = SinkEntry::labels;
         family(
             e,
             "sink_pending_messages",

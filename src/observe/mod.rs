@@ -36,6 +36,29 @@ use crate::pipeline::SinkHandle;
 
 pub use entries::{ClusterEntry, Leadership, SinkEntry, StateEntry, WatchEntry};
 
+/// What the HTTP server serves (`server.rs`): one bridge's [`Observer`], or a scale-out
+/// replica's view over the clusters it holds (`scale_out.rs`).
+pub trait Observed: Send + Sync + 'static {
+    /// The metrics in the Prometheus text format, and its content type.
+    fn metrics(&self) -> (String, &'static str);
+    /// `/healthz`.
+    fn liveness(&self) -> Report;
+    /// `/readyz`.
+    fn readiness(&self) -> Report;
+}
+
+impl Observed for Observer {
+    fn metrics(&self) -> (String, &'static str) {
+        Observer::metrics(self)
+    }
+    fn liveness(&self) -> Report {
+        Observer::liveness(self)
+    }
+    fn readiness(&self) -> Report {
+        Observer::readiness(self)
+    }
+}
+
 /// A health answer: whether it passes, and the JSON body that says why.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -50,6 +73,8 @@ pub struct Observer {
     watches: Arc<[WatchEntry]>,
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
+    clusters: Arc<[ClusterEntry]>,
+    lists: Arc<ListBudget>,
     registry: Registry,
     watch_failure_timeout: Duration,
     multi_cluster: bool,
@@ -74,22 +99,61 @@ impl Observer {
         let watches: Arc<[WatchEntry]> = watches.into();
         let sinks: Arc<[SinkEntry]> = sinks.into();
         let states: Arc<[StateEntry]> = states.into();
+        let clusters: Arc<[ClusterEntry]> = clusters.into();
         Observer {
             registry: metrics::registry(
                 watches.clone(),
                 sinks.clone(),
                 states.clone(),
-                clusters.into(),
-                lists,
+                clusters.clone(),
+                lists.clone(),
                 leadership.clone(),
             ),
             watches,
             sinks,
             states,
+            clusters,
+            lists,
             watch_failure_timeout,
             multi_cluster,
             leadership,
         }
+    }
+
+    /// One observer over the watches, sinks and state stores of `parts` (the bridges of the
+    /// clusters a scale-out replica holds or waits for, `scale_out.rs`), without leadership
+    /// (each part has its own Lease), and `extra` metrics registered beside them. The
+    /// process's budget of lists is the first part's (they share one).
+    pub fn merged(
+        parts: &[&Observer],
+        watch_failure_timeout: Duration,
+        extra: impl FnOnce(&mut Registry),
+    ) -> Self {
+        let watches: Vec<WatchEntry> = parts.iter().flat_map(|o| o.watches.to_vec()).collect();
+        let sinks: Vec<SinkEntry> = parts.iter().flat_map(|o| o.sinks.to_vec()).collect();
+        let states: Vec<StateEntry> = parts.iter().flat_map(|o| o.states.to_vec()).collect();
+        let clusters: Vec<ClusterEntry> = parts.iter().flat_map(|o| o.clusters.to_vec()).collect();
+        let lists = parts
+            .first()
+            .map_or_else(|| Arc::new(ListBudget::new(1)), |o| o.lists.clone());
+        let mut o = Observer::new(
+            watches,
+            sinks,
+            states,
+            clusters,
+            lists,
+            watch_failure_timeout,
+            true,
+            None,
+        );
+        extra(&mut o.registry);
+        o
+    }
+
+    /// Whether this bridge watches: always without leader election, else while it holds its
+    /// Lease.
+    pub fn leads(&self) -> bool {
+        self.watching()
     }
 
     /// Whether this replica watches: always without leader election, else while it leads.

@@ -14,7 +14,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{Observer, Report};
+use super::{Observed, Report};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +32,7 @@ pub struct ServeError {
 /// [`ServeError`] when the address cannot be bound.
 pub async fn serve(
     addr: SocketAddr,
-    observed: Arc<Observer>,
+    observed: Arc<dyn Observed>,
     cancel: CancellationToken,
 ) -> Result<SocketAddr, ServeError> {
     let listener = TcpListener::bind(addr)
@@ -58,7 +58,7 @@ pub async fn serve(
     Ok(bound)
 }
 
-async fn metrics(State(o): State<Arc<Observer>>) -> Response {
+async fn metrics(State(o): State<Arc<dyn Observed>>) -> Response {
     let (text, content_type) = o.metrics();
     ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }
@@ -77,10 +77,10 @@ fn health(r: Report) -> Response {
         .into_response()
 }
 
-async fn healthz(State(o): State<Arc<Observer>>) -> Response {
+async fn healthz(State(o): State<Arc<dyn Observed>>) -> Response {
     health(o.liveness())
 }
 
-async fn readyz(State(o): State<Arc<Observer>>) -> Response {
+async fn readyz(State(o): State<Arc<dyn Observed>>) -> Response {
     health(o.readiness())
 }

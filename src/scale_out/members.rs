@@ -1,0 +1,252 @@
+//! Membership of a scale-out group: each replica renews a Lease of its own
+//! (`{group}-member-…`, label `kubesink.io/group`, `kubesink.io/role=member`) and lists the
+//! group's Leases to learn the live members and who holds each cluster's Lease.
+//!
+//! A member is live while its Lease was renewed within its `leaseDurationSeconds`, judged as
+//! the leader election judges a holder (`src/leader.rs`): on the reader's monotonic clock
+//! since it last saw the record change, so clock skew between nodes does not matter. A member
+//! is *settled* once its Lease's `acquireTime` (written when its process started) is
+//! `join_after` old on the reader's wall clock; only settled members are given clusters,
+//! unless none is (a group that just started). Clock skew only shifts when a newcomer is
+//! given clusters; who may emit is decided by the cluster Leases alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::Api;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// The label naming a Lease's group.
+pub const GROUP_LABEL: &str = "kubesink.io/group";
+/// The label saying what a Lease is for: `member` or `cluster`.
+pub const ROLE_LABEL: &str = "kubesink.io/role";
+/// The annotation holding the cluster's name on its Lease (names may not fit a label value).
+pub const CLUSTER_ANNOTATION: &str = "kubesink.io/cluster";
+
+/// A Lease name for `what` in `group`: `{group}-{kind}-{slug}-{hash}`, where the slug keeps
+/// what a DNS subdomain name allows of `what` (lowercase, `a-z0-9-`, at most 40 characters)
+/// and the hash (xxh3-64 of `what`, 8 hex digits) keeps two names that slug alike apart.
+pub fn lease_name(group: &str, kind: &str, what: &str) -> String {
+    let slug: String = what
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(40)
+        .collect();
+    let slug = slug.trim_matches('-');
+    let hash = xxh3_64(what.as_bytes()) as u32;
+    format!("{group}-{kind}-{slug}-{hash:08x}")
+}
+
+/// What one listing of the group's Leases showed.
+#[derive(Debug, Default, Clone)]
+pub struct View {
+    /// The live members' identities, sorted.
+    pub live: Vec<String>,
+    /// The live members that are settled (see the module), sorted: whom clusters go to.
+    pub settled: Vec<String>,
+    /// Per cluster Lease (by the cluster's name): its holder while valid, `None` when free,
+    /// expired or absent.
+    pub holders: BTreeMap<String, Option<String>>,
+    /// Per cluster Lease: its holder, its record ([`crate::leader::Elector::record_of`]) and
+    /// when this replica first saw that record, for the cluster's Elector
+    /// ([`crate::leader::Elector::seen`]).
+    pub seen: BTreeMap<String, (String, String, Instant)>,
+}
+
+impl View {
+    /// Who clusters are assigned to: the settled members, or every live one when none is.
+    pub fn assignees(&self) -> &[String] {
+        if self.settled.is_empty() {
+            &self.live
+        } else {
+            &self.settled
+        }
+    }
+}
+
+/// This replica's membership.
+pub struct Membership {
+    api: Api<Lease>,
+    group: String,
+    name: String,
+    identity: String,
+    lease_duration: Duration,
+    join_after: Duration,
+    /// When this process joined (its Lease's `acquireTime`).
+    joined: Timestamp,
+    /// Per Lease name: its holder and record (renewTime, resourceVersion) and when first
+    /// seen.
+    observed: HashMap<String, (String, String, Instant)>,
+}
+
+impl Membership {
+    /// This replica (`identity`) in `group`, its Leases in `api`'s namespace.
+    pub fn new(
+        api: Api<Lease>,
+        group: &str,
+        identity: &str,
+        lease_duration: Duration,
+        join_after: Duration,
+    ) -> Self {
+        Membership {
+            api,
+            group: group.to_owned(),
+            name: lease_name(group, "member", identity),
+            identity: identity.to_owned(),
+            lease_duration,
+            join_after,
+            joined: Timestamp::now(),
+            observed: HashMap::new(),
+        }
+    }
+
+    /// The name of this replica's membership Lease.
+    pub fn lease(&self) -> &str {
+        &self.name
+    }
+
+    /// Renews (or creates) this replica's membership Lease.
+    ///
+    /// # Errors
+    /// The API server's error (a 409 Conflict means another process of the same identity
+    /// wrote it meanwhile: retried at the next period).
+    pub async fn renew(&self) -> Result<(), kube::Error> {
+        let now = MicroTime(Timestamp::now());
+        let spec = LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(crate::leader::lease_seconds(self.lease_duration)),
+            acquire_time: Some(MicroTime(self.joined)),
+            renew_time: Some(now),
+            ..Default::default()
+        };
+        match self.api.get_opt(&self.name).await? {
+            Some(mut lease) => {
+                lease.spec = Some(spec);
+                self.api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await?;
+            }
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        labels: Some(BTreeMap::from([
+                            (GROUP_LABEL.to_owned(), self.group.clone()),
+                            (ROLE_LABEL.to_owned(), "member".to_owned()),
+                        ])),
+                        ..Default::default()
+                    },
+                    spec: Some(spec),
+                };
+                self.api.create(&PostParams::default(), &lease).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes this replica's membership Lease (at shutdown, so the others reassign its
+    /// clusters at once instead of after its Lease expires).
+    pub async fn leave(&self) {
+        match self.api.delete(&self.name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(lease = %self.name, "left the scale-out group"),
+            Err(e) => {
+                tracing::warn!(lease = %self.name, error = %crate::cluster::error_chain(&e), "deleting the membership Lease failed; it expires on its own")
+            }
+        }
+    }
+
+    /// Lists the group's Leases: the live and settled members, and each cluster Lease's
+    /// holder.
+    ///
+    /// # Errors
+    /// The API server's error.
+    pub async fn view(&mut self) -> Result<View, kube::Error> {
+        let leases = self
+            .api
+            .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={}", self.group)))
+            .await?;
+        let seen_now = Instant::now();
+        let wall_now = Timestamp::now();
+        let mut view = View::default();
+        let mut still = HashMap::new();
+        for lease in leases.items {
+            let Some(name) = lease.metadata.name.clone() else {
+                continue;
+            };
+            let role = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROLE_LABEL))
+                .cloned()
+                .unwrap_or_default();
+            let spec = lease.spec.clone().unwrap_or_default();
+            let holder = spec.holder_identity.clone().unwrap_or_default();
+            let record = crate::leader::Elector::record_of(&lease);
+            let first_seen = match self.observed.get(&name) {
+                Some((h, r, at)) if *r == record && *h == holder => *at,
+                _ => seen_now,
+            };
+            still.insert(name.clone(), (holder.clone(), record.clone(), first_seen));
+            let duration = spec
+                .lease_duration_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .map_or(self.lease_duration, Duration::from_secs);
+            // A record this replica renewed itself is live from its own renewal (the first
+            // sight of it is now).
+            let live = !holder.is_empty() && first_seen.elapsed() < duration;
+            match role.as_str() {
+                "member" if live => {
+                    let settled = spec.acquire_time.as_ref().is_some_and(|t| {
+                        wall_now.duration_since(t.0).as_secs_f64() >= self.join_after.as_secs_f64()
+                    });
+                    if settled {
+                        view.settled.push(holder.clone());
+                    }
+                    view.live.push(holder);
+                }
+                "cluster" => {
+                    let cluster = lease
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(CLUSTER_ANNOTATION))
+                        .cloned()
+                        .unwrap_or_default();
+                    view.seen
+                        .insert(cluster.clone(), (holder.clone(), record, first_seen));
+                    view.holders.insert(cluster, Some(holder).filter(|_| live));
+                }
+                _ => {}
+            }
+        }
+        self.observed = still;
+        view.live.sort_unstable();
+        view.live.dedup();
+        view.settled.sort_unstable();
+        view.settled.dedup();
+        Ok(view)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_names_are_dns_names_that_keep_different_clusters_apart() {
+        let a = lease_name("kubesink", "cluster", "Prod_EU/1");
+        assert!(a.starts_with("kubesink-cluster-prod-eu-1-"), "{a}");
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+        assert_ne!(a, lease_name("kubesink", "cluster", "prod-eu-1"));
+        let long = lease_name("kubesink", "member", &"x".repeat(300));
+        assert!(long.len() < 80, "{long}");
+    }
+}

@@ -1,0 +1,626 @@
+//! Scale-out (`leader_election.scale_out = true`, `docs/scale-out.md`): the clusters of the
+//! configuration spread over the replicas of a Deployment, on Kubernetes Leases alone.
+//!
+//! Every `retry_period` each replica:
+//! 1. renews its **membership Lease** (`members.rs`); a replica that cannot renew it for
+//!    `renew_deadline` stops everything and exits, as a leader does;
+//! 2. lists the group's Leases: the live members, the settled ones (`join_after`), and who
+//!    holds each cluster;
+//! 3. computes the **assignment** (`assign.rs`: rendezvous hashing with bounded loads), the
+//!    same on every replica;
+//! 4. **holds** each cluster assigned to it through a bridge of its own (`bridge::Bridge`:
+//!    one cluster, its own pipeline, fence, state keeper and Elector on the cluster's Lease
+//!    `{lease_name}-cluster-…`): the bridge waits for that Lease, then restores the cluster's
+//!    state and watches; its fence closes before anyone else may take the Lease, exactly as
+//!    a leader's (`leader.rs`), so a cluster is never emitted by two replicas;
+//! 5. **releases** each cluster no longer assigned to it: the cluster's bridge stops its
+//!    watches, drains its queues, saves its state and gives the Lease up (the bridge's own
+//!    shutdown), and the next holder, which has been trying to take the Lease every
+//!    `retry_period`, resumes from the saved state: it sends only what changed.
+//!
+//! A bridge whose Lease is lost (renewals failed, or taken over) is dropped at once: its
+//! fence is closed, so it could neither send nor save; the cluster's next holder sends what
+//! it held.
+//!
+//! Why a bridge per cluster rather than per-cluster fences inside one pipeline: the bridge is
+//! the unit whose hand-over is built and tested (drain, final save, release, fencing of a
+//! frozen process); a cluster's move is then that hand-over, unchanged. The sinks' clients are
+//! shared (one Kafka producer, one NATS connection per sink for the process); each held
+//! cluster has its own queues, bounded by `[pipeline]` each.
+
+pub mod assign;
+pub mod members;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+use kubesink_core::{Message, ReadySignal, Sink, SinkError};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::bridge::{self, Bridge, Shared, ShutdownReport, Unclean, LOST_LEADERSHIP_EXIT};
+use crate::cluster::ClusterError;
+use crate::config::{Cluster, Config};
+use crate::informer::ListBudget;
+use crate::leader::{self, Elector, Lost};
+use crate::observe::{self, Observed, Observer, Report};
+use members::{Membership, View, CLUSTER_ANNOTATION, GROUP_LABEL, ROLE_LABEL};
+
+/// A sink shared by the bridges of the held clusters: a cluster's bridge closing at its
+/// release must not close the client the others use. The process closes the sinks once,
+/// after every bridge stopped.
+struct SharedSink(Arc<dyn Sink>);
+
+#[async_trait]
+impl Sink for SharedSink {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+        self.0.send(batch).await
+    }
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        self.0.healthcheck().await
+    }
+    /// Nothing: the process closes the shared sink at its end. A released cluster's
+    /// messages were confirmed before its drain ended (at-least-once does not rest on
+    /// `close`).
+    async fn close(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    /// Forwarded: what the client still holds of the abandoned send is dropped. With a
+    /// shared client this may drop another cluster's records in flight too; their sends
+    /// then fail and are retried (sent again, never lost).
+    async fn abandon(&self) {
+        self.0.abandon().await
+    }
+    fn max_message_bytes(&self) -> Option<usize> {
+        self.0.max_message_bytes()
+    }
+    fn max_batches_in_flight(&self) -> usize {
+        self.0.max_batches_in_flight()
+    }
+    fn client_rebuilds(&self) -> u64 {
+        self.0.client_rebuilds()
+    }
+    fn rejected(&self) -> u64 {
+        self.0.rejected()
+    }
+    fn ready_signal(&self) -> Option<ReadySignal> {
+        self.0.ready_signal()
+    }
+    fn health_signal(&self) -> Option<ReadySignal> {
+        self.0.health_signal()
+    }
+}
+
+/// The scale-out metrics (`kubesink_scale_out_*`), registered beside the held clusters'.
+#[derive(Clone, Default)]
+struct Metrics {
+    held: Gauge,
+    cluster_held: Family<Vec<(String, String)>, Gauge>,
+    members: Gauge,
+    moves: Family<Vec<(String, String)>, Counter>,
+    unheld: Family<Vec<(String, String)>, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    member_lease_failing: Gauge,
+}
+
+impl Metrics {
+    fn register(&self, r: &mut Registry) {
+        let r = r.sub_registry_with_prefix("scale_out");
+        r.register(
+            "held_clusters",
+            "Clusters this replica holds the Lease of and watches",
+            self.held.clone(),
+        );
+        r.register(
+            "cluster_held",
+            "1 for each cluster this replica holds, 0 for one it waits for or released",
+            self.cluster_held.clone(),
+        );
+        r.register(
+            "members",
+            "Live members of the group as this replica last listed them",
+            self.members.clone(),
+        );
+        r.register(
+            "moves",
+            "Clusters this replica took (acquired), gave up (released: no longer assigned to it) or lost (its Lease could not be renewed)",
+            self.moves.clone(),
+        );
+        r.register(
+            "unheld_seconds",
+            "How long each cluster's Lease has had no valid holder, as this replica last listed the Leases (0 while held): alert on the maximum over replicas",
+            self.unheld.clone(),
+        );
+        r.register(
+            "member_lease_failing",
+            "1 while renewing this replica's membership Lease fails (at renew_deadline it stops and exits)",
+            self.member_lease_failing.clone(),
+        );
+    }
+
+    fn moved(&self, reason: &str) {
+        self.moves
+            .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
+            .inc();
+    }
+}
+
+/// One cluster this replica holds or is trying to hold.
+struct Holding {
+    bridge: Bridge,
+    /// Resolves when the bridge's Lease is lost.
+    lost: Pin<Box<dyn Future<Output = Lost> + Send>>,
+    /// Whether it held the Lease at the last look (for the `acquired` move).
+    held: bool,
+}
+
+/// What the HTTP server shows of a scale-out replica: the held clusters' bridges merged,
+/// plus the scale-out metrics and membership.
+struct Fleet {
+    parts: Mutex<BTreeMap<String, Arc<Observer>>>,
+    metrics: Metrics,
+    watch_failure_timeout: Duration,
+    identity: String,
+    /// The last view: members and assignment, for `/readyz`'s body.
+    last: Mutex<(View, BTreeMap<String, String>)>,
+    /// Since when, and why, renewing the membership Lease fails.
+    failing: Mutex<Option<(Instant, String)>>,
+}
+
+impl Fleet {
+    fn parts(&self) -> Vec<(String, Arc<Observer>)> {
+        self.parts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    fn combine(&self, each: impl Fn(&Observer) -> Report) -> Report {
+        let mut problems = Vec::new();
+        if let Some((since, why)) = self
+            .failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        {
+            problems.push(json!(format!(
+                "scale-out: the membership Lease cannot be renewed for {}s: {why}",
+                since.elapsed().as_secs()
+            )));
+        }
+        let mut clusters = serde_json::Map::new();
+        let mut held = Vec::new();
+        let mut waiting = Vec::new();
+        for (name, o) in self.parts() {
+            if !o.leads() {
+                waiting.push(name);
+                continue;
+            }
+            let r = each(&o);
+            if let Some(p) = r.body.get("problems").and_then(|p| p.as_array()) {
+                problems.extend(p.iter().cloned());
+            }
+            clusters.insert(name.clone(), r.body);
+            held.push(name);
+        }
+        let (view, assigned) = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let ok = problems.is_empty();
+        Report {
+            ok,
+            body: json!({
+                "status": if ok { "ok" } else { "failing" },
+                "role": "scale-out",
+                "identity": self.identity,
+                "problems": problems,
+                "held": held,
+                "waiting_for_lease": waiting,
+                "members": view.live,
+                "assigned": assigned.iter().filter(|(_, m)| **m == self.identity).map(|(c, _)| c.clone()).collect::<Vec<_>>(),
+                "clusters": clusters,
+            }),
+        }
+    }
+}
+
+impl Observed for Fleet {
+    fn metrics(&self) -> (String, &'static str) {
+        let parts = self.parts();
+        let refs: Vec<&Observer> = parts.iter().map(|(_, o)| &**o).collect();
+        Observer::merged(&refs, self.watch_failure_timeout, |r| {
+            self.metrics.register(r)
+        })
+        .metrics()
+    }
+    fn liveness(&self) -> Report {
+        self.combine(Observer::liveness)
+    }
+    /// Ready when the membership Lease renews and every held cluster is (a replica that
+    /// holds none is ready: it stands by).
+    fn readiness(&self) -> Report {
+        self.combine(Observer::readiness)
+    }
+}
+
+/// Everything a cluster's bridge is started from.
+struct Plan {
+    /// The configuration for the clusters' bridges: no HTTP server or summaries of their own.
+    sub: Config,
+    specs: BTreeMap<String, Cluster>,
+    clients: BTreeMap<String, Option<Client>>,
+    sinks: Vec<Arc<dyn Sink>>,
+    lease_client: Client,
+    lease_cluster: String,
+    group: String,
+    lists: Arc<ListBudget>,
+}
+
+impl Plan {
+    /// Starts the bridge of cluster `name` (it waits for the cluster's Lease); `seen` is what
+    /// the group's listing saw of that Lease (see [`Elector::seen`]).
+    async fn hold(
+        &self,
+        name: &str,
+        seen: Option<(String, String, Instant)>,
+    ) -> anyhow::Result<Holding> {
+        let spec = self
+            .specs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no [[clusters]] entry named {name:?}"))?;
+        let client: Result<Client, ClusterError> = match self.clients.get(name).cloned().flatten() {
+            Some(c) => Ok(c),
+            None => crate::cluster::client(&spec).await,
+        };
+        let mut le = self.sub.leader_election.clone();
+        le.lease_name = members::lease_name(&self.group, "cluster", name);
+        let mut elector = Elector::new(self.lease_client.clone(), &le);
+        if let Some((holder, record, at)) = seen {
+            elector = elector.seen(holder, record, at);
+        }
+        let elector = elector.on_cluster(self.lease_cluster.clone()).marked(
+            BTreeMap::from([
+                (GROUP_LABEL.to_owned(), self.group.clone()),
+                (ROLE_LABEL.to_owned(), "cluster".to_owned()),
+            ]),
+            BTreeMap::from([(CLUSTER_ANNOTATION.to_owned(), name.to_owned())]),
+        );
+        let shared = Shared {
+            lists: Some(self.lists.clone()),
+            multi: self.specs.len() > 1,
+            sink_cluster: Some(name.to_owned()),
+        };
+        let mut bridge = Bridge::launch(
+            &self.sub,
+            vec![spec],
+            vec![client],
+            self.sinks.clone(),
+            Some(elector),
+            shared,
+        )
+        .await?;
+        let lost = Box::pin(bridge.take_lost_leadership());
+        Ok(Holding {
+            bridge,
+            lost,
+            held: false,
+        })
+    }
+}
+
+/// Stops every cluster at once without emitting more and exits with
+/// [`LOST_LEADERSHIP_EXIT`]: the membership Lease was not renewed for `renew_deadline`.
+async fn lost_membership(
+    membership: &Membership,
+    why: &str,
+    holding: BTreeMap<String, Holding>,
+) -> ! {
+    tracing::error!(lease = membership.lease(), error = %why, "the membership Lease could not be renewed for leader_election.renew_deadline: stopping every cluster at once without emitting more (exit {LOST_LEADERSHIP_EXIT}); the other replicas take them over");
+    for (_, h) in holding {
+        let _ = h.bridge.abandon().await;
+    }
+    std::process::exit(LOST_LEADERSHIP_EXIT);
+}
+
+/// `kubesink run` with `leader_election.scale_out`: see the module. Runs until a signal,
+/// then leaves the group (its membership Lease deleted, so the others reassign at once) and
+/// hands every held cluster over (drain, save, release) within `pipeline.shutdown_timeout`.
+///
+/// # Errors
+/// The Lease cluster's client, the sinks or the HTTP server cannot be built; [`Unclean`] when
+/// a cluster's hand-over at shutdown was not clean. Exits the process with
+/// [`LOST_LEADERSHIP_EXIT`] when the membership Lease cannot be renewed for `renew_deadline`.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let le = config.leader_election.clone();
+    let clusters = config.clusters();
+    let clients = bridge::clients(&clusters).await;
+    let at = le
+        .cluster
+        .as_ref()
+        .and_then(|name| clusters.iter().position(|c| &c.name == name))
+        .unwrap_or(0);
+    let lease_cluster = clusters.get(at).map(|c| c.name.clone()).unwrap_or_default();
+    let lease_client = match clients.get(at) {
+        Some(Ok(c)) => c.clone(),
+        Some(Err(e)) => anyhow::bail!(
+            "{e}: cluster {lease_cluster:?} holds the scale-out Leases (leader_election.cluster), so kubesink cannot start without it"
+        ),
+        None => anyhow::bail!("no cluster to hold the scale-out Leases"),
+    };
+    for (c, r) in clusters.iter().zip(&clients) {
+        if let Err(e) = r {
+            tracing::error!(cluster = %c.name, error = %e, "this cluster's client cannot be built: when this replica holds it, its watches wait and retry (/readyz names them)");
+        }
+    }
+    let identity = leader::identity(&le);
+    let group = le.lease_name.clone();
+    let api: Api<Lease> = Api::namespaced(lease_client.clone(), &leader::namespace(&le));
+    let mut membership = Membership::new(
+        api,
+        &group,
+        &identity,
+        le.lease_duration.get(),
+        le.join_after(),
+    );
+    let sinks = bridge::build_sinks(&config).await?;
+    let shared_sinks: Vec<Arc<dyn Sink>> = sinks
+        .iter()
+        .map(|s| Arc::new(SharedSink(s.clone())) as Arc<dyn Sink>)
+        .collect();
+    let mut sub = config.clone();
+    sub.server.enabled = false;
+    sub.log.summary_interval = kubesink_core::units::HumanDuration(Duration::ZERO);
+    let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+    let plan = Plan {
+        sub,
+        specs: clusters
+            .iter()
+            .map(|c| (c.name.clone(), c.clone()))
+            .collect(),
+        clients: clusters
+            .iter()
+            .zip(clients)
+            .map(|(c, r)| (c.name.clone(), r.ok()))
+            .collect(),
+        sinks: shared_sinks,
+        lease_client,
+        lease_cluster,
+        group: group.clone(),
+        lists: Arc::new(ListBudget::new(config.watch.max_concurrent_lists)),
+    };
+    let fleet = Arc::new(Fleet {
+        parts: Mutex::default(),
+        metrics: Metrics::default(),
+        watch_failure_timeout: config.server.watch_failure_timeout.get(),
+        identity: identity.clone(),
+        last: Mutex::default(),
+        failing: Mutex::default(),
+    });
+    let cancel = CancellationToken::new();
+    if config.server.enabled {
+        let addr = config
+            .server
+            .listen
+            .parse()
+            .map_err(|_| bridge::StartError::Listen(config.server.listen.clone()))?;
+        observe::server::serve(addr, fleet.clone(), cancel.clone()).await?;
+    }
+    tracing::info!(clusters = %names.join(","), %identity, %group, membership = membership.lease(), "kubesink running (scale-out: clusters spread over the group's replicas)");
+    let retry = le.retry_period.get();
+    let renew_deadline = le.renew_deadline.get();
+    let mut holding: BTreeMap<String, Holding> = BTreeMap::new();
+    let mut releasing: JoinSet<(String, ShutdownReport)> = JoinSet::new();
+    let mut in_release: std::collections::BTreeSet<String> = Default::default();
+    let mut last_renewed = Instant::now();
+    let mut unheld_since: BTreeMap<String, Instant> = BTreeMap::new();
+    let signal = bridge::shutdown_signal();
+    tokio::pin!(signal);
+    let mut tick = tokio::time::interval(retry);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut signal => break,
+            Some(done) = releasing.join_next() => {
+                if let Ok((name, report)) = done {
+                    in_release.remove(&name);
+                    if report.is_clean() {
+                        tracing::info!(cluster = %name, "cluster handed over: drained, saved, Lease given up");
+                    } else {
+                        tracing::warn!(cluster = %name, report = %Unclean(report), "cluster handed over, not cleanly: its next holder sends again what was not confirmed");
+                    }
+                }
+                continue;
+            }
+            _ = tick.tick() => {}
+        }
+        // 1. Membership. A replica that went `renew_deadline` without renewing (frozen, or
+        // its renewals failed) may have been counted out by the others, who took its
+        // clusters: it stops rather than renew and pull them back (a restarted process joins
+        // afresh, after `join_after`).
+        if last_renewed.elapsed() >= renew_deadline {
+            lost_membership(&membership, "not renewed within leader_election.renew_deadline (the process was frozen, or its renewals failed)", holding).await;
+        }
+        let renewed = tokio::time::timeout(renew_deadline, membership.renew()).await;
+        match renewed {
+            Ok(Ok(())) => {
+                last_renewed = Instant::now();
+                *fleet
+                    .failing
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                fleet.metrics.member_lease_failing.set(0);
+            }
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => crate::cluster::error_chain(&e),
+                    _ => "the API server did not answer in time".to_owned(),
+                };
+                fleet.metrics.member_lease_failing.set(1);
+                fleet
+                    .failing
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get_or_insert_with(|| (Instant::now(), why.clone()))
+                    .1 = why.clone();
+                if last_renewed.elapsed() >= renew_deadline {
+                    lost_membership(&membership, &why, holding).await;
+                }
+                tracing::warn!(lease = membership.lease(), error = %why, "renewing the membership Lease failed; retrying until leader_election.renew_deadline");
+            }
+        }
+        // 2. Lost Leases: the bridge's fence is closed already; drop it now.
+        let lost: Vec<String> = holding
+            .iter_mut()
+            .filter_map(|(name, h)| h.lost.as_mut().now_or_never().map(|why| (name, why)))
+            .map(|(name, why)| {
+                tracing::error!(cluster = %name, error = %why, "lost the cluster's Lease: stopped emitting it at once; its next holder sends what was not confirmed");
+                name.clone()
+            })
+            .collect();
+        for name in lost {
+            if let Some(h) = holding.remove(&name) {
+                fleet.metrics.moved("lost");
+                in_release.insert(name.clone());
+                releasing.spawn(async move { (name, h.bridge.abandon().await) });
+            }
+        }
+        // 3. The view and the assignment.
+        let view = match tokio::time::timeout(renew_deadline, membership.view()).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %crate::cluster::error_chain(&e), "listing the group's Leases failed; the clusters held stay held, retrying");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let assigned = assign::assign(&names, view.assignees());
+        // 4. Release what is no longer ours, hold what is.
+        let leaving: Vec<String> = holding
+            .keys()
+            .filter(|c| assigned.get(*c) != Some(&identity))
+            .cloned()
+            .collect();
+        for name in leaving {
+            if let Some(h) = holding.remove(&name) {
+                let to = assigned.get(&name).cloned().unwrap_or_default();
+                tracing::info!(cluster = %name, to = %to, "cluster assigned to another member: handing it over");
+                if h.held {
+                    fleet.metrics.moved("released");
+                }
+                in_release.insert(name.clone());
+                releasing.spawn(async move { (name, h.bridge.shutdown_report().await) });
+            }
+        }
+        for (name, member) in &assigned {
+            if *member != identity || holding.contains_key(name) || in_release.contains(name) {
+                continue;
+            }
+            match plan.hold(name, view.seen.get(name).cloned()).await {
+                Ok(h) => {
+                    tracing::info!(cluster = %name, "cluster assigned to this replica: taking its Lease");
+                    holding.insert(name.clone(), h);
+                }
+                Err(e) => {
+                    tracing::error!(cluster = %name, error = %e, "cannot start the cluster's watches; retrying at the next period")
+                }
+            }
+        }
+        // 5. What the metrics and /readyz say.
+        let mut held = 0;
+        for (name, h) in holding.iter_mut() {
+            let now = h.bridge.observed().leads();
+            if now && !h.held {
+                fleet.metrics.moved("acquired");
+                tracing::info!(cluster = %name, "holding the cluster's Lease: watching and emitting it");
+            }
+            h.held = now;
+            held += i64::from(now);
+        }
+        fleet.metrics.held.set(held);
+        fleet.metrics.members.set(view.live.len() as i64);
+        for name in &names {
+            let label = vec![("cluster".to_owned(), name.clone())];
+            let mine = holding.get(name).is_some_and(|h| h.held);
+            fleet
+                .metrics
+                .cluster_held
+                .get_or_create(&label)
+                .set(i64::from(mine));
+            let holder = view.holders.get(name).cloned().flatten();
+            let unheld = if holder.is_some() || mine {
+                unheld_since.remove(name);
+                0.0
+            } else {
+                unheld_since
+                    .entry(name.clone())
+                    .or_insert_with(Instant::now)
+                    .elapsed()
+                    .as_secs_f64()
+            };
+            fleet.metrics.unheld.get_or_create(&label).set(unheld);
+        }
+        *fleet
+            .parts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = holding
+            .iter()
+            .map(|(k, h)| (k.clone(), h.bridge.observed().clone()))
+            .collect();
+        *fleet
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = (view, assigned);
+    }
+    // Shutdown: leave first, so the others start taking the clusters as each is released.
+    tracing::info!("shutting down: leaving the group, handing every held cluster over");
+    membership.leave().await;
+    let mut reports = Vec::new();
+    let handovers = holding
+        .into_iter()
+        .map(|(name, h)| async move { (name, h.bridge.shutdown_report().await) });
+    for (name, report) in futures::future::join_all(handovers).await {
+        if !report.is_clean() {
+            tracing::warn!(cluster = %name, report = %Unclean(report.clone()), "the cluster's hand-over was not clean");
+        }
+        reports.push(report);
+    }
+    while let Some(done) = releasing.join_next().await {
+        if let Ok((_, report)) = done {
+            reports.push(report);
+        }
+    }
+    for s in &sinks {
+        if let Err(e) = tokio::time::timeout(config.pipeline.shutdown_timeout.get(), s.close())
+            .await
+            .unwrap_or(Ok(()))
+        {
+            tracing::warn!(sink = s.name(), error = %e, "closing the sink failed");
+        }
+    }
+    cancel.cancel();
+    let report = ShutdownReport::merge(reports);
+    if !report.is_clean() {
+        return Err(Unclean(report).into());
+    }
+    tracing::info!("shutdown complete: every held cluster handed over");
+    Ok(())
+}
