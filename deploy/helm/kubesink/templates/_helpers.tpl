@@ -66,6 +66,12 @@ release in the release's namespace). Fails on a credential in clear.
 {{- if and (gt (int .Values.replicaCount) 1) (not $leading) -}}
 {{- fail (printf "values.replicaCount is %v but config.leader_election.enabled is not true: replicas without leader election would all watch and emit every change; set replicaCount: 1, or config.leader_election.enabled: true" .Values.replicaCount) -}}
 {{- end -}}
+{{- if dig "leader_election" "scale_out" false $c -}}
+{{- $backend := dig "state" "backend" "none" $c -}}
+{{- if not (has $backend (list "nats" "kafka")) -}}
+{{- fail (printf "values.config.leader_election.scale_out needs config.state.backend nats or kafka (it is %v): a cluster moves between replicas and its next holder resumes from its saved state (see examples/scale-out.yaml)" $backend) -}}
+{{- end -}}
+{{- end -}}
 {{- $server := get $c "server" | default dict -}}
 {{- if not (hasKey $server "listen") -}}
 {{- $_ := set $server "listen" (printf "0.0.0.0:%v" .Values.metrics.port) -}}
