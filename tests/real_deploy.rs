@@ -95,6 +95,7 @@ fn every_kustomization_is_accepted_by_the_real_api_server() {
         "base",
         "overlays/kafka",
         "overlays/nats",
+        "overlays/scale-out",
         "overlays/sidecar",
     ]
     .iter()
