@@ -261,7 +261,15 @@ async fn six_clusters_over_three_replicas_on_real_leases_fold_exactly_through_a_
                         .collect()
                 })
                 .unwrap_or_default();
-            let ok = code == 200 && held as usize == mine.len() && listed == mine;
+            // Each held cluster's queue is its own: the sink's series carry the cluster.
+            let delivered = mine.iter().all(|c| {
+                metric_value(
+                    &metrics,
+                    "kubesink_sink_delivered_messages_total",
+                    &[("sink", "stdout"), ("cluster", c)],
+                ) > 0.0
+            });
+            let ok = code == 200 && held as usize == mine.len() && listed == mine && delivered;
             ok.then_some(())
                 .ok_or_else(|| format!("held {held}, /readyz {code} {body}, Leases {mine:?}"))
         },

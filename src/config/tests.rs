@@ -972,6 +972,61 @@ mod fuzz {
 }
 
 #[test]
+fn scale_out_needs_leader_election_and_a_state_every_replica_reads() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        let base = "[[sinks]]\ntype = \"stdout\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[clusters]]\nname = \"a\"\n[[clusters]]\nname = \"b\"\n";
+        jail.create_file(
+            "off.toml",
+            &format!("{base}[leader_election]\nscale_out = true\n"),
+        )?;
+        let errs = errors_of(Some(Path::new("off.toml")));
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("leader_election.scale_out:")
+                    && e.contains("leader_election.enabled = true")),
+            "{errs:?}"
+        );
+        jail.create_file(
+            "file.toml",
+            &format!("{base}[leader_election]\nenabled = true\nscale_out = true\n[state]\nbackend = \"file\"\npath = \"/tmp/ks.state\"\n"),
+        )?;
+        let errs = errors_of(Some(Path::new("file.toml")));
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("leader_election.scale_out:")
+                    && e.contains("\"nats\" or \"kafka\"")),
+            "{errs:?}"
+        );
+        jail.create_file(
+            "none.toml",
+            &format!("{base}[leader_election]\nenabled = true\nscale_out = true\n"),
+        )?;
+        assert!(
+            errors_of(Some(Path::new("none.toml")))
+                .iter()
+                .any(|e| e.starts_with("leader_election.scale_out:")),
+            "no [state] is refused too"
+        );
+        jail.create_file(
+            "ok.toml",
+            &format!("{base}[leader_election]\nenabled = true\nscale_out = true\njoin_after = \"45s\"\n[state]\nbackend = \"nats\"\n"),
+        )?;
+        let c = load(Some(Path::new("ok.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(
+            c.leader_election.join_after(),
+            std::time::Duration::from_secs(45)
+        );
+        assert_eq!(
+            LeaderElectionConfig::default().join_after(),
+            std::time::Duration::from_secs(30),
+            "2 × lease_duration by default"
+        );
+        Ok(())
+    });
+}
+
+#[test]
 fn lease_timings_that_let_the_leader_outlive_its_lease_are_rejected() {
     // Issue 19, defect 4e: 15 s / 14 s / 13 s passed every earlier rule, yet a leader that
     // cannot renew notices up to two retry periods after its renew deadline.

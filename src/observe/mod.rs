@@ -74,7 +74,6 @@ pub struct Observer {
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
     clusters: Arc<[ClusterEntry]>,
-    lists: Arc<ListBudget>,
     registry: Registry,
     watch_failure_timeout: Duration,
     multi_cluster: bool,
@@ -106,14 +105,13 @@ impl Observer {
                 sinks.clone(),
                 states.clone(),
                 clusters.clone(),
-                lists.clone(),
+                lists,
                 leadership.clone(),
             ),
             watches,
             sinks,
             states,
             clusters,
-            lists,
             watch_failure_timeout,
             multi_cluster,
             leadership,
@@ -122,10 +120,11 @@ impl Observer {
 
     /// One observer over the watches, sinks and state stores of `parts` (the bridges of the
     /// clusters a scale-out replica holds or waits for, `scale_out.rs`), without leadership
-    /// (each part has its own Lease), and `extra` metrics registered beside them. The
-    /// process's budget of lists is the first part's (they share one).
+    /// (each part has its own Lease), and `extra` metrics registered beside them; `lists` is
+    /// the process's budget of lists in flight, which the parts share.
     pub fn merged(
         parts: &[&Observer],
+        lists: Arc<ListBudget>,
         watch_failure_timeout: Duration,
         extra: impl FnOnce(&mut Registry),
     ) -> Self {
@@ -133,9 +132,6 @@ impl Observer {
         let sinks: Vec<SinkEntry> = parts.iter().flat_map(|o| o.sinks.to_vec()).collect();
         let states: Vec<StateEntry> = parts.iter().flat_map(|o| o.states.to_vec()).collect();
         let clusters: Vec<ClusterEntry> = parts.iter().flat_map(|o| o.clusters.to_vec()).collect();
-        let lists = parts
-            .first()
-            .map_or_else(|| Arc::new(ListBudget::new(1)), |o| o.lists.clone());
         let mut o = Observer::new(
             watches,
             sinks,

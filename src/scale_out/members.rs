@@ -69,7 +69,9 @@ impl View {
     }
 }
 
-/// This replica's membership.
+/// This replica's membership. A clone renews the same Lease (the renewals run apart from
+/// the listing).
+#[derive(Clone)]
 pub struct Membership {
     api: Api<Lease>,
     group: String,

@@ -173,6 +173,8 @@ struct Holding {
 struct Fleet {
     parts: Mutex<BTreeMap<String, Arc<Observer>>>,
     metrics: Metrics,
+    /// The process's budget of lists in flight, shared by the held clusters.
+    lists: Arc<ListBudget>,
     watch_failure_timeout: Duration,
     identity: String,
     /// The last view: members and assignment, for `/readyz`'s body.
@@ -246,7 +248,7 @@ impl Observed for Fleet {
     fn metrics(&self) -> (String, &'static str) {
         let parts = self.parts();
         let refs: Vec<&Observer> = parts.iter().map(|(_, o)| &**o).collect();
-        Observer::merged(&refs, self.watch_failure_timeout, |r| {
+        Observer::merged(&refs, self.lists.clone(), self.watch_failure_timeout, |r| {
             self.metrics.register(r)
         })
         .metrics()
@@ -327,17 +329,67 @@ impl Plan {
     }
 }
 
-/// Stops every cluster at once without emitting more and exits with
-/// [`LOST_LEADERSHIP_EXIT`]: the membership Lease was not renewed for `renew_deadline`.
-async fn lost_membership(
-    membership: &Membership,
-    why: &str,
-    holding: BTreeMap<String, Holding>,
-) -> ! {
-    tracing::error!(lease = membership.lease(), error = %why, "the membership Lease could not be renewed for leader_election.renew_deadline: stopping every cluster at once without emitting more (exit {LOST_LEADERSHIP_EXIT}); the other replicas take them over");
-    for (_, h) in holding {
-        let _ = h.bridge.abandon().await;
+/// Renews the membership Lease every `retry_period` until `stop`, apart from the work of
+/// the main loop (starting a cluster's bridge must never delay a renewal). A replica that
+/// went `renew_deadline` without renewing (its renewals failed, or the process was frozen) may
+/// have been counted out by the others, who then took its clusters: it exits with
+/// [`LOST_LEADERSHIP_EXIT`] rather than renew and pull them back (a restarted process joins
+/// afresh, after `join_after`). Its clusters' fences close on their own (each bridge's Elector
+/// renews its cluster's Lease, and stops emitting at its own deadline); the exit ends every
+/// send in flight.
+async fn renew_membership(
+    membership: Membership,
+    fleet: Arc<Fleet>,
+    retry: Duration,
+    renew_deadline: Duration,
+    stop: CancellationToken,
+) {
+    let mut last_renewed = Instant::now();
+    let mut tick = tokio::time::interval(retry);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if last_renewed.elapsed() >= renew_deadline {
+            lost_membership(
+                membership.lease(),
+                "not renewed within leader_election.renew_deadline (the process was frozen, or its renewals failed)",
+            );
+        }
+        let renewed = tokio::time::timeout(renew_deadline, membership.renew()).await;
+        let why = match renewed {
+            Ok(Ok(())) => {
+                last_renewed = Instant::now();
+                *fleet
+                    .failing
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                fleet.metrics.member_lease_failing.set(0);
+                continue;
+            }
+            Ok(Err(e)) => crate::cluster::error_chain(&e),
+            Err(_) => "the API server did not answer in time".to_owned(),
+        };
+        fleet.metrics.member_lease_failing.set(1);
+        fleet
+            .failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_or_insert_with(|| (Instant::now(), why.clone()))
+            .1 = why.clone();
+        if last_renewed.elapsed() >= renew_deadline {
+            lost_membership(membership.lease(), &why);
+        }
+        tracing::warn!(lease = membership.lease(), error = %why, "renewing the membership Lease failed; retrying until leader_election.renew_deadline");
     }
+}
+
+/// Exits with [`LOST_LEADERSHIP_EXIT`]: the membership Lease was not renewed for
+/// `renew_deadline`.
+fn lost_membership(lease: &str, why: &str) -> ! {
+    tracing::error!(%lease, error = %why, "the membership Lease could not be renewed for leader_election.renew_deadline: stopping every cluster at once without emitting more (exit {LOST_LEADERSHIP_EXIT}); the other replicas take them over");
     std::process::exit(LOST_LEADERSHIP_EXIT);
 }
 
@@ -410,6 +462,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let fleet = Arc::new(Fleet {
         parts: Mutex::default(),
         metrics: Metrics::default(),
+        lists: plan.lists.clone(),
         watch_failure_timeout: config.server.watch_failure_timeout.get(),
         identity: identity.clone(),
         last: Mutex::default(),
@@ -430,10 +483,47 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut holding: BTreeMap<String, Holding> = BTreeMap::new();
     let mut releasing: JoinSet<(String, ShutdownReport)> = JoinSet::new();
     let mut in_release: std::collections::BTreeSet<String> = Default::default();
-    let mut last_renewed = Instant::now();
-    let mut unheld_since: BTreeMap<String, Instant> = BTreeMap::new();
     let signal = bridge::shutdown_signal();
     tokio::pin!(signal);
+    // Joined before anything else: until the membership Lease can be written, the replica
+    // holds nothing and says why (/readyz, kubesink_scale_out_member_lease_failing), as a
+    // follower that cannot reach the leader-election Lease does.
+    let mut warned: Option<Instant> = None;
+    loop {
+        let e = tokio::select! {
+            _ = &mut signal => return Ok(()),
+            r = membership.renew() => match r {
+                Ok(()) => break,
+                Err(e) => crate::cluster::error_chain(&e),
+            },
+        };
+        fleet.metrics.member_lease_failing.set(1);
+        fleet
+            .failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_or_insert_with(|| (Instant::now(), e.clone()))
+            .1 = e.clone();
+        if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            warned = Some(Instant::now());
+            tracing::warn!(lease = membership.lease(), error = %e, "cannot create or renew the membership Lease; retrying (logged again once a minute while it fails)");
+        }
+        tokio::time::sleep(retry).await;
+    }
+    fleet.metrics.member_lease_failing.set(0);
+    *fleet
+        .failing
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    let stop_renewing = CancellationToken::new();
+    let renewing = tokio::spawn(renew_membership(
+        membership.clone(),
+        fleet.clone(),
+        retry,
+        renew_deadline,
+        stop_renewing.clone(),
+    ));
+    let mut unheld_since: BTreeMap<String, Instant> = BTreeMap::new();
     let mut tick = tokio::time::interval(retry);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -451,41 +541,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 continue;
             }
             _ = tick.tick() => {}
-        }
-        // 1. Membership. A replica that went `renew_deadline` without renewing (frozen, or
-        // its renewals failed) may have been counted out by the others, who took its
-        // clusters: it stops rather than renew and pull them back (a restarted process joins
-        // afresh, after `join_after`).
-        if last_renewed.elapsed() >= renew_deadline {
-            lost_membership(&membership, "not renewed within leader_election.renew_deadline (the process was frozen, or its renewals failed)", holding).await;
-        }
-        let renewed = tokio::time::timeout(renew_deadline, membership.renew()).await;
-        match renewed {
-            Ok(Ok(())) => {
-                last_renewed = Instant::now();
-                *fleet
-                    .failing
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-                fleet.metrics.member_lease_failing.set(0);
-            }
-            failed => {
-                let why = match failed {
-                    Ok(Err(e)) => crate::cluster::error_chain(&e),
-                    _ => "the API server did not answer in time".to_owned(),
-                };
-                fleet.metrics.member_lease_failing.set(1);
-                fleet
-                    .failing
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .get_or_insert_with(|| (Instant::now(), why.clone()))
-                    .1 = why.clone();
-                if last_renewed.elapsed() >= renew_deadline {
-                    lost_membership(&membership, &why, holding).await;
-                }
-                tracing::warn!(lease = membership.lease(), error = %why, "renewing the membership Lease failed; retrying until leader_election.renew_deadline");
-            }
         }
         // 2. Lost Leases: the bridge's fence is closed already; drop it now.
         let lost: Vec<String> = holding
@@ -592,6 +647,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     // Shutdown: leave first, so the others start taking the clusters as each is released.
     tracing::info!("shutting down: leaving the group, handing every held cluster over");
+    // The renewals stop first: one after the delete would create the Lease again.
+    stop_renewing.cancel();
+    let _ = renewing.await;
     membership.leave().await;
     let mut reports = Vec::new();
     let handovers = holding
