@@ -1,8 +1,8 @@
 //! Scale-out (`leader_election.scale_out`, `docs/scale-out.md`): real `kubesink` processes
 //! spread 30 clusters over themselves on the simulator's Leases, deliver to a real
-//! nats-server (JetStream) with their state in NATS, under churn, while the group changes:
-//! one replica SIGKILLed, one frozen (SIGSTOP) past its Lease and woken, one added, one
-//! replaced by a rolling update (SIGTERM, then a new one).
+//! nats-server (JetStream) with their state in NATS, or in Kafka (tansu), under churn, while
+//! the group changes: one replica SIGKILLed, one frozen (SIGSTOP) past its Lease and woken,
+//! one added, one replaced by a rolling update (SIGTERM, then a new one).
 //!
 //! What must hold, checked against the simulator (the clusters are one simulator under 30
 //! names, so every cluster's final state is the simulator's ConfigMaps):
@@ -17,6 +17,9 @@
 //!
 //! The figures (unheld after a SIGKILL, re-sent per move) are printed for the closing note.
 
+#[cfg(feature = "kafka")]
+#[path = "support/kafka_server.rs"]
+mod kafka_server;
 #[path = "support/nats_server.rs"]
 mod nats_server;
 #[path = "support/ports.rs"]
@@ -116,7 +119,7 @@ fn cluster_name(i: usize) -> String {
     format!("c-{i:02}")
 }
 
-fn write_config(dir: &Path, kubeconfig: &Path, nats: &str) -> PathBuf {
+fn write_config(dir: &Path, kubeconfig: &Path, nats: &str, state: &str) -> PathBuf {
     let mut clusters = String::new();
     for i in 0..CLUSTERS {
         clusters.push_str(&format!(
@@ -139,11 +142,7 @@ retry_period = "{}ms"
 [pipeline]
 linger = "20ms"
 shutdown_timeout = "20s"
-[state]
-backend = "nats"
-interval = "1s"
-[state.nats]
-servers = [{nats:?}]
+{state}
 [log]
 summary_interval = "0s"
 [[resources]]
@@ -418,13 +417,43 @@ fn count_by(h: &BTreeMap<String, Option<String>>) -> BTreeMap<String, usize> {
     by
 }
 
+/// One scenario at a time: each runs four kubesink processes of 30 clusters.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_clusters_over_changing_replicas_fold_exactly_and_moves_send_only_what_changed() {
+async fn with_a_nats_state_thirty_clusters_over_changing_replicas_fold_exactly_and_moves_send_only_what_changed(
+) {
+    let _one = SERIAL.lock().await;
     let nats = nats_server::NatsServer::start("");
+    let state = format!(
+        "[state]\nbackend = \"nats\"\ninterval = \"1s\"\n[state.nats]\nservers = [{:?}]\n",
+        nats.url()
+    );
+    scenario(&nats, &state).await;
+}
+
+/// The same with the state in a compacted Kafka topic (tansu): each cluster's holder writes
+/// its fence record there when it takes the cluster.
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_kafka_state_thirty_clusters_over_changing_replicas_fold_exactly_and_moves_send_only_what_changed(
+) {
+    let _one = SERIAL.lock().await;
+    let nats = nats_server::NatsServer::start("");
+    let tansu = kafka_server::Tansu::start().await;
+    let state = format!(
+        "[state]\nbackend = \"kafka\"\ninterval = \"1s\"\n[state.kafka]\nbootstrap_servers = {:?}\n",
+        tansu.bootstrap
+    );
+    scenario(&nats, &state).await;
+}
+
+/// The scenario of the module's comment, with `state` as the `[state]` section.
+async fn scenario(nats: &nats_server::NatsServer, state: &str) {
     let url = nats.url();
     let c = cluster(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &c.kubeconfig, &url);
+    let config = write_config(dir.path(), &c.kubeconfig, &url, state);
     let stop = Arc::new(AtomicBool::new(false));
     let churning = Arc::new(AtomicBool::new(true));
     churn(c.sim.clone(), churning.clone(), stop.clone());
