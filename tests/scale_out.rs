@@ -119,15 +119,22 @@ fn cluster_name(i: usize) -> String {
     format!("c-{i:02}")
 }
 
-fn write_config(dir: &Path, kubeconfig: &Path, nats: &str, state: &str) -> PathBuf {
+/// The configuration `file` in `dir`, for the clusters `names`.
+fn write_config(
+    dir: &Path,
+    file: &str,
+    names: &[String],
+    kubeconfig: &Path,
+    nats: &str,
+    state: &str,
+) -> PathBuf {
     let mut clusters = String::new();
-    for i in 0..CLUSTERS {
+    for name in names {
         clusters.push_str(&format!(
-            "[[clusters]]\nname = \"{}\"\nkubeconfig = {kubeconfig:?}\n",
-            cluster_name(i)
+            "[[clusters]]\nname = \"{name}\"\nkubeconfig = {kubeconfig:?}\n"
         ));
     }
-    let file = dir.join("kubesink.toml");
+    let file = dir.join(file);
     std::fs::write(
         &file,
         format!(
@@ -388,7 +395,8 @@ async fn held_as_assigned(
             .map(|(c, m)| (c, Some(m)))
             .collect();
     wait_for_seen(what, LONG, || {
-        let h = holders(sim);
+        let mut h = holders(sim);
+        h.retain(|c, _| c.starts_with("c-"));
         let logs: String = procs
             .iter()
             .map(|p| {
@@ -453,7 +461,25 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
     let url = nats.url();
     let c = cluster(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &c.kubeconfig, &url, state);
+    let names: Vec<String> = (0..CLUSTERS).map(cluster_name).collect();
+    let config = write_config(
+        dir.path(),
+        "kubesink.toml",
+        &names,
+        &c.kubeconfig,
+        &url,
+        state,
+    );
+    // Another configuration under the same group (the default-`lease_name` mistake a
+    // newcomer made): its member must get none of the 30 clusters, and hold its own.
+    let odd_config = write_config(
+        dir.path(),
+        "odd.toml",
+        &["solo".to_owned()],
+        &c.kubeconfig,
+        &url,
+        state,
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let churning = Arc::new(AtomicBool::new(true));
     churn(c.sim.clone(), churning.clone(), stop.clone());
@@ -462,12 +488,21 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
     let mut a = Proc::start(&config, dir.path(), "a");
     let b = Proc::start(&config, dir.path(), "b");
     let mut cc = Proc::start(&config, dir.path(), "c");
+    let odd = Proc::start(&odd_config, dir.path(), "odd");
     held_as_assigned(
         &c.sim,
-        "30 clusters spread over a, b and c",
+        "30 clusters spread over a, b and c (none to odd, whose cluster list differs)",
         &["a", "b", "c"],
-        &[&a, &b, &cc],
+        &[&a, &b, &cc, &odd],
     )
+    .await;
+    wait_for_seen("odd holds its own cluster", LONG, || {
+        let h = holders(&c.sim);
+        (
+            h.get("solo").cloned().flatten().as_deref() == Some("odd"),
+            format!("{h:?}\n{}", odd.log()),
+        )
+    })
     .await;
     let spread = count_by(&holders(&c.sim));
     eprintln!("spread over 3: {spread:?}");

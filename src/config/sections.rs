@@ -105,6 +105,12 @@ impl LeaderElectionConfig {
                 }
             }
         }
+        if self.join_after.is_some() && !self.scale_out {
+            problems.add(
+                "leader_election.join_after",
+                "is a scale-out setting: set leader_election.scale_out = true, or remove it",
+            );
+        }
         if self.scale_out && !self.enabled {
             problems.add(
                 "leader_election.scale_out",

@@ -1009,6 +1009,17 @@ fn scale_out_needs_leader_election_and_a_state_every_replica_reads() {
             "no [state] is refused too"
         );
         jail.create_file(
+            "stray.toml",
+            &format!("{base}[leader_election]\nenabled = true\njoin_after = \"45s\"\n"),
+        )?;
+        assert!(
+            errors_of(Some(Path::new("stray.toml")))
+                .iter()
+                .any(|e| e.starts_with("leader_election.join_after:")
+                    && e.contains("scale_out = true")),
+            "join_after without scale_out is refused"
+        );
+        jail.create_file(
             "ok.toml",
             &format!("{base}[leader_election]\nenabled = true\nscale_out = true\njoin_after = \"45s\"\n[state]\nbackend = \"nats\"\n"),
         )?;
@@ -1021,6 +1032,24 @@ fn scale_out_needs_leader_election_and_a_state_every_replica_reads() {
             LeaderElectionConfig::default().join_after(),
             std::time::Duration::from_secs(30),
             "2 × lease_duration by default"
+        );
+        assert!(
+            !crate::config::warnings(&c)
+                .iter()
+                .any(|w| w.contains("scale_out with one cluster")),
+            "two clusters: no warning"
+        );
+        jail.create_file(
+            "one.toml",
+            "[[sinks]]\ntype = \"stdout\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[cluster]\nname = \"a\"\n[leader_election]\nenabled = true\nscale_out = true\n[state]\nbackend = \"nats\"\n",
+        )?;
+        let one = load(Some(Path::new("one.toml"))).map_err(|e| e.to_string())?;
+        assert!(
+            crate::config::warnings(&one)
+                .iter()
+                .any(|w| w.starts_with("leader_election.scale_out with one cluster")),
+            "{:?}",
+            crate::config::warnings(&one)
         );
         Ok(())
     });

@@ -19,6 +19,9 @@ use crate::config::LeaderElectionConfig;
 pub(super) const WATCH_VERBS: [&str; 2] = ["list", "watch"];
 /// The verbs on the Lease: read it, create it when missing, renew or take it over.
 const LEASE_VERBS: [&str; 3] = ["get", "create", "update"];
+/// With `leader_election.scale_out`, on every Lease of the namespace (`src/scale_out/`): the
+/// same as `kubesink rbac` grants.
+const SCALE_OUT_LEASE_VERBS: [&str; 5] = ["get", "list", "create", "update", "delete"];
 
 /// The attributes of "may I `verb` `resource` of `group` in `namespace` (`None`: all
 /// namespaces, or the cluster scope), named `name` (`None`: any)".
@@ -102,9 +105,16 @@ pub(super) async fn lease(
     let namespace = crate::leader::namespace(config);
     let mut denied = Vec::new();
     let mut problems = Vec::new();
-    for verb in LEASE_VERBS {
+    // Scale-out's Leases are named at run time (one per replica and per cluster), listed by
+    // label and deleted by a leaving replica: every verb on any Lease of the namespace.
+    let verbs: &[&str] = if config.scale_out {
+        &SCALE_OUT_LEASE_VERBS
+    } else {
+        &LEASE_VERBS
+    };
+    for &verb in verbs {
         // `create` cannot be restricted to a name (RBAC does not know it yet).
-        let name = (verb != "create").then_some(config.lease_name.as_str());
+        let name = (verb != "create" && !config.scale_out).then_some(config.lease_name.as_str());
         let attributes = attributes(
             verb,
             "coordination.k8s.io",
@@ -125,14 +135,21 @@ pub(super) async fn lease(
         ));
     }
     let (verdict, detail) = if problems.is_empty() {
-        (Verdict::Ok, format!("{} allowed", LEASE_VERBS.join("+")))
+        (Verdict::Ok, format!("{} allowed", verbs.join("+")))
     } else {
         (Verdict::Fail, problems.join("; "))
     };
     Line {
         verdict,
         cluster: cluster_name.to_owned(),
-        subject: Some(format!("Lease {namespace}/{}", config.lease_name)),
+        subject: Some(if config.scale_out {
+            format!(
+                "Leases {namespace}/{0}-member-… and {namespace}/{0}-cluster-… (scale-out)",
+                config.lease_name
+            )
+        } else {
+            format!("Lease {namespace}/{}", config.lease_name)
+        }),
         detail,
         unreachable: false,
     }

@@ -26,6 +26,25 @@ pub const GROUP_LABEL: &str = "kubesink.io/group";
 pub const ROLE_LABEL: &str = "kubesink.io/role";
 /// The annotation holding the cluster's name on its Lease (names may not fit a label value).
 pub const CLUSTER_ANNOTATION: &str = "kubesink.io/cluster";
+/// The annotation on a membership Lease holding the fingerprint of the member's cluster list
+/// ([`clusters_fingerprint`]).
+pub const CLUSTERS_ANNOTATION: &str = "kubesink.io/clusters";
+
+/// How many `lease_duration`s a member's Lease may stay expired before a live member deletes
+/// it (a crashed replica cannot delete its own; a Deployment's Pod names change each rollout).
+const FORGET_AFTER: u32 = 10;
+
+/// The fingerprint of a cluster list: xxh3-64 of the sorted names, in hex. Members compute an
+/// assignment only with the members of the same list: two configurations under one group
+/// (a rolling update that adds a cluster, or another deployment with the same `lease_name`)
+/// would otherwise each give clusters to members that do not know them, and those clusters
+/// would wait for a holder.
+pub fn clusters_fingerprint(names: &[String]) -> String {
+    let mut sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    format!("{:016x}", xxh3_64(sorted.join("\u{0}").as_bytes()))
+}
 
 /// A Lease name for `what` in `group`: `{group}-{kind}-{slug}-{hash}`, where the slug keeps
 /// what a DNS subdomain name allows of `what` (lowercase, `a-z0-9-`, at most 40 characters)
@@ -52,6 +71,9 @@ pub struct View {
     /// Per cluster Lease (by the cluster's name): its holder while valid, `None` when free,
     /// expired or absent.
     pub holders: BTreeMap<String, Option<String>>,
+    /// Live members whose cluster list differs from this replica's (another configuration
+    /// under the same `lease_name`): left out of the assignment, reported.
+    pub others: Vec<String>,
     /// Per cluster Lease: its holder, its record ([`crate::leader::Elector::record_of`]) and
     /// when this replica first saw that record, for the cluster's Elector
     /// ([`crate::leader::Elector::seen`]).
@@ -81,6 +103,8 @@ pub struct Membership {
     join_after: Duration,
     /// When this process joined (its Lease's `acquireTime`).
     joined: Timestamp,
+    /// [`clusters_fingerprint`] of this replica's clusters.
+    fingerprint: String,
     /// Per Lease name: its holder and record (renewTime, resourceVersion) and when first
     /// seen.
     observed: HashMap<String, (String, String, Instant)>,
@@ -88,10 +112,12 @@ pub struct Membership {
 
 impl Membership {
     /// This replica (`identity`) in `group`, its Leases in `api`'s namespace.
+    /// `clusters` are this replica's cluster names (their fingerprint goes on its Lease).
     pub fn new(
         api: Api<Lease>,
         group: &str,
         identity: &str,
+        clusters: &[String],
         lease_duration: Duration,
         join_after: Duration,
     ) -> Self {
@@ -103,6 +129,7 @@ impl Membership {
             lease_duration,
             join_after,
             joined: Timestamp::now(),
+            fingerprint: clusters_fingerprint(clusters),
             observed: HashMap::new(),
         }
     }
@@ -126,9 +153,16 @@ impl Membership {
             renew_time: Some(now),
             ..Default::default()
         };
+        let annotations =
+            BTreeMap::from([(CLUSTERS_ANNOTATION.to_owned(), self.fingerprint.clone())]);
         match self.api.get_opt(&self.name).await? {
             Some(mut lease) => {
                 lease.spec = Some(spec);
+                lease
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .extend(annotations);
                 self.api
                     .replace(&self.name, &PostParams::default(), &lease)
                     .await?;
@@ -141,6 +175,7 @@ impl Membership {
                             (GROUP_LABEL.to_owned(), self.group.clone()),
                             (ROLE_LABEL.to_owned(), "member".to_owned()),
                         ])),
+                        annotations: Some(annotations),
                         ..Default::default()
                     },
                     spec: Some(spec),
@@ -176,6 +211,7 @@ impl Membership {
         let wall_now = Timestamp::now();
         let mut view = View::default();
         let mut still = HashMap::new();
+        let mut forget = Vec::new();
         for lease in leases.items {
             let Some(name) = lease.metadata.name.clone() else {
                 continue;
@@ -202,7 +238,17 @@ impl Membership {
             // A record this replica renewed itself is live from its own renewal (the first
             // sight of it is now).
             let live = !holder.is_empty() && first_seen.elapsed() < duration;
+            let fingerprint = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CLUSTERS_ANNOTATION))
+                .cloned()
+                .unwrap_or_default();
             match role.as_str() {
+                "member" if live && fingerprint != self.fingerprint => {
+                    view.others.push(holder);
+                }
                 "member" if live => {
                     let settled = spec.acquire_time.as_ref().is_some_and(|t| {
                         wall_now.duration_since(t.0).as_secs_f64() >= self.join_after.as_secs_f64()
@@ -224,14 +270,40 @@ impl Membership {
                         .insert(cluster.clone(), (holder.clone(), record, first_seen));
                     view.holders.insert(cluster, Some(holder).filter(|_| live));
                 }
+                "member"
+                    if name != self.name && first_seen.elapsed() >= duration * FORGET_AFTER =>
+                {
+                    forget.push((name.clone(), lease.metadata.resource_version.clone()));
+                }
                 _ => {}
             }
         }
         self.observed = still;
+        // A member expired long ago (a crashed replica): delete its Lease, on the condition
+        // that it is still the record seen (a replica that came back and renewed keeps it).
+        for (name, rv) in forget {
+            let dp = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: rv,
+                    uid: None,
+                }),
+                ..Default::default()
+            };
+            match self.api.delete(&name, &dp).await {
+                Ok(_) => {
+                    tracing::info!(lease = %name, "deleted the membership Lease of a replica gone for {FORGET_AFTER} lease durations")
+                }
+                Err(e) => {
+                    tracing::debug!(lease = %name, error = %crate::cluster::error_chain(&e), "deleting a long-expired membership Lease failed; retried at the next listing")
+                }
+            }
+        }
         view.live.sort_unstable();
         view.live.dedup();
         view.settled.sort_unstable();
         view.settled.dedup();
+        view.others.sort_unstable();
+        view.others.dedup();
         Ok(view)
     }
 }
@@ -239,6 +311,23 @@ impl Membership {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_lists_fingerprint_ignores_order_and_duplicates() {
+        let a = clusters_fingerprint(&["b".into(), "a".into()]);
+        assert_eq!(
+            a,
+            clusters_fingerprint(&["a".into(), "b".into(), "a".into()])
+        );
+        assert_ne!(
+            a,
+            clusters_fingerprint(&["a".into(), "b".into(), "c".into()])
+        );
+        assert_ne!(
+            clusters_fingerprint(&["ab".into()]),
+            clusters_fingerprint(&["a".into(), "b".into()])
+        );
+    }
 
     #[test]
     fn lease_names_are_dns_names_that_keep_different_clusters_apart() {

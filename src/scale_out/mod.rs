@@ -181,6 +181,8 @@ struct Fleet {
     last: Mutex<(View, BTreeMap<String, String>)>,
     /// Since when, and why, renewing the membership Lease fails.
     failing: Mutex<Option<(Instant, String)>>,
+    /// Since when, and why, listing the group's Leases fails.
+    listing: Mutex<Option<(Instant, String)>>,
 }
 
 impl Fleet {
@@ -203,6 +205,17 @@ impl Fleet {
         {
             problems.push(json!(format!(
                 "scale-out: the membership Lease cannot be renewed for {}s: {why}",
+                since.elapsed().as_secs()
+            )));
+        }
+        if let Some((since, why)) = self
+            .listing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        {
+            problems.push(json!(format!(
+                "scale-out: the group's Leases cannot be listed for {}s (no cluster is taken or given up meanwhile): {why}",
                 since.elapsed().as_secs()
             )));
         }
@@ -237,6 +250,7 @@ impl Fleet {
                 "held": held,
                 "waiting_for_lease": waiting,
                 "members": view.live,
+                "other_members": view.others,
                 "assigned": assigned.iter().filter(|(_, m)| **m == self.identity).map(|(c, _)| c.clone()).collect::<Vec<_>>(),
                 "clusters": clusters,
             }),
@@ -426,10 +440,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let identity = leader::identity(&le);
     let group = le.lease_name.clone();
     let api: Api<Lease> = Api::namespaced(lease_client.clone(), &leader::namespace(&le));
+    let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
     let mut membership = Membership::new(
         api,
         &group,
         &identity,
+        &names,
         le.lease_duration.get(),
         le.join_after(),
     );
@@ -441,7 +457,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut sub = config.clone();
     sub.server.enabled = false;
     sub.log.summary_interval = kubesink_core::units::HumanDuration(Duration::ZERO);
-    let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
     let plan = Plan {
         sub,
         specs: clusters
@@ -467,6 +482,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         identity: identity.clone(),
         last: Mutex::default(),
         failing: Mutex::default(),
+        listing: Mutex::default(),
     });
     let cancel = CancellationToken::new();
     if config.server.enabled {
@@ -523,6 +539,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         renew_deadline,
         stop_renewing.clone(),
     ));
+    let mut others_seen: Vec<String> = Vec::new();
     let mut unheld_since: BTreeMap<String, Instant> = BTreeMap::new();
     let mut tick = tokio::time::interval(retry);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -559,14 +576,42 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
         }
         // 3. The view and the assignment.
-        let view = match tokio::time::timeout(renew_deadline, membership.view()).await {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %crate::cluster::error_chain(&e), "listing the group's Leases failed; the clusters held stay held, retrying");
+        let listed = tokio::time::timeout(renew_deadline, membership.view()).await;
+        let view = match listed {
+            Ok(Ok(v)) => {
+                *fleet
+                    .listing
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                v
+            }
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => crate::cluster::error_chain(&e),
+                    _ => "the API server did not answer in time".to_owned(),
+                };
+                let mut listing = fleet
+                    .listing
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let first = listing.is_none();
+                listing
+                    .get_or_insert_with(|| (Instant::now(), why.clone()))
+                    .1 = why.clone();
+                if first {
+                    tracing::warn!(error = %why, "listing the group's Leases failed: no cluster is taken or given up until it works again (the clusters held stay held); retrying every retry_period, /readyz says so");
+                } else {
+                    tracing::debug!(error = %why, "listing the group's Leases failed; retrying");
+                }
                 continue;
             }
-            Err(_) => continue,
         };
+        if view.others != others_seen {
+            if !view.others.is_empty() {
+                tracing::warn!(others = %view.others.join(","), "live members of this group ({group}) have another cluster list: each list's members share only their own clusters, so a cluster of one list waits for a member of that list; give each configuration its own leader_election.lease_name, and finish rolling updates that change [[clusters]]");
+            }
+            others_seen = view.others.clone();
+        }
         let assigned = assign::assign(&names, view.assignees());
         // 4. Release what is no longer ours, hold what is.
         let leaving: Vec<String> = holding
@@ -578,7 +623,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             if let Some(h) = holding.remove(&name) {
                 let to = assigned.get(&name).cloned().unwrap_or_default();
                 tracing::info!(cluster = %name, to = %to, "cluster assigned to another member: handing it over");
-                if h.held {
+                // Held at some time, though perhaps only between two looks.
+                if h.held || h.bridge.observed().leads() {
+                    if !h.held {
+                        fleet.metrics.moved("acquired");
+                    }
                     fleet.metrics.moved("released");
                 }
                 in_release.insert(name.clone());
