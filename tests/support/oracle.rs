@@ -25,7 +25,9 @@
 //!   may come for a key already gone.
 //! - **uid**: a key's uid changes only after a `deleted` of the old uid. After a restart
 //!   ([`Expect::restarts`]) the owed, inferred `deleted` of a former uid may come again while
-//!   its successor is present: folded as a consumer does (the key goes), noted.
+//!   its successor is present, even as a repeat of its first sending after newer messages
+//!   of the key (`docs/consumers.md`, "Deduplication"): folded as a consumer does (the key
+//!   goes), noted.
 //! - **order**: per key and uid, decimal resourceVersions never decrease. (After a restart
 //!   from saved state, [`Expect::restarts`], an inferred `deleted` of a uid whose delete
 //!   already arrived may carry the older, last acknowledged resourceVersion: noted, printed.)
@@ -330,6 +332,29 @@ impl Oracle {
                     history(k)
                 ));
             } else if k.last_id.as_deref() != Some(id.as_str()) {
+                // After a restart from a snapshot older than the previous run's last sends,
+                // the journal's replay owes the former uid's inferred `deleted` again, though
+                // it was sent, and a newer message of the key may be downstream already
+                // (docs/consumers.md, "Deduplication"; docs/restarts.md, "At start"). A
+                // consumer applies it again (the key goes); the successor is re-sent after
+                // it. Noted, and folded as a consumer does below, so a missing re-send shows
+                // in the fold.
+                let uid = m["uid"].as_str().unwrap_or_default();
+                let owed_again = expect.restarts
+                    && op == "deleted"
+                    && m["finalStateUnknown"] == true
+                    && k.deleted_uids.contains(uid);
+                if owed_again {
+                    self.notes.push(format!(
+                        "{key}: the owed delete of former uid {uid} sent again after a restart, after newer messages of its key: #{j} then #{i}: {line}"
+                    ));
+                    k.history.push((i, format!("{line} (sent again)")));
+                    if k.present.as_ref().is_some_and(|(u, _)| u != uid) {
+                        k.present = None;
+                    }
+                    k.last_id = Some(id);
+                    return;
+                }
                 found.push(format!(
                     "repeat of #{j} after a newer message of the key (a consumer deduplicating on the key's last id applies it again): #{i}: {line}; history:{}",
                     history(k)
