@@ -280,8 +280,8 @@ impl Elector {
     /// The record of `lease` as [`Elector::seen`] takes it: its `renewTime` and
     /// `resourceVersion` (a change of either is a renewal).
     pub fn record_of(lease: &Lease) -> String {
-        let spec = lease.spec.clone().unwrap_or_default();
-        format!("{:?}{:?}", spec.renew_time, lease.metadata.resource_version)
+        let renewed = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref());
+        format!("{renewed:?}{:?}", lease.metadata.resource_version)
     }
 
     /// Creates the Lease, when it does not exist, with these labels and annotations (a

@@ -41,13 +41,8 @@ fn cluster_name(i: usize) -> String {
 }
 
 fn write_config(dir: &Path, kubeconfig: &Path, nats: &str) -> std::path::PathBuf {
-    let mut clusters = String::new();
-    for i in 0..CLUSTERS {
-        clusters.push_str(&format!(
-            "[[clusters]]\nname = \"{}\"\nkubeconfig = {kubeconfig:?}\n",
-            cluster_name(i)
-        ));
-    }
+    let names: Vec<String> = (0..CLUSTERS).map(cluster_name).collect();
+    let clusters = support::clusters_toml(&names, kubeconfig);
     let path = dir.join("kubesink.toml");
     std::fs::write(
         &path,
@@ -114,12 +109,7 @@ async fn holders(client: &kube::Client) -> BTreeMap<String, Option<String>> {
 /// Waits until the cluster Leases are held as the assignment over `members` says.
 async fn held_as_assigned(client: &kube::Client, what: &str, members: &[&str], logs: &[&Kubesink]) {
     let names: Vec<String> = (0..CLUSTERS).map(cluster_name).collect();
-    let members: Vec<String> = members.iter().map(|m| (*m).to_owned()).collect();
-    let want: BTreeMap<String, Option<String>> =
-        kubesink::scale_out::assign::assign(&names, &members)
-            .into_iter()
-            .map(|(c, m)| (c, Some(m)))
-            .collect();
+    let want = support::assigned(&names, members);
     wait_until(what, LONG, || async {
         let got = holders(client).await;
         if got == want {

@@ -20,7 +20,9 @@ use kubesink::sinks::SinkConfig;
 use kubesink_sim::{SimConfig, Workload};
 use proptest::prelude::*;
 use serde_json::Value;
-use support::{cluster, config, fold_equals, wait_until, CaptureSink, Expect, UidFold};
+use support::{
+    cluster, config, fold_equals, sim_uid_state, wait_until, CaptureSink, Expect, UidFold,
+};
 
 const LONG: Duration = Duration::from_secs(120);
 
@@ -48,23 +50,12 @@ const ROUTES: &[Route] = &[
 
 /// The simulator's Pods that `keeps` keeps, as a fold holds them.
 fn wanted(sim: &kubesink_sim::Simulator, keeps: fn(char) -> bool) -> UidFold {
-    sim.objects("v1", "Pod")
-        .iter()
-        .filter(|o| {
-            o["spec"]["containers"][0]["image"]
-                .as_str()
-                .and_then(|i| i.chars().last())
-                .is_some_and(keeps)
-        })
-        .map(|o| {
-            let m = &o["metadata"];
-            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-            (
-                ("Pod".to_owned(), s(&m["namespace"]), s(&m["name"])),
-                (s(&m["uid"]), s(&m["resourceVersion"])),
-            )
-        })
-        .collect()
+    sim_uid_state(sim, "v1", "Pod", |o| {
+        o["spec"]["containers"][0]["image"]
+            .as_str()
+            .and_then(|i| i.chars().last())
+            .is_some_and(keeps)
+    })
 }
 
 /// What a route got that it did not need: a `deleted` of an object it did not hold (that

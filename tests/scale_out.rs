@@ -24,19 +24,20 @@ mod kafka_server;
 mod nats_server;
 #[path = "support/ports.rs"]
 mod ports;
+#[path = "support/process.rs"]
+mod process;
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kubesink_sim::SimConfig;
+use process::Kubesink;
 use serde_json::Value;
 use support::*;
-use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const CLUSTERS: usize = 30;
@@ -46,39 +47,25 @@ const RETRY: Duration = Duration::from_millis(500);
 /// How long the test waits for an outcome: generous, the machine may be loaded.
 const LONG: Duration = Duration::from_secs(120);
 
+/// A replica: its identity and its process (stderr in `dir/<identity>.log`).
 struct Proc {
-    identity: String,
-    child: Child,
-    err: PathBuf,
+    identity: &'static str,
+    k: Kubesink,
 }
 
 impl Proc {
-    fn start(config: &Path, dir: &Path, identity: &str) -> Proc {
-        let err = dir.join(format!("{identity}.log"));
-        let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(config)
-            .env("KUBESINK_LEADER_ELECTION__IDENTITY", identity)
-            .env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+    fn start(config: &Path, dir: &Path, identity: &'static str) -> Proc {
+        let env = [("KUBESINK_LEADER_ELECTION__IDENTITY", identity)];
         Proc {
-            identity: identity.to_owned(),
-            child,
-            err,
+            identity,
+            k: Kubesink::start(BIN, config, dir, identity, &env),
         }
     }
 
     /// User plus system CPU seconds so far (`/proc/PID/stat`, clock ticks of 1/100 s).
     fn cpu_seconds(&self) -> f64 {
-        let Some(pid) = self.child.id() else {
-            return 0.0;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.k.pid())).unwrap_or_default();
         let fields: Vec<&str> = stat
             .rsplit_once(") ")
             .map(|(_, rest)| rest.split_whitespace().collect())
@@ -94,24 +81,7 @@ impl Proc {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.err).unwrap_or_default()
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.id().expect("running").to_string();
-        assert!(std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap()
-            .success());
-    }
-
-    async fn exit_code(&mut self, within: Duration) -> Option<i32> {
-        tokio::time::timeout(within, self.child.wait())
-            .await
-            .ok()
-            .and_then(|s| s.ok())
-            .and_then(|s| s.code())
+        self.k.stderr()
     }
 }
 
@@ -128,12 +98,7 @@ fn write_config(
     nats: &str,
     state: &str,
 ) -> PathBuf {
-    let mut clusters = String::new();
-    for name in names {
-        clusters.push_str(&format!(
-            "[[clusters]]\nname = \"{name}\"\nkubeconfig = {kubeconfig:?}\n"
-        ));
-    }
+    let clusters = clusters_toml(names, kubeconfig);
     let file = dir.join(file);
     std::fs::write(
         &file,
@@ -280,35 +245,6 @@ fn churn(sim: kubesink_sim::Simulator, on: Arc<AtomicBool>, stop: Arc<AtomicBool
     });
 }
 
-/// The simulator's ConfigMaps as the exact state a cluster's fold must equal.
-fn live(sim: &kubesink_sim::Simulator) -> UidFold {
-    sim.objects("v1", "ConfigMap")
-        .into_iter()
-        .map(|o| {
-            (
-                (
-                    "ConfigMap".to_owned(),
-                    o["metadata"]["namespace"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    o["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                ),
-                (
-                    o["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-                    o["metadata"]["resourceVersion"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                ),
-            )
-        })
-        .collect()
-}
-
 /// The messages a consumer applies, per cluster: a message whose `leaderEpoch` is below
 /// one already seen for its key is skipped (`docs/consumers.md`).
 fn per_cluster(msgs: &[Value]) -> BTreeMap<String, Vec<Value>> {
@@ -388,12 +324,7 @@ async fn held_as_assigned(
     procs: &[&Proc],
 ) {
     let names: Vec<String> = (0..CLUSTERS).map(cluster_name).collect();
-    let members: Vec<String> = members.iter().map(|m| (*m).to_owned()).collect();
-    let want: BTreeMap<String, Option<String>> =
-        kubesink::scale_out::assign::assign(&names, &members)
-            .into_iter()
-            .map(|(c, m)| (c, Some(m)))
-            .collect();
+    let want = assigned(&names, members);
     wait_for_seen(what, LONG, || {
         let mut h = holders(sim);
         h.retain(|c, _| c.starts_with("c-"));
@@ -519,7 +450,7 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
         .map(|(c, _)| c)
         .collect();
     let killed = Instant::now();
-    b.signal("-KILL");
+    b.k.signal("KILL");
     held_as_assigned(
         &c.sim,
         "b's clusters taken over by a and c",
@@ -535,7 +466,7 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
 
     // 2. Freeze a past its Lease: c takes everything; a, woken, exits (its membership Lease
     // could not be renewed) without emitting; a new a joins.
-    a.signal("-STOP");
+    a.k.signal("STOP");
     held_as_assigned(
         &c.sim,
         "the frozen a's clusters taken over by c",
@@ -543,11 +474,10 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
         &[&cc],
     )
     .await;
-    a.signal("-CONT");
-    let code = a.exit_code(LONG).await;
+    let code = a.k.signal_and_wait("CONT", LONG).await;
     assert_eq!(
         code,
-        Some(3),
+        Some(Some(3)),
         "a woke after losing its Leases: exits 3\n{}",
         a.log()
     );
@@ -566,7 +496,7 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
     // 4. A rolling update with churn paused: c leaves (SIGTERM: drain, save, release), c2
     // joins. The moved clusters must get nothing: nothing changed.
     churning.store(false, Ordering::SeqCst);
-    let settled = live(&c.sim);
+    let settled = sim_uid_state(&c.sim, "v1", "ConfigMap", |_| true);
     wait_folds(&url, &settled).await;
     let before = nats_server::jetstream_messages(&url, "KUBESINK")
         .await
@@ -577,10 +507,9 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
         .filter(|(_, h)| h.as_deref() == Some("c"))
         .map(|(c, _)| c)
         .collect();
-    cc.signal("-TERM");
     assert_eq!(
-        cc.exit_code(LONG).await,
-        Some(0),
+        cc.k.signal_and_wait("TERM", LONG).await,
+        Some(Some(0)),
         "c's shutdown is clean\n{}",
         cc.log()
     );
@@ -613,7 +542,7 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
     tokio::time::sleep(Duration::from_secs(5)).await;
     churning.store(false, Ordering::SeqCst);
     stop.store(true, Ordering::SeqCst);
-    let want = live(&c.sim);
+    let want = sim_uid_state(&c.sim, "v1", "ConfigMap", |_| true);
     let total = wait_folds(&url, &want).await;
     // The figures: messages sent again (an id already in the stream: at-least-once after the
     // kill and the freeze), per cluster of b's; CPU seconds of each replica still running.
@@ -645,7 +574,7 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
             "CPU of {} over the last churn: {:.2} s, holding {} clusters",
             p.identity,
             p.cpu_seconds() - before,
-            held.get(&p.identity).copied().unwrap_or(0)
+            held.get(p.identity).copied().unwrap_or(0)
         );
     }
     let longest = unheld.longest.lock().unwrap().clone();

@@ -216,15 +216,7 @@ impl Bridge {
         elector: Option<Elector>,
     ) -> Result<Bridge, StartError> {
         let clients = clients.into_iter().map(Ok).collect();
-        Bridge::launch(
-            config,
-            config.clusters(),
-            clients,
-            sinks,
-            elector,
-            Shared::default(),
-        )
-        .await
+        Bridge::start_built(config, clients, sinks, elector).await
     }
 
     /// [`Bridge::start_with`] for the clients [`clients`] built (or could not build): a

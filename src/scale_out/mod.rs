@@ -55,7 +55,7 @@ use crate::cluster::ClusterError;
 use crate::config::{Cluster, Config};
 use crate::informer::ListBudget;
 use crate::leader::{self, Elector, Lost};
-use crate::observe::{self, Observed, Observer, Report};
+use crate::observe::{self, Leadership, Observed, Observer, Report};
 use members::{Membership, View, CLUSTER_ANNOTATION, GROUP_LABEL, ROLE_LABEL};
 
 /// A sink shared by the bridges of the held clusters: a cluster's bridge closing at its
@@ -179,10 +179,11 @@ struct Fleet {
     identity: String,
     /// The last view: members and assignment, for `/readyz`'s body.
     last: Mutex<(View, BTreeMap<String, String>)>,
-    /// Since when, and why, renewing the membership Lease fails.
-    failing: Mutex<Option<(Instant, String)>>,
-    /// Since when, and why, listing the group's Leases fails.
-    listing: Mutex<Option<(Instant, String)>>,
+    /// Whether renewing the membership Lease fails, since when and why (the leader
+    /// election's record of its attempts, `observe::Leadership`).
+    member: Leadership,
+    /// The same for listing the group's Leases.
+    listing: Leadership,
 }
 
 impl Fleet {
@@ -197,26 +198,16 @@ impl Fleet {
 
     fn combine(&self, each: impl Fn(&Observer) -> Report) -> Report {
         let mut problems = Vec::new();
-        if let Some((since, why)) = self
-            .failing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-        {
+        if let Some((failing, why)) = self.member.lease_failing() {
             problems.push(json!(format!(
                 "scale-out: the membership Lease cannot be renewed for {}s: {why}",
-                since.elapsed().as_secs()
+                failing.as_secs()
             )));
         }
-        if let Some((since, why)) = self
-            .listing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-        {
+        if let Some((failing, why)) = self.listing.lease_failing() {
             problems.push(json!(format!(
                 "scale-out: the group's Leases cannot be listed for {}s (no cluster is taken or given up meanwhile): {why}",
-                since.elapsed().as_secs()
+                failing.as_secs()
             )));
         }
         let mut clusters = serde_json::Map::new();
@@ -262,6 +253,9 @@ impl Observed for Fleet {
     fn metrics(&self) -> (String, &'static str) {
         let parts = self.parts();
         let refs: Vec<&Observer> = parts.iter().map(|(_, o)| &**o).collect();
+        self.metrics
+            .member_lease_failing
+            .set(i64::from(self.member.lease_failing().is_some()));
         Observer::merged(&refs, self.lists.clone(), self.watch_failure_timeout, |r| {
             self.metrics.register(r)
         })
@@ -376,23 +370,13 @@ async fn renew_membership(
         let why = match renewed {
             Ok(Ok(())) => {
                 last_renewed = Instant::now();
-                *fleet
-                    .failing
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-                fleet.metrics.member_lease_failing.set(0);
+                fleet.member.lease_attempt(Ok(()));
                 continue;
             }
             Ok(Err(e)) => crate::cluster::error_chain(&e),
             Err(_) => "the API server did not answer in time".to_owned(),
         };
-        fleet.metrics.member_lease_failing.set(1);
-        fleet
-            .failing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get_or_insert_with(|| (Instant::now(), why.clone()))
-            .1 = why.clone();
+        fleet.member.lease_attempt(Err(why.clone()));
         if last_renewed.elapsed() >= renew_deadline {
             lost_membership(membership.lease(), &why);
         }
@@ -481,8 +465,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         watch_failure_timeout: config.server.watch_failure_timeout.get(),
         identity: identity.clone(),
         last: Mutex::default(),
-        failing: Mutex::default(),
-        listing: Mutex::default(),
+        member: Leadership::default(),
+        listing: Leadership::default(),
     });
     let cancel = CancellationToken::new();
     if config.server.enabled {
@@ -513,24 +497,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 Err(e) => crate::cluster::error_chain(&e),
             },
         };
-        fleet.metrics.member_lease_failing.set(1);
-        fleet
-            .failing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get_or_insert_with(|| (Instant::now(), e.clone()))
-            .1 = e.clone();
+        fleet.member.lease_attempt(Err(e.clone()));
         if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
             warned = Some(Instant::now());
             tracing::warn!(lease = membership.lease(), error = %e, "cannot create or renew the membership Lease; retrying (logged again once a minute while it fails)");
         }
         tokio::time::sleep(retry).await;
     }
-    fleet.metrics.member_lease_failing.set(0);
-    *fleet
-        .failing
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    fleet.member.lease_attempt(Ok(()));
     let stop_renewing = CancellationToken::new();
     let renewing = tokio::spawn(renew_membership(
         membership.clone(),
@@ -579,10 +553,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let listed = tokio::time::timeout(renew_deadline, membership.view()).await;
         let view = match listed {
             Ok(Ok(v)) => {
-                *fleet
-                    .listing
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                fleet.listing.lease_attempt(Ok(()));
                 v
             }
             failed => {
@@ -590,14 +561,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     Ok(Err(e)) => crate::cluster::error_chain(&e),
                     _ => "the API server did not answer in time".to_owned(),
                 };
-                let mut listing = fleet
-                    .listing
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let first = listing.is_none();
-                listing
-                    .get_or_insert_with(|| (Instant::now(), why.clone()))
-                    .1 = why.clone();
+                let first = fleet.listing.lease_failing().is_none();
+                fleet.listing.lease_attempt(Err(why.clone()));
                 if first {
                     tracing::warn!(error = %why, "listing the group's Leases failed: no cluster is taken or given up until it works again (the clusters held stay held); retrying every retry_period, /readyz says so");
                 } else {

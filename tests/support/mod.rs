@@ -391,6 +391,48 @@ pub fn sim_state(sim: &Simulator, kinds: &[(&str, &str)]) -> Fold {
     state
 }
 
+/// The simulator's `kind` objects that `keep` keeps, as the exact state a fold must equal:
+/// (kind, namespace, name) → (uid, resourceVersion).
+pub fn sim_uid_state(
+    sim: &Simulator,
+    api_version: &str,
+    kind: &str,
+    keep: impl Fn(&Value) -> bool,
+) -> UidFold {
+    sim.objects(api_version, kind)
+        .iter()
+        .filter(|o| keep(o))
+        .map(|o| {
+            let m = &o["metadata"];
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                (kind.to_owned(), s(&m["namespace"]), s(&m["name"])),
+                (s(&m["uid"]), s(&m["resourceVersion"])),
+            )
+        })
+        .collect()
+}
+
+/// `[[clusters]]` entries for `names`, each through `kubeconfig` (the scale-out tests run one
+/// API server under several names).
+pub fn clusters_toml(names: &[String], kubeconfig: &std::path::Path) -> String {
+    names
+        .iter()
+        .map(|name| format!("[[clusters]]\nname = \"{name}\"\nkubeconfig = {kubeconfig:?}\n"))
+        .collect()
+}
+
+/// Who must hold each of `clusters` once a scale-out group of `members` settled: what every
+/// replica computes (`kubesink::scale_out::assign`), as the holders of the cluster Leases
+/// read back.
+pub fn assigned(clusters: &[String], members: &[&str]) -> BTreeMap<String, Option<String>> {
+    let members: Vec<String> = members.iter().map(|m| (*m).to_owned()).collect();
+    kubesink::scale_out::assign::assign(clusters, &members)
+        .into_iter()
+        .map(|(c, m)| (c, Some(m)))
+        .collect()
+}
+
 /// The sum of the samples of `name` whose labels include every `labels` pair, from the
 /// Prometheus text `exposition`; `None` when no such series is exposed (a labelled counter
 /// appears only once incremented). For waits; assertions use [`metric_value`].
