@@ -106,6 +106,7 @@ async fn at_rest(kubeconfig: &std::path::Path, n: usize, exit: bool) -> anyhow::
             kubeconfig: Some(kubeconfig.to_path_buf()),
             context: None,
             resources: None,
+            shards: 1,
         })
         .collect();
     let before = LIVE.load(Ordering::SeqCst);

@@ -46,12 +46,14 @@ async fn two_clusters_flow_independently_and_a_dead_one_is_named() {
             kubeconfig: Some(east.kubeconfig.clone()),
             context: None,
             resources: None,
+            shards: 1,
         },
         ClusterEntry {
             name: "west".into(),
             kubeconfig: Some(west.kubeconfig.clone()),
             context: None,
             resources: None,
+            shards: 1,
         },
     ];
     let mut clients = Vec::new();

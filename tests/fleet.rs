@@ -45,6 +45,7 @@ async fn fleet(
             kubeconfig: Some(c.kubeconfig.clone()),
             context: None,
             resources: None,
+            shards: 1,
         })
         .collect();
     let mut clients = Vec::new();
@@ -253,6 +254,7 @@ async fn a_cluster_whose_kubeconfig_is_missing_does_not_stop_the_fleet_and_is_re
             }),
             context: None,
             resources: None,
+            shards: 1,
         })
         .collect();
     let clients = kubesink::bridge::clients(&cfg.clusters()).await;
@@ -357,6 +359,7 @@ async fn a_fleet_whose_lease_cluster_is_unreachable_is_not_ready_until_it_answer
             }),
             context: None,
             resources: None,
+            shards: 1,
         })
         .collect();
     let le = &mut cfg.leader_election;

@@ -9,6 +9,8 @@
 
 #[path = "support/kube_server.rs"]
 mod kube_server;
+#[path = "support/leases.rs"]
+mod leases;
 #[path = "support/nats_server.rs"]
 mod nats_server;
 #[path = "support/ports.rs"]
@@ -17,17 +19,15 @@ mod ports;
 mod process;
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::ListParams;
 use kube_server::{create, delete, live_state, namespace, patch, ControlPlane};
+use leases::{holders, observe, per_cluster};
 use process::Kubesink;
-use serde_json::{json, Value};
+use serde_json::json;
 use support::{fold_equals, metric_value, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
@@ -38,6 +38,12 @@ const CONFIGMAPS: usize = 15;
 
 fn cluster_name(i: usize) -> String {
     format!("r-{i}")
+}
+
+/// Waits until the cluster Leases are held as the assignment over `members` says.
+async fn held_as_assigned(client: &kube::Client, what: &str, members: &[&str], logs: &[&Kubesink]) {
+    let names: Vec<String> = (0..CLUSTERS).map(cluster_name).collect();
+    leases::held_as_assigned(client, what, (NS, "ksr"), &names, members, logs, LONG).await;
 }
 
 fn write_config(dir: &Path, kubeconfig: &Path, nats: &str) -> std::path::PathBuf {
@@ -72,100 +78,6 @@ type = "stdout"
     )
     .expect("config");
     path
-}
-
-/// Each cluster Lease's holder while valid (renewed within its duration).
-async fn holders(client: &kube::Client) -> BTreeMap<String, Option<String>> {
-    let api: kube::Api<Lease> = kube::Api::namespaced(client.clone(), NS);
-    let Ok(list) = api
-        .list(&ListParams::default().labels("kubesink.io/group=ksr,kubesink.io/role=cluster"))
-        .await
-    else {
-        return BTreeMap::new();
-    };
-    let now = jiff::Timestamp::now();
-    list.items
-        .into_iter()
-        .map(|l| {
-            let cluster = l
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("kubesink.io/cluster"))
-                .cloned()
-                .unwrap_or_default();
-            let spec = l.spec.unwrap_or_default();
-            let holder = spec.holder_identity.unwrap_or_default();
-            let valid = !holder.is_empty()
-                && spec.renew_time.is_some_and(|r| {
-                    now.duration_since(r.0).as_secs_f64()
-                        < spec.lease_duration_seconds.unwrap_or(0) as f64
-                });
-            (cluster, Some(holder).filter(|_| valid))
-        })
-        .collect()
-}
-
-/// Waits until the cluster Leases are held as the assignment over `members` says.
-async fn held_as_assigned(client: &kube::Client, what: &str, members: &[&str], logs: &[&Kubesink]) {
-    let names: Vec<String> = (0..CLUSTERS).map(cluster_name).collect();
-    let want = support::assigned(&names, members);
-    wait_until(what, LONG, || async {
-        let got = holders(client).await;
-        if got == want {
-            return Ok(());
-        }
-        let tails: String = logs
-            .iter()
-            .map(|k| {
-                let s = k.stderr();
-                let tail: Vec<&str> = s.lines().rev().take(4).collect();
-                format!("\n---\n{}", tail.join("\n"))
-            })
-            .collect();
-        Err(format!("holders {got:?}, want {want:?}{tails}"))
-    })
-    .await;
-}
-
-/// The process's `/metrics` and `/readyz` (the address it logged).
-async fn observe(k: &Kubesink) -> (String, u16, Value) {
-    let log = k.stderr();
-    let addr = log
-        .lines()
-        .find(|l| l.contains("serving /metrics"))
-        .and_then(|l| l.split("addr=").nth(1))
-        .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-        .expect("the server's address is logged");
-    let addr: std::net::SocketAddr = addr.parse().expect("an address");
-    let (_, metrics) = support::http_get(addr, "/metrics").await;
-    let (code, body) = support::http_get(addr, "/readyz").await;
-    (
-        metrics,
-        code,
-        serde_json::from_str(&body).unwrap_or(Value::Null),
-    )
-}
-
-/// Every cluster's messages from every replica's stdout, in holder order: by `leaderEpoch`,
-/// then in the order its holder wrote them.
-fn per_cluster(outputs: &[Vec<Value>]) -> BTreeMap<String, Vec<Value>> {
-    let mut by: BTreeMap<String, Vec<(u64, usize, usize, Value)>> = BTreeMap::new();
-    for (p, out) in outputs.iter().enumerate() {
-        for (i, m) in out.iter().enumerate() {
-            let cluster = m["cluster"].as_str().unwrap_or_default().to_owned();
-            let epoch = m["leaderEpoch"].as_u64().unwrap_or(0);
-            by.entry(cluster)
-                .or_default()
-                .push((epoch, p, i, m.clone()));
-        }
-    }
-    by.into_iter()
-        .map(|(c, mut v)| {
-            v.sort_by_key(|(e, p, i, _)| (*e, *p, *i));
-            (c, v.into_iter().map(|(_, _, _, m)| m).collect())
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,7 +143,7 @@ async fn six_clusters_over_three_replicas_on_real_leases_fold_exactly_through_a_
     .await;
 
     // What a replica says it holds: its metrics and /readyz against the Leases.
-    let mine: Vec<String> = holders(&client)
+    let mine: Vec<String> = holders(&client, NS, "ksr")
         .await
         .into_iter()
         .filter(|(_, h)| h.as_deref() == Some("a"))

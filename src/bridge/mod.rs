@@ -267,6 +267,9 @@ impl Bridge {
         let mut apis = Vec::new();
         let mut stats = Vec::new();
         for (spec, client) in clusters.into_iter().zip(clients) {
+            // What the metrics, `/readyz` and the saved state call it: the cluster, or its
+            // shard (messages carry the cluster's name either way).
+            let unit = spec.unit();
             let mut resources = Vec::new();
             for res in &spec.resources {
                 let namespaces: Vec<Option<String>> = if res.namespaces.is_empty() {
@@ -278,18 +281,23 @@ impl Bridge {
                 let mut scopes = Vec::new();
                 for ns in namespaces {
                     let base = WatchPlan::identity_of(&identity, ns.as_deref());
-                    let selection =
-                        WatchPlan::selection_of(res, &identity, ns.as_deref(), &spec.label);
+                    let selection = WatchPlan::selection_of(
+                        res,
+                        &identity,
+                        ns.as_deref(),
+                        &spec.label,
+                        spec.shard,
+                    );
                     let s = Arc::new(InformerStats::default());
                     let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
                     let label = if multi {
-                        format!("{}: {} ({scope})", spec.name, res.display_name())
+                        format!("{unit}: {} ({scope})", res.display_name())
                     } else {
                         format!("{} ({scope})", res.display_name())
                     };
                     stats.push((label, s.clone()));
                     watches.push(WatchEntry {
-                        cluster: spec.name.clone(),
+                        cluster: unit.clone(),
                         api_version: res.api_version.clone(),
                         kind: res.kind.clone(),
                         namespace: ns.clone(),
@@ -325,10 +333,10 @@ impl Bridge {
                     scopes,
                 });
             }
-            let state = state::open(config, &spec.name, multi).map(|store| {
+            let state = state::open(config, &unit, multi).map(|store| {
                 let s = Arc::new(StateStats::default());
                 states.push(StateEntry {
-                    cluster: spec.name.clone(),
+                    cluster: unit.clone(),
                     store: store.describe().to_owned(),
                     stats: s.clone(),
                 });
@@ -336,7 +344,7 @@ impl Bridge {
             });
             let api = Arc::new(ClusterApi::new(&config.watch));
             apis.push(ClusterEntry {
-                cluster: spec.name.clone(),
+                cluster: unit.clone(),
                 api: api.clone(),
             });
             planned.push(PlannedCluster {

@@ -426,12 +426,15 @@ async fn watch_resource(
             return;
         }
     };
-    let plans = WatchPlan::expand(
+    let mut plans = WatchPlan::expand(
         &t.resource,
         resolved.resource,
         resolved.api_resource,
         &t.cluster.label,
     );
+    for p in &mut plans {
+        p.shard = t.cluster.shard;
+    }
     for (plan, scope) in plans.into_iter().zip(t.scopes) {
         scope.stats.clear_failure();
         let views = t

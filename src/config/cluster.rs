@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::problems::Problems;
 use super::syntax::{check_label_key, check_label_value};
 use super::{Config, ResourceConfig};
+use super::{Shard, MAX_SHARDS};
 
 /// `[cluster]`: the connection and the label every message carries.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
@@ -32,6 +33,17 @@ pub struct ClusterConfig {
     /// Kubeconfig context to use. Default: the kubeconfig's current context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Split this cluster's objects into this many shards by the hash of their namespace,
+    /// each held by one replica of the scale-out group (`leader_election.scale_out`, required)
+    /// with its own watches, Lease and saved state: for a cluster too big for one process
+    /// (`docs/scale-out.md`, "One huge cluster"). 1 to 256; default 1 (the whole cluster is
+    /// one unit). Cluster-scoped objects all fall into one shard. The API server filters when
+    /// its `ShardedListAndWatch` feature gate is on (Kubernetes 1.36+, alpha); else every
+    /// replica reads the whole resource and keeps its shard itself. Changing it re-lists every
+    /// shard from scratch (a new selection).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    #[schemars(range(min = 1, max = 256))]
+    pub shards: u32,
 }
 
 impl Default for ClusterConfig {
@@ -41,6 +53,7 @@ impl Default for ClusterConfig {
             label: default_cluster_label(),
             kubeconfig: None,
             context: None,
+            shards: 1,
         }
     }
 }
@@ -63,6 +76,17 @@ pub struct ClusterEntry {
     /// This cluster's resources. Default: the top-level `[[resources]]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Vec<ResourceConfig>>,
+    /// As `cluster.shards`: split this cluster's objects into this many shards by the hash of their namespace,
+    /// each held by one replica of the scale-out group (`leader_election.scale_out`, required)
+    /// with its own watches, Lease and saved state: for a cluster too big for one process
+    /// (`docs/scale-out.md`, "One huge cluster"). 1 to 256; default 1 (the whole cluster is
+    /// one unit). Cluster-scoped objects all fall into one shard. The API server filters when
+    /// its `ShardedListAndWatch` feature gate is on (Kubernetes 1.36+, alpha); else every
+    /// replica reads the whole resource and keeps its shard itself. Changing it re-lists every
+    /// shard from scratch (a new selection).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    #[schemars(range(min = 1, max = 256))]
+    pub shards: u32,
 }
 
 /// A cluster to watch, resolved from `[cluster]` or one `[[clusters]]` entry
@@ -83,6 +107,11 @@ pub struct Cluster {
     pub context: Option<String>,
     /// Its resources.
     pub resources: Vec<ResourceConfig>,
+    /// How many shards it is split into (`shards`; 1: none).
+    pub shards: u32,
+    /// The shard this is, for a unit of scale-out ([`Config::units`]); `None`: the whole
+    /// cluster.
+    pub shard: Option<Shard>,
 }
 
 impl Config {
@@ -96,6 +125,8 @@ impl Config {
                 kubeconfig: self.cluster.kubeconfig.clone(),
                 context: self.cluster.context.clone(),
                 resources: self.resources.clone(),
+                shards: self.cluster.shards,
+                shard: None,
             }];
         }
         self.clusters
@@ -111,12 +142,43 @@ impl Config {
                     .resources
                     .clone()
                     .unwrap_or_else(|| self.resources.clone()),
+                shards: c.shards,
+                shard: None,
+            })
+            .collect()
+    }
+
+    /// The units a scale-out group spreads over its replicas: each cluster, or each shard of
+    /// a cluster with `shards > 1` (a [`Cluster`] with its [`Cluster::shard`] set), in
+    /// configuration order.
+    pub fn units(&self) -> Vec<Cluster> {
+        self.clusters()
+            .into_iter()
+            .flat_map(|c| match Shard::all(c.shards) {
+                shards if shards.is_empty() => vec![c],
+                shards => shards
+                    .into_iter()
+                    .map(|s| Cluster {
+                        shard: Some(s),
+                        ..c.clone()
+                    })
+                    .collect(),
             })
             .collect()
     }
 }
 
 impl Cluster {
+    /// Its name as a unit of scale-out (Lease, saved state, metrics and `/readyz` labels):
+    /// the cluster's name, or its shard's ([`Shard::unit`]). Messages always carry
+    /// [`Cluster::name`].
+    pub fn unit(&self) -> String {
+        match self.shard {
+            Some(s) => s.unit(&self.name),
+            None => self.name.clone(),
+        }
+    }
+
     /// The full key of its `kubeconfig`: `cluster.kubeconfig` or `clusters.N.kubeconfig`.
     pub fn kubeconfig_key(&self) -> String {
         let at = if self.key.is_empty() {
@@ -126,6 +188,14 @@ impl Cluster {
         };
         format!("{at}.kubeconfig")
     }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn default_cluster_label() -> String {
@@ -151,6 +221,16 @@ fn name_problems(problems: &mut Problems, key: &str, name: &str) {
     }
 }
 
+/// A `shards` setting's problems: out of range, or set without scale-out (one process would
+/// only multiply its watches).
+fn shard_problems(problems: &mut Problems, key: &str, shards: u32, c: &Config) {
+    if shards == 0 || shards > MAX_SHARDS {
+        problems.add(key, format!("{shards} is out of range: 1 to {MAX_SHARDS}"));
+    } else if shards > 1 && !(c.leader_election.enabled && c.leader_election.scale_out) {
+        problems.add(key, format!("{shards} shards need leader_election.enabled = true and leader_election.scale_out = true: the shards of a cluster are spread over the replicas of a scale-out group (in one process they would only multiply its watches)"));
+    }
+}
+
 /// The problems of `[cluster]` and `[[clusters]]` (names, the two used together, each
 /// entry's resources), as `(key, message)` with full dotted keys.
 pub fn problems(c: &Config) -> Vec<(String, String)> {
@@ -161,16 +241,19 @@ pub fn problems(c: &Config) -> Vec<(String, String)> {
         } else {
             name_problems(&mut problems, "cluster.name", &c.cluster.name);
         }
+        shard_problems(&mut problems, "cluster.shards", c.cluster.shards, c);
     } else {
         if !c.cluster.name.is_empty()
             || c.cluster.kubeconfig.is_some()
             || c.cluster.context.is_some()
+            || c.cluster.shards != 1
         {
             problems.add("clusters", "use either [cluster] (name, kubeconfig, context) or [[clusters]], not both (cluster.label applies to all)");
         }
         let mut names = std::collections::HashSet::new();
         for (i, e) in c.clusters.iter().enumerate() {
             name_problems(&mut problems, &format!("clusters.{i}.name"), &e.name);
+            shard_problems(&mut problems, &format!("clusters.{i}.shards"), e.shards, c);
             if !names.insert(e.name.clone()) {
                 problems.add(
                     format!("clusters.{i}.name"),

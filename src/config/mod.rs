@@ -32,6 +32,7 @@ mod words;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::informer::{Shard, MAX_SHARDS};
 pub use crate::sinks::SinkConfig;
 pub use cluster::{Cluster, ClusterConfig, ClusterEntry};
 pub use env::{is_service_link, service_link_variables};

@@ -680,6 +680,7 @@ fn all_keys() -> Vec<String> {
         kubeconfig: Some("/k".into()),
         context: Some("ctx".into()),
         resources: None,
+        shards: 1,
     }];
     c.leader_election.lease_namespace = Some("ns".into());
     c.leader_election.identity = Some("me".into());
@@ -1051,6 +1052,77 @@ fn scale_out_needs_leader_election_and_a_state_every_replica_reads() {
             "{:?}",
             crate::config::warnings(&one)
         );
+        Ok(())
+    });
+}
+
+#[test]
+fn shards_split_one_cluster_into_units_of_scale_out_and_need_it() {
+    figment::Jail::expect_with(|jail| {
+        let base =
+            "[[sinks]]\ntype = \"stdout\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n";
+        let scale_out =
+            "[leader_election]\nenabled = true\nscale_out = true\n[state]\nbackend = \"nats\"\n";
+        jail.create_file(
+            "sharded.toml",
+            &format!("{base}[cluster]\nname = \"huge\"\nshards = 4\n{scale_out}"),
+        )?;
+        let c = load(Some(Path::new("sharded.toml"))).map_err(|e| e.to_string())?;
+        let units: Vec<String> = c.units().iter().map(|u| u.unit()).collect();
+        assert_eq!(
+            units,
+            [
+                "huge#shard-0-of-4",
+                "huge#shard-1-of-4",
+                "huge#shard-2-of-4",
+                "huge#shard-3-of-4"
+            ]
+        );
+        assert!(
+            c.units().iter().all(|u| u.name == "huge"),
+            "messages carry the cluster's name"
+        );
+        assert_eq!(
+            c.clusters().len(),
+            1,
+            "still one cluster to connect to, fold and check"
+        );
+        assert!(
+            !crate::config::warnings(&c)
+                .iter()
+                .any(|w| w.contains("scale_out with one cluster")),
+            "four shards are four units: no warning"
+        );
+        // Without scale-out the shards would only multiply one process's watches.
+        jail.create_file(
+            "alone.toml",
+            &format!("{base}[[clusters]]\nname = \"a\"\n[[clusters]]\nname = \"b\"\nshards = 2\n"),
+        )?;
+        let e = load(Some(Path::new("alone.toml"))).expect_err("refused");
+        assert!(
+            e.to_string().contains("clusters.1.shards")
+                && e.to_string().contains("scale_out = true"),
+            "{e}"
+        );
+        for bad in ["0", "257"] {
+            jail.create_file(
+                "range.toml",
+                &format!("{base}[cluster]\nname = \"huge\"\nshards = {bad}\n{scale_out}"),
+            )?;
+            let e = load(Some(Path::new("range.toml"))).expect_err("refused");
+            assert!(
+                e.to_string().contains("cluster.shards") && e.to_string().contains("1 to 256"),
+                "{bad}: {e}"
+            );
+        }
+        // A mixed fleet: whole clusters and the shards of one, each a unit.
+        jail.create_file(
+            "mixed.toml",
+            &format!("{base}[[clusters]]\nname = \"a\"\n[[clusters]]\nname = \"b\"\nshards = 2\n{scale_out}"),
+        )?;
+        let c = load(Some(Path::new("mixed.toml"))).map_err(|e| e.to_string())?;
+        let units: Vec<String> = c.units().iter().map(|u| u.unit()).collect();
+        assert_eq!(units, ["a", "b#shard-0-of-2", "b#shard-1-of-2"]);
         Ok(())
     });
 }

@@ -14,6 +14,8 @@
 //!   which resources do not stream lists.
 //! - `lists.rs`: [`ListBudget`], the process-wide budget of lists in flight
 //!   (`watch.max_concurrent_lists`), shared by the informers of every cluster.
+//! - `shard.rs`: [`Shard`], a part of a cluster's objects by the hash of their namespace
+//!   (sharded list and watch, with the client-side fallback).
 //! - `stats.rs`: [`InformerStats`], counters and health.
 //! - this file: [`Informer`], the list/watch state machine.
 //!
@@ -119,6 +121,7 @@ mod object;
 mod payload;
 mod plan;
 mod recovery;
+mod shard;
 mod stats;
 mod store;
 mod tracked;
@@ -149,6 +152,7 @@ pub use filter::{
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
+pub use shard::{Shard, MAX_SHARDS};
 pub use stats::{FailureKind, InformerStats, SinkFilterStats, Strategy};
 pub use store::LightStore;
 #[cfg(test)] // the journal's tests record as the informer does
@@ -276,6 +280,11 @@ pub struct Informer {
     relist_jitter: Duration,
     /// The process's budget of lists in flight: a list holds a slot while it is read.
     lists: Arc<ListBudget>,
+    /// The shard this watch follows (`shard.rs`): objects outside it are dropped here, which
+    /// only happens when the server ignored the `shardSelector` (the client-side fallback).
+    shard: Option<Shard>,
+    /// The fallback was logged (once per informer).
+    shard_fallback_logged: bool,
     /// The span of its log lines, `informer{cluster, resource, scope, strategy}`: made anew
     /// when the strategy changes (recording a field twice would print it twice).
     span: tracing::Span,
@@ -340,6 +349,7 @@ impl Informer {
         lists: Arc<ListBudget>,
     ) -> Self {
         let scope = plan.scope();
+        let shard = plan.shard;
         Informer {
             resource: plan.resource.clone(),
             requests: Requests::new(&plan, client, api.clone()),
@@ -366,7 +376,28 @@ impl Informer {
             relist_jitter: watch.retry_initial_backoff.get(),
             lists,
             span: tracing::Span::none(),
+            shard,
+            shard_fallback_logged: false,
         }
+    }
+
+    /// Whether an object in `namespace` is outside this watch's shard: then it is counted and
+    /// dropped, as if the server had filtered it (it would have, with its
+    /// `ShardedListAndWatch` gate on). The first such object is logged: the server ignores
+    /// `shardSelector`, so every replica reads every object of the resource.
+    fn foreign(&mut self, namespace: Option<&str>) -> bool {
+        let Some(shard) = self.shard else {
+            return false;
+        };
+        if shard.holds(namespace) {
+            return false;
+        }
+        self.stats.shard_foreign.fetch_add(1, Ordering::Relaxed);
+        if !self.shard_fallback_logged {
+            self.shard_fallback_logged = true;
+            tracing::warn!(shard = %shard.selector(), "the API server answered an object outside this watch's shard: it ignores shardSelector (feature gate ShardedListAndWatch off), so kubesink keeps its shard itself (the client-side fallback; every replica reads the whole resource; kubesink_shard_foreign_objects_total)");
+        }
+        true
     }
 
     /// The span of this informer's log lines, with `strategy` once chosen. A root span: made
@@ -1050,7 +1081,18 @@ impl Informer {
         sweep: &mut bool,
     ) -> Result<(), Step> {
         let event = match RawObject::parse(item) {
+            Ok(obj) if self.foreign(obj.namespace()) => return Ok(()),
             Ok(obj) => Event::Listed(obj),
+            Err(_)
+                if self.foreign(
+                    MinimalMeta::read(item)
+                        .unwrap_or_default()
+                        .namespace
+                        .as_deref(),
+                ) =>
+            {
+                return Ok(())
+            }
             Err(e) => match self.unreadable_item(index, item, &e) {
                 Some(event) => event,
                 None => {
@@ -1154,6 +1196,10 @@ impl Informer {
                 }
             };
             let rv = obj.resource_version().to_owned();
+            if self.foreign(obj.namespace()) {
+                self.note_line(rv, count);
+                continue;
+            }
             let event = if matches!(decoded, WatchLine::Deleted(_)) {
                 // An object with a deletionTimestamp is being deleted for real (a Pod's
                 // graceful deletion, pending finalizers): no request for it, so a storm of Pod

@@ -10,6 +10,7 @@ use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::payload::{Shaper, SHAPE_VERSION};
+use super::shard::Shard;
 use crate::config::{PayloadMode, ResourceConfig};
 
 /// Everything one informer needs: which objects to watch and how to shape them.
@@ -33,6 +34,9 @@ pub struct WatchPlan {
     pub shaper: Shaper,
     /// Emit `updated`.
     pub updates: bool,
+    /// The shard of the cluster this watch follows (its requests' `shardSelector`, and the
+    /// client-side check when the server ignores it); `None`: the whole cluster.
+    pub shard: Option<Shard>,
 }
 
 /// What a watch's selection fingerprint covers, serialized as JSON in this field order.
@@ -56,6 +60,9 @@ struct Selection<'a> {
     change_paths: &'a [String],
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     ignore_changes: &'a [String],
+    /// Left out without shards, for the same reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard: Option<String>,
 }
 
 impl WatchPlan {
@@ -85,6 +92,7 @@ impl WatchPlan {
                 mode: res.payload,
                 shaper: shaper.clone(),
                 updates: res.updates,
+                shard: None,
             })
             .collect()
     }
@@ -93,8 +101,8 @@ impl WatchPlan {
     /// `namespace`, labelled with `label_key`: XXH3-64 of the JSON of the shaping version,
     /// the cluster label key, group, version, kind, namespace, label and field selectors,
     /// payload mode, `fields`, `drop`, `updates`, `allow_secret_data`, `change_paths` and
-    /// `ignore_changes` (the last two only when set, so a state saved before they existed
-    /// still compares). Any change of what the watch emits changes it (the change paths
+    /// `ignore_changes` and the shard's selector (the last three only when set, so a state
+    /// saved before they existed still compares). Any change of what the watch emits changes it (the change paths
     /// decide what the saved parts mean; the ignored paths, what the saved fingerprints
     /// cover); `page_size` does not.
     pub fn selection_of(
@@ -102,6 +110,7 @@ impl WatchPlan {
         resource: &Resource,
         namespace: Option<&str>,
         label_key: &str,
+        shard: Option<Shard>,
     ) -> u64 {
         let s = Selection {
             shape_version: SHAPE_VERSION,
@@ -119,6 +128,7 @@ impl WatchPlan {
             allow_secret_data: res.allow_secret_data,
             change_paths: &res.change_paths,
             ignore_changes: &res.ignore_changes,
+            shard: shard.map(|s| s.selector()),
         };
         // Serializing plain strings, booleans and an enum cannot fail; an empty fingerprint
         // input would only make every selection compare equal to itself, never to another.
@@ -157,7 +167,7 @@ mod tests {
         let r = Resource::new("prod", "", "v1", "Pod", "pods", true);
         let base = ResourceConfig::new("v1", "Pod");
         let sel = |res: &ResourceConfig, ns: Option<&str>, label: &str| {
-            WatchPlan::selection_of(res, &r, ns, label)
+            WatchPlan::selection_of(res, &r, ns, label, None)
         };
         let s0 = sel(&base, None, "kubesink.io/cluster");
         assert_eq!(s0, sel(&base.clone(), None, "kubesink.io/cluster"));
@@ -185,6 +195,14 @@ mod tests {
             &v2,
             None,
             "kubesink.io/cluster",
+            None,
+        ));
+        changed.push(WatchPlan::selection_of(
+            &base,
+            &r,
+            None,
+            "kubesink.io/cluster",
+            Some(Shard { index: 0, count: 2 }),
         ));
         for (i, c) in changed.iter().enumerate() {
             assert_ne!(*c, s0, "change {i} kept the selection");

@@ -39,6 +39,11 @@ pub struct InformerStats {
     pub inferred_deletes: AtomicU64,
     /// Watch DELETEDs of objects found still in the cluster: they left the selector.
     pub left_selector: AtomicU64,
+    /// Objects (listed or watched) outside the watch's shard, dropped by kubesink itself: the
+    /// API server ignored the `shardSelector` (its `ShardedListAndWatch` gate is off), so the
+    /// client-side fallback keeps the shard exact (`shard.rs`). Always 0 without shards, and
+    /// with a server that serves sharded lists.
+    pub shard_foreign: AtomicU64,
     /// Objects (listed or watched) the resource's filter did not match: not followed.
     pub filtered_out: AtomicU64,
     /// Objects that stopped matching the resource's filter: sent as `deleted` with

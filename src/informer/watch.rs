@@ -139,6 +139,8 @@ pub struct Requests {
     selective: bool,
     /// The selectors in words (`label selector "a=b", field selector "…"`), for errors.
     selectors: String,
+    /// The plan's shard: its `shardSelector` goes on every request (`shard.rs`).
+    shard: Option<super::Shard>,
 }
 
 impl Requests {
@@ -179,6 +181,7 @@ impl Requests {
             .flatten()
             .collect::<Vec<_>>()
             .join(" or "),
+            shard: plan.shard,
         }
     }
 
@@ -372,6 +375,9 @@ impl Requests {
     ) -> Result<kube::client::Body, WatchFailure> {
         self.api.count(verb);
         let (mut parts, body) = req.into_parts();
+        if let Some(shard) = &self.shard {
+            parts.uri = shard.on(&parts.uri).map_err(WatchFailure::Request)?;
+        }
         // A watch is a stream of small events; compression would only add latency (and
         // kube's decompression handles only one gzip member per body).
         parts.headers.insert(

@@ -238,6 +238,12 @@ impl BridgeCollector {
         )?;
         self.watch_counter(
             e,
+            "shard_foreign_objects",
+            "Objects outside the watch's shard that kubesink dropped itself: the API server ignored shardSelector (ShardedListAndWatch off), the client-side fallback",
+            |s| load(&s.shard_foreign),
+        )?;
+        self.watch_counter(
+            e,
             "filtered_out_objects",
             "Objects listed or watched that the resource's filter did not match (not followed)",
             |s| load(&s.filtered_out),

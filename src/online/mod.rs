@@ -12,7 +12,8 @@
 //!   scope, so the API server validates the selectors (a bad one is 400 with its message) and
 //!   the list `run` starts with is known to work.
 //!
-//! With leader election, one more line for the Lease (`get`, `create`, `update`) on the
+//! With `shards > 1`, one line saying whether the API server filters by shard
+//! (`shards.rs`). With leader election, one more line for the Lease (`get`, `create`, `update`) on the
 //! cluster that holds it. A cluster that does not answer `/version` gets one line naming it
 //! and the error, and nothing else is asked of it. Every request is bounded by a timeout.
 //!
@@ -22,6 +23,7 @@
 mod access;
 mod discovery;
 mod resource;
+mod shards;
 
 use std::fmt;
 use std::future::Future;
@@ -182,6 +184,7 @@ async fn check_cluster(
         .buffered(CONCURRENCY)
         .collect()
         .await;
+    lines.extend(shards::check(&client, cluster, options.timeout).await);
     if let Some(le) = lease {
         lines.push(access::lease(&client, &cluster.name, le, options.timeout).await);
     }

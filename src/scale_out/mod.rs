@@ -297,10 +297,11 @@ impl Plan {
             .get(name)
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("no [[clusters]] entry named {name:?}"))?;
-        let client: Result<Client, ClusterError> = match self.clients.get(name).cloned().flatten() {
-            Some(c) => Ok(c),
-            None => crate::cluster::client(&spec).await,
-        };
+        let client: Result<Client, ClusterError> =
+            match self.clients.get(&spec.name).cloned().flatten() {
+                Some(c) => Ok(c),
+                None => crate::cluster::client(&spec).await,
+            };
         let mut le = self.sub.leader_election.clone();
         le.lease_name = members::lease_name(&self.group, "cluster", name);
         let mut elector = Elector::new(self.lease_client.clone(), &le);
@@ -424,7 +425,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let identity = leader::identity(&le);
     let group = le.lease_name.clone();
     let api: Api<Lease> = Api::namespaced(lease_client.clone(), &leader::namespace(&le));
-    let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+    // The units spread over the group: each cluster, or each shard of a cluster with
+    // `shards > 1` (`Config::units`); the clients are the clusters'.
+    let units = config.units();
+    let names: Vec<String> = units.iter().map(Cluster::unit).collect();
     let mut membership = Membership::new(
         api,
         &group,
@@ -443,10 +447,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     sub.log.summary_interval = kubesink_core::units::HumanDuration(Duration::ZERO);
     let plan = Plan {
         sub,
-        specs: clusters
-            .iter()
-            .map(|c| (c.name.clone(), c.clone()))
-            .collect(),
+        specs: units.iter().map(|c| (c.unit(), c.clone())).collect(),
         clients: clusters
             .iter()
             .zip(clients)

@@ -1,0 +1,375 @@
+//! One huge cluster spread over replicas (`cluster.shards`, `docs/scale-out.md`, "One huge
+//! cluster") on a real kube-apiserver: two replicas of a scale-out group split one cluster
+//! four ways by the FNV-1a hash of each object's namespace, each shard a unit with its own
+//! Lease, watches and saved state (in NATS), under churn (edits, deletes and re-creations
+//! under the same names, namespace label changes); one replica SIGKILLed mid-churn and
+//! another started in its place. The cluster's stream (both replicas' stdout, each key's
+//! messages in holder order) folds to the API server's exact state, uid and resourceVersion,
+//! for the ConfigMaps of eight namespaces spread over the four shards and for the
+//! cluster-scoped Namespaces (all in one shard).
+//!
+//! Twice: with the API server's `ShardedListAndWatch` feature gate on (the server filters:
+//! its `apiserver_watch_shards_total` counts kubesink's sharded watches, and no replica drops
+//! an object itself) and off (the server ignores `shardSelector`: each replica keeps its
+//! shard itself, the client-side fallback, counted in
+//! `kubesink_shard_foreign_objects_total`). Each runs its own API server, one at a
+//! time.
+
+#[path = "support/kube_server.rs"]
+mod kube_server;
+#[path = "support/leases.rs"]
+mod leases;
+#[path = "support/nats_server.rs"]
+mod nats_server;
+#[path = "support/ports.rs"]
+mod ports;
+#[path = "support/process.rs"]
+mod process;
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube_server::{create, delete, live_state, patch, ControlPlane, Options};
+use kubesink::config::{Cluster, Config, Shard};
+use leases::{held_as_assigned, observe, per_cluster};
+use process::Kubesink;
+use serde_json::json;
+use support::{fold_equals, metric_value, wait_until, Expect};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
+const LONG: Duration = Duration::from_secs(240);
+const SHARDS: u32 = 4;
+/// Namespaces per shard, and ConfigMaps per namespace.
+const PER_SHARD: usize = 2;
+const CONFIGMAPS: usize = 4;
+const LEASES_NS: &str = "kubesink-leases";
+const GROUP: &str = "kss";
+const LABEL: &str = "kubesink-test=shards";
+
+/// One scenario at a time: each starts an API server and three kubesinks on two cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `PER_SHARD` namespaces for each of the `SHARDS` shards, found by the same hash the API
+/// server and kubesink use, so that every shard has objects to follow.
+fn namespaces() -> Vec<String> {
+    let shards = Shard::all(SHARDS);
+    let mut per = vec![Vec::new(); shards.len()];
+    for k in 0.. {
+        let ns = format!("sh-{k}");
+        let at = shards
+            .iter()
+            .position(|s| s.holds(Some(&ns)))
+            .expect("one shard holds every namespace");
+        if per[at].len() < PER_SHARD {
+            per[at].push(ns);
+        }
+        if per.iter().all(|p| p.len() == PER_SHARD) {
+            break;
+        }
+    }
+    per.concat()
+}
+
+/// The units every replica spreads: the shards of cluster `huge`, as the configuration
+/// makes them.
+fn units() -> Vec<String> {
+    let config = Config {
+        clusters: Vec::new(),
+        cluster: kubesink::config::ClusterConfig {
+            name: "huge".into(),
+            shards: SHARDS,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    config.units().iter().map(Cluster::unit).collect()
+}
+
+fn write_config(dir: &std::path::Path, cp: &ControlPlane, nats: &str) -> std::path::PathBuf {
+    let path = dir.join("kubesink.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"[cluster]
+name = "huge"
+kubeconfig = {:?}
+shards = {SHARDS}
+[leader_election]
+enabled = true
+scale_out = true
+lease_name = "{GROUP}"
+lease_namespace = "{LEASES_NS}"
+lease_duration = "4s"
+renew_deadline = "2500ms"
+retry_period = "500ms"
+[pipeline]
+linger = "20ms"
+[state]
+backend = "nats"
+[state.nats]
+servers = [{nats:?}]
+[[resources]]
+api_version = "v1"
+kind = "ConfigMap"
+label_selector = "{LABEL}"
+[[resources]]
+api_version = "v1"
+kind = "Namespace"
+label_selector = "{LABEL}"
+[[sinks]]
+type = "stdout"
+"#,
+            cp.admin_kubeconfig
+        ),
+    )
+    .expect("config");
+    path
+}
+
+fn config_map(ns: &str, name: &str, v: u64) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kubesink-test": "shards"}},
+        "data": {"v": v.to_string()}})
+}
+
+/// The scenario, on an API server whose `ShardedListAndWatch` gate is `gate`.
+async fn four_shards_over_two_replicas(gate: bool) {
+    let _one = SERIAL.lock().await;
+    let options = Options {
+        feature_gates: vec![format!("ShardedListAndWatch={gate}")],
+        ..Default::default()
+    };
+    let cp = tokio::task::spawn_blocking(move || ControlPlane::start(options))
+        .await
+        .expect("control plane");
+    let client = cp.admin().await;
+    let nats = nats_server::NatsServer::start("");
+    let namespaces = namespaces();
+    for ns in namespaces.iter().map(String::as_str).chain([LEASES_NS]) {
+        create(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kubesink-test": "shards", "v": "0"}}}),
+        )
+        .await;
+    }
+    let keys: Vec<(String, String)> = namespaces
+        .iter()
+        .flat_map(|ns| (0..CONFIGMAPS).map(move |i| (ns.clone(), format!("cm-{i}"))))
+        .collect();
+    for (ns, name) in &keys {
+        create(&client, config_map(ns, name, 0)).await;
+    }
+    // Churn: an edit every 40 ms, round robin over every key; every 11th a delete and a
+    // re-create under the same name (a new uid, the same shard); every 17th a namespace's
+    // label changes (a cluster-scoped update).
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (stop, client, keys, namespaces) = (
+            stop.clone(),
+            client.clone(),
+            keys.clone(),
+            namespaces.clone(),
+        );
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let (ns, name) = &keys[n as usize % keys.len()];
+                if n.is_multiple_of(11) {
+                    delete(&client, "v1", "ConfigMap", Some(ns), name).await;
+                    create(&client, config_map(ns, name, n)).await;
+                } else {
+                    patch(
+                        &client,
+                        "v1",
+                        "ConfigMap",
+                        Some(ns),
+                        name,
+                        json!({"data": {"v": n.to_string()}}),
+                    )
+                    .await;
+                }
+                if n.is_multiple_of(17) {
+                    let ns = &namespaces[n as usize % namespaces.len()];
+                    patch(
+                        &client,
+                        "v1",
+                        "Namespace",
+                        None,
+                        ns,
+                        json!({"metadata": {"labels": {"v": n.to_string()}}}),
+                    )
+                    .await;
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            n
+        })
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &cp, &nats.url());
+    // `check --online` tells which of the two this API server is.
+    let checked = support::run_kubesink(
+        &[
+            "check",
+            "--online",
+            "--config",
+            &config.display().to_string(),
+        ],
+        b"",
+    )
+    .await;
+    let said = format!("{}{}", checked.stdout, checked.stderr);
+    let want = match gate {
+        true => "the API server filters lists and watches by shard",
+        false => "the API server ignores shardSelector",
+    };
+    assert!(
+        checked.code == Some(0) && said.contains("huge shards (4): ") && said.contains(want),
+        "check --online, gate {gate}: {:?}\n{said}",
+        checked.code
+    );
+    let id = |name: &'static str| [("KUBESINK_LEADER_ELECTION__IDENTITY", name)];
+    let units = units();
+    let at = (LEASES_NS, GROUP);
+    let a = Kubesink::start(BIN, &config, dir.path(), "a", &id("a"));
+    let b = Kubesink::start(BIN, &config, dir.path(), "b", &id("b"));
+    held_as_assigned(
+        &client,
+        "four shards over a and b",
+        at,
+        &units,
+        &["a", "b"],
+        &[&a, &b],
+        LONG,
+    )
+    .await;
+
+    // Each replica follows only its shards: with the gate on the server filtered (its
+    // sharded-watch gauge counts kubesink's watches, and no replica dropped an object
+    // itself); with it off, the replicas dropped the other shards' objects themselves.
+    wait_until("the replicas to have read their shards", LONG, || async {
+        let (ma, ..) = observe(&a).await;
+        let (mb, ..) = observe(&b).await;
+        let foreign: f64 = [&ma, &mb]
+            .iter()
+            .map(|m| metric_value(m, "kubesink_shard_foreign_objects_total", &[]))
+            .sum();
+        let delivered: f64 = [&ma, &mb]
+            .iter()
+            .map(|m| metric_value(m, "kubesink_sink_delivered_messages_total", &[]))
+            .sum();
+        let sharded_watches = cp
+            .metric("apiserver_watch_shards_total", &[("resource", "configmaps")])
+            .await;
+        let ok = match gate {
+            true => foreign == 0.0 && sharded_watches >= SHARDS as f64 && delivered > 0.0,
+            false => foreign > 0.0 && delivered > 0.0,
+        };
+        ok.then_some(()).ok_or_else(|| {
+            format!("gate {gate}: foreign {foreign}, delivered {delivered}, the API server's sharded watches of ConfigMaps {sharded_watches}")
+        })
+    })
+    .await;
+
+    // SIGKILL b mid-churn: a takes its shards; then b2 joins and takes some back.
+    let b_out = b.kill().await;
+    held_as_assigned(
+        &client,
+        "a alone holds the four shards",
+        at,
+        &units,
+        &["a"],
+        &[&a],
+        LONG,
+    )
+    .await;
+    let b2 = Kubesink::start(BIN, &config, dir.path(), "b2", &id("b2"));
+    held_as_assigned(
+        &client,
+        "four shards over a and b2",
+        at,
+        &units,
+        &["a", "b2"],
+        &[&a, &b2],
+        LONG,
+    )
+    .await;
+
+    stop.store(true, Ordering::Relaxed);
+    let edits = churn.await.expect("churn");
+    eprintln!("gate {gate}: {edits} edits under churn");
+    let mut final_out = Vec::new();
+    wait_until(
+        "the cluster's fold to equal the API server",
+        LONG,
+        || async {
+            let labelled = |o: &kube::api::DynamicObject| {
+                o.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("kubesink-test"))
+                    .is_some_and(|v| v == "shards")
+            };
+            let live = live_state(
+                &client,
+                &[("v1", "ConfigMap"), ("v1", "Namespace")],
+                labelled,
+            )
+            .await;
+            let outputs = vec![a.messages(), b_out.clone(), b2.messages()];
+            let msgs = per_cluster(&outputs).remove("huge").unwrap_or_default();
+            fold_equals(&live, &msgs, Expect::STRICT.restarts(), |_| true)
+        },
+    )
+    .await;
+    wait_until(
+        "both replicas ready (every held shard listed)",
+        LONG,
+        || async {
+            let (_, ca, _) = observe(&a).await;
+            let (_, cb, body) = observe(&b2).await;
+            (ca == 200 && cb == 200)
+                .then_some(())
+                .ok_or_else(|| format!("/readyz: a {ca}, b2 {cb} {body}"))
+        },
+    )
+    .await;
+    // The figure docs/scale-out.md gives: what each replica read (list items and watch
+    // events) and what it dropped as another shard's, gate on against gate off.
+    for (name, k) in [("a", &a), ("b2", &b2)] {
+        let (m, ..) = observe(k).await;
+        let read: f64 = ["listed", "added", "modified", "deleted"]
+            .iter()
+            .map(|t| metric_value(&m, "kubesink_watch_events_total", &[("type", t)]))
+            .sum();
+        let foreign = metric_value(&m, "kubesink_shard_foreign_objects_total", &[]);
+        eprintln!("figure: gate {gate}: replica {name} read {read} objects and events, dropped {foreign} of other shards");
+    }
+    final_out.push(b2.terminate().await);
+    final_out.push(a.terminate().await);
+    // Every message names the cluster, never a shard.
+    let clusters: std::collections::BTreeSet<String> = final_out
+        .iter()
+        .chain([&b_out])
+        .flatten()
+        .filter_map(|m| m["cluster"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        clusters,
+        std::collections::BTreeSet::from(["huge".to_owned()])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_shards_over_two_replicas_fold_exactly_with_the_servers_sharded_list_and_watch() {
+    four_shards_over_two_replicas(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_shards_over_two_replicas_fold_exactly_with_the_client_side_fallback() {
+    four_shards_over_two_replicas(false).await;
+}
