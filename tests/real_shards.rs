@@ -326,6 +326,36 @@ async fn four_shards_over_two_replicas(gate: bool) {
         },
     )
     .await;
+    // What an operator runs: `kubesink fold --against-cluster` with the sharded
+    // configuration compares the stream with the whole cluster.
+    let stream = dir.path().join("stream.jsonl");
+    let outputs = vec![a.messages(), b_out.clone(), b2.messages()];
+    let lines: Vec<String> = per_cluster(&outputs)
+        .remove("huge")
+        .unwrap_or_default()
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    std::fs::write(&stream, lines.join("\n") + "\n").expect("stream file");
+    let folded = support::run_kubesink(
+        &[
+            "fold",
+            "--config",
+            &config.display().to_string(),
+            "--file",
+            &stream.display().to_string(),
+            "--against-cluster",
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        folded.code,
+        Some(0),
+        "fold --against-cluster, gate {gate}:\n{}{}",
+        folded.stdout,
+        folded.stderr
+    );
     wait_until(
         "both replicas ready (every held shard listed)",
         LONG,
@@ -349,7 +379,46 @@ async fn four_shards_over_two_replicas(gate: bool) {
         let foreign = metric_value(&m, "kubesink_shard_foreign_objects_total", &[]);
         eprintln!("figure: gate {gate}: replica {name} read {read} objects and events, dropped {foreign} of other shards");
     }
+    // A rolling update with the churn stopped: b2 leaves (SIGTERM: drain, save, release; a
+    // takes its shards), b3 joins and takes its share back from a. Each move resumes from
+    // that shard's own saved state, and nothing changed: nothing may be sent.
+    let a_before = a.messages().len();
     final_out.push(b2.terminate().await);
+    let b3 = Kubesink::start(BIN, &config, dir.path(), "b3", &id("b3"));
+    held_as_assigned(
+        &client,
+        "four shards over a and b3",
+        at,
+        &units,
+        &["a", "b3"],
+        &[&a, &b3],
+        LONG,
+    )
+    .await;
+    wait_until("a and b3 ready (every held shard listed)", LONG, || async {
+        let (_, ca, _) = observe(&a).await;
+        let (_, cb, body) = observe(&b3).await;
+        (ca == 200 && cb == 200)
+            .then_some(())
+            .ok_or_else(|| format!("/readyz: a {ca}, b3 {cb} {body}"))
+    })
+    .await;
+    let resent: Vec<String> = a.messages()[a_before..]
+        .iter()
+        .chain(b3.messages().iter())
+        .map(|m| format!("{} {} {}", m["op"], m["key"], m["initial"]))
+        .collect();
+    eprintln!(
+        "figure: gate {gate}: {} messages sent by the moves of a rolling update with nothing changed",
+        resent.len()
+    );
+    assert!(
+        resent.is_empty(),
+        "gate {gate}: the moves re-sent {} messages: {:?}",
+        resent.len(),
+        &resent[..resent.len().min(5)]
+    );
+    final_out.push(b3.terminate().await);
     final_out.push(a.terminate().await);
     // Every message names the cluster, never a shard.
     let clusters: std::collections::BTreeSet<String> = final_out

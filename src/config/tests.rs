@@ -1115,6 +1115,16 @@ fn shards_split_one_cluster_into_units_of_scale_out_and_need_it() {
                 "{bad}: {e}"
             );
         }
+        // A sync marker stands for a whole list; a shard's is a part.
+        jail.create_file(
+            "markers.toml",
+            &format!("{base}[cluster]\nname = \"huge\"\nshards = 2\n{scale_out}[pipeline]\nsync_markers = true\n"),
+        )?;
+        let e = load(Some(Path::new("markers.toml"))).expect_err("refused");
+        assert!(
+            e.to_string().contains("cluster.shards") && e.to_string().contains("sync_markers"),
+            "{e}"
+        );
         // A mixed fleet: whole clusters and the shards of one, each a unit.
         jail.create_file(
             "mixed.toml",
