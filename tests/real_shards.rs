@@ -3,10 +3,13 @@
 //! four ways by the FNV-1a hash of each object's namespace, each shard a unit with its own
 //! Lease, watches and saved state (in NATS), under churn (edits, deletes and re-creations
 //! under the same names, namespace label changes); one replica SIGKILLed mid-churn and
-//! another started in its place. The cluster's stream (both replicas' stdout, each key's
+//! another started in its place, that one frozen (SIGSTOP) past its Leases and woken (it
+//! exits 3) and a third started. The cluster's stream (every replica's stdout, each key's
 //! messages in holder order) folds to the API server's exact state, uid and resourceVersion,
 //! for the ConfigMaps of eight namespaces spread over the four shards and for the
-//! cluster-scoped Namespaces (all in one shard).
+//! cluster-scoped Namespaces (all in one shard); `kubesink fold --against-cluster` agrees.
+//! Then, with the churn stopped, a rolling update of one replica sends nothing: every shard
+//! resumes from its own saved state.
 //!
 //! Twice: with the API server's `ShardedListAndWatch` feature gate on (the server filters:
 //! its `apiserver_watch_shards_total` counts kubesink's sharded watches, and no replica drops
@@ -287,7 +290,7 @@ async fn four_shards_over_two_replicas(gate: bool) {
         LONG,
     )
     .await;
-    let b2 = Kubesink::start(BIN, &config, dir.path(), "b2", &id("b2"));
+    let mut b2 = Kubesink::start(BIN, &config, dir.path(), "b2", &id("b2"));
     held_as_assigned(
         &client,
         "four shards over a and b2",
@@ -295,6 +298,39 @@ async fn four_shards_over_two_replicas(gate: bool) {
         &units,
         &["a", "b2"],
         &[&a, &b2],
+        LONG,
+    )
+    .await;
+
+    // SIGSTOP b2 past its Leases mid-churn: a takes its shards; b2, woken, exits 3 without
+    // emitting more (the fences of its shards closed at their renew deadline); b3 joins.
+    b2.signal("STOP");
+    held_as_assigned(
+        &client,
+        "the frozen b2's shards taken by a",
+        at,
+        &units,
+        &["a"],
+        &[&a],
+        LONG,
+    )
+    .await;
+    let code = b2.signal_and_wait("CONT", LONG).await;
+    assert_eq!(
+        code,
+        Some(Some(3)),
+        "b2 woke after losing its Leases: exits 3\n{}",
+        b2.stderr()
+    );
+    let b2_out = b2.messages();
+    let b3 = Kubesink::start(BIN, &config, dir.path(), "b3", &id("b3"));
+    held_as_assigned(
+        &client,
+        "four shards over a and b3",
+        at,
+        &units,
+        &["a", "b3"],
+        &[&a, &b3],
         LONG,
     )
     .await;
@@ -320,7 +356,7 @@ async fn four_shards_over_two_replicas(gate: bool) {
                 labelled,
             )
             .await;
-            let outputs = vec![a.messages(), b_out.clone(), b2.messages()];
+            let outputs = vec![a.messages(), b_out.clone(), b2_out.clone(), b3.messages()];
             let msgs = per_cluster(&outputs).remove("huge").unwrap_or_default();
             fold_equals(&live, &msgs, Expect::STRICT.restarts(), |_| true)
         },
@@ -329,7 +365,7 @@ async fn four_shards_over_two_replicas(gate: bool) {
     // What an operator runs: `kubesink fold --against-cluster` with the sharded
     // configuration compares the stream with the whole cluster.
     let stream = dir.path().join("stream.jsonl");
-    let outputs = vec![a.messages(), b_out.clone(), b2.messages()];
+    let outputs = vec![a.messages(), b_out.clone(), b2_out.clone(), b3.messages()];
     let lines: Vec<String> = per_cluster(&outputs)
         .remove("huge")
         .unwrap_or_default()
@@ -361,16 +397,16 @@ async fn four_shards_over_two_replicas(gate: bool) {
         LONG,
         || async {
             let (_, ca, _) = observe(&a).await;
-            let (_, cb, body) = observe(&b2).await;
+            let (_, cb, body) = observe(&b3).await;
             (ca == 200 && cb == 200)
                 .then_some(())
-                .ok_or_else(|| format!("/readyz: a {ca}, b2 {cb} {body}"))
+                .ok_or_else(|| format!("/readyz: a {ca}, b3 {cb} {body}"))
         },
     )
     .await;
     // The figure docs/scale-out.md gives: what each replica read (list items and watch
     // events) and what it dropped as another shard's, gate on against gate off.
-    for (name, k) in [("a", &a), ("b2", &b2)] {
+    for (name, k) in [("a", &a), ("b3", &b3)] {
         let (m, ..) = observe(k).await;
         let read: f64 = ["listed", "added", "modified", "deleted"]
             .iter()
@@ -379,33 +415,33 @@ async fn four_shards_over_two_replicas(gate: bool) {
         let foreign = metric_value(&m, "kubesink_shard_foreign_objects_total", &[]);
         eprintln!("figure: gate {gate}: replica {name} read {read} objects and events, dropped {foreign} of other shards");
     }
-    // A rolling update with the churn stopped: b2 leaves (SIGTERM: drain, save, release; a
-    // takes its shards), b3 joins and takes its share back from a. Each move resumes from
+    // A rolling update with the churn stopped: b3 leaves (SIGTERM: drain, save, release; a
+    // takes its shards), b4 joins and takes its share back from a. Each move resumes from
     // that shard's own saved state, and nothing changed: nothing may be sent.
     let a_before = a.messages().len();
-    final_out.push(b2.terminate().await);
-    let b3 = Kubesink::start(BIN, &config, dir.path(), "b3", &id("b3"));
+    final_out.push(b3.terminate().await);
+    let b4 = Kubesink::start(BIN, &config, dir.path(), "b4", &id("b4"));
     held_as_assigned(
         &client,
-        "four shards over a and b3",
+        "four shards over a and b4",
         at,
         &units,
-        &["a", "b3"],
-        &[&a, &b3],
+        &["a", "b4"],
+        &[&a, &b4],
         LONG,
     )
     .await;
-    wait_until("a and b3 ready (every held shard listed)", LONG, || async {
+    wait_until("a and b4 ready (every held shard listed)", LONG, || async {
         let (_, ca, _) = observe(&a).await;
-        let (_, cb, body) = observe(&b3).await;
+        let (_, cb, body) = observe(&b4).await;
         (ca == 200 && cb == 200)
             .then_some(())
-            .ok_or_else(|| format!("/readyz: a {ca}, b3 {cb} {body}"))
+            .ok_or_else(|| format!("/readyz: a {ca}, b4 {cb} {body}"))
     })
     .await;
     let resent: Vec<String> = a.messages()[a_before..]
         .iter()
-        .chain(b3.messages().iter())
+        .chain(b4.messages().iter())
         .map(|m| format!("{} {} {}", m["op"], m["key"], m["initial"]))
         .collect();
     eprintln!(
@@ -418,12 +454,12 @@ async fn four_shards_over_two_replicas(gate: bool) {
         resent.len(),
         &resent[..resent.len().min(5)]
     );
-    final_out.push(b3.terminate().await);
+    final_out.push(b4.terminate().await);
     final_out.push(a.terminate().await);
     // Every message names the cluster, never a shard.
     let clusters: std::collections::BTreeSet<String> = final_out
         .iter()
-        .chain([&b_out])
+        .chain([&b_out, &b2_out])
         .flatten()
         .filter_map(|m| m["cluster"].as_str().map(str::to_owned))
         .collect();
