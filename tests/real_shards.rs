@@ -137,6 +137,29 @@ fn config_map(ns: &str, name: &str, v: u64) -> serde_json::Value {
         "data": {"v": v.to_string()}})
 }
 
+/// Waits until the shards are held as the assignment over `replicas` (name, process) says.
+async fn held(client: &kube::Client, what: &str, replicas: &[(&str, &Kubesink)]) {
+    let members: Vec<&str> = replicas.iter().map(|(name, _)| *name).collect();
+    let logs: Vec<&Kubesink> = replicas.iter().map(|(_, k)| *k).collect();
+    let at = (LEASES_NS, GROUP);
+    held_as_assigned(client, what, at, &units(), &members, &logs, LONG).await;
+}
+
+/// Waits until every replica's `/readyz` answers 200: every shard it holds is listed.
+async fn ready(replicas: &[(&str, &Kubesink)]) {
+    wait_until("the replicas ready (every held shard listed)", LONG, || async {
+        let mut not = Vec::new();
+        for (name, k) in replicas {
+            let (_, code, body) = observe(k).await;
+            if code != 200 {
+                not.push(format!("{name}: /readyz {code} {body}"));
+            }
+        }
+        not.is_empty().then_some(()).ok_or_else(|| not.join("; "))
+    })
+    .await;
+}
+
 /// The scenario, on an API server whose `ShardedListAndWatch` gate is `gate`.
 async fn four_shards_over_two_replicas(gate: bool) {
     let _one = SERIAL.lock().await;
@@ -236,20 +259,9 @@ async fn four_shards_over_two_replicas(gate: bool) {
         checked.code
     );
     let id = |name: &'static str| [("KUBESINK_LEADER_ELECTION__IDENTITY", name)];
-    let units = units();
-    let at = (LEASES_NS, GROUP);
     let a = Kubesink::start(BIN, &config, dir.path(), "a", &id("a"));
     let b = Kubesink::start(BIN, &config, dir.path(), "b", &id("b"));
-    held_as_assigned(
-        &client,
-        "four shards over a and b",
-        at,
-        &units,
-        &["a", "b"],
-        &[&a, &b],
-        LONG,
-    )
-    .await;
+    held(&client, "four shards over a and b", &[("a", &a), ("b", &b)]).await;
 
     // Each replica follows only its shards: with the gate on the server filtered (its
     // sharded-watch gauge counts kubesink's watches, and no replica dropped an object
@@ -280,41 +292,14 @@ async fn four_shards_over_two_replicas(gate: bool) {
 
     // SIGKILL b mid-churn: a takes its shards; then b2 joins and takes some back.
     let b_out = b.kill().await;
-    held_as_assigned(
-        &client,
-        "a alone holds the four shards",
-        at,
-        &units,
-        &["a"],
-        &[&a],
-        LONG,
-    )
-    .await;
+    held(&client, "a alone holds the four shards", &[("a", &a)]).await;
     let mut b2 = Kubesink::start(BIN, &config, dir.path(), "b2", &id("b2"));
-    held_as_assigned(
-        &client,
-        "four shards over a and b2",
-        at,
-        &units,
-        &["a", "b2"],
-        &[&a, &b2],
-        LONG,
-    )
-    .await;
+    held(&client, "four shards over a and b2", &[("a", &a), ("b2", &b2)]).await;
 
     // SIGSTOP b2 past its Leases mid-churn: a takes its shards; b2, woken, exits 3 without
     // emitting more (the fences of its shards closed at their renew deadline); b3 joins.
     b2.signal("STOP");
-    held_as_assigned(
-        &client,
-        "the frozen b2's shards taken by a",
-        at,
-        &units,
-        &["a"],
-        &[&a],
-        LONG,
-    )
-    .await;
+    held(&client, "the frozen b2's shards taken by a", &[("a", &a)]).await;
     let code = b2.signal_and_wait("CONT", LONG).await;
     assert_eq!(
         code,
@@ -324,16 +309,7 @@ async fn four_shards_over_two_replicas(gate: bool) {
     );
     let b2_out = b2.messages();
     let b3 = Kubesink::start(BIN, &config, dir.path(), "b3", &id("b3"));
-    held_as_assigned(
-        &client,
-        "four shards over a and b3",
-        at,
-        &units,
-        &["a", "b3"],
-        &[&a, &b3],
-        LONG,
-    )
-    .await;
+    held(&client, "four shards over a and b3", &[("a", &a), ("b3", &b3)]).await;
 
     stop.store(true, Ordering::Relaxed);
     let edits = churn.await.expect("churn");
@@ -392,18 +368,7 @@ async fn four_shards_over_two_replicas(gate: bool) {
         folded.stdout,
         folded.stderr
     );
-    wait_until(
-        "both replicas ready (every held shard listed)",
-        LONG,
-        || async {
-            let (_, ca, _) = observe(&a).await;
-            let (_, cb, body) = observe(&b3).await;
-            (ca == 200 && cb == 200)
-                .then_some(())
-                .ok_or_else(|| format!("/readyz: a {ca}, b3 {cb} {body}"))
-        },
-    )
-    .await;
+    ready(&[("a", &a), ("b3", &b3)]).await;
     // The figure docs/scale-out.md gives: what each replica read (list items and watch
     // events) and what it dropped as another shard's, gate on against gate off.
     for (name, k) in [("a", &a), ("b3", &b3)] {
@@ -421,24 +386,8 @@ async fn four_shards_over_two_replicas(gate: bool) {
     let a_before = a.messages().len();
     final_out.push(b3.terminate().await);
     let b4 = Kubesink::start(BIN, &config, dir.path(), "b4", &id("b4"));
-    held_as_assigned(
-        &client,
-        "four shards over a and b4",
-        at,
-        &units,
-        &["a", "b4"],
-        &[&a, &b4],
-        LONG,
-    )
-    .await;
-    wait_until("a and b4 ready (every held shard listed)", LONG, || async {
-        let (_, ca, _) = observe(&a).await;
-        let (_, cb, body) = observe(&b4).await;
-        (ca == 200 && cb == 200)
-            .then_some(())
-            .ok_or_else(|| format!("/readyz: a {ca}, b4 {cb} {body}"))
-    })
-    .await;
+    held(&client, "four shards over a and b4", &[("a", &a), ("b4", &b4)]).await;
+    ready(&[("a", &a), ("b4", &b4)]).await;
     let resent: Vec<String> = a.messages()[a_before..]
         .iter()
         .chain(b4.messages().iter())
