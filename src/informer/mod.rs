@@ -381,6 +381,13 @@ impl Informer {
         }
     }
 
+    /// [`Informer::foreign`] for a list item that does not decode: by its name and namespace
+    /// as far as they read; never when its name does not.
+    fn foreign_key(&mut self, item: &str) -> bool {
+        let meta = MinimalMeta::read(item).unwrap_or_default();
+        meta.name.is_some() && self.foreign(meta.namespace.as_deref())
+    }
+
     /// Whether an object in `namespace` is outside this watch's shard: then it is counted and
     /// dropped, as if the server had filtered it (it would have, with its
     /// `ShardedListAndWatch` gate on). The first such object is logged: the server ignores
@@ -1083,14 +1090,9 @@ impl Informer {
         let event = match RawObject::parse(item) {
             Ok(obj) if self.foreign(obj.namespace()) => return Ok(()),
             Ok(obj) => Event::Listed(obj),
-            Err(_)
-                if self.foreign(
-                    MinimalMeta::read(item)
-                        .unwrap_or_default()
-                        .namespace
-                        .as_deref(),
-                ) =>
-            {
+            // An unreadable item is another shard's only when its key is readable: one
+            // without even a name turns the sweep off below, whichever shard it is of.
+            Err(_) if self.foreign_key(item) => {
                 return Ok(())
             }
             Err(e) => match self.unreadable_item(index, item, &e) {
