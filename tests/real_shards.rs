@@ -147,16 +147,20 @@ async fn held(client: &kube::Client, what: &str, replicas: &[(&str, &Kubesink)])
 
 /// Waits until every replica's `/readyz` answers 200: every shard it holds is listed.
 async fn ready(replicas: &[(&str, &Kubesink)]) {
-    wait_until("the replicas ready (every held shard listed)", LONG, || async {
-        let mut not = Vec::new();
-        for (name, k) in replicas {
-            let (_, code, body) = observe(k).await;
-            if code != 200 {
-                not.push(format!("{name}: /readyz {code} {body}"));
+    wait_until(
+        "the replicas ready (every held shard listed)",
+        LONG,
+        || async {
+            let mut not = Vec::new();
+            for (name, k) in replicas {
+                let (_, code, body) = observe(k).await;
+                if code != 200 {
+                    not.push(format!("{name}: /readyz {code} {body}"));
+                }
             }
-        }
-        not.is_empty().then_some(()).ok_or_else(|| not.join("; "))
-    })
+            not.is_empty().then_some(()).ok_or_else(|| not.join("; "))
+        },
+    )
     .await;
 }
 
@@ -294,7 +298,12 @@ async fn four_shards_over_two_replicas(gate: bool) {
     let b_out = b.kill().await;
     held(&client, "a alone holds the four shards", &[("a", &a)]).await;
     let mut b2 = Kubesink::start(BIN, &config, dir.path(), "b2", &id("b2"));
-    held(&client, "four shards over a and b2", &[("a", &a), ("b2", &b2)]).await;
+    held(
+        &client,
+        "four shards over a and b2",
+        &[("a", &a), ("b2", &b2)],
+    )
+    .await;
 
     // SIGSTOP b2 past its Leases mid-churn: a takes its shards; b2, woken, exits 3 without
     // emitting more (the fences of its shards closed at their renew deadline); b3 joins.
@@ -309,7 +318,12 @@ async fn four_shards_over_two_replicas(gate: bool) {
     );
     let b2_out = b2.messages();
     let b3 = Kubesink::start(BIN, &config, dir.path(), "b3", &id("b3"));
-    held(&client, "four shards over a and b3", &[("a", &a), ("b3", &b3)]).await;
+    held(
+        &client,
+        "four shards over a and b3",
+        &[("a", &a), ("b3", &b3)],
+    )
+    .await;
 
     stop.store(true, Ordering::Relaxed);
     let edits = churn.await.expect("churn");
@@ -386,7 +400,12 @@ async fn four_shards_over_two_replicas(gate: bool) {
     let a_before = a.messages().len();
     final_out.push(b3.terminate().await);
     let b4 = Kubesink::start(BIN, &config, dir.path(), "b4", &id("b4"));
-    held(&client, "four shards over a and b4", &[("a", &a), ("b4", &b4)]).await;
+    held(
+        &client,
+        "four shards over a and b4",
+        &[("a", &a), ("b4", &b4)],
+    )
+    .await;
     ready(&[("a", &a), ("b4", &b4)]).await;
     let resent: Vec<String> = a.messages()[a_before..]
         .iter()

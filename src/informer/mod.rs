@@ -1092,9 +1092,7 @@ impl Informer {
             Ok(obj) => Event::Listed(obj),
             // An unreadable item is another shard's only when its key is readable: one
             // without even a name turns the sweep off below, whichever shard it is of.
-            Err(_) if self.foreign_key(item) => {
-                return Ok(())
-            }
+            Err(_) if self.foreign_key(item) => return Ok(()),
             Err(e) => match self.unreadable_item(index, item, &e) {
                 Some(event) => event,
                 None => {

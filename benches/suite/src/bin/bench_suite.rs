@@ -28,9 +28,13 @@
 //!    OpenTelemetry Collector with the k8sobjects receiver on the same real API server, their
 //!    sync, memory and CPU, churn latency, and what each delivers after a gap;
 //! 9. the cost of a resource's CEL filter (`filters.rs`, `--only filters`): no filter, one
-//!    condition, five, on the simulator.
+//!    condition, five, on the simulator;
+//! 10. one huge cluster split over replicas (`shards.rs`, `--only shards`, not part of the full
+//!    run: it needs the control plane): per replica of a scale-out group holding 4 shards
+//!    against one replica holding the whole cluster, with the API server's
+//!    `ShardedListAndWatch` gate on and off: memory, CPU under churn, objects read.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters|shards [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
 //! `--only http` the HTTP sink into a local receiver, each format (`bench_suite/http.rs`,
 //! `results-http-*`), `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
@@ -71,6 +75,8 @@ mod peers;
 mod ports;
 #[path = "bench_suite/real.rs"]
 mod real;
+#[path = "bench_suite/shards.rs"]
+mod shards;
 #[path = "bench_suite/tail.rs"]
 mod tail;
 
@@ -810,7 +816,7 @@ struct Args {
     /// real kube-apiserver: sync, memory, CPU, and what each delivers after a gap).
     /// `http` (the HTTP sink into a local CloudEvents receiver: initial list, latency and CPU
     /// per change, each format).
-    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http", "filters"])]
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http", "filters", "shards"])]
     only: Option<String>,
     /// With `--only peers`: the number of Pods (default 100,000; 1,000 with `--quick`); the
     /// gap deletes and creates 1% of them (at least 10). The results file names the count
@@ -965,6 +971,27 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(
             out.join(format!("results-real-server-{mode}.json")),
             serde_json::to_string_pretty(&real::json(&report))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
+    if only.as_deref() == Some("shards") {
+        let (pods, patches) = if quick {
+            (2_000, 500)
+        } else {
+            (40_000, 10_000)
+        };
+        let report = shards::run(&ctx, pods, patches)?;
+        let md = format!(
+            "<!-- written by bench-suite --only shards ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            shards::markdown(&report)
+        );
+        std::fs::write(out.join(format!("results-shards-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-shards-{mode}.json")),
+            serde_json::to_string_pretty(&shards::json(&report))?,
         )?;
         std::io::stdout().write_all(md.as_bytes())?;
         return Ok(());
