@@ -29,10 +29,10 @@
 //!    sync, memory and CPU, churn latency, and what each delivers after a gap;
 //! 9. the cost of a resource's CEL filter (`filters.rs`, `--only filters`): no filter, one
 //!    condition, five, on the simulator;
-//! 10. one huge cluster split over replicas (`shards.rs`, `--only shards`, not part of the full
-//!    run: it needs the control plane): per replica of a scale-out group holding 4 shards
-//!    against one replica holding the whole cluster, with the API server's
-//!    `ShardedListAndWatch` gate on and off: memory, CPU under churn, objects read.
+//! 10. one huge cluster split over replicas (`shards.rs`, `--only shards`, not part of the
+//!     full run: it needs the control plane): per replica of a scale-out group holding 4
+//!     shards against one replica holding the whole cluster, with the API server's
+//!     `ShardedListAndWatch` gate on and off: memory, CPU under churn, objects read.
 //!
 //! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters|shards [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
