@@ -136,12 +136,22 @@ pub(super) async fn populate_with(
     pods: usize,
     make: fn(&str, usize) -> Value,
 ) -> anyhow::Result<f64> {
+    let namespaces: Vec<String> = (0..NAMESPACES).map(|n| format!("bench-{n}")).collect();
+    populate_in(cp, pods, &namespaces, make).await
+}
+
+/// [`populate_with`] over the namespaces `namespaces` (Pod `i` in `namespaces[i % len]`).
+pub(super) async fn populate_in(
+    cp: &ControlPlane,
+    pods: usize,
+    namespaces: &[String],
+    make: fn(&str, usize) -> Value,
+) -> anyhow::Result<f64> {
     let client = kube_server::client_of(&cp.admin_kubeconfig)
         .await
         .map_err(anyhow::Error::msg)?;
     let started = Instant::now();
-    for n in 0..NAMESPACES {
-        let ns = format!("bench-{n}");
+    for ns in namespaces {
         post(
             &client,
             "/api/v1/namespaces",
@@ -160,11 +170,11 @@ pub(super) async fn populate_with(
         .map(|i| {
             let client = client.clone();
             async move {
-                let ns = format!("bench-{}", i % NAMESPACES);
+                let ns = &namespaces[i % namespaces.len()];
                 post(
                     &client,
                     &format!("/api/v1/namespaces/{ns}/pods"),
-                    make(&ns, i),
+                    make(ns, i),
                 )
                 .await
             }

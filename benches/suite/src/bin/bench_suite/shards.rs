@@ -1,10 +1,11 @@
 //! One huge cluster spread over replicas (`cluster.shards`, issue 43; `bench-suite --only
-//! shards`): what each replica of a scale-out group costs when one cluster is split four
-//! ways by namespace hash, against one replica holding the whole cluster, on a real
+//! shards`): what each replica of a scale-out group of two costs when one cluster is split
+//! four ways by namespace hash, against one replica holding the whole cluster, on a real
 //! kube-apiserver with its `ShardedListAndWatch` gate on (the server filters each shard's
 //! list and watch) and off (each replica reads everything and keeps its shards itself).
 //!
-//! Per setup: the Pods created through the API (`real.rs`'s Pods, 20 namespaces), the group
+//! Per setup: the Pods created through the API (`real.rs`'s Pods, in 20 namespaces named as
+//! teams name them, [`NAMESPACES`]), the group
 //! started and left to settle (the shards held as the assignment says, every Pod delivered),
 //! then a churn window of Pod label patches through the API; measured per replica: the
 //! shards it holds, the Pods it follows (`kubesink_objects`), its RSS after the window, its
@@ -28,14 +29,44 @@ use kubesink_bench::stats::mib;
 use serde_json::{json, Value};
 
 use super::kube_server::{self, ControlPlane};
-use super::real::{populate, NAMESPACES};
+use super::real::{pod, populate_in};
 use super::{Ctx, Kubesink};
 
-/// Shards of the cluster, and replicas of the sharded group.
+/// Shards of the cluster, and replicas of the sharded group: twice as many shards as
+/// replicas, as docs/operations.md advises (with bounded loads a member holds at most
+/// `ceil(1.25 × units / members)`, and with one unit per member some hold two and some none).
 const SHARDS: u32 = 4;
-const REPLICAS: usize = 4;
+const REPLICAS: usize = 2;
 /// Patches in flight during the churn window.
 const PATCHES_IN_FLIGHT: usize = 16;
+
+/// The namespaces of the Pods: names as teams and platforms give them, not a prefix and a
+/// number. The range of a shard is over the top bits of FNV-1a-64 (the API server's hash),
+/// in which names that differ only in their last character hardly differ: `bench-0` to
+/// `bench-19` all fall into one of four shards (docs/scale-out.md, "Balance"). These 20 fall
+/// 6 / 6 / 3 / 5.
+const NAMESPACES: [&str; 20] = [
+    "payments",
+    "checkout",
+    "search",
+    "catalog",
+    "auth",
+    "billing",
+    "logging",
+    "monitoring",
+    "ingress-nginx",
+    "cert-manager",
+    "argocd",
+    "istio-system",
+    "frontend",
+    "backend",
+    "data",
+    "ml",
+    "ci",
+    "web",
+    "api",
+    "cache",
+];
 
 /// One replica's figures.
 pub struct Replica {
@@ -161,9 +192,9 @@ async fn churn(cp: &ControlPlane, pods: usize, count: usize, round: usize) -> an
         .map(|n| {
             let client = client.clone();
             async move {
-                // Spread over every namespace (Pod i lives in bench-{i % NAMESPACES}).
+                // Spread over every namespace (Pod i lives in NAMESPACES[i % 20]).
                 let i = (n * 7919) % pods;
-                let ns = format!("bench-{}", i % NAMESPACES);
+                let ns = NAMESPACES[i % NAMESPACES.len()];
                 let name = format!("app-{}-7d4b9c8f6-{i:06}", i % 500);
                 let body = serde_json::to_vec(
                     &json!({"metadata": {"labels": {"churn": format!("{round}-{n}")}}}),
@@ -247,8 +278,8 @@ fn measure(
         eprintln!(
             "   {setup}: {} holds {} unit(s), {} Pods, RSS {:.1} MiB; during {patches} patches: CPU {:.2} s, read {}, dropped {}",
             r.identity,
-            r.units,
-            r.objects,
+            r.units + 0.0,
+            r.objects + 0.0,
             mib(r.rss),
             r.cpu_secs,
             r.read,
@@ -276,7 +307,8 @@ pub fn run(ctx: &Ctx, pods: usize, patches: usize) -> anyhow::Result<Report> {
             feature_gates: vec![format!("ShardedListAndWatch={gate}")],
             ..Default::default()
         });
-        let secs = ctx.rt.block_on(populate(&cp, pods))?;
+        let namespaces: Vec<String> = NAMESPACES.iter().map(|n| (*n).to_owned()).collect();
+        let secs = ctx.rt.block_on(populate_in(&cp, pods, &namespaces, pod))?;
         eprintln!("   {pods} Pods created in {secs:.0} s");
         if gate {
             runs.push(measure(
@@ -321,7 +353,7 @@ pub fn run(ctx: &Ctx, pods: usize, patches: usize) -> anyhow::Result<Report> {
 /// The part's table (Markdown): a row per replica of each setup.
 pub fn markdown(r: &Report) -> String {
     let mut md = format!(
-        "\n### One cluster of {} Pods (20 namespaces) split {SHARDS} ways over {REPLICAS} replicas, on a real kube-apiserver\n\nAfter the group settled, a churn window of Pod label patches through the API. Per replica: the units it holds (a shard, or the whole cluster), the Pods it follows, its RSS after the window, and during the window its CPU, the list items and watch events it read and those it dropped as other shards'.\n\n| setup | replica | units | Pods | RSS (MiB) | CPU in the window (s) | read | dropped | API server CPU (s) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "\n### One cluster of {} Pods (20 namespaces, 6 / 6 / 3 / 5 per shard) split {SHARDS} ways over {REPLICAS} replicas, on a real kube-apiserver\n\nAfter the group settled, a churn window of Pod label patches through the API. Per replica: the units it holds (a shard, or the whole cluster), the Pods it follows, its RSS after the window, and during the window its CPU, the list items and watch events it read and those it dropped as other shards'.\n\n| setup | replica | units | Pods | RSS (MiB) | CPU in the window (s) | read | dropped | API server CPU (s) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
         r.pods
     );
     for run in &r.runs {
@@ -337,12 +369,13 @@ pub fn markdown(r: &Report) -> String {
                 "| {} | {} | {} | {} | {:.1} | {:.2} | {} | {} | {server} |\n",
                 run.setup,
                 x.identity,
-                x.units,
-                x.objects,
+                // `+ 0.0`: a sum of no series is -0.
+                x.units + 0.0,
+                x.objects + 0.0,
                 mib(x.rss),
                 x.cpu_secs,
-                x.read,
-                x.foreign
+                x.read + 0.0,
+                x.foreign + 0.0
             );
         }
     }
