@@ -34,6 +34,11 @@ if [ -n "$quick" ] && [ -z "${BENCH_RELEASE:-}" ]; then
     # 1,000 Pods, 3 s of churn at each rate and a gap of 100, a few minutes.
     echo "== the Go peers side by side, quick (bench-suite --quick --only peers)"
     "$TARGET/debug/bench-suite" --quick --only peers --out "${BENCH_OUT:-$TARGET/bench-quick}"
+    # One cluster as 4 shards over 2 replicas against one replica holding it whole, the
+    # API server's ShardedListAndWatch gate on and off (a nats-server holds the state):
+    # 2,000 Pods, under a minute.
+    echo "== one cluster in shards over replicas, quick (bench-suite --quick --only shards)"
+    "$TARGET/debug/bench-suite" --quick --only shards --out "${BENCH_OUT:-$TARGET/bench-quick}"
   fi
   # The HTTP and OTLP sinks into their receivers (scripts/test.sh exports RECEIVERS_BIN_DIR):
   # 1,000 Pods and 5 s of churn per row, under a minute.

@@ -75,6 +75,7 @@ pub(super) async fn check(client: &Client, cluster: &Cluster, timeout: Duration)
         #[serde(default, rename = "shardInfo")]
         shard_info: Option<serde_json::Value>,
     }
+    let spread = spread(client, cluster.shards, timeout).await;
     match within(timeout, client.request::<List>(req)).await {
         Ok(List {
             metadata: Meta {
@@ -82,15 +83,50 @@ pub(super) async fn check(client: &Client, cluster: &Cluster, timeout: Duration)
             },
         }) => line(
             Verdict::Ok,
-            "the API server filters lists and watches by shard (ShardedListAndWatch on): each replica reads only its shards".to_owned(),
+            format!("the API server filters lists and watches by shard (ShardedListAndWatch on): each replica reads only its shards; {spread}"),
         ),
         Ok(_) => line(
             Verdict::Ok,
-            format!("the API server ignores shardSelector (ShardedListAndWatch off, or before Kubernetes 1.36): each replica will read the whole of each resource and keep its shards itself, {}× the reading of a filtered shard (kubesink_shard_foreign_objects_total counts what it drops)", cluster.shards),
+            format!("the API server ignores shardSelector (ShardedListAndWatch off, or before Kubernetes 1.36): each replica will read the whole of each resource and keep its shards itself, {}× the reading of a filtered shard (kubesink_shard_foreign_objects_total counts what it drops); {spread}", cluster.shards),
         ),
         Err(e) => line(
             Verdict::Fail,
             format!("a LIST of {}/{} with shard 0's shardSelector failed: {e}", res.api_version, res.kind),
         ),
+    }
+}
+
+/// How today's namespaces spread over the shards, in words: `namespaces per shard: 6 / 6 / 3
+/// / 5`, and a warning when one shard has more than twice its share (names that differ only
+/// in their last character hash close together in the top bits the ranges split on:
+/// docs/scale-out.md, "Balance"). Objects are not counted: namespaces are what a shard holds.
+async fn spread(client: &Client, shards: u32, timeout: Duration) -> String {
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let list = match within(timeout, api.list_metadata(&ListParams::default())).await {
+        Ok(l) => l,
+        Err(e) => {
+            return format!(
+                "today's namespaces could not be listed to show their spread over the shards: {e}"
+            )
+        }
+    };
+    let all = Shard::all(shards);
+    let mut counts = vec![0usize; all.len()];
+    for name in list.items.iter().filter_map(|n| n.metadata.name.as_deref()) {
+        if let Some(i) = all.iter().position(|s| s.holds(Some(name))) {
+            counts[i] += 1;
+        }
+    }
+    let total: usize = counts.iter().sum();
+    let words = counts
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(" / ");
+    let most = counts.iter().copied().max().unwrap_or(0);
+    let uneven = total > 0 && most * all.len() > 2 * total;
+    match uneven {
+        true => format!("today's {total} namespaces per shard: {words}: uneven (names that differ only in their last characters fall into one shard; docs/scale-out.md, \"Balance\")"),
+        false => format!("today's {total} namespaces per shard: {words}"),
     }
 }
