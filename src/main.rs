@@ -171,6 +171,14 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
             for line in kubesink::bridge::explain_routes(&c) {
                 println!("#   {line}");
             }
+            if c.leader_election.enabled && c.leader_election.scale_out {
+                let units: Vec<String> = c.units().iter().map(config::Cluster::unit).collect();
+                println!(
+                    "# scale-out: {} unit(s) spread over the group's replicas, each on a Lease of its own: {}",
+                    units.len(),
+                    units.join(", ")
+                );
+            }
             match warn(&c) {
                 0 => eprintln!("configuration OK"),
                 n => eprintln!("configuration OK, with {n} warning(s)"),

@@ -223,13 +223,21 @@ fn name_problems(problems: &mut Problems, key: &str, name: &str) {
 
 /// A `shards` setting's problems: out of range, set without scale-out (one process would
 /// only multiply its watches), or with sync markers (each marks a whole watch's list).
+/// Each is its own problem, so that one run reports them all; the conflict with sync markers
+/// is keyed at `pipeline.sync_markers`, so that its message names where that value came from.
 fn shard_problems(problems: &mut Problems, key: &str, shards: u32, c: &Config) {
     if shards == 0 || shards > MAX_SHARDS {
         problems.add(key, format!("{shards} is out of range: 1 to {MAX_SHARDS}"));
-    } else if shards > 1 && !(c.leader_election.enabled && c.leader_election.scale_out) {
+        return;
+    }
+    if shards < 2 {
+        return;
+    }
+    if !(c.leader_election.enabled && c.leader_election.scale_out) {
         problems.add(key, format!("{shards} shards need leader_election.enabled = true and leader_election.scale_out = true: the shards of a cluster are spread over the replicas of a scale-out group (in one process they would only multiply its watches)"));
-    } else if shards > 1 && c.pipeline.sync_markers {
-        problems.add(key, "shards and pipeline.sync_markers cannot be used together: a sync marker stands for a whole watch's list (docs/message-contract.md), and a shard lists only part of the resource, so a consumer sweeping on one shard's marker would drop the other shards' keys");
+    }
+    if c.pipeline.sync_markers {
+        problems.add("pipeline.sync_markers", format!("cannot be used with {key} = {shards}: a sync marker stands for a whole watch's list (docs/message-contract.md), and a shard lists only part of the resource, so a consumer sweeping on one shard's marker would drop the other shards' keys"));
     }
 }
 

@@ -1122,9 +1122,29 @@ fn shards_split_one_cluster_into_units_of_scale_out_and_need_it() {
         )?;
         let e = load(Some(Path::new("markers.toml"))).expect_err("refused");
         assert!(
-            e.to_string().contains("cluster.shards") && e.to_string().contains("sync_markers"),
+            e.to_string()
+                .contains("pipeline.sync_markers: cannot be used with cluster.shards = 2"),
             "{e}"
         );
+        // Every problem in one run, each naming where its own value came from.
+        jail.set_env("KUBESINK_PIPELINE__SYNC_MARKERS", "true");
+        jail.create_file(
+            "both.toml",
+            &format!("{base}[cluster]\nname = \"huge\"\nshards = 2\n"),
+        )?;
+        let e = load(Some(Path::new("both.toml")))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("cluster.shards: 2 shards need") && e.contains("(from file both.toml)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("pipeline.sync_markers: cannot be used")
+                && e.contains("KUBESINK_PIPELINE__SYNC_MARKERS"),
+            "{e}"
+        );
+        jail.set_env("KUBESINK_PIPELINE__SYNC_MARKERS", "false");
         // A mixed fleet: whole clusters and the shards of one, each a unit.
         jail.create_file(
             "mixed.toml",

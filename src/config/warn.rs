@@ -207,7 +207,15 @@ pub fn warnings(c: &Config) -> Vec<String> {
     out.extend(c.state.warnings());
     out.extend(unshared_state(c));
     out.extend(filter_warnings(c));
-    if c.leader_election.enabled && c.leader_election.scale_out && c.units().len() < 2 {
+    let shards_valid = c
+        .clusters()
+        .iter()
+        .all(|k| (1..=crate::config::MAX_SHARDS).contains(&k.shards));
+    if c.leader_election.enabled
+        && c.leader_election.scale_out
+        && shards_valid
+        && c.units().len() < 2
+    {
         out.push("leader_election.scale_out with one cluster: one replica holds it and the others stand by, as with leader election alone; scale-out spreads [[clusters]] entries, several of them, or the shards of a cluster (cluster.shards)".to_owned());
     }
     out

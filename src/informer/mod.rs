@@ -410,11 +410,12 @@ impl Informer {
     /// The span of this informer's log lines, with `strategy` once chosen. A root span: made
     /// while another of its spans is current, it must not nest in it.
     fn make_span(&self, strategy: Option<Strategy>) -> tracing::Span {
-        match strategy {
+        let span = match strategy {
             Some(s) => tracing::info_span!(
                 parent: None,
                 "informer",
                 cluster = %self.resource.cluster,
+                shard = tracing::field::Empty,
                 resource = %self.resource,
                 scope = %self.scope,
                 strategy = s.as_str()
@@ -423,14 +424,20 @@ impl Informer {
                 parent: None,
                 "informer",
                 cluster = %self.resource.cluster,
+                shard = tracing::field::Empty,
                 resource = %self.resource,
                 scope = %self.scope
             ),
+        };
+        // With shards, which one: several of a cluster may run in one process.
+        if let Some(shard) = self.shard {
+            span.record("shard", tracing::field::display(shard));
         }
+        span
     }
 
     /// Runs until `cancel` fires or the pipeline shuts down. Every log line inside carries
-    /// the span `informer{cluster, resource, scope}`.
+    /// the span `informer{cluster, shard (with shards), resource, scope}`.
     pub async fn run(mut self, cancel: CancellationToken) {
         self.span = self.make_span(None);
         /// Clears `running` however the loop ends (a panic included).

@@ -109,6 +109,13 @@ impl Shard {
     }
 }
 
+/// `{index}/{count}` (`1/4`): how logs name a shard beside its cluster.
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
 /// `0x` and 16 lowercase hex digits, or `0x10000000000000000` for 2^64: the server's form.
 fn hex(v: u128) -> String {
     format!("0x{v:016x}")

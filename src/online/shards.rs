@@ -87,7 +87,7 @@ pub(super) async fn check(client: &Client, cluster: &Cluster, timeout: Duration)
         ),
         Ok(_) => line(
             Verdict::Ok,
-            format!("the API server ignores shardSelector (ShardedListAndWatch off, or before Kubernetes 1.36): each replica will read the whole of each resource and keep its shards itself, {}× the reading of a filtered shard (kubesink_shard_foreign_objects_total counts what it drops); {spread}", cluster.shards),
+            format!("the API server ignores shardSelector (ShardedListAndWatch off, or before Kubernetes 1.36): each shard's watches will read the whole of each resource and keep only their shard (a replica holding k of the {} shards reads it k times; kubesink_shard_foreign_objects_total counts what is dropped): turn the gate on; {spread}", cluster.shards),
         ),
         Err(e) => line(
             Verdict::Fail,
@@ -123,10 +123,17 @@ async fn spread(client: &Client, shards: u32, timeout: Duration) -> String {
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(" / ");
+    // Cluster-scoped objects (Nodes, Namespaces) hash the empty namespace: all in one shard.
+    let scoped = all
+        .iter()
+        .position(|s| s.holds(None))
+        .map_or(String::new(), |i| {
+            format!(" (cluster-scoped objects, Nodes and Namespaces, all in shard {i})")
+        });
     let most = counts.iter().copied().max().unwrap_or(0);
     let uneven = total > 0 && most * all.len() > 2 * total;
     match uneven {
-        true => format!("today's {total} namespaces per shard: {words}: uneven (names that differ only in their last characters fall into one shard; docs/scale-out.md, \"Balance\")"),
-        false => format!("today's {total} namespaces per shard: {words}"),
+        true => format!("today's {total} namespaces per shard: {words}{scoped}: uneven (names that differ only in their last characters fall into one shard; docs/scale-out.md, \"Balance\")"),
+        false => format!("today's {total} namespaces per shard: {words}{scoped}"),
     }
 }
