@@ -310,40 +310,15 @@ pub fn run(ctx: &Ctx, pods: usize, patches: usize) -> anyhow::Result<Report> {
         let namespaces: Vec<String> = NAMESPACES.iter().map(|n| (*n).to_owned()).collect();
         let secs = ctx.rt.block_on(populate_in(&cp, pods, &namespaces, pod))?;
         eprintln!("   {pods} Pods created in {secs:.0} s");
-        if gate {
+        // (setup, shards, replicas) on this control plane.
+        let setups: &[(&'static str, u32, usize)] = match gate {
+            true => &[("whole", 1, 1), ("shards, gate on", SHARDS, REPLICAS)],
+            false => &[("shards, gate off", SHARDS, REPLICAS)],
+        };
+        for &(setup, shards, replicas) in setups {
+            let round = runs.len();
             runs.push(measure(
-                ctx,
-                &cp,
-                &nats,
-                "whole",
-                1,
-                1,
-                pods,
-                patches,
-                runs.len(),
-            )?);
-            runs.push(measure(
-                ctx,
-                &cp,
-                &nats,
-                "shards, gate on",
-                SHARDS,
-                REPLICAS,
-                pods,
-                patches,
-                runs.len(),
-            )?);
-        } else {
-            runs.push(measure(
-                ctx,
-                &cp,
-                &nats,
-                "shards, gate off",
-                SHARDS,
-                REPLICAS,
-                pods,
-                patches,
-                runs.len(),
+                ctx, &cp, &nats, setup, shards, replicas, pods, patches, round,
             )?);
         }
     }
