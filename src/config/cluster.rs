@@ -76,14 +76,7 @@ pub struct ClusterEntry {
     /// This cluster's resources. Default: the top-level `[[resources]]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Vec<ResourceConfig>>,
-    /// As `cluster.shards`: split this cluster's objects into this many shards by the hash of their namespace,
-    /// each held by one replica of the scale-out group (`leader_election.scale_out`, required)
-    /// with its own watches, Lease and saved state: for a cluster too big for one process
-    /// (`docs/scale-out.md`, "One huge cluster"). 1 to 256; default 1 (the whole cluster is
-    /// one unit). Cluster-scoped objects all fall into one shard. The API server filters when
-    /// its `ShardedListAndWatch` feature gate is on (Kubernetes 1.36+, alpha); else every
-    /// replica reads the whole resource and keeps its shard itself. Changing it re-lists every
-    /// shard from scratch (a new selection).
+    /// As `cluster.shards`, for this cluster: 1 to 256, default 1 (not split).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     #[schemars(range(min = 1, max = 256))]
     pub shards: u32,
@@ -226,7 +219,7 @@ fn name_problems(problems: &mut Problems, key: &str, name: &str) {
 /// Each is its own problem, so that one run reports them all; the conflict with sync markers
 /// is keyed at `pipeline.sync_markers`, so that its message names where that value came from.
 fn shard_problems(problems: &mut Problems, key: &str, shards: u32, c: &Config) {
-    if shards == 0 || shards > MAX_SHARDS {
+    if !Shard::valid_count(shards) {
         problems.add(key, format!("{shards} is out of range: 1 to {MAX_SHARDS}"));
         return;
     }

@@ -207,10 +207,11 @@ pub fn warnings(c: &Config) -> Vec<String> {
     out.extend(c.state.warnings());
     out.extend(unshared_state(c));
     out.extend(filter_warnings(c));
+    // An invalid `shards` is a problem of its own; the units it would make are not counted.
     let shards_valid = c
         .clusters()
         .iter()
-        .all(|k| (1..=crate::config::MAX_SHARDS).contains(&k.shards));
+        .all(|k| crate::config::Shard::valid_count(k.shards));
     if c.leader_election.enabled
         && c.leader_election.scale_out
         && shards_valid

@@ -391,7 +391,7 @@ impl Informer {
     /// Whether an object in `namespace` is outside this watch's shard: then it is counted and
     /// dropped, as if the server had filtered it (it would have, with its
     /// `ShardedListAndWatch` gate on). The first such object is logged: the server ignores
-    /// `shardSelector`, so every replica reads every object of the resource.
+    /// `shardSelector`, so each shard's watch reads every object of the resource.
     fn foreign(&mut self, namespace: Option<&str>) -> bool {
         let Some(shard) = self.shard else {
             return false;
@@ -402,7 +402,7 @@ impl Informer {
         self.stats.shard_foreign.fetch_add(1, Ordering::Relaxed);
         if !self.shard_fallback_logged {
             self.shard_fallback_logged = true;
-            tracing::warn!(shard = %shard.selector(), "the API server answered an object outside this watch's shard: it ignores shardSelector (feature gate ShardedListAndWatch off), so kubesink keeps its shard itself (the client-side fallback; every replica reads the whole resource; kubesink_shard_foreign_objects_total)");
+            tracing::warn!(shard = %shard.selector(), "the API server answered an object outside this watch's shard: it ignores shardSelector (feature gate ShardedListAndWatch off), so kubesink keeps its shard itself (the client-side fallback: each shard's watch reads the whole resource; kubesink_shard_foreign_objects_total)");
         }
         true
     }

@@ -39,6 +39,11 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// Whether a cluster may be split `count` ways: 1 (not split) to [`MAX_SHARDS`].
+    pub fn valid_count(count: u32) -> bool {
+        (1..=MAX_SHARDS).contains(&count)
+    }
+
     /// The shards of a cluster split `count` ways (none when `count` is 0 or 1: the whole
     /// cluster is one unit).
     pub fn all(count: u32) -> Vec<Shard> {

@@ -12,9 +12,9 @@
 //!   scope, so the API server validates the selectors (a bad one is 400 with its message) and
 //!   the list `run` starts with is known to work.
 //!
-//! With `shards > 1`, one line saying whether the API server filters by shard
-//! (`shards.rs`). With leader election, one more line for the Lease (`get`, `create`, `update`) on the
-//! cluster that holds it. A cluster that does not answer `/version` gets one line naming it
+//! With `shards > 1`, one line saying whether the API server filters by shard and how
+//! today's namespaces spread over the shards (`shards.rs`). With leader election, one more
+//! line for the Lease (`get`, `create`, `update`) on the cluster that holds it. A cluster that does not answer `/version` gets one line naming it
 //! and the error, and nothing else is asked of it. Every request is bounded by a timeout.
 //!
 //! This module only reads (discovery, LIST, access reviews, which the server does not

@@ -7,8 +7,8 @@
 //! when filtered (v0.37.2 `endpoints/handlers/response.go`, `asPartialObjectMetadataList`,
 //! copies only `resourceVersion`, `continue` and `remainingItemCount`), one reason the
 //! informer tells a server that ignores the selector by the objects it answers instead
-//! (`informer/shard.rs`). Either way `run` works: without the gate every replica reads the whole of each
-//! resource and keeps its shards itself.
+//! (`informer/shard.rs`). Either way `run` works: without the gate each shard's watches read
+//! the whole of each resource and keep only their shard.
 
 use std::time::Duration;
 
