@@ -216,13 +216,7 @@ impl Membership {
             let Some(name) = lease.metadata.name.clone() else {
                 continue;
             };
-            let role = lease
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ROLE_LABEL))
-                .cloned()
-                .unwrap_or_default();
+            let role = meta_value(lease.metadata.labels.as_ref(), ROLE_LABEL);
             let spec = lease.spec.clone().unwrap_or_default();
             let holder = spec.holder_identity.clone().unwrap_or_default();
             let record = crate::leader::Elector::record_of(&lease);
@@ -238,13 +232,7 @@ impl Membership {
             // A record this replica renewed itself is live from its own renewal (the first
             // sight of it is now).
             let live = !holder.is_empty() && first_seen.elapsed() < duration;
-            let fingerprint = lease
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CLUSTERS_ANNOTATION))
-                .cloned()
-                .unwrap_or_default();
+            let fingerprint = meta_value(lease.metadata.annotations.as_ref(), CLUSTERS_ANNOTATION);
             match role.as_str() {
                 "member" if live && fingerprint != self.fingerprint => {
                     view.others.push(holder);
@@ -259,13 +247,8 @@ impl Membership {
                     view.live.push(holder);
                 }
                 "cluster" => {
-                    let cluster = lease
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(CLUSTER_ANNOTATION))
-                        .cloned()
-                        .unwrap_or_default();
+                    let cluster =
+                        meta_value(lease.metadata.annotations.as_ref(), CLUSTER_ANNOTATION);
                     view.seen
                         .insert(cluster.clone(), (holder.clone(), record, first_seen));
                     view.holders.insert(cluster, Some(holder).filter(|_| live));
@@ -306,6 +289,11 @@ impl Membership {
         view.others.dedup();
         Ok(view)
     }
+}
+
+/// The value of `key` in a Lease's labels or annotations, or "" when absent.
+fn meta_value(map: Option<&BTreeMap<String, String>>, key: &str) -> String {
+    map.and_then(|m| m.get(key)).cloned().unwrap_or_default()
 }
 
 #[cfg(test)]
