@@ -19,7 +19,7 @@
 //!
 //! This module never emits anything itself; it only decides who may.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -186,7 +186,7 @@ pub struct Elector {
     fence: Fence,
     /// Where the outcome of each attempt on the Lease is recorded for `/readyz` and the
     /// metrics ([`Elector::report_to`]).
-    health: Option<std::sync::Arc<crate::observe::Leadership>>,
+    health: Option<Arc<Leadership>>,
     /// The name of the cluster the Lease is on, when known ([`Elector::on_cluster`]).
     cluster: Option<String>,
     /// Labels and annotations the Lease is created with ([`Elector::marked`]).
@@ -298,7 +298,7 @@ impl Elector {
 
     /// Records whether each attempt on the Lease reached the API server in `leadership`
     /// (`/readyz` reports a replica that cannot reach it, whatever its role).
-    pub fn report_to(&mut self, leadership: std::sync::Arc<crate::observe::Leadership>) {
+    pub fn report_to(&mut self, leadership: Arc<Leadership>) {
         self.health = Some(leadership);
     }
 
@@ -534,6 +534,62 @@ impl Elector {
         self.fence.extend_to(started + self.renew_deadline);
         self.observed = None;
         Attempt::Held
+    }
+}
+
+/// Whether this replica leads (with leader election), how often that changed, and whether
+/// the Lease can be read and written at all.
+#[derive(Debug, Default)]
+pub struct Leadership {
+    leader: AtomicBool,
+    changes: AtomicU64,
+    /// Since when, and why, the last attempts on the Lease failed (`None` once one answers).
+    lease_failing: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+}
+
+impl Leadership {
+    /// Records the outcome of one attempt on the Lease (acquire or renew): `Err` with the
+    /// error's text when the API server could not be asked or refused, `Ok` once it answered.
+    pub fn lease_attempt(&self, outcome: Result<(), String>) {
+        let mut failing = self
+            .lease_failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match outcome {
+            Ok(()) => *failing = None,
+            Err(why) => {
+                let since = failing
+                    .as_ref()
+                    .map_or_else(std::time::Instant::now, |f| f.0);
+                *failing = Some((since, why));
+            }
+        }
+    }
+
+    /// How long attempts on the Lease have failed, and the last error; `None` while it answers.
+    pub fn lease_failing(&self) -> Option<(std::time::Duration, String)> {
+        self.lease_failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|(since, why)| (since.elapsed(), why.clone()))
+    }
+
+    /// Records a change of role; logged by the caller.
+    pub fn set_leader(&self, leader: bool) {
+        if self.leader.swap(leader, Ordering::SeqCst) != leader {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this replica leads now.
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+
+    /// How many times the role changed.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 }
 

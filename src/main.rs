@@ -87,8 +87,8 @@ async fn async_main() -> ExitCode {
         Command::Fold(args) => return kubesink::fold::run(args, cli.config.as_deref()).await,
         #[cfg(feature = "sim")]
         Command::Demo(args) => kubesink::demo::run(args).await,
-        Command::Run => match config::load(cli.config.as_deref()) {
-            Ok(c) => kubesink::bridge::run(c).await,
+        Command::Run => match kubesink::plan::load(cli.config.as_deref()) {
+            Ok(c) => kubesink::run::run(c).await,
             Err(e) => {
                 eprint!("{e}");
                 return ExitCode::FAILURE;
@@ -113,7 +113,7 @@ async fn async_main() -> ExitCode {
 /// with `--online`, once the configuration is valid, one line per configured resource of
 /// each cluster instead of the configuration.
 async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
-    match config::load_with_partial(file) {
+    match kubesink::plan::load_with_partial(file) {
         Err((errors, partial)) => {
             eprint!("{errors}");
             // What did parse is still checked: its warnings, and with --strict its missing
@@ -243,7 +243,7 @@ fn warn_except(c: &config::Config, reported: &[String]) -> usize {
             eprintln!("warning: {warning}");
         }
     }
-    let warnings: Vec<String> = config::warnings(c)
+    let warnings: Vec<String> = kubesink::plan::warnings(c)
         .into_iter()
         .filter(|w| !reported.contains(w))
         .collect();

@@ -39,7 +39,8 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use crate::config::{describe_source, load_resources, ConfigErrors, ResourceConfig};
+use crate::config::{describe_source, ConfigErrors, ResourceConfig};
+use crate::plan::load_resources;
 
 /// The API group of RBAC objects.
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";

@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use kubesink_core::{Destination, Sink, SinkConfigError};
 
-use crate::informer::{Filter, FilterPlace};
 use serde::{Deserialize, Serialize};
 
 /// Declares the destinations: one line each, `Variant(ConfigType) if "cargo feature";`. The
@@ -75,20 +74,10 @@ impl SinkConfig {
     }
 
     /// Checks settings that serde cannot (returns every problem found). `index` is the
-    /// entry's position in `sinks`, used in messages.
+    /// entry's position in `sinks`, used in messages. Its `filter` is checked where filters
+    /// are compiled (`crate::plan`).
     pub fn validate(&self, index: usize) -> Vec<SinkConfigError> {
-        let mut problems = self.destination().validate(index);
-        if let Some(expr) = self.filter() {
-            if let Err(e) = Filter::compile_for(expr, FilterPlace::Sink) {
-                problems.push(SinkConfigError::Invalid {
-                    index,
-                    name: self.name().to_owned(),
-                    key: "filter".to_owned(),
-                    message: format!("{}: {e}", Filter::shown(expr)),
-                });
-            }
-        }
-        problems
+        self.destination().validate(index)
     }
 
     /// The entry's `filter` ([`Destination::filter`]).

@@ -32,7 +32,7 @@ fn example_path() -> std::path::PathBuf {
 
 /// The Kafka sink of `config/examples/kafka.toml`, with only the server address changed.
 fn example_sink(bootstrap: &str) -> KafkaConfig {
-    let cfg = kubesink::config::load(Some(&example_path())).expect("example loads");
+    let cfg = kubesink::plan::load(Some(&example_path())).expect("example loads");
     match cfg.sinks.into_iter().next() {
         Some(SinkConfig::Kafka(mut k)) => {
             k.bootstrap_servers = bootstrap.to_owned();
@@ -44,7 +44,7 @@ fn example_sink(bootstrap: &str) -> KafkaConfig {
 
 #[test]
 fn the_kafka_example_config_loads_and_validates() {
-    let cfg = kubesink::config::load(Some(&example_path())).expect("example loads");
+    let cfg = kubesink::plan::load(Some(&example_path())).expect("example loads");
     let SinkConfig::Kafka(k) = &cfg.sinks[0] else {
         panic!("not kafka")
     };

@@ -58,7 +58,7 @@ fn nats_config(server: &NatsServer, mode: NatsMode) -> NatsConfig {
 /// (the file uses the current context; here it is the simulator's).
 fn example_config(server: &NatsServer, kubeconfig: &Path) -> Config {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/nats.toml");
-    let mut cfg = kubesink::config::load(Some(&path)).expect("the example loads");
+    let mut cfg = kubesink::plan::load(Some(&path)).expect("the example loads");
     cfg.cluster.kubeconfig = Some(kubeconfig.to_path_buf());
     cfg.server.listen = "127.0.0.1:0".into();
     for s in &mut cfg.sinks {
@@ -202,7 +202,7 @@ fn message(name: &str, namespace: Option<&str>, id: &str, payload: Value) -> Mes
 #[test]
 fn example_config_loads_as_written() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/nats.toml");
-    let cfg = kubesink::config::load(Some(&path)).expect("the example loads");
+    let cfg = kubesink::plan::load(Some(&path)).expect("the example loads");
     let SinkConfig::Nats(n) = &cfg.sinks[0] else {
         panic!("the example's sink is NATS");
     };

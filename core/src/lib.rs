@@ -35,6 +35,7 @@ pub mod outage;
 pub mod readback;
 mod ready;
 mod secret;
+pub mod shard;
 mod sink;
 pub mod state;
 mod streak;

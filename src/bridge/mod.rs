@@ -36,8 +36,9 @@ use watching::{lead, Watching};
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, Config, ResourceConfig};
 use crate::informer::{ClusterApi, InformerStats, ListBudget, WatchPlan};
+use crate::leader::Leadership;
 use crate::leader::{Elector, Fence, Lost};
-use crate::observe::{self, ClusterEntry, Leadership, Observer, SinkEntry, StateEntry, WatchEntry};
+use crate::observe::{self, ClusterEntry, Observer, SinkEntry, StateEntry, WatchEntry};
 use crate::pipeline::Pipeline;
 use crate::state::{self, Keeper, SaveReport, StateError, StateStats, WatchKey};
 
@@ -727,7 +728,7 @@ pub const WORKER_PANICKED_EXIT: i32 = 4;
 /// or the wait for the tasks (everything was delivered).
 pub const SHUTDOWN_ABANDONED_EXIT: i32 = 5;
 
-/// `kubesink run`: runs the bridge until a signal, then shuts down within
+/// One bridge for every configured cluster until a signal, then a shutdown within
 /// `pipeline.shutdown_timeout`. Exits the process with [`LOST_LEADERSHIP_EXIT`] when
 /// leadership is lost.
 ///
@@ -735,25 +736,6 @@ pub const SHUTDOWN_ABANDONED_EXIT: i32 = 5;
 /// Client construction, server start or sink construction failures; [`Unclean`] (with its
 /// exit code) when the shutdown was not clean.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    crate::limits::prepare(&config);
-    // A missing file is said as what it is here (where kubesink runs), not with `check`'s
-    // "fine if it is mounted where kubesink runs".
-    let missing = crate::config::missing_files(&config);
-    let as_warnings: Vec<String> = missing
-        .iter()
-        .map(crate::config::MissingFile::warning)
-        .collect();
-    for w in crate::config::warnings(&config) {
-        if !as_warnings.contains(&w) {
-            tracing::warn!("configuration: {w}");
-        }
-    }
-    for m in &missing {
-        tracing::warn!("configuration: {}", m.error());
-    }
-    if config.leader_election.enabled && config.leader_election.scale_out {
-        return crate::scale_out::run(config).await;
-    }
     let clusters = config.clusters();
     let clients = clients(&clusters).await;
     // The Lease's cluster first: without it nothing can start, so the other clusters'

@@ -25,8 +25,8 @@ use crate::informer::{
     ClusterApi, Decider, FailureKind, Filter, Informer, InformerStats, JournalRef, LightStore,
     ListBudget, TrackedStore, View, WatchPlan,
 };
+use crate::leader::Leadership;
 use crate::leader::{Elector, Fence, Lost};
-use crate::observe::Leadership;
 use crate::pipeline::Publisher;
 use crate::state::{self, Journal, Keeper, Kept, StateStats, StateStore, WatchKey};
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::problems::Problems;
 use super::syntax::{check_label_key, check_label_value};
-use super::{Config, ResourceConfig};
+use super::{Config, Expressions, ResourceConfig};
 use super::{Shard, MAX_SHARDS};
 
 /// `[cluster]`: the connection and the label every message carries.
@@ -236,7 +236,7 @@ fn shard_problems(problems: &mut Problems, key: &str, shards: u32, c: &Config) {
 
 /// The problems of `[cluster]` and `[[clusters]]` (names, the two used together, each
 /// entry's resources), as `(key, message)` with full dotted keys.
-pub fn problems(c: &Config) -> Vec<(String, String)> {
+pub fn problems(c: &Config, exprs: &dyn Expressions) -> Vec<(String, String)> {
     let mut problems = Problems::default();
     if c.clusters.is_empty() {
         if c.cluster.name.is_empty() {
@@ -264,7 +264,9 @@ pub fn problems(c: &Config) -> Vec<(String, String)> {
                 );
             }
             for (j, r) in e.resources.iter().flatten().enumerate() {
-                problems.extend(r.problems(&format!("clusters.{i}.resources.{j}")));
+                let at = format!("clusters.{i}.resources.{j}");
+                problems.extend(r.problems(&at));
+                problems.extend(exprs.resource(r, &at));
             }
         }
     }

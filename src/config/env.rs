@@ -32,7 +32,10 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::load::{ENV_PREFIX, SECTIONS};
+use super::SECTIONS;
+
+/// Prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "KUBESINK_";
 
 /// The names `FromServices` writes (`{SVC}` is the Service's name upper-cased, `-` → `_`;
 /// `{PORT_NAME}` likewise; `{PROTO}` is TCP, UDP or SCTP), each with the shape of its value.

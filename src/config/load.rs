@@ -11,15 +11,14 @@ use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 use serde::de::DeserializeOwned;
 
+use super::env::{is_service_link, ENV_PREFIX};
 use super::problems::Problems;
-use super::{probe, words};
+use super::Expressions;
+use super::{probe, words, SECTIONS};
 use super::{
     ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PipelineConfig,
     ResourceConfig, ServerConfig, SinkConfig, StateBackend, StateConfig, WatchConfig,
 };
-
-/// Prefix of the environment variables that override the file.
-pub const ENV_PREFIX: &str = "KUBESINK_";
 
 /// One configuration problem: the key, what is wrong, and where the value came from.
 ///
@@ -74,14 +73,19 @@ impl fmt::Display for ConfigErrors {
 /// # Errors
 /// [`ConfigErrors`] with every problem found: unreadable or missing file, TOML syntax,
 /// unknown keys, bad types or units, and semantic problems (missing `cluster.name`, bad
-/// JSON pointers, duplicate sink names...). Selectors are validated by the API server.
-pub fn load(file: Option<&Path>) -> Result<Config, ConfigErrors> {
-    load_with_env(file, Env::prefixed(ENV_PREFIX))
+/// JSON pointers, duplicate sink names...). Selectors are validated by the API server; the
+/// expressions (filters, change paths) by `exprs`.
+pub fn load(file: Option<&Path>, exprs: &dyn Expressions) -> Result<Config, ConfigErrors> {
+    load_with_env(file, Env::prefixed(ENV_PREFIX), exprs)
 }
 
 /// [`load`] with an explicit environment provider (tests use `Env` over a fixed map).
-pub(crate) fn load_with_env(file: Option<&Path>, env: Env) -> Result<Config, ConfigErrors> {
-    loader(file, env)?.run()
+pub(crate) fn load_with_env(
+    file: Option<&Path>,
+    env: Env,
+    exprs: &dyn Expressions,
+) -> Result<Config, ConfigErrors> {
+    loader(file, env, exprs)?.run()
 }
 
 /// [`load`] for `kubesink check`: with problems, also what did parse (built-in defaults in
@@ -93,8 +97,9 @@ pub(crate) fn load_with_env(file: Option<&Path>, env: Env) -> Result<Config, Con
 /// As [`load`], with the partial configuration.
 pub fn load_with_partial(
     file: Option<&Path>,
+    exprs: &dyn Expressions,
 ) -> Result<Config, (ConfigErrors, Option<Box<Config>>)> {
-    let loader = loader(file, Env::prefixed(ENV_PREFIX)).map_err(|e| (e, None))?;
+    let loader = loader(file, Env::prefixed(ENV_PREFIX), exprs).map_err(|e| (e, None))?;
     match loader.run_partial() {
         (Some(config), errors) if errors.is_empty() => Ok(config),
         (config, errors) => Err((ConfigErrors(errors), config.map(Box::new))),
@@ -109,15 +114,21 @@ pub fn load_with_partial(
 /// # Errors
 /// [`ConfigErrors`]: unreadable or missing file, TOML syntax, and every problem of the
 /// `resources` entries.
-pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figment), ConfigErrors> {
-    let mut loader = loader(file, Env::prefixed(ENV_PREFIX))?;
+pub fn load_resources(
+    file: Option<&Path>,
+    exprs: &dyn Expressions,
+) -> Result<(Vec<ResourceConfig>, Figment), ConfigErrors> {
+    let mut loader = loader(file, Env::prefixed(ENV_PREFIX), exprs)?;
     let resources = loader.list::<ResourceConfig>("resources");
     if let Some(resources) = &resources {
         if resources.is_empty() {
             loader.problem("resources", "at least one [[resources]] entry is required");
         }
         for (i, r) in resources.iter().enumerate() {
-            for (key, message) in r.problems(&format!("resources.{i}")) {
+            let at = format!("resources.{i}");
+            let mut found = r.problems(&at);
+            found.extend(loader.exprs.resource(r, &at));
+            for (key, message) in found {
                 loader.problem(&key, message);
             }
         }
@@ -144,7 +155,11 @@ fn dotted(path: &[String]) -> String {
 }
 
 /// The layers, defaults < file < environment, ready to extract.
-fn loader(file: Option<&Path>, env: Env) -> Result<Loader, ConfigErrors> {
+fn loader<'a>(
+    file: Option<&Path>,
+    env: Env,
+    exprs: &'a dyn Expressions,
+) -> Result<Loader<'a>, ConfigErrors> {
     let mut figment = Figment::from(Serialized::defaults(Config::default()));
     if let Some(path) = file {
         if !path.is_file() {
@@ -164,7 +179,7 @@ fn loader(file: Option<&Path>, env: Env) -> Result<Loader, ConfigErrors> {
     let env = env
         .filter(|k| {
             let name = format!("{ENV_PREFIX}{}", k.as_str());
-            !std::env::var(&name).is_ok_and(|v| super::env::is_service_link(&name, &v))
+            !std::env::var(&name).is_ok_and(|v| is_service_link(&name, &v))
         })
         .split("__")
         .filter(|k| k.as_str() != "config")
@@ -175,34 +190,22 @@ fn loader(file: Option<&Path>, env: Env) -> Result<Loader, ConfigErrors> {
         figment,
         file,
         errors: Vec::new(),
+        exprs,
     })
 }
 
-struct Loader {
+struct Loader<'a> {
     figment: Figment,
     file: Option<PathBuf>,
     errors: Vec<ConfigError>,
+    /// The checks of the entries' expressions (filters, change paths).
+    exprs: &'a dyn Expressions,
 }
 
 /// What the shipped deploy files hold where only the user knows the right value (the
 /// cluster's name, a broker password): `check` and `run` refuse it wherever it is left, so a
 /// copied file cannot start a production run under a made-up name or with a made-up password.
 pub const PLACEHOLDER: &str = "CHANGE-ME";
-
-/// The top-level keys (the sections), as [`Config`] names its fields; a test keeps the two in
-/// step.
-pub(crate) const SECTIONS: &[&str] = &[
-    "cluster",
-    "clusters",
-    "leader_election",
-    "pipeline",
-    "watch",
-    "server",
-    "log",
-    "resources",
-    "sinks",
-    "state",
-];
 
 /// Which sections a section's checks read besides its own: a check whose inputs did not
 /// parse is not run (with a default in their place it would report what is not there).
@@ -214,7 +217,7 @@ fn check_inputs(section: &str) -> &'static [&'static str] {
     }
 }
 
-impl Loader {
+impl Loader<'_> {
     fn run(self) -> Result<Config, ConfigErrors> {
         match self.run_partial() {
             (Some(config), errors) if errors.is_empty() => Ok(config),
@@ -447,8 +450,7 @@ impl Loader {
                 continue;
             };
             let taken: Vec<String> = taken.iter().map(|p| p.join(".")).collect();
-            for e in sink.validate(i) {
-                let kubesink_core::SinkConfigError::Invalid { key, message, .. } = e;
+            for (key, message) in self.sink_problems(&sink, i) {
                 let shadowed = taken.iter().any(|t| {
                     key == *t
                         || key.starts_with(&format!("{t}."))
@@ -560,13 +562,17 @@ impl Loader {
     /// problems of checks that read them are left out.
     fn check(&mut self, c: &Config, failed: &[&str]) {
         let mut problems = Problems::default();
-        problems.extend(super::cluster::problems(c));
+        problems.extend(super::cluster::problems(c, self.exprs));
         problems.extend(c.leader_election.problems(&c.clusters));
         problems.extend(c.cluster.label_problems());
         problems.extend(c.pipeline.problems());
         problems.extend(c.watch.problems());
         problems.extend(c.server.problems());
-        problems.extend(super::resource::list_problems("resources", &c.resources));
+        problems.extend(super::resource::list_problems(
+            "resources",
+            &c.resources,
+            self.exprs,
+        ));
         if c.sinks.is_empty() {
             problems.add("sinks", "at least one [[sinks]] entry is required");
         }
@@ -648,11 +654,25 @@ impl Loader {
                     ),
                 );
             }
-            for e in s.validate(i) {
-                let kubesink_core::SinkConfigError::Invalid { key, message, .. } = e;
+            for (key, message) in self.sink_problems(s, i) {
                 self.problem(&format!("sinks.{i}.{key}"), message);
             }
         }
+    }
+
+    /// The problems of the `[[sinks]]` entry at `index`, as `(key inside the entry,
+    /// message)`: its destination's own checks, then its expressions'.
+    fn sink_problems(&self, s: &SinkConfig, index: usize) -> Vec<(String, String)> {
+        let mut found: Vec<(String, String)> = s
+            .validate(index)
+            .into_iter()
+            .map(|e| {
+                let kubesink_core::SinkConfigError::Invalid { key, message, .. } = e;
+                (key, message)
+            })
+            .collect();
+        found.extend(self.exprs.sink(s));
+        found
     }
 }
 

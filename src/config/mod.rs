@@ -18,6 +18,7 @@
 
 mod cluster;
 mod env;
+mod expressions;
 mod load;
 mod probe;
 mod problems;
@@ -32,10 +33,11 @@ mod words;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::informer::{Shard, MAX_SHARDS};
 pub use crate::sinks::SinkConfig;
 pub use cluster::{Cluster, ClusterConfig, ClusterEntry};
 pub use env::{is_service_link, service_link_variables};
+pub use expressions::Expressions;
+pub use kubesink_core::shard::{Shard, MAX_SHARDS};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
 #[cfg(feature = "kafka")]
@@ -146,6 +148,21 @@ impl Config {
         toml::to_string_pretty(&value)
     }
 }
+
+/// The top-level keys (the sections), as [`Config`] names its fields; a test keeps the two in
+/// step.
+pub(crate) const SECTIONS: &[&str] = &[
+    "cluster",
+    "clusters",
+    "leader_election",
+    "pipeline",
+    "watch",
+    "server",
+    "log",
+    "resources",
+    "sinks",
+    "state",
+];
 
 fn default_resources() -> Vec<ResourceConfig> {
     vec![

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::problems::Problems;
 use super::syntax::{check_api_version, check_dns_label};
-use super::ByteSize;
+use super::{ByteSize, Expressions};
 
 /// How much of each object a message carries.
 #[derive(
@@ -223,54 +223,12 @@ impl ResourceConfig {
                 );
             }
         }
-        // With `ignore_changes`, the last slot holds the ignored values' fingerprint.
-        let slots = crate::informer::PART_SLOTS - usize::from(!self.ignore_changes.is_empty());
-        if self.change_paths.len() > slots {
-            problems.add(
-                at("change_paths"),
-                format!(
-                    "{} paths; at most {slots} (each keeps a 16-bit fingerprint per object{})",
-                    self.change_paths.len(),
-                    if slots < crate::informer::PART_SLOTS {
-                        "; with ignore_changes one slot is theirs"
-                    } else {
-                        ""
-                    }
-                ),
-            );
-        }
-        if self.change_values.len() > crate::informer::PART_SLOTS {
-            problems.add(
-                at("change_values"),
-                format!(
-                    "{} paths; at most {}",
-                    self.change_values.len(),
-                    crate::informer::PART_SLOTS
-                ),
-            );
-        }
         for (key, n) in [
             ("change_value_max_bytes", self.change_value_max_bytes),
             ("change_values_max_bytes", self.change_values_max_bytes),
         ] {
             if !(1..=65_536).contains(&n.0) {
                 problems.add(at(key), format!("{} bytes; 1 byte to 64 KiB", n.0));
-            }
-        }
-        for (list, paths) in [
-            ("change_paths", &self.change_paths),
-            ("ignore_changes", &self.ignore_changes),
-            ("change_values", &self.change_values),
-        ] {
-            for (j, path) in paths.iter().enumerate() {
-                if let Err(why) = crate::informer::parse_path(path) {
-                    problems.add(at(&format!("{list}.{j}")), format!("{path:?} {why}"));
-                } else if paths[..j].contains(path) {
-                    problems.add(
-                        at(&format!("{list}.{j}")),
-                        format!("{path:?} is listed twice"),
-                    );
-                }
             }
         }
         for (key, set) in [
@@ -293,25 +251,6 @@ impl ResourceConfig {
         if self.page_size == 0 {
             problems.add(at("page_size"), "must be at least 1");
         }
-        if let Some(expr) = &self.filter {
-            let shown = crate::informer::Filter::shown(expr);
-            match crate::informer::Filter::compile(expr) {
-                Err(e) => problems.add(at("filter"), format!("{shown}: {e}")),
-                Ok(f) if self.payload == PayloadMode::Metadata => {
-                    let beyond = f.reads_beyond_metadata();
-                    if !beyond.is_empty() {
-                        problems.add(
-                            at("filter"),
-                            format!(
-                                "{shown} reads object.{} but payload = \"metadata\" watches metadata only (PartialObjectMetadata): it would fail on every object",
-                                beyond.join(", object.")
-                            ),
-                        );
-                    }
-                }
-                Ok(_) => {}
-            }
-        }
         if let Some(plural) = &self.plural {
             if check_dns_label(plural).is_err() {
                 problems.add(
@@ -332,14 +271,20 @@ impl ResourceConfig {
 
 /// Problems of a whole `[[resources]]` list at `key` (`resources`): empty, a resource listed
 /// twice, and each entry's own ([`ResourceConfig::problems`]).
-pub fn list_problems(key: &str, resources: &[ResourceConfig]) -> Vec<(String, String)> {
+pub fn list_problems(
+    key: &str,
+    resources: &[ResourceConfig],
+    exprs: &dyn Expressions,
+) -> Vec<(String, String)> {
     let mut problems = Problems::default();
     if resources.is_empty() {
         problems.add(key, format!("at least one [[{key}]] entry is required"));
     }
     let mut seen = std::collections::HashSet::new();
     for (i, r) in resources.iter().enumerate() {
-        problems.extend(r.problems(&format!("{key}.{i}")));
+        let at = format!("{key}.{i}");
+        problems.extend(r.problems(&at));
+        problems.extend(exprs.resource(r, &at));
         if !seen.insert((r.api_version.clone(), r.kind.clone(), r.namespaces.clone())) {
             problems.add(
                 format!("{key}.{i}"),

@@ -9,6 +9,11 @@ use figment::Jail;
 
 use super::*;
 
+/// The loader as `run` and `check` use it: expressions compiled (`crate::plan`).
+fn load(file: Option<&Path>) -> Result<Config, ConfigErrors> {
+    super::load(file, &crate::plan::Compiled)
+}
+
 fn errors_of(file: Option<&Path>) -> Vec<String> {
     match load(file) {
         Ok(c) => panic!("expected errors, got {c:?}"),
@@ -1035,7 +1040,7 @@ fn scale_out_needs_leader_election_and_a_state_every_replica_reads() {
             "2 × lease_duration by default"
         );
         assert!(
-            !crate::config::warnings(&c)
+            !crate::plan::warnings(&c)
                 .iter()
                 .any(|w| w.contains("scale_out with one cluster")),
             "two clusters: no warning"
@@ -1046,11 +1051,11 @@ fn scale_out_needs_leader_election_and_a_state_every_replica_reads() {
         )?;
         let one = load(Some(Path::new("one.toml"))).map_err(|e| e.to_string())?;
         assert!(
-            crate::config::warnings(&one)
+            crate::plan::warnings(&one)
                 .iter()
                 .any(|w| w.starts_with("leader_election.scale_out with one cluster")),
             "{:?}",
-            crate::config::warnings(&one)
+            crate::plan::warnings(&one)
         );
         Ok(())
     });
@@ -1088,7 +1093,7 @@ fn shards_split_one_cluster_into_units_of_scale_out_and_need_it() {
             "still one cluster to connect to, fold and check"
         );
         assert!(
-            !crate::config::warnings(&c)
+            !crate::plan::warnings(&c)
                 .iter()
                 .any(|w| w.contains("scale_out with one cluster")),
             "four shards are four units: no warning"
@@ -1476,7 +1481,7 @@ fn the_section_list_is_the_configs_fields() {
     match probe.extract::<Config>() {
         Err(e) => match e.kind {
             figment::error::Kind::UnknownField(_, fields) => {
-                assert_eq!(fields, super::load::SECTIONS)
+                assert_eq!(fields, super::SECTIONS)
             }
             other => panic!("{other:?}"),
         },

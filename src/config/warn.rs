@@ -206,7 +206,6 @@ pub fn warnings(c: &Config) -> Vec<String> {
     }
     out.extend(c.state.warnings());
     out.extend(unshared_state(c));
-    out.extend(filter_warnings(c));
     // An invalid `shards` is a problem of its own; the units it would make are not counted.
     let shards_valid = c
         .clusters()
@@ -218,80 +217,6 @@ pub fn warnings(c: &Config) -> Vec<String> {
         && c.units().len() < 2
     {
         out.push("leader_election.scale_out with one cluster: one replica holds it and the others stand by, as with leader election alone; scale-out spreads [[clusters]] entries, several of them, or the shards of a cluster (cluster.shards)".to_owned());
-    }
-    out
-}
-
-/// What the configuration's CEL filters say that they do not mean, each filter compiled
-/// once:
-/// - a filter comparing `kind` with a name no resource it sees has (`kind == "pod"`: kinds
-///   are case-sensitive, `Pod`): that comparison never holds. A resource's filter is
-///   compared with its own kind, a sink's with every configured kind;
-/// - a sink's object filter reading a field beyond `metadata` while a resource is watched
-///   metadata-only (`payload = "metadata"`): a sink's filter applies to every resource, and
-///   on those objects it fails (no match, counted). Said unless the filter names `kind` (then
-///   it is likely guarded: `kind != "Secret" || …`).
-fn filter_warnings(c: &Config) -> Vec<String> {
-    use crate::informer::{Filter, FilterPlace};
-    let mut kinds: Vec<String> = Vec::new();
-    let mut metadata_only: Vec<String> = Vec::new();
-    // (key, expression, the kinds it sees (`None`: every configured kind), place)
-    let mut filters: Vec<(String, &str, Option<&str>, FilterPlace)> = Vec::new();
-    let clusters = c.clusters();
-    for (ci, cluster) in clusters.iter().enumerate() {
-        for (i, r) in cluster.resources.iter().enumerate() {
-            if !kinds.contains(&r.kind) {
-                kinds.push(r.kind.clone());
-            }
-            let name = r.display_name();
-            if r.payload == super::PayloadMode::Metadata && !metadata_only.contains(&name) {
-                metadata_only.push(name);
-            }
-            if let Some(f) = &r.filter {
-                let at = match c.clusters.is_empty() {
-                    true => format!("resources.{i}.filter"),
-                    false => format!("clusters.{ci}.resources.{i}.filter"),
-                };
-                filters.push((at, f, Some(&r.kind), FilterPlace::Resource));
-            }
-        }
-    }
-    for (i, s) in c.sinks.iter().enumerate() {
-        if let Some(f) = s.filter() {
-            let at = format!("sinks.{i}.filter (sink {:?})", s.name());
-            filters.push((at, f, None, FilterPlace::Sink));
-        }
-    }
-    let mut out = Vec::new();
-    for (at, expr, own_kind, place) in filters {
-        let Ok(f) = Filter::compile_for(expr, place) else {
-            continue;
-        };
-        let seen: Vec<&str> = match own_kind {
-            Some(k) => vec![k],
-            None => kinds.iter().map(String::as_str).collect(),
-        };
-        for k in f.compared("kind") {
-            if !seen.contains(&k) {
-                out.push(format!(
-                    "{at} compares kind with {k:?}, which no resource it sees has (kinds are case-sensitive and as configured: {}): that comparison never holds",
-                    seen.join(", ")
-                ));
-            }
-        }
-        let beyond = f.reads_beyond_metadata();
-        if place == FilterPlace::Sink
-            && !metadata_only.is_empty()
-            && !beyond.is_empty()
-            && !f.uses("kind")
-        {
-            out.push(format!(
-                "{at} reads object.{} but {} {} watched metadata-only (payload = \"metadata\"): the filter fails on those objects (no match, counted in kubesink_sink_filter_errors_total); guard it with kind, e.g. 'kind != \"Secret\" || …'",
-                beyond.join(", object."),
-                metadata_only.join(", "),
-                if metadata_only.len() == 1 { "is" } else { "are" },
-            ));
-        }
     }
     out
 }
@@ -353,62 +278,6 @@ mod tests {
             resources,
             ..Default::default()
         })
-    }
-
-    #[test]
-    fn a_sink_filter_reading_beyond_metadata_with_a_metadata_only_resource_is_warned_about() {
-        let mut secret = ResourceConfig::new("v1", "Secret");
-        secret.payload = crate::config::PayloadMode::Metadata;
-        let sink = |filter: &str| {
-            crate::sinks::SinkConfig::Stdout(kubesink_stdout::StdoutConfig {
-                filter: Some(filter.to_owned()),
-                ..Default::default()
-            })
-        };
-        let mut c = Config {
-            resources: vec![ResourceConfig::new("v1", "Pod"), secret],
-            sinks: vec![sink("object.spec.nodeName == \"n1\"")],
-            ..Default::default()
-        };
-        let w = warnings(&c).join("\n");
-        assert!(
-            w.contains("sinks.0.filter (sink \"stdout\") reads object.spec but v1 Secret is watched metadata-only"),
-            "{w}"
-        );
-        // Guarded by kind, or reading metadata only: no warning.
-        c.sinks = vec![
-            sink("kind != \"Pod\" || object.spec.nodeName == \"n1\""),
-            sink("ns == \"a\" && has(object.metadata.labels)"),
-        ];
-        assert!(warnings(&c).is_empty(), "{:?}", warnings(&c));
-    }
-
-    #[test]
-    fn a_filter_comparing_kind_with_a_kind_not_configured_is_warned_about() {
-        let mut pod = ResourceConfig::new("v1", "Pod");
-        pod.filter = Some(r#"kind == "Pod" && ns != "kube-system""#.into());
-        let mut c = Config {
-            resources: vec![pod, ResourceConfig::new("v1", "Secret")],
-            sinks: vec![crate::sinks::SinkConfig::Stdout(
-                kubesink_stdout::StdoutConfig {
-                    filter: Some(r#"kind in ["pod", "Secret"]"#.into()),
-                    ..Default::default()
-                },
-            )],
-            ..Default::default()
-        };
-        let w = warnings(&c).join("\n");
-        assert!(
-            w.contains(r#"sinks.0.filter (sink "stdout") compares kind with "pod", which no resource it sees has (kinds are case-sensitive and as configured: Pod, Secret)"#),
-            "{w}"
-        );
-        assert!(!w.contains("resources.0"), "{w}");
-        c.resources[0].filter = Some(r#"kind == "Secret""#.into());
-        let w = warnings(&c).join("\n");
-        assert!(
-            w.contains(r#"resources.0.filter compares kind with "Secret""#),
-            "{w}"
-        );
     }
 
     #[test]

@@ -50,7 +50,7 @@ async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Resul
     // The configuration first: a drift check with a broken configuration fails before
     // reading a whole topic.
     let cfg = if args.against_cluster {
-        Some(crate::config::load(config).map_err(|e| anyhow::anyhow!("{e}"))?)
+        Some(crate::plan::load(config).map_err(|e| anyhow::anyhow!("{e}"))?)
     } else {
         None
     };

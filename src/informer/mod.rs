@@ -121,7 +121,6 @@ mod object;
 mod payload;
 mod plan;
 mod recovery;
-mod shard;
 mod stats;
 mod store;
 mod tracked;
@@ -133,6 +132,7 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kubesink_core::backoff::Backoff;
+use kubesink_core::shard::Shard;
 use kubesink_core::Resource;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -152,7 +152,6 @@ pub use filter::{
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use plan::WatchPlan;
-pub use shard::{Shard, MAX_SHARDS};
 pub use stats::{FailureKind, InformerStats, SinkFilterStats, Strategy};
 pub use store::LightStore;
 #[cfg(test)] // the journal's tests record as the informer does

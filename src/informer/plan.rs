@@ -10,8 +10,8 @@ use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::payload::{Shaper, SHAPE_VERSION};
-use super::shard::Shard;
 use crate::config::{PayloadMode, ResourceConfig};
+use kubesink_core::shard::Shard;
 
 /// Everything one informer needs: which objects to watch and how to shape them.
 #[derive(Clone)]

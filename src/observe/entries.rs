@@ -1,7 +1,6 @@
-//! What the observers are given to watch: the watches, sinks and state stores of the bridge,
-//! and its leadership. Read by the health rules (`mod.rs`) and the metrics (`metrics.rs`).
+//! What the observers are given to watch: the watches, sinks and state stores of the bridge
+//! (its leadership is the leader election's own record, `crate::leader::Leadership`). Read by the health rules (`mod.rs`) and the metrics (`metrics.rs`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::informer::{ClusterApi, InformerStats, SinkFilterStats};
@@ -21,62 +20,6 @@ pub struct WatchEntry {
     pub namespace: Option<String>,
     /// Its counters.
     pub stats: Arc<InformerStats>,
-}
-
-/// Whether this replica leads (with leader election), how often that changed, and whether
-/// the Lease can be read and written at all.
-#[derive(Debug, Default)]
-pub struct Leadership {
-    leader: AtomicBool,
-    changes: AtomicU64,
-    /// Since when, and why, the last attempts on the Lease failed (`None` once one answers).
-    lease_failing: std::sync::Mutex<Option<(std::time::Instant, String)>>,
-}
-
-impl Leadership {
-    /// Records the outcome of one attempt on the Lease (acquire or renew): `Err` with the
-    /// error's text when the API server could not be asked or refused, `Ok` once it answered.
-    pub fn lease_attempt(&self, outcome: Result<(), String>) {
-        let mut failing = self
-            .lease_failing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match outcome {
-            Ok(()) => *failing = None,
-            Err(why) => {
-                let since = failing
-                    .as_ref()
-                    .map_or_else(std::time::Instant::now, |f| f.0);
-                *failing = Some((since, why));
-            }
-        }
-    }
-
-    /// How long attempts on the Lease have failed, and the last error; `None` while it answers.
-    pub fn lease_failing(&self) -> Option<(std::time::Duration, String)> {
-        self.lease_failing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .map(|(since, why)| (since.elapsed(), why.clone()))
-    }
-
-    /// Records a change of role; logged by the caller.
-    pub fn set_leader(&self, leader: bool) {
-        if self.leader.swap(leader, Ordering::SeqCst) != leader {
-            self.changes.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether this replica leads now.
-    pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::SeqCst)
-    }
-
-    /// How many times the role changed.
-    pub fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed)
-    }
 }
 
 /// One cluster's state store as the observers see it.

@@ -17,8 +17,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::entries::{ClusterEntry, Leadership, SinkEntry, StateEntry, WatchEntry};
+use super::entries::{ClusterEntry, SinkEntry, StateEntry, WatchEntry};
 use crate::informer::{InformerStats, ListBudget, SinkFilterStats, Strategy};
+use crate::leader::Leadership;
 use crate::pipeline::{SinkStats, ERROR_KINDS};
 use crate::state::StateStats;
 

@@ -34,7 +34,8 @@ use tokio_util::sync::CancellationToken;
 use crate::informer::{FailureKind, ListBudget};
 use crate::pipeline::SinkHandle;
 
-pub use entries::{ClusterEntry, Leadership, SinkEntry, StateEntry, WatchEntry};
+pub use crate::leader::Leadership;
+pub use entries::{ClusterEntry, SinkEntry, StateEntry, WatchEntry};
 
 /// What the HTTP server serves (`server.rs`): one bridge's [`Observer`], or a scale-out
 /// replica's view over the clusters it holds (`scale_out.rs`).

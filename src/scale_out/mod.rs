@@ -54,8 +54,9 @@ use crate::bridge::{self, Bridge, Shared, ShutdownReport, Unclean, LOST_LEADERSH
 use crate::cluster::ClusterError;
 use crate::config::{Cluster, Config};
 use crate::informer::ListBudget;
+use crate::leader::Leadership;
 use crate::leader::{self, Elector, Lost};
-use crate::observe::{self, Leadership, Observed, Observer, Report};
+use crate::observe::{self, Observed, Observer, Report};
 use members::{Membership, View, CLUSTER_ANNOTATION, GROUP_LABEL, ROLE_LABEL};
 
 /// A sink shared by the bridges of the held clusters: a cluster's bridge closing at its
@@ -180,7 +181,7 @@ struct Fleet {
     /// The last view: members and assignment, for `/readyz`'s body.
     last: Mutex<(View, BTreeMap<String, String>)>,
     /// Whether renewing the membership Lease fails, since when and why (the leader
-    /// election's record of its attempts, `observe::Leadership`).
+    /// election's record of its attempts, `leader::Leadership`).
     member: Leadership,
     /// The same for listing the group's Leases.
     listing: Leadership,

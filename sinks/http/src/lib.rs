@@ -6,6 +6,7 @@
 //!
 //! - `config.rs`: the `[[sinks]]` entry, its checks and the client it builds (timeouts, TLS
 //!   with a custom CA and mutual TLS, bearer or basic authentication, custom headers).
+//! - `format.rs`: the request formats and the room an envelope takes.
 //! - `health.rs`: readiness and the outage log from the answers (shared with the OTLP wing).
 //! - `sink.rs`: delivery: per-key order, what each answer means (retry with `Retry-After`,
 //!   split a refused batch, refuse one message for good, call the operator), readiness.
@@ -15,10 +16,12 @@
 //! state store. `docs/http.md` is the user's page.
 
 mod config;
+mod format;
 mod health;
 mod sink;
 
-pub use config::{HttpAuth, HttpConfig, HttpFormat, HttpTls, ENVELOPE_ROOM};
+pub use config::{HttpAuth, HttpConfig, HttpTls};
+pub use format::{HttpFormat, ENVELOPE_ROOM};
 pub use health::Health;
 pub use sink::{
     classify, drain, outcome, pack, retry_after, send_in_order, transport, Failure, HttpSink,

@@ -37,7 +37,7 @@ use kubesink_core::{Message, ReadySignal, Sink, SinkError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::StatusCode;
 
-use crate::config::{HttpFormat, ENVELOPE_ROOM};
+use crate::format::{HttpFormat, ENVELOPE_ROOM};
 use crate::health::Health;
 
 /// The content type of a JSON Lines body.

@@ -1,0 +1,50 @@
+//! The resolve step between the raw configuration and what runs. `config` parses, merges
+//! its sources and checks shapes; this module compiles what the configuration says in
+//! other languages (each resource's and each sink's CEL filter, each resource's JSONPath
+//! change paths) with the compilers the informer runs, so that `kubesink check` and
+//! `kubesink run` refuse and warn from the same code. It never touches the network.
+
+mod expressions;
+
+use std::path::Path;
+
+use figment::Figment;
+
+use crate::config::{self, Config, ConfigErrors, ResourceConfig};
+
+pub use expressions::Compiled;
+
+/// [`config::load`] with the expressions compiled: the configuration `run` starts from.
+///
+/// # Errors
+/// Every problem found, shapes and expressions alike, each with its key and source.
+pub fn load(file: Option<&Path>) -> Result<Config, ConfigErrors> {
+    config::load(file, &Compiled)
+}
+
+/// [`config::load_with_partial`] with the expressions compiled: what `kubesink check`
+/// reports from.
+///
+/// # Errors
+/// As [`load`], with the configuration as far as it parsed.
+pub fn load_with_partial(
+    file: Option<&Path>,
+) -> Result<Config, (ConfigErrors, Option<Box<Config>>)> {
+    config::load_with_partial(file, &Compiled)
+}
+
+/// [`config::load_resources`] with the resources' expressions compiled (`kubesink rbac`).
+///
+/// # Errors
+/// As [`config::load_resources`].
+pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figment), ConfigErrors> {
+    config::load_resources(file, &Compiled)
+}
+
+/// Every warning of `c` ([`config::warnings`]), then what its filters say that they do not
+/// mean ([`expressions::filter_warnings`]).
+pub fn warnings(c: &Config) -> Vec<String> {
+    let mut out = config::warnings(c);
+    out.extend(expressions::filter_warnings(c));
+    out
+}
