@@ -849,7 +849,7 @@ mod tests {
 
     use super::*;
 
-    // The wing has no TOML parser; these tests write the equivalent JSON (the TOML
+    // This crate has no TOML parser; these tests write the equivalent JSON (the TOML
     // forms are tested in the root crate: config/examples/nats.toml, config/kubesink.toml).
     fn parse(json: &str) -> NatsConfig {
         serde_json::from_str(json).unwrap()

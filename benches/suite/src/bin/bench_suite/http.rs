@@ -118,7 +118,7 @@ pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
 
 /// The OTLP sink into an OpenTelemetry Collector (`tests/receivers`' `otelcol`: the OTLP
 /// receiver and the file exporter writing OTLP JSON to its stdout, flushed every 10 ms), whose
-/// lines the bench expands into messages with the OTLP wing's reader.
+/// lines the bench expands into messages with the OTLP destination's reader.
 fn otlp_run(ctx: &Ctx, plan: &Plan, sim: &Sim, bin: &Path) -> anyhow::Result<HttpRun> {
     let port = kubesink_bench::procs::free_port()?;
     let config = ctx.dir.path().join("otelcol-bench.yaml");
