@@ -49,8 +49,8 @@ pub trait StateStore: Send + Sync {
     /// across replicas (a replica that takes over starts above every generation it read),
     /// so a saved generation above a replica's own means another replica took over and
     /// saved since: the keeper then neither saves nor drops journal generations
-    /// ([`StateError::Superseded`]; issue 19, defect 4d: a deposed leader frozen past its
-    /// fence's check could otherwise land an older state over its successor's).
+    /// ([`StateError::Superseded`]: a deposed leader frozen past its fence's check could
+    /// otherwise land an older state over its successor's).
     ///
     /// # Errors
     /// [`StateError`] when the store cannot be asked (the save is not attempted).

@@ -1,4 +1,4 @@
-//! The HTTP sink into a local receiver (issue 40): for each `format`, the initial list of the
+//! The HTTP sink into a local receiver: for each `format`, the initial list of the
 //! plan's churn pods (objects/s, from kubesink's start to the receiver's 2xx for the last),
 //! then the latency from a change (the simulator's write, stamped in an annotation) to the
 //! receiver having decoded it, at the plan's churn rate, and the CPU both sides spend per
