@@ -292,7 +292,7 @@ async fn main() -> anyhow::Result<()> {
         bridge.shutdown().await;
         counted
     };
-    // Third run: without state (as before issue 8).
+    // Third run: without state (stateless: a full initial list).
     let third = Arc::new(Counting::default());
     let (bridge, _) = run(&stateless, &third).await?;
     bridge.shutdown().await;

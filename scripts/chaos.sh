@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault campaign (issues 19, 37): two kubesink replicas (leader election on a Lease, the
+# The fault campaign: two kubesink replicas (leader election on a Lease, the
 # saved informer state in NATS or in Kafka (a compacted topic on tansu; --state, else drawn
 # from the seed: even seeds NATS, odd Kafka), two sinks: JetStream and Kafka; replica a pages its lists, 50
 # a page, replica b streams them) watching Pods, ConfigMaps and Secrets (payload "full", sync

@@ -28,8 +28,8 @@
 #      flowcontrol: the FlowSchemas refer to the rendered level and to the Deployment's
 #      ServiceAccount, precedence, queue bounds, no schema shadowed; its self-test proves each
 #      rule fires).
-#  10. the kubelet's environment (issue 38: the service-link variables of a Service named
-#      kubesink-metrics crashed every Pod): for every kubesink container that 1 and 8 render,
+#  10. the kubelet's environment (the service-link variables of a Service named
+#      kubesink-metrics would crash every Pod): for every kubesink container that 1 and 8 render,
 #      scripts/deploy_checks.py kubelet-env builds the environment a kubelet would give it
 #      (service links of every Service in its namespace as if enableServiceLinks were on, the
 #      `kubernetes` Service's, the downward API values, secretEnv's variables), checks that

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two kubesink builds, one simulated cluster, the same configuration: do they say the same?
-# For refactors that must change no message, metric or log line (issue 22).
+# For refactors that must change no message, metric or log line.
 #
 #   scripts/compare-builds.sh OLD_KUBESINK NEW_KUBESINK [SECONDS]
 #

@@ -112,7 +112,7 @@ echo "== go vet (tests/kube, the control plane's mains; tests/receivers, the HTT
 (cd benches/peers/otelcol && go vet ./...)
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
-# The fault campaign (issue 19): two replicas, the simulator's faults, restarts and broker
+# The fault campaign: two replicas, the simulator's faults, restarts and broker
 # outages under churn, a random seed (printed, so a failure can be replayed), then the
 # stream folded against the cluster and checked for per-key order. `--minutes N` for long
 # runs (docs/robustness.md).

@@ -255,7 +255,7 @@ pub async fn resolve(
 /// often say only `client error (SendRequest)` without them: the cause is in the chain).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     // The API server's answer in its own words (kube prints the whole `Status` in Rust's
-    // debug form, escaped quotes and all: found by a newcomer in a 403 on the Lease).
+    // debug form, escaped quotes and all, which buries e.g. a 403 on the Lease).
     if let Some(kube::Error::Api(s)) = e.downcast_ref::<kube::Error>() {
         return format!("{} {}: {}", s.code, s.reason, s.message);
     }
@@ -278,7 +278,7 @@ fn describe_kubeconfig(e: &kube::config::KubeconfigError) -> String {
     match e {
         kube::config::KubeconfigError::ReadConfig(io, _) => format!("cannot be read: {io}"),
         // The YAML parser quotes the offending line, and a kubeconfig holds tokens and keys:
-        // only where (found by a newcomer: a malformed file printed its token).
+        // say only where, never repeat the line (it may hold a token).
         kube::config::KubeconfigError::Parse(p) => match p.location() {
             Some(at) => format!(
                 "is not a valid kubeconfig: YAML error at line {}, column {} (the file's text is not repeated: it holds credentials)",

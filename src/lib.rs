@@ -15,11 +15,13 @@
 //! 4. `pipeline`: the informers publish through a `Publisher` into one keyed, coalescing,
 //!    bounded queue per sink; a worker per sink batches (events, bytes, linger) and delivers
 //!    at-least-once with retries. A full queue stops the informers reading (backpressure).
-//! 5. [`sinks`]: the one list of destinations, each a wing crate under
-//!    `sinks/` (stdout, NATS, Kafka) implementing `kubesink_core::Sink`.
+//! 5. [`sinks`]: the one list of destinations, each a crate under `sinks/` (stdout, NATS,
+//!    Kafka, HTTP, OTLP) whose config implements `kubesink_core::Destination` and builds a
+//!    `kubesink_core::Sink` for each `[[sinks]]` entry.
 //!
 //! Beside the path, [`state`] keeps the acknowledged informer state (what every sink
-//! confirmed) in a file or a NATS object store, with a journal of the new keys sent since the
+//! confirmed) in a file, a NATS object store (with a stream for the journal) or a compacted
+//! Kafka topic, with a journal of the new keys sent since the
 //! last save (recorded before any sink may send them), so a restart, a crash, or another
 //! replica taking over sends only the differences and the deletes it missed.
 //!

@@ -132,8 +132,8 @@ async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
 /// `kubesink check` of a configuration that loaded.
 async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
     // A kubeconfig that is here but that `run` cannot use is reported like a missing one: a
-    // warning, an error with --strict (found by a newcomer: a file that is not a kubeconfig,
-    // or a context it lacks, passed `check --strict` and stopped `run`).
+    // warning, an error with --strict (a file that is not a kubeconfig, or a context it
+    // lacks, must not pass `check --strict` and then stop `run`).
     let unusable = unusable_kubeconfigs(&c).await;
     for u in &unusable {
         match args.strict {

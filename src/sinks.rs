@@ -1,6 +1,6 @@
 //! The one registration list of destinations: every `[[sinks]]` type kubesink can build.
 //!
-//! A destination is a wing under `sinks/` (its crate holds the connection, the sink,
+//! A destination is a crate under `sinks/` (its crate holds the connection, the sink,
 //! the reader `kubesink fold` uses, the state store where the broker has one, and its
 //! CloudEvents binding) whose config struct implements [`kubesink_core::Destination`]. It is
 //! registered by one line below (and its crate and cargo feature in `Cargo.toml`); the

@@ -326,8 +326,8 @@ async fn the_demo_runs_when_port_9090_is_taken_and_says_where_metrics_are() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_piped_into_a_reader_that_stops_reading_exits_instead_of_retrying_forever() {
     // `kubesink demo | head -3`: once the reader is gone every write fails with EPIPE.
-    // Found by a newcomer's try: it retried forever ("transient"), so the pipeline never
-    // ended. Now it exits, saying why.
+    // EPIPE is not transient: retried forever, the pipeline would never end. It exits,
+    // saying why.
     let dir = tempfile::tempdir().unwrap();
     let err = dir.path().join("stderr.log");
     let mut child = kubesink()
@@ -779,10 +779,10 @@ async fn command(args: &[&str], file: &std::path::Path) -> (Option<i32>, String)
     )
 }
 
-/// A TLS file that is there but unusable (noticed at issue 38: neither `check` nor the start
-/// found it; run failed at the first TLS connection, or librdkafka refused the producer):
-/// `check` and `run` both name it at its key, with the path and why, for a NATS sink with
-/// TLS certain and a Kafka sink with `ssl`; without TLS certain it is not read.
+/// A TLS file that is there but unusable (otherwise `run` fails only at the first TLS
+/// connection, or when librdkafka refuses the producer): `check` and `run` both name it at
+/// its key, with the path and why, for a NATS sink with TLS certain and a Kafka sink with
+/// `ssl`; without TLS certain it is not read.
 #[tokio::test]
 async fn a_tls_file_that_is_there_but_unusable_is_named_by_check_and_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -865,7 +865,7 @@ async fn check_names_a_missing_nats_credentials_file_that_run_refuses_and_strict
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("warning: sinks.0.tls.ca_file: /nonexistent/ca.pem does not exist here"),
-        "a TLS file too (found missing by a newcomer): {stderr}"
+        "a TLS file too: {stderr}"
     );
     assert!(
         stderr.contains(
@@ -959,10 +959,10 @@ async fn the_configuration_check_prints_loads_again() {
     }
 }
 
-/// Found by a newcomer (issue 38): with leader election, the Lease cluster's missing
-/// kubeconfig was warned about as "this cluster cannot be watched without it" (as if the
-/// fleet went on) while `run` refused to start. `check` now says what `run` does with each
-/// missing kubeconfig, and `run` refuses exactly the one `check` says it refuses.
+/// With leader election, the Lease cluster's missing kubeconfig stops `run`, so `check` must
+/// not warn of it as "this cluster cannot be watched without it" (as if the fleet went on).
+/// `check` says what `run` does with each missing kubeconfig, and `run` refuses exactly the
+/// one `check` says it refuses.
 #[tokio::test]
 async fn check_says_which_missing_kubeconfig_run_refuses_to_start_without() {
     let dir = tempfile::tempdir().unwrap();
@@ -1006,9 +1006,8 @@ async fn check_says_which_missing_kubeconfig_run_refuses_to_start_without() {
     );
 }
 
-/// Found by a newcomer (issue 38): while any error existed, `check` printed no warning and
-/// `--strict` no missing file, so fixing the errors revealed a second list. Now one run says
-/// it all.
+/// Errors must not hide warnings or, with `--strict`, missing files: fixing the errors must
+/// not reveal a second list. One run says it all.
 #[tokio::test]
 async fn check_reports_warnings_and_strict_errors_beside_the_errors_in_one_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -1047,9 +1046,9 @@ async fn check_reports_warnings_and_strict_errors_beside_the_errors_in_one_run()
     );
 }
 
-/// Found by a newcomer (issue 38): a malformed kubeconfig's YAML error quoted the offending
-/// line, and with it the token; and files `run` never reads (TLS files of a connection
-/// without TLS) were said to stop it.
+/// A malformed kubeconfig's YAML error must not quote the offending line (it may hold the
+/// token); and files `run` never reads (TLS files of a connection without TLS) must not be
+/// said to stop it.
 #[tokio::test]
 async fn a_malformed_kubeconfig_is_named_without_its_text_and_unused_tls_files_are_not_required() {
     let dir = tempfile::tempdir().unwrap();
@@ -1089,8 +1088,8 @@ async fn a_malformed_kubeconfig_is_named_without_its_text_and_unused_tls_files_a
     assert!(stderr.contains("warning: cluster.kubeconfig "), "{stderr}");
 }
 
-/// Found by a newcomer (issue 38): one bad value in a `[[sinks]]` entry hid every sink's
-/// missing files and warnings.
+/// One bad value in a `[[sinks]]` entry must not hide any sink's missing files and
+/// warnings.
 #[tokio::test]
 async fn a_bad_value_in_one_sink_does_not_hide_the_other_sinks_missing_files() {
     let dir = tempfile::tempdir().unwrap();

@@ -251,7 +251,7 @@ async fn run_scenario(
             }
         }
     }
-    // Each key's last `changed` (issue 41) as `kubesink fold` reads it from the same source:
+    // Each key's last `changed` as `kubesink fold` reads it from the same source:
     // every consumer's view says the same, and the churn's updates named what changed.
     wait_until(
         "each view's last changes to equal kubesink fold's",

@@ -187,8 +187,8 @@ async fn sigterm_with_a_dead_server_exits_within_shutdown_timeout_non_zero_namin
     let mut server = NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     create_configmaps(&c, 0, 10);
-    // publish_timeout stays at its default of 5 s: before the fix, close() waited for it
-    // after the 5 s flush, and the process exited after ~10 s with code 0.
+    // publish_timeout stays at its default of 5 s: close() must not wait for it after the
+    // 5 s flush (the process would exit after ~10 s with code 0).
     let mut run = Running::start(&config_text(
         &c.kubeconfig,
         &server,

@@ -550,11 +550,11 @@ fn watch_rv(path_and_query: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Issue 19, defect 3: a connection reset in the middle of a watch. The informer must
+/// A connection reset in the middle of a watch. The informer must
 /// resume from the last resourceVersion it processed; re-watching from where the broken
-/// watch began replays every event since against the current store: an older state goes
-/// out after a newer one (resourceVersion going backwards per key) and a replayed ADDED of
-/// a re-created object's old uid infers a false delete of the new one.
+/// watch began would replay every event since against the current store: an older state
+/// would go out after a newer one (resourceVersion going backwards per key) and a replayed
+/// ADDED of a re-created object's old uid would infer a false delete of the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_reset_mid_watch_resumes_from_the_last_resource_version_and_replays_nothing() {
     let c = cluster(SimConfig::default()).await;
@@ -802,8 +802,8 @@ async fn next_watch_rv_after(sim: &kubesink_sim::Simulator, seen: usize, end: im
     }
 }
 
-/// Issue 37, proof: which resourceVersion the next watch asks for at each resume point
-/// (asserted nowhere before; `recovery.rs` decides resume or relist, not from where). With
+/// Which resourceVersion the next watch asks for at each resume point (`recovery.rs`
+/// decides resume or relist, not from where). With
 /// bookmarks off (interval 1 h), against the simulator's request log:
 /// - the server ends the stream: from the last event delivered;
 /// - the connection is reset: the same;
@@ -884,7 +884,7 @@ async fn each_resume_point_watches_from_the_resource_version_it_must() {
     bridge.shutdown().await;
 }
 
-/// Issue 37, proof: after a BOOKMARK (interval 300 ms) the next watch starts from the
+/// After a BOOKMARK (interval 300 ms) the next watch starts from the
 /// bookmark's resourceVersion, past the last event of the watched kind (another kind moved
 /// the clock), not from that event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -134,7 +134,7 @@ async fn the_transactional_option_on_a_broker_without_transactions_is_a_clear_er
 /// The broker loses the topic while a writer runs (tansu's memory engine restarted; on Kafka,
 /// the topic deleted): the writer's next write fails, saying so; the one after creates the
 /// topic and writes a new fence first, so what it writes from then on is what the next
-/// restore reads (it used to be taken for a zombie's writes and ignored, found by a newcomer).
+/// restore reads (never taken for a zombie's writes and ignored).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_topic_lost_while_running_is_created_again_and_fenced_before_the_next_write() {
     let mut tansu = kafka_server::Tansu::start().await;
@@ -174,11 +174,11 @@ async fn a_state_topic_lost_while_running_is_created_again_and_fenced_before_the
     assert_eq!(journal, vec![b"after the loss".to_vec()]);
 }
 
-/// Issue 37, defect 2, at the store: the topic lost while a writer runs, a journal frame
+/// At the store: the topic lost while a writer runs, a journal frame
 /// written after it under a new fence, then a crash before any save. The next restore must
 /// say the state is damaged ([`StateError::Damaged`]: a full initial list), never return
-/// "nothing saved" with that journal (replayed alone, it made the restart send live objects
-/// as non-initial `added` and never the deletes the lost snapshot could have inferred).
+/// "nothing saved" with that journal (replayed alone, it would make the restart send live
+/// objects as non-initial `added` and never the deletes the lost snapshot could infer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_journal_written_after_the_topic_was_lost_is_damaged_state_until_the_next_save() {
     let mut tansu = kafka_server::Tansu::start().await;
@@ -221,7 +221,7 @@ async fn a_journal_written_after_the_topic_was_lost_is_damaged_state_until_the_n
     assert!(journal.is_empty(), "{journal:?}");
 }
 
-/// Issue 37, defect 5: with `transactional = true` (KIP-98), a successor's
+/// With `transactional = true` (KIP-98), a successor's
 /// `init_transactions` fences the previous writer's producer. The fenced writer must stay
 /// fenced: every later write is refused ([`StateError::Fenced`]) and never builds a new
 /// producer, whose own `init_transactions` would bump the epoch and fence the successor back
@@ -276,11 +276,11 @@ async fn a_fenced_transactional_writer_stays_fenced_and_never_fences_its_success
     assert_eq!(snap.as_deref(), Some(&state_b[..]));
 }
 
-/// Issue 37, defect 4: the topic deleted and created again by another kubesink (another
-/// cluster's state shares it), which wrote past this writer's fence offset before this
-/// writer's next save. The offsets of that save are above its fence, so they did not look
-/// like a reset, and its records, with no fence of theirs before them in the new topic, were
-/// ignored by every restore as a zombie's. The writer must see the reset (its fence record
+/// The topic deleted and created again by another kubesink (another cluster's state shares
+/// it), which wrote past this writer's fence offset before this writer's next save. The
+/// offsets of that save are above its fence, so they do not look like a reset, and its
+/// records, with no fence of theirs before them in the new topic, would be ignored by every
+/// restore as a zombie's. The writer must see the reset (its fence record
 /// is not at its offset any more) and fence again before the save.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_created_again_and_written_past_the_fence_by_another_state_is_a_reset() {
@@ -326,7 +326,7 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Issue 37, defect 3, measured: the peak RSS of a take-over's restore after 100 saves of a
+/// Measured: the peak RSS of a take-over's restore after 100 saves of a
 /// 5,183,701-byte snapshot (100,000 pods in the restart bench) in 512 KiB chunks, on tansu,
 /// which never compacts (so the partition holds every save: ~520 MB of values). The peak is
 /// reset (`/proc/self/clear_refs`) right before the restore. Run:

@@ -305,8 +305,8 @@ async fn one_leader_emits_and_a_killed_or_frozen_leader_is_replaced_without_over
     );
 }
 
-/// Issue 38 (2): the default identity was the host name, so two replicas on one host (or
-/// wherever `POD_NAME` is unset) both held the Lease and both emitted.
+/// Two replicas on one host (or wherever `POD_NAME` is unset) with default identities: the
+/// identity must not be the host name alone, or both would hold the Lease and both emit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_host_with_default_identities_elect_one_leader() {
     let c = populated(1, 20, 4).await;
@@ -380,7 +380,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_loses_its_lease_while_draining_exits_at_once_not_at_the_deadline() {
-    // Issue 19 (4): a leader shutting down keeps renewing while it drains; when it cannot,
+    // A leader shutting down keeps renewing while it drains; when it cannot,
     // its fence closes and nothing more can be sent or saved, so it exits (3) then, rather
     // than waiting out `pipeline.shutdown_timeout` (300 s here) with its delivery blocked.
     let c = populated(2, 600, 5).await; // full payloads: far more than a pipe's 64 KiB
@@ -509,7 +509,7 @@ async fn stream_payloads(url: &str) -> Vec<serde_json::Value> {
     out
 }
 
-/// Issue 37, defect 1: a leader frozen (SIGSTOP) with JetStream publishes queued in its NATS
+/// A leader frozen (SIGSTOP) with JetStream publishes queued in its NATS
 /// client (the server stalled meanwhile, so they stay in the client) is replaced; its
 /// successor lists and sends newer changes; the old leader, woken, cannot stop the client
 /// from writing what it queued: those publishes land after the successor's, with older

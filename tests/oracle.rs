@@ -89,7 +89,7 @@ fn a_wrong_op_is_a_violation() {
         "deleted again for a key already deleted",
     );
     // The delete of a uid the stream never carried: an `added` an earlier run may have
-    // delivered, never cancelled, so its `deleted` goes alone (issue 19, defect 1).
+    // delivered, never cancelled, so its `deleted` goes alone.
     assert!(violations(&[msg("deleted", "a", "u1", "1")], s).is_empty());
     one(
         &[msg("updated", "a", "u1", "1")],

@@ -1,4 +1,4 @@
-//! What changed, on a real kube-apiserver (issue 41): each kind of edit a real client makes
+//! What changed, on a real kube-apiserver: each kind of edit a real client makes
 //! (a scale and an image change of a Deployment its real controllers act on, a label edit, a
 //! status write through the status subresource, an owner added, a server-side apply that
 //! touches only `managedFields`) is sent as an `updated` naming exactly its paths; configured

@@ -1,4 +1,4 @@
-//! Resource filters (CEL) on a real kube-apiserver (issue 42): only the objects an
+//! Resource filters (CEL) on a real kube-apiserver: only the objects an
 //! expression matches are followed; an object edited out of it is sent as `deleted` with
 //! `reason: "leftFilter"` and the state that made it leave, one edited into it as `added`;
 //! nothing at all is sent for an object never matched (not even its delete); a restart from

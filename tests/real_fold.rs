@@ -8,7 +8,7 @@
 //! stream is delivered to stdout, a JetStream stream (real nats-server) and a Kafka topic
 //! (real Kafka-protocol broker), and each destination, read back and folded, holds exactly
 //! the live objects. Every `updated` names the paths whose value differs from the key's
-//! previous message (`changed`, issue 41).
+//! previous message (`changed`).
 
 #[path = "support/kafka_server.rs"]
 mod kafka_server;
@@ -457,7 +457,7 @@ topic = "real.topology"
         .filter(|m| m["kind"] == "Pod" && m["op"] == "deleted")
         .count();
     assert!(pods_deleted >= 6, "{pods_deleted} Pod deletes");
-    // Every update names what changed since the key's previous message (issue 41), through
+    // Every update names what changed since the key's previous message, through
     // the controllers' status writes, scales, rollouts and adoptions (ownerReferences).
     let checked = support::check_changed(&messages, support::Changed::Covers)
         .unwrap_or_else(|e| panic!("{e}"));

@@ -147,7 +147,7 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
     converged(cp, ns, &first, &second).await;
     let all = second.terminate().await;
     // The change paths' fingerprints came back from the saved state: each update after the
-    // restart names what changed since the first run's last message (issue 41).
+    // restart names what changed since the first run's last message.
     let both: Vec<Value> = first.iter().chain(&all).cloned().collect();
     support::check_changed(&both, support::Changed::Covers).unwrap_or_else(|e| panic!("{e}"));
     assert!(

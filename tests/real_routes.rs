@@ -1,4 +1,4 @@
-//! Sink filters and routes on a real kube-apiserver (issue 42): one kubesink sends the
+//! Sink filters and routes on a real kube-apiserver: one kubesink sends the
 //! ConfigMaps of team `pay` to one Kafka topic, every other ConfigMap to a second topic,
 //! the Secrets' metadata to a JetStream subject only, and the deletes (a change filter on
 //! `op`) to a second stream. An object relabelled from one team to the other leaves one

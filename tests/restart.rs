@@ -117,7 +117,7 @@ struct Restart {
     churned: usize,
 }
 
-/// The scenario of issue 8: 10,000 pods; kubesink A lists them, churn runs, A is killed
+/// A restart after a crash: 10,000 pods; kubesink A lists them, churn runs, A is killed
 /// (SIGKILL) mid-churn after at least two state saves; while it is down, 100 updates, 100
 /// creates and 100 deletes; kubesink B (config `config_b`, in `dir_b`) starts from the saved
 /// state. Every final state and every delete must arrive, nothing `initial`, and no message
@@ -235,7 +235,7 @@ async fn sigkill_mid_churn_then_restart(
         Expect::STRICT.restarts(),
     );
     // Each update after the SIGKILL names at least what changed since the key's last
-    // message (issue 41): the saved change-path fingerprints are those of the last
+    // message: the saved change-path fingerprints are those of the last
     // acknowledged message, never newer than the last one sent.
     let checked = support::check_changed(
         &[a_msgs.clone(), b_msgs.clone()].concat(),
@@ -565,7 +565,7 @@ struct CrashGap {
     updated: BTreeSet<Key>,
 }
 
-/// The crash gap of issue 8, made deterministic: 500 pods; run A1 lists them and stops
+/// The crash gap between two saves, made deterministic: 500 pods; run A1 lists them and stops
 /// cleanly (its final save); run A2 starts from that state, then 30 pods are created and
 /// reach its output, and A2 is SIGKILLed (no save since its start: `state.interval` is an
 /// hour). While it is down those 30 are deleted, with 20 older pods, and 10 others updated.
@@ -867,7 +867,7 @@ fn leader_election(lease: &str) -> String {
     format!("[leader_election]\nenabled = true\nlease_name = {lease:?}\nlease_namespace = \"default\"\nlease_duration = \"4s\"\nrenew_deadline = \"2500ms\"\nretry_period = \"500ms\"\n")
 }
 
-/// The figure of issue 23: a hand-over between two replicas with the Kafka backend, with 100
+/// A hand-over between two replicas with the Kafka backend, with 100
 /// creates, 100 updates and 100 deletes made while no replica leads (the leader SIGKILLed,
 /// the follower not yet taken over). The new leader sends exactly those 300 changes, nothing
 /// about the 1,000 other pods (`cargo test --test restart hand_over_with_300 -- --nocapture`
@@ -1284,10 +1284,10 @@ async fn bridge_with_state(
     (bridge, sink)
 }
 
-/// Issue 19 (found by the fault campaign, seed 57845): a replica started (or taking over)
-/// while the state store is unreachable used to treat the state as absent, ran an initial
-/// list, and never sent the deletes made while no kubesink ran; its saves then made them
-/// permanent ghosts. With the journal on it waits for the state, not ready and sending
+/// A replica started (or taking over) while the state store is unreachable must not treat
+/// the state as absent: an initial list would never send the deletes made while no
+/// kubesink ran, and its saves would make them permanent ghosts (fault campaign, seed
+/// 57845). With the journal on it waits for the state, not ready and sending
 /// nothing, then sends exactly those deletes. With `write_ahead = false` it starts at once,
 /// as that setting documents (a full initial list: the ghosts it accepts).
 async fn a_state_store_down_at_start(mut broker: StateBroker, write_ahead: bool) {
@@ -1815,11 +1815,11 @@ async fn bad_state_costs_a_full_emit_of_the_affected_resources_only_and_is_logge
     }
 }
 
-/// Issue 19, defect 1: after a crash, the keys the journal holds as sent but unconfirmed are
+/// After a crash, the keys the journal holds as sent but unconfirmed are
 /// re-sent as `added` by the next run's list. If such an object is deleted while that
 /// re-sent `added` still waits in the queue (here: a 20 s linger), the queue must not cancel
 /// the pair: the crashed run had already delivered the `added`, so only the `deleted` tells
-/// downstream the object is gone. Before the fix, every one of the 30 pods became a ghost.
+/// downstream the object is gone. Cancelled, every one of the 30 pods would be a ghost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_of_an_object_re_sent_after_a_crash_is_never_cancelled_in_the_queue() {
     let dir = tempfile::tempdir().unwrap();
@@ -1924,13 +1924,12 @@ fn uid_view(msgs: &[Value]) -> BTreeMap<Key, BTreeSet<String>> {
     held
 }
 
-/// Issue 19 (found by the model test, `model_tests/found.rs`): 20 pods are re-created (new
+/// The model test's case (`model_tests/found.rs`) end to end: 20 pods are re-created (new
 /// uids) while their changes wait in the queue (a 300 s linger, far longer than the test),
 /// the state is saved meanwhile, and the process is SIGKILLed before anything of it went
 /// out; while it is down the new pods are deleted too. The next run must send the old uids'
-/// `deleted` as well as the new ones': a destination indexing by uid holds the old uids.
-/// Before the fix the saved state kept one uid per key (the newest `added`) and the old uids
-/// were never deleted.
+/// `deleted` as well as the new ones': a destination indexing by uid holds the old uids. A
+/// saved state with one uid per key (the newest `added`) would never delete the old uids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_a_re_creation_is_delivered_still_deletes_the_old_uids() {
     let dir = tempfile::tempdir().unwrap();
@@ -2051,13 +2050,13 @@ fn swept_view(msgs: &[Value]) -> BTreeSet<Key> {
     view.into_keys().collect()
 }
 
-/// Issue 37, defect 2: the state topic emptied while a writer runs (tansu restarted with an
+/// The state topic emptied while a writer runs (tansu restarted with an
 /// empty memory engine), 5 pods created (journaled under the writer's new fence, no snapshot
 /// since), the writer SIGKILLed, 20 older pods deleted while it is down. The restart must take
 /// the state for damaged (a full initial list, `initial: true`, whose marker sweeps), as for a
-/// damaged state file; replaying the surviving journal alone sent the live pods as
-/// non-initial `added` and a marker with `initial: false`: the 20 deletes were never sent and
-/// no consumer could sweep them (permanent ghosts).
+/// damaged state file; replaying the surviving journal alone would send the live pods as
+/// non-initial `added` and a marker with `initial: false`: the 20 deletes would never be sent
+/// and no consumer could sweep them (permanent ghosts).
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_topic_emptied_while_running_then_a_crash_costs_a_full_initial_list_not_ghosts() {
@@ -2188,11 +2187,11 @@ async fn after_a_crash_the_deletes_made_while_down_are_sent(
     fold_expecting(all, Expect::STRICT.restarts());
 }
 
-/// Issue 37, defect 4: the state topic lost (tansu restarted empty) while the writer is
+/// The state topic lost (tansu restarted empty) while the writer is
 /// quiet (no change in the cluster, so nothing writes). The writer must find the loss by
 /// itself (its periodic check of its fence record) and save its whole state again: a crash
-/// after that restarts from it. Unnoticed, the crash left an empty topic: a full initial
-/// list, and the deletes made while down never sent.
+/// after that restarts from it. Unnoticed, the crash would leave an empty topic: a full
+/// initial list, and the deletes made while down never sent.
 ///
 /// The broker is restarted just after a check found the fence in place, so that no check's
 /// consumer spans the restart: one that does fetches by the topic id it knew from the new,
@@ -2257,10 +2256,10 @@ async fn a_quiet_writer_finds_its_lost_state_topic_and_saves_its_state_again() {
     after_a_crash_the_deletes_made_while_down_are_sent(&c, &mut all, &cfg_b, node_b.path()).await;
 }
 
-/// Issue 37, defect 4: the state topic lost while the writer is quiet, then SIGTERM: the
-/// final save is the first write to find the loss. It must still land (the topic created
-/// again, a new fence, the whole state), within the shutdown deadline; tried once, it
-/// failed, and the next start listed everything without the deletes made while down.
+/// The state topic lost while the writer is quiet, then SIGTERM: the final save is the
+/// first write to find the loss. It must still land (the topic created again, a new fence,
+/// the whole state), within the shutdown deadline; tried only once, it would fail, and the
+/// next start would list everything without the deletes made while down.
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_final_save_after_a_state_topic_was_lost_lands() {
@@ -2287,14 +2286,14 @@ async fn the_final_save_after_a_state_topic_was_lost_lands() {
     after_a_crash_the_deletes_made_while_down_are_sent(&c, &mut all, &cfg_b, node_b.path()).await;
 }
 
-/// Found by scripts/chaos.sh (seed 37624, state in NATS; the CI run of stop 45): a name
+/// Found by scripts/chaos.sh (seed 37624, state in NATS): a name
 /// re-created (old uid deleted, new uid added) and delivered by one run, then a run whose
 /// saved state still holds the old uid. That run lists the new uid, so it sends the old uid's
 /// inferred `deleted`, then the new uid's `added`: the same change the first run sent, with
 /// the same `id`, hence the same `Nats-Msg-Id`. Within the stream's `duplicate_window`
 /// JetStream stored the `deleted` and dropped the `added` as a duplicate, so the stream ended
 /// with the `deleted`: a consumer folding by key (and `kubesink fold`) lost the live object.
-/// The `added` that follows the inferred `deleted` of the uid it replaced now carries
+/// The `added` that follows the inferred `deleted` of the uid it replaced carries
 /// `replacedUid`, part of its `id`: it is stored, after the `deleted`.
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2375,7 +2374,7 @@ async fn a_re_creation_sent_again_after_its_inferred_delete_is_not_dropped_as_a_
     );
 }
 
-/// Issue 37, the owed-delete path end to end (the unit test is
+/// The owed-delete path end to end (the unit test is
 /// `after_an_owed_delete_the_keys_object_goes_out_again_as_an_added_naming_the_old_uid`):
 /// a run restored from a saved state with the old uids (U1) sees 20 names re-created (U2)
 /// and sends the old uids' `deleted` and the new uids' `added`, journaled ahead of the send;

@@ -1,4 +1,4 @@
-//! A property of sink filters (issue 42), on the simulator: whatever the churn and however
+//! A property of sink filters, on the simulator: whatever the churn and however
 //! often kubesink is stopped and started again from its saved state, with or without
 //! coalescing and sync markers, each sink's fold (every
 //! message it got, across the runs, in order) equals the cluster filtered by that sink's
@@ -91,8 +91,8 @@ fn needless(msgs: &[Value]) -> Option<String> {
 
 async fn case(seed: u64, rounds: usize, steps: usize, coalesce: bool, markers: bool, shared: bool) {
     // Without the sink that has no filter, every sink has a view of its own and the first
-    // one counts into the watch's counters too (found by a newcomer's try: its sink's
-    // counters stayed 0).
+    // one counts into the watch's counters too (otherwise its sink's counters would stay
+    // 0).
     let routes: Vec<Route> = ROUTES
         .iter()
         .filter(|r| shared || r.1.is_some())

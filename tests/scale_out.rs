@@ -401,8 +401,8 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
         &url,
         state,
     );
-    // Another configuration under the same group (the default-`lease_name` mistake a
-    // newcomer made): its member must get none of the 30 clusters, and hold its own.
+    // Another configuration under the same group (an easy mistake with the default
+    // `lease_name`): its member must get none of the 30 clusters, and hold its own.
     let odd_config = write_config(
         dir.path(),
         "odd.toml",

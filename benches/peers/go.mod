@@ -1,4 +1,4 @@
-// The Go peers kubesink is measured against (issue 39; `bench-suite --only peers`): client-go
+// The Go peers kubesink is measured against (`bench-suite --only peers`): client-go
 // informers as their users run them, built by scripts/peers-build.sh into ~/.cache/kubesink.
 // Every k8s.io module at the release of the control plane in tests/kube (v1.37.2 ↔ v0.37.2).
 module kubesink.dev/benches/peers

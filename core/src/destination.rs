@@ -1,5 +1,5 @@
 //! What a destination's `[[sinks]]` entry can do, whatever the broker: the contract between
-//! the bridge's one registration list (`src/sinks.rs`) and a destination's wing.
+//! the bridge's one registration list (`src/sinks.rs`) and a destination's crate.
 //!
 //! A destination implements [`Destination`] on its config struct (Vector's `SinkConfig` is
 //! the model); the registration list turns the entries into one serde enum tagged by `type`,

@@ -1,8 +1,10 @@
 //! # kubesink-core: what every part of kubesink shares
 //!
 //! The bridge (crate `kubesink`) and each destination (crates `kubesink-stdout`,
-//! `kubesink-nats`, `kubesink-kafka` under `sinks/`) depend on this crate and never on
-//! each other. It owns the contracts between them and the small tools both sides need:
+//! `kubesink-nats`, `kubesink-kafka`, `kubesink-http`, `kubesink-otlp` under `sinks/`) depend
+//! on this crate. A destination never depends on the bridge; the one dependency between
+//! destinations is `kubesink-otlp` on `kubesink-http` (OTLP/HTTP is HTTP). It owns the
+//! contracts between them and the small tools both sides need:
 //!
 //! - [`message`]: topology message v1, the contract downstream teams code against: the
 //!   watched [`Resource`]'s identity, the [`Message`] a sink receives, its key, id, headers
@@ -14,7 +16,8 @@
 //!   can do (name, validate, warn, build its sink). The bridge lists the destinations once
 //!   (`src/sinks.rs`).
 //! - [`state`]: the [`StateStore`](state::StateStore) contract the informer state backends
-//!   implement (a file in the bridge, a JetStream object store in the NATS wing).
+//!   implement (a file in the bridge, a JetStream object store in the NATS destination's crate, a
+//!   compacted topic in the Kafka destination's crate).
 //! - [`readback`]: what a destination's reader hands `kubesink fold` (records in order, then
 //!   "caught up").
 //! - Tools defined once: [`template`] (destination templates), [`units`] (human durations

@@ -233,8 +233,8 @@ mod tests {
         assert_eq!(s.expose(), "hunter2");
     }
 
-    /// Found by a newcomer (issue 38): `check` printed `{ env = "KAFKA_PW" }` as `"***"`, and
-    /// the printed configuration, fed back, ran with the password `***`.
+    /// A reference prints as itself (`{ env = "KAFKA_PW" }`), never as `"***"`: a printed
+    /// configuration fed back must not run with the password `***`.
     #[test]
     fn a_reference_serializes_as_itself_and_the_mask_is_refused_as_a_value() {
         std::env::set_var("KUBESINK_TEST_SECRET_ENV_ROUND_TRIP", "pw");

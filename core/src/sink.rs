@@ -1,4 +1,5 @@
-//! The `Sink` trait: the contract between the pipeline and a destination.
+//! The `Sink` trait: the delivery contract between the pipeline and each sink (one
+//! configured `[[sinks]]` entry, built by its destination).
 
 use std::time::Duration;
 
@@ -6,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::{Message, ReadySignal};
 
-/// A destination for topology messages.
+/// One configured sink: where the pipeline delivers topology messages.
 ///
 /// # Contract
 ///

@@ -1,7 +1,8 @@
 //! The informer state store contract: where the acknowledged state (`docs/restarts.md`) is
 //! kept between runs. The bridge's `state` module owns the format, the journal and the
-//! restore; a backend only stores bytes: the `file` backend in the bridge, the `nats` backend
-//! (a JetStream object store and a stream) in the NATS wing.
+//! restore; a backend only stores bytes. There are three: `file` in the bridge, `nats` (a
+//! JetStream object store and a stream) in the NATS destination's crate, and `kafka` (a
+//! compacted topic fenced by epoch) in the Kafka destination's crate.
 
 use async_trait::async_trait;
 
@@ -48,8 +49,8 @@ pub trait StateStore: Send + Sync {
     /// across replicas (a replica that takes over starts above every generation it read),
     /// so a saved generation above a replica's own means another replica took over and
     /// saved since: the keeper then neither saves nor drops journal generations
-    /// ([`StateError::Superseded`]; issue 19, defect 4d: a deposed leader frozen past its
-    /// fence's check could otherwise land an older state over its successor's).
+    /// ([`StateError::Superseded`]: a deposed leader frozen past its fence's check could
+    /// otherwise land an older state over its successor's).
     ///
     /// # Errors
     /// [`StateError`] when the store cannot be asked (the save is not attempted).
@@ -110,8 +111,8 @@ pub enum StateError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// A broker-held backend failed (the NATS wing's `state.nats` errors name the
-    /// operation, servers, bucket and object).
+    /// A broker-held backend failed: its error names the operation and where (`state.nats`:
+    /// servers, bucket and object; `state.kafka`: brokers, topic and key).
     #[error(transparent)]
     Backend(Box<dyn std::error::Error + Send + Sync>),
     /// This replica may no longer lead (its leader-election fence closed): it must not

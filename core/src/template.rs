@@ -1,4 +1,4 @@
-//! The one template engine of the sinks' destinations (NATS subjects, Kafka topics).
+//! The one template engine for where a sink sends each message (NATS subjects, Kafka topics).
 //!
 //! A template is literal text with [`Placeholder`]s in braces (`kubesink.{cluster}.{kind}`).
 //! What differs between destinations is a [`Dialect`]: whether placeholders must be whole
@@ -164,7 +164,7 @@ impl Template {
         Ok(Template { parts, dialect })
     }
 
-    /// The destination name of a message: literals as written, placeholders escaped by the
+    /// Where a message goes (its subject or topic): literals as written, placeholders escaped by the
     /// dialect.
     pub fn render(&self, m: &MessageMeta) -> String {
         let mut out = String::with_capacity(96);

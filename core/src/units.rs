@@ -121,7 +121,7 @@ impl<'de> Deserialize<'de> for HumanDuration {
                     .map_err(|e| E::custom(format!("invalid duration {v:?}: {e}")))
             }
             // A bare number has no unit: `message_timeout = 30` meant as seconds would be
-            // 30 ms (found by a newcomer: accepted without a word). Only 0 needs none.
+            // 30 ms, so it is refused rather than taken silently. Only 0 needs none.
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
                 match v {
                     0 => Ok(HumanDuration(Duration::ZERO)),

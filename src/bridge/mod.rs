@@ -791,7 +791,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     tracing::info!("shutting down: stopping watches, flushing sinks");
-    // A leader that loses the lease while it drains stops at once too (issue 19): its fence
+    // A leader that loses the lease while it drains stops at once too: its fence
     // is closed, so nothing more can be sent or saved, and waiting out
     // `pipeline.shutdown_timeout` would only hold the Pod.
     let report = tokio::select! {

@@ -1,4 +1,4 @@
-//! Routes: which sinks each watch's deciders serve, from the sinks' `filter`s (issue 42).
+//! Routes: which sinks each watch's deciders serve, from the sinks' `filter`s.
 //!
 //! A sink without a `filter` gets every change of every watch; the sinks without one share
 //! one decider per watch (the *shared view*), as before filters existed. A sink with a

@@ -318,8 +318,8 @@ impl RetryLog {
 
 /// Reads cluster `cluster`'s saved state from `store`, again and again ([`STATE_RETRY`])
 /// until it can be read: what an unreadable store holds is unknown, not absent, and a start
-/// without it could never send the deletes of what vanished meanwhile (issue 19: the ghosts
-/// of a leader that took over while the NATS state server restarted). Meanwhile `/readyz`
+/// without it could never send the deletes of what vanished meanwhile (a leader taking over
+/// while the NATS state server restarts would leave ghosts downstream). Meanwhile `/readyz`
 /// and `kubesink_state_restore_waiting_seconds` say so, and nothing is watched, sent or
 /// saved. The caller's cancellation ends the wait.
 async fn read_saved(

@@ -10,7 +10,7 @@
 //! `cluster.rs` (`[cluster]`, `[[clusters]]` and the resolved [`Cluster`]), `resource.rs`
 //! (`[[resources]]`), `sections.rs` (`[leader_election]`, `[pipeline]`, `[watch]`,
 //! `[server]`, `[log]`), `state.rs` (`[state]`), the destinations' own (`[[sinks]]`, in their
-//! wings); `syntax.rs` the Kubernetes name syntax they share; `load.rs` the layers, the
+//! crates); `syntax.rs` the Kubernetes name syntax they share; `load.rs` the layers, the
 //! per-section extraction and the order the checks run in; `warn.rs` what works but is
 //! risky.
 //!

@@ -114,8 +114,7 @@ fn culprit<T: DeserializeOwned>(
 ) -> Option<Vec<String>> {
     // The secrets' mask refused as a value: several keys of one entry may hold it, each
     // giving the same error, so taking one out does not make the error go; the first place
-    // holding the mask is the culprit (found by a newcomer, issue 38: it was blamed on
-    // `type`, and the other places were not reported).
+    // holding the mask is the culprit (not `type`, and every other place is reported too).
     if let Kind::Message(message) = kind {
         if message.starts_with(&format!("{:?} is the mask", kubesink_core::MASK)) {
             if let Some(first) = holding_mask(value, path) {
@@ -123,8 +122,8 @@ fn culprit<T: DeserializeOwned>(
             }
         }
         // A secret's `{ env = … }` / `{ file = … }` that cannot be read: the table naming
-        // that variable or file (two such in one entry gave the same kind of error, and the
-        // error was blamed on `type`; found by a newcomer).
+        // that variable or file (two such in one entry give the same kind of error; neither
+        // is blamed on `type`).
         if message.starts_with("the secret's ") {
             if let Some(at) = naming_reference(value, path, message) {
                 return Some(at);

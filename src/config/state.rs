@@ -1,7 +1,7 @@
 //! `[state]`: where kubesink keeps the acknowledged informer state between runs (see
 //! `docs/restarts.md`), and how often it saves it.
 //!
-//! `[state.nats]` belongs to the NATS wing (`kubesink_nats::state::StateNatsConfig`, with the
+//! `[state.nats]` belongs to the NATS destination's crate (`kubesink_nats::state::StateNatsConfig`, with the
 //! connection options and checks of a NATS sink). Like the rest of the configuration, this
 //! module only reads and checks: it never opens the state.
 

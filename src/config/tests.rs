@@ -46,8 +46,9 @@ fn env_overrides_file_and_file_overrides_defaults() {
     });
 }
 
-/// Issue 38: the kubelet's service-link variables of the shipped Services (and of any Service
-/// named `kubesink…`) crashed every Pod with `metrics_service_host: unknown section`.
+/// The kubelet's service-link variables of the shipped Services (and of any Service named
+/// `kubesink…`) are not configuration: read as such they would crash every Pod with
+/// `metrics_service_host: unknown section`.
 #[test]
 fn kubelet_service_link_variables_are_not_configuration() {
     use super::env::tests::kubelet_service_env;
@@ -122,7 +123,7 @@ fn bad_values_in_file_name_key_and_file() {
     });
 }
 
-/// Issue 42: a resource filter that does not compile is reported by `check` (and refused by
+/// A resource filter that does not compile is reported by `check` (and refused by
 /// `run`) naming the key, the file, the expression and the position; a variable a resource
 /// filter does not have is named too.
 #[test]
@@ -1164,8 +1165,8 @@ fn shards_split_one_cluster_into_units_of_scale_out_and_need_it() {
 
 #[test]
 fn lease_timings_that_let_the_leader_outlive_its_lease_are_rejected() {
-    // Issue 19, defect 4e: 15 s / 14 s / 13 s passed every earlier rule, yet a leader that
-    // cannot renew notices up to two retry periods after its renew deadline.
+    // 15 s / 14 s / 13 s pass every other rule, yet a leader that cannot renew notices up to
+    // two retry periods after its renew deadline: rejected.
     Jail::expect_with(|jail| {
         jail.clear_env();
         jail.create_file(
@@ -1691,9 +1692,9 @@ fn the_json_schema_accepts_the_reference_config_and_names_a_typo() {
     assert!(all.contains("/sinks/0"), "{all}");
 }
 
-/// Found by a newcomer (issue 38): the secrets' mask `"***"` in two places of one sink entry
-/// was reported once, blamed on `sinks.0.type`, and hid an unset `{ env }` reference beside
-/// it. Each is named at its own key, a dotted librdkafka property quoted as in TOML.
+/// The secrets' mask `"***"` in two places of one sink entry: each named at its own key (not
+/// once, blamed on `sinks.0.type`), and an unset `{ env }` reference beside it is not hidden;
+/// a dotted librdkafka property quoted as in TOML.
 #[cfg(feature = "kafka")]
 #[test]
 fn the_secrets_mask_is_named_at_every_key_that_holds_it() {
@@ -1734,8 +1735,8 @@ sasl_password = "***"
     });
 }
 
-/// Found by a newcomer (issue 38): two `{ env = … }` secrets of one sink entry that cannot be
-/// read gave one error, blamed on `sinks.0.type`. Each is named at its own key.
+/// Two `{ env = … }` secrets of one sink entry that cannot be read: each named at its own
+/// key, never one error blamed on `sinks.0.type`.
 #[cfg(feature = "kafka")]
 #[test]
 fn every_unreadable_secret_reference_is_named_at_its_key() {

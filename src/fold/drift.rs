@@ -11,7 +11,7 @@
 //!
 //! `--repair` ([`repair`]) publishes the `deleted` messages the ghosts lack, through the
 //! configured sinks: what a stateless run could not send for objects deleted while it was
-//! down (issue 38: a stream switched from stateless to stateful keeps those ghosts).
+//! down (a stream switched from stateless to stateful keeps those ghosts).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

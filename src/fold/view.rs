@@ -695,7 +695,7 @@ mod tests {
         assert_eq!(v.len(), 1);
     }
 
-    /// Issue 37, defect 1: a deposed leader's publishes written after its successor's
+    /// A deposed leader's publishes written after its successor's
     /// (`leaderEpoch` lower than one already applied to the key) are skipped, also after a
     /// delete and for a sync marker; keys only the old leader touched keep its messages.
     #[test]

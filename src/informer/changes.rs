@@ -1,4 +1,4 @@
-//! What changed in an update (issue 41): a resource's *change paths*, the 16-bit
+//! What changed in an update: a resource's *change paths*, the 16-bit
 //! fingerprint of each one's value in the shaped payload ([`Parts`], kept in the store, 16
 //! bytes per object), and `ignore_changes`, the paths whose changes alone send nothing.
 //!

@@ -48,13 +48,13 @@ pub const PART_SLOTS: usize = 8;
 
 /// The 16-bit fingerprints of an object's change paths, one per slot (the paths of
 /// `changes.rs`'s [`super::changes::ChangePaths`], in their order): what lets an `updated`
-/// say which paths changed without the old object (issue 41). 16 bytes per object, the
-/// budget the issue set for the default paths. All zero means unknown (state saved by a
-/// kubesink without them, an unconfirmed object, a layout of other paths): the next
-/// update's `changed` is then unknown rather than guessed. 16 bits per path: a path that
-/// changed keeps its 16-bit fingerprint with probability 2⁻¹⁶, and is then missing from
-/// `changed` (docs/message-contract.md says so); whether anything changed at all is still
-/// decided by the 64-bit fingerprint.
+/// say which paths changed without the old object. 16 bytes per object: the memory budget
+/// for the default paths (`docs/architecture.md`, "Lightweight informer"). All zero means
+/// unknown (state saved by a kubesink without them, an unconfirmed object, a layout of
+/// other paths): the next update's `changed` is then unknown rather than guessed. 16 bits
+/// per path: a path that changed keeps its 16-bit fingerprint with probability 2⁻¹⁶, and
+/// is then missing from `changed` (docs/message-contract.md says so); whether anything
+/// changed at all is still decided by the 64-bit fingerprint.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Parts(pub [u16; PART_SLOTS]);
 

@@ -1,4 +1,4 @@
-//! A resource's CEL filter (`[[resources]] filter`, issue 42): which objects of the resource
+//! A resource's CEL filter (`[[resources]] filter`): which objects of the resource
 //! kubesink follows at all.
 //!
 //! The expression is compiled once, at start (`kubesink check` reports a syntax error with

@@ -1,112 +1,12 @@
 //! Lightweight informers: one list/watch loop per [`WatchPlan`] (a resource in one namespace,
 //! or in all), a decision step that keeps only keys and fingerprints, and the loop between
-//! the API server and the pipeline.
+//! the API server and the pipeline. This file is [`Informer`], the list/watch state machine.
+//! Its state and recovery tables, streaming lists, why kubesink owns this loop, and a map of
+//! the module's files: `docs/architecture.md`, "Lightweight informer".
 //!
-//! - `plan.rs`: [`WatchPlan`], configuration and discovery resolved into one plan per watch.
-//! - `watch.rs`: the list-page and watch requests, event lines, failures classified.
-//! - `decode.rs`: list pages, watch event lines and `Status` as the API server sends them.
-//! - `object.rs`: [`RawObject`](object::RawObject), one-pass decoding of an object.
-//! - `payload.rs`: [`Shaper`] (payload modes, Secret data, cluster label) → JSON + fingerprint.
-//! - `decide.rs`: [`Decider`], the synchronous decision step and its semantics table.
-//! - `store.rs`: [`LightStore`], key, uid, resourceVersion and fingerprint per object.
-//! - `recovery.rs`: the failure policy, (situation, failure) → (next request, wait).
-//! - `api.rs`: [`ClusterApi`], a cluster's request budget (token bucket), request counts and
-//!   which resources do not stream lists.
-//! - `lists.rs`: [`ListBudget`], the process-wide budget of lists in flight
-//!   (`watch.max_concurrent_lists`), shared by the informers of every cluster.
-//! - `shard.rs`: [`Shard`], a part of a cluster's objects by the hash of their namespace
-//!   (sharded list and watch, with the client-side fallback).
-//! - `stats.rs`: [`InformerStats`], counters and health.
-//! - this file: [`Informer`], the list/watch state machine.
-//!
-//! # The list/watch loop
-//!
-//! It follows the API concepts' "efficient detection of changes"
-//! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>)
-//! the way kube-runtime's `watcher` does, with two states, [`Next::List`] and
-//! [`Next::Watch`] (from a resourceVersion):
-//!
-//! "List" is a streaming list or paged LISTs, as `watch.initial_list` says (see "Streaming
-//! lists" below); both end the same way for the decider (`ListStart`, one `Listed` per
-//! object, `ListDone`).
-//!
-//! | outcome | next | wait |
-//! |---|---|---|
-//! | list complete | watch from the list's resourceVersion (a streaming list goes on as that watch, on the same connection) | — (backoff reset, unless the list followed a 410 that came before any event) |
-//! | watch delivered an event or bookmark | (go on) | backoff reset at the first line of each watch |
-//! | watch ended after events | watch from the last resourceVersion | — |
-//! | watch ended empty before half its `timeoutSeconds` | the same watch | backoff, counted; a WARN with the count, at most once a minute |
-//! | 410 Gone / `Expired` on a watch (status or `ERROR` event) | relist | a random delay up to `watch.retry_initial_backoff` (info: expected; informers whose watches expire together do not relist together); backoff when the watch delivered nothing since the list |
-//! | 410 on a list's continue token | the list again from its first page (no deletes inferred from the part read) | a random delay up to `watch.retry_initial_backoff` (jitter) |
-//! | 410 during a streaming list's initial events | the streaming list again (no deletes inferred from the part read) | backoff |
-//! | a streaming list refused (400, 405, 415, 422, 501), or ignored (MODIFIED, DELETED or a plain BOOKMARK before the end bookmark), or cut or silent (15 s) before its end bookmark twice in a row | `auto`: paged lists from now on (logged once per cluster and resource); `stream`: the streaming list again | `auto`: —; `stream`: backoff |
-//! | nothing for `watch.idle_timeout` on a watch (dead connection) | watch from the last resourceVersion | — |
-//! | no byte of a list page for `watch.idle_timeout` | the list again | backoff |
-//! | an event line that does not decode (cut, not JSON, not UTF-8, not an event) | watch from the last good resourceVersion (it replays the event); relist after 3 in a row at one resourceVersion | backoff from the second |
-//! | a well-formed event whose object does not decode | skip that object (one line: name, namespace, reason, excerpt) | — |
-//! | 401 / 403 (RBAC revoked) | the list again, or the watch from the last resourceVersion | backoff to the cap; the store is kept, no deletes inferred |
-//! | 404 (the CRD is gone) | relist (when it is back, the sweep emits the differences) | backoff |
-//! | 400 or another refusal of a watch (e.g. an opaque resourceVersion the server does not take back) | relist | backoff |
-//! | 429 / 5xx | the list again, or the watch from the last resourceVersion | `Retry-After` if longer than the backoff |
-//! | connection failure (refused, reset, too many open files) | the list again, or the watch from the last resourceVersion | backoff |
-//!
-//! The failure rows are one pure function, `recovery::recover`, with a unit test per row. A
-//! watch is never restarted from an older resourceVersion than the last event or bookmark it
-//! processed: restarting from where the failed watch *began* would replay its events, older
-//! states after newer ones. As a second line of defence the decider drops a watch event
-//! whose decimal resourceVersion is older than the one it holds for the key (`decide.rs`).
-//!
-//! The backoff is `watch.retry_initial_backoff` doubling per consecutive failure up to
-//! `watch.retry_max_backoff` (jitter inside the cap). A failure is logged at WARN when a
-//! streak starts (same status, or same transport cause); its repeats go to DEBUG, with a
-//! WARN reminder carrying the count at most once a minute. Every case is counted in
-//! [`InformerStats`] and listed in `docs/robustness.md` with the test that proves it.
-//!
-//! kubesink owns this loop instead of using kube-runtime's `watcher` because that watcher
-//! re-watches at once when a stream ends without error (an empty 200 gets ~30,000 requests a
-//! second), resets its backoff on every list attempt, drops undecodable lines and continues
-//! past the change they carried, and decodes with `DynamicObject`, which builds every object
-//! twice. Here every failure is classified, counted in [`InformerStats`], logged once with the
-//! informer's span (cluster, resource, scope), and backed off.
-//!
-//! Backpressure: each emitted change is awaited into the pipeline; while a sink queue is
-//! full this loop stops reading, so the HTTP body is not read.
-//!
-//! # Streaming lists
-//!
-//! With `watch.initial_list = "stream"` or `"auto"` (the default), a list is one watch with
-//! `sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true` and
-//! `resourceVersion` unset (KEP-3157, "WatchList"; a consistent read). The API server sends
-//! the current objects as ADDED events from its watch cache, then a BOOKMARK annotated
-//! `k8s.io/initial-events-end: "true"` whose resourceVersion is the state's; the same watch
-//! then delivers changes. Each ADDED before the bookmark is a `Listed` object and the
-//! bookmark is `ListDone`, so the sweep (`finalStateUnknown` deletes), the restored-state
-//! diff, sync markers, `initial` and every payload mode (metadata-only asks for
-//! `PartialObjectMetadata` the same way) behave exactly as after paged lists. A watch
-//! resumed after a failure is an ordinary watch from the last resourceVersion: it never asks
-//! for the initial events again (kube-rs #1844 re-sent them on every reconnect); only a
-//! relist (after 410, 404...) streams again.
-//!
-//! The API server saves memory and CPU: no list pages built and held (a paged LIST of
-//! 100,000 pods makes it serialize every page in memory), one request instead of one per
-//! page plus the watch. Servers: beta and on by default in Kubernetes 1.32, off by default
-//! in 1.33 (the `WatchList` feature gate), on by default from 1.34; client-go's
-//! `WatchListClient` is on from 1.35 and falls back to LIST on any error.
-//!
-//! `auto` falls back to paged lists, for that cluster and resource until restart, when the
-//! server refuses the request (a 400, 405, 415, 422 or 501: 422 `Invalid` is what a server
-//! with the feature gate off answers), when it ignores `sendInitialEvents` (an event other
-//! than ADDED, or a BOOKMARK without the annotation, before the end bookmark: an old server
-//! or a proxy treats the request as a plain watch), or when the initial events end early (or
-//! stay silent for [`INITIAL_EVENTS_SILENCE`], or `watch.idle_timeout` if shorter) before the
-//! end bookmark [`STREAM_CUTS_BEFORE_FALLBACK`] times in a row. Initial events that the
-//! server's `timeoutSeconds` ended (they took over half of it: a large list behind a slow
-//! sink) are streamed again and do not count. The first informer to fall back logs it once with the reason
-//! ([`ClusterApi::learn_no_streaming`]); the resource's other informers in that cluster list
-//! without trying. `stream` never lists: those cases are failures, retried with backoff.
-//! `/metrics` says which strategy each watch uses (`kubesink_watch_initial_list`).
-//!
-//! This module never keeps an object after emitting it.
+//! It never keeps an object after emitting it, never restarts a watch from an older
+//! resourceVersion than the last event or bookmark it processed, and never reads on while a
+//! sink queue is full (backpressure: each emitted change is awaited into the pipeline).
 
 mod api;
 mod changes;

@@ -5,7 +5,7 @@
 //! for names under 128 bytes, which is every name Kubernetes validates as a DNS label or
 //! subdomain, at most 253): 8 bytes in the slot, one more on the heap. At 100,000 objects
 //! the table holds about 1.31 slots per object, so this saves about 9.5 bytes per object,
-//! which pays for most of the change paths' fingerprints (issue 41, 16 bytes per slot;
+//! which pays for most of the change paths' fingerprints (16 bytes per slot;
 //! `cargo bench --bench state_size`). The crates that do this (`thin_str`) keep a `usize`
 //! header, 8 bytes on the heap per name, which would save almost nothing here.
 

@@ -7,8 +7,8 @@
 //! resourceVersion than the last event or bookmark it processed.** Retrying "the same
 //! request" after a watch failed means watching from the last resourceVersion seen, not from
 //! the one the failed watch began at: re-watching from there would replay every event since
-//! against the current store, and an older state would go out after a newer one (issue 19,
-//! defect 3: `resourceVersion` going backwards per key after a connection reset). See the
+//! against the current store, and an older state would go out after a newer one
+//! (`resourceVersion` going backwards per key after a connection reset). See the
 //! API concepts on resuming watches:
 //! <https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>.
 //!

@@ -9,7 +9,7 @@
 //! Lyft Clutch "lightweight informer" idea, which cut informer memory by about 65%).
 //!
 //! Per object also the 16-bit fingerprints of its change paths ([`Parts`], 16 bytes: what
-//! lets an `updated` name what changed, issue 41).
+//! lets an `updated` name what changed).
 //!
 //! Layout, measured by `cargo bench --bench state_size`: one `hashbrown::HashTable` slot of
 //! 64 bytes plus the name's heap allocation (the name behind a thin pointer, its length a
@@ -117,8 +117,8 @@ pub struct Vanished {
 /// re-created (a uid never returns, so the object of that uid is gone) and its `deleted`
 /// has not been confirmed by every sink. Kept only while acknowledgements are tracked
 /// (`tracked.rs`), so that the saved state can name it and a restart still sends that
-/// `deleted` (issue 19, found by the model test: the saved state kept one uid per key, and
-/// a crash between a re-creation and its delivery lost the old uid's `deleted`).
+/// `deleted` (with one uid per key, a crash between a re-creation and its delivery would
+/// lose the old uid's `deleted`; `pipeline/model_tests/found.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Former {
     /// The old uid.
@@ -141,10 +141,9 @@ pub struct Owed {
 }
 
 /// Keys, uids, resourceVersions and fingerprints of one watch's objects. `Default` is
-/// [`LightStore::new`]: a derived one lacked the cluster scope's namespace id 0, so a store
-/// made with `unwrap_or_default()` gave the first namespace seen id 0 and later wrote that
-/// namespace's objects as cluster-scoped (found by the model test, issue 37, after a lint's
-/// suggestion made one).
+/// [`LightStore::new`], never a derived one: that would lack the cluster scope's namespace
+/// id 0, so a store made with `unwrap_or_default()` would give the first namespace seen id 0
+/// and write that namespace's objects as cluster-scoped.
 pub struct LightStore {
     table: HashTable<Entry>,
     hasher: DefaultHashBuilder,

@@ -442,8 +442,8 @@ pub async fn probe_sink(handle: SinkHandle, interval: Duration, cancel: Cancella
         let ready = result.is_ok();
         // Ready: the regular interval, and the backoff starts over. Not ready: the backoff,
         // never longer than the interval, so a sink that comes back is seen ready within one
-        // interval however long or often it was down (a never-reset backoff sat at 30 s after
-        // a few NATS outages: ready again 27 s after the server was; found by a newcomer).
+        // interval however long or often it was down (a backoff never reset would sit at its
+        // 30 s cap after a few outages, and see a sink ready again up to 30 s late).
         let wait = if ready {
             delays = PROBE.delays();
             interval

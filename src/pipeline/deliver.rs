@@ -217,7 +217,7 @@ async fn deliver_segment(
                 // The first failure of a batch is a WARN; its retries are DEBUG: an outage is
                 // the sink's to announce (one line when it starts, a summary a minute, one when
                 // it ends: `kubesink_core::outage`), and readiness says it too; a WARN per
-                // retry repeated it every few seconds (found by a newcomer: 9 in 78 s).
+                // retry would repeat it every few seconds.
                 if attempt == 1 {
                     tracing::warn!(sink = sink.name(), error = %err, retry_in = ?delay, "sink error; retrying (its retries are logged at DEBUG)");
                 } else {

@@ -1,4 +1,4 @@
-//! A model-checked core (issue 19): random sequences of cluster changes, watch faults, sink
+//! A model-checked core: random sequences of cluster changes, watch faults, sink
 //! behaviour and crashes, driven through the real parts, against invariants. It searches
 //! rather than confirms (`STYLE.md`, "Tests that search, not only confirm"); a failing case
 //! is shrunk by proptest and printed (the steps, and the seed in the regressions file).
@@ -75,7 +75,7 @@
 //! (commit the line once the defect is fixed, as `tests/fuzz.proptest-regressions`).
 //!
 //! Its reach, checked by breaking the code on purpose (2026-12-01): a queue that cancels an
-//! `added` it may not (`may_be_held` ignored, defect 1), a decider without its stale check,
+//! `added` it may not (`may_be_held` ignored), a decider without its stale check,
 //! a queue whose sync marker is no barrier, a restore without the journal, a former uid
 //! that does not pin its namespace, and a fold that ignores truncation each fail within the
 //! 2,000 cases, in under a second. Each object has its own namespace, so namespaces come and
@@ -256,7 +256,7 @@ struct Setup {
     saves: bool,
     /// Batches a sink may have in flight at once (`QueueLimits::window`).
     window: usize,
-    /// The resource has the CEL filter [`MODEL_FILTER`] (issue 42): the destinations' views
+    /// The resource has the CEL filter [`MODEL_FILTER`]: the destinations' views
     /// must equal the cluster's objects [`model_filter_keeps`].
     filter: bool,
 }
@@ -1048,8 +1048,8 @@ impl World {
     /// Settles the run and checks invariant 1 twice: first **before any repair** (when the
     /// informer is not due a list and no half list left keys unproven: the watch reads every
     /// event left, every sink delivers), so that a change the pipeline lost is looked for
-    /// before a relist could re-send it (issue 37: the final relist used to come first);
-    /// then after a final relist.
+    /// before a relist could re-send it (a final relist first would hide the loss); then
+    /// after a final relist.
     fn settle(&mut self) -> Result<(), String> {
         // The worst time for a deposed leader's late publishes: after everything else.
         for i in 0..self.setup.sinks {

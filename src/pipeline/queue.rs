@@ -585,7 +585,7 @@ impl SinkQueue {
 }
 
 /// The survivor of two coalesced changes of a key (`new` replacing `old`, never sent): its
-/// `changed` names what changed since the last message the sink received (issue 41), so the
+/// `changed` names what changed since the last message the sink received, so the
 /// union of both updates' paths; unknown (left out) when `old` was not an `updated` whose
 /// `changed` is known (an `added` never delivered, or one a destination may hold from a
 /// previous run). Its `changes` (old and new values) go from the first old value to the

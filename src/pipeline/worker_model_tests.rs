@@ -1,4 +1,4 @@
-//! The real delivery worker under random faults (issue 37: "drive the real `deliver()`"):
+//! The real delivery worker under random faults (the real `deliver()`, not a model of it):
 //! random pushes of a few keys through the real [`Pipeline`](super::Pipeline) (its
 //! `SinkQueue`, the worker of `deliver.rs` with its segmenting, retries, `retain_failed`
 //! and `shrink`), with backpressure (a `max_pending` of 1 to 4, so the publisher waits),

@@ -122,7 +122,7 @@ mod tests {
         let before = assign(&clusters, &three);
         let after = assign(&clusters, &four);
         let moved = clusters.iter().filter(|c| before[*c] != after[*c]).count();
-        // An even share for the newcomer is 7.5; bounded loads move a few more.
+        // An even share for the new member is 7.5; bounded loads move a few more.
         assert!(
             (5..=14).contains(&moved),
             "{moved} of 30 moved when a 4th member joined"

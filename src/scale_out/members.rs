@@ -7,7 +7,7 @@
 //! since it last saw the record change, so clock skew between nodes does not matter. A member
 //! is *settled* once its Lease's `acquireTime` (written when its process started) is
 //! `join_after` old on the reader's wall clock; only settled members are given clusters,
-//! unless none is (a group that just started). Clock skew only shifts when a newcomer is
+//! unless none is (a group that just started). Clock skew only shifts when a new member is
 //! given clusters; who may emit is decided by the cluster Leases alone.
 
 use std::collections::{BTreeMap, HashMap};

@@ -177,7 +177,7 @@ impl Keeper {
             let mut result = keeper.save_inner(force).await;
             // The final save is retried (the caller's shutdown deadline bounds the wait): a
             // first failure can be the very write that finds the state store reset, and the
-            // next try stores the whole state again (issue 37). A replica that no longer
+            // next try stores the whole state again. A replica that no longer
             // leads does not retry.
             let mut delay = FINAL_SAVE_RETRY;
             while last
@@ -224,7 +224,7 @@ impl Keeper {
             == Some(&versions);
         if unchanged && !force {
             // Nothing to write: ask the store whether it still holds the last save (a state
-            // topic lost while quiet is otherwise found only by the next write, issue 37).
+            // topic lost while quiet is otherwise found only by the next write).
             if self.store.verify().await? {
                 return Ok(None);
             }
@@ -249,10 +249,10 @@ impl Keeper {
             return Err(StateError::Fenced);
         }
         let writing = Instant::now();
-        // A successor's newer state is never overwritten (issue 19, defect 4d): the fence
+        // A successor's newer state is never overwritten: the fence
         // is this replica's own clock, the saved generation the store's word.
         self.not_superseded(generation).await?;
-        // A save raced against the fence (issue 19, defect 4d): a leader deposed while it
+        // A save raced against the fence: a leader deposed while it
         // writes abandons the write rather than landing a state after its successor's.
         tokio::select! {
             biased;
@@ -566,8 +566,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_replica_never_overwrites_a_newer_state_a_successor_saved_nor_drops_its_journal() {
-        // Issue 19, defect 4d: a deposed leader frozen (SIGSTOP) past its fence's last
-        // check would land its older state over its successor's. The store's saved
+        // A deposed leader frozen (SIGSTOP) past its fence's last check must not land its
+        // older state over its successor's. The store's saved
         // generation is the successor's word; the fence stays open here on purpose.
         let HeldKeeper {
             _dir,
@@ -673,7 +673,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_save_still_writing_when_the_fence_closes_is_abandoned_and_drops_no_journal() {
-        // Issue 19, defect 4d: a leader deposed while its save writes must not land that
+        // A leader deposed while its save writes must not land that
         // state, nor drop journal generations, after its successor took over.
         let fence =
             Fence::open_until_for_tests(std::time::Instant::now() + Duration::from_secs(3600));
@@ -746,9 +746,9 @@ mod tests {
         }
     }
 
-    /// Issue 37, defect 4: the final save was tried once; a store that fails it (a state
-    /// topic lost while the writer was quiet, found by that very save) lost every change
-    /// since the last save, and the next start listed everything. Retried within the
+    /// The final save is retried: a store that fails it once (a state topic lost while the
+    /// writer was quiet, found by that very save) would otherwise lose every change since
+    /// the last save, and the next start would list everything. Retried within the
     /// shutdown deadline (the caller's), it lands.
     #[tokio::test]
     async fn the_final_save_is_retried_until_it_lands() {

@@ -6,11 +6,12 @@
 //! - `journal.rs` (with `journal/frame.rs`, its format): the write-ahead journal of new keys
 //!   between snapshots, so that a crash never leaves downstream with a key whose delete the
 //!   restart cannot infer.
-//! - `file.rs`, the NATS wing's `state/` (`kubesink_nats::state`) and the Kafka wing's
-//!   (`kubesink_kafka::state`): the three [`StateStore`] backends (`state.backend`; the
-//!   trait is `kubesink_core::state`): a local file written atomically with its journal
-//!   beside it, a NATS JetStream object store (with a stream for the journal), and a
-//!   compacted Kafka topic (fenced by epoch), both readable by any replica.
+//! - `file.rs`, the NATS destination's `state/` (`kubesink_nats::state`) and the Kafka
+//!   destination's (`kubesink_kafka::state`): the three [`StateStore`] backends
+//!   (`state.backend`; the trait is `kubesink_core::state`): a local file written
+//!   atomically with its journal beside it, a NATS JetStream object store (with a stream for
+//!   the journal), and a compacted Kafka topic (fenced by epoch), both readable by any
+//!   replica.
 //! - `restore.rs`: [`restore`] each watch's store at start-up from the snapshot and the
 //!   journal (deciding per watch whether its part is usable, and saying why not).
 //! - `keeper.rs`: the [`Keeper`] that saves the acknowledged state every `state.interval` and

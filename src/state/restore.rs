@@ -13,7 +13,7 @@
 //!   lacks, or has with another uid, becomes **unconfirmed** (downstream may have it: the
 //!   first list re-sends it, or sends its `deleted`); the base's other uid becomes a
 //!   *former* uid of the key (`informer/store.rs`), whose `deleted` the first list start
-//!   sends (downstream may still hold it: issue 19). A key the base has with the same uid
+//!   sends (downstream may still hold it). A key the base has with the same uid
 //!   stays as it is (the snapshot saw that `added` confirmed). A watch without a section but
 //!   with records (its run crashed before its first save) is restored from its records alone.
 //! - A frame cut short at the end of a file is dropped (it was never durable, so nothing it
@@ -119,9 +119,9 @@ impl Saved {
 /// # Errors
 /// The store's [`StateError`] when either cannot be read (the store is unreachable or
 /// refuses): what downstream may hold is then unknown, not absent, so the caller waits and
-/// reads again rather than start without state (`bridge/watching.rs`; issue 19: a leader
-/// that took over while the NATS state server restarted started empty and never sent the
-/// deletes made during the hand-over).
+/// reads again rather than start without state (`bridge/watching.rs`: a leader taking over
+/// while the NATS state server restarts would start empty and never send the deletes made
+/// during the hand-over).
 ///
 /// A store that was read but holds a state known to be damaged or partly lost
 /// ([`StateError::Damaged`]) is not an error here: [`restore`] ignores that state (a full
@@ -234,7 +234,7 @@ pub fn restore(
     // When the oldest frame kept does not start at record 1, a snapshot was stored and is
     // gone (deleted, or its store lost it): replaying the rest alone would send live
     // objects as non-initial `added` and never the deletes the lost snapshot could infer
-    // (issue 37), so the state is damaged, for every backend alike.
+    // so the state is damaged, for every backend alike.
     if snap.is_none() {
         if let Some(oldest) = journal
             .frames
@@ -585,7 +585,7 @@ mod tests {
         );
     }
 
-    /// Issue 37, defect 2, for every backend: a journal whose oldest frame does not start at
+    /// For every backend: a journal whose oldest frame does not start at
     /// record 1 lost the snapshot that covered the records before it (the state file or
     /// object deleted, a state topic lost): the state is damaged, every watch lists and
     /// emits everything, never the rest of the journal alone.

@@ -25,7 +25,7 @@
 //! *former* uids (a `deleted` not yet confirmed by every sink, so downstream may still hold
 //! that uid; flag 4) come before its current one, and reading them back in order rebuilds
 //! them (`LightStore::restore`). `parts` are the 16-bit fingerprints of the resource's
-//! change paths (`Parts`, issue 41; all zero: unknown). Version 2 is the same without
+//! change paths (`Parts`; all zero: unknown). Version 2 is the same without
 //! `parts` (read as unknown: the first update of each key after the restore has no
 //! `changed`); version 1 (before the journal) is version 2 without `generation` (read as
 //! 0) and without flag 4. This build reads all three.

@@ -399,7 +399,7 @@ impl Oracle {
             // The delete of a uid this stream never carried: an `added` a destination may
             // already hold (from an earlier run or leader: a first list's, or one re-sent
             // after a crash) is never cancelled by its `deleted`, which then goes alone
-            // (docs/message-contract.md, "Restarts"; issue 19, defect 1).
+            // (docs/message-contract.md, "Restarts").
             ("deleted", None) if !k.history.iter().any(|(_, l)| l.contains(&uid)) => {}
             ("deleted", None) if !expect.last_per_key && !expect.restarts => {
                 found.push(format!("deleted for an absent key: #{i}: {line}"))

@@ -1,4 +1,4 @@
-// The OpenTelemetry Collector peer of `bench-suite --only peers` (issue 39): the contrib
+// The OpenTelemetry Collector peer of `bench-suite --only peers`: the contrib
 // k8sobjects receiver and file exporter, every Collector module at one release (contrib
 // v0.148.0, core v1.54.0), in a module of its own because the receiver brings its own
 // client-go (v0.35.x) and the client-go peers beside it are pinned at the control plane's.

@@ -16,8 +16,8 @@
 //!
 //! The event data is the topology message v1 payload, byte for byte as `format = "json"`
 //! sends it. The binary content mode's header names belong to each protocol binding, so each
-//! destination writes its own from [`attributes`]: `cloudevents.rs` in the Kafka wing
-//! (`ce_{attribute}`, Kafka protocol binding 1.0 §3.2) and in the NATS wing (`ce-{attribute}`,
+//! destination writes its own from [`attributes`]: `cloudevents.rs` in the Kafka crate
+//! (`ce_{attribute}`, Kafka protocol binding 1.0 §3.2) and in the NATS crate (`ce-{attribute}`,
 //! percent-encoded, NATS protocol binding §3.1).
 //!
 //! Why not the `cloudevents-sdk` crate: its Kafka binding needs rdkafka 0.38 built with cmake

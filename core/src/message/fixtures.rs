@@ -1,5 +1,5 @@
-//! A topology message for the tests of the crates that bind it to a protocol (the wings'
-//! CloudEvents bindings) and of this one: cargo feature `test-fixtures`, never in a
+//! A topology message for the tests of the crates that bind it to a protocol (the destination
+//! crates' CloudEvents bindings) and of this one: cargo feature `test-fixtures`, never in a
 //! production build.
 
 use std::sync::Arc;

@@ -371,7 +371,7 @@ impl HttpConfig {
     }
 
     /// The HTTP client of this entry: timeouts, default headers (authentication and
-    /// `headers`), TLS roots and client certificate, no redirects. The OTLP wing builds its
+    /// `headers`), TLS roots and client certificate, no redirects. The OTLP destination builds its
     /// client with it too.
     ///
     /// # Errors

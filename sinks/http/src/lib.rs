@@ -1,4 +1,4 @@
-//! # kubesink-http: the HTTP wing
+//! # kubesink-http: the HTTP destination
 //!
 //! The HTTP sink (`type = "http"`): topology messages POSTed to a URL as CloudEvents (binary,
 //! structured or batched content mode, HTTP protocol binding 1.0.2) or as JSON Lines, the
@@ -7,7 +7,8 @@
 //! - `config.rs`: the `[[sinks]]` entry, its checks and the client it builds (timeouts, TLS
 //!   with a custom CA and mutual TLS, bearer or basic authentication, custom headers).
 //! - `format.rs`: the request formats and the room an envelope takes.
-//! - `health.rs`: readiness and the outage log from the answers (shared with the OTLP wing).
+//! - `health.rs`: readiness and the outage log from the answers (shared with the OTLP
+//!   destination).
 //! - `sink.rs`: delivery: per-key order, what each answer means (retry with `Retry-After`,
 //!   split a refused batch, refuse one message for good, call the operator), readiness.
 //!

@@ -80,7 +80,7 @@ pub struct HttpSink {
 }
 
 /// How a request ended when it did not end with a 2xx (the module documentation's table).
-/// Shared with the OTLP wing, whose OTLP/HTTP requests are answered the same way.
+/// Shared with the OTLP destination, whose OTLP/HTTP requests are answered the same way.
 #[derive(Debug)]
 pub enum Failure {
     /// Try later: no answer, or 408, 425, 429, 5xx; `retry_after` from the answer.
@@ -312,7 +312,7 @@ impl HttpSink {
 
 /// Splits a batch whose messages take `sizes` bytes in a request body into consecutive
 /// ranges whose sum stays within `max`; a message larger than that alone is a range of its
-/// own. Shared with the OTLP wing.
+/// own. Shared with the OTLP destination.
 pub fn pack(sizes: &[usize], max: usize) -> Vec<(usize, usize)> {
     let mut ranges = Vec::new();
     let (mut start, mut total) = (0, 0);

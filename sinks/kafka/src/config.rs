@@ -226,8 +226,8 @@ pub const DEFAULT_RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
 /// `topic.metadata.propagation.max.ms` unless the passthrough map sets it: how long
 /// librdkafka waits for a topic it does not see before it fails the records to it as
-/// `UNKNOWN_TOPIC` (librdkafka CONFIGURATION.md; its default, 30 s, kept a sink whose topic
-/// was missing "ready" and silent for 30 s, found by a newcomer). 5 s is several times a
+/// `UNKNOWN_TOPIC` (librdkafka CONFIGURATION.md; its default, 30 s, would keep a sink whose
+/// topic is missing "ready" and silent for 30 s). 5 s is several times a
 /// topic's usual propagation after its creation; a slower one costs one retry, as the sink
 /// then looks for the topic itself (`service.rs`, `TOPIC_POLL`: 1 s doubling to 5 s).
 pub const DEFAULT_TOPIC_PROPAGATION_MAX_MS: &str = "5000";
@@ -825,8 +825,7 @@ impl Destination for KafkaConfig {
     fn files(&self) -> Vec<(String, std::path::PathBuf)> {
         let s = &self.security;
         // librdkafka reads the TLS files only with TLS, and a keytab only with SASL: with
-        // other protocols `run` starts without them (found by a newcomer: `check` said it
-        // would not).
+        // other protocols `run` starts without them, and `check` must not say it would not.
         let tls = s.uses_tls();
         let sasl = matches!(s.protocol, Protocol::SaslPlaintext | Protocol::SaslSsl);
         let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();

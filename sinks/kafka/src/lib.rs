@@ -1,4 +1,4 @@
-//! # kubesink-kafka: the Kafka wing
+//! # kubesink-kafka: the Kafka destination
 //!
 //! Everything kubesink does with Kafka (rdkafka over librdkafka): the sink, the topic reader
 //! of `kubesink fold`, the state store, and the CloudEvents Kafka binding. Depends on `kubesink-core` only.

@@ -266,7 +266,7 @@ mod refused_tests {
         assert!(refused_properties(&BTreeMap::new()).is_empty());
         assert!(refused_properties(&map(&[("socket.keepalive.enable", "true")])).is_empty());
         let names = property_names();
-        // Properties with a default, without one (found missing by a newcomer), aliases, and
+        // Properties with a default, without one, aliases, and
         // topic properties.
         for known in [
             "socket.timeout.ms",

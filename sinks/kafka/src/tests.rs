@@ -267,8 +267,8 @@ fn statistics_are_on_for_the_producer_epoch_unless_the_passthrough_sets_them() {
     );
 }
 
-/// Found by a newcomer (issue 38): `check` printed a passthrough credential as `"***"`, and
-/// the printed configuration, loaded again, ran with the password `***`.
+/// A passthrough credential given as a reference prints as itself, never as `"***"`: the
+/// printed configuration, loaded again, must not run with the password `***`.
 #[test]
 fn passthrough_values_may_be_references_printed_as_themselves_and_the_mask_is_refused() {
     std::env::set_var("PASSTHROUGH_TEST_SECRET", "env-s3cret");
@@ -780,9 +780,9 @@ async fn close_reports_the_records_it_could_not_flush_before_its_deadline() {
     pending.abort();
 }
 
-/// Issue 38's leftover (a TLS file that is there but unusable was found by neither `check`
-/// nor the start): librdkafka refuses it when the producer is created, so `validate` names
-/// it, at its key, with librdkafka's reason. Real PEM files made by `openssl`.
+/// A TLS file that is there but unusable must not pass `check` and the start unnoticed:
+/// librdkafka refuses it when the producer is created, so `validate` names it, at its key,
+/// with librdkafka's reason. Real PEM files made by `openssl`.
 #[test]
 fn tls_files_that_are_there_but_unusable_are_named_at_their_keys() {
     let dir = std::env::temp_dir().join(format!("kubesink-kafka-pem-{}", std::process::id()));

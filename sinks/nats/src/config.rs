@@ -689,7 +689,7 @@ impl NatsConfig {
                 "NATS sink ready"
             );
         } else {
-            // Said "ready" before while nothing was connected (found by a newcomer, issue 38).
+            // Never "ready" while nothing is connected.
             tracing::info!(
                 sink = %self.name,
                 servers = %self.servers_text(),
@@ -805,8 +805,8 @@ impl Destination for NatsConfig {
 
     /// `auth.credentials_file`, read when the sink is built, and the `tls.*` files when TLS
     /// is certainly used (`tls.required`, or a `tls://` server): a missing one stops `run`.
-    /// With neither, they are read only if a server demands TLS, so they are not named (a
-    /// newcomer found "run refuses to start without it" said of files `run` never read).
+    /// With neither, they are read only if a server demands TLS, so they are not named:
+    /// `check` must not say "run refuses to start without it" of files `run` never reads.
     fn files(&self) -> Vec<(String, std::path::PathBuf)> {
         let mut files = vec![(
             "auth.credentials_file",
@@ -849,7 +849,7 @@ mod tests {
 
     use super::*;
 
-    // The wing has no TOML parser; these tests write the equivalent JSON (the TOML
+    // This crate has no TOML parser; these tests write the equivalent JSON (the TOML
     // forms are tested in the root crate: config/examples/nats.toml, config/kubesink.toml).
     fn parse(json: &str) -> NatsConfig {
         serde_json::from_str(json).unwrap()

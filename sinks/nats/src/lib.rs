@@ -1,4 +1,4 @@
-//! # kubesink-nats: the NATS wing
+//! # kubesink-nats: the NATS destination
 //!
 //! Everything kubesink does with NATS (async-nats): the sink (core NATS or JetStream), the
 //! JetStream reader of `kubesink fold`, the JetStream object-store state backend, and the
@@ -6,7 +6,7 @@
 //!
 //! - `config.rs`: the `[[sinks]]` entry (`type = "nats"`), validation, `build()` (its
 //!   [`Destination`](kubesink_core::Destination) registration), and the connection pieces
-//!   the wing's other clients (the state store, the reader) share: [`client_options`],
+//!   the crate's other clients (the state store, the reader) share: [`client_options`],
 //!   [`connection_problems`].
 //! - `request.rs`: message → subject (the subject dialect of the shared template engine,
 //!   reversible token escaping) and headers.

@@ -1,6 +1,6 @@
 //! `[[sinks]]` entry with `type = "otlp"`: the serde configuration, its checks and `build()`.
-//! Connection options (timeouts, headers, `[sinks.auth]`, `[sinks.tls]`) are the HTTP sink's,
-//! checked and turned into a client by the HTTP wing.
+//! Connection options (timeouts, headers, `[sinks.auth]`, `[sinks.tls]`) are the HTTP
+//! destination's, checked and turned into a client by its crate (`kubesink-http`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,10 +1,10 @@
-//! # kubesink-otlp: the OTLP wing
+//! # kubesink-otlp: the OTLP destination
 //!
 //! The OTLP sink (`type = "otlp"`): each change an OpenTelemetry log record, exported over
 //! OTLP/HTTP (protobuf, gzip) to a Collector or any OTLP endpoint, shaped like the
 //! Collector's `k8sobjects` receiver so kubesink can take its place in an existing pipeline.
 //!
-//! - `config.rs`: the `[[sinks]]` entry; its connection options are the HTTP sink's.
+//! - `config.rs`: the `[[sinks]]` entry; its connection options are the HTTP destination's.
 //! - `record.rs`: a topology message as a log record (the mapping table).
 //! - `sink.rs`: export requests, what each answer means (partial success, retries), order.
 //! - `reader.rs`: the Collector's file exporter output read back as topology messages, for

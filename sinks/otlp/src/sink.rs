@@ -1,7 +1,7 @@
 //! The OTLP sink's delivery: a batch becomes one or more `ExportLogsServiceRequest`s
 //! (protobuf, gzip) POSTed in order to `{endpoint}/v1/logs`, one at a time, so per-key order
 //! holds. The answers follow the OTLP specification ("OTLP/HTTP Response", "Failures",
-//! "Throttling"), read through the HTTP wing's classification:
+//! "Throttling"), read through the HTTP destination's classification:
 //!
 //! | answer | what the sink does |
 //! |---|---|

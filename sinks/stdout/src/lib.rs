@@ -1,4 +1,4 @@
-//! # kubesink-stdout: the stdout wing
+//! # kubesink-stdout: the stdout destination
 //!
 //! The stdout sink: JSON Lines, one topology message per line, flushed per batch.
 //!

@@ -1,4 +1,4 @@
-//! What an `updated` says changed (issue 41), without a server: each kind of edit names
+//! What an `updated` says changed, without a server: each kind of edit names
 //! exactly its paths, configured paths, `ignore_changes` (not sent, not re-sent after a
 //! relist or a restart) and state restored without parts (`changed` unknown).
 
@@ -435,8 +435,8 @@ fn an_ignored_update_keeps_the_old_values_of_the_payload_last_sent() {
 
 #[test]
 fn an_ignored_update_is_counted_as_ignored_also_with_configured_paths_that_miss_it() {
-    // Found by a newcomer's try: with `change_paths = ["spec.replicas"]` the status write was
-    // counted as suppressed (no configured path saw it), not as ignored.
+    // With `change_paths = ["spec.replicas"]` the status write must count as ignored, not as
+    // suppressed (no configured path saw it).
     let mut res = ResourceConfig::new("apps/v1", "Deployment");
     res.change_paths = vec!["spec.replicas".into()];
     res.ignore_changes = vec!["status".into()];

@@ -1,4 +1,4 @@
-//! A resource's CEL filter in the decider (issue 42), without a server: matching, leaving
+//! A resource's CEL filter in the decider, without a server: matching, leaving
 //! (`deleted` with `reason: leftFilter`, the leaving state as its object), coming back
 //! (`added`), deletes of objects never followed, relists and a restart from saved state
 //! under a changed expression.

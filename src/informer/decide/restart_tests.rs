@@ -360,7 +360,7 @@ fn recreated_unsettled() -> (Arc<TrackedStore>, Decider, Vec<crate::pipeline::Ac
 
 #[test]
 fn a_crash_before_a_re_creation_is_delivered_still_sends_the_old_uids_delete() {
-    // Issue 19 (found by the model test): "a" (U1) is confirmed; the watch sees it
+    // The model test's case: "a" (U1) is confirmed; the watch sees it
     // re-created (U2), and neither the old uid's `deleted` nor the new uid's `added` is
     // confirmed when the process crashes. A destination may hold U1, U2 or both.
     let (store, _d, _acks) = recreated_unsettled();

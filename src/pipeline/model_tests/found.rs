@@ -1,4 +1,4 @@
-//! The defects the model found (issue 19), each as its minimal sequence, run with every
+//! The defects the model found, each as its minimal sequence, run with every
 //! invariant as stated ([`Strict::ALL`]). All fixed; a new one goes here `#[ignore]`d until
 //! it is, with its check tolerated by name meanwhile (`KUBESINK_MODEL_TOLERATE`).
 
@@ -11,7 +11,7 @@ fn replay(setup: Setup, steps: &[Step]) {
     }
 }
 
-/// The minimal sequence the model found (issue 19): with two sinks, sink 0 receives `a` at
+/// The minimal sequence the model found: with two sinks, sink 0 receives `a` at
 /// rv 2 while sink 1 has confirmed nothing, so the acknowledged state still says rv 1; the
 /// object is deleted and the process crashes before reading the watch's DELETED. The first
 /// list after the restart infers the delete with the acknowledged rv 1, and sink 0 receives
@@ -43,7 +43,7 @@ fn an_inferred_delete_after_a_crash_carries_an_older_resource_version() {
     replay(setup, &steps);
 }
 
-/// The minimal sequence the model found (issue 19): `a` (uid 1) is delivered and confirmed;
+/// The minimal sequence the model found: `a` (uid 1) is delivered and confirmed;
 /// the watch sees it re-created (uid 2), which queues the old uid's `deleted` and the new
 /// uid's `added`; the process crashes before either is sent. The acknowledged state keeps
 /// only the newest `added` of the key (uid 2, unconfirmed) and forgets that uid 1's `deleted`
@@ -51,7 +51,7 @@ fn an_inferred_delete_after_a_crash_carries_an_older_resource_version() {
 /// the list infers the `deleted` of uid 2 only, and uid 1's `deleted` never arrives, which
 /// the message contract promises ("a re-created object's old-uid `deleted` and the new uid's
 /// `added` both arrive"). A destination that removes by key and uid keeps uid 1 forever.
-/// Fixed: every `deleted` not yet confirmed names its uid in the acknowledged state (a
+/// The rule: every `deleted` not yet confirmed names its uid in the acknowledged state (a
 /// `Former` of the key, `informer/store.rs`), and a restart sends it when its list starts.
 #[test]
 
@@ -80,7 +80,7 @@ fn a_crash_between_a_re_creation_and_its_delivery_never_loses_the_old_uids_delet
     replay(setup, &steps);
 }
 
-/// The minimal sequence the model found (issue 19): `a` is created and deleted, the watch
+/// The minimal sequence the model found: `a` is created and deleted, the watch
 /// delivers each and the sink receives each; the watch then restarts two events back (from
 /// an older resourceVersion) and replays the ADDED. The key is no longer in the store, so
 /// `Decider::stale` has nothing to compare with and the replay is emitted: the destination
@@ -115,7 +115,7 @@ fn a_replayed_event_of_a_deleted_key_never_resurrects_it() {
     replay(setup, &steps);
 }
 
-/// The minimal sequence the model found (issue 19): `a` (uid 1) is delivered; the watch sees
+/// The minimal sequence the model found: `a` (uid 1) is delivered; the watch sees
 /// it re-created (uid 2) and updated, and one batch carries uid 1's `deleted`, uid 2's
 /// `added` rv 3 and `updated` rv 4. Only the `updated` is delivered. `retain_failed` re-sends
 /// the failed `deleted` and, behind it, every later message of the key, the superseded
@@ -152,10 +152,10 @@ fn a_partial_retry_never_sends_a_state_older_than_one_delivered() {
     replay(setup, &steps);
 }
 
-/// The minimal sequence the model found (issue 19) once the one above was fixed: `b` (uid 1)
+/// The minimal sequence the model found with the case above handled: `b` (uid 1)
 /// is delivered; it is re-created (uid 3) while a half list (an unreadable item: no sweep)
 /// proves nothing, so the store still holds uid 1; then the watch brings the DELETED of uid
-/// 3. Only uid 3's `deleted` went out, and a destination indexing by uid kept uid 1. Fixed: a
+/// 3. Only uid 3's `deleted` went out, and a destination indexing by uid kept uid 1. The rule: a
 /// DELETED of a key held with another uid first sends the held uid's inferred `deleted`.
 #[test]
 fn a_watch_delete_of_a_key_held_with_another_uid_deletes_the_held_uid_too() {
@@ -180,7 +180,7 @@ fn a_watch_delete_of_a_key_held_with_another_uid_deletes_the_held_uid_too() {
     replay(setup, &steps);
 }
 
-/// Issue 37 (1), found by the model once it could freeze a leader: `c` is listed and its
+/// Found by the model with a leader that freezes: `c` is listed and its
 /// `added` (rv 1) handed to the client library, the send not confirmed; `c` is updated (rv
 /// 2); the leader freezes and a successor takes over from the saved state, lists `c` at rv 2
 /// and delivers it; the frozen leader wakes and its handed-over `added` rv 1 lands last. A

@@ -1,6 +1,6 @@
 // Command peer-informer follows every Pod of a cluster the way kubesink's Go peers do, so
 // that `bench-suite --only peers` can measure them beside kubesink on the same real API
-// server (issue 39). One program, three techniques (--mode):
+// server. One program, three techniques (--mode):
 //
 //   - full: client-go's shared informer over typed Pods (informers.NewSharedInformerFactory),
 //     its cache holding every whole object: what most watchers and exporters run;

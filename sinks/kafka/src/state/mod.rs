@@ -79,8 +79,8 @@ type StateProducer = FutureProducer<StateContext>;
 /// librdkafka's logs and client errors of the state store's clients, at DEBUG: what matters
 /// to an operator reaches them once, through the store's own errors (retried by the journal
 /// and the keeper, logged once a minute, in `/readyz` and the metrics); librdkafka's default
-/// context logged every broker-down line at ERROR, about four a second, without saying they
-/// came from the state store (found by a newcomer).
+/// context would log every broker-down line at ERROR, about four a second, without saying
+/// they come from the state store.
 #[derive(Clone, Copy)]
 struct StateContext;
 
@@ -308,9 +308,9 @@ impl KafkaStore {
                 let replication =
                     TopicReplication::Fixed(self.config.replication_factor.unwrap_or(-1));
                 // Compaction never touches the active segment: with the brokers' defaults
-                // (1 GiB or 7 days) a state saved every 30 s would keep every save of a week
-                // (issue 37). Segments roll hourly or at 64 MiB, and a tenth of dirty records
-                // is enough to clean, so a restore reads little more than the live keys.
+                // (1 GiB or 7 days) a state saved every 30 s would keep every save of a week.
+                // Segments roll hourly or at 64 MiB, and a tenth of dirty records is enough
+                // to clean, so a restore reads little more than the live keys.
                 let new = NewTopic::new(&self.config.topic, self.config.partitions, replication)
                     .set("cleanup.policy", "compact")
                     .set("segment.ms", SEGMENT_MS)
@@ -582,7 +582,7 @@ impl KafkaStore {
         c.set("fetch.message.max.bytes", max.max(1024 * 1024).to_string())
             // librdkafka prefetches up to 64 MiB by default; a restore folds as it reads, so
             // half of that bounds its memory without slowing the read (4 MiB made a
-            // 520 MB restore five times slower against tansu: issue 37).
+            // 520 MB restore five times slower against tansu).
             .set("queued.max.messages.kbytes", "32768");
         let consumer: BaseConsumer<StateContext> = c
             .create_with_context(StateContext)
@@ -788,8 +788,8 @@ impl KafkaStore {
         let snapshot = match damage {
             Ok(s) => s,
             Err(why) => {
-                // Not "never saved": the journal that survived lacks what the lost part held
-                // (issue 37). Marked under this epoch first, so that a crash before the next
+                // Not "never saved": the journal that survived lacks what the lost part held.
+                // Marked under this epoch first, so that a crash before the next
                 // save finds the state damaged again; then the old records are covered.
                 tracing::warn!(store = %self.description, reason = %why, "state.kafka: the saved snapshot cannot be used (the state is damaged or partly lost): it is ignored, every watch lists and emits everything (initial)");
                 self.mark_lost(inner, epoch, &why).await?;
@@ -1046,7 +1046,7 @@ impl StateStore for KafkaStore {
     async fn save(&self, bytes: Vec<u8>, generation: u64) -> Result<(), StateError> {
         let mut inner = self.inner.lock().await;
         // A topic created again and written past this writer's fence takes new writes at
-        // higher offsets: only the fence record itself shows the reset (issue 37).
+        // higher offsets: only the fence record itself shows the reset.
         self.fence_held(&mut inner).await?;
         let epoch = self.epoch(&mut inner).await?;
         self.write_snapshot(&mut inner, epoch, generation, &bytes, Vec::new())

@@ -192,9 +192,9 @@ pub fn scan(prefix: &str, records: impl IntoIterator<Item = Record>) -> Scanned 
 }
 
 /// [`scan`] one record at a time, keeping only what the restore can still use, so that a
-/// restore's memory is bounded by the state, not by the partition (issue 37: the whole
-/// partition, every cluster's records since the topic was created, was read into memory
-/// first). Other prefixes' records are counted by the reader and never held (see
+/// restore's memory is bounded by the state, not by the partition (never the whole
+/// partition, every cluster's records since the topic was created, in memory at once).
+/// Other prefixes' records are counted by the reader and never held (see
 /// [`Scanner::wants`]); a valid manifest drops every chunk and manifest it supersedes and
 /// the journal frames of generations below its own (the snapshot covers them).
 pub struct Scanner {
@@ -720,8 +720,8 @@ mod tests {
         assert_eq!(scan("p", log.compacted()).lost, None);
     }
 
-    /// Issue 37, defect 3: a restore held every record of the partition (every state's,
-    /// every save since the topic was created) before folding. The scanner, fed as the
+    /// A restore must not hold every record of the partition (every state's, every save
+    /// since the topic was created) before folding. The scanner, fed as the
     /// reader does (other prefixes' values never copied), holds at most one snapshot being
     /// written beside the current one, and the journal not yet covered.
     #[test]

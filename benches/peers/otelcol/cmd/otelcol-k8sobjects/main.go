@@ -1,5 +1,5 @@
 // Command otelcol-k8sobjects is the OpenTelemetry Collector kubesink is measured against in
-// `bench-suite --only peers` (issue 39): the contrib `k8sobjects` receiver (watch mode, its
+// `bench-suite --only peers`: the contrib `k8sobjects` receiver (watch mode, its
 // initial state included) and the file exporter, built from the Collector's own Go modules the
 // way its builder (ocb) generates a distribution, every module at one release (contrib
 // v0.148.0 with core v1.54.0: the newest release of the k8sobjects receiver the Go module

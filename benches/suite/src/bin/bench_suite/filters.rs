@@ -1,4 +1,4 @@
-//! The cost of CEL filters (issue 42): the same simulator, churn and stdout sink with no
+//! The cost of CEL filters: the same simulator, churn and stdout sink with no
 //! filter, a resource filter of one condition and one of five, each matching every Pod (so
 //! every variant sends the same messages and the difference is the evaluation alone); then
 //! two stdout sinks without a filter and two with a sink filter each (two routes: a view

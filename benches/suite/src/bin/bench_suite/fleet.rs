@@ -1,7 +1,7 @@
-//! Many clusters in one process (issue 24, "Fleet"): the same objects split over 1, 10 and
+//! Many clusters in one process ("Fleet"): the same objects split over 1, 10 and
 //! 50 clusters (`[[clusters]]`, Pods and Deployments each, stdout sink to /dev/null), with
 //! the default list budget (`watch.max_concurrent_lists`) and without one (`0`: every list
-//! at once, the behaviour before the budget), side by side in one run. Per run: kubesink's
+//! at once, no budget), side by side in one run. Per run: kubesink's
 //! peak RSS (`VmHWM` once every cluster synced), steady RSS (the mean of the second half of
 //! the quiet time after the sync), the initial sync time (from the start until every watch's
 //! `kubesink_synced` is 1 and the sink confirmed every object), the most open file

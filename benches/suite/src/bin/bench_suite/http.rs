@@ -1,4 +1,4 @@
-//! The HTTP sink into a local receiver (issue 40): for each `format`, the initial list of the
+//! The HTTP sink into a local receiver: for each `format`, the initial list of the
 //! plan's churn pods (objects/s, from kubesink's start to the receiver's 2xx for the last),
 //! then the latency from a change (the simulator's write, stamped in an annotation) to the
 //! receiver having decoded it, at the plan's churn rate, and the CPU both sides spend per
@@ -118,7 +118,7 @@ pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
 
 /// The OTLP sink into an OpenTelemetry Collector (`tests/receivers`' `otelcol`: the OTLP
 /// receiver and the file exporter writing OTLP JSON to its stdout, flushed every 10 ms), whose
-/// lines the bench expands into messages with the OTLP wing's reader.
+/// lines the bench expands into messages with the OTLP destination's reader.
 fn otlp_run(ctx: &Ctx, plan: &Plan, sim: &Sim, bin: &Path) -> anyhow::Result<HttpRun> {
     let port = kubesink_bench::procs::free_port()?;
     let config = ctx.dir.path().join("otelcol-bench.yaml");

@@ -1,4 +1,4 @@
-//! Side by side with the Go peers on a real kube-apiserver (issue 39; `bench-suite --only
+//! Side by side with the Go peers on a real kube-apiserver (`bench-suite --only
 //! peers`): kubesink (its whole payload, and `payload = "metadata"`) and three client-go techniques (`benches/peers`, built by
 //! `scripts/peers-build.sh`: the seed's lightweight informer as Lyft Clutch builds it, the
 //! metadata-only informer, the shared informer over whole Pods), one program at a time against

@@ -1,4 +1,4 @@
-//! Scale on a real kube-apiserver (issue 36, item 4; `bench-suite --only real-server`): Pods
+//! Scale on a real kube-apiserver (`bench-suite --only real-server`): Pods
 //! created through the API into etcd (a kube-apiserver and etcd built from their Go modules,
 //! `tests/kube/`, started as the real-server tests start them: `tests/support/kube_server.rs`),
 //! then one initial sync by kubesink with streaming lists and one with paged lists, each

@@ -1,4 +1,4 @@
-//! One huge cluster spread over replicas (`cluster.shards`, issue 43; `bench-suite --only
+//! One huge cluster spread over replicas (`cluster.shards`; `bench-suite --only
 //! shards`): what each replica of a scale-out group of two costs when one cluster is split
 //! four ways by namespace hash, against one replica holding the whole cluster, on a real
 //! kube-apiserver with its `ShardedListAndWatch` gate on (the server filters each shard's

@@ -1,7 +1,7 @@
-//! JetStream's tail on a loaded host (issue 24): the latency from a change (the simulator's
+//! JetStream's tail on a loaded host: the latency from a change (the simulator's
 //! write, stamped in an annotation) to a JetStream consumer receiving the stored message, at
 //! the plan's churn rate, with `batches_in_flight = 1` (a batch is published only once every
-//! PubAck of the previous one arrived: kubesink before this issue) and with the default
+//! PubAck of the previous one arrived) and with the default
 //! (several batches in flight), each on the host as it is ("quiet") and with one core kept
 //! busy by a load generator this bench starts itself (`yes > /dev/null`, one process at the
 //! default priority: what a neighbouring build or a noisy pod does), so "a loaded host" is
