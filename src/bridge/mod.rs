@@ -27,20 +27,20 @@ use std::time::Duration;
 
 use kube::Client;
 use kubesink_core::Sink;
-use plan::{Keepers, PlannedCluster, PlannedResource, PlannedScope};
+use plan::{Keepers, Planned};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use watching::{lead, Watching};
 
 use crate::cluster::{self, ClusterError};
-use crate::config::{Cluster, Config, ResourceConfig};
-use crate::informer::{ClusterApi, InformerStats, ListBudget, WatchPlan};
+use crate::config::{Cluster, Config};
+use crate::informer::{InformerStats, ListBudget};
 use crate::leader::Leadership;
 use crate::leader::{Elector, Fence, Lost};
-use crate::observe::{self, ClusterEntry, Observer, SinkEntry, StateEntry, WatchEntry};
+use crate::observe::{self, Observer, SinkEntry};
 use crate::pipeline::Pipeline;
-use crate::state::{self, Keeper, SaveReport, StateError, StateStats, WatchKey};
+use crate::state::{Keeper, SaveReport, StateError};
 
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
@@ -262,100 +262,13 @@ impl Bridge {
         }
         let multi = clusters.len() > 1 || shared.multi;
         let routes = Arc::new(routes::routes(config, &sinks)?);
-        let mut planned = Vec::new();
-        let mut watches = Vec::new();
-        let mut states = Vec::new();
-        let mut apis = Vec::new();
-        let mut stats = Vec::new();
-        for (spec, client) in clusters.into_iter().zip(clients) {
-            // What the metrics, `/readyz` and the saved state call it: the cluster, or its
-            // shard (messages carry the cluster's name either way).
-            let unit = spec.unit();
-            let mut resources = Vec::new();
-            for res in &spec.resources {
-                let namespaces: Vec<Option<String>> = if res.namespaces.is_empty() {
-                    vec![None]
-                } else {
-                    res.namespaces.iter().cloned().map(Some).collect()
-                };
-                let identity = configured_identity(&spec.name, res);
-                let mut scopes = Vec::new();
-                for ns in namespaces {
-                    let base = WatchPlan::identity_of(&identity, ns.as_deref());
-                    let selection = WatchPlan::selection_of(
-                        res,
-                        &identity,
-                        ns.as_deref(),
-                        &spec.label,
-                        spec.shard,
-                    );
-                    let s = Arc::new(InformerStats::default());
-                    let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
-                    let label = if multi {
-                        format!("{unit}: {} ({scope})", res.display_name())
-                    } else {
-                        format!("{} ({scope})", res.display_name())
-                    };
-                    stats.push((label, s.clone()));
-                    watches.push(WatchEntry {
-                        cluster: unit.clone(),
-                        api_version: res.api_version.clone(),
-                        kind: res.kind.clone(),
-                        namespace: ns.clone(),
-                        stats: s.clone(),
-                    });
-                    let views = routes
-                        .iter()
-                        .enumerate()
-                        .map(|(k, r)| {
-                            let key = WatchKey {
-                                identity: r.identity(&base),
-                                selection,
-                                seed: r.seed(&base),
-                            };
-                            // The first view counts into the watch's counters (what
-                            // `/metrics` and `/readyz` show per watch); a sink's filter counts
-                            // into the sink's (`Route::counts`).
-                            let counts = match k {
-                                0 => s.clone(),
-                                _ => Arc::new(InformerStats::default()),
-                            };
-                            (key, counts)
-                        })
-                        .collect();
-                    scopes.push(PlannedScope {
-                        namespace: ns,
-                        stats: s,
-                        views,
-                    });
-                }
-                resources.push(PlannedResource {
-                    resource: res.clone(),
-                    scopes,
-                });
-            }
-            let state = state::open(config, &unit, multi).map(|store| {
-                let s = Arc::new(StateStats::default());
-                states.push(StateEntry {
-                    cluster: unit.clone(),
-                    store: store.describe().to_owned(),
-                    stats: s.clone(),
-                });
-                (store, s)
-            });
-            let api = Arc::new(ClusterApi::new(&config.watch));
-            apis.push(ClusterEntry {
-                cluster: unit.clone(),
-                api: api.clone(),
-            });
-            planned.push(PlannedCluster {
-                spec,
-                client,
-                api,
-                state,
-                resources,
-            });
-        }
+        let Planned {
+            clusters: planned,
+            watches,
+            states,
+            apis,
+            stats,
+        } = plan::plan(config, clusters, clients, &routes, multi);
         // One budget of lists in flight for the whole process, every cluster's informers.
         let lists = shared
             .lists
@@ -373,22 +286,9 @@ impl Bridge {
             ));
         }
         let leadership = elector.as_ref().map(|_| Arc::new(Leadership::default()));
-        let sink_entries = pipeline
-            .sinks()
-            .iter()
-            .enumerate()
-            .map(|(i, h)| SinkEntry {
-                handle: h.clone(),
-                filter: routes
-                    .iter()
-                    .find(|r| r.sink.is_some() && r.sinks.contains(&i))
-                    .map(|r| r.counts.clone()),
-                cluster: shared.sink_cluster.clone(),
-            })
-            .collect();
         let observed = Arc::new(Observer::new(
             watches,
-            sink_entries,
+            sink_entries(&pipeline, &routes, &shared),
             states,
             apis,
             lists.clone(),
@@ -396,20 +296,7 @@ impl Bridge {
             multi,
             leadership.clone(),
         ));
-        let server = if config.server.enabled {
-            let addr: SocketAddr = config
-                .server
-                .listen
-                .parse()
-                .map_err(|_| StartError::Listen(config.server.listen.clone()))?;
-            Some(observe::server::serve(addr, observed.clone(), cancel.clone()).await?)
-        } else {
-            None
-        };
-        let every = config.log.summary_interval.get();
-        if !every.is_zero() {
-            tasks.spawn(observed.clone().log_summaries(every, cancel.clone()));
-        }
+        let server = observe_bridge(config, &observed, &tasks, &cancel).await?;
         let (stop_saving, stop_journals) = (CancellationToken::new(), CancellationToken::new());
         let keepers = Keepers::default();
         let watching = Watching {
@@ -428,30 +315,8 @@ impl Bridge {
             tasks: tasks.clone(),
         };
         let release = CancellationToken::new();
-        let (lost, released) = match (elector, leadership) {
-            (Some(elector), Some(leadership)) => {
-                let (tx, rx) = oneshot::channel();
-                let released = CancellationToken::new();
-                let ended = released.clone().drop_guard();
-                let leading = lead(
-                    elector,
-                    leadership,
-                    watching,
-                    tx,
-                    cancel.clone(),
-                    release.clone(),
-                );
-                tasks.spawn(async move {
-                    leading.await;
-                    drop(ended);
-                });
-                (Some(rx), Some(released))
-            }
-            _ => {
-                watching.start();
-                (None, None)
-            }
-        };
+        let (lost, released) =
+            start_watching(watching, elector.zip(leadership), &release, &cancel, &tasks);
         Ok(Bridge {
             pipeline,
             tasks,
@@ -636,13 +501,83 @@ impl Bridge {
 }
 
 /// A configured resource's identity before discovery (group, version and kind as configured;
-/// the plural and scope are not part of saved state's keys).
-fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_core::Resource {
-    let (group, version) = res
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", res.api_version.as_str()));
-    kubesink_core::Resource::new(cluster, group, version, &res.kind, "", true)
+/// The observers' entry per sink: its queue and counters, its filter's counts (the route
+/// that serves it through a filter), and the cluster its queues belong to under scale-out.
+fn sink_entries(pipeline: &Pipeline, routes: &[routes::Route], shared: &Shared) -> Vec<SinkEntry> {
+    pipeline
+        .sinks()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| SinkEntry {
+            handle: h.clone(),
+            filter: routes
+                .iter()
+                .find(|r| r.sink.is_some() && r.sinks.contains(&i))
+                .map(|r| r.counts.clone()),
+            cluster: shared.sink_cluster.clone(),
+        })
+        .collect()
+}
+
+/// Starts what observes a bridge: the HTTP server (`[server]`; its address, `None` when
+/// off) and the summaries (`[log]`).
+///
+/// # Errors
+/// [`StartError`] when `server.listen` is not an address or cannot be listened on.
+async fn observe_bridge(
+    config: &Config,
+    observed: &Arc<Observer>,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) -> Result<Option<SocketAddr>, StartError> {
+    let server = if config.server.enabled {
+        let addr: SocketAddr = config
+            .server
+            .listen
+            .parse()
+            .map_err(|_| StartError::Listen(config.server.listen.clone()))?;
+        Some(observe::server::serve(addr, observed.clone(), cancel.clone()).await?)
+    } else {
+        None
+    };
+    let every = config.log.summary_interval.get();
+    if !every.is_zero() {
+        tasks.spawn(observed.clone().log_summaries(every, cancel.clone()));
+    }
+    Ok(server)
+}
+
+/// Starts the watches: at once, or, with leader election (`leading`: the elector and the
+/// leadership it records), once this replica leads. With leader election it returns the
+/// receiver of a lost leadership and the token cancelled once the leader task ended (its
+/// lease given up after `release`, or never held).
+fn start_watching(
+    watching: Watching,
+    leading: Option<(Elector, Arc<Leadership>)>,
+    release: &CancellationToken,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) -> (Option<oneshot::Receiver<Lost>>, Option<CancellationToken>) {
+    let Some((elector, leadership)) = leading else {
+        watching.start();
+        return (None, None);
+    };
+    let (tx, rx) = oneshot::channel();
+    let released = CancellationToken::new();
+    let ended = released.clone().drop_guard();
+    let leading = lead(
+        elector,
+        leadership,
+        watching,
+        tx,
+        cancel.clone(),
+        release.clone(),
+    );
+    tasks.spawn(async move {
+        leading.await;
+        drop(ended);
+    });
+    (Some(rx), Some(released))
 }
 
 /// One kube client per cluster, in order (what [`Bridge::start_built`] takes beside them),

@@ -1,16 +1,19 @@
 //! What the bridge plans before any watch starts: per cluster its client, state store and
-//! resources, per resource its watches to come (namespace, counters, key in saved state);
-//! built by `Bridge::launch` (`mod.rs`), consumed by the watching (`watching.rs`) once this
-//! replica may watch.
+//! resources, per resource its watches to come (namespace, counters, key in saved state per
+//! route); built by [`plan`] for `Bridge::launch` (`mod.rs`), consumed by the watching
+//! (`watching.rs`) once this replica may watch. It starts nothing and never touches the
+//! network.
 
 use std::sync::{Arc, Mutex};
 
 use kube::Client;
 
+use super::routes::Route;
 use crate::cluster::ClusterError;
-use crate::config::{Cluster, ResourceConfig};
-use crate::informer::{ClusterApi, InformerStats};
-use crate::state::{Keeper, StateStats, StateStore, WatchKey};
+use crate::config::{Cluster, Config, ResourceConfig};
+use crate::informer::{ClusterApi, InformerStats, WatchPlan};
+use crate::observe::{ClusterEntry, StateEntry, WatchEntry};
+use crate::state::{self, Keeper, StateStats, StateStore, WatchKey};
 
 /// The state keepers of the clusters that started watching.
 pub(super) type Keepers = Arc<Mutex<Vec<Arc<Keeper>>>>;
@@ -40,4 +43,132 @@ pub(super) struct PlannedCluster {
     pub(super) api: Arc<ClusterApi>,
     pub(super) state: Option<(Arc<dyn StateStore>, Arc<StateStats>)>,
     pub(super) resources: Vec<PlannedResource>,
+}
+
+/// The clusters planned, and what the observers are given of them.
+pub(super) struct Planned {
+    pub(super) clusters: Vec<PlannedCluster>,
+    pub(super) watches: Vec<WatchEntry>,
+    pub(super) states: Vec<StateEntry>,
+    pub(super) apis: Vec<ClusterEntry>,
+    /// Each watch's label in the shutdown's figures, and its counters.
+    pub(super) stats: Vec<(String, Arc<InformerStats>)>,
+}
+
+/// Plans every cluster of `clusters` (with its client, in order): its state store, request
+/// budget and resources, and per resource and namespace the watch's counters and, per route,
+/// its view's key in saved state. `multi` names watches and state as a configuration of
+/// several clusters does.
+pub(super) fn plan(
+    config: &Config,
+    clusters: Vec<Cluster>,
+    clients: Vec<Result<Client, ClusterError>>,
+    routes: &[Route],
+    multi: bool,
+) -> Planned {
+    let mut planned = Vec::new();
+    let mut watches = Vec::new();
+    let mut states = Vec::new();
+    let mut apis = Vec::new();
+    let mut stats = Vec::new();
+    for (spec, client) in clusters.into_iter().zip(clients) {
+        // What the metrics, `/readyz` and the saved state call it: the cluster, or its
+        // shard (messages carry the cluster's name either way).
+        let unit = spec.unit();
+        let mut resources = Vec::new();
+        for res in &spec.resources {
+            let namespaces: Vec<Option<String>> = if res.namespaces.is_empty() {
+                vec![None]
+            } else {
+                res.namespaces.iter().cloned().map(Some).collect()
+            };
+            let identity = configured_identity(&spec.name, res);
+            let mut scopes = Vec::new();
+            for ns in namespaces {
+                let base = WatchPlan::identity_of(&identity, ns.as_deref());
+                let selection =
+                    WatchPlan::selection_of(res, &identity, ns.as_deref(), &spec.label, spec.shard);
+                let s = Arc::new(InformerStats::default());
+                let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
+                let label = if multi {
+                    format!("{unit}: {} ({scope})", res.display_name())
+                } else {
+                    format!("{} ({scope})", res.display_name())
+                };
+                stats.push((label, s.clone()));
+                watches.push(WatchEntry {
+                    cluster: unit.clone(),
+                    api_version: res.api_version.clone(),
+                    kind: res.kind.clone(),
+                    namespace: ns.clone(),
+                    stats: s.clone(),
+                });
+                let views = routes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| {
+                        let key = WatchKey {
+                            identity: r.identity(&base),
+                            selection,
+                            seed: r.seed(&base),
+                        };
+                        // The first view counts into the watch's counters (what
+                        // `/metrics` and `/readyz` show per watch); a sink's filter counts
+                        // into the sink's (`Route::counts`).
+                        let counts = match k {
+                            0 => s.clone(),
+                            _ => Arc::new(InformerStats::default()),
+                        };
+                        (key, counts)
+                    })
+                    .collect();
+                scopes.push(PlannedScope {
+                    namespace: ns,
+                    stats: s,
+                    views,
+                });
+            }
+            resources.push(PlannedResource {
+                resource: res.clone(),
+                scopes,
+            });
+        }
+        let state = state::open(config, &unit, multi).map(|store| {
+            let s = Arc::new(StateStats::default());
+            states.push(StateEntry {
+                cluster: unit.clone(),
+                store: store.describe().to_owned(),
+                stats: s.clone(),
+            });
+            (store, s)
+        });
+        let api = Arc::new(ClusterApi::new(&config.watch));
+        apis.push(ClusterEntry {
+            cluster: unit.clone(),
+            api: api.clone(),
+        });
+        planned.push(PlannedCluster {
+            spec,
+            client,
+            api,
+            state,
+            resources,
+        });
+    }
+    Planned {
+        clusters: planned,
+        watches,
+        states,
+        apis,
+        stats,
+    }
+}
+
+/// the plural and scope are not part of saved state's keys).
+fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_core::Resource {
+    let (group, version) = res
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", res.api_version.as_str()));
+    kubesink_core::Resource::new(cluster, group, version, &res.kind, "", true)
 }

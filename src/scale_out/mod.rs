@@ -402,7 +402,82 @@ fn lost_membership(lease: &str, why: &str) -> ! {
 /// a cluster's hand-over at shutdown was not clean. Exits the process with
 /// [`LOST_LEADERSHIP_EXIT`] when the membership Lease cannot be renewed for `renew_deadline`.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    let le = config.leader_election.clone();
+    let le = &config.leader_election;
+    let (retry, renew_deadline) = (le.retry_period.get(), le.renew_deadline.get());
+    let Started {
+        mut group,
+        mut membership,
+        sinks,
+        cancel,
+    } = start(&config).await?;
+    let signal = bridge::shutdown_signal();
+    tokio::pin!(signal);
+    if !join(&mut membership, &group.fleet, retry, &mut signal).await {
+        return Ok(());
+    }
+    let stop_renewing = CancellationToken::new();
+    let renewing = tokio::spawn(renew_membership(
+        membership.clone(),
+        group.fleet.clone(),
+        retry,
+        renew_deadline,
+        stop_renewing.clone(),
+    ));
+    let mut tick = tokio::time::interval(retry);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut signal => break,
+            Some(done) = group.releasing.join_next() => {
+                if let Ok((name, report)) = done {
+                    group.released(&name, report);
+                }
+                continue;
+            }
+            _ = tick.tick() => {}
+        }
+        group.step(&mut membership, renew_deadline).await;
+    }
+    // Shutdown: leave first, so the others start taking the clusters as each is released.
+    tracing::info!("shutting down: leaving the group, handing every held cluster over");
+    // The renewals stop first: one after the delete would create the Lease again.
+    stop_renewing.cancel();
+    let _ = renewing.await;
+    membership.leave().await;
+    let report = group.hand_over_all().await;
+    for s in &sinks {
+        if let Err(e) = tokio::time::timeout(config.pipeline.shutdown_timeout.get(), s.close())
+            .await
+            .unwrap_or(Ok(()))
+        {
+            tracing::warn!(sink = s.name(), error = %e, "closing the sink failed");
+        }
+    }
+    cancel.cancel();
+    if !report.is_clean() {
+        return Err(Unclean(report).into());
+    }
+    tracing::info!("shutdown complete: every held cluster handed over");
+    Ok(())
+}
+
+/// A started member, before it joined: its group loop, its membership Lease, the sinks (closed
+/// at its end) and the token that stops its HTTP server.
+struct Started {
+    group: Group,
+    membership: Membership,
+    sinks: Vec<Arc<dyn Sink>>,
+    cancel: CancellationToken,
+}
+
+/// Phase 1: the clients (the Lease cluster's is required; the others' failures are each
+/// held cluster's own), the membership Lease, the sinks, what each cluster's bridge is
+/// started from, and the HTTP server.
+///
+/// # Errors
+/// The Lease cluster's client, the sinks or the HTTP server cannot be built.
+async fn start(config: &Config) -> anyhow::Result<Started> {
+    let le = &config.leader_election;
     let clusters = config.clusters();
     let clients = bridge::clients(&clusters).await;
     let at = le
@@ -423,14 +498,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             tracing::error!(cluster = %c.name, error = %e, "this cluster's client cannot be built: when this replica holds it, its watches wait and retry (/readyz names them)");
         }
     }
-    let identity = leader::identity(&le);
+    let identity = leader::identity(le);
     let group = le.lease_name.clone();
-    let api: Api<Lease> = Api::namespaced(lease_client.clone(), &leader::namespace(&le));
+    let api: Api<Lease> = Api::namespaced(lease_client.clone(), &leader::namespace(le));
     // The units spread over the group: each cluster, or each shard of a cluster with
     // `shards > 1` (`Config::units`); the clients are the clusters'.
     let units = config.units();
     let names: Vec<String> = units.iter().map(Cluster::unit).collect();
-    let mut membership = Membership::new(
+    let membership = Membership::new(
         api,
         &group,
         &identity,
@@ -438,7 +513,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         le.lease_duration.get(),
         le.join_after(),
     );
-    let sinks = bridge::build_sinks(&config).await?;
+    let sinks = bridge::build_sinks(config).await?;
     let shared_sinks: Vec<Arc<dyn Sink>> = sinks
         .iter()
         .map(|s| Arc::new(SharedSink(s.clone())) as Arc<dyn Sink>)
@@ -480,20 +555,38 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         observe::server::serve(addr, fleet.clone(), cancel.clone()).await?;
     }
     tracing::info!(clusters = %names.join(","), %identity, %group, membership = membership.lease(), "kubesink running (scale-out: clusters spread over the group's replicas)");
-    let retry = le.retry_period.get();
-    let renew_deadline = le.renew_deadline.get();
-    let mut holding: BTreeMap<String, Holding> = BTreeMap::new();
-    let mut releasing: JoinSet<(String, ShutdownReport)> = JoinSet::new();
-    let mut in_release: std::collections::BTreeSet<String> = Default::default();
-    let signal = bridge::shutdown_signal();
-    tokio::pin!(signal);
-    // Joined before anything else: until the membership Lease can be written, the replica
-    // holds nothing and says why (/readyz, kubesink_scale_out_member_lease_failing), as a
-    // follower that cannot reach the leader-election Lease does.
+    Ok(Started {
+        group: Group {
+            plan,
+            fleet,
+            names,
+            identity,
+            holding: BTreeMap::new(),
+            releasing: JoinSet::new(),
+            in_release: Default::default(),
+            others_seen: Vec::new(),
+            unheld_since: BTreeMap::new(),
+        },
+        membership,
+        sinks,
+        cancel,
+    })
+}
+
+/// Phase 2: joins before anything else. Until the membership Lease can be written, the
+/// replica holds nothing and says why (/readyz, kubesink_scale_out_member_lease_failing), as
+/// a follower that cannot reach the leader-election Lease does. `false` when `signal` came
+/// first.
+async fn join(
+    membership: &mut Membership,
+    fleet: &Fleet,
+    retry: Duration,
+    signal: &mut Pin<&mut impl Future<Output = ()>>,
+) -> bool {
     let mut warned: Option<Instant> = None;
     loop {
         let e = tokio::select! {
-            _ = &mut signal => return Ok(()),
+            _ = signal.as_mut() => return false,
             r = membership.renew() => match r {
                 Ok(()) => break,
                 Err(e) => crate::cluster::error_chain(&e),
@@ -507,36 +600,60 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tokio::time::sleep(retry).await;
     }
     fleet.member.lease_attempt(Ok(()));
-    let stop_renewing = CancellationToken::new();
-    let renewing = tokio::spawn(renew_membership(
-        membership.clone(),
-        fleet.clone(),
-        retry,
-        renew_deadline,
-        stop_renewing.clone(),
-    ));
-    let mut others_seen: Vec<String> = Vec::new();
-    let mut unheld_since: BTreeMap<String, Instant> = BTreeMap::new();
-    let mut tick = tokio::time::interval(retry);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = &mut signal => break,
-            Some(done) = releasing.join_next() => {
-                if let Ok((name, report)) = done {
-                    in_release.remove(&name);
-                    if report.is_clean() {
-                        tracing::info!(cluster = %name, "cluster handed over: drained, saved, Lease given up");
-                    } else {
-                        tracing::warn!(cluster = %name, report = %Unclean(report), "cluster handed over, not cleanly: its next holder sends again what was not confirmed");
-                    }
-                }
-                continue;
-            }
-            _ = tick.tick() => {}
+    true
+}
+
+/// Phase 3, the group loop's state: what this member holds, hands over and has seen.
+struct Group {
+    plan: Plan,
+    fleet: Arc<Fleet>,
+    /// The units spread over the group.
+    names: Vec<String>,
+    identity: String,
+    holding: BTreeMap<String, Holding>,
+    /// The hand-overs under way, each ending with its cluster's shutdown report.
+    releasing: JoinSet<(String, ShutdownReport)>,
+    in_release: std::collections::BTreeSet<String>,
+    /// The live members with another cluster list, last warned about.
+    others_seen: Vec<String>,
+    /// Since when each unit has had no holder.
+    unheld_since: BTreeMap<String, Instant>,
+}
+
+impl Group {
+    /// A hand-over ended.
+    fn released(&mut self, name: &str, report: ShutdownReport) {
+        self.in_release.remove(name);
+        if report.is_clean() {
+            tracing::info!(cluster = %name, "cluster handed over: drained, saved, Lease given up");
+        } else {
+            tracing::warn!(cluster = %name, report = %Unclean(report), "cluster handed over, not cleanly: its next holder sends again what was not confirmed");
         }
-        // 2. Lost Leases: the bridge's fence is closed already; drop it now.
-        let lost: Vec<String> = holding
+    }
+
+    /// One look, every `retry_period` (steps 2 to 5 of the module's list).
+    async fn step(&mut self, membership: &mut Membership, renew_deadline: Duration) {
+        self.drop_lost();
+        let Some(view) = self.look(membership, renew_deadline).await else {
+            return;
+        };
+        if view.others != self.others_seen {
+            if !view.others.is_empty() {
+                let group = &self.plan.group;
+                tracing::warn!(others = %view.others.join(","), "live members of this group ({group}) have another cluster list: each list's members share only their own clusters, so a cluster of one list waits for a member of that list; give each configuration its own leader_election.lease_name, and finish rolling updates that change [[clusters]]");
+            }
+            self.others_seen = view.others.clone();
+        }
+        let assigned = assign::assign(&self.names, view.assignees());
+        self.release_unassigned(&assigned);
+        self.hold_assigned(&assigned, &view).await;
+        self.record(view, assigned);
+    }
+
+    /// Step 2, lost Leases: the bridge's fence is closed already; drop it now.
+    fn drop_lost(&mut self) {
+        let lost: Vec<String> = self
+            .holding
             .iter_mut()
             .filter_map(|(name, h)| h.lost.as_mut().now_or_never().map(|why| (name, why)))
             .map(|(name, why)| {
@@ -545,156 +662,157 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             })
             .collect();
         for name in lost {
-            if let Some(h) = holding.remove(&name) {
-                fleet.metrics.moved("lost");
-                in_release.insert(name.clone());
-                releasing.spawn(async move { (name, h.bridge.abandon().await) });
+            if let Some(h) = self.holding.remove(&name) {
+                self.fleet.metrics.moved("lost");
+                self.in_release.insert(name.clone());
+                self.releasing
+                    .spawn(async move { (name, h.bridge.abandon().await) });
             }
         }
-        // 3. The view and the assignment.
+    }
+
+    /// Step 3, the group's Leases listed; `None` while that fails (nothing is taken or given
+    /// up then, the clusters held stay held).
+    async fn look(&self, membership: &mut Membership, renew_deadline: Duration) -> Option<View> {
         let listed = tokio::time::timeout(renew_deadline, membership.view()).await;
-        let view = match listed {
+        match listed {
             Ok(Ok(v)) => {
-                fleet.listing.lease_attempt(Ok(()));
-                v
+                self.fleet.listing.lease_attempt(Ok(()));
+                Some(v)
             }
             failed => {
                 let why = match failed {
                     Ok(Err(e)) => crate::cluster::error_chain(&e),
                     _ => "the API server did not answer in time".to_owned(),
                 };
-                let first = fleet.listing.lease_failing().is_none();
-                fleet.listing.lease_attempt(Err(why.clone()));
+                let first = self.fleet.listing.lease_failing().is_none();
+                self.fleet.listing.lease_attempt(Err(why.clone()));
                 if first {
                     tracing::warn!(error = %why, "listing the group's Leases failed: no cluster is taken or given up until it works again (the clusters held stay held); retrying every retry_period, /readyz says so");
                 } else {
                     tracing::debug!(error = %why, "listing the group's Leases failed; retrying");
                 }
-                continue;
+                None
             }
-        };
-        if view.others != others_seen {
-            if !view.others.is_empty() {
-                tracing::warn!(others = %view.others.join(","), "live members of this group ({group}) have another cluster list: each list's members share only their own clusters, so a cluster of one list waits for a member of that list; give each configuration its own leader_election.lease_name, and finish rolling updates that change [[clusters]]");
-            }
-            others_seen = view.others.clone();
         }
-        let assigned = assign::assign(&names, view.assignees());
-        // 4. Release what is no longer ours, hold what is.
-        let leaving: Vec<String> = holding
+    }
+
+    /// Step 4a: hands over what is no longer ours.
+    fn release_unassigned(&mut self, assigned: &BTreeMap<String, String>) {
+        let leaving: Vec<String> = self
+            .holding
             .keys()
-            .filter(|c| assigned.get(*c) != Some(&identity))
+            .filter(|c| assigned.get(*c) != Some(&self.identity))
             .cloned()
             .collect();
         for name in leaving {
-            if let Some(h) = holding.remove(&name) {
+            if let Some(h) = self.holding.remove(&name) {
                 let to = assigned.get(&name).cloned().unwrap_or_default();
                 tracing::info!(cluster = %name, to = %to, "cluster assigned to another member: handing it over");
                 // Held at some time, though perhaps only between two looks.
                 if h.held || h.bridge.observed().leads() {
                     if !h.held {
-                        fleet.metrics.moved("acquired");
+                        self.fleet.metrics.moved("acquired");
                     }
-                    fleet.metrics.moved("released");
+                    self.fleet.metrics.moved("released");
                 }
-                in_release.insert(name.clone());
-                releasing.spawn(async move { (name, h.bridge.shutdown_report().await) });
+                self.in_release.insert(name.clone());
+                self.releasing
+                    .spawn(async move { (name, h.bridge.shutdown_report().await) });
             }
         }
-        for (name, member) in &assigned {
-            if *member != identity || holding.contains_key(name) || in_release.contains(name) {
+    }
+
+    /// Step 4b: starts holding what is ours (each bridge waits for its cluster's Lease).
+    async fn hold_assigned(&mut self, assigned: &BTreeMap<String, String>, view: &View) {
+        for (name, member) in assigned {
+            if *member != self.identity
+                || self.holding.contains_key(name)
+                || self.in_release.contains(name)
+            {
                 continue;
             }
-            match plan.hold(name, view.seen.get(name).cloned()).await {
+            match self.plan.hold(name, view.seen.get(name).cloned()).await {
                 Ok(h) => {
                     tracing::info!(cluster = %name, "cluster assigned to this replica: taking its Lease");
-                    holding.insert(name.clone(), h);
+                    self.holding.insert(name.clone(), h);
                 }
                 Err(e) => {
                     tracing::error!(cluster = %name, error = %e, "cannot start the cluster's watches; retrying at the next period")
                 }
             }
         }
-        // 5. What the metrics and /readyz say.
+    }
+
+    /// Step 5: what the metrics and /readyz say.
+    fn record(&mut self, view: View, assigned: BTreeMap<String, String>) {
+        let metrics = &self.fleet.metrics;
         let mut held = 0;
-        for (name, h) in holding.iter_mut() {
+        for (name, h) in self.holding.iter_mut() {
             let now = h.bridge.observed().leads();
             if now && !h.held {
-                fleet.metrics.moved("acquired");
+                metrics.moved("acquired");
                 tracing::info!(cluster = %name, "holding the cluster's Lease: watching and emitting it");
             }
             h.held = now;
             held += i64::from(now);
         }
-        fleet.metrics.held.set(held);
-        fleet.metrics.members.set(view.live.len() as i64);
-        for name in &names {
+        metrics.held.set(held);
+        metrics.members.set(view.live.len() as i64);
+        for name in &self.names {
             let label = vec![("cluster".to_owned(), name.clone())];
-            let mine = holding.get(name).is_some_and(|h| h.held);
-            fleet
-                .metrics
+            let mine = self.holding.get(name).is_some_and(|h| h.held);
+            metrics
                 .cluster_held
                 .get_or_create(&label)
                 .set(i64::from(mine));
             let holder = view.holders.get(name).cloned().flatten();
             let unheld = if holder.is_some() || mine {
-                unheld_since.remove(name);
+                self.unheld_since.remove(name);
                 0.0
             } else {
-                unheld_since
+                self.unheld_since
                     .entry(name.clone())
                     .or_insert_with(Instant::now)
                     .elapsed()
                     .as_secs_f64()
             };
-            fleet.metrics.unheld.get_or_create(&label).set(unheld);
+            metrics.unheld.get_or_create(&label).set(unheld);
         }
-        *fleet
+        *self
+            .fleet
             .parts
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = holding
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = self
+            .holding
             .iter()
             .map(|(k, h)| (k.clone(), h.bridge.observed().clone()))
             .collect();
-        *fleet
+        *self
+            .fleet
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = (view, assigned);
     }
-    // Shutdown: leave first, so the others start taking the clusters as each is released.
-    tracing::info!("shutting down: leaving the group, handing every held cluster over");
-    // The renewals stop first: one after the delete would create the Lease again.
-    stop_renewing.cancel();
-    let _ = renewing.await;
-    membership.leave().await;
-    let mut reports = Vec::new();
-    let handovers = holding
-        .into_iter()
-        .map(|(name, h)| async move { (name, h.bridge.shutdown_report().await) });
-    for (name, report) in futures::future::join_all(handovers).await {
-        if !report.is_clean() {
-            tracing::warn!(cluster = %name, report = %Unclean(report.clone()), "the cluster's hand-over was not clean");
-        }
-        reports.push(report);
-    }
-    while let Some(done) = releasing.join_next().await {
-        if let Ok((_, report)) = done {
+
+    /// Phase 4: hands every held cluster over (drain, save, release), waits for the
+    /// hand-overs under way, and merges their reports.
+    async fn hand_over_all(mut self) -> ShutdownReport {
+        let mut reports = Vec::new();
+        let handovers = std::mem::take(&mut self.holding)
+            .into_iter()
+            .map(|(name, h)| async move { (name, h.bridge.shutdown_report().await) });
+        for (name, report) in futures::future::join_all(handovers).await {
+            if !report.is_clean() {
+                tracing::warn!(cluster = %name, report = %Unclean(report.clone()), "the cluster's hand-over was not clean");
+            }
             reports.push(report);
         }
-    }
-    for s in &sinks {
-        if let Err(e) = tokio::time::timeout(config.pipeline.shutdown_timeout.get(), s.close())
-            .await
-            .unwrap_or(Ok(()))
-        {
-            tracing::warn!(sink = s.name(), error = %e, "closing the sink failed");
+        while let Some(done) = self.releasing.join_next().await {
+            if let Ok((_, report)) = done {
+                reports.push(report);
+            }
         }
+        ShutdownReport::merge(reports)
     }
-    cancel.cancel();
-    let report = ShutdownReport::merge(reports);
-    if !report.is_clean() {
-        return Err(Unclean(report).into());
-    }
-    tracing::info!("shutdown complete: every held cluster handed over");
-    Ok(())
 }
