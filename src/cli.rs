@@ -82,36 +82,19 @@ pub struct CheckArgs {
     pub timeout: humantime::Duration,
 }
 
-/// `kubesink fold` options: exactly one source (`--file`, `--kafka`, `--nats`).
+/// `kubesink fold` options: exactly one source (`--file`, or a destination's reader:
+/// `--kafka`, `--nats`).
 #[derive(Debug, Clone, clap::Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["file", "kafka", "nats"])))]
+#[command(group(clap::ArgGroup::new("source").required(true)))]
 pub struct FoldArgs {
     /// A JSON Lines file, or `-` for stdin: topology messages (the stdout sink's output),
     /// CloudEvents envelopes (what an HTTP receiver wrote down), or OTLP JSON logs requests (an
     /// OpenTelemetry Collector's file exporter fed by the OTLP sink).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", group = "source")]
     pub file: Option<PathBuf>,
-    /// Kafka bootstrap servers (`host:9092,host2:9092`); with `--topic`.
-    #[arg(long, value_name = "BOOTSTRAP", requires = "topic")]
-    pub kafka: Option<String>,
-    /// The Kafka topic (every partition is read from its first offset; no consumer group).
-    #[arg(long)]
-    pub topic: Option<String>,
-    /// A librdkafka property for the Kafka consumer (`-X security.protocol=sasl_ssl`); repeatable.
-    #[arg(short = 'X', long = "kafka-property", value_name = "PROPERTY=VALUE")]
-    pub kafka_property: Vec<String>,
-    /// NATS server URL(s) (`nats://host:4222`, comma-separated); with `--stream`.
-    #[arg(long, value_name = "URL", requires = "stream")]
-    pub nats: Option<String>,
-    /// The JetStream stream (read from its first sequence by an ordered consumer).
-    #[arg(long)]
-    pub stream: Option<String>,
-    /// A subject filter within the stream's subjects (`kubesink.prod.core.Pod.*.*`).
-    #[arg(long, requires = "stream")]
-    pub subject: Option<String>,
-    /// A NATS credentials file (`.creds`).
-    #[arg(long, value_name = "FILE")]
-    pub nats_credentials: Option<PathBuf>,
+    /// The destinations' sources (`--kafka`, `--nats`: `src/sinks.rs`'s readers).
+    #[command(flatten)]
+    pub readers: crate::sinks::ReaderArgs,
     /// Output: `json` (JSON Lines, one object per key, ordered by key) or `table`.
     #[arg(long, short = 'o', value_enum, default_value_t = FoldOutput::Json)]
     pub output: FoldOutput,

@@ -1,4 +1,5 @@
-//! The one registration list of destinations: every `[[sinks]]` type kubesink can build.
+//! The one registration list of destinations: every `[[sinks]]` type kubesink can build,
+//! and every reader `kubesink fold` can read back with.
 //!
 //! A destination is a crate under `sinks/` (its crate holds the connection, the sink,
 //! the reader `kubesink fold` uses, the state store where the broker has one, and its
@@ -105,4 +106,48 @@ impl SinkConfig {
     pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
         self.destination().build(index).await
     }
+}
+
+/// Declares the destinations' readers: one line each, `field(OptionsType) if "cargo
+/// feature";`, the options a `clap::Args` of the destination's crate implementing
+/// [`kubesink_core::readback::ReadOptions`].
+macro_rules! readers {
+    ($( $(#[$doc:meta])* $field:ident($options:ty) if $feature:literal; )*) => {
+        /// The options of every registered reader, flattened into `kubesink fold`'s (each
+        /// reader's source option is in the `source` group: exactly one source is named).
+        #[derive(Debug, Clone, Default, clap::Args)]
+        #[group(skip)]
+        pub struct ReaderArgs {
+            $( $(#[$doc])* #[cfg(feature = $feature)] #[command(flatten)] pub $field: $options, )*
+        }
+
+        impl ReaderArgs {
+            /// The reading of the source named, or `None` when no reader's options name one.
+            ///
+            /// # Errors
+            /// `Some(Err(..))` as [`ReadOptions::open`](kubesink_core::readback::ReadOptions::open).
+            #[allow(unused_variables)] // a build without any reader
+            pub fn open(
+                &self,
+                timeout: std::time::Duration,
+                follow: bool,
+                tx: tokio::sync::mpsc::Sender<kubesink_core::readback::Event>,
+            ) -> Option<Result<(kubesink_core::readback::Reading, String), String>> {
+                $(
+                    #[cfg(feature = $feature)]
+                    if let Some(r) = kubesink_core::readback::ReadOptions::open(&self.$field, timeout, follow, tx.clone()) {
+                        return Some(r);
+                    }
+                )*
+                None
+            }
+        }
+    };
+}
+
+readers! {
+    /// `--kafka BOOTSTRAP --topic T`: a Kafka topic from its first offsets (`sinks/kafka`).
+    kafka(kubesink_kafka::reader::ReadArgs) if "kafka";
+    /// `--nats URL --stream S`: a JetStream stream from its first sequence (`sinks/nats`).
+    nats(kubesink_nats::reader::ReadArgs) if "nats";
 }

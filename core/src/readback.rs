@@ -2,6 +2,37 @@
 //! in order, then [`Event::CaughtUp`] once it reached what the broker held at start. A
 //! reader never writes to the broker (no consumer group, no commit, no durable consumer);
 //! the fold itself (`src/fold/view.rs` in the bridge) reads only these types.
+//!
+//! A destination with a reader offers it as [`ReadOptions`]: command-line options of its own
+//! (`clap::Args`, in its crate), which the bridge's one registration list (`src/sinks.rs`)
+//! flattens into `kubesink fold`'s, and the reading they name.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+/// A source being read: resolves once it stopped (at its end, or on an error).
+pub type Reading = Pin<Box<dyn Future<Output = Result<(), SourceError>> + Send>>;
+
+/// A destination's reader as `kubesink fold` offers it.
+pub trait ReadOptions {
+    /// The reading of the source these options name, sending into `tx` (and, with `follow`,
+    /// going on after [`Event::CaughtUp`]), with what it reads in words (`Kafka topic t at
+    /// host:9092`); `timeout` bounds each request at start. `None` when these options name no
+    /// source (another reader's, or the file's, were given).
+    ///
+    /// # Errors
+    /// `Some(Err(..))`: the options name a source but cannot be read as given (a property
+    /// that is not `key=value`), in words naming the option.
+    fn open(
+        &self,
+        timeout: Duration,
+        follow: bool,
+        tx: mpsc::Sender<Event>,
+    ) -> Option<Result<(Reading, String), String>>;
+}
 
 /// One record as a source read it.
 #[derive(Debug, Clone)]

@@ -155,59 +155,10 @@ fn spawn_source(
             what,
         ));
     }
-    #[cfg(any(feature = "kafka", feature = "nats"))]
-    let timeout: std::time::Duration = args.timeout.into();
-    if let Some(bootstrap) = &args.kafka {
-        #[cfg(feature = "kafka")]
-        {
-            let Some(topic) = args.topic.clone() else {
-                anyhow::bail!("--kafka needs --topic");
-            };
-            let mut properties = Vec::new();
-            for p in &args.kafka_property {
-                let Some((k, v)) = p.split_once('=') else {
-                    anyhow::bail!("-X {p}: expected property=value");
-                };
-                properties.push((k.to_owned(), v.to_owned()));
-            }
-            let src = kubesink_kafka::reader::KafkaSource {
-                bootstrap: bootstrap.clone(),
-                topic,
-                properties,
-                timeout,
-            };
-            let what = format!("Kafka topic {} at {}", src.topic, src.bootstrap);
-            return Ok((
-                tokio::spawn(kubesink_kafka::reader::read(src, follow, tx)),
-                what,
-            ));
-        }
-        #[cfg(not(feature = "kafka"))]
-        anyhow::bail!(
-            "--kafka {bootstrap}: this build has no Kafka support (cargo feature `kafka`)"
-        );
-    }
-    if let Some(servers) = &args.nats {
-        #[cfg(feature = "nats")]
-        {
-            let Some(stream) = args.stream.clone() else {
-                anyhow::bail!("--nats needs --stream");
-            };
-            let src = kubesink_nats::reader::JetStreamSource {
-                servers: servers.clone(),
-                stream,
-                subject: args.subject.clone(),
-                credentials: args.nats_credentials.clone(),
-                timeout,
-            };
-            let what = format!("JetStream stream {} at {}", src.stream, src.servers);
-            return Ok((
-                tokio::spawn(kubesink_nats::reader::read(src, follow, tx)),
-                what,
-            ));
-        }
-        #[cfg(not(feature = "nats"))]
-        anyhow::bail!("--nats {servers}: this build has no NATS support (cargo feature `nats`)");
+    match args.readers.open(args.timeout.into(), follow, tx) {
+        Some(Ok((reading, what))) => return Ok((tokio::spawn(reading), what)),
+        Some(Err(why)) => anyhow::bail!("{why}"),
+        None => {}
     }
     anyhow::bail!("name a source: --file PATH (or - for stdin), --kafka BOOTSTRAP --topic T, or --nats URL --stream S")
 }

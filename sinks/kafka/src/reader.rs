@@ -7,10 +7,54 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kubesink_core::readback::BrokerRecord;
-use kubesink_core::readback::{Event, SourceError};
+use kubesink_core::readback::{Event, ReadOptions, Reading, SourceError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
+
+/// `kubesink fold`'s options for a Kafka topic: `--kafka BOOTSTRAP --topic T [-X P=V]…`.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[group(skip)] // its source option is in `kubesink fold`'s `source` group
+pub struct ReadArgs {
+    /// Kafka bootstrap servers (`host:9092,host2:9092`); with `--topic`.
+    #[arg(long, value_name = "BOOTSTRAP", requires = "topic", group = "source")]
+    pub kafka: Option<String>,
+    /// The Kafka topic (every partition is read from its first offset; no consumer group).
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// A librdkafka property for the Kafka consumer (`-X security.protocol=sasl_ssl`); repeatable.
+    #[arg(short = 'X', long = "kafka-property", value_name = "PROPERTY=VALUE")]
+    pub kafka_property: Vec<String>,
+}
+
+impl ReadOptions for ReadArgs {
+    fn open(
+        &self,
+        timeout: Duration,
+        follow: bool,
+        tx: mpsc::Sender<Event>,
+    ) -> Option<Result<(Reading, String), String>> {
+        let bootstrap = self.kafka.clone()?;
+        Some((|| {
+            let topic = self.topic.clone().ok_or("--kafka needs --topic")?;
+            let mut properties = Vec::new();
+            for p in &self.kafka_property {
+                let (k, v) = p
+                    .split_once('=')
+                    .ok_or_else(|| format!("-X {p}: expected property=value"))?;
+                properties.push((k.to_owned(), v.to_owned()));
+            }
+            let src = KafkaSource {
+                bootstrap,
+                topic,
+                properties,
+                timeout,
+            };
+            let what = format!("Kafka topic {} at {}", src.topic, src.bootstrap);
+            Ok((Box::pin(read(src, follow, tx)) as Reading, what))
+        })())
+    }
+}
 
 /// Where to read.
 #[derive(Debug, Clone)]

@@ -15,8 +15,50 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use futures::StreamExt;
 use kubesink_core::readback::BrokerRecord;
-use kubesink_core::readback::{Event, SourceError};
+use kubesink_core::readback::{Event, ReadOptions, Reading, SourceError};
 use tokio::sync::mpsc;
+
+/// `kubesink fold`'s options for a JetStream stream: `--nats URL --stream S [--subject F]
+/// [--nats-credentials FILE]`.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[group(skip)] // its source option is in `kubesink fold`'s `source` group
+pub struct ReadArgs {
+    /// NATS server URL(s) (`nats://host:4222`, comma-separated); with `--stream`.
+    #[arg(long, value_name = "URL", requires = "stream", group = "source")]
+    pub nats: Option<String>,
+    /// The JetStream stream (read from its first sequence by an ordered consumer).
+    #[arg(long)]
+    pub stream: Option<String>,
+    /// A subject filter within the stream's subjects (`kubesink.prod.core.Pod.*.*`).
+    #[arg(long, requires = "stream")]
+    pub subject: Option<String>,
+    /// A NATS credentials file (`.creds`).
+    #[arg(long, value_name = "FILE")]
+    pub nats_credentials: Option<PathBuf>,
+}
+
+impl ReadOptions for ReadArgs {
+    fn open(
+        &self,
+        timeout: Duration,
+        follow: bool,
+        tx: mpsc::Sender<Event>,
+    ) -> Option<Result<(Reading, String), String>> {
+        let servers = self.nats.clone()?;
+        let Some(stream) = self.stream.clone() else {
+            return Some(Err("--nats needs --stream".to_owned()));
+        };
+        let src = JetStreamSource {
+            servers,
+            stream,
+            subject: self.subject.clone(),
+            credentials: self.nats_credentials.clone(),
+            timeout,
+        };
+        let what = format!("JetStream stream {} at {}", src.stream, src.servers);
+        Some(Ok((Box::pin(read(src, follow, tx)) as Reading, what)))
+    }
+}
 
 /// Where to read.
 #[derive(Debug, Clone)]
