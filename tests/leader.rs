@@ -1,8 +1,9 @@
 //! Leader election between real `kubesink` processes against one simulator (which serves
-//! Leases with resourceVersion conflicts): exactly one emits; a killed leader is replaced
-//! and the two never emit at the same time; a frozen leader that wakes after losing its lease
-//! emits nothing more; a leader cut off from its API server stops emitting before its lease
-//! expires (by its own clock: its log against the renewTime it wrote) and exits.
+//! Leases with resourceVersion conflicts): exactly one emits; a killed leader is replaced by
+//! one that emits under the next leader epoch; a frozen leader that wakes after losing its
+//! lease starts no send (what it writes late was handed to the OS before the freeze); a leader
+//! cut off from its API server stops emitting before its lease expires (by its own clock: its
+//! log against the renewTime it wrote) and exits.
 //!
 //! Nothing here bounds the test's own wall clock: on a loaded machine the test may observe
 //! late, so it asserts order and outcome, and times only from kubesink's own timestamps.
@@ -15,6 +16,7 @@ mod nats_server;
 mod ports;
 mod support;
 
+use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -163,29 +165,44 @@ async fn populated(namespaces: usize, pods: usize, seed: u64) -> Cluster {
 /// How long the waits here give an outcome: generous, the machine may be loaded.
 const LONG: Duration = Duration::from_secs(60);
 
-/// Waits for a hand-over: until `new` emits. Fails if `old` emits again once `new` has
-/// (the two would overlap). Returns how long it took, for the log only.
-async fn hand_over(old: &Proc, new: &Proc) -> Duration {
+/// Waits for a hand-over: until `new` emits, then emits again (it took the Lease and keeps
+/// streaming). Returns how long it took, for the log only. What the old leader may still
+/// write is for the caller to check: a killed one writes nothing, a frozen one is checked
+/// once woken.
+async fn takes_over(new: &Proc) -> Duration {
     let started = Instant::now();
     let new_len = new.emitted();
     wait_for_seen("the new leader's first message", LONG, || {
         (new.emitted() != new_len, format!("--- new:\n{}", new.log()))
     })
     .await;
-    let old_len = old.emitted();
-    // The old one, if it could still emit, would do so while the new one does: give it the
-    // new leader's next messages to overlap with.
     let grown = new.emitted();
     wait_for("the new leader to keep emitting", LONG, || {
         new.emitted() > grown
     })
     .await;
-    assert_eq!(
-        old.emitted(),
-        old_len,
-        "the old leader emitted after the new one began"
-    );
     started.elapsed()
+}
+
+/// The whole lines of `p`'s stdout, parsed (a last line cut by a SIGKILL is left out).
+fn lines(p: &Proc) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(&p.out)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The distinct `leaderEpoch`s of `p`'s messages; panics on a message without one.
+fn epochs(p: &Proc) -> std::collections::BTreeSet<u64> {
+    lines(p)
+        .iter()
+        .map(|m| {
+            m["leaderEpoch"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("a message without leaderEpoch: {m}"))
+        })
+        .collect()
 }
 
 /// Whether process `pid` is stopped (SIGSTOP delivered: no write of it is in progress).
@@ -235,15 +252,27 @@ async fn one_leader_emits_and_a_killed_or_frozen_leader_is_replaced_without_over
     assert_eq!(b.emitted(), 0, "the follower emitted:\n{}", b.log());
     assert!(!b.log().contains("became the leader"), "{}", b.log());
 
-    // kill -9 the leader: b takes over (once the lease expired) and a emits nothing more.
+    // kill -9 the leader: b takes over (once the lease expired).
     a.signal("-KILL");
     let _ = a.exit_code(LONG).await;
-    let took = hand_over(&a, &b).await;
+    let ended = a.child.try_wait().expect("wait").map(|s| s.signal());
+    assert_eq!(ended, Some(Some(9)), "a died of the SIGKILL:\n{}", a.log());
+    let took = takes_over(&b).await;
     eprintln!("hand-over after kill -9: {took:?} (lease {LEASE:?}, retry {RETRY:?})");
     assert!(b.log().contains("became the leader"), "{}", b.log());
+    // Taking the Lease from a adds one to its transitions: every message of b carries the
+    // epoch after a's, so a consumer can tell a's late publishes from b's.
+    let a_epochs = epochs(&a);
+    assert_eq!(a_epochs.len(), 1, "a led once: {a_epochs:?}");
+    let a_epoch = *a_epochs.first().expect("a emitted");
+    assert_eq!(
+        epochs(&b),
+        [a_epoch + 1].into(),
+        "b's messages carry the epoch after a's"
+    );
 
-    // Freeze the leader (SIGSTOP): c takes over; the old leader, woken, emits nothing more
-    // and exits because it lost the lease.
+    // Freeze the leader (SIGSTOP): c takes over; the old leader, woken, starts no send and
+    // exits because it lost the lease.
     let mut b = b;
     let cc = Proc::start(&cfg, dir.path(), "c");
     wait_for("c reported following", LONG, || {
@@ -255,9 +284,11 @@ async fn one_leader_emits_and_a_killed_or_frozen_leader_is_replaced_without_over
     let pid = b.child.id().expect("running");
     wait_for("b stopped", LONG, || is_stopped(pid)).await;
     let frozen_at = b.emitted();
-    let took = hand_over(&b, &cc).await;
+    // Everything b observed, it observed before this instant (`observedAt` is truncated to
+    // the millisecond, so it is never later than the instant it stands for).
+    let frozen_time = jiff::Timestamp::now();
+    let took = takes_over(&cc).await;
     eprintln!("hand-over from a frozen leader: {took:?}");
-    assert_eq!(b.emitted(), frozen_at);
     b.signal("-CONT");
     let code = b.exit_code(LONG).await;
     assert_eq!(code, Some(3), "the woken leader exits:\n{}", b.log());
@@ -269,18 +300,7 @@ async fn one_leader_emits_and_a_killed_or_frozen_leader_is_replaced_without_over
     // write) completes when it wakes: no fence can take back bytes handed over, which is
     // what `leaderEpoch` is for. Every such late line carries the deposed leader's epoch,
     // below its successor's, so `kubesink fold` and the reference consumers skip it.
-    let epoch = |p: &Proc| -> Vec<u64> {
-        std::fs::read_to_string(&p.out)
-            .unwrap()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|m| m["leaderEpoch"].as_u64())
-            .collect()
-    };
-    let successor = epoch(&cc)
-        .into_iter()
-        .max()
-        .expect("c's messages carry leaderEpoch");
+    let successor = *epochs(&cc).last().expect("c's messages carry leaderEpoch");
     let text = std::fs::read(&b.out).unwrap();
     let late = &text[usize::try_from(frozen_at).unwrap()..];
     let late_lines: Vec<serde_json::Value> = String::from_utf8_lossy(late)
@@ -303,6 +323,19 @@ async fn one_leader_emits_and_a_killed_or_frozen_leader_is_replaced_without_over
         "no more than the one batch the stdout sink had handed over (max_batch_events, 500 by default) is written after the wake: {}",
         late_lines.len()
     );
+    // Handed over before the freeze, a late line carries a change b observed before it. A
+    // send begun after the wake would carry changes b read from its watch once woken (the
+    // churn went on during the freeze), observed after it.
+    for m in lines(&b) {
+        let observed: jiff::Timestamp = m["observedAt"]
+            .as_str()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("observedAt of {m}"));
+        assert!(
+            observed <= frozen_time,
+            "the woken leader sent a change it observed at {observed}, after its freeze at {frozen_time}: {m}"
+        );
+    }
 }
 
 /// Two replicas on one host (or wherever `POD_NAME` is unset) with default identities: the

@@ -116,7 +116,12 @@ fn every_kustomization_is_accepted_by_the_real_api_server() {
         );
         let yaml = String::from_utf8_lossy(&rendered.stdout).into_owned();
         for ns in namespaces(&yaml) {
-            let _ = kubectl(kc, &["create", "namespace", &ns], None);
+            // Another rendering may have created it already; any other failure is one.
+            let (ok, out) = kubectl(kc, &["create", "namespace", &ns], None);
+            assert!(
+                ok || out.contains("AlreadyExists"),
+                "kubectl create namespace {ns}: {out}"
+            );
         }
         let (ok, out) = kubectl(
             kc,

@@ -1,8 +1,9 @@
 //! Leader election on real `coordination.k8s.io/v1` Leases of a real kube-apiserver: two
 //! replicas under churn; the leader SIGKILLed, then the next one frozen (SIGSTOP) and woken:
-//! each time the other takes over, the two never emit at the same time, the woken leader
-//! emits nothing more and exits 3, and the stream of every leader, folded in order, equals
-//! the API server exactly (uid and resourceVersion).
+//! each time the other takes over under the next leader epoch, the woken leader starts no
+//! send (what it writes late was handed to the OS before the freeze) and exits 3, and the
+//! stream of every leader, folded in order, equals the API server exactly (uid and
+//! resourceVersion).
 
 #[path = "support/kube_server.rs"]
 mod kube_server;
@@ -12,6 +13,7 @@ mod ports;
 mod process;
 mod support;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -57,15 +59,15 @@ type = "stdout"
     path
 }
 
-/// Waits until `new` emits, then until it emits again, and checks that `old` emitted
-/// nothing meanwhile (the two would overlap).
-async fn hand_over(old: &Kubesink, new: &Kubesink) {
+/// Waits until `new` emits, then until it emits again: it took the Lease and keeps streaming.
+/// What the old leader may still write is for the caller to check: a killed one writes
+/// nothing, a frozen one is checked once woken.
+async fn takes_over(new: &Kubesink) {
     let n = new.count();
     wait_until("the new leader's first message", LONG, || async {
         (new.count() > n).then_some(()).ok_or_else(|| new.stderr())
     })
     .await;
-    let old_count = old.count();
     let grown = new.count();
     wait_until("the new leader to keep emitting", LONG, || async {
         (new.count() > grown)
@@ -73,11 +75,18 @@ async fn hand_over(old: &Kubesink, new: &Kubesink) {
             .ok_or_else(|| new.stderr())
     })
     .await;
-    assert_eq!(
-        old.count(),
-        old_count,
-        "the old leader emitted after the new one began"
-    );
+}
+
+/// The distinct `leaderEpoch`s of `messages`; panics on a message without one.
+fn epochs(messages: &[serde_json::Value]) -> BTreeSet<u64> {
+    messages
+        .iter()
+        .map(|m| {
+            m["leaderEpoch"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("a message without leaderEpoch: {m}"))
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,7 +155,7 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
     };
     hand_over_killed(&a_out, &b).await;
 
-    // Freeze b (SIGSTOP) with c following: c takes over; b, woken, emits nothing more and
+    // Freeze b (SIGSTOP) with c following: c takes over; b, woken, starts no send and
     // exits 3.
     let c = Kubesink::start(BIN, &config, dir.path(), "c", &identity("c"));
     wait_until("c follows", LONG, || async {
@@ -156,9 +165,11 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
             .ok_or_else(|| c.stderr())
     })
     .await;
-    b.signal("STOP");
+    let frozen_time = b.freeze().await;
+    takes_over(&c).await;
+    // What b wrote before the freeze has been read from its pipe by now (c's take-over
+    // took a lease duration at least).
     let frozen_at = b.count();
-    hand_over(&b, &c).await;
     let mut b = b;
     let code = b.signal_and_wait("CONT", LONG).await;
     assert_eq!(
@@ -167,10 +178,29 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
         "the woken leader exits 3:\n{}",
         b.stderr()
     );
-    assert_eq!(
-        b.count(),
-        frozen_at,
-        "the woken leader emitted after losing its lease"
+    // Woken, b starts no send: its fence closed on the monotonic clock while it was frozen.
+    // Only a write it had handed to the OS before the freeze may complete now (the stdout
+    // sink writes on a blocking thread; docs/robustness.md): at most one batch, under the
+    // deposed epoch, of changes observed before the freeze. A send begun after the wake
+    // would carry changes b read from its watch once woken (the churn went on).
+    let b_out = b.output().await;
+    let late = &b_out[frozen_at..];
+    eprintln!("the woken leader wrote {} messages late", late.len());
+    assert!(
+        late.len() <= 500,
+        "no more than one batch (max_batch_events, 500 by default) is written after the wake: {}",
+        late.len()
+    );
+    let successor = *epochs(&c.messages()).last().expect("c emitted");
+    assert!(
+        epochs(late).iter().all(|e| *e < successor),
+        "the late messages carry the deposed epoch, below c's {successor}: {:?}",
+        epochs(late)
+    );
+    let sent_after = process::observed_after(&b_out, frozen_time);
+    assert!(
+        sent_after.is_empty(),
+        "the woken leader sent changes it observed after its freeze at {frozen_time}: {sent_after:#?}"
     );
 
     stop.store(true, Ordering::Relaxed);
@@ -194,18 +224,27 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
     c.terminate().await;
 }
 
-/// The hand-over after a SIGKILL: the dead leader's output is final; the new one emits.
-async fn hand_over_killed(_old: &[serde_json::Value], new: &Kubesink) {
-    let n = new.count();
-    wait_until(
-        "the new leader's first message after the kill",
-        LONG,
-        || async { (new.count() > n).then_some(()).ok_or_else(|| new.stderr()) },
-    )
-    .await;
+/// The hand-over after a SIGKILL: the new leader emits, says it became the leader, and its
+/// messages carry the epoch after the dead leader's (`old`, its final output): taking the
+/// Lease adds one to its transitions, which is how a consumer tells late publishes of the
+/// deposed leader from the successor's.
+async fn hand_over_killed(old: &[serde_json::Value], new: &Kubesink) {
+    takes_over(new).await;
     assert!(
         new.stderr().contains("became the leader"),
         "{}",
         new.stderr()
+    );
+    let old_epochs = epochs(old);
+    assert_eq!(
+        old_epochs.len(),
+        1,
+        "the old leader led once: {old_epochs:?}"
+    );
+    let old_epoch = *old_epochs.first().expect("the old leader emitted");
+    assert_eq!(
+        epochs(&new.messages()),
+        [old_epoch + 1].into(),
+        "the new leader's messages carry the epoch after the old one's"
     );
 }

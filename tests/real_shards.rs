@@ -314,9 +314,19 @@ async fn four_shards_over_two_replicas(gate: bool) {
     )
     .await;
 
-    // SIGSTOP b2 past its Leases mid-churn: a takes its shards; b2, woken, exits 3 without
-    // emitting more (the fences of its shards closed at their renew deadline); b3 joins.
-    b2.signal("STOP");
+    // SIGSTOP b2 past its Leases mid-churn: a takes its shards; b2, woken, exits 3 and
+    // starts no send (the fences of its shards closed at their renew deadline): nothing it
+    // wrote carries a change observed after its freeze; b3 joins. The freeze comes once b2
+    // streams its shards' churn, so that it has changes to send when it wakes.
+    let emitted = b2.count();
+    wait_until("b2 streams its shards' churn", LONG, || async {
+        (b2.count() > emitted)
+            .then_some(())
+            .ok_or_else(|| b2.stderr())
+    })
+    .await;
+    let frozen_time = b2.freeze().await;
+    eprintln!("gate {gate}: b2 frozen after {} messages", b2.count());
     held(&client, "the frozen b2's shards taken by a", &[("a", &a)]).await;
     let code = b2.signal_and_wait("CONT", LONG).await;
     assert_eq!(
@@ -325,7 +335,12 @@ async fn four_shards_over_two_replicas(gate: bool) {
         "b2 woke after losing its Leases: exits 3\n{}",
         b2.stderr()
     );
-    let b2_out = b2.messages();
+    let b2_out = b2.output().await;
+    let sent_after = process::observed_after(&b2_out, frozen_time);
+    assert!(
+        sent_after.is_empty(),
+        "b2 sent changes it observed after its freeze at {frozen_time}: {sent_after:#?}"
+    );
     let b3 = Kubesink::start(BIN, &config, dir.path(), "b3", &id("b3"));
     held(
         &client,

@@ -161,9 +161,8 @@ async fn case(seed: u64, rounds: usize, steps: usize, coalesce: bool, markers: b
         // Per sink: what its filter kept out, what left it.
         let addr = bridge.server_addr().expect("server");
         let (_, metrics) = support::http_get(addr, "/metrics").await;
-        let count = |name: &str, sink: &str| {
-            support::metric(&metrics, name, &[("sink", sink)]).unwrap_or(0.0)
-        };
+        let count =
+            |name: &str, sink: &str| support::metric_value(&metrics, name, &[("sink", sink)]);
         let left: f64 = routes
             .iter()
             .map(|r| count("kubesink_sink_left_filter_deletes_total", r.0))

@@ -164,6 +164,27 @@ fn holders(sim: &kubesink_sim::Simulator) -> BTreeMap<String, Option<String>> {
     out
 }
 
+/// The clusters whose Lease `identity` holds, each with its leader epoch there (the Lease's
+/// `leaseTransitions`, which the holder's messages carry as `leaderEpoch`).
+fn epochs_held_by(sim: &kubesink_sim::Simulator, identity: &str) -> BTreeMap<String, u64> {
+    sim.objects("coordination.k8s.io/v1", "Lease")
+        .iter()
+        .filter(|l| {
+            l["metadata"]["labels"]["kubesink.io/role"] == "cluster"
+                && l["spec"]["holderIdentity"] == identity
+        })
+        .map(|l| {
+            (
+                l["metadata"]["annotations"]["kubesink.io/cluster"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                l["spec"]["leaseTransitions"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
 /// Watches the cluster Leases every 50 ms once armed: the longest stretch each cluster had
 /// no valid holder.
 struct Unheld {
@@ -465,8 +486,12 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
     );
 
     // 2. Freeze a past its Lease: c takes everything; a, woken, exits (its membership Lease
-    // could not be renewed) without emitting; a new a joins.
-    a.k.signal("STOP");
+    // could not be renewed) and starts no send: no message under a's epoch of a cluster it
+    // held carries a change observed after the freeze (its client may still write
+    // publishes it had queued before, docs/robustness.md); a new a joins.
+    let a_epochs = epochs_held_by(&c.sim, "a");
+    assert!(!a_epochs.is_empty(), "a holds clusters before its freeze");
+    let frozen_time = a.k.freeze().await;
     held_as_assigned(
         &c.sim,
         "the frozen a's clusters taken over by c",
@@ -480,6 +505,27 @@ async fn scenario(nats: &nats_server::NatsServer, state: &str) {
         Some(Some(3)),
         "a woke after losing its Leases: exits 3\n{}",
         a.log()
+    );
+    let stream = nats_server::jetstream_messages(&url, "KUBESINK")
+        .await
+        .expect("the stream");
+    let by_a: Vec<Value> = stream
+        .into_iter()
+        .filter(|m| {
+            let cluster = m["cluster"].as_str().unwrap_or_default();
+            a_epochs
+                .get(cluster)
+                .is_some_and(|e| m["leaderEpoch"].as_u64() == Some(*e))
+        })
+        .collect();
+    assert!(
+        !by_a.is_empty(),
+        "a's messages (its clusters' lists) are found under its epochs {a_epochs:?}"
+    );
+    let sent_after = process::observed_after(&by_a, frozen_time);
+    assert!(
+        sent_after.is_empty(),
+        "a sent changes it observed after its freeze at {frozen_time}: {sent_after:#?}"
     );
     let a2 = Proc::start(&config, dir.path(), "a2");
 

