@@ -19,7 +19,10 @@
 //!   implement (a file in the bridge, a JetStream object store in the NATS destination's crate, a
 //!   compacted topic in the Kafka destination's crate).
 //! - [`readback`]: what a destination's reader hands `kubesink fold` (records in order, then
-//!   "caught up").
+//!   "caught up"), and [`ReadOptions`](readback::ReadOptions), the reader's options and
+//!   reading as the bridge's registration list offers them.
+//! - [`shard`]: one part of a cluster's objects by the hash of their namespace, as the API
+//!   server's sharded list and watch defines it (the range and its `shardSelector`).
 //! - Tools defined once: [`template`] (destination templates), [`units`] (human durations
 //!   and sizes), [`backoff`] (the retry policy), [`Secret`] (values never printed),
 //!   [`ReadySignal`] (a sink's "reachable again" that ends the pipeline's retry backoff),
