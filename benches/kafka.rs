@@ -8,10 +8,7 @@
 //! `cargo bench --bench kafka` (env: `N` messages, default 200000; `PAYLOAD` bytes, default
 //! 1024; `BATCH`, default 500).
 
-#[path = "../tests/support/kafka_server.rs"]
-mod kafka_server;
-#[path = "../tests/support/ports.rs"]
-mod ports;
+use kubesink_test_support::kafka_server;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -9,10 +9,7 @@
 //! `cargo bench --bench nats` (`BENCH_MESSAGES=200000` to change N; `BENCH_FORMAT=cloudevents`
 //! or `cloudevents-structured` to measure a CloudEvents format instead of `json`).
 
-#[path = "../tests/support/nats_server.rs"]
-mod nats_server;
-#[path = "../tests/support/ports.rs"]
-mod ports;
+use kubesink_test_support::nats_server;
 
 use std::sync::Arc;
 use std::time::Instant;

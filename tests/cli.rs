@@ -1,7 +1,7 @@
 //! The `kubesink` binary end to end: `check` exit codes and messages, `run` writing JSON
 //! Lines to stdout against the simulator and exiting 0 on SIGTERM, and `demo`.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -27,6 +27,19 @@ fn kubesink() -> Command {
     c.env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0");
     c.kill_on_drop(true);
     c
+}
+
+/// The support crate finds the binary at run time (`run_kubesink`): the file cargo names.
+#[test]
+fn the_support_crate_runs_the_binary_cargo_built() {
+    assert_eq!(support::kubesink_bin(), std::path::Path::new(BIN));
+    let root = std::path::Path::new(support::ROOT).canonicalize().unwrap();
+    assert_eq!(
+        root,
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .canonicalize()
+            .unwrap()
+    );
 }
 
 #[tokio::test]

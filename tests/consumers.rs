@@ -9,13 +9,7 @@
 //! and nats-py and sets it). Unset, the Python consumers are skipped with a note, except under
 //! CI (`CI=true`), where that is a failure.
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, nats_server};
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -6,11 +6,7 @@
 //! from being delivered at shutdown.
 #![cfg(feature = "nats")]
 
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, nats_server};
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

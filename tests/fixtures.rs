@@ -3,7 +3,7 @@
 //! every recorded list item and watch event decodes and is emitted faithfully, both from the
 //! raw recorded bytes and after being served again by the simulator over HTTP.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::path::PathBuf;
 use std::sync::Arc;

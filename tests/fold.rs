@@ -5,13 +5,7 @@
 //! JetStream),
 //! and `--against-cluster` finding a ghost and a missing object.
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, nats_server};
 
 use std::sync::Arc;
 use std::time::Duration;

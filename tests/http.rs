@@ -10,15 +10,7 @@
 //!   429 with `Retry-After`, 500, a stalled request, a dropped connection, 401, and a 400 that
 //!   refuses one message for good (counted, not sent again).
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-#[path = "support/receivers.rs"]
-mod receivers;
-mod support;
+use kubesink_test_support::{self as support, kube_server, ports, process, receivers};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -2,11 +2,7 @@
 //! read back with an rdkafka consumer. Needs the tansu binary `scripts/test.sh` builds.
 #![cfg(feature = "kafka")]
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, kafka_server};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

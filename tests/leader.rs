@@ -7,13 +7,7 @@
 //! Nothing here bounds the test's own wall clock: on a loaded machine the test may observe
 //! late, so it asserts order and outcome, and times only from kubesink's own timestamps.
 
-#[cfg(feature = "nats")]
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[cfg(feature = "nats")]
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -541,7 +535,7 @@ async fn a_frozen_leaders_late_jetstream_publishes_never_move_a_folded_key_backw
 #[cfg(feature = "nats")]
 async fn frozen_leader_attempt() -> usize {
     const N: usize = 200;
-    let server = nats_server::NatsServer::start("");
+    let server = support::nats_server::NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     configmaps(&c.sim, N, 0);
     let dir = tempfile::tempdir().unwrap();

@@ -2,11 +2,7 @@
 //! on a free port) and the Kubernetes API simulator.
 #![cfg(feature = "nats")]
 
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, nats_server};
 
 use std::path::Path;
 use std::sync::atomic::Ordering;

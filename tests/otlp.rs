@@ -4,15 +4,7 @@
 //! `kubesink fold --file` (OTLP JSON) and folded, must equal the API server's objects (uid
 //! and resourceVersion), through churn and a 20 s Collector outage.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-#[path = "support/receivers.rs"]
-mod receivers;
-mod support;
+use kubesink_test_support::{self as support, kube_server, ports, process, receivers};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

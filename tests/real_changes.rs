@@ -7,13 +7,7 @@
 //! sent neither then nor after a restart from saved state, and the next update sent names
 //! the status too (relative to the last message sent).
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::path::Path;
 use std::time::Duration;

@@ -8,13 +8,7 @@
 //! `kubesink fold --against-cluster` (which evaluates the configured filter on a live list)
 //! agrees.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, ports, process};
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -10,17 +10,7 @@
 //! the live objects. Every `updated` names the paths whose value differs from the key's
 //! previous message (`changed`, issue 41).
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, kube_server, nats_server, process};
 
 use std::time::Duration;
 

@@ -9,15 +9,7 @@
 //!   relist, no object re-sent as `added`, nothing lost (an object's updates may be sent
 //!   coalesced, so their count is bounded, not exact).
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-#[path = "support/proxy.rs"]
-mod proxy;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process, proxy};
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -4,13 +4,7 @@
 //! emits nothing more and exits 3, and the stream of every leader, folded in order, equals
 //! the API server exactly (uid and resourceVersion).
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -8,13 +8,7 @@
 //! Each test runs its own API server (no controller-manager: nothing else lists), on the test
 //! binary's etcd under a key prefix of its own.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::time::Duration;
 

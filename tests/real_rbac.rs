@@ -4,13 +4,7 @@
 //! --online` names what is missing (as that ServiceAccount, and as the admin with `--as`),
 //! and `kubesink run` reports the 403 naming the resource.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::path::Path;
 use std::time::Duration;

@@ -6,19 +6,7 @@
 //! saved change-path fingerprints), and the fold of both runs equals the API server (uid
 //! and resourceVersion).
 
-#[cfg(feature = "kafka")]
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[cfg(feature = "nats")]
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -199,7 +187,7 @@ async fn with_a_file_state_a_restart_sends_only_what_changed() {
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_nats_state_a_restart_sends_only_what_changed() {
-    let nats = nats_server::NatsServer::start("");
+    let nats = support::nats_server::NatsServer::start("");
     let state = format!(
         "[state]\nbackend = \"nats\"\n[state.nats]\nservers = [{:?}]\n",
         nats.url()
@@ -210,7 +198,7 @@ async fn with_a_nats_state_a_restart_sends_only_what_changed() {
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_kafka_state_a_restart_sends_only_what_changed() {
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let state = format!(
         "[state]\nbackend = \"kafka\"\n[state.kafka]\nbootstrap_servers = {:?}\n",
         tansu.bootstrap

@@ -9,17 +9,7 @@
 //! state in a NATS object store), in which each sink gets exactly the changes made meanwhile
 //! and nothing is re-sent, and after the leader is SIGKILLed mid-churn.
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, kube_server, nats_server, process};
 
 use std::collections::BTreeSet;
 use std::path::Path;

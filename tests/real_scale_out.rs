@@ -7,17 +7,7 @@
 //! before) folds to the API server's exact state, uid and resourceVersion. A replica's
 //! `/metrics` and `/readyz` say which clusters it holds.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/leases.rs"]
-mod leases;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, leases, nats_server, process};
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

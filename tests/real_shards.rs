@@ -18,17 +18,7 @@
 //! `kubesink_shard_foreign_objects_total`). Each runs its own API server, one at a
 //! time.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/leases.rs"]
-mod leases;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, leases, nats_server, process};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -17,16 +17,7 @@
 //!
 //! The figures (unheld after a SIGKILL, re-sent per move) are printed for the closing note.
 
-#[cfg(feature = "kafka")]
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, nats_server, process};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -379,7 +370,7 @@ async fn with_a_kafka_state_thirty_clusters_over_changing_replicas_fold_exactly_
 ) {
     let _one = SERIAL.lock().await;
     let nats = nats_server::NatsServer::start("");
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let state = format!(
         "[state]\nbackend = \"kafka\"\ninterval = \"1s\"\n[state.kafka]\nbootstrap_servers = {:?}\n",
         tansu.bootstrap

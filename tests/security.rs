@@ -11,13 +11,7 @@
 //!   `kubesink check` output, no metric, no health answer and no error.
 #![cfg(all(feature = "nats", feature = "kafka"))]
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, nats_server};
 
 use std::io::{Read, Write};
 use std::process::Stdio;

@@ -1,4 +1,4 @@
-//! The oracle of `changed` (issue 41): for every `updated` of a stream, the default change
+//! The oracle of `changed`: for every `updated` of a stream, the default change
 //! paths whose value differs between the object the key's previous message carried and the
 //! object this one carries, computed from the two objects (what a consumer holds), must all
 //! be named in the message's `changed`. A path may be named that did not differ in the end

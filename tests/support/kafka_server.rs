@@ -2,12 +2,9 @@
 //! dynostore`, built and cached by `scripts/test.sh`), started on a free port in a temp dir
 //! and killed on drop; an optional TCP proxy in front of it to take "the broker" off the
 //! network and back; topic creation through rdkafka's AdminClient; a background consumer.
-#![allow(dead_code)] // each test binary uses a subset
 
 use crate::ports::free_port;
-#[path = "proxy.rs"]
-mod proxy;
-use proxy::Proxy;
+use crate::proxy::Proxy;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -306,8 +303,14 @@ impl Reader {
         self.records.lock().unwrap().clone()
     }
 
+    /// How many records it has read so far.
     pub fn len(&self) -> usize {
         self.records.lock().unwrap().len()
+    }
+
+    /// Whether it has read no record yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

@@ -15,9 +15,8 @@
 //! from [`shared`], and further API servers on the same etcd under their own key prefix
 //! ([`ControlPlane::start`], e.g. with a feature gate off), killed on drop. Every process is
 //! started from one long-lived thread with `PR_SET_PDEATHSIG`, so none outlives the test
-//! binary. A test declares this module at its root beside `ports.rs`
-//! (`#[path = "support/kube_server.rs"] mod kube_server;`).
-#![allow(dead_code)] // each test binary uses a subset
+//! binary. It uses nothing of this crate but `ports.rs`: the benchmark suite
+//! (`benches/suite`) includes the two files by path.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
@@ -158,14 +157,6 @@ impl Proc {
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
-        // SAFETY: a signal to our own child.
-        unsafe {
-            libc::kill(pid, sig);
-        }
     }
 }
 

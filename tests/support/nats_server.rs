@@ -2,7 +2,6 @@
 //! JetStream and a store in its own temp dir, killed on drop. Optional extra configuration
 //! (auth, TLS, `max_payload`) is written to a config file. Also generates TLS certificates
 //! with the `openssl` CLI.
-#![allow(dead_code)] // each test binary uses a subset
 
 use crate::ports::free_port;
 use std::net::{SocketAddr, TcpStream};

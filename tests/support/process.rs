@@ -1,7 +1,6 @@
 //! The real `kubesink` binary as a child process: started with a config file, its stdout
 //! (JSON Lines from the stdout sink) collected line by line, its stderr kept in a file;
 //! stopped with SIGTERM (clean shutdown) or SIGKILL (a crash).
-#![allow(dead_code)] // each test binary uses a subset
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

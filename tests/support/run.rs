@@ -1,6 +1,5 @@
 //! A running bridge as the robustness tests drive it: a capturing sink, a cluster name of its
 //! own (its log lines carry it, see `logs.rs`), and short names for its counters.
-#![allow(dead_code)] // each test binary uses a subset
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,8 +11,8 @@ use kubesink::InformerStats;
 use kubesink_core::Sink;
 use serde_json::{json, Value};
 
-use super::logs;
-use super::support::{config, wait_for, CaptureSink, Cluster};
+use crate::logs;
+use crate::{config, wait_for, CaptureSink, Cluster};
 
 pub const LONG: Duration = Duration::from_secs(60);
 pub const CONFIGMAPS: &str = "/api/v1/configmaps";

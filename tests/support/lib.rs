@@ -1,16 +1,28 @@
-//! Shared helpers of the end-to-end tests: a started simulator with a kubeconfig, a
-//! capturing sink with fault switches, condition waits with timeouts, the message schema.
-#![allow(dead_code)] // each test binary uses a subset
+//! What kubesink's integration tests and benches share, one crate linked into each test
+//! binary: a started simulator with a kubeconfig, a capturing sink with fault switches,
+//! condition waits with timeouts, the message schema, folds of what was sent (`oracle`), and
+//! one module each for the processes a test starts (brokers, a real control plane, kubesink).
+//! A test file imports it in one line, e.g.
+//! `use kubesink_test_support::{self as support, kube_server, process};`.
 
 mod changed;
+pub mod kafka_server;
+pub mod kube_server;
+pub mod leases;
+pub mod logs;
+pub mod nats_server;
 mod oracle;
-#[allow(unused_imports)] // each test binary uses a subset
+pub mod ports;
+pub mod process;
+pub mod proxy;
+pub mod receivers;
+pub mod run;
+
 pub use changed::{check_changed, Changed};
-#[allow(unused_imports)] // each test binary uses a subset
 pub use oracle::{fold, fold_equals, fold_expecting, state_diff, Expect, Fold, Oracle, UidFold};
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +32,28 @@ use kubesink::config::{ClusterConfig, Config, PipelineConfig, ResourceConfig};
 use kubesink_core::{Message, Sink, SinkError};
 use kubesink_sim::{SimConfig, Simulator};
 use serde_json::Value;
+
+/// The repository's root (the `kubesink` package), for its files: docs, configs, scripts.
+pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// The kubesink binary cargo built for this test run: it puts it beside the `deps/` folder
+/// that holds the test binary (`target/<profile>/kubesink`), the file
+/// `env!("CARGO_BIN_EXE_kubesink")` names in a test of the root package (only a target of
+/// that package can read it, at compile time).
+///
+/// Panics when there is no such file (the test binary was started from elsewhere).
+pub fn kubesink_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().expect("the test binary's folder");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("the profile's folder")
+    } else {
+        dir
+    };
+    let bin = dir.join(format!("kubesink{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.is_file(), "no kubesink binary at {}", bin.display());
+    bin
+}
 
 /// The custom kind the simulator's workload generates.
 pub const FOOBAR_API: &str = "k8s-openapi-tests-custom-resource-definition.com/v1";
@@ -118,8 +152,13 @@ impl CaptureSink {
     pub fn messages(&self) -> Vec<Value> {
         self.messages.lock().unwrap().clone()
     }
+    /// How many messages it has kept.
     pub fn len(&self) -> usize {
         self.messages.lock().unwrap().len()
+    }
+    /// Whether it has kept no message yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
     /// The payloads as delivered, byte for byte.
     pub fn payloads(&self) -> Vec<bytes::Bytes> {
@@ -347,11 +386,9 @@ fn line_time(line: &str) -> Option<jiff::Timestamp> {
 
 /// The topology message v1 schema validator.
 pub fn schema() -> jsonschema::Validator {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/topology-message-v1.schema.json"
-    ))
-    .expect("schema file");
+    let text =
+        std::fs::read_to_string(Path::new(ROOT).join("docs/topology-message-v1.schema.json"))
+            .expect("schema file");
     let schema: Value = serde_json::from_str(&text).expect("schema is JSON");
     jsonschema::validator_for(&schema).expect("schema compiles")
 }
@@ -552,7 +589,7 @@ pub struct FoldRun {
 /// Runs `kubesink <args>` to completion (at most 60 s), with `stdin` as its input.
 pub async fn run_kubesink(args: &[&str], stdin: &[u8]) -> FoldRun {
     use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubesink"));
+    let mut cmd = tokio::process::Command::new(kubesink_bin());
     for (k, _) in std::env::vars() {
         if k.starts_with("KUBESINK_") {
             cmd.env_remove(k);
