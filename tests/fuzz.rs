@@ -198,19 +198,8 @@ fn change(
     object: Option<kubesink_core::message::ObjectJson>,
 ) -> Change {
     Change {
-        op: Op::Updated,
-        namespace: ns.map(Into::into),
-        name: name.into(),
-        uid: "u".into(),
         resource_version: "7".into(),
-        initial: false,
-        final_state_unknown: object.is_none(),
-        may_be_held: false,
-        replaced_uid: None,
-        changed: None,
-        changes: None,
-        reason: None,
-        object,
+        ..kubesink_core::message::fixtures::change(Op::Updated, ns, name, object)
     }
 }
 
