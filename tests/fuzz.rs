@@ -356,25 +356,8 @@ mod nats_subjects {
     use super::*;
 
     fn meta(ns: Option<&str>, name: &str) -> MessageMeta {
-        MessageMeta {
-            id: "0".repeat(32).into(),
-            op: Op::Added,
-            resource: Arc::new(Resource::new(
-                "c.1",
-                "example.com",
-                "v1",
-                "Thing",
-                "things",
-                true,
-            )),
-            namespace: ns.map(Into::into),
-            name: name.into(),
-            tombstone_id: None,
-            uid: "u".into(),
-            observed_at: "2026-11-30T00:00:00.000Z".into(),
-            changed: None,
-            has_changes: false,
-        }
+        let things = Resource::new("c.1", "example.com", "v1", "Thing", "things", true);
+        kubesink_core::message::fixtures::meta(Arc::new(things), ns, name)
     }
 
     proptest! {
@@ -415,7 +398,6 @@ mod nats_subjects {
 
 #[cfg(feature = "kafka")]
 mod kafka_topics {
-    use kubesink_core::MessageMeta;
     use kubesink_kafka::topic_template;
 
     use super::*;
@@ -425,18 +407,8 @@ mod kafka_topics {
         #[test]
         fn topics_use_only_legal_characters(cluster in ".{1,12}", ns in proptest::option::of(".{0,12}"), kind in ".{1,8}") {
             let t = topic_template("k8s.{cluster}.{group}.{kind}.{namespace}").unwrap();
-            let m = MessageMeta {
-                id: "0".repeat(32).into(),
-                op: Op::Added,
-                resource: Arc::new(Resource::new(&cluster, "g.example", "v1", &kind, "k", true)),
-                namespace: ns.map(Into::into),
-                name: "n".into(),
-                tombstone_id: None,
-                uid: "u".into(),
-                observed_at: "2026-11-30T00:00:00.000Z".into(),
-                changed: None,
-                has_changes: false,
-            };
+            let resource = Arc::new(Resource::new(&cluster, "g.example", "v1", &kind, "k", true));
+            let m = kubesink_core::message::fixtures::meta(resource, ns.as_deref(), "n");
             let topic = t.render(&m);
             prop_assert!(topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{}", topic);
         }

@@ -1,11 +1,11 @@
-//! Changes and messages for tests: [`change`], the plainest change a test then adjusts with
-//! struct update syntax, and a finished message for the tests of the crates that bind it to
+//! Changes and messages for tests: [`change`] and [`meta`], the plainest change and message
+//! meta, which a test adjusts with struct update syntax, and a finished message for the tests of the crates that bind it to
 //! a protocol (the wings' CloudEvents bindings) and of this one. Cargo feature
 //! `test-fixtures`, never in a production build.
 
 use std::sync::Arc;
 
-use super::{encode, Change, Message, ObjectJson, Op, Resource};
+use super::{encode, Change, Message, MessageMeta, ObjectJson, Op, Resource};
 
 /// A change of `op` on object `name` in `namespace` (`None`: cluster-scoped) that carries
 /// `object`, or none (then `final_state_unknown`, as for an inferred delete); uid `u`,
@@ -27,6 +27,24 @@ pub fn change(op: Op, namespace: Option<&str>, name: &str, object: Option<Object
         changes: None,
         reason: None,
         object,
+    }
+}
+
+/// The meta of an `added` of object `name` in `namespace` (`None`: cluster-scoped) of
+/// `resource`: id 32 zeros, uid `u`, observed at 2026-11-30T00:00:00.000Z, no tombstone and
+/// no changed paths. A test sets what else it needs with struct update syntax.
+pub fn meta(resource: Arc<Resource>, namespace: Option<&str>, name: &str) -> MessageMeta {
+    MessageMeta {
+        id: "0".repeat(32).into(),
+        tombstone_id: None,
+        op: Op::Added,
+        resource,
+        namespace: namespace.map(Into::into),
+        name: name.into(),
+        uid: "u".into(),
+        observed_at: "2026-11-30T00:00:00.000Z".into(),
+        changed: None,
+        has_changes: false,
     }
 }
 
