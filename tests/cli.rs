@@ -15,17 +15,10 @@ use tokio::process::{Child, Command};
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 
 fn kubesink() -> Command {
-    let mut c = Command::new(BIN);
     // A clean environment for configuration: only what each test sets.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KUBESINK_") {
-            c.env_remove(k);
-        }
-    }
-    c.env_remove("RUST_LOG");
+    let mut c = support::process::clean_command(BIN);
     // Tests run in parallel: the HTTP server on a free port.
     c.env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0");
-    c.kill_on_drop(true);
     c
 }
 

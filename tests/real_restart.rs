@@ -12,8 +12,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use kube_server::{create, delete, live_state, namespace, patch, ControlPlane};
-use process::Kubesink;
+use kube_server::{
+    configmap, create, delete, live_state, namespace, patch_configmap, ControlPlane,
+};
+use process::{resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::{json, Value};
 use support::{fold_equals, wait_until, Expect};
 
@@ -21,32 +23,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
 
 fn write_config(dir: &Path, cp: &ControlPlane, ns: &str, state: &str) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "real-{ns}"
-kubeconfig = {:?}
-[pipeline]
-linger = "20ms"
-{state}
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[[resources]]
-api_version = "apps/v1"
-kind = "Deployment"
-namespaces = ["{ns}"]
-[[sinks]]
-type = "stdout"
-"#,
-            cp.admin_kubeconfig.display().to_string()
-        ),
-    )
-    .expect("config");
-    path
+    let resources = [
+        resource_toml("v1", "ConfigMap", &[ns]),
+        resource_toml("apps/v1", "Deployment", &[ns]),
+    ]
+    .concat();
+    let rest = format!("[pipeline]\nlinger = \"20ms\"\n{state}\n{resources}{STDOUT_SINK}");
+    process::write_config(dir, &format!("real-{ns}"), &cp.admin_kubeconfig, &rest)
 }
 
 const KINDS: &[(&str, &str)] = &[("v1", "ConfigMap"), ("apps/v1", "Deployment")];
@@ -79,8 +62,7 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
     for i in 0..30 {
         create(
             &client,
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("cm-{i:02}"), "namespace": ns}, "data": {"v": "0"}}),
+            configmap(ns, &format!("cm-{i:02}"), json!({"v": "0"})),
         )
         .await;
     }
@@ -113,15 +95,7 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
         delete(&client, "v1", "ConfigMap", Some(ns), &name).await;
         changed[0].insert(name);
         let name = format!("cm-{:02}", 10 + i);
-        patch(
-            &client,
-            "v1",
-            "ConfigMap",
-            Some(ns),
-            &name,
-            json!({"data": {"v": "1"}}),
-        )
-        .await;
+        patch_configmap(&client, ns, &name, json!({"v": "1"})).await;
         changed[1].insert(name);
         let name = format!("new-{i}");
         create(

@@ -47,16 +47,11 @@ fn write_config(
     resources: &str,
     extra: &str,
 ) -> std::path::PathBuf {
-    let file = dir.join("kubesink.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[cluster]\nname = {cluster:?}\nkubeconfig = {:?}\n\n[pipeline]\nlinger = \"10ms\"\nretry_initial_backoff = \"20ms\"\nretry_max_backoff = \"200ms\"\n{extra}\n{resources}\n[[sinks]]\ntype = \"stdout\"\n",
-            kubeconfig.display().to_string()
-        ),
-    )
-    .expect("write config");
-    file
+    let rest = format!(
+        "\n[pipeline]\nlinger = \"10ms\"\nretry_initial_backoff = \"20ms\"\nretry_max_backoff = \"200ms\"\n{extra}\n{resources}\n{}",
+        process::STDOUT_SINK
+    );
+    process::write_config(dir, cluster, kubeconfig, &rest)
 }
 
 /// Two replicas' directories ("nodes": nothing on disk is shared), each with a config of

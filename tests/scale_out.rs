@@ -90,6 +90,7 @@ fn write_config(
     state: &str,
 ) -> PathBuf {
     let clusters = clusters_toml(names, kubeconfig);
+    let configmaps = process::resource_toml("v1", "ConfigMap", &["default"]);
     let file = dir.join(file);
     std::fs::write(
         &file,
@@ -102,17 +103,13 @@ lease_namespace = "default"
 lease_duration = "{}ms"
 renew_deadline = "2500ms"
 retry_period = "{}ms"
+[log]
+summary_interval = "0s"
 [pipeline]
 linger = "20ms"
 shutdown_timeout = "20s"
 {state}
-[log]
-summary_interval = "0s"
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["default"]
-[[sinks]]
+{configmaps}[[sinks]]
 type = "nats"
 servers = [{nats:?}]
 mode = "jetstream"

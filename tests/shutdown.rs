@@ -113,16 +113,11 @@ fn nats_state_config(
     kubeconfig: &std::path::Path,
     nats: &str,
 ) -> std::path::PathBuf {
-    let file = dir.join("kubesink.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[cluster]\nname = \"shutdown\"\nkubeconfig = {:?}\n\n[pipeline]\nlinger = \"10ms\"\nshutdown_timeout = \"2s\"\n\n[state]\nbackend = \"nats\"\ninterval = \"1h\"\n[state.nats]\nservers = [{nats:?}]\ntimeout = \"120s\"\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"metadata\"\n\n[[sinks]]\ntype = \"stdout\"\n",
-            kubeconfig.display().to_string()
-        ),
-    )
-    .expect("write config");
-    file
+    let rest = format!(
+        "\n[pipeline]\nlinger = \"10ms\"\nshutdown_timeout = \"2s\"\n\n[state]\nbackend = \"nats\"\ninterval = \"1h\"\n[state.nats]\nservers = [{nats:?}]\ntimeout = \"120s\"\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"metadata\"\n\n{}",
+        process::STDOUT_SINK
+    );
+    process::write_config(dir, "shutdown", kubeconfig, &rest)
 }
 
 #[cfg(feature = "nats")]

@@ -87,6 +87,18 @@ pub fn deployment(ns: &str, name: &str, replicas: i32, image: &str) -> serde_jso
     })
 }
 
+/// A ConfigMap `name` in `ns` holding `data`.
+pub fn configmap(ns: &str, name: &str, data: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns}, "data": data})
+}
+
+/// Merges `data` into the data of ConfigMap `name` in `ns` (a [`patch`]).
+pub async fn patch_configmap(client: &kube::Client, ns: &str, name: &str, data: serde_json::Value) {
+    let data = serde_json::json!({ "data": data });
+    patch(client, "v1", "ConfigMap", Some(ns), name, data).await
+}
+
 /// Spawns processes from one thread that lives as long as the test binary, each with
 /// `PR_SET_PDEATHSIG` = SIGKILL: the kernel kills them when that thread (so the binary) ends,
 /// however it ends. (The signal follows the spawning thread, not the process: a test's own
@@ -190,6 +202,20 @@ fn wait_ready(what: &str, procs: &mut [&mut Proc], mut ready: impl FnMut() -> bo
     }
 }
 
+/// Runs `openssl args` in `dir`; panics with its stderr when it fails.
+pub fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The certificates and keys of one test PKI, in a directory:
 /// `ca.crt`/`ca.key`, `apiserver.crt`/`.key` (SAN 127.0.0.1, localhost, the Service IP),
 /// `admin.crt`/`.key` (`O=system:masters`), `sa.key`/`sa.pub` (service-account signing).
@@ -199,18 +225,7 @@ pub struct Pki {
 
 impl Pki {
     fn generate(dir: &Path) -> Pki {
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(dir)
-                .output()
-                .expect("openssl must be installed (scripts/test.sh installs it)");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
+        let run = |args: &[&str]| openssl(dir, args);
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
         let mut ca = vec!["req", "-x509", "-nodes", "-days", "2"];
         ca.extend(ec);

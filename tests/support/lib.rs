@@ -156,13 +156,13 @@ impl CaptureSink {
     pub fn len(&self) -> usize {
         self.messages.lock().unwrap().len()
     }
-    /// Whether it has kept no message yet.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     /// The payloads as delivered, byte for byte.
     pub fn payloads(&self) -> Vec<bytes::Bytes> {
         self.payloads.lock().unwrap().clone()
+    }
+    /// Whether it has kept no message yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
     pub fn unblock(&self) {
         self.blocked.store(false, Ordering::SeqCst);
@@ -279,6 +279,20 @@ pub async fn post_json(client: &kube::Client, path: &str, body: String) {
 /// A bridge for `cfg` (its first cluster) delivering to `sink`.
 pub async fn start_bridge(cfg: &Config, sink: Arc<dyn Sink>) -> kubesink::bridge::Bridge {
     start_bridge_with(cfg, vec![sink]).await
+}
+
+/// The sinks `cfg` configures, built as kubesink builds them, in its order.
+pub async fn build_sinks(cfg: &Config) -> Vec<Arc<dyn Sink>> {
+    let mut sinks = Vec::new();
+    for (i, s) in cfg.sinks.iter().enumerate() {
+        sinks.push(s.build(i).await.expect("sink builds"));
+    }
+    sinks
+}
+
+/// A bridge for `cfg` delivering to the sinks it configures ([`build_sinks`]).
+pub async fn start_configured_bridge(cfg: &Config) -> kubesink::bridge::Bridge {
+    start_bridge_with(cfg, build_sinks(cfg).await).await
 }
 
 /// [`start_bridge`] with several sinks, in the pipeline's order.
@@ -589,19 +603,11 @@ pub struct FoldRun {
 /// Runs `kubesink <args>` to completion (at most 60 s), with `stdin` as its input.
 pub async fn run_kubesink(args: &[&str], stdin: &[u8]) -> FoldRun {
     use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new(kubesink_bin());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KUBESINK_") {
-            cmd.env_remove(k);
-        }
-    }
-    let mut child = cmd
-        .env_remove("RUST_LOG")
+    let mut child = process::clean_command(kubesink_bin())
         .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("start kubesink");
     let mut input = child.stdin.take().expect("piped stdin");

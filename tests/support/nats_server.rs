@@ -158,18 +158,7 @@ impl Drop for NatsServer {
 /// CA, server (SAN 127.0.0.1, localhost) and client certificates in `dir`:
 /// `ca.pem`, `server.pem`, `server-key.pem`, `client.pem`, `client-key.pem`.
 pub fn generate_certs(dir: &Path) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl must be installed (scripts/test.sh installs it)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let run = |args: &[&str]| crate::kube_server::openssl(dir, args);
     run(&[
         "req",
         "-x509",
