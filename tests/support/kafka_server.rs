@@ -231,11 +231,15 @@ fn spawn_tansu(
 /// One record as read back.
 #[derive(Debug, Clone)]
 pub struct Rec {
+    /// The partition it was read from.
     pub partition: i32,
+    /// Its offset in that partition.
     pub offset: i64,
+    /// Its key, as text.
     pub key: String,
     /// `None` for a tombstone.
     pub value: Option<Vec<u8>>,
+    /// Its headers, as text.
     pub headers: HashMap<String, String>,
 }
 
@@ -247,6 +251,7 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// Starts reading the `partitions` partitions of `topic` on `bootstrap`.
     pub fn start(bootstrap: &str, topic: &str, partitions: i32) -> Reader {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
@@ -299,6 +304,7 @@ impl Reader {
         }
     }
 
+    /// The records read so far, in the order they arrived.
     pub fn records(&self) -> Vec<Rec> {
         self.records.lock().unwrap().clone()
     }

@@ -220,6 +220,7 @@ pub fn openssl(dir: &Path, args: &[&str]) {
 /// `ca.crt`/`ca.key`, `apiserver.crt`/`.key` (SAN 127.0.0.1, localhost, the Service IP),
 /// `admin.crt`/`.key` (`O=system:masters`), `sa.key`/`sa.pub` (service-account signing).
 pub struct Pki {
+    /// The directory holding the files.
     pub dir: PathBuf,
 }
 
@@ -394,9 +395,11 @@ pub struct Options {
 pub struct ControlPlane {
     /// `https://127.0.0.1:PORT`.
     pub url: String,
+    /// Its port on 127.0.0.1.
     pub port: u16,
     /// A kubeconfig of a `system:masters` user.
     pub admin_kubeconfig: PathBuf,
+    /// The PKI its certificates come from.
     pub pki: Pki,
     /// The key prefix of this API server in etcd (`/registry-…`).
     pub etcd_prefix: String,
@@ -783,7 +786,12 @@ impl Drop for ControlPlane {
 /// Who a kubeconfig authenticates as.
 pub enum User {
     /// A client certificate and key (base64 PEM).
-    Cert { cert: String, key: String },
+    Cert {
+        /// The certificate.
+        cert: String,
+        /// Its private key.
+        key: String,
+    },
     /// A bearer token.
     Token(String),
 }

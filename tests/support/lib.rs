@@ -5,6 +5,8 @@
 //! A test file imports it in one line, e.g.
 //! `use kubesink_test_support::{self as support, kube_server, process};`.
 
+#![warn(missing_docs)]
+
 mod changed;
 pub mod kafka_server;
 pub mod kube_server;
@@ -60,7 +62,9 @@ pub const FOOBAR_API: &str = "k8s-openapi-tests-custom-resource-definition.com/v
 
 /// A started simulator and the kubeconfig that points at it.
 pub struct Cluster {
+    /// The simulator, serving on 127.0.0.1.
     pub sim: Simulator,
+    /// A kubeconfig that points at it.
     pub kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -71,6 +75,7 @@ impl Drop for Cluster {
     }
 }
 
+/// Starts a simulator with `config` on a free port and writes its kubeconfig.
 pub async fn cluster(config: SimConfig) -> Cluster {
     let sim = Simulator::new(config);
     sim.start(([127, 0, 0, 1], 0).into())
@@ -132,13 +137,16 @@ pub struct CaptureSink {
     pub fail_next: AtomicUsize,
     /// While true, the destination is down: `send` and `healthcheck` fail.
     pub down: AtomicBool,
+    /// How many sends failed (injected or down).
     pub failures: AtomicUsize,
+    /// Notified by [`CaptureSink::unblock`].
     pub unblocked: tokio::sync::Notify,
     /// Each `send` takes this long (a slow destination), in milliseconds.
     pub delay_ms: std::sync::atomic::AtomicU64,
 }
 
 impl CaptureSink {
+    /// A capture sink named `capture`, neither blocked nor failing.
     pub fn new() -> Arc<Self> {
         Arc::new(CaptureSink::default())
     }
@@ -149,6 +157,7 @@ impl CaptureSink {
             ..CaptureSink::default()
         })
     }
+    /// The payloads kept so far, parsed ([`parse_payload`]).
     pub fn messages(&self) -> Vec<Value> {
         self.messages.lock().unwrap().clone()
     }
@@ -164,6 +173,7 @@ impl CaptureSink {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Lets a blocked sink send again.
     pub fn unblock(&self) {
         self.blocked.store(false, Ordering::SeqCst);
         self.unblocked.notify_waiters();
@@ -407,6 +417,7 @@ pub fn schema() -> jsonschema::Validator {
     jsonschema::validator_for(&schema).expect("schema compiles")
 }
 
+/// Panics naming the first of `msgs` that `validator` rejects, and why.
 pub fn assert_schema_valid(validator: &jsonschema::Validator, msgs: &[Value]) {
     for m in msgs {
         if let Err(e) = validator.validate(m) {
@@ -595,8 +606,11 @@ pub fn view_diff(want: &BTreeMap<String, String>, got: &BTreeMap<String, String>
 
 /// One run of `kubesink fold` (the real binary, clean `KUBESINK_` environment).
 pub struct FoldRun {
+    /// Its exit code (`None`: killed by a signal).
     pub code: Option<i32>,
+    /// What it wrote to stdout.
     pub stdout: String,
+    /// What it wrote to stderr.
     pub stderr: String,
 }
 

@@ -9,11 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A running `nats-server` (see the module's comment); killed on drop.
 pub struct NatsServer {
     child: Option<Child>,
+    /// Its client port on 127.0.0.1, the same across restarts.
     pub port: u16,
     /// The HTTP monitoring port (`/connz`), the same across restarts.
     pub monitor_port: u16,
+    /// Its directory: config file, JetStream store, log.
     pub dir: tempfile::TempDir,
     conf: PathBuf,
 }

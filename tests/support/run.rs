@@ -14,18 +14,26 @@ use serde_json::{json, Value};
 use crate::logs;
 use crate::{config, wait_for, CaptureSink, Cluster};
 
+/// How long a robustness test waits for an outcome.
 pub const LONG: Duration = Duration::from_secs(60);
+/// The simulator's path of every ConfigMap (to inject faults on, to count requests of).
 pub const CONFIGMAPS: &str = "/api/v1/configmaps";
 
 /// A bridge with a capturing sink, under a cluster name of its own (its log lines carry it).
 pub struct Run {
+    /// The running bridge.
     pub bridge: Bridge,
+    /// Its only sink.
     pub sink: Arc<CaptureSink>,
+    /// Its cluster name, unique in the process.
     pub cluster: String,
+    /// The process's captured log.
     pub logs: logs::Logs,
 }
 
 impl Run {
+    /// Starts a bridge on `c` for `resources` under a cluster name made from `name`, with
+    /// [`config`] changed by `tweak`.
     pub async fn start(
         c: &Cluster,
         name: &str,
@@ -63,10 +71,12 @@ impl Run {
             .unwrap_or_else(|| panic!("no watch of {kind}"))
     }
 
+    /// One counter (`get`) of the watch of `kind`.
     pub fn count(&self, kind: &str, get: impl Fn(&InformerStats) -> &AtomicU64) -> u64 {
         get(&self.stats(kind)).load(Ordering::SeqCst)
     }
 
+    /// Whether every watch has synced.
     pub fn synced(&self) -> bool {
         self.bridge
             .informer_stats()
@@ -83,6 +93,7 @@ impl Run {
             .collect()
     }
 
+    /// Whether a message `op` of `kind` `name` was delivered.
     pub fn has(&self, kind: &str, name: &str, op: &str) -> bool {
         self.messages_of(kind, name).iter().any(|m| m["op"] == op)
     }
@@ -92,6 +103,7 @@ impl Run {
         self.logs.of(&self.cluster, text)
     }
 
+    /// Waits until no sink holds a message.
     pub async fn idle(&self) {
         wait_for("pipeline idle", LONG, || {
             self.bridge.pipeline().sinks().iter().all(|h| h.held() == 0)
@@ -100,11 +112,13 @@ impl Run {
     }
 }
 
+/// A ConfigMap `name` in `ns` with one key.
 pub fn configmap(ns: &str, name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}})
 }
 
+/// A Node `name`.
 pub fn node(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
 }
