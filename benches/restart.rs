@@ -20,6 +20,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[cfg(feature = "kafka")]
 use kubesink_test_support as support;
 
 use std::collections::BTreeMap;
