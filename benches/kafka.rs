@@ -8,15 +8,12 @@
 //! `cargo bench --bench kafka` (env: `N` messages, default 200000; `PAYLOAD` bytes, default
 //! 1024; `BATCH`, default 500).
 
-#[path = "../tests/support/kafka_server.rs"]
-mod kafka_server;
-#[path = "../tests/support/ports.rs"]
-mod ports;
+use kubesink_test_support::kafka_server;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use kubesink_core::message::{encode, Change, ObjectJson};
+use kubesink_core::message::{encode, fixtures, Change, ObjectJson};
 use kubesink_core::{Message, Op, Resource, Sink};
 use kubesink_kafka::KafkaConfig;
 
@@ -35,24 +32,14 @@ fn messages(n: usize, payload: usize) -> Vec<Message> {
     (0..n)
         .map(|i| {
             let name = format!("pod-{}", i % 20_000);
+            let object =
+                ObjectJson::from_value(&serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"filler": filler}}));
             let change = Change {
-                op: Op::Updated,
-                namespace: Some("default".into()),
-                name: name.clone(),
                 uid: format!("{i:08x}-0000-4000-8000-000000000000"),
                 resource_version: i.to_string(),
-                initial: false,
-                final_state_unknown: false,
-                may_be_held: false,
-                replaced_uid: None,
-                changed: None,
-                changes: None,
-                reason: None,
-                object: Some(ObjectJson::from_value(
-                    &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": "default"},
-                    "spec": {"filler": filler}}),
-                )),
+                ..fixtures::change(Op::Updated, Some("default"), &name, Some(object))
             };
             encode(&pods, &change, "2026-11-29T15:54:42.123Z").expect("encodes")
         })

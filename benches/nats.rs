@@ -9,16 +9,13 @@
 //! `cargo bench --bench nats` (`BENCH_MESSAGES=200000` to change N; `BENCH_FORMAT=cloudevents`
 //! or `cloudevents-structured` to measure a CloudEvents format instead of `json`).
 
-#[path = "../tests/support/nats_server.rs"]
-mod nats_server;
-#[path = "../tests/support/ports.rs"]
-mod ports;
+use kubesink_test_support::nats_server;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use kubesink::config::HumanDuration;
-use kubesink_core::message::{encode, Change, ObjectJson};
+use kubesink_core::message::{encode, fixtures, Change, ObjectJson};
 use kubesink_core::{Format, Message, Op, Resource, Sink};
 use kubesink_nats::{NatsConfig, NatsMode};
 
@@ -31,24 +28,14 @@ fn messages(n: usize) -> Vec<Message> {
         .map(|i| {
             let name = format!("web-{:05}-{:05}", i / 1000, i % 1000);
             let ns = format!("ns-{}", i % 20);
+            let object =
+                ObjectJson::from_value(&serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
+                "spec": {"nodeName": format!("node-{}", i % 50), "filler": filler}}));
             let change = Change {
-                op: Op::Updated,
-                namespace: Some(ns.clone()),
-                name: name.clone(),
                 uid: format!("{i:08x}-0000-4000-8000-000000000000"),
                 resource_version: (1000 + i).to_string(),
-                initial: false,
-                final_state_unknown: false,
-                may_be_held: false,
-                replaced_uid: None,
-                changed: None,
-                changes: None,
-                reason: None,
-                object: Some(ObjectJson::from_value(
-                    &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
-                    "spec": {"nodeName": format!("node-{}", i % 50), "filler": filler}}),
-                )),
+                ..fixtures::change(Op::Updated, Some(&ns), &name, Some(object))
             };
             encode(&pods, &change, "2026-11-29T15:54:42.123Z").expect("encodes")
         })

@@ -21,11 +21,7 @@
 #[path = "common/mod.rs"]
 mod common;
 #[cfg(feature = "kafka")]
-#[path = "../tests/support/kafka_server.rs"]
-mod kafka_server;
-#[cfg(feature = "kafka")]
-#[path = "../tests/support/ports.rs"]
-mod ports;
+use kubesink_test_support as support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -214,7 +210,7 @@ async fn main() -> anyhow::Result<()> {
 
     // The Kafka row: the state in a compacted topic on tansu.
     #[cfg(feature = "kafka")]
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     #[cfg(feature = "kafka")]
     let kafka_config = {
         let mut c = config.clone();

@@ -3,7 +3,7 @@
 //! message; a denied watch and Lease; an unreachable cluster named beside a reachable one;
 //! `--as` impersonating the service account.
 
-mod support;
+use kubesink_test_support as support;
 
 use kubesink_sim::{Denial, SimConfig, Workload};
 use support::*;

@@ -1,7 +1,7 @@
 //! The `kubesink` binary end to end: `check` exit codes and messages, `run` writing JSON
 //! Lines to stdout against the simulator and exiting 0 on SIGTERM, and `demo`.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -15,18 +15,24 @@ use tokio::process::{Child, Command};
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 
 fn kubesink() -> Command {
-    let mut c = Command::new(BIN);
     // A clean environment for configuration: only what each test sets.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KUBESINK_") {
-            c.env_remove(k);
-        }
-    }
-    c.env_remove("RUST_LOG");
+    let mut c = support::process::clean_command(BIN);
     // Tests run in parallel: the HTTP server on a free port.
     c.env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0");
-    c.kill_on_drop(true);
     c
+}
+
+/// The support crate finds the binary at run time (`run_kubesink`): the file cargo names.
+#[test]
+fn the_support_crate_runs_the_binary_cargo_built() {
+    assert_eq!(support::kubesink_bin(), std::path::Path::new(BIN));
+    let root = std::path::Path::new(support::ROOT).canonicalize().unwrap();
+    assert_eq!(
+        root,
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .canonicalize()
+            .unwrap()
+    );
 }
 
 #[tokio::test]

@@ -4,11 +4,7 @@
 //! Rust SDK's deserializer, carry the documented attributes, and its data must equal the
 //! `json` sink's payload of the same message, byte for byte in binary mode.
 
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, nats_server};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -234,18 +230,14 @@ mod nats {
 }
 
 #[cfg(feature = "kafka")]
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-
-#[cfg(feature = "kafka")]
 mod kafka {
     use super::*;
-    use kafka_server::Tansu;
     use kubesink_kafka::KafkaConfig;
     use rdkafka::config::ClientConfig;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message as _};
     use rdkafka::{Offset, TopicPartitionList};
+    use support::kafka_server::Tansu;
 
     /// One record: headers, value (`None`: tombstone), timestamp in ms.
     type Got = (HashMap<String, String>, Option<Vec<u8>>, Option<i64>);

@@ -1,7 +1,7 @@
 //! Several clusters in one process: two simulators, each labelled with its own name, each
 //! with its own watches; one going down does not stop the other, and readiness names it.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! informer's state stays right afterwards (a relist's sync marker counts the live objects,
 //! and no delete of the cancelled object ever follows).
 
-mod support;
+use kubesink_test_support as support;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -9,23 +9,14 @@
 //! and nats-py and sets it). Unset, the Python consumers are skipped with a note, except under
 //! CI (`CI=true`), where that is a failure.
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, nats_server};
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
-use kubesink::bridge::Bridge;
 use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink_core::Sink;
 use kubesink_nats::{NatsConfig, NatsMode};
 use kubesink_sim::{Churn, SimConfig, Workload};
 use support::*;
@@ -142,19 +133,6 @@ fn consumers(python_args: (&'static str, Vec<String>), rust_args: Vec<String>) -
         args: rust_args,
     });
     out
-}
-
-async fn start_bridge(cfg: &Config) -> Bridge {
-    let mut sinks: Vec<Arc<dyn Sink>> = Vec::new();
-    for (i, s) in cfg.sinks.iter().enumerate() {
-        sinks.push(s.build(i).await.expect("sink builds"));
-    }
-    let client = kubesink::cluster::client(&cfg.clusters()[0])
-        .await
-        .expect("client");
-    Bridge::start(cfg, client, sinks)
-        .await
-        .expect("bridge starts")
 }
 
 fn sigterm(child: &Child) {
@@ -366,7 +344,7 @@ async fn the_jetstream_consumers_keep_the_simulators_objects_across_a_crash() {
     nats.stream.create = true;
     nats.stream.max_msgs_per_subject = 1;
     cfg.sinks = vec![SinkConfig::Nats(nats)];
-    let bridge = start_bridge(&cfg).await;
+    let bridge = start_configured_bridge(&cfg).await;
     let url = server.url();
     let list = consumers(
         (
@@ -419,7 +397,7 @@ async fn the_kafka_consumers_keep_the_simulators_objects_across_a_crash() {
         .into(),
         ..Default::default()
     })];
-    let bridge = start_bridge(&cfg).await;
+    let bridge = start_configured_bridge(&cfg).await;
     let b = broker.bootstrap.clone();
     let list = consumers(
         (

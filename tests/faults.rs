@@ -6,11 +6,7 @@
 //! from being delivered at shutdown.
 #![cfg(feature = "nats")]
 
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, nats_server};
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -21,7 +17,7 @@ use kubesink_sim::SimConfig;
 use nats_server::NatsServer;
 use serde_json::json;
 use support::*;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(90);
@@ -44,13 +40,7 @@ impl Running {
         let file = dir.path().join("k.toml");
         std::fs::write(&file, config).unwrap();
         let stderr = dir.path().join("stderr.log");
-        let mut cmd = Command::new(BIN);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("KUBESINK_") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env_remove("RUST_LOG");
+        let mut cmd = support::process::clean_command(BIN);
         if let Some(f) = filter {
             cmd.env("RUST_LOG", f);
         }

@@ -3,7 +3,7 @@
 //! every recorded list item and watch event decodes and is emitted faithfully, both from the
 //! raw recorded bytes and after being served again by the simulator over HTTP.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use kubesink::bridge::Bridge;
 use kubesink::config::ResourceConfig;
 use kubesink::testing::{RawObject, Shaper};
-use kubesink_core::message::{encode, Change};
+use kubesink_core::message::{encode, fixtures, Change};
 use kubesink_core::Resource;
 use kubesink_core::{Op, Sink};
 use kubesink_sim::SimConfig;
@@ -131,24 +131,17 @@ fn every_recorded_object_decodes_and_encodes_to_a_schema_valid_message() {
                 "rec", group, version, &kind_name, &plural, true,
             ));
             let m = &shaped["metadata"];
+            let op = if event == "DELETED" {
+                Op::Deleted
+            } else {
+                Op::Added
+            };
+            let (ns, name) = (m["namespace"].as_str(), m["name"].as_str().unwrap());
             let change = Change {
-                op: if event == "DELETED" {
-                    Op::Deleted
-                } else {
-                    Op::Added
-                },
-                namespace: m["namespace"].as_str().map(str::to_owned),
-                name: m["name"].as_str().unwrap().to_owned(),
                 uid: m["uid"].as_str().unwrap().to_owned(),
                 resource_version: m["resourceVersion"].as_str().unwrap().to_owned(),
                 initial: event == "LIST",
-                final_state_unknown: false,
-                may_be_held: false,
-                replaced_uid: None,
-                changed: None,
-                changes: None,
-                reason: None,
-                object: Some(result.object.clone()),
+                ..fixtures::change(op, ns, name, Some(result.object.clone()))
             };
             let msg = encode(&resource, &change, "2026-06-15T04:16:00.000Z").unwrap();
             let v: Value = serde_json::from_slice(&msg.payload).unwrap();

@@ -8,11 +8,7 @@
 //! bookmarks back (`Faults::hold_initial_events_end`) keeps the lists in flight as long as
 //! the test looks, so "two at once, four waiting" is observed, not hoped for.
 
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/proxy.rs"]
-mod proxy;
-mod support;
+use kubesink_test_support::{self as support, proxy};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,20 +5,14 @@
 //! JetStream),
 //! and `--against-cluster` finding a ghost and a missing object.
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, nats_server};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubesink::bridge::Bridge;
+use kubesink::config::ResourceConfig;
 use kubesink::config::SinkConfig;
-use kubesink::config::{Config, ResourceConfig};
 use kubesink_core::Sink;
 use kubesink_nats::{NatsConfig, NatsMode};
 use kubesink_sim::{Churn, SimConfig, Workload};
@@ -44,19 +38,6 @@ fn kinds() -> Vec<ResourceConfig> {
         .iter()
         .map(|(a, k)| ResourceConfig::new(a, k))
         .collect()
-}
-
-async fn start_bridge(cfg: &Config) -> Bridge {
-    let mut sinks: Vec<Arc<dyn Sink>> = Vec::new();
-    for (i, s) in cfg.sinks.iter().enumerate() {
-        sinks.push(s.build(i).await.expect("sink builds"));
-    }
-    let client = kubesink::cluster::client(&cfg.clusters()[0])
-        .await
-        .expect("client");
-    Bridge::start(cfg, client, sinks)
-        .await
-        .expect("bridge starts")
 }
 
 /// Runs `kubesink fold ARGS` until its view equals the simulator's objects (re-reading the
@@ -253,7 +234,7 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_and_a_stateless_rest
     nats.stream.create = true;
     cfg.sinks = vec![SinkConfig::Nats(nats)];
     cfg.pipeline.sync_markers = true;
-    let bridge = start_bridge(&cfg).await;
+    let bridge = start_configured_bridge(&cfg).await;
     c.sim.churn_steps(300, 3).unwrap();
     let churn = c.sim.spawn_churn(Churn {
         rate_per_sec: 200.0,
@@ -282,7 +263,7 @@ async fn a_jetstream_stream_folds_to_the_simulators_objects_and_a_stateless_rest
         c.sim.delete("v1", "Pod", ns, name).unwrap();
         ghosts.insert(format!("test/core/Pod/{}/{name}", ns.unwrap_or_default()));
     }
-    let bridge = start_bridge(&cfg).await;
+    let bridge = start_configured_bridge(&cfg).await;
     let args = ["fold", "--nats", &url, "--stream", "KUBESINK"];
     wait_until(
         "the fold after the restart: every live object, the ghosts, the warning",
@@ -387,7 +368,7 @@ async fn a_kafka_topic_folds_to_the_simulators_objects_after_churn() {
     cfg.sinks = vec![SinkConfig::Kafka(kafka)];
     let args = ["fold", "--kafka", &broker.bootstrap, "--topic", topic];
 
-    let bridge = start_bridge(&cfg).await;
+    let bridge = start_configured_bridge(&cfg).await;
     c.sim.churn_steps(300, 5).unwrap();
     let churn = c.sim.spawn_churn(Churn {
         rate_per_sec: 200.0,
@@ -666,7 +647,7 @@ async fn against_cluster_repair_publishes_the_deletes_of_the_ghosts_through_the_
     };
     nats.stream.create = true;
     cfg.sinks = vec![SinkConfig::Nats(nats)];
-    let bridge = start_bridge(&cfg).await;
+    let bridge = start_configured_bridge(&cfg).await;
     let stream = ["fold", "--nats", &url, "--stream", "KUBESINK"];
     fold_until_equal(&c, &stream, None).await;
     bridge.shutdown().await;

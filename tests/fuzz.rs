@@ -198,19 +198,8 @@ fn change(
     object: Option<kubesink_core::message::ObjectJson>,
 ) -> Change {
     Change {
-        op: Op::Updated,
-        namespace: ns.map(Into::into),
-        name: name.into(),
-        uid: "u".into(),
         resource_version: "7".into(),
-        initial: false,
-        final_state_unknown: object.is_none(),
-        may_be_held: false,
-        replaced_uid: None,
-        changed: None,
-        changes: None,
-        reason: None,
-        object,
+        ..kubesink_core::message::fixtures::change(Op::Updated, ns, name, object)
     }
 }
 
@@ -367,25 +356,8 @@ mod nats_subjects {
     use super::*;
 
     fn meta(ns: Option<&str>, name: &str) -> MessageMeta {
-        MessageMeta {
-            id: "0".repeat(32).into(),
-            op: Op::Added,
-            resource: Arc::new(Resource::new(
-                "c.1",
-                "example.com",
-                "v1",
-                "Thing",
-                "things",
-                true,
-            )),
-            namespace: ns.map(Into::into),
-            name: name.into(),
-            tombstone_id: None,
-            uid: "u".into(),
-            observed_at: "2026-11-30T00:00:00.000Z".into(),
-            changed: None,
-            has_changes: false,
-        }
+        let things = Resource::new("c.1", "example.com", "v1", "Thing", "things", true);
+        kubesink_core::message::fixtures::meta(Arc::new(things), ns, name)
     }
 
     proptest! {
@@ -426,7 +398,6 @@ mod nats_subjects {
 
 #[cfg(feature = "kafka")]
 mod kafka_topics {
-    use kubesink_core::MessageMeta;
     use kubesink_kafka::topic_template;
 
     use super::*;
@@ -436,18 +407,8 @@ mod kafka_topics {
         #[test]
         fn topics_use_only_legal_characters(cluster in ".{1,12}", ns in proptest::option::of(".{0,12}"), kind in ".{1,8}") {
             let t = topic_template("k8s.{cluster}.{group}.{kind}.{namespace}").unwrap();
-            let m = MessageMeta {
-                id: "0".repeat(32).into(),
-                op: Op::Added,
-                resource: Arc::new(Resource::new(&cluster, "g.example", "v1", &kind, "k", true)),
-                namespace: ns.map(Into::into),
-                name: "n".into(),
-                tombstone_id: None,
-                uid: "u".into(),
-                observed_at: "2026-11-30T00:00:00.000Z".into(),
-                changed: None,
-                has_changes: false,
-            };
+            let resource = Arc::new(Resource::new(&cluster, "g.example", "v1", &kind, "k", true));
+            let m = kubesink_core::message::fixtures::meta(resource, ns.as_deref(), "n");
             let topic = t.render(&m);
             prop_assert!(topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{}", topic);
         }

@@ -10,22 +10,14 @@
 //!   429 with `Retry-After`, 500, a stalled request, a dropped connection, 401, and a 400 that
 //!   refuses one message for good (counted, not sent again).
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-#[path = "support/receivers.rs"]
-mod receivers;
-mod support;
+use kubesink_test_support::{self as support, kube_server, ports, process, receivers};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube_server::{create, delete, live_state, namespace, patch};
+use kube_server::{create, delete, live_state, namespace, patch, patch_configmap};
 use process::Kubesink;
 use receivers::{configmap, resources, KINDS};
 use serde_json::{json, Value};
@@ -277,15 +269,7 @@ async fn every_format_delivers_the_real_api_servers_objects_through_churn_and_a_
     )
     .await;
     for i in 0..5 {
-        patch(
-            &client,
-            "v1",
-            "ConfigMap",
-            Some(ns),
-            &format!("cm-{i}"),
-            json!({"data": {"n": "edited"}}),
-        )
-        .await;
+        patch_configmap(&client, ns, &format!("cm-{i}"), json!({"n": "edited"})).await;
     }
     for r in &mut receivers {
         r.stop();
@@ -426,15 +410,7 @@ async fn each_failure_answer_behaves_as_documented() {
         r.fault(&format!("{fault}&count={count}")).await;
         let started = Instant::now();
         n += 1;
-        patch(
-            &client,
-            "v1",
-            "ConfigMap",
-            Some(ns),
-            "cm-0",
-            json!({"data": {"n": format!("fault-{n}")}}),
-        )
-        .await;
+        patch_configmap(&client, ns, "cm-0", json!({"n": format!("fault-{n}")})).await;
         settled("after the fault").await;
         let faulted = r.stats().await["faulted"].as_u64().unwrap_or(0) - before;
         assert_eq!(faulted, count, "{fault}: every faulted request was retried");
@@ -453,15 +429,7 @@ async fn each_failure_answer_behaves_as_documented() {
     // A 400 refuses the one message of its request for good: counted and logged, not sent
     // again; the key's next change heals the fold.
     r.fault("mode=status&status=400&count=1").await;
-    patch(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some(ns),
-        "cm-1",
-        json!({"data": {"n": "refused"}}),
-    )
-    .await;
+    patch_configmap(&client, ns, "cm-1", json!({"n": "refused"})).await;
     wait_until("the refused message counted", LONG, || async {
         let (_, m) = http_get(server, "/metrics").await;
         let got = support::metric(
@@ -481,15 +449,7 @@ async fn each_failure_answer_behaves_as_documented() {
         settled_fails_for_cm1(&client, ns, &r).await,
         "the refused change is not in the receiver's file"
     );
-    patch(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some(ns),
-        "cm-1",
-        json!({"data": {"n": "healed"}}),
-    )
-    .await;
+    patch_configmap(&client, ns, "cm-1", json!({"n": "healed"})).await;
     settled("after the key's next change").await;
     // Every faulted request above was a failed send of the one message pending (each fault
     // came with one change, delivered before the next): the 429s, 500s, 503, stalls and

@@ -1,6 +1,6 @@
 //! End-to-end informer semantics against the Kubernetes API simulator over real HTTP.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -2,11 +2,7 @@
 //! read back with an rdkafka consumer. Needs the tansu binary `scripts/test.sh` builds.
 #![cfg(feature = "kafka")]
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, kafka_server};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -335,26 +331,9 @@ async fn a_ten_second_broker_outage_mid_churn_loses_nothing() {
 }
 
 fn test_message() -> kubesink_core::Message {
-    use kubesink_core::{MessageMeta, Op, Resource};
-    let meta = MessageMeta {
-        id: "0".repeat(32).into(),
-        op: Op::Added,
-        resource: Arc::new(Resource::new(
-            "test",
-            "",
-            "v1",
-            "ConfigMap",
-            "configmaps",
-            true,
-        )),
-        namespace: Some("default".into()),
-        name: "x".into(),
-        tombstone_id: None,
-        uid: "u".into(),
-        observed_at: "2026-11-30T00:00:00.000Z".into(),
-        changed: None,
-        has_changes: false,
-    };
+    use kubesink_core::Resource;
+    let configmaps = Resource::new("test", "", "v1", "ConfigMap", "configmaps", true);
+    let meta = kubesink_core::message::fixtures::meta(Arc::new(configmaps), Some("default"), "x");
     kubesink_core::Message {
         key: "test/core/ConfigMap/default/x".into(),
         payload: bytes::Bytes::from_static(b"{}"),

@@ -5,10 +5,7 @@
 //! not run) is in `sinks/kafka/src/state/records.rs`, on a model of it.
 #![cfg(feature = "kafka")]
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/ports.rs"]
-mod ports;
+use kubesink_test_support::kafka_server;
 
 use std::time::Duration;
 

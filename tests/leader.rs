@@ -8,13 +8,7 @@
 //! Nothing here bounds the test's own wall clock: on a loaded machine the test may observe
 //! late, so it asserts order and outcome, and times only from kubesink's own timestamps.
 
-#[cfg(feature = "nats")]
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[cfg(feature = "nats")]
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, process};
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
@@ -22,6 +16,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use kubesink_sim::{Churn, SimConfig, Workload};
+use process::{resource_toml, STDOUT_SINK};
 use support::*;
 use tokio::process::{Child, Command};
 
@@ -114,37 +109,23 @@ impl Proc {
     }
 }
 
+/// Cluster `le` through `kubeconfig`, and the `[leader_election]` of these tests.
+fn leader_toml(kubeconfig: &Path) -> String {
+    format!(
+        "[cluster]\nname = \"le\"\nkubeconfig = {kubeconfig:?}\n[leader_election]\nenabled = true\nlease_name = \"kubesink-test\"\nlease_namespace = \"default\"\nlease_duration = \"{}ms\"\nrenew_deadline = \"{}ms\"\nretry_period = \"{}ms\"\n",
+        LEASE.as_millis(),
+        RENEW_DEADLINE.as_millis(),
+        RETRY.as_millis()
+    )
+}
+
 fn config(dir: &Path, kubeconfig: &Path) -> PathBuf {
     let file = dir.join("kubesink.toml");
-    std::fs::write(
-        &file,
-        format!(
-            r#"[cluster]
-name = "le"
-kubeconfig = {kubeconfig:?}
-[leader_election]
-enabled = true
-lease_name = "kubesink-test"
-lease_namespace = "default"
-lease_duration = "{}ms"
-renew_deadline = "{}ms"
-retry_period = "{}ms"
-[pipeline]
-linger = "10ms"
-[log]
-summary_interval = "0s"
-[[resources]]
-api_version = "v1"
-kind = "Pod"
-[[sinks]]
-type = "stdout"
-"#,
-            LEASE.as_millis(),
-            RENEW_DEADLINE.as_millis(),
-            RETRY.as_millis()
-        ),
-    )
-    .unwrap();
+    let (leader, pods) = (leader_toml(kubeconfig), resource_toml("v1", "Pod", &[]));
+    let text = format!(
+        "{leader}[pipeline]\nlinger = \"10ms\"\n[log]\nsummary_interval = \"0s\"\n{pods}{STDOUT_SINK}"
+    );
+    std::fs::write(&file, text).unwrap();
     file
 }
 
@@ -451,30 +432,21 @@ async fn a_leader_that_loses_its_lease_while_draining_exits_at_once_not_at_the_d
 #[cfg(feature = "nats")]
 fn jetstream_config(dir: &Path, kubeconfig: &Path, nats: &str) -> PathBuf {
     let file = dir.join("kubesink-js.toml");
+    let (leader, configmaps) = (
+        leader_toml(kubeconfig),
+        resource_toml("v1", "ConfigMap", &[]),
+    );
     std::fs::write(
         &file,
         format!(
-            r#"[cluster]
-name = "le"
-kubeconfig = {kubeconfig:?}
-[leader_election]
-enabled = true
-lease_name = "kubesink-test"
-lease_namespace = "default"
-lease_duration = "{}ms"
-renew_deadline = "{}ms"
-retry_period = "{}ms"
-[pipeline]
+            r#"{leader}[pipeline]
 linger = "3s"
 max_pending_bytes = "256MiB"
 max_batch_bytes = "64MiB"
 max_batch_events = 1000
 [log]
 summary_interval = "0s"
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-[[sinks]]
+{configmaps}[[sinks]]
 type = "nats"
 servers = [{nats:?}]
 mode = "jetstream"
@@ -484,10 +456,7 @@ client_capacity = 4000
 [sinks.stream]
 name = "KUBESINK"
 create = true
-"#,
-            LEASE.as_millis(),
-            RENEW_DEADLINE.as_millis(),
-            RETRY.as_millis()
+"#
         ),
     )
     .unwrap();
@@ -574,7 +543,7 @@ async fn a_frozen_leaders_late_jetstream_publishes_never_move_a_folded_key_backw
 #[cfg(feature = "nats")]
 async fn frozen_leader_attempt() -> usize {
     const N: usize = 200;
-    let server = nats_server::NatsServer::start("");
+    let server = support::nats_server::NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     configmaps(&c.sim, N, 0);
     let dir = tempfile::tempdir().unwrap();

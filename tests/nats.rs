@@ -2,11 +2,7 @@
 //! on a free port) and the Kubernetes API simulator.
 #![cfg(feature = "nats")]
 
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, nats_server};
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -16,11 +12,10 @@ use std::time::Duration;
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures::StreamExt;
-use kubesink::bridge::Bridge;
 use kubesink::config::HumanDuration;
 use kubesink::config::SinkConfig;
 use kubesink::config::{Config, ResourceConfig};
-use kubesink_core::{Destination, Message, MessageMeta, Op, Resource, Secret, Sink};
+use kubesink_core::{Destination, Message, MessageMeta, Resource, Secret, Sink};
 use kubesink_nats::{unescape_token, NatsConfig, NatsMode};
 use kubesink_sim::{Churn, SimConfig, Workload};
 use nats_server::NatsServer;
@@ -78,23 +73,6 @@ fn kinds_config(c: &Cluster) -> Config {
             .map(|(a, k)| ResourceConfig::new(a, k))
             .collect(),
     )
-}
-
-async fn build_sinks(cfg: &Config) -> Vec<Arc<dyn Sink>> {
-    let mut sinks = Vec::new();
-    for (i, s) in cfg.sinks.iter().enumerate() {
-        sinks.push(s.build(i).await.expect("sink builds"));
-    }
-    sinks
-}
-
-async fn start(cfg: &Config, sinks: Vec<Arc<dyn Sink>>) -> Bridge {
-    let client = kubesink::cluster::client(&cfg.clusters()[0])
-        .await
-        .expect("client");
-    Bridge::start(cfg, client, sinks)
-        .await
-        .expect("bridge starts")
 }
 
 async fn js_client(server: &NatsServer) -> jetstream::Context {
@@ -173,24 +151,10 @@ async fn wait_stream_equals_sim(
 }
 
 fn message(name: &str, namespace: Option<&str>, id: &str, payload: Value) -> Message {
+    let configmaps = Resource::new("test", "", "v1", "ConfigMap", "configmaps", true);
     let meta = MessageMeta {
         id: id.into(),
-        op: Op::Added,
-        resource: Arc::new(Resource::new(
-            "test",
-            "",
-            "v1",
-            "ConfigMap",
-            "configmaps",
-            true,
-        )),
-        namespace: namespace.map(Into::into),
-        name: name.into(),
-        tombstone_id: None,
-        uid: "u".into(),
-        observed_at: "2026-11-30T00:00:00.000Z".into(),
-        changed: None,
-        has_changes: false,
+        ..kubesink_core::message::fixtures::meta(Arc::new(configmaps), namespace, name)
     };
     Message {
         key: format!("test/core/ConfigMap/{}/{name}", namespace.unwrap_or("")).into(),
@@ -240,7 +204,7 @@ async fn core_delivery_of_a_churning_cluster_folds_to_the_simulators_state() {
         }
     });
 
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     bridge.pipeline().sinks()[0]
         .sink()
         .healthcheck()
@@ -292,7 +256,7 @@ async fn jetstream_delivery_with_the_example_config_holds_exactly_the_live_objec
     let c = cluster(SimConfig::default()).await;
     c.sim.populate(&workload(4)).unwrap();
     let cfg = example_config(&server, &c.kubeconfig);
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     bridge.pipeline().sinks()[0]
         .sink()
         .healthcheck()
@@ -332,7 +296,7 @@ async fn a_ten_second_outage_mid_churn_loses_nothing_and_memory_stays_bounded() 
     cfg.pipeline.max_pending = 100;
     cfg.pipeline.max_batch_events = 50;
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     let stats = bridge.pipeline().sinks()[0].stats().clone();
     wait_for("initial list delivered", LONG, || {
         stats.delivered.load(Ordering::SeqCst) >= 330
@@ -549,7 +513,7 @@ async fn dotted_and_unusual_names_get_distinct_reversible_subjects() {
         ],
     );
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     let js = js_client(&server).await;
     let total = names.len() + 2;
     wait_for("every object delivered", LONG, || {
@@ -601,7 +565,7 @@ async fn an_object_over_max_payload_is_sent_truncated_and_counted() {
     let consumer = async_nats::connect(server.url()).await.unwrap();
     let mut sub = consumer.subscribe("kubesink.>").await.unwrap();
     consumer.flush().await.unwrap();
-    let bridge = start(&cfg, sinks).await;
+    let bridge = start_bridge_with(&cfg, sinks).await;
     // Both sinks publish on the same subjects, so the subscription sees each object twice
     // (the core sink's and the JetStream sink's), in any interleaving: wait for all four.
     let mut core = Vec::new();
@@ -729,7 +693,7 @@ async fn delivery_resumes_within_seconds_of_the_server_coming_back_not_after_the
     cfg.pipeline.retry_initial_backoff = HumanDuration::from_secs(300);
     cfg.pipeline.retry_max_backoff = HumanDuration::from_secs(600);
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     let h = &bridge.pipeline().sinks()[0];
     let stats = h.stats().clone();
     wait_for("initial list delivered", LONG, || {
@@ -793,7 +757,7 @@ async fn a_server_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_
     );
     let capture = CaptureSink::new();
     sinks.push(capture.clone());
-    let bridge = start(&cfg, sinks).await;
+    let bridge = start_bridge_with(&cfg, sinks).await;
     wait_for("the other sink got everything", LONG, || {
         capture.len() >= 30
     })
@@ -838,7 +802,7 @@ async fn a_server_flapping_for_thirty_seconds_loses_nothing_over_one_connection(
     cfg.pipeline.max_pending = 200;
     cfg.pipeline.retry_max_backoff = HumanDuration::from_secs(5);
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     let stats = bridge.pipeline().sinks()[0].stats().clone();
     wait_for("initial list delivered", LONG, || {
         stats.delivered.load(Ordering::SeqCst) >= 330
@@ -883,7 +847,7 @@ async fn sync_markers_arrive_on_the_reserved_subject_after_every_message_of_thei
     cfg.pipeline.sync_markers = true;
     cfg.pipeline.max_batch_events = 50;
     cfg.sinks = vec![SinkConfig::Nats(nats_config(&server, NatsMode::Jetstream))];
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     let js = js_client(&server).await;
     let msgs = wait_until("three markers in the stream", LONG, || async {
         let msgs = stream_messages(&js, "KUBESINK").await;
@@ -967,7 +931,7 @@ async fn jetstream_keeps_per_key_order_with_several_batches_in_flight_and_puback
     nats.stream.name = "ORDER".into();
     assert_eq!(nats.batches_in_flight, 4, "the default");
     cfg.sinks = vec![SinkConfig::Nats(nats)];
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     let handle = bridge.pipeline().sinks()[0].clone();
     let stats = handle.stats().clone();
     let partial = || stats.errors_by_kind[1].load(Ordering::SeqCst);
@@ -1063,7 +1027,7 @@ async fn a_puback_bound_shared_by_several_batches_in_flight_never_waits_out_a_ti
     nats.max_in_flight = 4;
     nats.batches_in_flight = 4;
     cfg.sinks = vec![SinkConfig::Nats(nats)];
-    let bridge = start(&cfg, build_sinks(&cfg).await).await;
+    let bridge = start_bridge_with(&cfg, build_sinks(&cfg).await).await;
     let handle = bridge.pipeline().sinks()[0].clone();
     let js = js_client(&server).await;
     wait_stream_equals_sim(&js, "KUBESINK", &c, Expect::STRICT).await;

@@ -2,7 +2,7 @@
 //! parser under churn, `/readyz` following the initial sync and a sink outage, `/healthz`
 //! staying up through it.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! through what the contract allows (coalesced `added`s, redelivery where the test expects it,
 //! the re-list of a stateless restart).
 
-mod support;
+use kubesink_test_support as support;
 
 use serde_json::{json, Value};
 use support::{fold, fold_expecting, Expect, Oracle};

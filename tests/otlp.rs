@@ -4,22 +4,14 @@
 //! `kubesink fold --file` (OTLP JSON) and folded, must equal the API server's objects (uid
 //! and resourceVersion), through churn and a 20 s Collector outage.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-#[path = "support/receivers.rs"]
-mod receivers;
-mod support;
+use kubesink_test_support::{self as support, kube_server, ports, process, receivers};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube_server::{create, delete, live_state, namespace, patch};
+use kube_server::{create, delete, live_state, namespace, patch, patch_configmap};
 use process::Kubesink;
 use receivers::{configmap, resources, KINDS};
 use serde_json::{json, Value};
@@ -213,15 +205,7 @@ async fn the_collectors_file_folds_to_the_real_api_server_through_churn_and_a_co
     )
     .await;
     for i in 0..5 {
-        patch(
-            &client,
-            "v1",
-            "ConfigMap",
-            Some(ns),
-            &format!("cm-{i}"),
-            json!({"data": {"n": "edited"}}),
-        )
-        .await;
+        patch_configmap(&client, ns, &format!("cm-{i}"), json!({"n": "edited"})).await;
     }
     settles("after the first churn", &client, ns, &collector).await;
     collector.stop();

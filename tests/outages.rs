@@ -6,17 +6,7 @@
 //! not after the pipeline's 30 s backoff).
 #![cfg(all(feature = "kafka", feature = "nats"))]
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/logs.rs"]
-mod logs;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, logs, nats_server, process};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

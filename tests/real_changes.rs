@@ -7,20 +7,14 @@
 //! sent neither then nor after a restart from saved state, and the next update sent names
 //! the status too (relative to the last message sent).
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::path::Path;
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
 use kube_server::{create, dynamic, namespace, ControlPlane};
-use process::Kubesink;
+use process::{Kubesink, STDOUT_SINK};
 use serde_json::{json, Value};
 use support::wait_until;
 
@@ -28,30 +22,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
 
 fn write_config(dir: &Path, cp: &ControlPlane, ns: &str, extra: &str) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "real-{ns}"
-kubeconfig = {:?}
-[pipeline]
-linger = "20ms"
-# Every update is sent as it was observed, so each edit's own message can be read.
-coalesce = false
-[state]
-backend = "file"
-path = {:?}
-{extra}
-[[sinks]]
-type = "stdout"
-"#,
-            cp.admin_kubeconfig.display().to_string(),
-            dir.join("state").display().to_string(),
-        ),
-    )
-    .expect("config");
-    path
+    let state = dir.join("state").display().to_string();
+    // Every update is sent as it was observed, so each edit's own message can be read.
+    let rest = format!(
+        "[pipeline]\nlinger = \"20ms\"\ncoalesce = false\n[state]\nbackend = \"file\"\npath = {state:?}\n{extra}\n{STDOUT_SINK}"
+    );
+    process::write_config(dir, &format!("real-{ns}"), &cp.admin_kubeconfig, &rest)
 }
 
 /// A merge patch of `name` (of `subresource` when given); returns the resourceVersion the

@@ -6,10 +6,7 @@
 //! helm-python-sdk from the deploy checks' venv) for every set of values the offline checks
 //! render.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
+use kubesink_test_support::kube_server;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

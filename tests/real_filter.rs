@@ -8,13 +8,7 @@
 //! `kubesink fold --against-cluster` (which evaluates the configured filter on a live list)
 //! agrees.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, ports, process};
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -22,7 +16,7 @@ use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube_server::{create, delete, live_state, namespace, patch, ControlPlane};
-use process::Kubesink;
+use process::{resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::{json, Value};
 use support::{fold_equals, wait_until, Expect};
 
@@ -32,38 +26,21 @@ const NS: &str = "filters";
 const KINDS: &[(&str, &str)] = &[("v1", "ConfigMap"), ("apps/v1", "Deployment")];
 
 fn write_config(dir: &Path, cp: &ControlPlane) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "real-filters"
-kubeconfig = {:?}
-[pipeline]
+    let state = dir.join("state").display().to_string();
+    let configmaps = resource_toml("v1", "ConfigMap", &[NS]);
+    let deployments = resource_toml("apps/v1", "Deployment", &[NS]);
+    let rest = format!(
+        r#"[pipeline]
 linger = "20ms"
 coalesce = false
 [state]
 backend = "file"
-path = {:?}
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["{NS}"]
-filter = 'has(object.data) && "keep" in object.data && object.data.keep == "yes"'
-[[resources]]
-api_version = "apps/v1"
-kind = "Deployment"
-namespaces = ["{NS}"]
-filter = 'object.spec.replicas > 0 && cluster == "real-filters" && ns == "{NS}"'
-[[sinks]]
-type = "stdout"
-"#,
-            cp.admin_kubeconfig.display().to_string(),
-            dir.join("state").display().to_string(),
-        ),
-    )
-    .expect("config");
-    path
+path = {state:?}
+{configmaps}filter = 'has(object.data) && "keep" in object.data && object.data.keep == "yes"'
+{deployments}filter = 'object.spec.replicas > 0 && cluster == "real-filters" && ns == "{NS}"'
+{STDOUT_SINK}"#
+    );
+    process::write_config(dir, "real-filters", &cp.admin_kubeconfig, &rest)
 }
 
 /// The oracle's predicate: what the two expressions mean, written in Rust.

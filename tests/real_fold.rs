@@ -10,22 +10,12 @@
 //! the live objects. Every `updated` names the paths whose value differs from the key's
 //! previous message (`changed`).
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, kube_server, nats_server, process};
 
 use std::time::Duration;
 
-use kube_server::{create, delete, live_state, namespace, patch};
-use process::Kubesink;
+use kube_server::{configmap, create, delete, live_state, namespace, patch, patch_configmap};
+use process::{resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::{json, Value};
 use support::{fold_equals, wait_until, Expect};
 
@@ -176,9 +166,7 @@ async fn the_fold_equals_the_real_api_server_under_real_controllers_churn() {
     for i in 0..10 {
         create(
             &client,
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("cm-{i}"), "namespace": main},
-                "data": {"n": i.to_string()}}),
+            configmap(main, &format!("cm-{i}"), json!({"n": i.to_string()})),
         )
         .await;
     }
@@ -209,48 +197,24 @@ async fn the_fold_equals_the_real_api_server_under_real_controllers_churn() {
     let tansu = kafka_server::Tansu::start().await;
     tansu.create_topic("real.topology", 1).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("kubesink.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[cluster]
-name = "real"
-kubeconfig = {:?}
-[pipeline]
+    let resources = [
+        resource_toml("v1", "Pod", &[]),
+        resource_toml("apps/v1", "Deployment", &[]),
+        resource_toml("apps/v1", "ReplicaSet", &[]),
+        resource_toml("v1", "ConfigMap", &[]),
+        resource_toml("v1", "Secret", &[secret_modes[0], main, gone]),
+        resource_toml("v1", "Secret", &[secret_modes[1]]),
+        "payload = \"metadata\"\n".into(),
+        resource_toml("v1", "Secret", &[secret_modes[2]]),
+        "payload = \"fields\"\n".into(),
+        "fields = [\"/data\", \"/stringData\", \"/metadata/annotations\", \"/type\"]\n".into(),
+        resource_toml("kubesink.test/v1", "Widget", &[]),
+    ]
+    .concat();
+    let rest = format!(
+        r#"[pipeline]
 linger = "20ms"
-[[resources]]
-api_version = "v1"
-kind = "Pod"
-[[resources]]
-api_version = "apps/v1"
-kind = "Deployment"
-[[resources]]
-api_version = "apps/v1"
-kind = "ReplicaSet"
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-[[resources]]
-api_version = "v1"
-kind = "Secret"
-namespaces = ["{}", "{main}", "{gone}"]
-[[resources]]
-api_version = "v1"
-kind = "Secret"
-namespaces = ["{}"]
-payload = "metadata"
-[[resources]]
-api_version = "v1"
-kind = "Secret"
-namespaces = ["{}"]
-payload = "fields"
-fields = ["/data", "/stringData", "/metadata/annotations", "/type"]
-[[resources]]
-api_version = "kubesink.test/v1"
-kind = "Widget"
-[[sinks]]
-type = "stdout"
-[[sinks]]
+{resources}{STDOUT_SINK}[[sinks]]
 type = "nats"
 servers = ["{}"]
 mode = "jetstream"
@@ -263,15 +227,10 @@ type = "kafka"
 bootstrap_servers = "{}"
 topic = "real.topology"
 "#,
-            cp.admin_kubeconfig.display().to_string(),
-            secret_modes[0],
-            secret_modes[1],
-            secret_modes[2],
-            nats.url(),
-            tansu.bootstrap,
-        ),
-    )
-    .expect("config");
+        nats.url(),
+        tansu.bootstrap,
+    );
+    let config = process::write_config(dir.path(), "real", &cp.admin_kubeconfig, &rest);
     let k = Kubesink::start(BIN, &config, dir.path(), "real", &[]);
 
     let initial = settle("initial list", &client, &k).await;
@@ -310,13 +269,11 @@ topic = "real.topology"
         if i % 3 == 0 {
             delete(&client, "v1", "ConfigMap", Some(main), &format!("cm-{i}")).await;
         } else {
-            patch(
+            patch_configmap(
                 &client,
-                "v1",
-                "ConfigMap",
-                Some(main),
+                main,
                 &format!("cm-{i}"),
-                json!({"data": {"n": format!("{i}-edited")}}),
+                json!({"n": format!("{i}-edited")}),
             )
             .await;
         }

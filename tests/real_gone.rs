@@ -9,23 +9,16 @@
 //!   relist, no object re-sent as `added`, nothing lost (an object's updates may be sent
 //!   coalesced, so their count is bounded, not exact).
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-#[path = "support/proxy.rs"]
-mod proxy;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process, proxy};
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube_server::{
-    create, delete, live_state, patch, write_kubeconfig, ControlPlane, Options, User,
+    configmap, create, delete, live_state, patch_configmap, write_kubeconfig, ControlPlane,
+    Options, User,
 };
-use process::Kubesink;
+use process::{resource_toml, Kubesink, STDOUT_SINK};
 use proxy::Proxy;
 use serde_json::{json, Value};
 use support::{fold_equals, wait_until, Expect};
@@ -60,9 +53,7 @@ async fn setup(options: Options) -> Setup {
     for i in 0..40 {
         create(
             &client,
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("cm-{i:02}"), "namespace": NS},
-                "data": {"i": i.to_string()}}),
+            configmap(NS, &format!("cm-{i:02}"), json!({"i": i.to_string()})),
         )
         .await;
     }
@@ -83,30 +74,11 @@ async fn setup(options: Options) -> Setup {
             key: pem("admin.key"),
         },
     );
-    let config = dir.path().join("kubesink.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[cluster]
-name = "real"
-kubeconfig = {:?}
-[pipeline]
-linger = "20ms"
-sync_markers = true
-[watch]
-retry_initial_backoff = "100ms"
-retry_max_backoff = "1s"
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["{NS}"]
-[[sinks]]
-type = "stdout"
-"#,
-            kubeconfig.display().to_string()
-        ),
-    )
-    .expect("config");
+    let configmaps = resource_toml("v1", "ConfigMap", &[NS]);
+    let rest = format!(
+        "[pipeline]\nlinger = \"20ms\"\nsync_markers = true\n[watch]\nretry_initial_backoff = \"100ms\"\nretry_max_backoff = \"1s\"\n{configmaps}{STDOUT_SINK}"
+    );
+    let config = process::write_config(dir.path(), "real", &kubeconfig, &rest);
     let k = Kubesink::start(BIN, &config, dir.path(), "gone", &[]);
     let s = Setup {
         cp,
@@ -143,15 +115,7 @@ impl Setup {
             delete(&client, "v1", "ConfigMap", Some(NS), &name).await;
             out[0].insert(name);
             let name = format!("cm-{:02}", 10 + i);
-            patch(
-                &client,
-                "v1",
-                "ConfigMap",
-                Some(NS),
-                &name,
-                json!({"data": {"i": "changed"}}),
-            )
-            .await;
+            patch_configmap(&client, NS, &name, json!({"i": "changed"})).await;
             out[1].insert(name);
             let name = format!("new-{i}");
             create(
@@ -248,13 +212,11 @@ async fn a_watch_reset_mid_stream_resumes_from_the_last_resource_version() {
     // Changes before, across and after a few resets: every one arrives once, in order.
     for round in 0..4 {
         for i in 0..5 {
-            patch(
+            patch_configmap(
                 &client,
-                "v1",
-                "ConfigMap",
-                Some(NS),
+                NS,
                 &format!("cm-{:02}", 20 + i),
-                json!({"data": {"round": round.to_string()}}),
+                json!({"round": round.to_string()}),
             )
             .await;
         }

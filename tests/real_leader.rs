@@ -5,13 +5,7 @@
 //! stream of every leader, folded in order, equals the API server exactly (uid and
 //! resourceVersion).
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_server::{create, live_state, namespace, patch, ControlPlane};
-use process::Kubesink;
+use kube_server::{configmap, create, live_state, namespace, patch_configmap, ControlPlane};
+use process::{leader_toml, resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::json;
 use support::{fold_equals, wait_until, Expect};
 
@@ -29,34 +23,10 @@ const LONG: Duration = Duration::from_secs(240);
 const NS: &str = "leader";
 
 fn write_config(dir: &Path, kubeconfig: &Path) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "real"
-kubeconfig = {:?}
-[leader_election]
-enabled = true
-lease_name = "kubesink-real"
-lease_namespace = "{NS}"
-lease_duration = "4s"
-renew_deadline = "2500ms"
-retry_period = "500ms"
-[pipeline]
-linger = "20ms"
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["{NS}"]
-[[sinks]]
-type = "stdout"
-"#,
-            kubeconfig.display().to_string()
-        ),
-    )
-    .expect("config");
-    path
+    let configmaps = resource_toml("v1", "ConfigMap", &[NS]);
+    let leader = leader_toml("kubesink-real", NS, false);
+    let rest = format!("{leader}[pipeline]\nlinger = \"20ms\"\n{configmaps}{STDOUT_SINK}");
+    process::write_config(dir, "real", kubeconfig, &rest)
 }
 
 /// Waits until `new` emits, then until it emits again: it took the Lease and keeps streaming.
@@ -98,8 +68,7 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
     for i in 0..20 {
         create(
             &client,
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("cm-{i:02}"), "namespace": NS}, "data": {"v": "0"}}),
+            configmap(NS, &format!("cm-{i:02}"), json!({"v": "0"})),
         )
         .await;
     }
@@ -111,15 +80,7 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let name = format!("cm-{:02}", n % 20);
-                patch(
-                    &client,
-                    "v1",
-                    "ConfigMap",
-                    Some(NS),
-                    &name,
-                    json!({"data": {"v": n.to_string()}}),
-                )
-                .await;
+                patch_configmap(&client, NS, &name, json!({"v": n.to_string()})).await;
                 n += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

@@ -8,18 +8,12 @@
 //! Each test runs its own API server (no controller-manager: nothing else lists), on the test
 //! binary's etcd under a key prefix of its own.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::time::Duration;
 
-use kube_server::{create, live_state, ControlPlane, Options};
-use process::Kubesink;
+use kube_server::{configmap, create, live_state, ControlPlane, Options};
+use process::{resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::json;
 use support::{fold_equals, wait_until, Expect};
 
@@ -44,9 +38,7 @@ async fn config_maps(cp: &ControlPlane, ns: &str, n: usize) {
     for i in 0..n {
         create(
             &client,
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("cm-{i:04}"), "namespace": ns},
-                "data": {"i": i.to_string()}}),
+            configmap(ns, &format!("cm-{i:04}"), json!({"i": i.to_string()})),
         )
         .await;
     }
@@ -59,31 +51,11 @@ fn write_config(
     watch: &str,
     resource: &str,
 ) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "real"
-kubeconfig = {:?}
-[pipeline]
-linger = "20ms"
-sync_markers = true
-[watch]
-{watch}
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-{resource}
-[[sinks]]
-type = "stdout"
-"#,
-            cp.admin_kubeconfig.display().to_string()
-        ),
-    )
-    .expect("config");
-    path
+    let configmaps = resource_toml("v1", "ConfigMap", &[ns]);
+    let rest = format!(
+        "[pipeline]\nlinger = \"20ms\"\nsync_markers = true\n[watch]\n{watch}\n{configmaps}{resource}\n{STDOUT_SINK}"
+    );
+    process::write_config(dir, "real", &cp.admin_kubeconfig, &rest)
 }
 
 /// Waits until kubesink's fold equals the live ConfigMaps of `ns`, uid and resourceVersion.
@@ -204,15 +176,7 @@ async fn a_continue_token_that_expires_mid_list_starts_the_list_over() {
     })
     .await;
     kube_server::delete(&client, "v1", "ConfigMap", Some("expire"), "cm-0059").await;
-    kube_server::patch(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some("expire"),
-        "cm-0001",
-        json!({"data": {"i": "changed"}}),
-    )
-    .await;
+    kube_server::patch_configmap(&client, "expire", "cm-0001", json!({"i": "changed"})).await;
     let revision = cp.compact_etcd();
     eprintln!("etcd compacted at revision {revision}");
     synced(&k).await;

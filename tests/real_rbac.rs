@@ -4,19 +4,13 @@
 //! --online` names what is missing (as that ServiceAccount, and as the admin with `--as`),
 //! and `kubesink run` reports the 403 naming the resource.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::path::Path;
 use std::time::Duration;
 
 use kube_server::{create, live_state, namespace, ControlPlane};
-use process::Kubesink;
+use process::{resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::{json, Value};
 use support::{fold_equals, run_kubesink, try_wait_until, wait_until, Expect};
 
@@ -27,37 +21,16 @@ const HOME: &str = "rbac-home";
 const SA: &str = "kubesink";
 
 fn write_config(dir: &Path, kubeconfig: &Path) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "real"
-kubeconfig = {:?}
-[leader_election]
-enabled = true
-lease_name = "kubesink-rbac"
-lease_namespace = "{HOME}"
-[pipeline]
-linger = "20ms"
-[[resources]]
-api_version = "v1"
-kind = "Pod"
-[[resources]]
-api_version = "apps/v1"
-kind = "Deployment"
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["rbac-a", "rbac-b"]
-[[sinks]]
-type = "stdout"
-"#,
-            kubeconfig.display().to_string()
-        ),
-    )
-    .expect("config");
-    path
+    let resources = [
+        resource_toml("v1", "Pod", &[]),
+        resource_toml("apps/v1", "Deployment", &[]),
+        resource_toml("v1", "ConfigMap", &["rbac-a", "rbac-b"]),
+    ]
+    .concat();
+    let rest = format!(
+        "[leader_election]\nenabled = true\nlease_name = \"kubesink-rbac\"\nlease_namespace = \"{HOME}\"\n[pipeline]\nlinger = \"20ms\"\n{resources}{STDOUT_SINK}"
+    );
+    process::write_config(dir, "real", kubeconfig, &rest)
 }
 
 /// The YAML documents of `kubesink rbac`, as JSON.

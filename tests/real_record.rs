@@ -6,10 +6,7 @@
 //! variable it records into a temporary directory and checks what it recorded has the
 //! recordings' shape, so the recorder itself is tested on every run.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/ports.rs"]
-mod ports;
+use kubesink_test_support::kube_server;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

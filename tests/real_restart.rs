@@ -6,26 +6,16 @@
 //! saved change-path fingerprints), and the fold of both runs equals the API server (uid
 //! and resourceVersion).
 
-#[cfg(feature = "kafka")]
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[cfg(feature = "nats")]
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, process};
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use kube_server::{create, delete, live_state, namespace, patch, ControlPlane};
-use process::Kubesink;
+use kube_server::{
+    configmap, create, delete, live_state, namespace, patch_configmap, ControlPlane,
+};
+use process::{resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::{json, Value};
 use support::{fold_equals, wait_until, Expect};
 
@@ -33,32 +23,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
 
 fn write_config(dir: &Path, cp: &ControlPlane, ns: &str, state: &str) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "real-{ns}"
-kubeconfig = {:?}
-[pipeline]
-linger = "20ms"
-{state}
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["{ns}"]
-[[resources]]
-api_version = "apps/v1"
-kind = "Deployment"
-namespaces = ["{ns}"]
-[[sinks]]
-type = "stdout"
-"#,
-            cp.admin_kubeconfig.display().to_string()
-        ),
-    )
-    .expect("config");
-    path
+    let resources = [
+        resource_toml("v1", "ConfigMap", &[ns]),
+        resource_toml("apps/v1", "Deployment", &[ns]),
+    ]
+    .concat();
+    let rest = format!("[pipeline]\nlinger = \"20ms\"\n{state}\n{resources}{STDOUT_SINK}");
+    process::write_config(dir, &format!("real-{ns}"), &cp.admin_kubeconfig, &rest)
 }
 
 const KINDS: &[(&str, &str)] = &[("v1", "ConfigMap"), ("apps/v1", "Deployment")];
@@ -91,8 +62,7 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
     for i in 0..30 {
         create(
             &client,
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("cm-{i:02}"), "namespace": ns}, "data": {"v": "0"}}),
+            configmap(ns, &format!("cm-{i:02}"), json!({"v": "0"})),
         )
         .await;
     }
@@ -125,15 +95,7 @@ async fn restart_sends_only_what_changed(ns: &str, state: &str) {
         delete(&client, "v1", "ConfigMap", Some(ns), &name).await;
         changed[0].insert(name);
         let name = format!("cm-{:02}", 10 + i);
-        patch(
-            &client,
-            "v1",
-            "ConfigMap",
-            Some(ns),
-            &name,
-            json!({"data": {"v": "1"}}),
-        )
-        .await;
+        patch_configmap(&client, ns, &name, json!({"v": "1"})).await;
         changed[1].insert(name);
         let name = format!("new-{i}");
         create(
@@ -199,7 +161,7 @@ async fn with_a_file_state_a_restart_sends_only_what_changed() {
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_nats_state_a_restart_sends_only_what_changed() {
-    let nats = nats_server::NatsServer::start("");
+    let nats = support::nats_server::NatsServer::start("");
     let state = format!(
         "[state]\nbackend = \"nats\"\n[state.nats]\nservers = [{:?}]\n",
         nats.url()
@@ -210,7 +172,7 @@ async fn with_a_nats_state_a_restart_sends_only_what_changed() {
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_kafka_state_a_restart_sends_only_what_changed() {
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let state = format!(
         "[state]\nbackend = \"kafka\"\n[state.kafka]\nbootstrap_servers = {:?}\n",
         tansu.bootstrap

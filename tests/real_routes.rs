@@ -9,17 +9,7 @@
 //! state in a NATS object store), in which each sink gets exactly the changes made meanwhile
 //! and nothing is re-sent, and after the leader is SIGKILLed mid-churn.
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, kube_server, nats_server, process};
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -27,7 +17,7 @@ use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube_server::{create, delete, live_state, namespace, patch, ControlPlane};
-use process::Kubesink;
+use process::{leader_toml, nats_state_toml, resource_toml, Kubesink};
 use serde_json::{json, Value};
 use support::{fold_equals, wait_until, Expect};
 
@@ -39,35 +29,16 @@ const SECRETS: &[(&str, &str)] = &[("v1", "Secret")];
 const PAY: &str = r#"kind == "ConfigMap" && has(object.metadata.labels) && "team" in object.metadata.labels && object.metadata.labels.team == "pay""#;
 
 fn write_config(dir: &Path, cp: &ControlPlane, nats: &str, kafka: &str) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "real-routes"
-kubeconfig = {kubeconfig:?}
-[leader_election]
-enabled = true
-lease_name = "kubesink-routes"
-lease_namespace = "{NS}"
-lease_duration = "4s"
-renew_deadline = "2500ms"
-retry_period = "500ms"
-[pipeline]
+    let configmaps = resource_toml("v1", "ConfigMap", &[NS]);
+    let secrets = resource_toml("v1", "Secret", &[NS]);
+    let (leader, state) = (
+        leader_toml("kubesink-routes", NS, false),
+        nats_state_toml(nats),
+    );
+    let rest = format!(
+        r#"{leader}[pipeline]
 linger = "20ms"
-[state]
-backend = "nats"
-[state.nats]
-servers = ["{nats}"]
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["{NS}"]
-[[resources]]
-api_version = "v1"
-kind = "Secret"
-namespaces = ["{NS}"]
-payload = "metadata"
+{state}{configmaps}{secrets}payload = "metadata"
 [[sinks]]
 type = "kafka"
 name = "pay"
@@ -100,12 +71,9 @@ filter = 'op == "deleted"'
 [sinks.stream]
 name = "DELETES"
 create = true
-"#,
-            kubeconfig = cp.admin_kubeconfig.display().to_string(),
-        ),
-    )
-    .expect("config");
-    path
+"#
+    );
+    process::write_config(dir, "real-routes", &cp.admin_kubeconfig, &rest)
 }
 
 fn team(o: &DynamicObject) -> Option<&str> {

@@ -7,26 +7,18 @@
 //! before) folds to the API server's exact state, uid and resourceVersion. A replica's
 //! `/metrics` and `/readyz` say which clusters it holds.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/leases.rs"]
-mod leases;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, leases, nats_server, process};
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_server::{create, delete, live_state, namespace, patch, ControlPlane};
+use kube_server::{
+    configmap, create, delete, live_state, namespace, patch_configmap, ControlPlane,
+};
 use leases::{holders, observe, per_cluster};
-use process::Kubesink;
+use process::{leader_toml, nats_state_toml, resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::json;
 use support::{fold_equals, metric_value, wait_until, Expect};
 
@@ -49,34 +41,13 @@ async fn held_as_assigned(client: &kube::Client, what: &str, members: &[&str], l
 fn write_config(dir: &Path, kubeconfig: &Path, nats: &str) -> std::path::PathBuf {
     let names: Vec<String> = (0..CLUSTERS).map(cluster_name).collect();
     let clusters = support::clusters_toml(&names, kubeconfig);
+    let configmaps = resource_toml("v1", "ConfigMap", &[NS]);
     let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[leader_election]
-enabled = true
-scale_out = true
-lease_name = "ksr"
-lease_namespace = "{NS}"
-lease_duration = "4s"
-renew_deadline = "2500ms"
-retry_period = "500ms"
-[pipeline]
-linger = "20ms"
-[state]
-backend = "nats"
-[state.nats]
-servers = [{nats:?}]
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["{NS}"]
-[[sinks]]
-type = "stdout"
-{clusters}"#
-        ),
-    )
-    .expect("config");
+    let (leader, state) = (leader_toml("ksr", NS, true), nats_state_toml(nats));
+    let text = format!(
+        "{leader}[pipeline]\nlinger = \"20ms\"\n{state}{configmaps}{STDOUT_SINK}{clusters}"
+    );
+    std::fs::write(&path, text).expect("config");
     path
 }
 
@@ -90,8 +61,7 @@ async fn six_clusters_over_three_replicas_on_real_leases_fold_exactly_through_a_
     for i in 0..CONFIGMAPS {
         create(
             &client,
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("cm-{i:02}"), "namespace": NS}, "data": {"v": "0"}}),
+            configmap(NS, &format!("cm-{i:02}"), json!({"v": "0"})),
         )
         .await;
     }
@@ -105,22 +75,9 @@ async fn six_clusters_over_three_replicas_on_real_leases_fold_exactly_through_a_
                 let name = format!("cm-{:02}", n % CONFIGMAPS as u64);
                 if n.is_multiple_of(13) {
                     delete(&client, "v1", "ConfigMap", Some(NS), &name).await;
-                    create(
-                        &client,
-                        json!({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": name, "namespace": NS}, "data": {"v": n.to_string()}}),
-                    )
-                    .await;
+                    create(&client, configmap(NS, &name, json!({"v": n.to_string()}))).await;
                 } else {
-                    patch(
-                        &client,
-                        "v1",
-                        "ConfigMap",
-                        Some(NS),
-                        &name,
-                        json!({"data": {"v": n.to_string()}}),
-                    )
-                    .await;
+                    patch_configmap(&client, NS, &name, json!({"v": n.to_string()})).await;
                 }
                 n += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -18,26 +18,16 @@
 //! `kubesink_shard_foreign_objects_total`). Each runs its own API server, one at a
 //! time.
 
-#[path = "support/kube_server.rs"]
-mod kube_server;
-#[path = "support/leases.rs"]
-mod leases;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, kube_server, leases, nats_server, process};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_server::{create, delete, live_state, patch, ControlPlane, Options};
+use kube_server::{create, delete, live_state, patch, patch_configmap, ControlPlane, Options};
 use kubesink::config::{Cluster, Config, Shard};
 use leases::{held_as_assigned, observe, per_cluster};
-use process::Kubesink;
+use process::{leader_toml, nats_state_toml, resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::json;
 use support::{fold_equals, metric_value, wait_until, Expect};
 
@@ -91,44 +81,18 @@ fn units() -> Vec<String> {
 }
 
 fn write_config(dir: &std::path::Path, cp: &ControlPlane, nats: &str) -> std::path::PathBuf {
-    let path = dir.join("kubesink.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[cluster]
-name = "huge"
-kubeconfig = {:?}
-shards = {SHARDS}
-[leader_election]
-enabled = true
-scale_out = true
-lease_name = "{GROUP}"
-lease_namespace = "{LEASES_NS}"
-lease_duration = "4s"
-renew_deadline = "2500ms"
-retry_period = "500ms"
-[pipeline]
+    let configmaps = resource_toml("v1", "ConfigMap", &[]);
+    let namespaces = resource_toml("v1", "Namespace", &[]);
+    let (leader, state) = (leader_toml(GROUP, LEASES_NS, true), nats_state_toml(nats));
+    let rest = format!(
+        r#"shards = {SHARDS}
+{leader}[pipeline]
 linger = "20ms"
-[state]
-backend = "nats"
-[state.nats]
-servers = [{nats:?}]
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-label_selector = "{LABEL}"
-[[resources]]
-api_version = "v1"
-kind = "Namespace"
-label_selector = "{LABEL}"
-[[sinks]]
-type = "stdout"
-"#,
-            cp.admin_kubeconfig
-        ),
-    )
-    .expect("config");
-    path
+{state}{configmaps}label_selector = "{LABEL}"
+{namespaces}label_selector = "{LABEL}"
+{STDOUT_SINK}"#
+    );
+    process::write_config(dir, "huge", &cp.admin_kubeconfig, &rest)
 }
 
 fn config_map(ns: &str, name: &str, v: u64) -> serde_json::Value {
@@ -211,15 +175,7 @@ async fn four_shards_over_two_replicas(gate: bool) {
                     delete(&client, "v1", "ConfigMap", Some(ns), name).await;
                     create(&client, config_map(ns, name, n)).await;
                 } else {
-                    patch(
-                        &client,
-                        "v1",
-                        "ConfigMap",
-                        Some(ns),
-                        name,
-                        json!({"data": {"v": n.to_string()}}),
-                    )
-                    .await;
+                    patch_configmap(&client, ns, name, json!({"v": n.to_string()})).await;
                 }
                 if n.is_multiple_of(17) {
                     let ns = &namespaces[n as usize % namespaces.len()];

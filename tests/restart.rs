@@ -4,18 +4,7 @@
 //! state that is bad in every way the issue lists, which must cost a full emit of the
 //! affected resources only.
 
-#[cfg(feature = "kafka")]
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[cfg(feature = "nats")]
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[cfg(any(feature = "nats", feature = "kafka"))]
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, process};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -58,16 +47,11 @@ fn write_config(
     resources: &str,
     extra: &str,
 ) -> std::path::PathBuf {
-    let file = dir.join("kubesink.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[cluster]\nname = {cluster:?}\nkubeconfig = {:?}\n\n[pipeline]\nlinger = \"10ms\"\nretry_initial_backoff = \"20ms\"\nretry_max_backoff = \"200ms\"\n{extra}\n{resources}\n[[sinks]]\ntype = \"stdout\"\n",
-            kubeconfig.display().to_string()
-        ),
-    )
-    .expect("write config");
-    file
+    let rest = format!(
+        "\n[pipeline]\nlinger = \"10ms\"\nretry_initial_backoff = \"20ms\"\nretry_max_backoff = \"200ms\"\n{extra}\n{resources}\n{}",
+        process::STDOUT_SINK
+    );
+    process::write_config(dir, cluster, kubeconfig, &rest)
 }
 
 /// Two replicas' directories ("nodes": nothing on disk is shared), each with a config of
@@ -434,7 +418,7 @@ async fn sigkill_mid_churn_then_restart_from_a_state_file_sends_only_what_change
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nats_state_written_by_one_process_is_read_by_another_in_another_directory() {
-    let server = nats_server::NatsServer::start("");
+    let server = support::nats_server::NatsServer::start("");
     let c = big_cluster().await;
     let state = format!(
         "[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\nbucket = \"KUBESINK_STATE\"\n",
@@ -462,7 +446,7 @@ async fn a_nats_state_written_by_one_process_is_read_by_another_in_another_direc
 /// The `[state]` TOML of a Kafka state on `tansu` (its own connection), saved every
 /// `interval`, with `extra` keys of `[state]`.
 #[cfg(feature = "kafka")]
-fn kafka_state(tansu: &kafka_server::Tansu, interval: &str, extra: &str) -> String {
+fn kafka_state(tansu: &support::kafka_server::Tansu, interval: &str, extra: &str) -> String {
     format!(
         "[state]\nbackend = \"kafka\"\ninterval = {interval:?}\n{extra}[state.kafka]\nbootstrap_servers = {:?}\n",
         tansu.bootstrap
@@ -472,11 +456,14 @@ fn kafka_state(tansu: &kafka_server::Tansu, interval: &str, extra: &str) -> Stri
 /// Every record of the state topic `topic` (one partition), read back: (key, value length
 /// or `None` for a tombstone).
 #[cfg(feature = "kafka")]
-async fn state_records(tansu: &kafka_server::Tansu, topic: &str) -> Vec<(String, Option<usize>)> {
+async fn state_records(
+    tansu: &support::kafka_server::Tansu,
+    topic: &str,
+) -> Vec<(String, Option<usize>)> {
     // tansu's high watermark can stay below the last records of a batch until another
     // batch comes (kafka_server.rs): one flush record makes the reader see them all.
     tansu.flush_high_watermarks(topic, 1).await;
-    let reader = kafka_server::Reader::start(&tansu.bootstrap, topic, 1);
+    let reader = support::kafka_server::Reader::start(&tansu.bootstrap, topic, 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut last = (0, std::time::Instant::now());
     while std::time::Instant::now() < deadline {
@@ -507,7 +494,7 @@ fn live_keys(records: &[(String, Option<usize>)]) -> BTreeMap<&str, bool> {
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_state_written_by_one_process_is_read_by_another_in_another_directory() {
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let c = big_cluster().await;
     let state = kafka_state(&tansu, "300ms", "");
     let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
@@ -782,7 +769,7 @@ async fn crash_gap_on_two_nodes(c: &Cluster, state: &str) {
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_leaves_no_ghost_with_the_nats_backend_read_by_a_process_on_another_node() {
-    let server = nats_server::NatsServer::start("");
+    let server = support::nats_server::NatsServer::start("");
     let c = cluster_of_500_pods().await;
     let backend = format!(
         "backend = \"nats\"\n[state.nats]\nservers = [{:?}]\nbucket = \"KUBESINK_STATE\"\n",
@@ -808,7 +795,7 @@ async fn a_crash_leaves_no_ghost_with_the_nats_backend_read_by_a_process_on_anot
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_leaves_no_ghost_with_the_kafka_backend_read_by_a_process_on_another_node() {
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let c = cluster_of_500_pods().await;
     let state = kafka_state(&tansu, "1h", "write_ahead = true\n");
     crash_gap_on_two_nodes(&c, &state).await;
@@ -830,7 +817,7 @@ async fn a_crash_leaves_no_ghost_with_the_kafka_backend_read_by_a_process_on_ano
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_over() {
-    let server = nats_server::NatsServer::start("");
+    let server = support::nats_server::NatsServer::start("");
     let state = format!(
         "[state]\nbackend = \"nats\"\ninterval = \"300ms\"\n[state.nats]\nservers = [{:?}]\n",
         server.url()
@@ -841,7 +828,7 @@ async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_ov
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_takes_over_starts_from_the_state_saved_up_to_the_hand_over_kafka_backend() {
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let state = format!(
         "[state]\nbackend = \"kafka\"\ninterval = \"300ms\"\n[state.kafka]\nbootstrap_servers = {:?}\n",
         tansu.bootstrap
@@ -875,7 +862,7 @@ fn leader_election(lease: &str) -> String {
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_with_300_changes_made_during_it_sends_exactly_them_kafka_backend() {
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let c = cluster(SimConfig::default()).await;
     c.sim
         .populate(&Workload {
@@ -1109,9 +1096,9 @@ async fn hand_over(state: &str) -> String {
 /// A broker that holds the state, for the scenarios run against each broker-held backend.
 enum StateBroker {
     #[cfg(feature = "nats")]
-    Nats(nats_server::NatsServer),
+    Nats(support::nats_server::NatsServer),
     #[cfg(feature = "kafka")]
-    Kafka(kafka_server::Tansu),
+    Kafka(support::kafka_server::Tansu),
 }
 
 impl StateBroker {
@@ -1163,14 +1150,17 @@ impl StateBroker {
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
-    state_store_outage(StateBroker::Nats(nats_server::NatsServer::start(""))).await;
+    state_store_outage(StateBroker::Nats(support::nats_server::NatsServer::start(
+        "",
+    )))
+    .await;
 }
 
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_kafka_state_store_is_down_new_objects_wait_and_nothing_is_lost() {
     state_store_outage(StateBroker::Kafka(
-        kafka_server::Tansu::start_behind_proxy().await,
+        support::kafka_server::Tansu::start_behind_proxy().await,
     ))
     .await;
 }
@@ -1414,14 +1404,18 @@ async fn a_state_store_down_at_start(mut broker: StateBroker, write_ahead: bool)
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_store_down_at_start_is_waited_for_and_the_deletes_made_meanwhile_are_sent() {
-    a_state_store_down_at_start(StateBroker::Nats(nats_server::NatsServer::start("")), true).await;
+    a_state_store_down_at_start(
+        StateBroker::Nats(support::nats_server::NatsServer::start("")),
+        true,
+    )
+    .await;
 }
 
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_state_store_down_at_start_is_waited_for_and_the_deletes_made_meanwhile_are_sent() {
     a_state_store_down_at_start(
-        StateBroker::Kafka(kafka_server::Tansu::start_behind_proxy().await),
+        StateBroker::Kafka(support::kafka_server::Tansu::start_behind_proxy().await),
         true,
     )
     .await;
@@ -1430,7 +1424,11 @@ async fn a_kafka_state_store_down_at_start_is_waited_for_and_the_deletes_made_me
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_journal_a_state_store_down_at_start_costs_a_full_initial_list() {
-    a_state_store_down_at_start(StateBroker::Nats(nats_server::NatsServer::start("")), false).await;
+    a_state_store_down_at_start(
+        StateBroker::Nats(support::nats_server::NatsServer::start("")),
+        false,
+    )
+    .await;
 }
 
 /// Byte offsets of the sections of a state file: (start, end) of each, in file order.
@@ -1509,7 +1507,7 @@ async fn messages_until_synced(dir: &Path, cfg: std::path::PathBuf) -> (Vec<Valu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_kafka_state_is_logged_and_costs_a_full_emit_only() {
     use rdkafka::producer::{FutureProducer, FutureRecord};
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let c = cluster_of_200_pods_and_20_nodes().await;
     let dir = tempfile::tempdir().unwrap();
     let both = "[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Node\"\n";
@@ -2060,7 +2058,7 @@ fn swept_view(msgs: &[Value]) -> BTreeSet<Key> {
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_topic_emptied_while_running_then_a_crash_costs_a_full_initial_list_not_ghosts() {
-    let mut tansu = kafka_server::Tansu::start().await;
+    let mut tansu = support::kafka_server::Tansu::start().await;
     let c = cluster_of_500_pods().await;
     let state = format!(
         "sync_markers = true\n{}",
@@ -2202,7 +2200,7 @@ async fn after_a_crash_the_deletes_made_while_down_are_sent(
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_writer_finds_its_lost_state_topic_and_saves_its_state_again() {
-    let mut tansu = kafka_server::Tansu::start().await;
+    let mut tansu = support::kafka_server::Tansu::start().await;
     let c = cluster_of_500_pods().await;
     let state = kafka_state(&tansu, "2s", "write_ahead = true\n");
     let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
@@ -2263,7 +2261,7 @@ async fn a_quiet_writer_finds_its_lost_state_topic_and_saves_its_state_again() {
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_final_save_after_a_state_topic_was_lost_lands() {
-    let mut tansu = kafka_server::Tansu::start().await;
+    let mut tansu = support::kafka_server::Tansu::start().await;
     let c = cluster_of_500_pods().await;
     let state = kafka_state(&tansu, "1h", "write_ahead = true\n");
     let [(node_a, cfg_a), (node_b, cfg_b)] = two_nodes(&c, "restart", &state);
@@ -2299,7 +2297,7 @@ async fn the_final_save_after_a_state_topic_was_lost_lands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_creation_sent_again_after_its_inferred_delete_is_not_dropped_as_a_jetstream_duplicate(
 ) {
-    let server = nats_server::NatsServer::start("");
+    let server = support::nats_server::NatsServer::start("");
     let dir = tempfile::tempdir().unwrap();
     let c = cluster_of_500_pods().await;
     let sinks = format!(
@@ -2393,8 +2391,8 @@ async fn a_re_creation_sent_again_after_its_inferred_delete_is_not_dropped_as_a_
 #[cfg(all(feature = "nats", feature = "kafka"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_added_after_an_owed_delete_is_stored_by_jetstream_and_kafka() {
-    let server = nats_server::NatsServer::start("");
-    let tansu = kafka_server::Tansu::start().await;
+    let server = support::nats_server::NatsServer::start("");
+    let tansu = support::kafka_server::Tansu::start().await;
     let topic = "owed";
     tansu.create_topic(topic, 3).await;
     let c = cluster_of_500_pods().await;
@@ -2480,7 +2478,7 @@ async fn the_added_after_an_owed_delete_is_stored_by_jetstream_and_kafka() {
 async fn folds_exact(
     cfg: &Path,
     nats: &str,
-    tansu: &kafka_server::Tansu,
+    tansu: &support::kafka_server::Tansu,
     topic: &str,
     label: &str,
 ) {

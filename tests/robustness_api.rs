@@ -3,11 +3,7 @@
 //! section "API server"): every case ends with the change delivered (or the one bad object
 //! skipped), a counter moved, one clear log line, and the other resources flowing.
 
-#[path = "support/logs.rs"]
-mod logs;
-#[path = "support/run.rs"]
-mod run;
-mod support;
+use kubesink_test_support::{self as support, logs, run};
 
 use std::time::{Duration, Instant};
 

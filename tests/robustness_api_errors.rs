@@ -5,11 +5,7 @@
 //! known state (no deletes inferred from a refusal), are logged once per streak, and every
 //! other resource keeps flowing.
 
-#[path = "support/logs.rs"]
-mod logs;
-#[path = "support/run.rs"]
-mod run;
-mod support;
+use kubesink_test_support::{self as support, run};
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! A case costs a few seconds (a simulator and up to four runs): CI runs 6 cases;
 //! `PROPTEST_CASES=64 cargo test --test routes_model` runs more.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

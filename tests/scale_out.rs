@@ -17,16 +17,7 @@
 //!
 //! The figures (unheld after a SIGKILL, re-sent per move) are printed for the closing note.
 
-#[cfg(feature = "kafka")]
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, nats_server, process};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -99,6 +90,7 @@ fn write_config(
     state: &str,
 ) -> PathBuf {
     let clusters = clusters_toml(names, kubeconfig);
+    let configmaps = process::resource_toml("v1", "ConfigMap", &["default"]);
     let file = dir.join(file);
     std::fs::write(
         &file,
@@ -111,17 +103,13 @@ lease_namespace = "default"
 lease_duration = "{}ms"
 renew_deadline = "2500ms"
 retry_period = "{}ms"
+[log]
+summary_interval = "0s"
 [pipeline]
 linger = "20ms"
 shutdown_timeout = "20s"
 {state}
-[log]
-summary_interval = "0s"
-[[resources]]
-api_version = "v1"
-kind = "ConfigMap"
-namespaces = ["default"]
-[[sinks]]
+{configmaps}[[sinks]]
 type = "nats"
 servers = [{nats:?}]
 mode = "jetstream"
@@ -400,7 +388,7 @@ async fn with_a_kafka_state_thirty_clusters_over_changing_replicas_fold_exactly_
 ) {
     let _one = SERIAL.lock().await;
     let nats = nats_server::NatsServer::start("");
-    let tansu = kafka_server::Tansu::start().await;
+    let tansu = support::kafka_server::Tansu::start().await;
     let state = format!(
         "[state]\nbackend = \"kafka\"\ninterval = \"1s\"\n[state.kafka]\nbootstrap_servers = {:?}\n",
         tansu.bootstrap

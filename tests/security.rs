@@ -11,13 +11,7 @@
 //!   `kubesink check` output, no metric, no health answer and no error.
 #![cfg(all(feature = "nats", feature = "kafka"))]
 
-#[path = "support/kafka_server.rs"]
-mod kafka_server;
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[path = "support/ports.rs"]
-mod ports;
-mod support;
+use kubesink_test_support::{self as support, kafka_server, nats_server, process};
 
 use std::io::{Read, Write};
 use std::process::Stdio;
@@ -37,14 +31,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(90);
 
 fn kubesink() -> Command {
-    let mut c = Command::new(BIN);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KUBESINK_") {
-            c.env_remove(k);
-        }
-    }
-    c.env_remove("RUST_LOG").env("NO_COLOR", "1");
-    c.kill_on_drop(true);
+    let mut c = process::clean_command(BIN);
+    c.env("NO_COLOR", "1");
     c
 }
 
@@ -100,6 +88,8 @@ async fn an_applied_secret_leaves_through_no_payload_mode_and_no_sink() {
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("k.toml");
+    let secrets = |ns: &str| process::resource_toml("v1", "Secret", &[ns]);
+    let (full, meta, fields) = (secrets("full"), secrets("meta"), secrets("fields"));
     std::fs::write(
         &file,
         format!(
@@ -108,20 +98,8 @@ name = "sec"
 kubeconfig = {kubeconfig:?}
 [server]
 listen = "127.0.0.1:0"
-[[resources]]
-api_version = "v1"
-kind = "Secret"
-namespaces = ["full"]
-[[resources]]
-api_version = "v1"
-kind = "Secret"
-namespaces = ["meta"]
-payload = "metadata"
-[[resources]]
-api_version = "v1"
-kind = "Secret"
-namespaces = ["fields"]
-payload = "fields"
+{full}{meta}payload = "metadata"
+{fields}payload = "fields"
 fields = ["/data/password", "/data", "/metadata/annotations", "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration", "/type"]
 [[sinks]]
 type = "stdout"

@@ -4,15 +4,7 @@
 //! exit code non-zero; a worker that panicked fails `/readyz` and `/healthz` at once, and
 //! its changes count as undelivered at shutdown.
 
-#[cfg(feature = "nats")]
-#[path = "support/nats_server.rs"]
-mod nats_server;
-#[cfg(feature = "nats")]
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/process.rs"]
-mod process;
-mod support;
+use kubesink_test_support::{self as support, process};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -121,23 +113,18 @@ fn nats_state_config(
     kubeconfig: &std::path::Path,
     nats: &str,
 ) -> std::path::PathBuf {
-    let file = dir.join("kubesink.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[cluster]\nname = \"shutdown\"\nkubeconfig = {:?}\n\n[pipeline]\nlinger = \"10ms\"\nshutdown_timeout = \"2s\"\n\n[state]\nbackend = \"nats\"\ninterval = \"1h\"\n[state.nats]\nservers = [{nats:?}]\ntimeout = \"120s\"\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"metadata\"\n\n[[sinks]]\ntype = \"stdout\"\n",
-            kubeconfig.display().to_string()
-        ),
-    )
-    .expect("write config");
-    file
+    let rest = format!(
+        "\n[pipeline]\nlinger = \"10ms\"\nshutdown_timeout = \"2s\"\n\n[state]\nbackend = \"nats\"\ninterval = \"1h\"\n[state.nats]\nservers = [{nats:?}]\ntimeout = \"120s\"\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"metadata\"\n\n{}",
+        process::STDOUT_SINK
+    );
+    process::write_config(dir, "shutdown", kubeconfig, &rest)
 }
 
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_state_store_cannot_hold_shutdown_past_its_deadline_and_what_was_abandoned_is_named(
 ) {
-    let server = nats_server::NatsServer::start("");
+    let server = support::nats_server::NatsServer::start("");
     let c = cluster(SimConfig::default()).await;
     c.sim
         .populate(&Workload {

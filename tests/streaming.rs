@@ -5,11 +5,7 @@
 //! coming) and only then; a resumed watch never asks for the initial events again; a 410 in
 //! the middle of the initial events restarts cleanly; the client-side rate limit holds.
 
-#[path = "support/logs.rs"]
-mod logs;
-#[path = "support/run.rs"]
-mod run;
-mod support;
+use kubesink_test_support::{self as support, run};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

@@ -2,7 +2,7 @@
 //! pipeline to a capturing sink: one marker per list of each watch, after every message of
 //! that list, with the live count; again after a relist, as a differences-only list.
 
-mod support;
+use kubesink_test_support as support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

@@ -345,7 +345,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::message::{Op, Resource};
+    use crate::message::Resource;
 
     fn plain(v: Option<&str>, out: &mut String) {
         out.push_str(v.unwrap_or("-"));
@@ -375,17 +375,10 @@ mod tests {
     };
 
     fn meta(ns: Option<&str>) -> MessageMeta {
+        let pods = Resource::new("prod", "", "v1", "Pod", "pods", true);
         MessageMeta {
             id: "0".into(),
-            op: Op::Added,
-            resource: Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true)),
-            namespace: ns.map(Into::into),
-            name: "web".into(),
-            tombstone_id: None,
-            uid: "u".into(),
-            observed_at: "2026-11-30T00:00:00.000Z".into(),
-            changed: None,
-            has_changes: false,
+            ..crate::message::fixtures::meta(Arc::new(pods), ns, "web")
         }
     }
 

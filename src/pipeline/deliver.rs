@@ -330,7 +330,7 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use kubesink_core::message::{encode, Change, ObjectJson};
+    use kubesink_core::message::{encode, fixtures, Change, ObjectJson};
     use kubesink_core::{Op, Resource};
     use serde_json::{json, Value};
 
@@ -447,20 +447,10 @@ mod tests {
         let object = json!({"apiVersion": "v1", "kind": "Pod",
                             "metadata": {"name": name, "namespace": "ns"},
                             "spec": {"blob": "x".repeat(spec_bytes)}});
+        let object = Some(ObjectJson::from_value(&object));
         let change = Change {
-            op: Op::Updated,
-            namespace: Some("ns".into()),
-            name: name.into(),
-            uid: "u".into(),
             resource_version: rv.to_string(),
-            initial: false,
-            final_state_unknown: false,
-            may_be_held: false,
-            replaced_uid: None,
-            changed: None,
-            changes: None,
-            reason: None,
-            object: Some(ObjectJson::from_value(&object)),
+            ..fixtures::change(Op::Updated, Some("ns"), name, object)
         };
         encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()
     }
@@ -661,20 +651,11 @@ mod tests {
         let r = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
         let object = json!({"apiVersion": "v1", "kind": "Pod",
                             "metadata": {"name": name, "namespace": "ns", "uid": uid}});
+        let object = Some(ObjectJson::from_value(&object));
         let change = Change {
-            op,
-            namespace: Some("ns".into()),
-            name: name.into(),
             uid: uid.into(),
             resource_version: rv.to_string(),
-            initial: false,
-            final_state_unknown: false,
-            may_be_held: false,
-            replaced_uid: None,
-            changed: None,
-            changes: None,
-            reason: None,
-            object: Some(ObjectJson::from_value(&object)),
+            ..fixtures::change(op, Some("ns"), name, object)
         };
         encode(&r, &change, "2026-11-30T00:00:00.000Z").unwrap()
     }

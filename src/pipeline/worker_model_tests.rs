@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kubesink_core::message::{encode, Change, ObjectJson};
+use kubesink_core::message::{encode, fixtures, Change, ObjectJson};
 use kubesink_core::{Message, Op, Resource, Sink, SinkError};
 use proptest::prelude::*;
 use serde_json::json;
@@ -224,20 +224,10 @@ fn message(key: &str, rv: u64) -> Message {
     let object = json!({"apiVersion": "v1", "kind": "Pod",
                         "metadata": {"name": key, "namespace": "ns", "resourceVersion": rv.to_string()},
                         "spec": {"containers": [{"name": "c", "image": format!("img-{rv}")}]}});
+    let object = Some(ObjectJson::from_value(&object));
     let change = Change {
-        op: Op::Updated,
-        namespace: Some("ns".into()),
-        name: key.into(),
-        uid: "u".into(),
         resource_version: rv.to_string(),
-        initial: false,
-        final_state_unknown: false,
-        may_be_held: false,
-        replaced_uid: None,
-        changed: None,
-        changes: None,
-        reason: None,
-        object: Some(ObjectJson::from_value(&object)),
+        ..fixtures::change(Op::Updated, Some("ns"), key, object)
     };
     encode(&r, &change, "2026-12-04T00:00:00.000Z").expect("encodes")
 }

@@ -2,12 +2,9 @@
 //! dynostore`, built and cached by `scripts/test.sh`), started on a free port in a temp dir
 //! and killed on drop; an optional TCP proxy in front of it to take "the broker" off the
 //! network and back; topic creation through rdkafka's AdminClient; a background consumer.
-#![allow(dead_code)] // each test binary uses a subset
 
 use crate::ports::free_port;
-#[path = "proxy.rs"]
-mod proxy;
-use proxy::Proxy;
+use crate::proxy::Proxy;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -234,11 +231,15 @@ fn spawn_tansu(
 /// One record as read back.
 #[derive(Debug, Clone)]
 pub struct Rec {
+    /// The partition it was read from.
     pub partition: i32,
+    /// Its offset in that partition.
     pub offset: i64,
+    /// Its key, as text.
     pub key: String,
     /// `None` for a tombstone.
     pub value: Option<Vec<u8>>,
+    /// Its headers, as text.
     pub headers: HashMap<String, String>,
 }
 
@@ -250,6 +251,7 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// Starts reading the `partitions` partitions of `topic` on `bootstrap`.
     pub fn start(bootstrap: &str, topic: &str, partitions: i32) -> Reader {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
@@ -302,12 +304,19 @@ impl Reader {
         }
     }
 
+    /// The records read so far, in the order they arrived.
     pub fn records(&self) -> Vec<Rec> {
         self.records.lock().unwrap().clone()
     }
 
+    /// How many records it has read so far.
     pub fn len(&self) -> usize {
         self.records.lock().unwrap().len()
+    }
+
+    /// Whether it has read no record yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

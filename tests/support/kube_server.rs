@@ -15,9 +15,8 @@
 //! from [`shared`], and further API servers on the same etcd under their own key prefix
 //! ([`ControlPlane::start`], e.g. with a feature gate off), killed on drop. Every process is
 //! started from one long-lived thread with `PR_SET_PDEATHSIG`, so none outlives the test
-//! binary. A test declares this module at its root beside `ports.rs`
-//! (`#[path = "support/kube_server.rs"] mod kube_server;`).
-#![allow(dead_code)] // each test binary uses a subset
+//! binary. It uses nothing of this crate but `ports.rs`: the benchmark suite
+//! (`benches/suite`) includes the two files by path.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
@@ -86,6 +85,18 @@ pub fn deployment(ns: &str, name: &str, replicas: i32, image: &str) -> serde_jso
             }
         }
     })
+}
+
+/// A ConfigMap `name` in `ns` holding `data`.
+pub fn configmap(ns: &str, name: &str, data: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns}, "data": data})
+}
+
+/// Merges `data` into the data of ConfigMap `name` in `ns` (a [`patch`]).
+pub async fn patch_configmap(client: &kube::Client, ns: &str, name: &str, data: serde_json::Value) {
+    let data = serde_json::json!({ "data": data });
+    patch(client, "v1", "ConfigMap", Some(ns), name, data).await
 }
 
 /// Spawns processes from one thread that lives as long as the test binary, each with
@@ -159,14 +170,6 @@ impl Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-
-    fn signal(&self, sig: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
-        // SAFETY: a signal to our own child.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
 }
 
 /// The last `n` lines of a log file.
@@ -199,27 +202,31 @@ fn wait_ready(what: &str, procs: &mut [&mut Proc], mut ready: impl FnMut() -> bo
     }
 }
 
+/// Runs `openssl args` in `dir`; panics with its stderr when it fails.
+pub fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The certificates and keys of one test PKI, in a directory:
 /// `ca.crt`/`ca.key`, `apiserver.crt`/`.key` (SAN 127.0.0.1, localhost, the Service IP),
 /// `admin.crt`/`.key` (`O=system:masters`), `sa.key`/`sa.pub` (service-account signing).
 pub struct Pki {
+    /// The directory holding the files.
     pub dir: PathBuf,
 }
 
 impl Pki {
     fn generate(dir: &Path) -> Pki {
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(dir)
-                .output()
-                .expect("openssl must be installed (scripts/test.sh installs it)");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
+        let run = |args: &[&str]| openssl(dir, args);
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
         let mut ca = vec!["req", "-x509", "-nodes", "-days", "2"];
         ca.extend(ec);
@@ -388,9 +395,11 @@ pub struct Options {
 pub struct ControlPlane {
     /// `https://127.0.0.1:PORT`.
     pub url: String,
+    /// Its port on 127.0.0.1.
     pub port: u16,
     /// A kubeconfig of a `system:masters` user.
     pub admin_kubeconfig: PathBuf,
+    /// The PKI its certificates come from.
     pub pki: Pki,
     /// The key prefix of this API server in etcd (`/registry-…`).
     pub etcd_prefix: String,
@@ -777,7 +786,12 @@ impl Drop for ControlPlane {
 /// Who a kubeconfig authenticates as.
 pub enum User {
     /// A client certificate and key (base64 PEM).
-    Cert { cert: String, key: String },
+    Cert {
+        /// The certificate.
+        cert: String,
+        /// Its private key.
+        key: String,
+    },
     /// A bearer token.
     Token(String),
 }

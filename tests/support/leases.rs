@@ -1,7 +1,6 @@
 //! What the real-server scale-out tests read back (`tests/real_scale_out.rs`,
 //! `tests/real_shards.rs`): the holders of a group's unit Leases, a replica's `/metrics` and
 //! `/readyz`, and each cluster's messages from every replica in holder order.
-#![allow(dead_code)] // each test binary uses a subset
 
 use std::collections::BTreeMap;
 
@@ -58,8 +57,8 @@ pub async fn held_as_assigned(
     logs: &[&Kubesink],
     timeout: std::time::Duration,
 ) {
-    let want = crate::support::assigned(units, members);
-    crate::support::wait_until(what, timeout, || async {
+    let want = crate::assigned(units, members);
+    crate::wait_until(what, timeout, || async {
         let got = holders(client, namespace, group).await;
         if got == want {
             return Ok(());
@@ -88,8 +87,8 @@ pub async fn observe(k: &Kubesink) -> (String, u16, Value) {
         .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
         .expect("the server's address is logged");
     let addr: std::net::SocketAddr = addr.parse().expect("an address");
-    let (_, metrics) = crate::support::http_get(addr, "/metrics").await;
-    let (code, body) = crate::support::http_get(addr, "/readyz").await;
+    let (_, metrics) = crate::http_get(addr, "/metrics").await;
+    let (code, body) = crate::http_get(addr, "/readyz").await;
     (
         metrics,
         code,

@@ -3,7 +3,6 @@
 //! so a test can assert what an operator would read. Tests of one binary run in parallel in
 //! one process: each test names its cluster uniquely (see [`unique_cluster`]) and reads only
 //! the lines that carry it (every informer line carries `cluster=NAME` in its span).
-#![allow(dead_code)] // each test binary uses a subset
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,6 @@
 //! JetStream and a store in its own temp dir, killed on drop. Optional extra configuration
 //! (auth, TLS, `max_payload`) is written to a config file. Also generates TLS certificates
 //! with the `openssl` CLI.
-#![allow(dead_code)] // each test binary uses a subset
 
 use crate::ports::free_port;
 use std::net::{SocketAddr, TcpStream};
@@ -10,11 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A running `nats-server` (see the module's comment); killed on drop.
 pub struct NatsServer {
     child: Option<Child>,
+    /// Its client port on 127.0.0.1, the same across restarts.
     pub port: u16,
     /// The HTTP monitoring port (`/connz`), the same across restarts.
     pub monitor_port: u16,
+    /// Its directory: config file, JetStream store, log.
     pub dir: tempfile::TempDir,
     conf: PathBuf,
 }
@@ -159,18 +161,7 @@ impl Drop for NatsServer {
 /// CA, server (SAN 127.0.0.1, localhost) and client certificates in `dir`:
 /// `ca.pem`, `server.pem`, `server-key.pem`, `client.pem`, `client-key.pem`.
 pub fn generate_certs(dir: &Path) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl must be installed (scripts/test.sh installs it)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let run = |args: &[&str]| crate::kube_server::openssl(dir, args);
     run(&[
         "req",
         "-x509",

@@ -208,6 +208,7 @@ struct KeyState {
 }
 
 impl Oracle {
+    /// An oracle that has seen no message yet, allowing what `expect` allows.
     pub fn new(expect: Expect) -> Oracle {
         Oracle {
             expect,

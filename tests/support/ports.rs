@@ -13,10 +13,10 @@
 //! and never handed out twice by this process. A server in the test's own process takes the
 //! bound listener itself ([`free_listener`]), so there is no window at all.
 //!
-//! A test binary that includes `kafka_server.rs` or `nats_server.rs` declares this module at
-//! its root (`#[path = "support/ports.rs"] mod ports;`): one copy, so one set of ports
-//! handed out.
-#![allow(dead_code)] // each test binary uses a subset
+//! One copy per test binary, so one set of ports handed out: this module lives in the
+//! test-support crate, which cargo links once into each binary (the brokers' modules and the
+//! proxy of this crate all draw from it). The benchmark suite (`benches/suite`), which
+//! includes this file by path beside `kube_server.rs`, declares it once at its root.
 
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, RandomState};

@@ -1,7 +1,8 @@
 //! The real `kubesink` binary as a child process: started with a config file, its stdout
 //! (JSON Lines from the stdout sink) collected line by line, its stderr kept in a file;
-//! stopped with SIGTERM (clean shutdown) or SIGKILL (a crash).
-#![allow(dead_code)] // each test binary uses a subset
+//! stopped with SIGTERM (clean shutdown) or SIGKILL (a crash). Also the pieces of the
+//! config files these tests write ([`write_config`], [`resource_toml`], [`leader_toml`],
+//! [`nats_state_toml`], [`STDOUT_SINK`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -12,6 +13,58 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
+
+/// `[[sinks]]` writing to stdout, which [`Kubesink`] reads back.
+pub const STDOUT_SINK: &str = "[[sinks]]\ntype = \"stdout\"\n";
+
+/// `[leader_election]` on Lease `name` in `namespace`, of a scale-out group when `scale_out`,
+/// with timings under which a lost leader or group member is replaced within seconds.
+pub fn leader_toml(name: &str, namespace: &str, scale_out: bool) -> String {
+    let scale_out = if scale_out { "scale_out = true\n" } else { "" };
+    format!(
+        "[leader_election]\nenabled = true\n{scale_out}lease_name = {name:?}\nlease_namespace = {namespace:?}\nlease_duration = \"4s\"\nrenew_deadline = \"2500ms\"\nretry_period = \"500ms\"\n"
+    )
+}
+
+/// `[state]` in JetStream key-value buckets of the NATS server at `url`.
+pub fn nats_state_toml(url: &str) -> String {
+    format!("[state]\nbackend = \"nats\"\n[state.nats]\nservers = [{url:?}]\n")
+}
+
+/// Writes `dir/kubesink.toml`: a `[cluster]` named `name` that reads `kubeconfig`, followed
+/// by `rest` (more keys of `[cluster]`, then the other tables); returns its path.
+pub fn write_config(dir: &Path, name: &str, kubeconfig: &Path, rest: &str) -> PathBuf {
+    let path = dir.join("kubesink.toml");
+    let text = format!(
+        "[cluster]\nname = {name:?}\nkubeconfig = {:?}\n{rest}",
+        kubeconfig.display().to_string()
+    );
+    std::fs::write(&path, text).expect("config");
+    path
+}
+
+/// `[[resources]]` of `kind` in `api_version`, in `namespaces` (all when empty).
+pub fn resource_toml(api_version: &str, kind: &str, namespaces: &[&str]) -> String {
+    let mut t = format!("[[resources]]\napi_version = {api_version:?}\nkind = {kind:?}\n");
+    if !namespaces.is_empty() {
+        t.push_str(&format!("namespaces = {namespaces:?}\n"));
+    }
+    t
+}
+
+/// A command for the kubesink binary `bin` with a clean environment for configuration: no
+/// `KUBESINK_` variable and no `RUST_LOG` but what the caller sets; killed when dropped.
+pub fn clean_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(bin);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("KUBESINK_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env_remove("RUST_LOG");
+    cmd.kill_on_drop(true);
+    cmd
+}
 
 /// A running `kubesink run --config FILE`.
 pub struct Kubesink {
@@ -37,13 +90,7 @@ impl Kubesink {
     ) -> Kubesink {
         let log = dir.join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
-        let mut cmd = Command::new(bin);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("KUBESINK_") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env_remove("RUST_LOG");
+        let mut cmd = clean_command(bin);
         // Tests run in parallel: the HTTP server on a free port.
         cmd.env("KUBESINK_SERVER__LISTEN", "127.0.0.1:0");
         for (k, v) in extra_env {
@@ -55,7 +102,6 @@ impl Kubesink {
             .current_dir(dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
-            .kill_on_drop(true)
             .spawn()
             .expect("start kubesink");
         let stdout = child.stdout.take().expect("piped stdout");

@@ -1,9 +1,7 @@
 //! A TCP proxy on a free loopback port in front of a server the tests start: takes the server
 //! off the network and back ([`Proxy::stop`], [`Proxy::resume`]), or cuts the open
 //! connections mid-stream ([`Proxy::reset`]). Used by `kafka_server.rs` (in front of tansu)
-//! and the real-server tests (in front of kube-apiserver). A test binary declares
-//! `ports.rs` at its root, as for the servers.
-#![allow(dead_code)] // each test binary uses a subset
+//! and the real-server tests (in front of kube-apiserver).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

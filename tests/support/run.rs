@@ -1,6 +1,5 @@
 //! A running bridge as the robustness tests drive it: a capturing sink, a cluster name of its
 //! own (its log lines carry it, see `logs.rs`), and short names for its counters.
-#![allow(dead_code)] // each test binary uses a subset
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,21 +11,29 @@ use kubesink::InformerStats;
 use kubesink_core::Sink;
 use serde_json::{json, Value};
 
-use super::logs;
-use super::support::{config, wait_for, CaptureSink, Cluster};
+use crate::logs;
+use crate::{config, wait_for, CaptureSink, Cluster};
 
+/// How long a robustness test waits for an outcome.
 pub const LONG: Duration = Duration::from_secs(60);
+/// The simulator's path of every ConfigMap (to inject faults on, to count requests of).
 pub const CONFIGMAPS: &str = "/api/v1/configmaps";
 
 /// A bridge with a capturing sink, under a cluster name of its own (its log lines carry it).
 pub struct Run {
+    /// The running bridge.
     pub bridge: Bridge,
+    /// Its only sink.
     pub sink: Arc<CaptureSink>,
+    /// Its cluster name, unique in the process.
     pub cluster: String,
+    /// The process's captured log.
     pub logs: logs::Logs,
 }
 
 impl Run {
+    /// Starts a bridge on `c` for `resources` under a cluster name made from `name`, with
+    /// [`config`] changed by `tweak`.
     pub async fn start(
         c: &Cluster,
         name: &str,
@@ -64,10 +71,12 @@ impl Run {
             .unwrap_or_else(|| panic!("no watch of {kind}"))
     }
 
+    /// One counter (`get`) of the watch of `kind`.
     pub fn count(&self, kind: &str, get: impl Fn(&InformerStats) -> &AtomicU64) -> u64 {
         get(&self.stats(kind)).load(Ordering::SeqCst)
     }
 
+    /// Whether every watch has synced.
     pub fn synced(&self) -> bool {
         self.bridge
             .informer_stats()
@@ -84,6 +93,7 @@ impl Run {
             .collect()
     }
 
+    /// Whether a message `op` of `kind` `name` was delivered.
     pub fn has(&self, kind: &str, name: &str, op: &str) -> bool {
         self.messages_of(kind, name).iter().any(|m| m["op"] == op)
     }
@@ -93,6 +103,7 @@ impl Run {
         self.logs.of(&self.cluster, text)
     }
 
+    /// Waits until no sink holds a message.
     pub async fn idle(&self) {
         wait_for("pipeline idle", LONG, || {
             self.bridge.pipeline().sinks().iter().all(|h| h.held() == 0)
@@ -101,11 +112,13 @@ impl Run {
     }
 }
 
+/// A ConfigMap `name` in `ns` with one key.
 pub fn configmap(ns: &str, name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}})
 }
 
+/// A Node `name`.
 pub fn node(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
 }

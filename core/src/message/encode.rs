@@ -651,19 +651,9 @@ mod tests {
     fn change(op: Op, object: Option<Value>) -> Change {
         let object = object.as_ref().map(ObjectJson::from_value);
         Change {
-            op,
-            namespace: Some("default".into()),
-            name: "web".into(),
             uid: "ef5a35d5-973f-4ec9-9925-a67e7648ea58".into(),
             resource_version: "17".into(),
-            initial: false,
-            final_state_unknown: object.is_none(),
-            may_be_held: false,
-            replaced_uid: None,
-            changed: None,
-            changes: None,
-            reason: None,
-            object,
+            ..crate::message::fixtures::change(op, Some("default"), "web", object)
         }
     }
 

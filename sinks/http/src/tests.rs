@@ -10,6 +10,7 @@ use axum::body::Bytes as Body;
 use axum::extract::State;
 use axum::http::{HeaderMap as AxumHeaders, StatusCode as AxumStatus};
 use axum::response::{IntoResponse, Response};
+use kubesink_core::message::fixtures::change;
 use kubesink_core::message::{encode, Change, ObjectJson, Op, Resource};
 use kubesink_core::{Destination, Message, Sink, SinkError};
 
@@ -66,20 +67,12 @@ async fn receiver(script: Script) -> (String, Shared) {
 
 fn msg(name: &str, rv: u32) -> Message {
     let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+    let op = if rv == 1 { Op::Added } else { Op::Updated };
+    let object = ObjectJson::from_trusted(format!(r#"{{"n":"{name} é"}}"#));
     let c = Change {
-        op: if rv == 1 { Op::Added } else { Op::Updated },
-        namespace: Some("default".into()),
-        name: name.into(),
         uid: format!("uid-{name}"),
         resource_version: rv.to_string(),
-        initial: false,
-        final_state_unknown: false,
-        may_be_held: false,
-        replaced_uid: None,
-        changed: None,
-        changes: None,
-        reason: None,
-        object: Some(ObjectJson::from_trusted(format!(r#"{{"n":"{name} é"}}"#))),
+        ..change(op, Some("default"), name, Some(object))
     };
     encode(&r, &c, "2026-12-05T10:00:00.000Z").unwrap()
 }

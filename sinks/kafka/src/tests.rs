@@ -22,24 +22,12 @@ use crate::*;
 fn meta(op: Op, kind: &str, ns: Option<&str>, name: &str, id: &str) -> MessageMeta {
     let group = if kind == "Deployment" { "apps" } else { "" };
     let plural = format!("{}s", kind.to_lowercase());
+    let resource = Resource::new("prod-eu-1", group, "v1", kind, &plural, ns.is_some());
     MessageMeta {
         id: id.into(),
         op,
-        resource: Arc::new(Resource::new(
-            "prod-eu-1",
-            group,
-            "v1",
-            kind,
-            &plural,
-            ns.is_some(),
-        )),
-        namespace: ns.map(Into::into),
-        name: name.into(),
         tombstone_id: (op == Op::Deleted).then(|| format!("{id}-tombstone").into()),
-        uid: "u".into(),
-        observed_at: "2026-11-30T00:00:00.000Z".into(),
-        changed: None,
-        has_changes: false,
+        ..kubesink_core::message::fixtures::meta(Arc::new(resource), ns, name)
     }
 }
 

@@ -206,22 +206,15 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use kubesink_core::message::{MessageMeta, Op, Resource};
+    use kubesink_core::message::{MessageMeta, Resource};
     use kubesink_core::template::TemplateError;
 
     fn meta(group: &str, kind: &str, ns: Option<&str>, name: &str) -> MessageMeta {
         let plural = format!("{}s", kind.to_lowercase());
+        let resource = Resource::new("prod-eu-1", group, "v1", kind, &plural, true);
         MessageMeta {
             id: "0123456789abcdef0123456789abcdef".into(),
-            op: Op::Added,
-            resource: Arc::new(Resource::new("prod-eu-1", group, "v1", kind, &plural, true)),
-            namespace: ns.map(Into::into),
-            name: name.into(),
-            tombstone_id: None,
-            uid: "u".into(),
-            observed_at: "2026-11-30T00:00:00.000Z".into(),
-            changed: None,
-            has_changes: false,
+            ..kubesink_core::message::fixtures::meta(Arc::new(resource), ns, name)
         }
     }
 

@@ -94,25 +94,20 @@ mod tests {
 
     use super::*;
     use crate::{StdoutConfig, StdoutFormat};
+    use kubesink_core::message::fixtures::change;
     use kubesink_core::message::{encode, Change, ObjectJson, Op, Resource};
 
     #[tokio::test]
     async fn cloudevents_structured_writes_one_envelope_per_line() {
         let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
         let c = Change {
-            op: Op::Added,
-            namespace: Some("default".into()),
-            name: "web".into(),
-            uid: "u".into(),
-            resource_version: "1".into(),
             initial: true,
-            final_state_unknown: false,
-            may_be_held: false,
-            replaced_uid: None,
-            changed: None,
-            changes: None,
-            reason: None,
-            object: Some(ObjectJson::from_trusted("{}".into())),
+            ..change(
+                Op::Added,
+                Some("default"),
+                "web",
+                Some(ObjectJson::from_trusted("{}".into())),
+            )
         };
         let m = encode(&r, &c, "2026-11-30T00:00:00.000Z").unwrap();
         let (writer, mut reader) = tokio::io::duplex(1 << 16);

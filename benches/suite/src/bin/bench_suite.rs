@@ -65,6 +65,7 @@ mod filters;
 mod fleet;
 #[path = "bench_suite/http.rs"]
 mod http;
+#[allow(dead_code)] // the suite starts a control plane, a part of what the tests use
 #[path = "../../../../tests/support/kube_server.rs"]
 mod kube_server;
 #[path = "bench_suite/lists.rs"]

@@ -1,16 +1,30 @@
-//! Shared helpers of the end-to-end tests: a started simulator with a kubeconfig, a
-//! capturing sink with fault switches, condition waits with timeouts, the message schema.
-#![allow(dead_code)] // each test binary uses a subset
+//! What kubesink's integration tests and benches share, one crate linked into each test
+//! binary: a started simulator with a kubeconfig, a capturing sink with fault switches,
+//! condition waits with timeouts, the message schema, folds of what was sent (`oracle`), and
+//! one module each for the processes a test starts (brokers, a real control plane, kubesink).
+//! A test file imports it in one line, e.g.
+//! `use kubesink_test_support::{self as support, kube_server, process};`.
+
+#![warn(missing_docs)]
 
 mod changed;
+pub mod kafka_server;
+pub mod kube_server;
+pub mod leases;
+pub mod logs;
+pub mod nats_server;
 mod oracle;
-#[allow(unused_imports)] // each test binary uses a subset
+pub mod ports;
+pub mod process;
+pub mod proxy;
+pub mod receivers;
+pub mod run;
+
 pub use changed::{check_changed, Changed};
-#[allow(unused_imports)] // each test binary uses a subset
 pub use oracle::{fold, fold_equals, fold_expecting, state_diff, Expect, Fold, Oracle, UidFold};
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,12 +35,36 @@ use kubesink_core::{Message, Sink, SinkError};
 use kubesink_sim::{SimConfig, Simulator};
 use serde_json::Value;
 
+/// The repository's root (the `kubesink` package), for its files: docs, configs, scripts.
+pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// The kubesink binary cargo built for this test run: it puts it beside the `deps/` folder
+/// that holds the test binary (`target/<profile>/kubesink`), the file
+/// `env!("CARGO_BIN_EXE_kubesink")` names in a test of the root package (only a target of
+/// that package can read it, at compile time).
+///
+/// Panics when there is no such file (the test binary was started from elsewhere).
+pub fn kubesink_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().expect("the test binary's folder");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("the profile's folder")
+    } else {
+        dir
+    };
+    let bin = dir.join(format!("kubesink{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.is_file(), "no kubesink binary at {}", bin.display());
+    bin
+}
+
 /// The custom kind the simulator's workload generates.
 pub const FOOBAR_API: &str = "k8s-openapi-tests-custom-resource-definition.com/v1";
 
 /// A started simulator and the kubeconfig that points at it.
 pub struct Cluster {
+    /// The simulator, serving on 127.0.0.1.
     pub sim: Simulator,
+    /// A kubeconfig that points at it.
     pub kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -37,6 +75,7 @@ impl Drop for Cluster {
     }
 }
 
+/// Starts a simulator with `config` on a free port and writes its kubeconfig.
 pub async fn cluster(config: SimConfig) -> Cluster {
     let sim = Simulator::new(config);
     sim.start(([127, 0, 0, 1], 0).into())
@@ -98,13 +137,16 @@ pub struct CaptureSink {
     pub fail_next: AtomicUsize,
     /// While true, the destination is down: `send` and `healthcheck` fail.
     pub down: AtomicBool,
+    /// How many sends failed (injected or down).
     pub failures: AtomicUsize,
+    /// Notified by [`CaptureSink::unblock`].
     pub unblocked: tokio::sync::Notify,
     /// Each `send` takes this long (a slow destination), in milliseconds.
     pub delay_ms: std::sync::atomic::AtomicU64,
 }
 
 impl CaptureSink {
+    /// A capture sink named `capture`, neither blocked nor failing.
     pub fn new() -> Arc<Self> {
         Arc::new(CaptureSink::default())
     }
@@ -115,9 +157,11 @@ impl CaptureSink {
             ..CaptureSink::default()
         })
     }
+    /// The payloads kept so far, parsed ([`parse_payload`]).
     pub fn messages(&self) -> Vec<Value> {
         self.messages.lock().unwrap().clone()
     }
+    /// How many messages it has kept.
     pub fn len(&self) -> usize {
         self.messages.lock().unwrap().len()
     }
@@ -125,6 +169,11 @@ impl CaptureSink {
     pub fn payloads(&self) -> Vec<bytes::Bytes> {
         self.payloads.lock().unwrap().clone()
     }
+    /// Whether it has kept no message yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Lets a blocked sink send again.
     pub fn unblock(&self) {
         self.blocked.store(false, Ordering::SeqCst);
         self.unblocked.notify_waiters();
@@ -242,6 +291,20 @@ pub async fn start_bridge(cfg: &Config, sink: Arc<dyn Sink>) -> kubesink::bridge
     start_bridge_with(cfg, vec![sink]).await
 }
 
+/// The sinks `cfg` configures, built as kubesink builds them, in its order.
+pub async fn build_sinks(cfg: &Config) -> Vec<Arc<dyn Sink>> {
+    let mut sinks = Vec::new();
+    for (i, s) in cfg.sinks.iter().enumerate() {
+        sinks.push(s.build(i).await.expect("sink builds"));
+    }
+    sinks
+}
+
+/// A bridge for `cfg` delivering to the sinks it configures ([`build_sinks`]).
+pub async fn start_configured_bridge(cfg: &Config) -> kubesink::bridge::Bridge {
+    start_bridge_with(cfg, build_sinks(cfg).await).await
+}
+
 /// [`start_bridge`] with several sinks, in the pipeline's order.
 pub async fn start_bridge_with(
     cfg: &Config,
@@ -347,15 +410,14 @@ fn line_time(line: &str) -> Option<jiff::Timestamp> {
 
 /// The topology message v1 schema validator.
 pub fn schema() -> jsonschema::Validator {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/topology-message-v1.schema.json"
-    ))
-    .expect("schema file");
+    let text =
+        std::fs::read_to_string(Path::new(ROOT).join("docs/topology-message-v1.schema.json"))
+            .expect("schema file");
     let schema: Value = serde_json::from_str(&text).expect("schema is JSON");
     jsonschema::validator_for(&schema).expect("schema compiles")
 }
 
+/// Panics naming the first of `msgs` that `validator` rejects, and why.
 pub fn assert_schema_valid(validator: &jsonschema::Validator, msgs: &[Value]) {
     for m in msgs {
         if let Err(e) = validator.validate(m) {
@@ -544,27 +606,22 @@ pub fn view_diff(want: &BTreeMap<String, String>, got: &BTreeMap<String, String>
 
 /// One run of `kubesink fold` (the real binary, clean `KUBESINK_` environment).
 pub struct FoldRun {
+    /// Its exit code (`None`: killed by a signal).
     pub code: Option<i32>,
+    /// What it wrote to stdout.
     pub stdout: String,
+    /// What it wrote to stderr.
     pub stderr: String,
 }
 
 /// Runs `kubesink <args>` to completion (at most 60 s), with `stdin` as its input.
 pub async fn run_kubesink(args: &[&str], stdin: &[u8]) -> FoldRun {
     use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubesink"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KUBESINK_") {
-            cmd.env_remove(k);
-        }
-    }
-    let mut child = cmd
-        .env_remove("RUST_LOG")
+    let mut child = process::clean_command(kubesink_bin())
         .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("start kubesink");
     let mut input = child.stdin.take().expect("piped stdin");
