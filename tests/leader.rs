@@ -176,14 +176,7 @@ fn lines(p: &Proc) -> Vec<serde_json::Value> {
 
 /// The distinct `leaderEpoch`s of `p`'s messages; panics on a message without one.
 fn epochs(p: &Proc) -> std::collections::BTreeSet<u64> {
-    lines(p)
-        .iter()
-        .map(|m| {
-            m["leaderEpoch"]
-                .as_u64()
-                .unwrap_or_else(|| panic!("a message without leaderEpoch: {m}"))
-        })
-        .collect()
+    leader_epochs(&lines(p))
 }
 
 /// Whether process `pid` is stopped (SIGSTOP delivered: no write of it is in progress).

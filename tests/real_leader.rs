@@ -7,7 +7,6 @@
 
 use kubesink_test_support::{self as support, kube_server, process};
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use std::time::Duration;
 use kube_server::{configmap, create, live_state, namespace, patch_configmap, ControlPlane};
 use process::{leader_toml, resource_toml, Kubesink, STDOUT_SINK};
 use serde_json::json;
-use support::{fold_equals, wait_until, Expect};
+use support::{fold_equals, leader_epochs, wait_until, Expect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubesink");
 const LONG: Duration = Duration::from_secs(240);
@@ -45,18 +44,6 @@ async fn takes_over(new: &Kubesink) {
             .ok_or_else(|| new.stderr())
     })
     .await;
-}
-
-/// The distinct `leaderEpoch`s of `messages`; panics on a message without one.
-fn epochs(messages: &[serde_json::Value]) -> BTreeSet<u64> {
-    messages
-        .iter()
-        .map(|m| {
-            m["leaderEpoch"]
-                .as_u64()
-                .unwrap_or_else(|| panic!("a message without leaderEpoch: {m}"))
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,11 +139,11 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
         "no more than one batch (max_batch_events, 500 by default) is written after the wake: {}",
         late.len()
     );
-    let successor = *epochs(&c.messages()).last().expect("c emitted");
+    let successor = *leader_epochs(&c.messages()).last().expect("c emitted");
     assert!(
-        epochs(late).iter().all(|e| *e < successor),
+        leader_epochs(late).iter().all(|e| *e < successor),
         "the late messages carry the deposed epoch, below c's {successor}: {:?}",
-        epochs(late)
+        leader_epochs(late)
     );
     let sent_after = process::observed_after(&b_out, frozen_time);
     assert!(
@@ -196,7 +183,7 @@ async fn hand_over_killed(old: &[serde_json::Value], new: &Kubesink) {
         "{}",
         new.stderr()
     );
-    let old_epochs = epochs(old);
+    let old_epochs = leader_epochs(old);
     assert_eq!(
         old_epochs.len(),
         1,
@@ -204,7 +191,7 @@ async fn hand_over_killed(old: &[serde_json::Value], new: &Kubesink) {
     );
     let old_epoch = *old_epochs.first().expect("the old leader emitted");
     assert_eq!(
-        epochs(&new.messages()),
+        leader_epochs(&new.messages()),
         [old_epoch + 1].into(),
         "the new leader's messages carry the epoch after the old one's"
     );

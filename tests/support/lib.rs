@@ -495,6 +495,18 @@ pub fn assigned(clusters: &[String], members: &[&str]) -> BTreeMap<String, Optio
         .collect()
 }
 
+/// The distinct `leaderEpoch`s of `messages`; panics on a message without one.
+pub fn leader_epochs(messages: &[Value]) -> std::collections::BTreeSet<u64> {
+    messages
+        .iter()
+        .map(|m| {
+            m["leaderEpoch"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("a message without leaderEpoch: {m}"))
+        })
+        .collect()
+}
+
 /// The sum of the samples of `name` whose labels include every `labels` pair, from the
 /// Prometheus text `exposition`; `None` when no such series is exposed (a labelled counter
 /// appears only once incremented). For waits; assertions use [`metric_value`].
