@@ -160,7 +160,7 @@ fn spawn_source(
         Some(Err(why)) => anyhow::bail!("{why}"),
         None => {}
     }
-    anyhow::bail!("name a source: --file PATH (or - for stdin), --kafka BOOTSTRAP --topic T, or --nats URL --stream S")
+    anyhow::bail!("name a source: --file PATH (or - for stdin), or a destination's reader (kubesink fold --help lists this build's)")
 }
 
 fn print_view(view: &View, output: FoldOutput) -> std::io::Result<()> {
