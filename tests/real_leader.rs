@@ -32,18 +32,10 @@ fn write_config(dir: &Path, kubeconfig: &Path) -> std::path::PathBuf {
 /// What the old leader may still write is for the caller to check: a killed one writes
 /// nothing, a frozen one is checked once woken.
 async fn takes_over(new: &Kubesink) {
-    let n = new.count();
-    wait_until("the new leader's first message", LONG, || async {
-        (new.count() > n).then_some(()).ok_or_else(|| new.stderr())
-    })
-    .await;
-    let grown = new.count();
-    wait_until("the new leader to keep emitting", LONG, || async {
-        (new.count() > grown)
-            .then_some(())
-            .ok_or_else(|| new.stderr())
-    })
-    .await;
+    new.wait_for_more("the new leader's first message", LONG)
+        .await;
+    new.wait_for_more("the new leader to keep emitting", LONG)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -274,13 +274,7 @@ async fn four_shards_over_two_replicas(gate: bool) {
     // starts no send (the fences of its shards closed at their renew deadline): nothing it
     // wrote carries a change observed after its freeze; b3 joins. The freeze comes once b2
     // streams its shards' churn, so that it has changes to send when it wakes.
-    let emitted = b2.count();
-    wait_until("b2 streams its shards' churn", LONG, || async {
-        (b2.count() > emitted)
-            .then_some(())
-            .ok_or_else(|| b2.stderr())
-    })
-    .await;
+    b2.wait_for_more("b2 streams its shards' churn", LONG).await;
     let frozen_time = b2.freeze().await;
     eprintln!("gate {gate}: b2 frozen after {} messages", b2.count());
     held(&client, "the frozen b2's shards taken by a", &[("a", &a)]).await;

@@ -179,6 +179,18 @@ impl Kubesink {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits (at most `timeout`) until it wrote a message after this call; panics naming
+    /// `what`, with its stderr, when it did not.
+    pub async fn wait_for_more(&self, what: &str, timeout: Duration) {
+        let before = self.count();
+        crate::wait_until(what, timeout, || async {
+            (self.count() > before)
+                .then_some(())
+                .ok_or_else(|| self.stderr())
+        })
+        .await;
+    }
+
     /// How it exited, if it did (a crash shows here: a signal, no code).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
