@@ -151,3 +151,13 @@ readers! {
     /// `--nats URL --stream S`: a JetStream stream from its first sequence (`sinks/nats`).
     nats(kubesink_nats::reader::ReadArgs) if "nats";
 }
+
+/// The registered [`LineFormat`](kubesink_core::readback::LineFormat)s: the forms in which a
+/// destination's receiver writes messages down, which `kubesink fold --file` unpacks (one
+/// line each, `if "cargo feature"`).
+pub fn line_formats() -> &'static [&'static dyn kubesink_core::readback::LineFormat] {
+    &[
+        #[cfg(feature = "otlp")]
+        &kubesink_otlp::reader::OtlpJson,
+    ]
+}

@@ -13,6 +13,27 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+/// A destination's form of a line in a JSON Lines file: what a receiver of its protocol
+/// writes down (an OpenTelemetry Collector's file exporter, for OTLP), which `kubesink fold
+/// --file` unpacks into the topology messages it carries. A line no format recognises is
+/// read as one message.
+pub trait LineFormat: Sync {
+    /// The format's name in errors (`OTLP JSON`).
+    fn name(&self) -> &'static str;
+
+    /// What one message of a line is called where it is named (`log record`).
+    fn item(&self) -> &'static str;
+
+    /// Whether `line` (leading white space removed) is in this format.
+    fn recognises(&self, line: &[u8]) -> bool;
+
+    /// The topology messages of `line`, in order.
+    ///
+    /// # Errors
+    /// Why the line, recognised as this format, cannot be unpacked, in words.
+    fn messages(&self, line: &[u8]) -> Result<Vec<serde_json::Value>, String>;
+}
+
 /// A source being read: resolves once it stopped (at its end, or on an error).
 pub type Reading = Pin<Box<dyn Future<Output = Result<(), SourceError>> + Send>>;
 

@@ -91,23 +91,26 @@ pub async fn read(path: &Path, follow: bool, tx: mpsc::Sender<Event>) -> Result<
             continue;
         }
         let at = format!("{name} line {number}");
-        #[cfg(feature = "otlp")]
-        if kubesink_otlp::reader::is_otlp_line(line.trim_start().as_bytes()) {
-            // A line of an OpenTelemetry Collector's file exporter: the topology messages of
-            // its log records (the OTLP sink's records, `sinks/otlp`).
+        let start = line.trim_start().as_bytes();
+        if let Some(format) = crate::sinks::line_formats()
+            .iter()
+            .find(|f| f.recognises(start))
+        {
+            // A line as a destination's receiver wrote it down (an OpenTelemetry Collector's
+            // file exporter): the topology messages it carries.
             let messages =
-                kubesink_otlp::reader::messages(line.trim().as_bytes()).map_err(|reason| {
-                    SourceError::Read {
-                        what: format!("{at} (OTLP JSON)"),
+                format
+                    .messages(line.trim().as_bytes())
+                    .map_err(|reason| SourceError::Read {
+                        what: format!("{at} ({})", format.name()),
                         reason,
-                    }
-                })?;
+                    })?;
             for (i, m) in messages.into_iter().enumerate() {
                 let rec = BrokerRecord {
                     value: Some(m.to_string().into_bytes()),
                     key: None,
                     partition: None,
-                    at: format!("{at} log record {}", i + 1),
+                    at: format!("{at} {} {}", format.item(), i + 1),
                 };
                 if tx.send(Event::Record(rec)).await.is_err() {
                     return Ok(());
@@ -124,5 +127,50 @@ pub async fn read(path: &Path, follow: bool, tx: mpsc::Sender<Event>) -> Result<
         if tx.send(Event::Record(rec)).await.is_err() {
             return Ok(());
         }
+    }
+}
+
+#[cfg(all(test, feature = "otlp"))]
+mod tests {
+    use super::*;
+
+    /// Reads `text` as a file and returns what the source sent, or its error.
+    async fn read_text(text: &str) -> Result<Vec<BrokerRecord>, SourceError> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, text).expect("write the file");
+        let (tx, mut rx) = mpsc::channel(64);
+        let result = read(&path, false, tx).await;
+        let mut records = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            if let Event::Record(r) = event {
+                records.push(r);
+            }
+        }
+        result.map(|()| records)
+    }
+
+    #[tokio::test]
+    async fn a_line_in_a_registered_format_is_unpacked_and_a_bad_one_is_named_with_it() {
+        let otlp = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"attributes":[{"key":"kubesink.op","value":{"stringValue":"added"}}],"body":{"kvlistValue":{"values":[]}}}]}]}]}"#;
+        let plain = r#"{"op":"added"}"#;
+        let records = read_text(&format!("{plain}\n  {otlp}\n"))
+            .await
+            .expect("both lines read");
+        assert!(
+            records[0].at.ends_with("in.jsonl line 1"),
+            "{}",
+            records[0].at
+        );
+        assert_eq!(records[0].value.as_deref(), Some(plain.as_bytes()));
+        assert!(
+            records.len() >= 2 && records[1].at.ends_with("line 2 log record 1"),
+            "{:?}",
+            records.iter().map(|r| &r.at).collect::<Vec<_>>()
+        );
+        let e = read_text("{\"resourceLogs\": 5}\n")
+            .await
+            .expect_err("not an array");
+        assert!(e.to_string().contains("line 1 (OTLP JSON)"), "{e}");
     }
 }

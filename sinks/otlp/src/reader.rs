@@ -4,9 +4,31 @@
 //! ([`crate::record`]). `kubesink fold --file` calls it for every line that has
 //! `resourceLogs`; records kubesink did not write (no `kubesink.op`) are skipped.
 
+use kubesink_core::readback::LineFormat;
 use serde_json::{Map, Value};
 
 use crate::record::FIELD_PREFIX;
+
+/// The OTLP JSON encoding as a [`LineFormat`] of `kubesink fold --file`.
+pub struct OtlpJson;
+
+impl LineFormat for OtlpJson {
+    fn name(&self) -> &'static str {
+        "OTLP JSON"
+    }
+
+    fn item(&self) -> &'static str {
+        "log record"
+    }
+
+    fn recognises(&self, line: &[u8]) -> bool {
+        is_otlp_line(line)
+    }
+
+    fn messages(&self, line: &[u8]) -> Result<Vec<Value>, String> {
+        messages(line)
+    }
+}
 
 /// Whether `line` is an OTLP JSON logs request.
 pub fn is_otlp_line(line: &[u8]) -> bool {
