@@ -264,9 +264,7 @@ pub fn problems(c: &Config, exprs: &dyn Expressions) -> Vec<(String, String)> {
                 );
             }
             for (j, r) in e.resources.iter().flatten().enumerate() {
-                let at = format!("clusters.{i}.resources.{j}");
-                problems.extend(r.problems(&at));
-                problems.extend(exprs.resource(r, &at));
+                problems.extend(r.problems(&format!("clusters.{i}.resources.{j}"), exprs));
             }
         }
     }

@@ -125,10 +125,7 @@ pub fn load_resources(
             loader.problem("resources", "at least one [[resources]] entry is required");
         }
         for (i, r) in resources.iter().enumerate() {
-            let at = format!("resources.{i}");
-            let mut found = r.problems(&at);
-            found.extend(loader.exprs.resource(r, &at));
-            for (key, message) in found {
+            for (key, message) in r.problems(&format!("resources.{i}"), loader.exprs) {
                 loader.problem(&key, message);
             }
         }

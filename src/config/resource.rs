@@ -172,8 +172,9 @@ impl ResourceConfig {
     }
 
     /// Problems serde cannot see, as `(key, message)` with keys under `at_key`
-    /// (`resources.2`, `clusters.0.resources.1`).
-    pub fn problems(&self, at_key: &str) -> Vec<(String, String)> {
+    /// (`resources.2`, `clusters.0.resources.1`): the entry's own, then its expressions'
+    /// (`exprs`).
+    pub fn problems(&self, at_key: &str, exprs: &dyn Expressions) -> Vec<(String, String)> {
         let at = |k: &str| format!("{at_key}.{k}");
         let mut problems = Problems::default();
         if let Err(why) = check_api_version(&self.api_version) {
@@ -265,6 +266,7 @@ impl ResourceConfig {
         if self.allow_secret_data && !(self.api_version == "v1" && self.kind == "Secret") {
             problems.add(at("allow_secret_data"), "only applies to v1 Secret");
         }
+        problems.extend(exprs.resource(self, at_key));
         problems.into_vec()
     }
 }
@@ -282,9 +284,7 @@ pub fn list_problems(
     }
     let mut seen = std::collections::HashSet::new();
     for (i, r) in resources.iter().enumerate() {
-        let at = format!("{key}.{i}");
-        problems.extend(r.problems(&at));
-        problems.extend(exprs.resource(r, &at));
+        problems.extend(r.problems(&format!("{key}.{i}"), exprs));
         if !seen.insert((r.api_version.clone(), r.kind.clone(), r.namespaces.clone())) {
             problems.add(
                 format!("{key}.{i}"),

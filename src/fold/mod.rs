@@ -3,8 +3,8 @@
 //! ([`view`]), and prints the current view once caught up; optionally keeps following, or
 //! compares the view with a live list from the API server ([`drift`]).
 //!
-//! Sources: [`file`] here; a broker's reader lives in its destination's crate (`kubesink_kafka::reader`,
-//! cargo feature `kafka`; `kubesink_nats::reader`, cargo feature `nats`). A source sends
+//! Sources: [`file`] here; a broker's reader lives in its destination's crate, registered in
+//! `src/sinks.rs` (`readers!`; `line_formats` for what a receiver writes down). A source sends
 //! [`Event`]s (`kubesink_core::readback`) into a channel: records in order, and
 //! [`Event::CaughtUp`] once when it reached what the broker held at start. It never writes
 //! to the broker (no consumer group, no commit, no durable consumer).

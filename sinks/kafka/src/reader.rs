@@ -35,24 +35,29 @@ impl ReadOptions for ReadArgs {
         tx: mpsc::Sender<Event>,
     ) -> Option<Result<(Reading, String), String>> {
         let bootstrap = self.kafka.clone()?;
-        Some((|| {
-            let topic = self.topic.clone().ok_or("--kafka needs --topic")?;
-            let mut properties = Vec::new();
-            for p in &self.kafka_property {
-                let (k, v) = p
-                    .split_once('=')
-                    .ok_or_else(|| format!("-X {p}: expected property=value"))?;
-                properties.push((k.to_owned(), v.to_owned()));
-            }
-            let src = KafkaSource {
-                bootstrap,
-                topic,
-                properties,
-                timeout,
-            };
-            let what = format!("Kafka topic {} at {}", src.topic, src.bootstrap);
-            Ok((Box::pin(read(src, follow, tx)) as Reading, what))
-        })())
+        let Some(topic) = self.topic.clone() else {
+            return Some(Err("--kafka needs --topic".to_owned()));
+        };
+        let properties = self
+            .kafka_property
+            .iter()
+            .map(|p| match p.split_once('=') {
+                Some((k, v)) => Ok((k.to_owned(), v.to_owned())),
+                None => Err(format!("-X {p}: expected property=value")),
+            })
+            .collect::<Result<Vec<_>, String>>();
+        let properties = match properties {
+            Ok(p) => p,
+            Err(why) => return Some(Err(why)),
+        };
+        let src = KafkaSource {
+            bootstrap,
+            topic,
+            properties,
+            timeout,
+        };
+        let what = format!("Kafka topic {} at {}", src.topic, src.bootstrap);
+        Some(Ok((Box::pin(read(src, follow, tx)) as Reading, what)))
     }
 }
 
