@@ -40,7 +40,7 @@ pub use expressions::Expressions;
 pub use kubesink_core::shard::{Shard, MAX_SHARDS};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
-#[cfg(feature = "kafka")]
+#[cfg(all(test, feature = "kafka"))]
 pub(crate) use load::kafka_sinks;
 pub use load::{load, load_resources, load_with_partial, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};

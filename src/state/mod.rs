@@ -48,18 +48,31 @@ pub use snapshot::{parse, Snapshot, SnapshotError, Writer, FORMAT_VERSION, MAGIC
 pub use stats::StateStats;
 pub use watch_key::WatchKey;
 
-use crate::config::{Config, StateBackend, StateConfig};
+use crate::config::{StateBackend, StateConfig};
 
-/// The configured backend (`config.state`) for cluster `cluster`, or `None` for
+/// `[state]` and what its backend takes from the rest of the configuration: the state
+/// store's part of the plan (`crate::plan::resolve` builds it).
+#[derive(Clone, Debug)]
+pub struct StatePlan {
+    /// `[state]`.
+    pub config: StateConfig,
+    /// The sinks' entries (the Kafka backend may take its connection from one).
+    pub sinks: Vec<crate::sinks::SinkConfig>,
+    /// This replica's identity (`leader_election.identity`, else the host name): the
+    /// writer a broker-held state store fences by.
+    pub identity: String,
+}
+
+/// The configured backend (`plan.config`) for cluster `cluster`, or `None` for
 /// `state.backend = "none"`. With several clusters (`multi`), each has its own file
 /// (`state.path` + `.{cluster}`), object (`state.nats.object` + `.{cluster}`; the default
 /// object is the cluster's name) or key prefix (`state.kafka.key` + `.{cluster}`; the default
 /// is the cluster's name). The Kafka backend takes its connection from a Kafka sink of
-/// `config.sinks` or its own (checked when the configuration was loaded: a connection that
+/// `plan.sinks` or its own (checked when the configuration was loaded: a connection that
 /// cannot be resolved here opens no store, logged). Does no I/O (the broker-held backends
 /// connect on first use), so a broken store never prevents start-up.
-pub fn open(config: &Config, cluster: &str, multi: bool) -> Option<Arc<dyn StateStore>> {
-    let state: &StateConfig = &config.state;
+pub fn open(plan: &StatePlan, cluster: &str, multi: bool) -> Option<Arc<dyn StateStore>> {
+    let state: &StateConfig = &plan.config;
     let store: Arc<dyn StateStore> = match state.backend {
         StateBackend::None => return None,
         StateBackend::File => {
@@ -85,16 +98,23 @@ pub fn open(config: &Config, cluster: &str, multi: bool) -> Option<Arc<dyn State
             if multi {
                 kafka.key = kafka.key.map(|k| format!("{k}.{cluster}"));
             }
-            let connection = match kafka.connection(crate::config::kafka_sinks(config)) {
+            let sinks = plan.sinks.iter().filter_map(|s| match s {
+                crate::sinks::SinkConfig::Kafka(k) => Some(k),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            });
+            let connection = match kafka.connection(sinks) {
                 Ok(c) => c,
                 Err((key, message)) => {
                     tracing::error!(%cluster, "state.kafka.{key}: {message}");
                     return None;
                 }
             };
-            let identity = crate::leader::identity(&config.leader_election);
             Arc::new(kubesink_kafka::state::KafkaStore::new(
-                &kafka, connection, cluster, &identity,
+                &kafka,
+                connection,
+                cluster,
+                &plan.identity,
             ))
         }
     };
