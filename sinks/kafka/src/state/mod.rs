@@ -51,7 +51,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::Mutex;
 
-pub use config::{StateConnection, StateKafkaConfig};
+pub use config::{kafka_sinks, StateConnection, StateKafkaConfig};
 pub use records::{scan, Fence, Kind, Manifest, Record, Scanned, Scanner};
 
 use records::{EPOCH_HEADER, WRITER_HEADER};
