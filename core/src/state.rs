@@ -50,11 +50,20 @@ pub trait StateBackendConfig: Send + Sync {
 
     /// Problems it shows only beside the rest of the configuration (a connection borrowed
     /// from a sink, a topic a sink also writes), as `(key, message)`: checked when it is the
-    /// selected backend and the sinks parsed, after [`StateBackendConfig::problems`] and
-    /// after the other sections' settings given without their backend. Default: none.
+    /// selected backend and its [`StateBackendConfig::inputs`] parsed, after every other
+    /// section's problems, in the registered sections' order (with the other sections'
+    /// [`StateBackendConfig::unselected`]). Default: none.
     fn problems_across(&self, ctx: &StateContext<'_>) -> Vec<(String, String)> {
         let _ = ctx;
         Vec::new()
+    }
+
+    /// The other top-level sections its checks beside the rest of the configuration read
+    /// (`"sinks"`): when one of them did not parse, the loader leaves out both
+    /// [`StateBackendConfig::problems_across`] and [`StateBackendConfig::unselected`] for this
+    /// section. Default: none.
+    fn inputs(&self) -> &'static [&'static str] {
+        &[]
     }
 
     /// The message for a setting of this section given while `state.backend` is `backend`

@@ -328,6 +328,11 @@ impl StateBackendConfig for StateKafkaConfig {
         StateKafkaConfig::problems(self)
     }
 
+    /// The sinks, where its connection may come from.
+    fn inputs(&self) -> &'static [&'static str] {
+        &["sinks"]
+    }
+
     /// The connection ([`StateKafkaConfig::connection`] among the Kafka sinks), then every
     /// Kafka sink whose topic, for one of the clusters, is the state's: the state's records
     /// are not topology messages and must never reach a sink's consumers.
