@@ -3,7 +3,7 @@
 //! takes over finds them (a hand-over between nodes without NATS).
 //!
 //! - `records.rs`: the keys, the manifest, the epoch fence and the scan a restore reads.
-//! - `config.rs`: `[state.kafka]`.
+//! - `config.rs`: `[state.kafka]`, and what the bridge does with it (`StateBackendConfig`).
 //! - this file: [`KafkaStore`], the [`StateStore`] over rdkafka.
 //!
 //! # Operations
