@@ -114,8 +114,13 @@ async fn at_rest(kubeconfig: &std::path::Path, n: usize, exit: bool) -> anyhow::
     for spec in cfg.clusters() {
         clients.push(kubesink::cluster::client(&spec).await?);
     }
-    let bridge =
-        Bridge::start_with(&cfg, clients, vec![Arc::new(Null) as Arc<dyn Sink>], None).await?;
+    let bridge = Bridge::start_with(
+        &kubesink::plan::resolve(&cfg)?,
+        clients,
+        vec![Arc::new(Null) as Arc<dyn Sink>],
+        None,
+    )
+    .await?;
     let started = Instant::now();
     while !bridge
         .informer_stats()

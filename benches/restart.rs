@@ -87,7 +87,7 @@ async fn run(config: &Config, sink: &Arc<Counting>) -> anyhow::Result<(Bridge, D
     let client = kubesink::cluster::client(&config.clusters()[0]).await?;
     let t = Instant::now();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let bridge = Bridge::start(config, client, sinks).await?;
+    let bridge = Bridge::start(&kubesink::plan::resolve(config)?, client, sinks).await?;
     loop {
         let synced = bridge
             .informer_stats()
@@ -232,8 +232,12 @@ async fn main() -> anyhow::Result<()> {
         // Restores as a replica taking over does them: fence, read up to it, copy forward.
         let mut reads = Vec::new();
         for _ in 0..5 {
-            let store = kubesink::state::open(&kafka_config, "bench", false)
-                .ok_or_else(|| anyhow::anyhow!("no Kafka state store"))?;
+            let store = kubesink::state::open(
+                &kubesink::plan::resolve(&kafka_config)?.state,
+                "bench",
+                false,
+            )
+            .ok_or_else(|| anyhow::anyhow!("no Kafka state store"))?;
             let started = Instant::now();
             kubesink::state::read(&*store).await?;
             reads.push(started.elapsed());

@@ -69,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
     let sink: Arc<dyn Sink> = Arc::new(StdoutSink::new("devnull".into(), Box::new(devnull)));
     let client = kubesink::cluster::client(&config.clusters()[0]).await?;
     let t = Instant::now();
-    let bridge = Bridge::start(&config, client, vec![sink]).await?;
+    let bridge = Bridge::start(&kubesink::plan::resolve(&config)?, client, vec![sink]).await?;
     let stats = bridge.pipeline().sinks()[0].stats().clone();
     while stats.delivered.load(Ordering::Relaxed) < pods as u64 {
         tokio::time::sleep(Duration::from_millis(5)).await;

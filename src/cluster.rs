@@ -313,6 +313,40 @@ fn is_transient(e: &kube::Error) -> bool {
     }
 }
 
+/// One kube client per cluster, in order (what `Bridge::start_built` takes beside them),
+/// or why it could not be built ([`ClusterError`] names the cluster's kubeconfig key).
+pub async fn clients(clusters: &[Cluster]) -> Vec<Result<Client, ClusterError>> {
+    let mut clients = Vec::with_capacity(clusters.len());
+    for c in clusters {
+        clients.push(client(c).await);
+    }
+    clients
+}
+
+/// The clients of `clusters` as [`clients`] built them, checked for a start: every cluster
+/// failing (one cluster alone included) stops it, naming the first error; one failing among
+/// others is logged and left to the bridge, which retries it.
+///
+/// # Errors
+/// The first [`ClusterError`] when no client could be built.
+pub fn usable(
+    clusters: &[Cluster],
+    clients: Vec<Result<Client, ClusterError>>,
+) -> Result<Vec<Result<Client, ClusterError>>, ClusterError> {
+    if clients.iter().all(Result::is_err) {
+        if let Some(Err(e)) = clients.into_iter().next() {
+            return Err(e);
+        }
+        return Ok(Vec::new());
+    }
+    for (c, r) in clusters.iter().zip(&clients) {
+        if let Err(e) = r {
+            tracing::error!(cluster = %c.name, error = %e, "this cluster's client cannot be built: its watches wait, retried with the [watch] backoff (/readyz names them); the other clusters run");
+        }
+    }
+    Ok(clients)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,11 +76,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     });
     let mut config = demo_config(kubeconfig);
     config.server.listen = args.listen.clone().unwrap_or_else(default_listen);
-    let clusters = config.clusters();
-    let clients = crate::bridge::usable(&clusters, crate::bridge::clients(&clusters).await)?;
-    let sinks: Vec<Arc<dyn kubesink_core::Sink>> = crate::bridge::build_sinks(&config).await?;
-    let bridge =
-        Bridge::launch(&config, clusters, clients, sinks, None, Default::default()).await?;
+    let plan = crate::plan::resolve(&config)?;
+    let clusters: Vec<_> = plan.units.iter().map(|u| u.cluster.clone()).collect();
+    let clients = crate::cluster::usable(&clusters, crate::cluster::clients(&clusters).await)?;
+    let sinks: Vec<Arc<dyn kubesink_core::Sink>> =
+        crate::sinks::build_all(plan.sinks.iter().map(|s| &s.config)).await?;
+    let bridge = Bridge::start_built(&plan, clients, sinks, None).await?;
     if let Some(at) = bridge.server_addr() {
         tracing::info!("demo running: messages on stdout; http://{at}/metrics, /healthz and /readyz; Ctrl-C stops it");
     }

@@ -10,8 +10,6 @@
 //!
 //! This module never changes anything but the process's own soft limit.
 
-use crate::config::Config;
-
 /// File descriptors kept aside for everything but the watches: lists in progress, sink
 /// connections, the HTTP server and its clients, the runtime, logs.
 pub const RESERVED_FDS: u64 = 64;
@@ -59,20 +57,10 @@ pub fn raise_open_files_limit() -> Result<OpenFiles, LimitError> {
     })
 }
 
-/// How many watches `config` opens: one per resource and listed namespace (one for all
-/// namespaces or the cluster scope when none is listed).
-pub fn watches(config: &Config) -> u64 {
-    config
-        .resources
-        .iter()
-        .map(|r| r.namespaces.len().max(1) as u64)
-        .sum()
-}
-
-/// A warning when `config`'s watches cannot fit under a limit of `limit` open files, else
-/// `None`. `limit` is the soft limit kubesink will run with (the hard limit, once raised).
-pub fn fd_budget(config: &Config, limit: u64) -> Option<String> {
-    let watches = watches(config);
+/// A warning when `watches` watches ([`crate::plan::Plan::watches`]) cannot fit under a
+/// limit of `limit` open files, else `None`. `limit` is the soft limit kubesink will run
+/// with (the hard limit, once raised).
+pub fn fd_budget(watches: u64, limit: u64) -> Option<String> {
     let needed = watches + RESERVED_FDS;
     (needed > limit).then(|| {
         format!(
@@ -86,8 +74,8 @@ pub fn fd_budget(config: &Config, limit: u64) -> Option<String> {
 }
 
 /// At start-up: raises the soft limit to the hard limit (logged at info when it moved) and
-/// warns when `config`'s watches cannot fit even so.
-pub fn prepare(config: &Config) {
+/// warns when `watches` watches cannot fit even so.
+pub fn prepare(watches: u64) {
     match raise_open_files_limit() {
         Ok(l) => {
             if let Some(from) = l.raised_from {
@@ -97,8 +85,8 @@ pub fn prepare(config: &Config) {
                     "raised the open-files soft limit to the hard limit"
                 );
             }
-            if let Some(warning) = fd_budget(config, l.soft) {
-                tracing::warn!(watches = watches(config), limit = l.soft, "{warning}");
+            if let Some(warning) = fd_budget(watches, l.soft) {
+                tracing::warn!(watches, limit = l.soft, "{warning}");
             }
         }
         Err(e) => tracing::warn!("{e}: cannot tell whether the watches fit"),
@@ -108,7 +96,7 @@ pub fn prepare(config: &Config) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ResourceConfig;
+    use crate::config::{Config, ResourceConfig};
 
     #[test]
     fn each_listed_namespace_is_a_watch_and_the_budget_says_when_they_do_not_fit() {
@@ -116,14 +104,15 @@ mod tests {
         let mut pods = ResourceConfig::new("v1", "Pod");
         pods.namespaces = (0..1500).map(|i| format!("ns-{i}")).collect();
         config.resources = vec![pods, ResourceConfig::new("v1", "Node")];
-        assert_eq!(watches(&config), 1501);
-        let warning = fd_budget(&config, 1024).expect("1501 watches do not fit in 1024");
+        let watches = crate::plan::resolve(&config).expect("resolves").watches();
+        assert_eq!(watches, 1501);
+        let warning = fd_budget(watches, 1024).expect("1501 watches do not fit in 1024");
         assert!(
             warning.contains("1501 watches need about 1565 open files"),
             "{warning}"
         );
         assert!(warning.contains("limit is 1024"), "{warning}");
-        assert_eq!(fd_budget(&config, 1565), None);
+        assert_eq!(fd_budget(watches, 1565), None);
     }
 
     #[test]

@@ -129,8 +129,16 @@ async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
     }
 }
 
-/// `kubesink check` of a configuration that loaded.
+/// `kubesink check` of a configuration that loaded: resolved into the plan `run` starts
+/// from, then reported.
 async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
+    let plan = match kubesink::plan::resolve(&c) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // A kubeconfig that is here but that `run` cannot use is reported like a missing one: a
     // warning, an error with --strict (a file that is not a kubeconfig, or a context it
     // lacks, must not pass `check --strict` and then stop `run`).
@@ -153,7 +161,7 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
             timeout: args.timeout.into(),
             impersonate: args.as_user.clone(),
         };
-        let report = kubesink::online::run(&c, &options).await;
+        let report = kubesink::online::run(&plan, &options).await;
         for line in &report.lines {
             println!("{line}");
         }
@@ -168,11 +176,11 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
         Ok(text) => {
             println!("# effective configuration (secrets masked)\n{text}");
             println!("# routes: what reaches each sink (\"own state\": a sink with a filter keeps its acknowledged state apart)");
-            for line in kubesink::bridge::explain_routes(&c) {
+            for line in kubesink::bridge::explain_routes(&plan) {
                 println!("#   {line}");
             }
-            if c.leader_election.enabled && c.leader_election.scale_out {
-                let units: Vec<String> = c.units().iter().map(config::Cluster::unit).collect();
+            if plan.scale_out {
+                let units: Vec<String> = plan.units.iter().map(|u| u.unit()).collect();
                 println!(
                     "# scale-out: {} unit(s) spread over the group's replicas, each on a Lease of its own: {}",
                     units.len(),
@@ -238,8 +246,9 @@ fn warn(c: &config::Config) -> usize {
 /// [`warn`], leaving out the warnings in `reported` (already printed as errors).
 fn warn_except(c: &config::Config, reported: &[String]) -> usize {
     // `run` raises the soft limit to the hard one: that is the one that counts.
-    if let Ok(limit) = kubesink::limits::open_files() {
-        if let Some(warning) = kubesink::limits::fd_budget(c, limit.hard) {
+    // A configuration that does not resolve (a partial one) has its problems said already.
+    if let (Ok(limit), Ok(plan)) = (kubesink::limits::open_files(), kubesink::plan::resolve(c)) {
+        if let Some(warning) = kubesink::limits::fd_budget(plan.watches(), limit.hard) {
             eprintln!("warning: {warning}");
         }
     }

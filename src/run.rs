@@ -1,16 +1,19 @@
-//! `kubesink run`: the one entry that chooses what runs, one bridge for every configured
-//! cluster (`crate::bridge`) or a scale-out group whose members each hold some clusters
-//! through bridges of their own (`crate::scale_out`). The bridge knows nothing of the group.
+//! `kubesink run`: the binary's edge, the last code that sees the raw configuration. It
+//! logs the configuration's warnings, resolves it once into the [`Plan`](crate::plan::Plan)
+//! and starts what the plan says: one bridge for every configured cluster
+//! (`crate::bridge`) or a scale-out group whose members each hold some units through
+//! bridges of their own (`crate::scale_out`). The bridge knows nothing of the group.
 
 use crate::config::{self, Config, MissingFile};
 
-/// Prepares the process (open-files limit), logs the configuration's warnings, then runs
-/// one bridge or a scale-out member until a signal.
+/// Logs the configuration's warnings, resolves it, prepares the process (open-files
+/// limit), then runs one bridge or a scale-out member until a signal.
 ///
 /// # Errors
-/// As [`crate::bridge::run`] or [`crate::scale_out::run`].
+/// A filter that does not compile ([`crate::plan::PlanError`]; loading through
+/// [`crate::plan::load`] refuses it first); as [`crate::bridge::run`] or
+/// [`crate::scale_out::run`].
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    crate::limits::prepare(&config);
     // A missing file is said as what it is here (where kubesink runs), not with `check`'s
     // "fine if it is mounted where kubesink runs".
     let missing = config::missing_files(&config);
@@ -23,9 +26,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     for m in &missing {
         tracing::warn!("configuration: {}", m.error());
     }
-    if config.leader_election.enabled && config.leader_election.scale_out {
-        crate::scale_out::run(config).await
+    let plan = crate::plan::resolve(&config)?;
+    drop(config);
+    crate::limits::prepare(plan.watches());
+    if plan.scale_out {
+        crate::scale_out::run(plan).await
     } else {
-        crate::bridge::run(config).await
+        crate::bridge::run(plan).await
     }
 }

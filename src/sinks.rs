@@ -131,6 +131,21 @@ crate::config::state_config! {
     } if "kafka";
 }
 
+/// Builds the sinks of `entries` (the `[[sinks]]` entries, in order; each connecting where its
+/// destination needs it).
+///
+/// # Errors
+/// The first sink that cannot be built, naming its entry.
+pub async fn build_all<'a>(
+    entries: impl IntoIterator<Item = &'a SinkConfig>,
+) -> Result<Vec<Arc<dyn Sink>>, SinkConfigError> {
+    let mut built = Vec::new();
+    for (i, s) in entries.into_iter().enumerate() {
+        built.push(s.build(i).await?);
+    }
+    Ok(built)
+}
+
 /// Declares the destinations' readers: one line each, `field(OptionsType) if "cargo
 /// feature";`, the options a `clap::Args` of the destination's crate implementing
 /// [`kubesink_core::readback::ReadOptions`].

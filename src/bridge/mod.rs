@@ -1,5 +1,6 @@
-//! Wiring: configuration → clients → saved state → discovery → informers → pipeline → sinks,
-//! the observers (metrics, health, summaries), leader election, and the orderly shutdown:
+//! One bridge, started from its part of the plan (`crate::plan::Plan`; `launch.rs`): clients →
+//! saved state → discovery → informers → pipeline → sinks, the observers (metrics, health,
+//! summaries), leader election, and the orderly shutdown:
 //! stop the watches, flush, close the sinks, save the acknowledged state, give the lease up
 //! and wait for the tasks, all within one deadline, `pipeline.shutdown_timeout` counted from
 //! the signal ([`Bridge::shutdown_report`]); what does not fit is abandoned and named, and
@@ -16,7 +17,9 @@
 //! the state its predecessor saved up to the hand-over, not from what was saved when it
 //! started waiting. A follower never saves.
 
-mod plan;
+mod launch;
+pub(crate) use launch::launch;
+mod planned;
 mod routes;
 pub use routes::explain as explain_routes;
 mod watching;
@@ -27,19 +30,19 @@ use std::time::Duration;
 
 use kube::Client;
 use kubesink_core::Sink;
-use plan::{Keepers, Planned};
+
+use planned::Keepers;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use watching::{lead, Watching};
 
 use crate::cluster::{self, ClusterError};
-use crate::config::{Cluster, Config};
+use crate::config::Cluster;
 use crate::informer::{InformerStats, ListBudget};
-use crate::leader::Leadership;
-use crate::leader::{Elector, Fence, Lost};
-use crate::observe::{self, Observer, SinkEntry};
+use crate::leader::{Elector, Lost};
+use crate::observe::{self, Observer};
 use crate::pipeline::Pipeline;
+use crate::plan::Plan;
 use crate::state::{Keeper, SaveReport, StateError};
 
 /// Why the bridge could not start.
@@ -48,12 +51,9 @@ pub enum StartError {
     /// A cluster's client could not be built.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
-    /// The HTTP server could not listen.
+    /// The HTTP server could not listen (`server.listen` not an address, or not free).
     #[error(transparent)]
-    Serve(#[from] observe::server::ServeError),
-    /// `server.listen` is not an address.
-    #[error("server.listen {0:?} is not an address:port")]
-    Listen(String),
+    Listen(#[from] observe::server::ListenError),
     /// Not one client per configured cluster.
     #[error("{clusters} clusters configured but {clients} clients given")]
     Clients {
@@ -62,9 +62,6 @@ pub enum StartError {
         /// Clients given.
         clients: usize,
     },
-    /// A sink's filter does not compile.
-    #[error(transparent)]
-    Route(#[from] routes::RouteError),
 }
 
 /// What a shutdown could not finish ([`Bridge::shutdown_report`]).
@@ -190,34 +187,34 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// [`Bridge::start_with`] for the single cluster of `config` through `client`, without
+    /// [`Bridge::start_with`] for the single cluster of `plan` through `client`, without
     /// leader election.
     ///
     /// # Errors
     /// As [`Bridge::start_with`].
     pub async fn start(
-        config: &Config,
+        plan: &Plan,
         client: Client,
         sinks: Vec<Arc<dyn Sink>>,
     ) -> Result<Bridge, StartError> {
-        Bridge::start_with(config, vec![client], sinks, None).await
+        Bridge::start_with(plan, vec![client], sinks, None).await
     }
 
     /// Starts the pipeline over `sinks` (a continuous readiness probe each), the HTTP server
-    /// (`[server]`) and the summaries (`[log]`), and the watches of every cluster of
-    /// `config` (`clients` in [`Config::clusters`] order): at once, or, with an `elector`,
-    /// once this replica leads.
+    /// (`[server]`) and the summaries (`[log]`), and the watches of every unit of `plan`
+    /// (`clients` in [`Plan::units`] order): at once, or, with an `elector`, once this
+    /// replica leads.
     ///
     /// # Errors
-    /// [`StartError`] when the server cannot listen or the clients do not match the clusters.
+    /// [`StartError`] when the server cannot listen or the clients do not match the units.
     pub async fn start_with(
-        config: &Config,
+        plan: &Plan,
         clients: Vec<Client>,
         sinks: Vec<Arc<dyn Sink>>,
         elector: Option<Elector>,
     ) -> Result<Bridge, StartError> {
         let clients = clients.into_iter().map(Ok).collect();
-        Bridge::start_built(config, clients, sinks, elector).await
+        Bridge::start_built(plan, clients, sinks, elector).await
     }
 
     /// [`Bridge::start_with`] for the clients [`clients`] built (or could not build): a
@@ -228,110 +225,20 @@ impl Bridge {
     /// # Errors
     /// As [`Bridge::start_with`].
     pub async fn start_built(
-        config: &Config,
+        plan: &Plan,
         clients: Vec<Result<Client, ClusterError>>,
         sinks: Vec<Arc<dyn Sink>>,
         elector: Option<Elector>,
     ) -> Result<Bridge, StartError> {
-        Bridge::launch(
-            config,
-            config.clusters(),
+        launch::launch(
+            plan,
+            plan.units.clone(),
             clients,
             sinks,
             elector,
             Shared::default(),
         )
         .await
-    }
-
-    /// [`Bridge::start_built`] for `clusters` already resolved from `config` (by the caller
-    /// that built their `clients`, so the configuration is resolved once per process).
-    pub(crate) async fn launch(
-        config: &Config,
-        clusters: Vec<Cluster>,
-        clients: Vec<Result<Client, ClusterError>>,
-        sinks: Vec<Arc<dyn Sink>>,
-        elector: Option<Elector>,
-        shared: Shared,
-    ) -> Result<Bridge, StartError> {
-        if clusters.len() != clients.len() {
-            return Err(StartError::Clients {
-                clusters: clusters.len(),
-                clients: clients.len(),
-            });
-        }
-        let multi = clusters.len() > 1 || shared.multi;
-        let routes = Arc::new(routes::routes(config, &sinks)?);
-        let Planned {
-            clusters: planned,
-            watches,
-            states,
-            apis,
-            stats,
-        } = plan::plan(config, clusters, clients, &routes, multi);
-        // One budget of lists in flight for the whole process, every cluster's informers.
-        let lists = shared
-            .lists
-            .clone()
-            .unwrap_or_else(|| Arc::new(ListBudget::new(config.watch.max_concurrent_lists)));
-        let cancel = CancellationToken::new();
-        let tasks = TaskTracker::new();
-        let fence = elector.as_ref().map_or_else(Fence::open, Elector::fence);
-        let pipeline = Pipeline::start(&config.pipeline, sinks, fence.clone());
-        for h in pipeline.sinks() {
-            tasks.spawn(observe::probe_sink(
-                h.clone(),
-                config.server.sink_check_interval.get(),
-                cancel.clone(),
-            ));
-        }
-        let leadership = elector.as_ref().map(|_| Arc::new(Leadership::default()));
-        let observed = Arc::new(Observer::new(
-            watches,
-            sink_entries(&pipeline, &routes, &shared),
-            states,
-            apis,
-            lists.clone(),
-            config.server.watch_failure_timeout.get(),
-            multi,
-            leadership.clone(),
-        ));
-        let server = observe_bridge(config, &observed, &tasks, &cancel).await?;
-        let (stop_saving, stop_journals) = (CancellationToken::new(), CancellationToken::new());
-        let keepers = Keepers::default();
-        let watching = Watching {
-            clusters: planned,
-            sync_markers: config.pipeline.sync_markers,
-            routes: routes.clone(),
-            watch: config.watch.clone(),
-            lists,
-            state: config.state.clone(),
-            fence: fence.clone(),
-            publisher: pipeline.publisher(),
-            keepers: keepers.clone(),
-            stop_saving: stop_saving.clone(),
-            stop_journals: stop_journals.clone(),
-            cancel: cancel.clone(),
-            tasks: tasks.clone(),
-        };
-        let release = CancellationToken::new();
-        let (lost, released) =
-            start_watching(watching, elector.zip(leadership), &release, &cancel, &tasks);
-        Ok(Bridge {
-            pipeline,
-            tasks,
-            cancel,
-            stats,
-            observed,
-            server,
-            shutdown_timeout: config.pipeline.shutdown_timeout.get(),
-            lost,
-            release,
-            released,
-            keepers,
-            stop_saving,
-            stop_journals,
-        })
     }
 
     /// The keepers registered so far.
@@ -500,134 +407,6 @@ impl Bridge {
     }
 }
 
-/// A configured resource's identity before discovery (group, version and kind as configured;
-/// The observers' entry per sink: its queue and counters, its filter's counts (the route
-/// that serves it through a filter), and the cluster its queues belong to under scale-out.
-fn sink_entries(pipeline: &Pipeline, routes: &[routes::Route], shared: &Shared) -> Vec<SinkEntry> {
-    pipeline
-        .sinks()
-        .iter()
-        .enumerate()
-        .map(|(i, h)| SinkEntry {
-            handle: h.clone(),
-            filter: routes
-                .iter()
-                .find(|r| r.sink.is_some() && r.sinks.contains(&i))
-                .map(|r| r.counts.clone()),
-            cluster: shared.sink_cluster.clone(),
-        })
-        .collect()
-}
-
-/// Starts what observes a bridge: the HTTP server (`[server]`; its address, `None` when
-/// off) and the summaries (`[log]`).
-///
-/// # Errors
-/// [`StartError`] when `server.listen` is not an address or cannot be listened on.
-async fn observe_bridge(
-    config: &Config,
-    observed: &Arc<Observer>,
-    tasks: &TaskTracker,
-    cancel: &CancellationToken,
-) -> Result<Option<SocketAddr>, StartError> {
-    let server = if config.server.enabled {
-        let addr: SocketAddr = config
-            .server
-            .listen
-            .parse()
-            .map_err(|_| StartError::Listen(config.server.listen.clone()))?;
-        Some(observe::server::serve(addr, observed.clone(), cancel.clone()).await?)
-    } else {
-        None
-    };
-    let every = config.log.summary_interval.get();
-    if !every.is_zero() {
-        tasks.spawn(observed.clone().log_summaries(every, cancel.clone()));
-    }
-    Ok(server)
-}
-
-/// Starts the watches: at once, or, with leader election (`leading`: the elector and the
-/// leadership it records), once this replica leads. With leader election it returns the
-/// receiver of a lost leadership and the token cancelled once the leader task ended (its
-/// lease given up after `release`, or never held).
-fn start_watching(
-    watching: Watching,
-    leading: Option<(Elector, Arc<Leadership>)>,
-    release: &CancellationToken,
-    cancel: &CancellationToken,
-    tasks: &TaskTracker,
-) -> (Option<oneshot::Receiver<Lost>>, Option<CancellationToken>) {
-    let Some((elector, leadership)) = leading else {
-        watching.start();
-        return (None, None);
-    };
-    let (tx, rx) = oneshot::channel();
-    let released = CancellationToken::new();
-    let ended = released.clone().drop_guard();
-    let leading = lead(
-        elector,
-        leadership,
-        watching,
-        tx,
-        cancel.clone(),
-        release.clone(),
-    );
-    tasks.spawn(async move {
-        leading.await;
-        drop(ended);
-    });
-    (Some(rx), Some(released))
-}
-
-/// One kube client per cluster, in order (what [`Bridge::start_built`] takes beside them),
-/// or why it could not be built ([`ClusterError`] names the cluster's kubeconfig key).
-pub async fn clients(clusters: &[Cluster]) -> Vec<Result<Client, ClusterError>> {
-    let mut clients = Vec::with_capacity(clusters.len());
-    for c in clusters {
-        clients.push(cluster::client(c).await);
-    }
-    clients
-}
-
-/// The clients of `clusters` as [`clients`] built them, checked for a start: every cluster
-/// failing (one cluster alone included) stops it, naming the first error; one failing among
-/// others is logged and left to the bridge, which retries it.
-///
-/// # Errors
-/// The first [`ClusterError`] when no client could be built.
-pub(crate) fn usable(
-    clusters: &[Cluster],
-    clients: Vec<Result<Client, ClusterError>>,
-) -> Result<Vec<Result<Client, ClusterError>>, ClusterError> {
-    if clients.iter().all(Result::is_err) {
-        if let Some(Err(e)) = clients.into_iter().next() {
-            return Err(e);
-        }
-        return Ok(Vec::new());
-    }
-    for (c, r) in clusters.iter().zip(&clients) {
-        if let Err(e) = r {
-            tracing::error!(cluster = %c.name, error = %e, "this cluster's client cannot be built: its watches wait, retried with the [watch] backoff (/readyz names them); the other clusters run");
-        }
-    }
-    Ok(clients)
-}
-
-/// Builds the configured sinks.
-///
-/// # Errors
-/// The first sink that cannot be built, naming its entry.
-pub async fn build_sinks(
-    config: &Config,
-) -> Result<Vec<Arc<dyn Sink>>, kubesink_core::SinkConfigError> {
-    let mut sinks = Vec::new();
-    for (i, s) in config.sinks.iter().enumerate() {
-        sinks.push(s.build(i).await?);
-    }
-    Ok(sinks)
-}
-
 /// Resolves when SIGINT (Ctrl-C) or SIGTERM arrives.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
@@ -670,52 +449,51 @@ pub const SHUTDOWN_ABANDONED_EXIT: i32 = 5;
 /// # Errors
 /// Client construction, server start or sink construction failures; [`Unclean`] (with its
 /// exit code) when the shutdown was not clean.
-pub async fn run(config: Config) -> anyhow::Result<()> {
-    let clusters = config.clusters();
-    let clients = clients(&clusters).await;
+pub async fn run(plan: Plan) -> anyhow::Result<()> {
+    let clusters: Vec<Cluster> = plan.units.iter().map(|u| u.cluster.clone()).collect();
+    let clients = cluster::clients(&clusters).await;
     // The Lease's cluster first: without it nothing can start, so the other clusters'
-    // problems are not logged as if the fleet went on.
-    let elector = if config.leader_election.enabled {
-        let at = config
-            .leader_election
-            .cluster
-            .as_ref()
-            .and_then(|name| clusters.iter().position(|c| &c.name == name))
-            .unwrap_or(0);
-        // The Lease decides whether this replica may watch at all: without its cluster's
-        // client there is nothing to retry towards, so the start fails.
-        let client = match clients.get(at) {
-            Some(Ok(client)) => client.clone(),
-            Some(Err(e)) => anyhow::bail!(
-                "{e}: cluster {:?} holds the leader-election Lease (leader_election.cluster), so kubesink cannot start without it",
-                clusters.get(at).map(|c| c.name.as_str()).unwrap_or_default()
-            ),
-            None => anyhow::bail!("no cluster to hold the lease"),
-        };
-        let name = clusters.get(at).map(|c| c.name.clone()).unwrap_or_default();
-        Some(Elector::new(client, &config.leader_election).on_cluster(name))
-    } else {
-        None
+    // problems are not logged as if the fleet went on. The Lease decides whether this
+    // replica may watch at all: without its cluster's client there is nothing to retry
+    // towards, so the start fails.
+    let lease = match &plan.lease {
+        None => None,
+        Some(lease) => {
+            let name = clusters
+                .get(lease.at)
+                .map(|c| c.name.clone())
+                .unwrap_or_default();
+            match clients.get(lease.at) {
+                Some(Ok(client)) => Some((client.clone(), name, &lease.election)),
+                Some(Err(e)) => anyhow::bail!(
+                    "{e}: cluster {name:?} holds the leader-election Lease (leader_election.cluster), so kubesink cannot start without it"
+                ),
+                None => anyhow::bail!("no cluster to hold the lease"),
+            }
+        }
     };
-    let clients = usable(&clusters, clients).map_err(|e| -> anyhow::Error {
+    let clients = cluster::usable(&clusters, clients).map_err(|e| -> anyhow::Error {
         if clusters.len() > 1 {
             anyhow::anyhow!("{e}; no cluster's client could be built (all {} failed), so kubesink cannot start (one failing among others is retried while the others run)", clusters.len())
         } else {
             e.into()
         }
     })?;
-    let sinks = build_sinks(&config).await?;
+    let elector =
+        lease.map(|(client, name, election)| Elector::new(client, election).on_cluster(name));
+    let sinks = crate::sinks::build_all(plan.sinks.iter().map(|s| &s.config)).await?;
     let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
-    let mut bridge = Bridge::launch(
-        &config,
-        clusters,
+    let (sink_count, leader_election) = (plan.sinks.len(), plan.lease.is_some());
+    let mut bridge = launch::launch(
+        &plan,
+        plan.units.clone(),
         clients,
         sinks,
         elector,
         Shared::default(),
     )
     .await?;
-    tracing::info!(clusters = %names.join(","), sinks = config.sinks.len(), leader_election = config.leader_election.enabled, "kubesink running");
+    tracing::info!(clusters = %names.join(","), sinks = sink_count, leader_election, "kubesink running");
     let lost = bridge.take_lost_leadership();
     tokio::pin!(lost);
     tokio::select! {

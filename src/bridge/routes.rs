@@ -28,8 +28,8 @@ use std::sync::Arc;
 
 use kubesink_core::Sink;
 
-use crate::config::Config;
-use crate::informer::{Filter, FilterPlace, SinkFilterStats};
+use crate::informer::{Filter, SinkFilterStats};
+use crate::plan::{Plan, SinkPlan};
 
 /// One view's sinks and filter.
 #[derive(Debug)]
@@ -59,45 +59,25 @@ impl Route {
     }
 }
 
-/// A sink's filter that does not compile (`kubesink check` reports it first).
-#[derive(Debug, thiserror::Error)]
-#[error("sinks.{index}.filter (sink {name:?}) {shown}: {error}")]
-pub struct RouteError {
-    index: usize,
-    name: String,
-    shown: String,
-    error: crate::informer::FilterCompileError,
-}
-
 /// The routes of `sinks` (the pipeline's, in order): the shared view of the sinks whose
-/// configuration entry (found by name in `config.sinks`) has no filter, if any, then one
-/// route per filtered sink. A sink not in the configuration (an embedder's) has no filter.
-///
-/// # Errors
-/// [`RouteError`] for a filter that does not compile.
-pub fn routes(config: &Config, sinks: &[Arc<dyn Sink>]) -> Result<Vec<Route>, RouteError> {
+/// planned entry (found by name in `planned`) has no filter, if any, then one route per
+/// filtered sink. A sink not in the plan (an embedder's) has no filter.
+pub fn routes(planned: &[SinkPlan], sinks: &[Arc<dyn Sink>]) -> Vec<Route> {
     let mut shared = Vec::new();
     let mut filtered = Vec::new();
     for (i, sink) in sinks.iter().enumerate() {
-        let entry = config
-            .sinks
+        let filter = planned
             .iter()
-            .enumerate()
-            .find(|(_, c)| c.name() == sink.name());
-        let Some((index, expr)) = entry.and_then(|(j, c)| c.filter().map(|f| (j, f))) else {
+            .find(|p| p.name() == sink.name())
+            .and_then(|p| p.filter.clone());
+        let Some(filter) = filter else {
             shared.push(i);
             continue;
         };
-        let filter = Filter::compile_for(expr, FilterPlace::Sink).map_err(|error| RouteError {
-            index,
-            name: sink.name().to_owned(),
-            shown: Filter::shown(expr),
-            error,
-        })?;
         filtered.push(Route {
             sink: Some(sink.name().to_owned()),
             sinks: vec![i],
-            filter: Some(Arc::new(filter.of_sink(sink.name()))),
+            filter: Some(filter),
             counts: Arc::default(),
         });
     }
@@ -111,44 +91,46 @@ pub fn routes(config: &Config, sinks: &[Arc<dyn Sink>]) -> Result<Vec<Route>, Ro
         });
     }
     out.extend(filtered);
-    Ok(out)
+    out
 }
 
-/// The compiled routes of `config` in words, one line per resource and sink (per cluster
-/// when there are several): what reaches the sink, and whether the sink keeps state of its
-/// own. What `kubesink check` prints; a filter that does not compile is named (`check`
-/// reports it as an error before this).
-pub fn explain(config: &Config) -> Vec<String> {
+/// The routes of `plan` in words, one line per resource and sink (per cluster when there
+/// are several): what reaches the sink, and whether the sink keeps state of its own. What
+/// `kubesink check` prints.
+pub fn explain(plan: &Plan) -> Vec<String> {
     // Each sink once: where it goes and its compiled filter.
-    let sinks: Vec<_> = config
+    let sinks: Vec<_> = plan
         .sinks
         .iter()
-        .map(|sink| {
-            let entry = serde_json::to_value(sink).unwrap_or_default();
-            let text = |k: &str| entry.get(k).and_then(|v| v.as_str());
-            let kind = text("type").unwrap_or_default();
-            // Where it goes: the topic, subject, URL or endpoint (template) of the entry.
-            let stream = entry
-                .pointer("/stream/name")
-                .and_then(|v| v.as_str())
-                .filter(|_| text("mode") == Some("jetstream"))
-                .map(|s| format!(", stream {s:?}"))
-                .unwrap_or_default();
-            let target = ["topic", "subject", "url", "endpoint"]
-                .iter()
-                .find_map(|k| text(k).map(|t| format!(" ({k} {t:?}{stream})")))
-                .unwrap_or_default();
-            let to = format!("{kind} {:?}{target}", sink.name());
-            let filter = sink
-                .filter()
-                .map(|expr| (expr, Filter::compile_for(expr, FilterPlace::Sink)));
-            (to, filter)
-        })
+        .map(
+            |SinkPlan {
+                 config: sink,
+                 filter,
+             }| {
+                let entry = serde_json::to_value(sink).unwrap_or_default();
+                let text = |k: &str| entry.get(k).and_then(|v| v.as_str());
+                let kind = text("type").unwrap_or_default();
+                // Where it goes: the topic, subject, URL or endpoint (template) of the entry.
+                let stream = entry
+                    .pointer("/stream/name")
+                    .and_then(|v| v.as_str())
+                    .filter(|_| text("mode") == Some("jetstream"))
+                    .map(|s| format!(", stream {s:?}"))
+                    .unwrap_or_default();
+                let target = ["topic", "subject", "url", "endpoint"]
+                    .iter()
+                    .find_map(|k| text(k).map(|t| format!(" ({k} {t:?}{stream})")))
+                    .unwrap_or_default();
+                let to = format!("{kind} {:?}{target}", sink.name());
+                let filter = sink.filter().zip(filter.as_deref());
+                (to, filter)
+            },
+        )
         .collect();
-    let clusters = config.clusters();
-    let multi = clusters.len() > 1;
+    let multi = plan.clusters.len() > 1;
     let mut out = Vec::new();
-    for cluster in &clusters {
+    for unit in &plan.clusters {
+        let cluster = &unit.cluster;
         for res in &cluster.resources {
             let from = match multi {
                 true => format!("{}: {}", cluster.name, res.display_name()),
@@ -161,15 +143,14 @@ pub fn explain(config: &Config) -> Vec<String> {
                         None => "every change".to_owned(),
                         Some(r) => format!("the objects matching {r}"),
                     },
-                    Some((_, Err(e))) => format!("nothing: its filter does not compile ({e})"),
-                    Some((expr, Ok(f))) if f.on_changes() => {
+                    Some((expr, f)) if f.on_changes() => {
                         let of = objects
                             .as_ref()
                             .map(|r| format!(" of the objects matching {r}"))
                             .unwrap_or_default();
                         format!("the changes matching ({expr}){of}; own state")
                     }
-                    Some((expr, Ok(_))) => match &objects {
+                    Some((expr, _)) => match &objects {
                         None => format!("the objects matching ({expr}); own state"),
                         Some(r) => format!("the objects matching {r} && ({expr}); own state"),
                     },

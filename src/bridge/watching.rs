@@ -17,17 +17,18 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::plan::{Keepers, PlannedCluster, PlannedScope};
+use super::planned::{Keepers, PlannedCluster, PlannedScope};
 use super::routes::Route;
 use crate::cluster::{self, ClusterError};
-use crate::config::{Cluster, ResourceConfig, StateConfig, WatchConfig};
+use crate::config::{Cluster, StateConfig, WatchConfig};
 use crate::informer::{
-    ClusterApi, Decider, FailureKind, Filter, Informer, InformerStats, JournalRef, LightStore,
-    ListBudget, TrackedStore, View, WatchPlan,
+    ClusterApi, Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore, ListBudget,
+    TrackedStore, View, WatchPlan,
 };
 use crate::leader::Leadership;
 use crate::leader::{Elector, Fence, Lost};
 use crate::pipeline::Publisher;
+use crate::plan::ResourcePlan;
 use crate::state::{self, Journal, Keeper, Kept, StateStats, StateStore, WatchKey};
 
 /// The state store's retry policy, for the journal writer and for reading the saved state at
@@ -69,13 +70,46 @@ struct Target {
     cluster: Cluster,
     client: Client,
     api: Arc<ClusterApi>,
-    resource: ResourceConfig,
+    resource: ResourcePlan,
     scopes: Vec<Scope>,
     /// Which sinks each watch's views serve (`routes.rs`).
     routes: Arc<Vec<Route>>,
 }
 
 impl Watching {
+    /// Starts the watches: at once, or, with leader election (`leading`: the elector and the
+    /// leadership it records), once this replica leads. With leader election it returns the
+    /// receiver of a lost leadership and the token cancelled once the leader task ended (its
+    /// lease given up after `release`, or never held).
+    pub fn start_or_lead(
+        self,
+        leading: Option<(Elector, Arc<Leadership>)>,
+        release: &CancellationToken,
+        cancel: &CancellationToken,
+        tasks: &TaskTracker,
+    ) -> (Option<oneshot::Receiver<Lost>>, Option<CancellationToken>) {
+        let Some((elector, leadership)) = leading else {
+            self.start();
+            return (None, None);
+        };
+        let (tx, rx) = oneshot::channel();
+        let released = CancellationToken::new();
+        let ended = released.clone().drop_guard();
+        let leading = lead(
+            elector,
+            leadership,
+            self,
+            tx,
+            cancel.clone(),
+            release.clone(),
+        );
+        tasks.spawn(async move {
+            leading.await;
+            drop(ended);
+        });
+        (Some(rx), Some(released))
+    }
+
     /// Starts every cluster's task.
     pub fn start(self) {
         let shared = Arc::new(self);
@@ -174,7 +208,7 @@ impl Watching {
         );
         let mut delays = retry.delays();
         let mut log = RetryLog::default();
-        // At start the error was logged already (`bridge::usable`).
+        // At start the error was logged already (`cluster::usable`).
         log.loud();
         let mut error = first.to_string();
         loop {
@@ -361,7 +395,7 @@ async fn watch_resource(
     cancel: CancellationToken,
     tasks: TaskTracker,
 ) {
-    let span = tracing::info_span!("discovery", cluster = %t.cluster.name, resource = %t.resource.display_name());
+    let span = tracing::info_span!("discovery", cluster = %t.cluster.name, resource = %t.resource.config.display_name());
     // The `[watch]` backoff, as for a failing list or watch.
     let retry = Backoff::new(
         watch.retry_initial_backoff.get(),
@@ -372,7 +406,7 @@ async fn watch_resource(
     let resolved = loop {
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = cluster::resolve(&t.client, &t.cluster.name, &t.resource) => r,
+            r = cluster::resolve(&t.client, &t.cluster.name, &t.resource.config) => r,
         };
         let e = match attempt {
             Ok(r) => break r,
@@ -412,22 +446,10 @@ async fn watch_resource(
     if log.failed() {
         span.in_scope(|| tracing::info!("API discovery succeeded; starting its watches"));
     }
-    // `check` compiled it already; a run without `check` learns of an error here.
-    let filter = match t
-        .resource
-        .filter
-        .as_deref()
-        .map(Filter::compile)
-        .transpose()
-    {
-        Ok(f) => f.map(Arc::new),
-        Err(e) => {
-            span.in_scope(|| tracing::error!(error = %e, filter = t.resource.filter.as_deref().unwrap_or_default(), "configuration error in the resource's filter; this resource is not watched"));
-            return;
-        }
-    };
+    let filter = t.resource.filter.clone();
     let mut plans = WatchPlan::expand(
-        &t.resource,
+        &t.resource.config,
+        t.resource.changes.clone(),
         resolved.resource,
         resolved.api_resource,
         &t.cluster.label,

@@ -22,8 +22,8 @@ use serde_json::{json, Value};
 
 use super::view::View;
 use crate::cluster::{self, Resolved};
-use crate::config::Config;
-use crate::informer::{Filter, FilterPlace};
+use crate::informer::Filter;
+use crate::plan::{Plan, ResourcePlan};
 
 /// One live object: what the comparison needs.
 #[derive(Debug, Clone)]
@@ -78,22 +78,24 @@ pub struct Report {
 /// `sink` the configuration lacks, or whose filter chooses changes (it names `op` or
 /// `changed`: its destination is not meant to hold the cluster's objects).
 pub async fn compare(
-    cfg: &Config,
+    plan: &Plan,
     view: &View,
     compare_resource_version: bool,
     sink: Option<&str>,
 ) -> anyhow::Result<Report> {
     let sink_filter = match sink {
         None => None,
-        Some(name) => sink_filter(cfg, name)?,
+        Some(name) => sink_filter(plan, name)?,
     };
     let mut live: BTreeMap<String, Live> = BTreeMap::new();
     let mut resources = Vec::new();
     // (cluster, group, kind, namespaces; empty = all) covered by the lists.
     let mut covered: Vec<(String, String, String, Vec<String>)> = Vec::new();
-    for spec in cfg.clusters() {
-        let client = cluster::client(&spec).await?;
-        for res in &spec.resources {
+    for unit in &plan.clusters {
+        let spec = &unit.cluster;
+        let client = cluster::client(spec).await?;
+        for compiled in &unit.resources {
+            let res = &compiled.config;
             let resolved = cluster::resolve(&client, &spec.name, res).await?;
             resources.push(resolved.resource.clone());
             covered.push((
@@ -113,8 +115,8 @@ pub async fn compare(
             for api in apis {
                 list_into(
                     &api,
-                    res,
-                    sink_filter.as_ref(),
+                    compiled,
+                    sink_filter.as_deref(),
                     &resolved,
                     &spec.name,
                     &mut live,
@@ -193,7 +195,7 @@ pub struct Repaired {
 /// one before, from a quarter second).
 const SEND_TRIES: u32 = 6;
 
-/// Publishes, through every sink of `cfg` (`[[sinks]]`, built as `kubesink run` builds
+/// Publishes, through every sink of `plan` (`[[sinks]]`, built as `kubesink run` builds
 /// them; with `sink`, through that one only), one `deleted` message per `ghost` of `report`: in the message contract's shape,
 /// inferred (`finalStateUnknown: true`, no `object`), with the uid and resourceVersion the
 /// view last had, so a consumer removes the key (and a Kafka sink adds its tombstone). Its id
@@ -203,7 +205,7 @@ const SEND_TRIES: u32 = 6;
 /// # Errors
 /// A sink that cannot be built, or that does not confirm a batch after [`SEND_TRIES`] tries.
 pub async fn repair(
-    cfg: &Config,
+    plan: &Plan,
     view: &View,
     report: &Report,
     sink: Option<&str>,
@@ -245,12 +247,12 @@ pub async fn repair(
         return Ok(repaired);
     }
     // With `--sink`, a ghost may be an object another route holds: only that sink is repaired.
-    let sinks: Vec<_> = crate::bridge::build_sinks(cfg)
+    let sinks: Vec<_> = crate::sinks::build_all(plan.sinks.iter().map(|s| &s.config))
         .await?
         .into_iter()
         .filter(|s| sink.is_none_or(|name| s.name() == name))
         .collect();
-    let batch = cfg.pipeline.max_batch_events.max(1);
+    let batch = plan.pipeline.max_batch_events.max(1);
     for sink in sinks {
         for chunk in messages.chunks(batch) {
             let mut wait = Duration::from_millis(250);
@@ -299,36 +301,35 @@ fn insert_live(
 }
 
 /// The compiled object filter of the sink named `name` (`None`: it has none).
-fn sink_filter(cfg: &Config, name: &str) -> anyhow::Result<Option<Filter>> {
-    let Some(sink) = cfg.sinks.iter().find(|s| s.name() == name) else {
-        let names: Vec<&str> = cfg.sinks.iter().map(|s| s.name()).collect();
+fn sink_filter(plan: &Plan, name: &str) -> anyhow::Result<Option<Arc<Filter>>> {
+    let Some(sink) = plan.sinks.iter().find(|s| s.name() == name) else {
+        let names: Vec<&str> = plan.sinks.iter().map(|s| s.name()).collect();
         anyhow::bail!(
             "--sink {name:?}: the configuration has no sink of that name (it has {})",
             names.join(", ")
         );
     };
-    let Some(expr) = sink.filter() else {
+    let (Some(expr), Some(filter)) = (sink.config.filter(), &sink.filter) else {
         return Ok(None);
     };
-    let filter = Filter::compile_for(expr, FilterPlace::Sink)
-        .map_err(|e| anyhow::anyhow!("sinks {name:?} filter {}: {e}", Filter::shown(expr)))?;
     if filter.on_changes() {
         anyhow::bail!(
             "--sink {name:?}: its filter {} names op or changed: it chooses changes, not objects, so its destination is not a copy of the cluster to compare",
             Filter::shown(expr)
         );
     }
-    Ok(Some(filter))
+    Ok(Some(filter.clone()))
 }
 
 async fn list_into(
     api: &Api<DynamicObject>,
-    res: &crate::config::ResourceConfig,
+    compiled: &ResourcePlan,
     sink: Option<&Filter>,
     resolved: &Resolved,
     cluster: &str,
     out: &mut BTreeMap<String, Live>,
 ) -> anyhow::Result<()> {
+    let res = &compiled.config;
     let mut params = ListParams::default().limit(res.page_size.max(1));
     if let Some(l) = &res.label_selector {
         params = params.labels(l);
@@ -336,21 +337,9 @@ async fn list_into(
     if let Some(f) = &res.field_selector {
         params = params.fields(f);
     }
-    let own = res
-        .filter
-        .as_deref()
-        .map(|expr| {
-            Filter::compile(expr).map_err(|e| {
-                anyhow::anyhow!(
-                    "cluster {cluster}: the filter of {} {expr:?}: {e}",
-                    res.display_name()
-                )
-            })
-        })
-        .transpose()?;
-    let filters: Vec<&Filter> = own.iter().chain(sink).collect();
+    let filters: Vec<&Filter> = compiled.filter.as_deref().into_iter().chain(sink).collect();
     if !filters.is_empty() {
-        return list_filtered_into(api, params, res, &filters, resolved, cluster, out).await;
+        return list_filtered_into(api, params, compiled, &filters, resolved, cluster, out).await;
     }
     loop {
         // Only names, uids and resourceVersions are compared: a metadata-only list
@@ -374,14 +363,15 @@ async fn list_into(
 async fn list_filtered_into(
     api: &Api<DynamicObject>,
     mut params: ListParams,
-    res: &crate::config::ResourceConfig,
+    compiled: &ResourcePlan,
     filters: &[&Filter],
     resolved: &Resolved,
     cluster: &str,
     out: &mut BTreeMap<String, Live>,
 ) -> anyhow::Result<()> {
     use crate::informer::{FilterMatch, FilterSubject as Subject, RawObject, Shaper};
-    let shaper = Shaper::for_resource(res, &resolved.resource, "");
+    let res = &compiled.config;
+    let shaper = Shaper::for_resource(res, &resolved.resource, "", compiled.changes.clone());
     loop {
         let page = api.list(&params).await.map_err(|e| {
             anyhow::anyhow!("cluster {cluster}: listing {}: {e}", res.display_name())

@@ -49,8 +49,9 @@ pub async fn run(args: FoldArgs, config: Option<&std::path::Path>) -> ExitCode {
 async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     // The configuration first: a drift check with a broken configuration fails before
     // reading a whole topic.
-    let cfg = if args.against_cluster {
-        Some(crate::plan::load(config).map_err(|e| anyhow::anyhow!("{e}"))?)
+    let plan = if args.against_cluster {
+        let loaded = crate::plan::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Some(crate::plan::resolve(&loaded)?)
     } else {
         None
     };
@@ -117,8 +118,8 @@ async fn fold(args: FoldArgs, config: Option<&std::path::Path>) -> anyhow::Resul
                         skipped.missing
                     );
                 }
-                if let Some(cfg) = &cfg {
-                    return drift_check(cfg, &view, &args).await;
+                if let Some(plan) = &plan {
+                    return drift_check(plan, &view, &args).await;
                 }
                 print_view(&view, args.output)?;
                 if !follow {
@@ -238,12 +239,12 @@ fn short_age(secs: i64) -> String {
 }
 
 async fn drift_check(
-    cfg: &crate::config::Config,
+    plan: &crate::plan::Plan,
     view: &View,
     args: &FoldArgs,
 ) -> anyhow::Result<ExitCode> {
     let report = drift::compare(
-        cfg,
+        plan,
         view,
         args.compare_resource_version,
         args.sink.as_deref(),
@@ -277,10 +278,10 @@ async fn drift_check(
     );
     // A route's destination holds only what its sink's filter matches: without `--sink`
     // every missing object of the others would be reported.
-    let routes: Vec<&str> = cfg
+    let routes: Vec<&str> = plan
         .sinks
         .iter()
-        .filter(|s| s.filter().is_some())
+        .filter(|s| s.filter.is_some())
         .map(|s| s.name())
         .collect();
     if args.sink.is_none() && count("missing") > 0 && !routes.is_empty() {
@@ -290,7 +291,7 @@ async fn drift_check(
         );
     }
     if args.repair {
-        let repaired = drift::repair(cfg, view, &report, args.sink.as_deref()).await?;
+        let repaired = drift::repair(plan, view, &report, args.sink.as_deref()).await?;
         eprintln!(
             "repaired: {} `deleted` messages (finalStateUnknown) published for the ghosts through {}",
             repaired.deletes,

@@ -157,6 +157,18 @@ impl ChangePaths {
         Self::with_values(change_paths, ignore_changes, &[], 0, 0)
     }
 
+    /// The change paths of `res` (`change_paths`, `ignore_changes`, `change_values` and
+    /// their byte bounds), compiled: what the plan holds once per resource.
+    pub fn of_resource(res: &crate::config::ResourceConfig) -> Self {
+        ChangePaths::with_values(
+            &res.change_paths,
+            &res.ignore_changes,
+            &res.change_values,
+            res.change_value_max_bytes.bytes(),
+            res.change_values_max_bytes.bytes(),
+        )
+    }
+
     /// As [`ChangePaths::new`], with `change_values` and their byte bounds per path
     /// (`value_max`) and per object (`values_max`).
     pub fn with_values(

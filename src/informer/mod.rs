@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use api::ClusterApi;
-pub use changes::parse_path;
+pub use changes::{parse_path, ChangePaths};
 pub use decide::{Decider, Event};
 #[cfg(feature = "test-util")]
 pub use decide::{InformerError, Phase};

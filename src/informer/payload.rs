@@ -161,8 +161,14 @@ impl Shaper {
     /// them with `label_key` = the resource's cluster. Whether Secret data is removed is
     /// decided here, from the discovered group and kind (core group, `Secret`), never from
     /// how the configuration spells its apiVersion; so is the apiVersion a metadata-only
-    /// payload names.
-    pub fn for_resource(res: &ResourceConfig, resource: &Resource, label_key: &str) -> Self {
+    /// payload names. `changes` are `res`'s change paths, compiled once per resource
+    /// ([`ChangePaths::of_resource`]).
+    pub fn for_resource(
+        res: &ResourceConfig,
+        resource: &Resource,
+        label_key: &str,
+        changes: Arc<ChangePaths>,
+    ) -> Self {
         Shaper {
             mode: res.payload,
             fields: res.fields.clone(),
@@ -174,13 +180,7 @@ impl Shaper {
             label_value: resource.cluster.clone(),
             api_version: resource.api_version.clone(),
             kind: resource.kind.clone(),
-            changes: Arc::new(ChangePaths::with_values(
-                &res.change_paths,
-                &res.ignore_changes,
-                &res.change_values,
-                res.change_value_max_bytes.bytes(),
-                res.change_values_max_bytes.bytes(),
-            )),
+            changes,
         }
     }
 
@@ -196,7 +196,12 @@ impl Shaper {
     pub fn new(res: &ResourceConfig, label_key: &str, label_value: &str) -> Self {
         let (group, version) = res.group_version();
         let resource = Resource::new(label_value, group, version, &res.kind, "", true);
-        Shaper::for_resource(res, &resource, label_key)
+        Shaper::for_resource(
+            res,
+            &resource,
+            label_key,
+            Arc::new(ChangePaths::of_resource(res)),
+        )
     }
 
     /// What a resource's filter sees of `obj` (`filter.rs`): its metadata redacted as the

@@ -9,6 +9,7 @@ use kubesink_core::Resource;
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::changes::ChangePaths;
 use super::payload::{Shaper, SHAPE_VERSION};
 use crate::config::{PayloadMode, ResourceConfig};
 use kubesink_core::shard::Shard;
@@ -67,9 +68,11 @@ struct Selection<'a> {
 
 impl WatchPlan {
     /// One plan per watch of `res` (one per listed namespace, or one for all), of the
-    /// discovered `resource`, labelling objects with `label_key`.
+    /// discovered `resource`, labelling objects with `label_key`; `changes` are `res`'s
+    /// compiled change paths.
     pub fn expand(
         res: &ResourceConfig,
+        changes: Arc<ChangePaths>,
         resource: Arc<Resource>,
         api_resource: ApiResource,
         label_key: &str,
@@ -79,7 +82,7 @@ impl WatchPlan {
         } else {
             res.namespaces.iter().cloned().map(Some).collect()
         };
-        let shaper = Shaper::for_resource(res, &resource, label_key);
+        let shaper = Shaper::for_resource(res, &resource, label_key, changes);
         namespaces
             .into_iter()
             .map(|namespace| WatchPlan {
@@ -236,7 +239,13 @@ mod tests {
                 if mode == PayloadMode::Fields {
                     res.fields = vec!["/data".into(), "/metadata/annotations".into()];
                 }
-                let plans = WatchPlan::expand(&res, discovered.clone(), api_resource.clone(), "l");
+                let plans = WatchPlan::expand(
+                    &res,
+                    Arc::new(ChangePaths::of_resource(&res)),
+                    discovered.clone(),
+                    api_resource.clone(),
+                    "l",
+                );
                 let shaped = plans[0]
                     .shaper
                     .shape(&RawObject::parse(secret).unwrap())
@@ -258,7 +267,13 @@ mod tests {
                 .replace(r#""apiVersion":"v1""#, r#""apiVersion":"meta.k8s.io/v1""#);
             let mut res = ResourceConfig::new(spelling, "Secret");
             res.payload = PayloadMode::Metadata;
-            let plans = WatchPlan::expand(&res, discovered.clone(), api_resource.clone(), "l");
+            let plans = WatchPlan::expand(
+                &res,
+                Arc::new(ChangePaths::of_resource(&res)),
+                discovered.clone(),
+                api_resource.clone(),
+                "l",
+            );
             let shaped = plans[0]
                 .shaper
                 .shape(&RawObject::parse(&partial).unwrap())

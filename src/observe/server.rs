@@ -26,6 +26,37 @@ pub struct ServeError {
     pub source: std::io::Error,
 }
 
+/// Why `[server]` could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// `server.listen` is not an address.
+    #[error("server.listen {0:?} is not an address:port")]
+    Address(String),
+    /// The address cannot be listened on.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+}
+
+/// Serves `observed` on `server.listen` until `cancel` when `server.enabled`; returns the
+/// bound address (`None` when off; port 0 picks one).
+///
+/// # Errors
+/// [`ListenError`] when `server.listen` is not an address or cannot be bound.
+pub async fn serve_configured(
+    server: &crate::config::ServerConfig,
+    observed: Arc<dyn Observed>,
+    cancel: CancellationToken,
+) -> Result<Option<SocketAddr>, ListenError> {
+    if !server.enabled {
+        return Ok(None);
+    }
+    let addr: SocketAddr = server
+        .listen
+        .parse()
+        .map_err(|_| ListenError::Address(server.listen.clone()))?;
+    Ok(Some(serve(addr, observed, cancel).await?))
+}
+
 /// Binds `addr` and serves until `cancel`; returns the bound address (port 0 picks one).
 ///
 /// # Errors

@@ -31,7 +31,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::config::{Cluster, Config};
+use crate::config::Cluster;
+use crate::plan::Plan;
 
 /// How many resources of a cluster (and namespaces of a resource) are checked at once.
 const CONCURRENCY: usize = 4;
@@ -128,20 +129,15 @@ impl Report {
     }
 }
 
-/// Checks every cluster of `config` (at once; the report keeps configuration order).
-pub async fn run(config: &Config, options: &Options) -> Report {
-    let clusters = config.clusters();
-    let lease_at = config.leader_election.enabled.then(|| {
-        config
-            .leader_election
-            .cluster
+/// Checks every cluster of `plan` (at once; the report keeps configuration order).
+pub async fn run(plan: &Plan, options: &Options) -> Report {
+    let checks = plan.clusters.iter().enumerate().map(|(i, unit)| {
+        let lease = plan
+            .lease
             .as_ref()
-            .and_then(|name| clusters.iter().position(|c| &c.name == name))
-            .unwrap_or(0)
-    });
-    let checks = clusters.iter().enumerate().map(|(i, cluster)| {
-        let lease = (lease_at == Some(i)).then_some(&config.leader_election);
-        check_cluster(cluster, lease, options)
+            .filter(|l| l.at == i)
+            .map(|l| &l.election);
+        check_cluster(&unit.cluster, lease, options)
     });
     let lines = futures::future::join_all(checks)
         .await

@@ -1,10 +1,13 @@
 //! The resolve step between the raw configuration and what runs. `config` parses, merges
-//! its sources and checks shapes; this module compiles what the configuration says in
-//! other languages (each resource's and each sink's CEL filter, each resource's JSONPath
-//! change paths) with the compilers the informer runs, so that `kubesink check` and
-//! `kubesink run` refuse and warn from the same code. It never touches the network.
+//! its sources and checks shapes; this module loads it with what it says in other
+//! languages checked by the compilers the informer runs (each resource's and each sink's
+//! CEL filter, each resource's JSONPath change paths: `expressions.rs`), and
+//! [`resolve`]s it once into the [`Plan`] each layer takes its part of (`resolve.rs`).
+//! `kubesink check` and `kubesink run` load, warn and resolve through the same code. It
+//! never touches the network.
 
 mod expressions;
+mod resolve;
 
 use std::path::Path;
 
@@ -12,7 +15,9 @@ use figment::Figment;
 
 use crate::config::{self, Config, ConfigErrors, ResourceConfig};
 
+pub use crate::state::StatePlan;
 pub use expressions::Compiled;
+pub use resolve::{resolve, LeasePlan, Plan, PlanError, ResourcePlan, SinkPlan, UnitPlan};
 
 /// [`config::load`] with the expressions compiled: the configuration `run` starts from.
 ///

@@ -52,11 +52,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bridge::{self, Bridge, Shared, ShutdownReport, Unclean, LOST_LEADERSHIP_EXIT};
 use crate::cluster::ClusterError;
-use crate::config::{Cluster, Config};
+use crate::config::{Cluster, LeaderElectionConfig};
 use crate::informer::ListBudget;
 use crate::leader::Leadership;
 use crate::leader::{self, Elector, Lost};
 use crate::observe::{self, Observed, Observer, Report};
+use crate::plan::{LeasePlan, Plan, UnitPlan};
 use members::{Membership, View, CLUSTER_ANNOTATION, GROUP_LABEL, ROLE_LABEL};
 
 /// A sink shared by the bridges of the held clusters: a cluster's bridge closing at its
@@ -272,11 +273,13 @@ impl Observed for Fleet {
     }
 }
 
-/// Everything a cluster's bridge is started from.
-struct Plan {
-    /// The configuration for the clusters' bridges: no HTTP server or summaries of their own.
-    sub: Config,
-    specs: BTreeMap<String, Cluster>,
+/// Everything a unit's bridge is started from.
+struct Launcher {
+    /// The plan of the units' bridges: no HTTP server or summaries of their own.
+    sub: Plan,
+    /// `[leader_election]`: each unit's Lease is named after it.
+    election: LeaderElectionConfig,
+    specs: BTreeMap<String, UnitPlan>,
     clients: BTreeMap<String, Option<Client>>,
     sinks: Vec<Arc<dyn Sink>>,
     lease_client: Client,
@@ -285,7 +288,7 @@ struct Plan {
     lists: Arc<ListBudget>,
 }
 
-impl Plan {
+impl Launcher {
     /// Starts the bridge of cluster `name` (it waits for the cluster's Lease); `seen` is what
     /// the group's listing saw of that Lease (see [`Elector::seen`]).
     async fn hold(
@@ -299,11 +302,11 @@ impl Plan {
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("no [[clusters]] entry named {name:?}"))?;
         let client: Result<Client, ClusterError> =
-            match self.clients.get(&spec.name).cloned().flatten() {
+            match self.clients.get(&spec.cluster.name).cloned().flatten() {
                 Some(c) => Ok(c),
-                None => crate::cluster::client(&spec).await,
+                None => crate::cluster::client(&spec.cluster).await,
             };
-        let mut le = self.sub.leader_election.clone();
+        let mut le = self.election.clone();
         le.lease_name = members::lease_name(&self.group, "cluster", name);
         let mut elector = Elector::new(self.lease_client.clone(), &le);
         if let Some((holder, record, at)) = seen {
@@ -321,7 +324,7 @@ impl Plan {
             multi: self.specs.len() > 1,
             sink_cluster: Some(name.to_owned()),
         };
-        let mut bridge = Bridge::launch(
+        let mut bridge = bridge::launch(
             &self.sub,
             vec![spec],
             vec![client],
@@ -401,15 +404,18 @@ fn lost_membership(lease: &str, why: &str) -> ! {
 /// The Lease cluster's client, the sinks or the HTTP server cannot be built; [`Unclean`] when
 /// a cluster's hand-over at shutdown was not clean. Exits the process with
 /// [`LOST_LEADERSHIP_EXIT`] when the membership Lease cannot be renewed for `renew_deadline`.
-pub async fn run(config: Config) -> anyhow::Result<()> {
-    let le = &config.leader_election;
+pub async fn run(plan: Plan) -> anyhow::Result<()> {
+    let Some(lease) = &plan.lease else {
+        anyhow::bail!("scale-out needs leader_election.enabled: its units are held on Leases");
+    };
+    let le = &lease.election;
     let (retry, renew_deadline) = (le.retry_period.get(), le.renew_deadline.get());
     let Started {
         mut group,
         mut membership,
         sinks,
         cancel,
-    } = start(&config).await?;
+    } = start(&plan, lease).await?;
     let signal = bridge::shutdown_signal();
     tokio::pin!(signal);
     if !join(&mut membership, &group.fleet, retry, &mut signal).await {
@@ -446,7 +452,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     membership.leave().await;
     let report = group.hand_over_all().await;
     for s in &sinks {
-        if let Err(e) = tokio::time::timeout(config.pipeline.shutdown_timeout.get(), s.close())
+        if let Err(e) = tokio::time::timeout(plan.pipeline.shutdown_timeout.get(), s.close())
             .await
             .unwrap_or(Ok(()))
         {
@@ -476,15 +482,11 @@ struct Started {
 ///
 /// # Errors
 /// The Lease cluster's client, the sinks or the HTTP server cannot be built.
-async fn start(config: &Config) -> anyhow::Result<Started> {
-    let le = &config.leader_election;
-    let clusters = config.clusters();
-    let clients = bridge::clients(&clusters).await;
-    let at = le
-        .cluster
-        .as_ref()
-        .and_then(|name| clusters.iter().position(|c| &c.name == name))
-        .unwrap_or(0);
+async fn start(plan: &Plan, lease: &LeasePlan) -> anyhow::Result<Started> {
+    let le = &lease.election;
+    let clusters: Vec<Cluster> = plan.clusters.iter().map(|u| u.cluster.clone()).collect();
+    let clients = crate::cluster::clients(&clusters).await;
+    let at = lease.at;
     let lease_cluster = clusters.get(at).map(|c| c.name.clone()).unwrap_or_default();
     let lease_client = match clients.get(at) {
         Some(Ok(c)) => c.clone(),
@@ -502,9 +504,8 @@ async fn start(config: &Config) -> anyhow::Result<Started> {
     let group = le.lease_name.clone();
     let api: Api<Lease> = Api::namespaced(lease_client.clone(), &leader::namespace(le));
     // The units spread over the group: each cluster, or each shard of a cluster with
-    // `shards > 1` (`Config::units`); the clients are the clusters'.
-    let units = config.units();
-    let names: Vec<String> = units.iter().map(Cluster::unit).collect();
+    // `shards > 1` (`Plan::units`); the clients are the clusters'.
+    let names: Vec<String> = plan.units.iter().map(UnitPlan::unit).collect();
     let membership = Membership::new(
         api,
         &group,
@@ -513,17 +514,15 @@ async fn start(config: &Config) -> anyhow::Result<Started> {
         le.lease_duration.get(),
         le.join_after(),
     );
-    let sinks = bridge::build_sinks(config).await?;
+    let sinks = crate::sinks::build_all(plan.sinks.iter().map(|s| &s.config)).await?;
     let shared_sinks: Vec<Arc<dyn Sink>> = sinks
         .iter()
         .map(|s| Arc::new(SharedSink(s.clone())) as Arc<dyn Sink>)
         .collect();
-    let mut sub = config.clone();
-    sub.server.enabled = false;
-    sub.log.summary_interval = kubesink_core::units::HumanDuration(Duration::ZERO);
-    let plan = Plan {
-        sub,
-        specs: units.iter().map(|c| (c.unit(), c.clone())).collect(),
+    let launcher = Launcher {
+        sub: plan.for_held_units(),
+        election: le.clone(),
+        specs: plan.units.iter().map(|u| (u.unit(), u.clone())).collect(),
         clients: clusters
             .iter()
             .zip(clients)
@@ -533,31 +532,24 @@ async fn start(config: &Config) -> anyhow::Result<Started> {
         lease_client,
         lease_cluster,
         group: group.clone(),
-        lists: Arc::new(ListBudget::new(config.watch.max_concurrent_lists)),
+        lists: Arc::new(ListBudget::new(plan.watch.max_concurrent_lists)),
     };
     let fleet = Arc::new(Fleet {
         parts: Mutex::default(),
         metrics: Metrics::default(),
-        lists: plan.lists.clone(),
-        watch_failure_timeout: config.server.watch_failure_timeout.get(),
+        lists: launcher.lists.clone(),
+        watch_failure_timeout: plan.server.watch_failure_timeout.get(),
         identity: identity.clone(),
         last: Mutex::default(),
         member: Leadership::default(),
         listing: Leadership::default(),
     });
     let cancel = CancellationToken::new();
-    if config.server.enabled {
-        let addr = config
-            .server
-            .listen
-            .parse()
-            .map_err(|_| bridge::StartError::Listen(config.server.listen.clone()))?;
-        observe::server::serve(addr, fleet.clone(), cancel.clone()).await?;
-    }
+    observe::server::serve_configured(&plan.server, fleet.clone(), cancel.clone()).await?;
     tracing::info!(clusters = %names.join(","), %identity, %group, membership = membership.lease(), "kubesink running (scale-out: clusters spread over the group's replicas)");
     Ok(Started {
         group: Group {
-            plan,
+            plan: launcher,
             fleet,
             names,
             identity,
@@ -605,7 +597,7 @@ async fn join(
 
 /// Phase 3, the group loop's state: what this member holds, hands over and has seen.
 struct Group {
-    plan: Plan,
+    plan: Launcher,
     fleet: Arc<Fleet>,
     /// The units spread over the group.
     names: Vec<String>,

@@ -47,20 +47,55 @@ pub use snapshot::{parse, Snapshot, SnapshotError, Writer, FORMAT_VERSION, MAGIC
 pub use stats::StateStats;
 pub use watch_key::WatchKey;
 
-use crate::config::{Config, StateBackend, StateConfig};
+use crate::config::{StateBackend, StateConfig};
 
-/// The configured backend (`config.state`) for cluster `cluster`, or `None` for
+/// `[state]` and what its backend takes from the rest of the configuration: the state
+/// store's part of the plan (`crate::plan::resolve` builds it).
+#[derive(Clone, Debug)]
+pub struct StatePlan {
+    /// `[state]`.
+    pub config: StateConfig,
+    /// The sinks' entries (a broker's backend may take its connection from its sink).
+    pub sinks: Vec<crate::sinks::SinkConfig>,
+    /// This replica's identity (`leader_election.identity`, else the host name): the
+    /// writer a broker-held state store fences by.
+    pub identity: String,
+    /// The names of the configured clusters, in order (what `{cluster}` stands for in a
+    /// sink's templates).
+    pub clusters: Vec<String>,
+    /// `leader_election.enabled`: replicas take the store over from one another.
+    pub leader_election: bool,
+}
+
+impl StatePlan {
+    /// What a registered backend's section sees of the rest of the plan
+    /// ([`StateContext`](kubesink_core::state::StateContext)).
+    pub fn context(&self) -> kubesink_core::state::StateContext<'_> {
+        kubesink_core::state::StateContext {
+            sinks: self
+                .sinks
+                .iter()
+                .map(|s| s.destination() as &dyn kubesink_core::Destination)
+                .collect(),
+            clusters: self.clusters.clone(),
+            leader_election: self.leader_election,
+            identity: self.identity.clone(),
+        }
+    }
+}
+
+/// The configured backend (`plan.config`) for cluster `cluster`, or `None` for
 /// `state.backend = "none"`. With several clusters (`multi`), each has its own file
 /// (`state.path` + `.{cluster}`), or its own object or key in a registered backend's store
 /// (its section's `.{cluster}` suffix, [`StateBackendConfig::open`]). A registered backend is
 /// opened by its section, given the sinks and this replica's leader-election identity
-/// ([`Config::state_context`]); settings that cannot make a store (checked when the
+/// ([`StatePlan::context`]); settings that cannot make a store (checked when the
 /// configuration was loaded) open none, logged. Does no I/O (the broker-held backends
 /// connect on first use), so a broken store never prevents start-up.
 ///
 /// [`StateBackendConfig::open`]: kubesink_core::state::StateBackendConfig::open
-pub fn open(config: &Config, cluster: &str, multi: bool) -> Option<Arc<dyn StateStore>> {
-    let state: &StateConfig = &config.state;
+pub fn open(plan: &StatePlan, cluster: &str, multi: bool) -> Option<Arc<dyn StateStore>> {
+    let state: &StateConfig = &plan.config;
     let store: Arc<dyn StateStore> = match state.backend {
         StateBackend::None => return None,
         StateBackend::File => {
@@ -75,7 +110,7 @@ pub fn open(config: &Config, cluster: &str, multi: bool) -> Option<Arc<dyn State
         #[allow(unreachable_patterns)] // a build without any registered backend
         backend => {
             let section = state.selected()?;
-            let ctx = config.state_context(crate::leader::identity(&config.leader_election));
+            let ctx = plan.context();
             match section.open(cluster, multi, &ctx) {
                 Ok(store) => store,
                 Err((key, message)) => {

@@ -313,9 +313,13 @@ pub async fn start_bridge_with(
     let client = kubesink::cluster::client(&cfg.clusters()[0])
         .await
         .expect("client");
-    kubesink::bridge::Bridge::start(cfg, client, sinks)
-        .await
-        .expect("bridge starts")
+    kubesink::bridge::Bridge::start(
+        &kubesink::plan::resolve(cfg).expect("the configuration resolves"),
+        client,
+        sinks,
+    )
+    .await
+    .expect("bridge starts")
 }
 
 /// The one wait of the tests: polls `probe` every 20 ms until it answers `Ok(value)`, and

@@ -1,6 +1,6 @@
 //! What the bridge plans before any watch starts: per cluster its client, state store and
 //! resources, per resource its watches to come (namespace, counters, key in saved state per
-//! route); built by [`plan`] for `Bridge::launch` (`mod.rs`), consumed by the watching
+//! route); built by [`plan_units`] for the launch (`launch.rs`), consumed by the watching
 //! (`watching.rs`) once this replica may watch. It starts nothing and never touches the
 //! network.
 
@@ -10,9 +10,10 @@ use kube::Client;
 
 use super::routes::Route;
 use crate::cluster::ClusterError;
-use crate::config::{Cluster, Config, ResourceConfig};
+use crate::config::{Cluster, ResourceConfig};
 use crate::informer::{ClusterApi, InformerStats, WatchPlan};
 use crate::observe::{ClusterEntry, StateEntry, WatchEntry};
+use crate::plan::{Plan, ResourcePlan, UnitPlan};
 use crate::state::{self, Keeper, StateStats, StateStore, WatchKey};
 
 /// The state keepers of the clusters that started watching.
@@ -30,7 +31,7 @@ pub(super) struct PlannedScope {
 
 /// One configured resource and its watches to come.
 pub(super) struct PlannedResource {
-    pub(super) resource: ResourceConfig,
+    pub(super) resource: ResourcePlan,
     pub(super) scopes: Vec<PlannedScope>,
 }
 
@@ -55,13 +56,13 @@ pub(super) struct Planned {
     pub(super) stats: Vec<(String, Arc<InformerStats>)>,
 }
 
-/// Plans every cluster of `clusters` (with its client, in order): its state store, request
-/// budget and resources, and per resource and namespace the watch's counters and, per route,
-/// its view's key in saved state. `multi` names watches and state as a configuration of
-/// several clusters does.
-pub(super) fn plan(
-    config: &Config,
-    clusters: Vec<Cluster>,
+/// Plans every unit of `units` (with its client, in order): its state store (`p.state`),
+/// request budget (`p.watch`) and resources, and per resource and namespace the watch's
+/// counters and, per route, its view's key in saved state. `multi` names watches and state
+/// as a configuration of several clusters does.
+pub(super) fn plan_units(
+    p: &Plan,
+    units: Vec<UnitPlan>,
     clients: Vec<Result<Client, ClusterError>>,
     routes: &[Route],
     multi: bool,
@@ -71,12 +72,20 @@ pub(super) fn plan(
     let mut states = Vec::new();
     let mut apis = Vec::new();
     let mut stats = Vec::new();
-    for (spec, client) in clusters.into_iter().zip(clients) {
+    for (
+        UnitPlan {
+            cluster: spec,
+            resources: compiled,
+        },
+        client,
+    ) in units.into_iter().zip(clients)
+    {
         // What the metrics, `/readyz` and the saved state call it: the cluster, or its
         // shard (messages carry the cluster's name either way).
         let unit = spec.unit();
         let mut resources = Vec::new();
-        for res in &spec.resources {
+        for compiled in compiled {
+            let res = &compiled.config;
             let namespaces: Vec<Option<String>> = if res.namespaces.is_empty() {
                 vec![None]
             } else {
@@ -129,11 +138,11 @@ pub(super) fn plan(
                 });
             }
             resources.push(PlannedResource {
-                resource: res.clone(),
+                resource: compiled,
                 scopes,
             });
         }
-        let state = state::open(config, &unit, multi).map(|store| {
+        let state = state::open(&p.state, &unit, multi).map(|store| {
             let s = Arc::new(StateStats::default());
             states.push(StateEntry {
                 cluster: unit.clone(),
@@ -142,7 +151,7 @@ pub(super) fn plan(
             });
             (store, s)
         });
-        let api = Arc::new(ClusterApi::new(&config.watch));
+        let api = Arc::new(ClusterApi::new(&p.watch));
         apis.push(ClusterEntry {
             cluster: unit.clone(),
             api: api.clone(),
