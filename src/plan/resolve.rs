@@ -191,6 +191,7 @@ pub fn resolve(config: &Config) -> Result<Plan, PlanError> {
             .and_then(|name| clusters.iter().position(|c| &c.cluster.name == name))
             .unwrap_or(0),
     });
+    let names = clusters.iter().map(|u| u.cluster.name.clone()).collect();
     Ok(Plan {
         clusters,
         units,
@@ -203,7 +204,7 @@ pub fn resolve(config: &Config) -> Result<Plan, PlanError> {
             config: config.state.clone(),
             sinks: config.sinks.clone(),
             identity: crate::leader::identity(le),
-            clusters: clusters.iter().map(|u| u.cluster.name.clone()).collect(),
+            clusters: names,
             leader_election: le.enabled,
         },
         server: config.server.clone(),
