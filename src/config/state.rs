@@ -63,7 +63,7 @@ macro_rules! state_config {
         #[derive(Clone, Debug, serde::Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema)]
         #[serde(deny_unknown_fields)]
         pub struct StateConfig {
-            /// `none` (default), `file`, `nats` or `kafka`.
+            #[doc = concat!("Where the state is kept: `none` (default), `file`", $(", `", stringify!($field), "`",)* ".")]
             #[serde(default)]
             pub backend: StateBackend,
             /// With `backend = "file"` (required there): the state file. Written as a temporary file
