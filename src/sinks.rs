@@ -1,12 +1,16 @@
 //! The one registration list of destinations: every `[[sinks]]` type kubesink can build,
-//! and every reader `kubesink fold` can read back with.
+//! every state backend a destination's crate keeps (`state.backend`, `[state.NAME]`), and
+//! every reader `kubesink fold` can read back with.
 //!
 //! A destination is a crate under `sinks/` (its crate holds the connection, the sink,
 //! the reader `kubesink fold` uses, the state store where the broker has one, and its
 //! CloudEvents binding) whose config struct implements [`kubesink_core::Destination`]. It is
 //! registered by one line below (and its crate and cargo feature in `Cargo.toml`); the
 //! [`SinkConfig`] enum and its dispatch are generated from that line, so no match arm or
-//! feature list is repeated anywhere else. Vector's `#[typetag::serde] impl SinkConfig` is the
+//! feature list is repeated anywhere else. A destination whose broker keeps the informer
+//! state registers its `[state.NAME]` section (a
+//! [`StateBackendConfig`](kubesink_core::state::StateBackendConfig)) by one line of the
+//! `state_config!` list below, which generates `StateBackend` and `StateConfig`. Vector's `#[typetag::serde] impl SinkConfig` is the
 //! model; a serde enum tagged by `type` is kept instead of a trait object so that a config
 //! error names the entry's type and key exactly as serde reports it, `Config` stays `Clone`,
 //! `PartialEq` and `Serialize`, and the list is checked at compile time.
@@ -106,6 +110,25 @@ impl SinkConfig {
     pub async fn build(&self, index: usize) -> Result<Arc<dyn Sink>, SinkConfigError> {
         self.destination().build(index).await
     }
+}
+
+// The state backends a destination's crate keeps, one line each (`state_config!`,
+// `src/config/state.rs`, generates `StateBackend` and `StateConfig` from them).
+crate::config::state_config! {
+    /// A NATS JetStream object store (`[state.nats]`): whichever replica runs finds it.
+    /// (Cargo feature `nats`.)
+    Nats {
+        /// With `backend = "nats"`: the NATS connection and the object store. Any of its
+        /// settings without a backend is an error (set `backend = "nats"`).
+        nats: kubesink_nats::state::StateNatsConfig
+    } if "nats";
+    /// A compacted Kafka topic (`[state.kafka]`): whichever replica runs finds it.
+    /// (Cargo feature `kafka`.)
+    Kafka {
+        /// With `backend = "kafka"`: the compacted topic and its connection (a Kafka sink's, or
+        /// its own). Any of its settings without that backend is an error.
+        kafka: kubesink_kafka::state::StateKafkaConfig
+    } if "kafka";
 }
 
 /// Builds the sinks of `entries` (the `[[sinks]]` entries, in order; each connecting where its

@@ -30,6 +30,11 @@ pub trait Destination {
     where
         Self: Sized;
 
+    /// The entry as [`Any`](std::any::Any) (implemented as `self`), so that another part of
+    /// its destination's crate handed every sink as `&dyn Destination` (its state backend,
+    /// [`StateContext`](crate::state::StateContext)) finds its own entries by downcasting.
+    fn as_any(&self) -> &dyn std::any::Any;
+
     /// Checks settings that serde cannot, returning every problem found. `index` is the
     /// entry's position in `sinks`, used in messages.
     fn validate(&self, index: usize) -> Vec<SinkConfigError> {

@@ -13,11 +13,14 @@
 //! - [`Sink`] (`sink.rs`): the delivery contract (what `Ok` promises, which errors are
 //!   retried, how an oversize message is reported).
 //! - [`Destination`] (`destination.rs`): what a `[[sinks]]` entry of a destination's type
-//!   can do (name, validate, warn, build its sink). The bridge lists the destinations once
+//!   can do (name, validate, warn, build its sink; `as_any` for its crate's other parts). The bridge lists the destinations once
 //!   (`src/sinks.rs`).
 //! - [`state`]: the [`StateStore`](state::StateStore) contract the informer state backends
 //!   implement (a file in the bridge, a JetStream object store in the NATS destination's crate, a
-//!   compacted topic in the Kafka destination's crate).
+//!   compacted topic in the Kafka destination's crate), and
+//!   [`StateBackendConfig`](state::StateBackendConfig), what a destination's `[state.NAME]`
+//!   section does for the bridge (check, warn, name its files, open its store) with the
+//!   [`StateContext`](state::StateContext) it is given.
 //! - [`readback`]: what a destination's reader hands `kubesink fold` (records in order, then
 //!   "caught up"), and [`ReadOptions`](readback::ReadOptions), the reader's options and
 //!   reading as the bridge's registration list offers them.

@@ -1,10 +1,114 @@
 //! The informer state store contract: where the acknowledged state (`docs/restarts.md`) is
 //! kept between runs. The bridge's `state` module owns the format, the journal and the
-//! restore; a backend only stores bytes. There are three: `file` in the bridge, `nats` (a
-//! JetStream object store and a stream) in the NATS destination's crate, and `kafka` (a
-//! compacted topic fenced by epoch) in the Kafka destination's crate.
+//! restore; a backend only stores bytes ([`StateStore`]). There are three: `file` in the
+//! bridge, `nats` (a JetStream object store and a stream) in the NATS destination's crate,
+//! and `kafka` (a compacted topic fenced by epoch) in the Kafka destination's crate.
+//!
+//! A backend kept by a destination's crate is registered by its `[state.NAME]` section, which
+//! implements [`StateBackendConfig`]: the bridge's one registration list (`src/sinks.rs`)
+//! adds it to `state.backend` and `[state]`, and the bridge checks, warns about and opens it
+//! through that trait alone, handing it what it needs of the rest of the configuration as a
+//! [`StateContext`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
+
+use crate::Destination;
+
+/// What a state backend's section sees of the rest of the configuration, without knowing its
+/// types.
+pub struct StateContext<'a> {
+    /// Every `[[sinks]]` entry in file order (its index is its position in `sinks`), as its
+    /// destination's [`Destination`]: a backend finds its own destination's entries with
+    /// [`Destination::as_any`] (Kafka: the sink whose connection the state borrows).
+    pub sinks: Vec<&'a dyn Destination>,
+    /// The names of the clusters watched, in order (`cluster.name`, or each `[[clusters]]`
+    /// entry's): what `{cluster}` stands for in a sink's templates.
+    pub clusters: Vec<String>,
+    /// Whether leader election is on (`leader_election.enabled`): replicas then take the
+    /// store over from one another.
+    pub leader_election: bool,
+    /// This replica's identity (leader election's), for a store that tells its writers apart
+    /// (Kafka's epoch fence names it). Empty while the configuration is only checked.
+    pub identity: String,
+}
+
+/// A destination's `[state.NAME]` section: a state backend kept by its broker, registered in
+/// the bridge's list (`src/sinks.rs`, which makes `NAME` a value of `state.backend` and the
+/// section a field of `[state]`). Its keys are relative to `[state.NAME]` (`bucket`,
+/// `auth.token`): the bridge prefixes `state.NAME.`. Read and checked only; nothing here
+/// touches the network but the store [`StateBackendConfig::open`] returns, on first use.
+pub trait StateBackendConfig: Send + Sync {
+    /// Its name as written in `state.backend` (`"nats"`): the section's key under `[state]`.
+    fn name(&self) -> &'static str;
+
+    /// Problems the section alone shows (serde cannot see them), as `(key, message)`: checked
+    /// when it is the selected backend.
+    fn problems(&self) -> Vec<(String, String)>;
+
+    /// Problems it shows only beside the rest of the configuration (a connection borrowed
+    /// from a sink, a topic a sink also writes), as `(key, message)`: checked when it is the
+    /// selected backend and its [`StateBackendConfig::inputs`] parsed, after every other
+    /// section's problems, in the registered sections' order (with the other sections'
+    /// [`StateBackendConfig::unselected`]). Default: none.
+    fn problems_across(&self, ctx: &StateContext<'_>) -> Vec<(String, String)> {
+        let _ = ctx;
+        Vec::new()
+    }
+
+    /// The other top-level sections its checks beside the rest of the configuration read
+    /// (`"sinks"`): when one of them did not parse, the loader leaves out both
+    /// [`StateBackendConfig::problems_across`] and [`StateBackendConfig::unselected`] for this
+    /// section. Default: none.
+    fn inputs(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The message for a setting of this section given while `state.backend` is `backend`
+    /// (`"none"`, `"file"` or another section's name): the setting would be ignored. The
+    /// bridge names the setting's key before it. Default: says so and how to fix it.
+    fn unselected(&self, backend: &str) -> String {
+        let name = self.name();
+        format!(
+            "is a [state.{name}] setting but state.backend is \"{backend}\", so it would be ignored: set state.backend = \"{name}\" (KUBESINK_STATE__BACKEND={name}), or remove the [state.{name}] settings"
+        )
+    }
+
+    /// Settings that work but weaken security or will not do what was meant (credentials
+    /// without TLS, a store only this machine reaches), as `(key, message)`: warned about
+    /// when it is the selected backend (`kubesink check` prints them, `kubesink run` logs
+    /// them). Default: none.
+    fn warnings(&self, ctx: &StateContext<'_>) -> Vec<(String, String)> {
+        let _ = ctx;
+        Vec::new()
+    }
+
+    /// The files the store reads when opened (credentials, certificates) as `(key, path)`:
+    /// the store cannot be opened without them, so `kubesink check` names each that is not
+    /// there (a warning; an error with `--strict`). Default: none.
+    fn files(&self) -> Vec<(String, PathBuf)> {
+        Vec::new()
+    }
+
+    /// The store of unit `unit` (a cluster, or one shard of it: its name keys the state in
+    /// the store). With several units (`multi`), each keeps its own state: the section's
+    /// configured object or key name gets `.{unit}` appended (its default is the unit's
+    /// name). Does no I/O: the store connects on first use, so a broker that is down never
+    /// prevents start-up.
+    ///
+    /// # Errors
+    /// `(key, message)` when the settings cannot make a store (the loader has reported it
+    /// already: checked by [`StateBackendConfig::problems_across`]); the bridge logs it and
+    /// keeps no state.
+    fn open(
+        &self,
+        unit: &str,
+        multi: bool,
+        ctx: &StateContext<'_>,
+    ) -> Result<Arc<dyn StateStore>, (String, String)>;
+}
 
 /// One stored piece of the journal: a file, or one message of a stream.
 #[derive(Debug)]

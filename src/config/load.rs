@@ -17,7 +17,7 @@ use super::Expressions;
 use super::{probe, words, SECTIONS};
 use super::{
     ClusterConfig, ClusterEntry, Config, LeaderElectionConfig, LogConfig, PipelineConfig,
-    ResourceConfig, ServerConfig, SinkConfig, StateBackend, StateConfig, WatchConfig,
+    ResourceConfig, ServerConfig, SinkConfig, StateConfig, WatchConfig,
 };
 
 /// One configuration problem: the key, what is wrong, and where the value came from.
@@ -529,7 +529,6 @@ impl Loader<'_> {
 
     /// The dotted keys under `key` that the file or the environment set (not the built-in
     /// defaults), in key order; a list counts as one key.
-    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     fn set_keys(&self, key: &str) -> Vec<String> {
         fn walk(figment: &Figment, key: String, v: &Value, out: &mut Vec<String>) {
             if let Value::Dict(_, dict) = v {
@@ -574,11 +573,13 @@ impl Loader<'_> {
             problems.add("sinks", "at least one [[sinks]] entry is required");
         }
         problems.extend(c.state.problems());
-        if c.leader_election.scale_out && c.leader_election.enabled {
-            let shared = !matches!(c.state.backend, StateBackend::None | StateBackend::File);
-            if !shared {
-                problems.add("leader_election.scale_out", "needs [state] backend = \"nats\" or \"kafka\": a cluster moves between replicas and its next holder resumes from its saved state (a file is one replica's; without state every move re-sends the cluster and loses the deletes made during it)");
-            }
+        if c.leader_election.scale_out && c.leader_election.enabled && c.state.selected().is_none()
+        {
+            let choice = super::state::shared_choice().map_or_else(
+                || "needs a [state] backend every replica reaches (this build has none)".to_owned(),
+                |names| format!("needs [state] backend = {names}"),
+            );
+            problems.add("leader_election.scale_out", format!("{choice}: a cluster moves between replicas and its next holder resumes from its saved state (a file is one replica's; without state every move re-sends the cluster and loses the deletes made during it)"));
         }
         for (key, message) in problems.into_vec() {
             let section = key.split('.').next().unwrap_or_default();
@@ -588,56 +589,24 @@ impl Loader<'_> {
             }
             self.problem(&key, message);
         }
-        #[cfg(feature = "nats")]
-        if c.state.backend != super::StateBackend::Nats && !failed.contains(&"state") {
-            if let Some(key) = self.set_keys("state.nats").into_iter().next() {
-                let message = if c.state.backend == super::StateBackend::None {
-                    "is a [state.nats] setting but state.backend is \"none\" (the default), so no state would be kept and every delete made while kubesink is down would be lost at the next restart".to_owned()
-                } else {
-                    let backend = c.state.backend.name();
-                    format!("is a [state.nats] setting but state.backend is \"{backend}\", so it would be ignored")
-                };
-                self.problem(
-                    &key,
-                    format!("{message}: {}", super::state::NO_BACKEND_FIX_NATS),
-                );
-            }
-        }
-        #[cfg(feature = "kafka")]
-        if !failed.contains(&"state") && !failed.contains(&"sinks") {
-            if c.state.backend == super::StateBackend::Kafka {
-                if let Err((key, message)) = c.state.kafka.connection(kafka_sinks(c)) {
-                    self.problem(&format!("state.kafka.{key}"), message);
+        // Each registered backend's section: beside the rest of the configuration when it is
+        // the backend, an error for any of its settings when it is not (neither when a
+        // section it reads did not parse).
+        if !failed.contains(&"state") {
+            let backend = c.state.backend.name();
+            let ctx = c.state_context(String::new());
+            for (name, section) in c.state.sections() {
+                if section.inputs().iter().any(|s| failed.contains(s)) {
+                    continue;
                 }
-                // The state's records are not topology messages: never in a sink's topic.
-                let state_topic = &c.state.kafka.topic;
-                for (i, sink) in c.sinks.iter().enumerate() {
-                    let crate::sinks::SinkConfig::Kafka(k) = sink else {
-                        continue;
-                    };
-                    let clash = c
-                        .clusters()
-                        .iter()
-                        .any(|cl| k.topic.replace("{cluster}", &cl.name) == *state_topic);
-                    if clash {
-                        self.problem(
-                            "state.kafka.topic",
-                            format!(
-                                "{state_topic:?} is also the topic of sink {:?} (sinks.{i}.topic = {:?}): the state's records would reach its consumers; give the state its own topic",
-                                k.name, k.topic
-                            ),
-                        );
+                if name == backend {
+                    for (key, message) in section.problems_across(&ctx) {
+                        self.problem(&format!("state.{name}.{key}"), message);
                     }
+                } else if let Some(key) = self.set_keys(&format!("state.{name}")).into_iter().next()
+                {
+                    self.problem(&key, section.unselected(backend));
                 }
-            } else if let Some(key) = self.set_keys("state.kafka").into_iter().next() {
-                let backend = c.state.backend.name();
-                self.problem(
-                    &key,
-                    format!(
-                        "is a [state.kafka] setting but state.backend is \"{backend}\", so it would be ignored: {}",
-                        super::state::NO_BACKEND_FIX_KAFKA
-                    ),
-                );
             }
         }
         let mut names = std::collections::HashSet::new();
@@ -671,16 +640,6 @@ impl Loader<'_> {
         found.extend(self.exprs.sink(s));
         found
     }
-}
-
-/// The configuration's Kafka sinks (the state backend may take its connection from one).
-#[cfg(feature = "kafka")]
-pub(crate) fn kafka_sinks(c: &Config) -> impl Iterator<Item = &kubesink_kafka::KafkaConfig> {
-    c.sinks.iter().filter_map(|s| match s {
-        crate::sinks::SinkConfig::Kafka(k) => Some(k),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    })
 }
 
 /// Describes where the value at `path` came from: `file PATH`, `env KUBESINK_A__B`, `default`.

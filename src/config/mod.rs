@@ -9,10 +9,10 @@
 //! One file per section, each type beside the checks serde cannot express (`problems()`):
 //! `cluster.rs` (`[cluster]`, `[[clusters]]` and the resolved [`Cluster`]), `resource.rs`
 //! (`[[resources]]`), `sections.rs` (`[leader_election]`, `[pipeline]`, `[watch]`,
-//! `[server]`, `[log]`), `state.rs` (`[state]`), the destinations' own (`[[sinks]]`, in their
-//! crates); `syntax.rs` the Kubernetes name syntax they share; `load.rs` the layers, the
-//! per-section extraction and the order the checks run in; `warn.rs` what works but is
-//! risky.
+//! `[server]`, `[log]`), `state.rs` (`[state]`, the registered backends' sections checked
+//! through their trait), the destinations' own (`[[sinks]]`, in their crates); `syntax.rs`
+//! the Kubernetes name syntax they share; `load.rs` the layers, the per-section extraction
+//! and the order the checks run in; `warn.rs` what works but is risky.
 //!
 //! This module never touches the network: it only reads and checks.
 
@@ -40,18 +40,13 @@ pub use expressions::Expressions;
 pub use kubesink_core::shard::{Shard, MAX_SHARDS};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
-#[cfg(all(test, feature = "kafka"))]
-pub(crate) use load::kafka_sinks;
 pub use load::{load, load_resources, load_with_partial, ConfigError, ConfigErrors, PLACEHOLDER};
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
     DEFAULT_MAX_CONCURRENT_LISTS, MAX_CONCURRENT_LISTS, MIN_REQUESTS_PER_SECOND,
 };
-#[cfg(feature = "kafka")]
-pub use state::StateKafkaConfig;
-#[cfg(feature = "nats")]
-pub use state::StateNatsConfig;
+pub(crate) use state::state_config;
 pub use state::{StateBackend, StateConfig};
 pub use warn::{missing_files, warnings, MissingFile, GROUP_ALIASES};
 
@@ -130,8 +125,8 @@ impl Config {
     }
 
     /// The effective configuration as TOML, as `kubesink check` prints it (secrets masked),
-    /// in a form that loads again: the `[state.nats]` and `[state.kafka]` tables are left out
-    /// unless that is the backend (their settings without it are an error).
+    /// in a form that loads again: each registered backend's `[state.NAME]` table is left
+    /// out unless that is the backend (its settings without it are an error).
     ///
     /// # Errors
     /// When the configuration cannot be written as TOML.
@@ -139,13 +134,32 @@ impl Config {
         let mut value = toml::Value::try_from(self)?;
         if let Some(toml::Value::Table(state)) = value.get_mut("state") {
             let backend = self.state.backend.name();
-            for other in ["nats", "kafka"] {
+            for (other, _) in self.state.sections() {
                 if other != backend {
                     state.remove(other);
                 }
             }
         }
         toml::to_string_pretty(&value)
+    }
+}
+
+impl Config {
+    /// What a state backend's section sees of this configuration
+    /// ([`StateBackendConfig`](kubesink_core::state::StateBackendConfig)): the sinks as their
+    /// destinations', the clusters' names, whether leader election is on, and `identity`
+    /// (this replica's, when a store is opened; empty for the checks).
+    pub fn state_context(&self, identity: String) -> kubesink_core::state::StateContext<'_> {
+        kubesink_core::state::StateContext {
+            sinks: self
+                .sinks
+                .iter()
+                .map(|s| s.destination() as &dyn kubesink_core::Destination)
+                .collect(),
+            clusters: self.clusters().into_iter().map(|c| c.name).collect(),
+            leader_election: self.leader_election.enabled,
+            identity,
+        }
     }
 }
 

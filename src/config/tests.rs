@@ -627,7 +627,9 @@ fn the_kafka_state_takes_a_sinks_connection_or_its_own_and_every_mistake_is_name
                     let conn = c
                         .state
                         .kafka
-                        .connection(super::kafka_sinks(&c))
+                        .connection(kubesink_kafka::state::kafka_sinks(
+                            &c.state_context(String::new()).sinks,
+                        ))
                         .map_err(|e| format!("{e:?}"))?;
                     assert_eq!(conn.source, source, "{toml}");
                     assert_eq!(conn.properties.get("bootstrap.servers"), Some(servers));
@@ -1568,6 +1570,46 @@ fn a_state_backends_name_is_its_spelling_in_the_configuration() {
     all.push(StateBackend::Kafka);
     for b in all {
         assert_eq!(serde_json::to_value(b).unwrap(), b.name(), "{b:?}");
+    }
+}
+
+/// A section whose checks read the sinks (Kafka's connection) is left unjudged when the sinks
+/// did not parse, its settings under another backend too; one that reads nothing is judged.
+#[cfg(all(feature = "nats", feature = "kafka"))]
+#[test]
+fn a_state_section_reading_the_sinks_is_not_judged_when_they_did_not_parse() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "s.toml",
+            "[state.kafka]\ntopic = \"t\"\n[state.nats]\nbucket = \"B\"\n[[sinks]]\ntype = \"stdout\"\nname = 5\n",
+        )?;
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(
+            all.contains("state.nats.bucket: is a [state.nats] setting"),
+            "{all}"
+        );
+        assert!(!all.contains("state.kafka"), "{all}");
+        jail.create_file(
+            "s.toml",
+            "[state.kafka]\ntopic = \"t\"\n[[sinks]]\ntype = \"stdout\"\nname = \"s\"\n",
+        )?;
+        let all = errors_of(Some(Path::new("s.toml"))).join("\n");
+        assert!(
+            all.contains("state.kafka.topic: is a [state.kafka] setting"),
+            "{all}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_registered_state_section_is_named_as_its_backend_and_its_key() {
+    let c = super::StateConfig::default();
+    let names: Vec<&str> = c.sections().iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, StateBackend::registered());
+    for (name, section) in c.sections() {
+        assert_eq!(section.name(), name);
     }
 }
 

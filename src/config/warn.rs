@@ -7,10 +7,12 @@
 //!   and `events.k8s.io/v1` `Event`; `extensions/v1beta1` and `apps/v1` Deployments...), with
 //!   overlapping namespaces. Every change would then be reported twice.
 //! - A file the configuration names (a kubeconfig, a sink's credentials or certificates,
-//!   the NATS state store's credentials) that is not here ([`missing_files`]).
+//!   the state store's) that is not here ([`missing_files`]).
 //! - Sink settings that turn TLS verification off or send credentials without TLS
-//!   ([`SinkConfig::warnings`](crate::sinks::SinkConfig::warnings)), and the same for the
-//!   NATS state store's connection (`state.nats.auth.*`, `state.nats.servers`).
+//!   ([`SinkConfig::warnings`](crate::sinks::SinkConfig::warnings)), and the selected state
+//!   backend's section's warnings (the same for its connection, a server only this machine
+//!   reaches: `StateBackendConfig::warnings` in its destination's crate).
+//! - A state store the replicas cannot share (a file with leader election on).
 
 use super::Config;
 
@@ -77,8 +79,9 @@ impl MissingFile {
 }
 
 /// Files named but not here: a kubeconfig (a typo shows only as "cannot connect" at start,
-/// or in a fleet as that cluster failing), a sink's credentials or certificates, the NATS
-/// state store's credentials file (`run` refuses to start without those). A warning, not an
+/// or in a fleet as that cluster failing), a sink's credentials or certificates, the state
+/// store's files (its section's `StateBackendConfig::files`; `run` refuses to start without
+/// those). A warning, not an
 /// error: a file is often checked where it is not run (in CI, for a Pod that mounts it);
 /// `kubesink check --strict` makes each an error. Each says what `run` does without it: a
 /// single cluster's kubeconfig, the Lease cluster's (`leader_election`) and every sink's or
@@ -125,42 +128,12 @@ pub fn missing_files(c: &Config) -> Vec<MissingFile> {
             ));
         }
     }
-    #[cfg(feature = "nats")]
-    if c.state.backend == super::StateBackend::Nats {
-        if let Some(p) = &c.state.nats.auth.credentials_file {
+    if let Some(section) = c.state.selected() {
+        let name = c.state.backend.name();
+        for (key, path) in section.files() {
             files.push((
-                "state.nats.auth.credentials_file".to_owned(),
-                p.clone(),
-                "the state store cannot be opened without it".to_owned(),
-            ));
-        }
-    }
-    #[cfg(feature = "nats")]
-    if c.state.backend == super::StateBackend::Nats
-        && kubesink_nats::tls_certain(&c.state.nats.servers, &c.state.nats.tls)
-    {
-        for (key, p) in c.state.nats.tls.files() {
-            if let Some(p) = p {
-                files.push((
-                    format!("state.nats.{key}"),
-                    p.to_path_buf(),
-                    "the state store cannot be opened without it".to_owned(),
-                ));
-            }
-        }
-    }
-    #[cfg(feature = "kafka")]
-    if c.state.backend == super::StateBackend::Kafka {
-        let map = &c.state.kafka.librdkafka;
-        let protocol = map
-            .get("security.protocol")
-            .map(|p| p.to_ascii_lowercase())
-            .unwrap_or_default();
-        let (tls, sasl) = (protocol.ends_with("ssl"), protocol.starts_with("sasl"));
-        for (k, p) in kubesink_kafka::passthrough_files(map, tls, sasl) {
-            files.push((
-                format!("state.kafka.librdkafka.\"{k}\""),
-                p,
+                format!("state.{name}.{key}"),
+                path,
                 "the state store cannot be opened without it".to_owned(),
             ));
         }
@@ -204,7 +177,7 @@ pub fn warnings(c: &Config) -> Vec<String> {
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }
-    out.extend(c.state.warnings());
+    out.extend(c.state.warnings(&c.state_context(String::new())));
     out.extend(unshared_state(c));
     // An invalid `shards` is a problem of its own; the units it would make are not counted.
     let shards_valid = c
@@ -222,50 +195,21 @@ pub fn warnings(c: &Config) -> Vec<String> {
 }
 
 /// A state store the replicas cannot share: a file with leader election on (each replica
-/// reads its own; one that takes over starts from a state its predecessor did not save),
-/// or a NATS state server on the loopback (in a Pod, `127.0.0.1` is the Pod itself: no
-/// other replica, nor the Pod after it is rescheduled, finds that store).
+/// reads its own; one that takes over starts from a state its predecessor did not save). A
+/// registered backend's own (a server on the loopback) are its section's warnings.
 fn unshared_state(c: &Config) -> Vec<String> {
     let mut out = Vec::new();
     if c.state.backend == super::StateBackend::File && c.leader_election.enabled {
+        let instead = super::state::shared_choice().map_or_else(
+            || "a state backend every replica reaches (this build has none)".to_owned(),
+            |names| format!("state.backend = {names}, which every replica reaches"),
+        );
         out.push(format!(
-            "state.backend = \"file\" with leader_election.enabled: each replica reads and writes its own file ({}), so a replica that takes over starts from a state its predecessor never saved (it re-sends, and misses the deletes made meanwhile); use state.backend = \"nats\" or \"kafka\", which every replica reaches",
+            "state.backend = \"file\" with leader_election.enabled: each replica reads and writes its own file ({}), so a replica that takes over starts from a state its predecessor never saved (it re-sends, and misses the deletes made meanwhile); use {instead}",
             c.state.path.as_ref().map_or_else(|| "state.path".to_owned(), |p| p.display().to_string())
         ));
     }
-    #[cfg(feature = "nats")]
-    if c.state.backend == super::StateBackend::Nats {
-        for server in &c.state.nats.servers {
-            if is_loopback(server) {
-                let why = if c.leader_election.enabled {
-                    "the other replicas (leader_election.enabled) and a rescheduled Pod do not reach it, so the one that takes over does not find the state"
-                } else {
-                    "in a Pod that is the Pod itself, so a rescheduled Pod does not find the state"
-                };
-                out.push(format!(
-                    "state.nats.servers: {:?} is this machine's loopback: {why}; name the NATS service every replica reaches",
-                    kubesink_nats::redact_url(server)
-                ));
-            }
-        }
-    }
     out
-}
-
-/// Whether a server URL (`nats://host:port`, `host:port`) names the loopback.
-#[cfg_attr(not(feature = "nats"), allow(dead_code))]
-fn is_loopback(server: &str) -> bool {
-    let rest = server.split_once("://").map_or(server, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let host = if let Some(v6) = rest.strip_prefix('[') {
-        v6.split(']').next().unwrap_or_default()
-    } else {
-        rest.split([':', '/']).next().unwrap_or_default()
-    };
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

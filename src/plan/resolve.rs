@@ -191,6 +191,7 @@ pub fn resolve(config: &Config) -> Result<Plan, PlanError> {
             .and_then(|name| clusters.iter().position(|c| &c.cluster.name == name))
             .unwrap_or(0),
     });
+    let names = clusters.iter().map(|u| u.cluster.name.clone()).collect();
     Ok(Plan {
         clusters,
         units,
@@ -203,6 +204,8 @@ pub fn resolve(config: &Config) -> Result<Plan, PlanError> {
             config: config.state.clone(),
             sinks: config.sinks.clone(),
             identity: crate::leader::identity(le),
+            clusters: names,
+            leader_election: le.enabled,
         },
         server: config.server.clone(),
         log: config.log.clone(),
@@ -229,6 +232,16 @@ fn resource(r: &ResourceConfig, key: &str) -> Result<ResourcePlan, PlanError> {
 }
 
 /// Compiles one sink's filter.
+#[cfg_attr(
+    not(any(
+        feature = "stdout",
+        feature = "nats",
+        feature = "kafka",
+        feature = "http",
+        feature = "otlp"
+    )),
+    allow(unreachable_code, unused_variables) // no destination: `SinkConfig` is uninhabited
+)]
 fn sink(s: &SinkConfig, index: usize) -> Result<SinkPlan, PlanError> {
     let filter = match s.filter() {
         None => None,

@@ -6,18 +6,17 @@
 //! - `journal.rs` (with `journal/frame.rs`, its format): the write-ahead journal of new keys
 //!   between snapshots, so that a crash never leaves downstream with a key whose delete the
 //!   restart cannot infer.
-//! - `file.rs`, the NATS destination's `state/` (`kubesink_nats::state`) and the Kafka
-//!   destination's (`kubesink_kafka::state`): the three [`StateStore`] backends
-//!   (`state.backend`; the trait is `kubesink_core::state`): a local file written
-//!   atomically with its journal beside it, a NATS JetStream object store (with a stream for
-//!   the journal), and a compacted Kafka topic (fenced by epoch), both readable by any
-//!   replica.
+//! - `file.rs`: the bridge's own [`StateStore`] backend (`state.backend = "file"`; the trait
+//!   is `kubesink_core::state`), a local file written atomically with its journal beside it.
+//!   The others are kept by destinations' crates, which every replica reaches (a NATS
+//!   JetStream object store, a compacted Kafka topic): registered in `src/sinks.rs`, opened
+//!   through their `[state.NAME]` section's `StateBackendConfig::open`.
 //! - `restore.rs`: [`restore`] each watch's store at start-up from the snapshot and the
 //!   journal (deciding per watch whether its part is usable, and saying why not).
 //! - `keeper.rs`: the [`Keeper`] that saves the acknowledged state every `state.interval` and
 //!   at shutdown (rotating the journal around each snapshot), one save at a time.
 //! - `stats.rs`: [`StateStats`], the counters behind the `kubesink_state_*` metrics.
-//! - this file: [`open`] the configured backend.
+//! - this file: [`open`] the configured backend (naming none of a destination's).
 //!
 //! Bad state is never fatal: a missing, truncated, corrupt or foreign (other format version,
 //! cluster or selection) state is logged with the reason and ignored for the affected
@@ -56,21 +55,45 @@ use crate::config::{StateBackend, StateConfig};
 pub struct StatePlan {
     /// `[state]`.
     pub config: StateConfig,
-    /// The sinks' entries (the Kafka backend may take its connection from one).
+    /// The sinks' entries (a broker's backend may take its connection from its sink).
     pub sinks: Vec<crate::sinks::SinkConfig>,
     /// This replica's identity (`leader_election.identity`, else the host name): the
     /// writer a broker-held state store fences by.
     pub identity: String,
+    /// The names of the configured clusters, in order (what `{cluster}` stands for in a
+    /// sink's templates).
+    pub clusters: Vec<String>,
+    /// `leader_election.enabled`: replicas take the store over from one another.
+    pub leader_election: bool,
+}
+
+impl StatePlan {
+    /// What a registered backend's section sees of the rest of the plan
+    /// ([`StateContext`](kubesink_core::state::StateContext)).
+    pub fn context(&self) -> kubesink_core::state::StateContext<'_> {
+        kubesink_core::state::StateContext {
+            sinks: self
+                .sinks
+                .iter()
+                .map(|s| s.destination() as &dyn kubesink_core::Destination)
+                .collect(),
+            clusters: self.clusters.clone(),
+            leader_election: self.leader_election,
+            identity: self.identity.clone(),
+        }
+    }
 }
 
 /// The configured backend (`plan.config`) for cluster `cluster`, or `None` for
 /// `state.backend = "none"`. With several clusters (`multi`), each has its own file
-/// (`state.path` + `.{cluster}`), object (`state.nats.object` + `.{cluster}`; the default
-/// object is the cluster's name) or key prefix (`state.kafka.key` + `.{cluster}`; the default
-/// is the cluster's name). The Kafka backend takes its connection from a Kafka sink of
-/// `plan.sinks` or its own (checked when the configuration was loaded: a connection that
-/// cannot be resolved here opens no store, logged). Does no I/O (the broker-held backends
+/// (`state.path` + `.{cluster}`), or its own object or key in a registered backend's store
+/// (its section's `.{cluster}` suffix, [`StateBackendConfig::open`]). A registered backend is
+/// opened by its section, given the sinks and this replica's leader-election identity
+/// ([`StatePlan::context`]); settings that cannot make a store (checked when the
+/// configuration was loaded) open none, logged. Does no I/O (the broker-held backends
 /// connect on first use), so a broken store never prevents start-up.
+///
+/// [`StateBackendConfig::open`]: kubesink_core::state::StateBackendConfig::open
 pub fn open(plan: &StatePlan, cluster: &str, multi: bool) -> Option<Arc<dyn StateStore>> {
     let state: &StateConfig = &plan.config;
     let store: Arc<dyn StateStore> = match state.backend {
@@ -84,38 +107,17 @@ pub fn open(plan: &StatePlan, cluster: &str, multi: bool) -> Option<Arc<dyn Stat
             }
             Arc::new(file::FileStore::new(path))
         }
-        #[cfg(feature = "nats")]
-        StateBackend::Nats => {
-            let mut nats = state.nats.clone();
-            if multi {
-                nats.object = nats.object.map(|o| format!("{o}.{cluster}"));
-            }
-            Arc::new(kubesink_nats::state::NatsStore::new(&nats, cluster))
-        }
-        #[cfg(feature = "kafka")]
-        StateBackend::Kafka => {
-            let mut kafka = state.kafka.clone();
-            if multi {
-                kafka.key = kafka.key.map(|k| format!("{k}.{cluster}"));
-            }
-            let sinks = plan.sinks.iter().filter_map(|s| match s {
-                crate::sinks::SinkConfig::Kafka(k) => Some(k),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            });
-            let connection = match kafka.connection(sinks) {
-                Ok(c) => c,
+        #[allow(unreachable_patterns)] // a build without any registered backend
+        backend => {
+            let section = state.selected()?;
+            let ctx = plan.context();
+            match section.open(cluster, multi, &ctx) {
+                Ok(store) => store,
                 Err((key, message)) => {
-                    tracing::error!(%cluster, "state.kafka.{key}: {message}");
+                    tracing::error!(%cluster, "state.{}.{key}: {message}", backend.name());
                     return None;
                 }
-            };
-            Arc::new(kubesink_kafka::state::KafkaStore::new(
-                &kafka,
-                connection,
-                cluster,
-                &plan.identity,
-            ))
+            }
         }
     };
     tracing::info!(%cluster, store = store.describe(), "informer state store");

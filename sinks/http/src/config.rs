@@ -449,6 +449,10 @@ impl HttpAuth {
 
 #[async_trait]
 impl Destination for HttpConfig {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -702,6 +702,10 @@ impl KafkaConfig {
 /// The registration of `type = "kafka"` (listed in the bridge's `src/sinks.rs`).
 #[async_trait]
 impl Destination for KafkaConfig {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

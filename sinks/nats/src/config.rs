@@ -710,6 +710,10 @@ impl NatsConfig {
 /// The registration of `type = "nats"` (listed in the bridge's `src/sinks.rs`).
 #[async_trait]
 impl Destination for NatsConfig {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

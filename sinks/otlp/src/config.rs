@@ -171,6 +171,10 @@ fn rename(e: SinkConfigError) -> SinkConfigError {
 
 #[async_trait]
 impl Destination for OtlpConfig {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -105,6 +105,10 @@ impl StdoutConfig {
 
 #[async_trait]
 impl Destination for StdoutConfig {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

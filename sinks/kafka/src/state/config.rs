@@ -1,8 +1,16 @@
 //! `[state.kafka]`: the Kafka state backend's settings (the compacted topic, and the connection:
-//! a Kafka sink's, or its own). Read and checked only: the store is opened by
+//! a Kafka sink's, or its own), and what the bridge does with them through
+//! [`StateBackendConfig`] (registered in its list as `state.backend = "kafka"`): its checks
+//! (with the connection found among the sinks, and the topic no sink may share), its
+//! warnings, the files its own connection reads, and opening its
 //! [`KafkaStore`](super::KafkaStore).
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kubesink_core::state::{StateBackendConfig, StateContext, StateStore};
 use kubesink_core::units::{ByteSize, HumanDuration};
+use kubesink_core::Destination;
 use serde::{Deserialize, Serialize};
 
 use crate::{KafkaConfig, Passthrough, Properties};
@@ -299,6 +307,101 @@ impl StateKafkaConfig {
             }
         }
         errs
+    }
+}
+
+/// The Kafka entries among `sinks` (every `[[sinks]]` entry, in order), in order: those a
+/// state may take its connection from ([`StateKafkaConfig::connection`]).
+pub fn kafka_sinks<'a>(sinks: &[&'a dyn Destination]) -> Vec<&'a KafkaConfig> {
+    sinks
+        .iter()
+        .filter_map(|s| s.as_any().downcast_ref::<KafkaConfig>())
+        .collect()
+}
+
+impl StateBackendConfig for StateKafkaConfig {
+    fn name(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn problems(&self) -> Vec<(String, String)> {
+        StateKafkaConfig::problems(self)
+    }
+
+    /// The sinks, where its connection may come from.
+    fn inputs(&self) -> &'static [&'static str] {
+        &["sinks"]
+    }
+
+    /// The connection ([`StateKafkaConfig::connection`] among the Kafka sinks), then every
+    /// Kafka sink whose topic, for one of the clusters, is the state's: the state's records
+    /// are not topology messages and must never reach a sink's consumers.
+    fn problems_across(&self, ctx: &StateContext<'_>) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Err((key, message)) = self.connection(kafka_sinks(&ctx.sinks)) {
+            out.push((key.to_owned(), message));
+        }
+        let state_topic = &self.topic;
+        for (i, sink) in ctx.sinks.iter().enumerate() {
+            let Some(k) = sink.as_any().downcast_ref::<KafkaConfig>() else {
+                continue;
+            };
+            let clash = ctx
+                .clusters
+                .iter()
+                .any(|cluster| k.topic.replace("{cluster}", cluster) == *state_topic);
+            if clash {
+                out.push((
+                    "topic".to_owned(),
+                    format!(
+                        "{state_topic:?} is also the topic of sink {:?} (sinks.{i}.topic = {:?}): the state's records would reach its consumers; give the state its own topic",
+                        k.name, k.topic
+                    ),
+                ));
+            }
+        }
+        out
+    }
+
+    fn warnings(&self, _ctx: &StateContext<'_>) -> Vec<(String, String)> {
+        StateKafkaConfig::warnings(self)
+    }
+
+    /// The files its own `librdkafka` properties name, as far as `security.protocol` uses
+    /// them (a reused sink's are named with the sink).
+    fn files(&self) -> Vec<(String, PathBuf)> {
+        let map = &self.librdkafka;
+        let protocol = map
+            .get("security.protocol")
+            .map(|p| p.to_ascii_lowercase())
+            .unwrap_or_default();
+        let (tls, sasl) = (protocol.ends_with("ssl"), protocol.starts_with("sasl"));
+        crate::passthrough_files(map, tls, sasl)
+            .map(|(k, p)| (format!("librdkafka.\"{k}\""), p))
+            .collect()
+    }
+
+    /// Takes the connection from the Kafka sinks or its own, and fences by
+    /// [`StateContext::identity`].
+    fn open(
+        &self,
+        unit: &str,
+        multi: bool,
+        ctx: &StateContext<'_>,
+    ) -> Result<Arc<dyn StateStore>, (String, String)> {
+        let mut kafka = self.clone();
+        if multi {
+            kafka.key = kafka.key.map(|k| format!("{k}.{unit}"));
+        }
+        let connection = kafka
+            .connection(kafka_sinks(&ctx.sinks))
+            .map_err(|(key, message)| (key.to_owned(), message))?;
+        Ok(Arc::new(super::KafkaStore::new(
+            &kafka,
+            connection,
+            unit,
+            &ctx.identity,
+        )))
     }
 }
 

@@ -3,7 +3,7 @@
 //! takes over finds them (a hand-over between nodes without NATS).
 //!
 //! - `records.rs`: the keys, the manifest, the epoch fence and the scan a restore reads.
-//! - `config.rs`: `[state.kafka]`.
+//! - `config.rs`: `[state.kafka]`, and what the bridge does with it (`StateBackendConfig`).
 //! - this file: [`KafkaStore`], the [`StateStore`] over rdkafka.
 //!
 //! # Operations
@@ -51,7 +51,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::Mutex;
 
-pub use config::{StateConnection, StateKafkaConfig};
+pub use config::{kafka_sinks, StateConnection, StateKafkaConfig};
 pub use records::{scan, Fence, Kind, Manifest, Record, Scanned, Scanner};
 
 use records::{EPOCH_HEADER, WRITER_HEADER};

@@ -1,7 +1,13 @@
 //! `[state.nats]`: the NATS state backend's settings (the connection options and checks of a
-//! NATS sink, the object store and its journal stream). Read and checked only: the store is
-//! opened by [`NatsStore`](super::NatsStore).
+//! NATS sink, the object store and its journal stream), and what the bridge does with them
+//! through [`StateBackendConfig`] (registered in its list as `state.backend = "nats"`): its
+//! checks, its warnings (credentials without TLS, a server on the loopback), the files it
+//! reads, and opening its [`NatsStore`](super::NatsStore).
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kubesink_core::state::{StateBackendConfig, StateContext, StateStore};
 use kubesink_core::units::HumanDuration;
 use serde::{Deserialize, Serialize};
 
@@ -136,4 +142,95 @@ impl StateNatsConfig {
         }
         errs
     }
+}
+
+impl StateBackendConfig for StateNatsConfig {
+    fn name(&self) -> &'static str {
+        "nats"
+    }
+
+    fn problems(&self) -> Vec<(String, String)> {
+        StateNatsConfig::problems(self)
+    }
+
+    /// Without any backend, the setting's cost is said: no state at all.
+    fn unselected(&self, backend: &str) -> String {
+        let message = if backend == "none" {
+            "is a [state.nats] setting but state.backend is \"none\" (the default), so no state would be kept and every delete made while kubesink is down would be lost at the next restart".to_owned()
+        } else {
+            format!("is a [state.nats] setting but state.backend is \"{backend}\", so it would be ignored")
+        };
+        format!("{message}: set state.backend = \"nats\" (KUBESINK_STATE__BACKEND=nats), or remove the [state.nats] settings")
+    }
+
+    /// Credentials that would cross the network without TLS; then each server on the
+    /// loopback (in a Pod, `127.0.0.1` is the Pod itself: no other replica, nor the Pod after
+    /// it is rescheduled, finds that store).
+    fn warnings(&self, ctx: &StateContext<'_>) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = StateNatsConfig::warnings(self)
+            .into_iter()
+            .map(|(key, message)| (key.to_owned(), message))
+            .collect();
+        for server in &self.servers {
+            if is_loopback(server) {
+                let why = if ctx.leader_election {
+                    "the other replicas (leader_election.enabled) and a rescheduled Pod do not reach it, so the one that takes over does not find the state"
+                } else {
+                    "in a Pod that is the Pod itself, so a rescheduled Pod does not find the state"
+                };
+                out.push((
+                    "servers".to_owned(),
+                    format!(
+                        "{:?} is this machine's loopback: {why}; name the NATS service every replica reaches",
+                        crate::redact_url(server)
+                    ),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The credentials file, then the TLS files where TLS is certain to be used.
+    fn files(&self) -> Vec<(String, PathBuf)> {
+        let mut files = Vec::new();
+        if let Some(p) = &self.auth.credentials_file {
+            files.push(("auth.credentials_file".to_owned(), p.clone()));
+        }
+        if crate::tls_certain(&self.servers, &self.tls) {
+            for (key, p) in self.tls.files() {
+                if let Some(p) = p {
+                    files.push((key.to_owned(), p.to_path_buf()));
+                }
+            }
+        }
+        files
+    }
+
+    fn open(
+        &self,
+        unit: &str,
+        multi: bool,
+        _ctx: &StateContext<'_>,
+    ) -> Result<Arc<dyn StateStore>, (String, String)> {
+        let mut nats = self.clone();
+        if multi {
+            nats.object = nats.object.map(|o| format!("{o}.{unit}"));
+        }
+        Ok(Arc::new(super::NatsStore::new(&nats, unit)))
+    }
+}
+
+/// Whether a server URL (`nats://host:port`, `host:port`) names the loopback.
+fn is_loopback(server: &str) -> bool {
+    let rest = server.split_once("://").map_or(server, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        v6.split(']').next().unwrap_or_default()
+    } else {
+        rest.split([':', '/']).next().unwrap_or_default()
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
