@@ -112,9 +112,122 @@ impl SinkConfig {
     }
 }
 
+/// Generates [`StateBackend`] and [`StateConfig`] from the registered state backends: one
+/// line each, `/// variant doc  Variant { /// field doc  name: SectionType } if "cargo
+/// feature";`, the section type implementing `StateBackendConfig` and `name` its
+/// `state.backend` value and its key under `[state]` (the variant's name in lowercase).
+/// Invoked once, by the registration list (`src/sinks.rs`).
+macro_rules! state_config {
+    ($(
+        $(#[$vdoc:meta])* $variant:ident {
+            $(#[$fdoc:meta])* $field:ident: $config:ty
+        } if $feature:literal;
+    )*) => {
+        /// Where the state is kept.
+        #[derive(
+            Clone, Copy, Debug, Default, serde::Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema,
+        )]
+        #[serde(rename_all = "lowercase")]
+        pub enum StateBackend {
+            /// No state: every start lists and emits every object as `initial` (and cannot report
+            /// the deletes that happened while kubesink was down).
+            #[default]
+            None,
+            /// A local file (`state.path`), written atomically. Follows a restart on the same
+            /// volume, not a hand-over to a replica on another node.
+            File,
+            $( $(#[$vdoc])* #[cfg(feature = $feature)] $variant, )*
+        }
+
+        impl StateBackend {
+            /// Its name as written in `state.backend` (`"none"`, `"file"`, ...).
+            pub fn name(self) -> &'static str {
+                match self {
+                    StateBackend::None => "none",
+                    StateBackend::File => "file",
+                    $( #[cfg(feature = $feature)] StateBackend::$variant => stringify!($field), )*
+                }
+            }
+
+            /// The names of the registered backends a destination's crate keeps (every
+            /// backend but `none` and `file`), in registration order.
+            pub fn registered() -> &'static [&'static str] {
+                &[$( #[cfg(feature = $feature)] stringify!($field), )*]
+            }
+        }
+
+        /// `[state]`: the acknowledged informer state, saved so that a restart sends only the
+        /// differences (and the deletes that happened meanwhile) instead of every object again.
+        #[derive(Clone, Debug, serde::Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct StateConfig {
+            #[doc = concat!("Where the state is kept: `none` (default), `file`", $(", `", stringify!($field), "`",)* ".")]
+            #[serde(default)]
+            pub backend: StateBackend,
+            /// With `backend = "file"` (required there): the state file. Written as a temporary file
+            /// in the same directory, fsynced, then renamed over it; the directory must exist and be
+            /// writable. Set without a backend it is an error (set `backend = "file"`). Default: none.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub path: Option<std::path::PathBuf>,
+            /// How often the state is saved while running (it is also saved at shutdown, after the
+            /// pipeline drained). A crash re-sends at most what changed since the last save.
+            /// Default `30s`.
+            #[serde(default = "state_default_interval")]
+            pub interval: kubesink_core::units::HumanDuration,
+            /// Record every new object in the state's journal before its `added` may be sent
+            /// (`docs/restarts.md`), so that after a crash the restart can send the `deleted` of
+            /// objects first sent after the last save and deleted while kubesink was down. Sends wait
+            /// for the journal (one append per batch, usually done before the batch is ready); while
+            /// the state store cannot be written, they stop; while it cannot be read at start or at a
+            /// take-over, the watches wait for it. `false` keeps the sinks flowing then (and starts
+            /// without the state it cannot read, with a full initial list), at the price of possible
+            /// ghosts downstream after a crash. Default `true`.
+            #[serde(default = "state_yes")]
+            pub write_ahead: bool,
+            $( $(#[$fdoc])* #[cfg(feature = $feature)] #[serde(default)] pub $field: $config, )*
+        }
+
+        impl Default for StateConfig {
+            fn default() -> Self {
+                StateConfig {
+                    backend: StateBackend::None,
+                    path: None,
+                    interval: state_default_interval(),
+                    write_ahead: true,
+                    $( #[cfg(feature = $feature)] $field: <$config>::default(), )*
+                }
+            }
+        }
+
+        impl StateConfig {
+            /// Every registered backend's section, as `(name, section)` in registration
+            /// order, whichever backend is selected.
+            pub fn sections(&self) -> Vec<(&'static str, &dyn kubesink_core::state::StateBackendConfig)> {
+                vec![$( #[cfg(feature = $feature)] (stringify!($field), &self.$field as &dyn kubesink_core::state::StateBackendConfig), )*]
+            }
+
+            /// The selected backend's section (`None` for `none` and `file`).
+            pub fn selected(&self) -> Option<&dyn kubesink_core::state::StateBackendConfig> {
+                match self.backend {
+                    StateBackend::None | StateBackend::File => None,
+                    $( #[cfg(feature = $feature)] StateBackend::$variant => Some(&self.$field), )*
+                }
+            }
+        }
+
+        fn state_default_interval() -> kubesink_core::units::HumanDuration {
+            kubesink_core::units::HumanDuration::from_secs(30)
+        }
+
+        fn state_yes() -> bool {
+            true
+        }
+    };
+}
+
 // The state backends a destination's crate keeps, one line each (`state_config!`,
 // `src/config/state.rs`, generates `StateBackend` and `StateConfig` from them).
-crate::config::state_config! {
+state_config! {
     /// A NATS JetStream object store (`[state.nats]`): whichever replica runs finds it.
     /// (Cargo feature `nats`.)
     Nats {

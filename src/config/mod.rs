@@ -46,7 +46,6 @@ pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
     DEFAULT_MAX_CONCURRENT_LISTS, MAX_CONCURRENT_LISTS, MIN_REQUESTS_PER_SECOND,
 };
-pub(crate) use state::state_config;
 pub use state::{StateBackend, StateConfig};
 pub use warn::{missing_files, warnings, MissingFile, GROUP_ALIASES};
 
