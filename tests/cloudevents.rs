@@ -50,13 +50,9 @@ fn test_config(c: &Cluster) -> Config {
 
 async fn start(cfg: &Config, sinks: Vec<Arc<dyn Sink>>) -> kubesink::bridge::Bridge {
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    kubesink::bridge::Bridge::start(
-        &kubesink::plan::resolve(cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap()
+    kubesink::bridge::Bridge::start(&plan(cfg), client, sinks)
+        .await
+        .unwrap()
 }
 
 /// Checks one CloudEvent, given as its attributes (from headers or the envelope) and its

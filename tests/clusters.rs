@@ -62,14 +62,9 @@ async fn two_clusters_flow_independently_and_a_dead_one_is_named() {
     }
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let bridge = Bridge::start_with(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        clients,
-        sinks,
-        None,
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start_with(&plan(&cfg), clients, sinks, None)
+        .await
+        .unwrap();
     let addr = bridge.server_addr().unwrap();
     wait_for("both clusters listed", LONG, || sink.len() >= 80).await;
     let msgs = sink.messages();

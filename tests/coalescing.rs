@@ -70,13 +70,7 @@ async fn create_and_delete_while_stalled(coalesce: bool) -> Stalled {
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, sinks).await.unwrap();
     // 5 configmaps and the initial list's marker.
     wait_for("initial list delivered", LONG, || sink.len() == 6).await;
     let before = sink.len();

@@ -187,13 +187,7 @@ async fn recorded_pods_served_by_the_simulator_are_emitted_with_their_recorded_c
     let sink = CaptureSink::new();
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, sinks).await.unwrap();
     wait_for("every recorded pod", Duration::from_secs(60), || {
         sink.len() >= want.len()
     })

@@ -50,14 +50,9 @@ async fn fleet(
     }
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let bridge = Bridge::start_with(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        clients,
-        sinks,
-        None,
-    )
-    .await
-    .expect("bridge starts");
+    let bridge = Bridge::start_with(&plan(&cfg), clients, sinks, None)
+        .await
+        .expect("bridge starts");
     (bridge, sink)
 }
 
@@ -270,14 +265,9 @@ async fn a_cluster_whose_kubeconfig_is_missing_does_not_stop_the_fleet_and_is_re
     );
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let bridge = Bridge::start_built(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        clients,
-        sinks,
-        None,
-    )
-    .await
-    .expect("the bridge starts with one cluster's client missing");
+    let bridge = Bridge::start_built(&plan(&cfg), clients, sinks, None)
+        .await
+        .expect("the bridge starts with one cluster's client missing");
     let addr = bridge.server_addr().expect("server");
     let of = |name: &str| {
         sink.messages()
@@ -382,14 +372,9 @@ async fn a_fleet_whose_lease_cluster_is_unreachable_is_not_ready_until_it_answer
     let elector = kubesink::leader::Elector::new(clients[0].clone(), &cfg.leader_election);
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let bridge = Bridge::start_with(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        clients,
-        sinks,
-        Some(elector),
-    )
-    .await
-    .expect("bridge starts");
+    let bridge = Bridge::start_with(&plan(&cfg), clients, sinks, Some(elector))
+        .await
+        .expect("bridge starts");
     let addr = bridge.server_addr().expect("server");
     let problems = wait_until("/readyz 503 naming the Lease", LONG, || async {
         let (code, body) = http_get(addr, "/readyz").await;

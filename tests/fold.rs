@@ -412,13 +412,9 @@ async fn against_cluster_finds_a_ghost_and_a_missing_object_and_agrees_otherwise
     let sink = CaptureSink::new();
     let cfg = config(&c.kubeconfig, kinds());
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        vec![sink.clone() as Arc<dyn Sink>],
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, vec![sink.clone() as Arc<dyn Sink>])
+        .await
+        .unwrap();
     let live = sim_keys(&c.sim, "test", &KINDS).len();
     wait_for("initial lists delivered", LONG, || sink.len() >= live).await;
     bridge.shutdown().await;
@@ -572,13 +568,9 @@ async fn stateless_run(c: &Cluster) -> String {
     let mut cfg = config(&c.kubeconfig, kinds());
     cfg.pipeline.sync_markers = true;
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        vec![sink.clone() as Arc<dyn Sink>],
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, vec![sink.clone() as Arc<dyn Sink>])
+        .await
+        .unwrap();
     wait_for("the three initial lists' markers", LONG, || {
         sink.messages()
             .iter()

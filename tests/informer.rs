@@ -22,13 +22,9 @@ async fn client(c: &Config) -> kube::Client {
 
 async fn start(c: &Config, sink: &Arc<CaptureSink>) -> Bridge {
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    Bridge::start(
-        &kubesink::plan::resolve(c).expect("the configuration resolves"),
-        client(c).await,
-        sinks,
-    )
-    .await
-    .expect("bridge starts")
+    Bridge::start(&plan(c), client(c).await, sinks)
+        .await
+        .expect("bridge starts")
 }
 
 fn synced(b: &Bridge) -> bool {
@@ -434,13 +430,9 @@ async fn two_sinks_keep_separate_queues_and_a_dead_one_bounds_both() {
     let (healthy, dead) = (CaptureSink::new(), CaptureSink::new());
     dead.blocked.store(true, Ordering::SeqCst);
     let sinks: Vec<Arc<dyn Sink>> = vec![healthy.clone(), dead.clone()];
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client(&cfg).await,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client(&cfg).await, sinks)
+        .await
+        .unwrap();
     let queues = bridge.pipeline().sinks().to_vec();
     // The healthy sink gets what fits in the dead sink's queue (the informer waits for room
     // in every queue), then both stall with bounded queues.

@@ -377,13 +377,7 @@ async fn a_broker_down_at_start_up_lets_other_sinks_flow_and_is_used_once_it_is_
         kafka_sink(quick(example_sink(&broker.bootstrap))).await,
         capture.clone(),
     ];
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, sinks).await.unwrap();
     wait_for("the other sink got every object", LONG, || {
         capture.len() >= want
     })
@@ -490,13 +484,9 @@ async fn an_object_over_message_max_bytes_is_sent_truncated_and_counted() {
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
     cfg.sinks = vec![SinkConfig::Kafka(k.clone())];
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        vec![kafka_sink(k).await],
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, vec![kafka_sink(k).await])
+        .await
+        .unwrap();
     let reader = Reader::start(&broker.bootstrap, topic, 1);
     wait_for("both records read back", LONG, || reader.len() >= 2).await;
     let recs = reader.records();
@@ -661,13 +651,9 @@ async fn lost_producer_id(tweak: impl FnOnce(&mut KafkaConfig)) -> Duration {
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "ConfigMap")]);
     cfg.sinks = vec![SinkConfig::Kafka(k.clone())];
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        vec![kafka_sink(k).await],
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, vec![kafka_sink(k).await])
+        .await
+        .unwrap();
     let h = &bridge.pipeline().sinks()[0];
     wait_for("the first changes delivered", LONG, || {
         h.stats().delivered.load(Ordering::SeqCst) >= 3

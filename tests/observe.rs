@@ -113,13 +113,7 @@ async fn metrics_are_exposed_and_move_under_churn() {
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, sinks).await.unwrap();
     let addr = bridge.server_addr().expect("server enabled");
     wait_for("initial sync", LONG, || sink.len() >= 105).await;
 
@@ -242,13 +236,7 @@ async fn readiness_follows_sync_and_sinks_while_liveness_survives_a_sink_outage(
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, sinks).await.unwrap();
     let addr = bridge.server_addr().expect("server enabled");
     let (code, body) = http_get(addr, "/readyz").await;
     assert_eq!(code, 503, "{body}");

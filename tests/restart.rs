@@ -1268,13 +1268,9 @@ async fn bridge_with_state(
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn kubesink_core::Sink>> = vec![sink.clone()];
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = kubesink::bridge::Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = kubesink::bridge::Bridge::start(&plan(&cfg), client, sinks)
+        .await
+        .unwrap();
     (bridge, sink)
 }
 

@@ -73,13 +73,9 @@ async fn a_panicked_sink_worker_fails_health_and_its_changes_count_as_undelivere
     let sink = Arc::new(PanicSink::default());
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let bridge = kubesink::bridge::Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = kubesink::bridge::Bridge::start(&plan(&cfg), client, sinks)
+        .await
+        .unwrap();
     let addr = bridge.server_addr().expect("server enabled");
     wait_for("the first send", LONG, || {
         sink.sends.load(Ordering::SeqCst) >= 1

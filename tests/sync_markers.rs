@@ -84,13 +84,7 @@ async fn markers_close_the_initial_list_and_each_relist_of_every_watch_with_the_
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
     let client = kubesink::cluster::client(&cfg.clusters()[0]).await.unwrap();
-    let bridge = Bridge::start(
-        &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .unwrap();
+    let bridge = Bridge::start(&plan(&cfg), client, sinks).await.unwrap();
     let count_markers = |msgs: &[Value]| msgs.iter().filter(|m| m["op"] == "synced").count();
     wait_for("three markers", LONG, || {
         count_markers(&sink.messages()) == 3

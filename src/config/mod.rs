@@ -46,7 +46,7 @@ pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
     DEFAULT_MAX_CONCURRENT_LISTS, MAX_CONCURRENT_LISTS, MIN_REQUESTS_PER_SECOND,
 };
-pub use state::{StateBackend, StateConfig};
+pub use state::{context as state_context, StateBackend, StateConfig};
 pub use warn::{missing_files, warnings, MissingFile, GROUP_ALIASES};
 
 /// The whole configuration.
@@ -149,16 +149,13 @@ impl Config {
     /// destinations', the clusters' names, whether leader election is on, and `identity`
     /// (this replica's, when a store is opened; empty for the checks).
     pub fn state_context(&self, identity: String) -> kubesink_core::state::StateContext<'_> {
-        kubesink_core::state::StateContext {
-            sinks: self
-                .sinks
-                .iter()
-                .map(|s| s.destination() as &dyn kubesink_core::Destination)
-                .collect(),
-            clusters: self.clusters().into_iter().map(|c| c.name).collect(),
-            leader_election: self.leader_election.enabled,
+        let clusters = self.clusters().into_iter().map(|c| c.name).collect();
+        state::context(
+            &self.sinks,
+            clusters,
+            self.leader_election.enabled,
             identity,
-        }
+        )
     }
 }
 

@@ -12,6 +12,28 @@
 
 use kubesink_core::state::StateContext;
 
+use crate::sinks::SinkConfig;
+
+/// What a state backend's section sees of the rest of the configuration: `sinks` as their
+/// destinations', the `clusters`' names, whether leader election is on, this replica's
+/// `identity` (empty for the checks).
+pub fn context(
+    sinks: &[SinkConfig],
+    clusters: Vec<String>,
+    leader_election: bool,
+    identity: String,
+) -> StateContext<'_> {
+    StateContext {
+        sinks: sinks
+            .iter()
+            .map(|s| s.destination() as &dyn kubesink_core::Destination)
+            .collect(),
+        clusters,
+        leader_election,
+        identity,
+    }
+}
+
 pub use crate::sinks::{StateBackend, StateConfig};
 
 impl StateConfig {

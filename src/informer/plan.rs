@@ -226,6 +226,13 @@ mod tests {
             kind: "Secret".into(),
             plural: "secrets".into(),
         };
+        // The shaper of the first watch `res` plans, as discovery resolved it.
+        let shaper = |res: &ResourceConfig| {
+            let changes = Arc::new(ChangePaths::of_resource(res));
+            let plans =
+                WatchPlan::expand(res, changes, discovered.clone(), api_resource.clone(), "l");
+            plans[0].shaper.clone()
+        };
         // Spellings discovery has resolved to core/v1 Secrets (a configuration that `check`
         // rejects can still reach a plan through the library).
         for spelling in ["v1", "/v1", " v1"] {
@@ -239,15 +246,7 @@ mod tests {
                 if mode == PayloadMode::Fields {
                     res.fields = vec!["/data".into(), "/metadata/annotations".into()];
                 }
-                let plans = WatchPlan::expand(
-                    &res,
-                    Arc::new(ChangePaths::of_resource(&res)),
-                    discovered.clone(),
-                    api_resource.clone(),
-                    "l",
-                );
-                let shaped = plans[0]
-                    .shaper
+                let shaped = shaper(&res)
                     .shape(&RawObject::parse(secret).unwrap())
                     .unwrap();
                 let text = shaped.object.as_str();
@@ -267,15 +266,7 @@ mod tests {
                 .replace(r#""apiVersion":"v1""#, r#""apiVersion":"meta.k8s.io/v1""#);
             let mut res = ResourceConfig::new(spelling, "Secret");
             res.payload = PayloadMode::Metadata;
-            let plans = WatchPlan::expand(
-                &res,
-                Arc::new(ChangePaths::of_resource(&res)),
-                discovered.clone(),
-                api_resource.clone(),
-                "l",
-            );
-            let shaped = plans[0]
-                .shaper
+            let shaped = shaper(&res)
                 .shape(&RawObject::parse(&partial).unwrap())
                 .unwrap();
             let text = shaped.object.as_str();

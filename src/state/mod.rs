@@ -71,16 +71,12 @@ impl StatePlan {
     /// What a registered backend's section sees of the rest of the plan
     /// ([`StateContext`](kubesink_core::state::StateContext)).
     pub fn context(&self) -> kubesink_core::state::StateContext<'_> {
-        kubesink_core::state::StateContext {
-            sinks: self
-                .sinks
-                .iter()
-                .map(|s| s.destination() as &dyn kubesink_core::Destination)
-                .collect(),
-            clusters: self.clusters.clone(),
-            leader_election: self.leader_election,
-            identity: self.identity.clone(),
-        }
+        crate::config::state_context(
+            &self.sinks,
+            self.clusters.clone(),
+            self.leader_election,
+            self.identity.clone(),
+        )
     }
 }
 

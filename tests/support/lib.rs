@@ -291,6 +291,12 @@ pub async fn start_bridge(cfg: &Config, sink: Arc<dyn Sink>) -> kubesink::bridge
     start_bridge_with(cfg, vec![sink]).await
 }
 
+/// The plan `cfg` resolves to, as `kubesink run` resolves it (every test configuration
+/// resolves).
+pub fn plan(cfg: &Config) -> kubesink::plan::Plan {
+    kubesink::plan::resolve(cfg).expect("the configuration resolves")
+}
+
 /// The sinks `cfg` configures, built as kubesink builds them, in its order.
 pub async fn build_sinks(cfg: &Config) -> Vec<Arc<dyn Sink>> {
     let mut sinks = Vec::new();
@@ -313,13 +319,9 @@ pub async fn start_bridge_with(
     let client = kubesink::cluster::client(&cfg.clusters()[0])
         .await
         .expect("client");
-    kubesink::bridge::Bridge::start(
-        &kubesink::plan::resolve(cfg).expect("the configuration resolves"),
-        client,
-        sinks,
-    )
-    .await
-    .expect("bridge starts")
+    kubesink::bridge::Bridge::start(&plan(cfg), client, sinks)
+        .await
+        .expect("bridge starts")
 }
 
 /// The one wait of the tests: polls `probe` every 20 ms until it answers `Ok(value)`, and

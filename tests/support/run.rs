@@ -50,13 +50,9 @@ impl Run {
             .expect("client");
         let sink = CaptureSink::new();
         let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-        let bridge = Bridge::start(
-            &kubesink::plan::resolve(&cfg).expect("the configuration resolves"),
-            client,
-            sinks,
-        )
-        .await
-        .expect("bridge starts");
+        let bridge = Bridge::start(&crate::plan(&cfg), client, sinks)
+            .await
+            .expect("bridge starts");
         Run {
             bridge,
             sink,
