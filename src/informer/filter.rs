@@ -259,7 +259,12 @@ impl Filter {
                 (_, Some((_, function))) => format!(
                     " (the first argument of `{function}`, which is not one of CEL's macros: all, exists, exists_one, map, filter)"
                 ),
-                _ => String::new(),
+                _ => match dashed(source, v) {
+                    Some(name) => format!(
+                        " (`{name}` reads as a subtraction: a name is quoted, \"{name}\")"
+                    ),
+                    None => String::new(),
+                },
             };
             let (whose, has) = match place {
                 Place::Resource => ("a resource filter", VARIABLES.join(", ")),
@@ -519,6 +524,16 @@ fn parse(source: &str) -> Result<(Arc<cel::Env>, cel::Program), CompileError> {
         {
             message += " (CEL compares with ==, not =)";
         }
+        // `ns in ("a", "b")`: CEL has no tuples; a list is written in brackets.
+        let tuple = source.match_indices("in").any(|(at, _)| {
+            let before = source[..at].chars().next_back();
+            let after = source[at + 2..].trim_start();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                && after.starts_with('(')
+        });
+        if tuple {
+            message += " (a list is written in brackets: ns in [\"a\", \"b\"])";
+        }
         if message.ends_with("reserved identifier: namespace") {
             message +=
                 " (CEL reserves the word: the namespace is `ns`, or `object.metadata.namespace`)";
@@ -531,6 +546,15 @@ fn parse(source: &str) -> Result<(Arc<cel::Env>, cel::Program), CompileError> {
         CompileError { message, position }
     })?;
     Ok((env, program))
+}
+
+/// The word of `source` that holds `v` beside a `-` (`team-a` for `a` or `team`), when there
+/// is one: an unquoted name with a dash, which CEL reads as a subtraction.
+fn dashed<'a>(source: &'a str, v: &str) -> Option<&'a str> {
+    source
+        .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .map(|w| w.trim_matches('-'))
+        .find(|w| w.contains('-') && w.split('-').any(|part| part == v))
 }
 
 /// The compiled expression's free variables, the object's top-level fields it reaches, and
@@ -832,6 +856,19 @@ mod tests {
             e.to_string().contains("describe a change, not an object"),
             "{e}"
         );
+        let e = Filter::compile("ns == team-a").expect_err("unquoted");
+        assert!(
+            e.to_string()
+                .contains("`team-a` reads as a subtraction: a name is quoted, \"team-a\""),
+            "{e}"
+        );
+        let e = Filter::compile(r#"ns in ("a", "b")"#).expect_err("a tuple");
+        assert!(
+            e.to_string()
+                .contains(r#"a list is written in brackets: ns in ["a", "b"]"#),
+            "{e}"
+        );
+        assert!(Filter::compile(r#"ns in ["a", "b"]"#).is_ok());
         let e = Filter::compile("objct.metadata.name == 'a'").expect_err("typo");
         assert!(e.to_string().contains("\"objct\""), "{e}");
         assert!(Filter::compile(" ").is_err());
