@@ -426,6 +426,18 @@ async fn each_failure_answer_behaves_as_documented() {
         eprintln!("{fault} ×{count}: delivered after {:?}", started.elapsed());
     }
 
+    // The log says what each outage was: a receiver answering 429/5xx refuses (it is
+    // reached), one that drops the connection or stalls is out of reach.
+    let log = std::fs::read_to_string(&k.log).unwrap_or_default();
+    for words in [
+        "HTTP receiver answers with errors; retrying with the pipeline's backoff (up to pipeline.retry_max_backoff after it is back; set health_url to resume as soon as it answers)",
+        "HTTP receiver accepts again",
+        "HTTP receiver unreachable;",
+        "HTTP receiver reachable again",
+    ] {
+        assert!(log.contains(words), "{words:?} missing from the log: {log}");
+    }
+
     // A 400 refuses the one message of its request for good: counted and logged, not sent
     // again; the key's next change heals the fold.
     r.fault("mode=status&status=400&count=1").await;

@@ -11,6 +11,7 @@
 //! of client libraries run on their own threads: nothing here blocks or awaits. Never
 //! decides anything about delivery.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -142,6 +143,9 @@ pub struct Outage {
     retrying: &'static str,
     every: Duration,
     tally: Mutex<Tally>,
+    /// The latest failure was an answer (the remote refused: an HTTP 5xx, 429…), not a
+    /// remote out of reach: the lines say so.
+    answering: AtomicBool,
 }
 
 /// Formats a duration for a log line in tenths of a second (`12.3s`, `1m 5.2s`).
@@ -166,6 +170,7 @@ impl Outage {
             retrying,
             every: SUMMARY_EVERY,
             tally: Mutex::new(Tally::default()),
+            answering: AtomicBool::new(false),
         }
     }
 
@@ -182,6 +187,15 @@ impl Outage {
     /// A failed attempt (counted; see [`Tally::fail`]), logged as the outage's start or
     /// summary when it is one.
     pub fn failed(&self, cause: &str) {
+        self.answering.store(false, Ordering::Relaxed);
+        let line = self.tally().fail(Instant::now(), cause, true, self.every);
+        self.log(line);
+    }
+
+    /// A failed attempt the remote answered (an HTTP 5xx, 429: it refused, it is not out of
+    /// reach), counted and logged as [`Outage::failed`] in those words.
+    pub fn failed_answering(&self, cause: &str) {
+        self.answering.store(true, Ordering::Relaxed);
         let line = self.tally().fail(Instant::now(), cause, true, self.every);
         self.log(line);
     }
@@ -189,6 +203,7 @@ impl Outage {
     /// The connection was lost (not an attempt: not counted); starts an outage when none
     /// runs.
     pub fn lost(&self, cause: &str) {
+        self.answering.store(false, Ordering::Relaxed);
         let line = self.tally().fail(Instant::now(), cause, false, self.every);
         self.log(line);
     }
@@ -225,12 +240,16 @@ impl Outage {
 
     fn log(&self, line: Option<Line>) {
         let (sink, what) = (&self.name, self.what);
+        let (down, recovered) = match self.answering.load(Ordering::Relaxed) {
+            true => ("answers with errors", "accepts again"),
+            false => ("unreachable", "reachable again"),
+        };
         match line {
             None => {}
             Some(Line::Started { cause }) => tracing::warn!(
                 sink = %sink,
                 cause = %cause,
-                "{what} unreachable; {}, changes wait (one line a minute while it lasts, one when it ends)",
+                "{what} {down}; {}, changes wait (one line a minute while it lasts, one when it ends)",
                 self.retrying
             ),
             Some(Line::Lasting {
@@ -242,7 +261,7 @@ impl Outage {
                 down_for = %tenths(down_for),
                 failed_attempts = failures,
                 last_error = %last_error,
-                "{what} still unreachable; {}",
+                "{what} still {down}; {}",
                 self.retrying
             ),
             Some(Line::Ended {
@@ -254,7 +273,7 @@ impl Outage {
                 down_for = %tenths(down_for),
                 failed_attempts = failures,
                 last_error = %last_error,
-                "{what} reachable again"
+                "{what} {recovered}"
             ),
         }
     }

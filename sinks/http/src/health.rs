@@ -1,7 +1,7 @@
 //! What a sink that learns its destination's state only from its requests' answers (HTTP,
 //! OTLP) tells `/readyz` and the log: an outage of retryable failures (no answer, 408, 429,
 //! 5xx) as the brokers' sinks tell it ([`Outage`]: one WARN at its start, a summary a minute,
-//! one INFO at its end), and an answer that needs an operator (401, 403, 404…) until the next
+//! one INFO at its end; "unreachable" without an answer, "answers with errors" with one), and an answer that needs an operator (401, 403, 404…) until the next
 //! 2xx. Every change of readiness bumps [`Health::signal`] ([`kubesink_core::Sink::health_signal`]),
 //! so the readiness probe looks again at once instead of at its next interval.
 
@@ -20,10 +20,11 @@ pub struct Health {
 }
 
 impl Health {
-    /// The health of sink `name` sending to `what` (`"HTTP receiver"`, `"OTLP endpoint"`).
-    pub fn new(name: &str, what: &'static str) -> Self {
+    /// The health of sink `name` sending to `what` (`"HTTP receiver"`, `"OTLP endpoint"`);
+    /// `retrying` says how requests are retried, for the outage's first line.
+    pub fn new(name: &str, what: &'static str, retrying: &'static str) -> Self {
         Health {
-            outage: Outage::new(name, what, "retrying with the pipeline's backoff"),
+            outage: Outage::new(name, what, retrying),
             fatal: Mutex::new(None),
             signal: ReadySignal::new(),
         }
@@ -43,9 +44,15 @@ impl Health {
                     self.signal.notify();
                 }
             }
-            Err(Failure::Retry { message, .. }) => {
+            Err(Failure::Retry {
+                message, status, ..
+            }) => {
                 let was_down = self.outage.is_down();
-                self.outage.failed(message);
+                // An answer (5xx, 429…) is a receiver refusing, not one out of reach.
+                match status {
+                    Some(_) => self.outage.failed_answering(message),
+                    None => self.outage.failed(message),
+                }
                 if !was_down {
                     self.signal.notify();
                 }
@@ -92,12 +99,13 @@ mod tests {
 
     #[test]
     fn readiness_follows_the_answers_and_each_change_bumps_the_signal() {
-        let h = Health::new("hook", "HTTP receiver");
+        let h = Health::new("hook", "HTTP receiver", "retrying");
         let url = reqwest::Url::parse("http://r/").unwrap();
         let signal = h.signal();
         let retry = || Failure::Retry {
             message: "refused".into(),
             retry_after: None,
+            status: None,
         };
         h.record(&Ok(()));
         assert_eq!(signal.generation(), 0, "ready stays ready: no bump");

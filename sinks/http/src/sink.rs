@@ -89,6 +89,8 @@ pub enum Failure {
         message: String,
         /// The answer's `Retry-After`.
         retry_after: Option<Duration>,
+        /// The status the receiver answered with; `None`: no answer (it is unreachable).
+        status: Option<u16>,
     },
     /// 413: the body is too large for the receiver.
     TooLarge {
@@ -121,7 +123,14 @@ impl Failure {
 
 impl HttpSink {
     pub(crate) fn new(s: Settings) -> Self {
-        let health = Health::new(&s.name, "HTTP receiver");
+        // Without `health_url`, a receiver back up waits out the pipeline's backoff (up to
+        // `pipeline.retry_max_backoff`) before the next request finds it: the log says how to
+        // resume as soon as it answers.
+        let retrying = match s.health_url {
+            Some(_) => "retrying with the pipeline's backoff, cut short when health_url answers",
+            None => "retrying with the pipeline's backoff (up to pipeline.retry_max_backoff after it is back; set health_url to resume as soon as it answers)",
+        };
+        let health = Health::new(&s.name, "HTTP receiver", retrying);
         HttpSink {
             s,
             health,
@@ -237,6 +246,7 @@ impl HttpSink {
                                     Failure::Retry {
                                         message,
                                         retry_after: None,
+                                        status: None,
                                     },
                                 )
                             }));
@@ -370,6 +380,7 @@ where
                         Failure::Retry {
                             message: message.clone(),
                             retry_after: None,
+                            status: None,
                         },
                     )
                 }));
@@ -467,11 +478,13 @@ pub async fn classify(
             Failure::Retry {
                 message,
                 retry_after,
+                status: Some(status.as_u16()),
             }
         }
         s if s.is_server_error() => Failure::Retry {
             message,
             retry_after,
+            status: Some(s.as_u16()),
         },
         StatusCode::PAYLOAD_TOO_LARGE => Failure::TooLarge { message },
         StatusCode::UNAUTHORIZED
@@ -531,6 +544,7 @@ pub fn transport(url: &reqwest::Url, e: &reqwest::Error) -> Failure {
         Failure::Retry {
             message,
             retry_after: None,
+            status: None,
         }
     }
 }

@@ -57,7 +57,11 @@ impl OtlpSink {
         gzip: bool,
         max_body_bytes: usize,
     ) -> Self {
-        let health = Health::new(&name, "OTLP endpoint");
+        let health = Health::new(
+            &name,
+            "OTLP endpoint",
+            "retrying with the pipeline's backoff",
+        );
         OtlpSink {
             name,
             client,
@@ -125,6 +129,7 @@ impl OtlpSink {
             .map_err(|e| Failure::Retry {
                 message: format!("gzip: {e}"),
                 retry_after: None,
+                status: None,
             })
     }
 
