@@ -139,6 +139,20 @@ pub(super) fn filter_warnings(c: &Config) -> Vec<String> {
                 ));
             }
         }
+        for (path, map, key) in unguarded_keys(expr) {
+            // `has()` takes a field selection: a key that is not an identifier has `in` only.
+            let has = match key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                true => format!("has({map}.{key}) && …, or "),
+                false => String::new(),
+            };
+            let counted = match place {
+                FilterPlace::Resource => "kubesink_filter_errors_total",
+                FilterPlace::Sink => "kubesink_sink_filter_errors_total",
+            };
+            out.push(format!(
+                "{at} reads {path}, which an object without that key does not have: the filter fails on such objects (no match, counted in {counted}); guard it, {has}\"{key}\" in {map} && …"
+            ));
+        }
         let beyond = f.reads_beyond_metadata();
         if place == FilterPlace::Sink
             && !metadata_only.is_empty()
@@ -151,6 +165,44 @@ pub(super) fn filter_warnings(c: &Config) -> Vec<String> {
                 metadata_only.join(", "),
                 if metadata_only.len() == 1 { "is" } else { "are" },
             ));
+        }
+    }
+    out
+}
+
+/// The label and annotation keys `expr` selects (`object.metadata.labels.tier`) without
+/// asking first whether the object has them (`has(object.metadata.labels.tier)`, or
+/// `"tier" in object.metadata.labels`): most objects lack most labels, and selecting a key a
+/// map lacks is an error in CEL, not `false`.
+///
+/// Each as `(the selection as written, the map, the key)`.
+fn unguarded_keys(expr: &str) -> Vec<(String, &'static str, String)> {
+    let mut out = Vec::new();
+    for map in ["object.metadata.labels", "object.metadata.annotations"] {
+        // `map.key`, `map["key"]` and `map['key']`.
+        let selected = expr.match_indices(map).filter_map(|(at, _)| {
+            let rest = &expr[at + map.len()..];
+            if let Some(rest) = rest.strip_prefix('.') {
+                let key: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                return (!key.is_empty()).then(|| (format!("{map}.{key}"), key));
+            }
+            let rest = rest.strip_prefix('[')?;
+            let quote = rest.chars().next().filter(|q| matches!(q, '"' | '\''))?;
+            let key = rest[1..].split(quote).next()?.to_owned();
+            Some((format!("{map}[{quote}{key}{quote}]"), key))
+        });
+        for (path, key) in selected.collect::<Vec<_>>() {
+            let dotted = format!("{map}.{key}");
+            let guarded = expr.contains(&format!("has({dotted})"))
+                || [format!("\"{key}\" in {map}"), format!("'{key}' in {map}")]
+                    .iter()
+                    .any(|g| expr.contains(g.as_str()));
+            if !guarded && !out.iter().any(|(p, _, _)| *p == path) {
+                out.push((path, map, key));
+            }
         }
     }
     out
@@ -189,6 +241,46 @@ mod tests {
             sink("kind != \"Pod\" || object.spec.nodeName == \"n1\""),
             sink("ns == \"a\" && has(object.metadata.labels)"),
         ];
+        assert!(warnings(&c).is_empty(), "{:?}", warnings(&c));
+    }
+
+    #[test]
+    fn a_label_read_without_asking_whether_the_object_has_it_is_warned_about() {
+        let mut pod = ResourceConfig::new("v1", "Pod");
+        pod.filter = Some(r#"object.metadata.labels.tier == "front""#.into());
+        let mut c = Config {
+            resources: vec![pod],
+            sinks: vec![SinkConfig::Stdout(kubesink_stdout::StdoutConfig {
+                filter: Some(r#"object.metadata.annotations.team == "a""#.into()),
+                ..Default::default()
+            })],
+            ..Default::default()
+        };
+        let w = warnings(&c).join("\n");
+        assert!(
+            w.contains(r#"resources.0.filter reads object.metadata.labels.tier, which an object without that key does not have: the filter fails on such objects (no match, counted in kubesink_filter_errors_total); guard it, has(object.metadata.labels.tier) && …, or "tier" in object.metadata.labels && …"#),
+            "{w}"
+        );
+        assert!(
+            w.contains(r#"sinks.0.filter (sink "stdout") reads object.metadata.annotations.team"#),
+            "{w}"
+        );
+        c.resources[0].filter = Some(
+            r#"has(object.metadata.labels) && object.metadata.labels["team"] == "payments""#.into(),
+        );
+        let w = warnings(&c).join("\n");
+        assert!(
+            w.contains(r#"resources.0.filter reads object.metadata.labels["team"], which"#),
+            "{w}"
+        );
+        // Asked first, either way: no warning.
+        c.resources[0].filter = Some(
+            r#"has(object.metadata.labels.tier) && object.metadata.labels.tier == "front""#.into(),
+        );
+        c.sinks = vec![SinkConfig::Stdout(kubesink_stdout::StdoutConfig {
+            filter: Some(r#"'team' in object.metadata.annotations && object.metadata.annotations.team == "a""#.into()),
+            ..Default::default()
+        })];
         assert!(warnings(&c).is_empty(), "{:?}", warnings(&c));
     }
 
