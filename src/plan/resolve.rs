@@ -12,7 +12,6 @@ use crate::config::{
 };
 use crate::informer::{ChangePaths, Filter, FilterCompileError, FilterPlace};
 use crate::state::StatePlan;
-use kubesink_core::shard::Shard;
 
 /// What runs: the configuration resolved once by [`resolve`].
 #[derive(Clone, Debug)]
@@ -158,22 +157,20 @@ pub fn resolve(config: &Config) -> Result<Plan, PlanError> {
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
     // A bridge watches whole clusters; only a scale-out group splits one into shards.
+    // Each unit ([`Config::units`]) shares its cluster's compiled resources (cluster names
+    // are unique).
     let units = match scale_out {
         false => clusters.clone(),
-        true => clusters
-            .iter()
-            .flat_map(|u| match Shard::all(u.cluster.shards) {
-                shards if shards.is_empty() => vec![u.clone()],
-                shards => shards
-                    .into_iter()
-                    .map(|s| UnitPlan {
-                        cluster: Cluster {
-                            shard: Some(s),
-                            ..u.cluster.clone()
-                        },
-                        resources: u.resources.clone(),
-                    })
-                    .collect(),
+        true => config
+            .units()
+            .into_iter()
+            .map(|cluster| UnitPlan {
+                resources: clusters
+                    .iter()
+                    .find(|u| u.cluster.name == cluster.name)
+                    .map(|u| u.resources.clone())
+                    .unwrap_or_default(),
+                cluster,
             })
             .collect(),
     };

@@ -76,15 +76,24 @@ pub fn parse_format<'de, D: serde::Deserializer<'de>>(
     d: D,
     allowed: &[Format],
 ) -> Result<Format, D::Error> {
+    parse_format_of(d, allowed, Format::as_str)
+}
+
+/// [`parse_format`] for a destination's own format type (`allowed`, spelled by `as_str`).
+pub fn parse_format_of<'de, D: serde::Deserializer<'de>, F: Copy>(
+    d: D,
+    allowed: &[F],
+    as_str: fn(F) -> &'static str,
+) -> Result<F, D::Error> {
     let text = String::deserialize(d)?;
     allowed
         .iter()
         .copied()
-        .find(|f| f.as_str() == text)
+        .find(|f| as_str(*f) == text)
         .ok_or_else(|| {
             let names: Vec<String> = allowed
                 .iter()
-                .map(|f| format!("{:?}", f.as_str()))
+                .map(|f| format!("{:?}", as_str(*f)))
                 .collect();
             serde::de::Error::custom(format!(
                 "format: unknown value {text:?}; expected {}",

@@ -36,20 +36,11 @@ pub enum HttpFormat {
 /// `[[sinks]]` entry is an internally tagged enum, whose errors lose the field's path.
 impl<'de> Deserialize<'de> for HttpFormat {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        HttpFormat::ALL
-            .into_iter()
-            .find(|f| f.as_str() == text)
-            .ok_or_else(|| {
-                let names: Vec<String> = HttpFormat::ALL
-                    .iter()
-                    .map(|f| format!("{:?}", f.as_str()))
-                    .collect();
-                serde::de::Error::custom(format!(
-                    "format: unknown value {text:?}; expected {}",
-                    names.join(" or ")
-                ))
-            })
+        kubesink_core::message::cloudevents::parse_format_of(
+            d,
+            &HttpFormat::ALL,
+            HttpFormat::as_str,
+        )
     }
 }
 
