@@ -119,8 +119,10 @@ async fn check(file: Option<&std::path::Path>, args: &CheckArgs) -> ExitCode {
             // What did parse is still checked: its warnings, and with --strict its missing
             // files as errors, come in the same run as the errors.
             if let Some(partial) = partial {
-                if strict_errors(&partial, args.strict) == 0 {
-                    warn(&partial);
+                // A configuration that does not resolve has its problems said already.
+                let watches = kubesink::plan::resolve(&partial).ok().map(|p| p.watches());
+                if strict_errors(&partial, watches, args.strict) == 0 {
+                    warn(&partial, watches);
                 }
             }
             ExitCode::FAILURE
@@ -139,6 +141,7 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let watches = Some(plan.watches());
     // A kubeconfig that is here but that `run` cannot use is reported like a missing one: a
     // warning, an error with --strict (a file that is not a kubeconfig, or a context it
     // lacks, must not pass `check --strict` and then stop `run`).
@@ -149,11 +152,11 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
             false => eprintln!("warning: {u}"),
         }
     }
-    if strict_errors(&c, args.strict) > 0 || (args.strict && !unusable.is_empty()) {
+    if strict_errors(&c, watches, args.strict) > 0 || (args.strict && !unusable.is_empty()) {
         return ExitCode::FAILURE;
     }
     if args.online {
-        match warn(&c) {
+        match warn(&c, watches) {
             0 => eprintln!("configuration OK; asking the clusters"),
             n => eprintln!("configuration OK, with {n} warning(s); asking the clusters"),
         }
@@ -187,7 +190,7 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
                     units.join(", ")
                 );
             }
-            match warn(&c) {
+            match warn(&c, watches) {
                 0 => eprintln!("configuration OK"),
                 n => eprintln!("configuration OK, with {n} warning(s)"),
             }
@@ -222,7 +225,7 @@ async fn unusable_kubeconfigs(c: &config::Config) -> Vec<String> {
 
 /// With `--strict`, prints each missing file of `c` as an error, then the other warnings;
 /// returns how many errors it printed (none, and nothing printed, without `--strict`).
-fn strict_errors(c: &config::Config, strict: bool) -> usize {
+fn strict_errors(c: &config::Config, watches: Option<u64>, strict: bool) -> usize {
     if !strict {
         return 0;
     }
@@ -232,23 +235,23 @@ fn strict_errors(c: &config::Config, strict: bool) -> usize {
     }
     if !missing.is_empty() {
         let reported: Vec<String> = missing.iter().map(config::MissingFile::warning).collect();
-        warn_except(c, &reported);
+        warn_except(c, watches, &reported);
     }
     missing.len()
 }
 
-/// Prints what works but is risky in `c` on stderr (the open-files limit, then the
-/// configuration's warnings); returns how many configuration warnings there were.
-fn warn(c: &config::Config) -> usize {
-    warn_except(c, &[])
+/// Prints what works but is risky in `c` on stderr (the open-files limit for its `watches`,
+/// `None` when it did not resolve, then the configuration's warnings); returns how many
+/// configuration warnings there were.
+fn warn(c: &config::Config, watches: Option<u64>) -> usize {
+    warn_except(c, watches, &[])
 }
 
 /// [`warn`], leaving out the warnings in `reported` (already printed as errors).
-fn warn_except(c: &config::Config, reported: &[String]) -> usize {
+fn warn_except(c: &config::Config, watches: Option<u64>, reported: &[String]) -> usize {
     // `run` raises the soft limit to the hard one: that is the one that counts.
-    // A configuration that does not resolve (a partial one) has its problems said already.
-    if let (Ok(limit), Ok(plan)) = (kubesink::limits::open_files(), kubesink::plan::resolve(c)) {
-        if let Some(warning) = kubesink::limits::fd_budget(plan.watches(), limit.hard) {
+    if let (Ok(limit), Some(watches)) = (kubesink::limits::open_files(), watches) {
+        if let Some(warning) = kubesink::limits::fd_budget(watches, limit.hard) {
             eprintln!("warning: {warning}");
         }
     }
