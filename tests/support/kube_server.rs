@@ -308,7 +308,7 @@ struct Etcd {
 fn etcd() -> &'static Mutex<Etcd> {
     static ETCD: OnceLock<Mutex<Etcd>> = OnceLock::new();
     ETCD.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = crate::process_tempdir("etcd");
         let (client, peer) = (free_port(), free_port());
         let url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
@@ -420,10 +420,13 @@ pub async fn shared_async() -> &'static ControlPlane {
 pub fn shared() -> &'static ControlPlane {
     static SHARED: OnceLock<ControlPlane> = OnceLock::new();
     SHARED.get_or_init(|| {
-        ControlPlane::start(Options {
-            controller_manager: true,
-            ..Default::default()
-        })
+        ControlPlane::start_in(
+            crate::process_tempdir("control-plane"),
+            Options {
+                controller_manager: true,
+                ..Default::default()
+            },
+        )
     })
 }
 
@@ -432,7 +435,11 @@ impl ControlPlane {
     /// key prefix of its own, and waits until `/readyz` answers 200 (and, with a controller
     /// manager, until it created the `default` ServiceAccount of `default`).
     pub fn start(options: Options) -> ControlPlane {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(tempfile::tempdir().expect("tempdir"), options)
+    }
+
+    /// [`ControlPlane::start`] with its certificates, kubeconfigs and logs in `dir`.
+    fn start_in(dir: tempfile::TempDir, options: Options) -> ControlPlane {
         let pki = Pki::generate(dir.path());
         let port = free_port();
         let url = format!("https://127.0.0.1:{port}");
