@@ -56,6 +56,19 @@ async fn fleet(
     (bridge, sink)
 }
 
+/// The simulator never had more than the budget of two streaming lists in flight, but for
+/// lists kubesink gave up on: a held list silent for `INITIAL_EVENTS_SILENCE` (15 s, reached
+/// on a busy machine) is abandoned and retried in its slot, and the server sees the closed
+/// connection a moment after the retry arrives. Every list over the budget must be such a
+/// cut one; with none cut, the peak is the budget.
+fn assert_within_budget(c: &Cluster, when: &str) {
+    let (peak, cut) = (c.sim.streaming_lists_peak(), c.sim.streaming_lists_cut());
+    assert!(
+        peak >= 2 && peak <= 2 + cut,
+        "{when}: the simulator saw a peak of {peak} streaming lists, {cut} of them cut"
+    );
+}
+
 async fn populated() -> Cluster {
     let c = cluster(SimConfig::default()).await;
     c.sim
@@ -111,7 +124,7 @@ async fn six_clusters_with_a_budget_of_two_stream_two_lists_at_a_time_and_all_sy
             },
         )
         .await;
-        assert_eq!(c.sim.streaming_lists_peak(), 2, "round {round}");
+        assert_within_budget(&c, &format!("round {round}"));
         // Release the held end bookmarks and hold the next lists' (one step: with two calls
         // a list coming in between got through unheld on a busy machine).
         c.sim.faults().release_held_initial_events_end();
@@ -131,21 +144,20 @@ async fn six_clusters_with_a_budget_of_two_stream_two_lists_at_a_time_and_all_sy
             .collect();
         assert_eq!(fold(&mine), sim_state(&c.sim, &[("v1", "Pod")]), "{name}");
     }
-    assert_eq!(
-        c.sim.streaming_lists_peak(),
-        2,
-        "never more than the budget"
-    );
+    assert_within_budget(&c, "never more than the budget");
     assert_eq!(
         lists_metric(&bridge, "kubesink_watch_lists_in_flight_peak"),
         2.0
     );
     assert_eq!(lists_metric(&bridge, "kubesink_watch_lists_in_flight"), 0.0);
     assert_eq!(lists_metric(&bridge, "kubesink_watch_lists_waiting"), 0.0);
-    assert_eq!(
-        lists_metric(&bridge, "kubesink_watch_list_slot_waits_total"),
-        4.0
-    );
+    // Four lists waited for a slot; a cut list's retry may wait again.
+    let waits = lists_metric(&bridge, "kubesink_watch_list_slot_waits_total");
+    if c.sim.streaming_lists_cut() == 0 {
+        assert_eq!(waits, 4.0);
+    } else {
+        assert!(waits >= 4.0, "{waits} slot waits");
+    }
     assert_eq!(
         lists_metric(&bridge, "kubesink_watch_max_concurrent_lists"),
         2.0

@@ -114,6 +114,8 @@ pub(crate) struct Inner {
     pub(crate) streaming_lists: AtomicUsize,
     /// The most of those at once since start or the last reset of the request counts.
     pub(crate) streaming_lists_peak: AtomicUsize,
+    /// Streaming lists whose stream ended before their end bookmark was written.
+    pub(crate) streaming_lists_cut: AtomicUsize,
     addr: Mutex<Option<SocketAddr>>,
     pub(crate) shutdown: CancellationToken,
     /// Churn started over the admin endpoint `/_sim/churn` (replaced by the next call).
@@ -182,6 +184,7 @@ impl Simulator {
                 open_watches: AtomicUsize::new(0),
                 streaming_lists: AtomicUsize::new(0),
                 streaming_lists_peak: AtomicUsize::new(0),
+                streaming_lists_cut: AtomicUsize::new(0),
                 addr: Mutex::new(None),
                 shutdown: CancellationToken::new(),
                 admin_churn: Mutex::new(None),
@@ -395,6 +398,14 @@ impl Simulator {
     /// concurrency, when one client is served).
     pub fn streaming_lists_peak(&self) -> usize {
         self.inner.streaming_lists_peak.load(Ordering::SeqCst)
+    }
+
+    /// Streaming lists whose stream ended before their initial-events-end bookmark was written,
+    /// since start: the client gave up waiting (a closed connection is seen only when hyper
+    /// next polls it, so for a moment the list and the client's retry both count in
+    /// [`Simulator::streaming_lists_in_flight`]), or a fault cut the stream.
+    pub fn streaming_lists_cut(&self) -> usize {
+        self.inner.streaming_lists_cut.load(Ordering::SeqCst)
     }
 
     /// List and watch requests per resource and per path since start or the last

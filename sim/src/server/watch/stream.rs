@@ -70,6 +70,11 @@ impl OpenWatch {
 
 impl Drop for OpenWatch {
     fn drop(&mut self) {
+        if self.initial_pending {
+            self.inner
+                .streaming_lists_cut
+                .fetch_add(1, Ordering::SeqCst);
+        }
         self.end_initial_events();
         self.inner.open_watches.fetch_sub(1, Ordering::Relaxed);
         self.inner.faults.unregister_watch(self.id);
