@@ -359,3 +359,101 @@ change_values = ["spec.replicas", "spec.template.spec.containers[*].image"]
     assert_eq!(solo.len(), 1, "only the label edit: {solo:#?}");
     assert!(second.iter().all(|m| m["initial"] != true), "{second:#?}");
 }
+
+/// `ignore_changes = ["metadata.annotations", "status.observedGeneration"]` on a Deployment:
+/// the API server moves its `metadata.generation` with an annotation change, and the
+/// deployment controller then writes `status.observedGeneration`; neither write is sent
+/// (before, the generation made the annotation write an update). A label edit after them is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ignored_deployment_annotation_is_not_sent_through_the_generation_it_moves() {
+    let cp: &'static ControlPlane = kube_server::shared_async().await;
+    let ns = "changes-annotations";
+    namespace(cp, ns, json!({})).await;
+    let client = cp.admin().await;
+    create(
+        &client,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "quiet", "namespace": ns},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "quiet"}},
+                "template": {"metadata": {"labels": {"app": "quiet"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}),
+    )
+    .await;
+    let api = dynamic(&client, "apps/v1", "Deployment", Some(ns)).await;
+    // The controller's writes after the create, done before kubesink starts.
+    let caught_up = || async {
+        wait_until("the deployment controller caught up", LONG, || {
+            let api = api.clone();
+            async move {
+                let d = api.get("quiet").await.map_err(|e| e.to_string())?;
+                let generation = d.metadata.generation.unwrap_or_default();
+                match d.data["status"]["observedGeneration"].as_i64() {
+                    Some(seen) if seen == generation => {
+                        Ok((generation, d.metadata.resource_version.unwrap_or_default()))
+                    }
+                    seen => Err(format!("generation {generation}, observed {seen:?}")),
+                }
+            }
+        })
+        .await
+    };
+    let (before, _) = caught_up().await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let resources = format!(
+        r#"[[resources]]
+api_version = "apps/v1"
+kind = "Deployment"
+namespaces = ["{ns}"]
+ignore_changes = ["metadata.annotations", "status.observedGeneration"]
+"#
+    );
+    let config = write_config(dir.path(), cp, ns, &resources);
+    let k = Kubesink::start(BIN, &config, dir.path(), "annotations", &[]);
+    synced(&k, &["quiet"]).await;
+    let annotated = merge(
+        &client,
+        "apps/v1",
+        "Deployment",
+        ns,
+        "quiet",
+        None,
+        json!({"metadata": {"annotations": {"team": "blue"}}}),
+    )
+    .await;
+    let (after, observed) = caught_up().await;
+    assert_eq!(
+        after,
+        before + 1,
+        "the API server moves a Deployment's generation with its annotations"
+    );
+    let label = merge(
+        &client,
+        "apps/v1",
+        "Deployment",
+        ns,
+        "quiet",
+        None,
+        json!({"metadata": {"labels": {"tier": "back"}}}),
+    )
+    .await;
+    let m = sent_at(&k, "quiet", &label).await;
+    assert_eq!(
+        changed(&m),
+        Some(vec!["metadata.labels", "metadata.annotations", "status"]),
+        "relative to the last message sent (its status had the older observedGeneration): {m}"
+    );
+    let all = k.terminate().await;
+    let sent: Vec<&Value> = all.iter().filter(|m| m["name"] == "quiet").collect();
+    for rv in [&annotated, &observed] {
+        assert!(
+            !sent.iter().any(|m| m["resourceVersion"] == rv.as_str()),
+            "the write at {rv} was sent: {sent:#?}"
+        );
+    }
+    assert_eq!(
+        sent.len(),
+        2,
+        "the initial list and the label edit: {sent:#?}"
+    );
+}

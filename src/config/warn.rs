@@ -174,6 +174,7 @@ pub fn warnings(c: &Config) -> Vec<String> {
         }
     }
     out.extend(missing_files(c).iter().map(MissingFile::warning));
+    out.extend(observed_generation(c));
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }
@@ -190,6 +191,40 @@ pub fn warnings(c: &Config) -> Vec<String> {
         && c.units().len() < 2
     {
         out.push("leader_election.scale_out with one cluster: one replica holds it and the others stand by, as with leader election alone; scale-out spreads [[clusters]] entries, several of them, or the shards of a cluster (cluster.shards)".to_owned());
+    }
+    out
+}
+
+/// A Deployment whose annotations are ignored but not `status.observedGeneration`: an
+/// annotation change moves its `metadata.generation` (left out of the comparison with
+/// `ignore_changes`, `informer/changes.rs`), and the deployment controller then writes
+/// `status.observedGeneration` to match, a write of its own that is sent and names the
+/// annotations too (`changed` is relative to the last payload sent).
+fn observed_generation(c: &Config) -> Vec<String> {
+    let trimmed = |p: &str| p.trim_start_matches('$').trim_start_matches('.').to_owned();
+    let mut out = Vec::new();
+    let clusters = c.clusters();
+    for (ci, cluster) in clusters.iter().enumerate() {
+        for (i, r) in cluster.resources.iter().enumerate() {
+            let deployment = r.kind == "Deployment"
+                && ["apps", "extensions"].contains(&r.api_version.split('/').next().unwrap_or(""));
+            let ignored: Vec<String> = r.ignore_changes.iter().map(|p| trimmed(p)).collect();
+            let annotations = ignored
+                .iter()
+                .any(|p| p.starts_with("metadata.annotations"));
+            let caught_up = ignored
+                .iter()
+                .any(|p| p == "status" || p == "status.observedGeneration");
+            if deployment && annotations && !caught_up {
+                let at = match c.clusters.is_empty() {
+                    true => format!("resources.{i}.ignore_changes"),
+                    false => format!("clusters.{ci}.resources.{i}.ignore_changes"),
+                };
+                out.push(format!(
+                    "{at}: an annotation change moves a Deployment's generation, and the deployment controller then writes status.observedGeneration: that write is sent (naming metadata.annotations too); add \"status.observedGeneration\" to ignore_changes to leave it out as well"
+                ));
+            }
+        }
     }
     out
 }
@@ -249,6 +284,35 @@ mod tests {
             w[0].starts_with("resources.0 (v1 Event) and resources.2 (events.k8s.io/v1 Event) are the same objects under two API groups"),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn ignored_deployment_annotations_without_observed_generation_are_warned_about() {
+        let deployment = |ignored: &[&str]| {
+            let mut r = ResourceConfig::new("apps/v1", "Deployment");
+            r.ignore_changes = ignored.iter().map(|p| (*p).to_owned()).collect();
+            r
+        };
+        let w = with(vec![deployment(&["metadata.annotations"])]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with(
+                "resources.0.ignore_changes: an annotation change moves a Deployment's generation"
+            ),
+            "{w:?}"
+        );
+        let w = with(vec![deployment(&["$.metadata.annotations['a.io/x']"])]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        for quiet in [
+            deployment(&["metadata.annotations", "status.observedGeneration"]),
+            deployment(&["metadata.annotations", "status"]),
+            deployment(&["status"]),
+        ] {
+            assert!(with(vec![quiet]).is_empty());
+        }
+        let mut pod = deployment(&["metadata.annotations"]);
+        (pod.api_version, pod.kind) = ("v1".into(), "Pod".into());
+        assert!(with(vec![pod]).is_empty());
     }
 
     #[test]

@@ -28,7 +28,9 @@
 //! **`ignore_changes`**: JSONPath queries as above. The store's 64-bit fingerprint of such a
 //! resource is taken over the payload *without* the values they select, so an update whose
 //! changes all lie there compares equal and sends nothing (its resourceVersion is still
-//! recorded, so neither a relist nor a restart sends it later); it is counted in
+//! recorded, so neither a relist nor a restart sends it later; `metadata.generation`, which
+//! the API server moves with a Deployment's annotations as with any `spec` change, is left
+//! out with them); it is counted in
 //! `kubesink_updates_ignored_total` when its ignored values differ from those of the payload
 //! last sent (with configured `change_paths`, the last slot holds their fingerprint, so this
 //! is seen whichever paths are configured). The next update that is sent carries the whole object as
@@ -336,6 +338,14 @@ impl ChangePaths {
             for p in &ignored_pointers {
                 remove_at(&mut object, p);
             }
+            // `metadata.generation` is the API server's counter of the writes that changed
+            // what it tracks: `spec` (and, for a Deployment, its annotations), or a
+            // deletionTimestamp. It moves in the same write as the change, which is compared
+            // on its own here, so leaving it out loses nothing and an ignored change (a
+            // Deployment's annotations) does not come back through it.
+            if let Some(Value::Object(m)) = object.get_mut("metadata") {
+                m.remove("generation");
+            }
             out.filtered = Some(xxh3_64(&serde_json::to_vec(&object).unwrap_or_default()));
         }
         out
@@ -490,6 +500,10 @@ mod tests {
         let base = f(obj("Pending", "a", "1", 1));
         assert_eq!(base, f(obj("Running", "b", "2", 1)));
         assert_ne!(base, f(obj("Pending", "a", "3", 2)));
+        // The generation the API server moves with a Deployment's annotations neither.
+        let mut bumped = obj("Pending", "c", "4", 1);
+        bumped["metadata"]["generation"] = json!(2);
+        assert_eq!(base, f(bumped));
         // An ignored field that appears is no change either.
         let mut without = obj("Pending", "a", "1", 1);
         without.as_object_mut().unwrap().remove("status");
