@@ -1102,8 +1102,9 @@ enum StateBroker {
 }
 
 impl StateBroker {
-    /// Sets `cfg.state` to this broker's backend, saved every 300 ms, with `write_ahead`.
-    fn configure(&self, cfg: &mut kubesink::config::Config, write_ahead: bool) {
+    /// Sets `cfg.state` to this broker's backend, saved every 300 ms, with `write_ahead`,
+    /// its requests timing out after `timeout`.
+    fn configure(&self, cfg: &mut kubesink::config::Config, write_ahead: bool, timeout: Duration) {
         use kubesink::config::{HumanDuration, StateBackend, StateConfig};
         cfg.state = StateConfig {
             interval: HumanDuration(Duration::from_millis(300)),
@@ -1115,13 +1116,13 @@ impl StateBroker {
             StateBroker::Nats(server) => {
                 cfg.state.backend = StateBackend::Nats;
                 cfg.state.nats.servers = vec![server.url()];
-                cfg.state.nats.timeout = HumanDuration(Duration::from_secs(1));
+                cfg.state.nats.timeout = HumanDuration(timeout);
             }
             #[cfg(feature = "kafka")]
             StateBroker::Kafka(tansu) => {
                 cfg.state.backend = StateBackend::Kafka;
                 cfg.state.kafka.bootstrap_servers = Some(tansu.bootstrap.clone());
-                cfg.state.kafka.timeout = HumanDuration(Duration::from_secs(1));
+                cfg.state.kafka.timeout = HumanDuration(timeout);
             }
         }
     }
@@ -1167,7 +1168,8 @@ async fn while_the_kafka_state_store_is_down_new_objects_wait_and_nothing_is_los
 
 /// The state store goes away after the initial list: 5 new pods are held back (the journal
 /// cannot record them), `/readyz` and the metrics say why; when it is back they are sent and
-/// the view is the cluster.
+/// the view is the cluster. `/readyz` fails as soon as the sends wait for the journal
+/// (`JOURNAL_WAIT_NOT_READY`), before the journal's write times out (after 4 s here).
 async fn state_store_outage(mut broker: StateBroker) {
     let c = cluster(SimConfig::default()).await;
     c.sim
@@ -1178,7 +1180,7 @@ async fn state_store_outage(mut broker: StateBroker) {
             ..Default::default()
         })
         .unwrap();
-    let (bridge, sink) = bridge_with_state(&c, &broker, true).await;
+    let (bridge, sink) = bridge_with_state(&c, &broker, true, Duration::from_secs(4)).await;
     let addr = bridge.server_addr().unwrap();
     wait_for("the initial list", LONG, || sink.len() >= 50).await;
 
@@ -1189,6 +1191,23 @@ async fn state_store_outage(mut broker: StateBroker) {
             .create(new_pod(&template, &format!("while-nats-is-down-{i}")))
             .unwrap();
     }
+    let waiting = wait_until(
+        "readiness to say the sends wait for the journal",
+        LONG,
+        || async {
+            match http_get(addr, "/readyz").await {
+                (503, body) if body.contains("for the state journal") => Ok(body),
+                (code, body) => Err(format!("{code} {body}")),
+            }
+        },
+    )
+    .await;
+    let v: Value = serde_json::from_str(&waiting).unwrap();
+    assert_eq!(
+        v["state"][0]["journal_failing_seconds"],
+        Value::Null,
+        "said before the journal's write failed: {v}"
+    );
     let body = wait_until("readiness to say the journal is failing", LONG, || async {
         let body = http_get(addr, "/readyz").await.1;
         if body.contains("journal failing") {
@@ -1260,10 +1279,11 @@ async fn bridge_with_state(
     c: &Cluster,
     broker: &StateBroker,
     write_ahead: bool,
+    timeout: Duration,
 ) -> (kubesink::bridge::Bridge, Arc<CaptureSink>) {
     use kubesink::config::ResourceConfig;
     let mut cfg = config(&c.kubeconfig, vec![ResourceConfig::new("v1", "Pod")]);
-    broker.configure(&mut cfg, write_ahead);
+    broker.configure(&mut cfg, write_ahead, timeout);
     cfg.pipeline.sync_markers = true;
     let sink = CaptureSink::new();
     let sinks: Vec<Arc<dyn kubesink_core::Sink>> = vec![sink.clone()];
@@ -1290,7 +1310,7 @@ async fn a_state_store_down_at_start(mut broker: StateBroker, write_ahead: bool)
             ..Default::default()
         })
         .unwrap();
-    let (a, a_sink) = bridge_with_state(&c, &broker, write_ahead).await;
+    let (a, a_sink) = bridge_with_state(&c, &broker, write_ahead, Duration::from_secs(1)).await;
     wait_for("the first run's initial list", LONG, || a_sink.len() >= 40).await;
     assert_eq!(
         a.shutdown().await,
@@ -1306,7 +1326,7 @@ async fn a_state_store_down_at_start(mut broker: StateBroker, write_ahead: bool)
     for k in &gone {
         c.sim.delete("v1", "Pod", Some(&k.0), &k.1).expect("delete");
     }
-    let (b, b_sink) = bridge_with_state(&c, &broker, write_ahead).await;
+    let (b, b_sink) = bridge_with_state(&c, &broker, write_ahead, Duration::from_secs(1)).await;
     let addr = b.server_addr().unwrap();
     if write_ahead {
         let body = wait_until(

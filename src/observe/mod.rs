@@ -37,6 +37,11 @@ use crate::pipeline::SinkHandle;
 pub use crate::leader::Leadership;
 pub use entries::{ClusterEntry, SinkEntry, StateEntry, WatchEntry};
 
+/// How long a sink's batch may wait for the state journal before `/readyz` fails: a healthy
+/// journal answers in milliseconds (one PubAck or produce round trip, written while the
+/// previous batch was sent), a store that is down never.
+pub const JOURNAL_WAIT_NOT_READY: Duration = Duration::from_secs(1);
+
 /// What the HTTP server serves (`server.rs`): one bridge's [`Observer`], or a scale-out
 /// replica's view over the clusters it holds (`scale_out.rs`).
 pub trait Observed: Send + Sync + 'static {
@@ -191,7 +196,7 @@ impl Observer {
             "sink": s.handle.sink().name(),
             "ready": st.ready(),
             "pending": s.handle.held(),
-            "waiting_for_journal": st.waiting_for_journal.load(Ordering::Relaxed),
+            "waiting_for_journal": st.waiting_for_journal().is_some(),
             "worker_panicked": st.panicked().is_some(),
             "problem": st.problem(),
         })
@@ -308,6 +313,18 @@ impl Observer {
         }
         for s in self.sinks.iter() {
             let st = s.handle.stats();
+            // Said as soon as a wait is longer than a healthy journal's round trip, before
+            // the journal's own write times out (`state.<backend>.timeout`, 10 s by default).
+            if let Some(waited) = st
+                .waiting_for_journal()
+                .filter(|w| *w >= JOURNAL_WAIT_NOT_READY)
+            {
+                problems.push(format!(
+                    "sink {}: its sends have waited {:.1}s for the state journal to hold their new objects (state.write_ahead): the state store does not answer",
+                    s.handle.sink().name(),
+                    waited.as_secs_f64()
+                ));
+            }
             if !st.ready() {
                 problems.push(format!(
                     "sink {}: {}",

@@ -48,9 +48,9 @@ async fn deliver_batch(h: &SinkHandle, batch: super::queue::Batch, retry: Backof
             continue;
         }
         let waiting = std::time::Instant::now();
-        h.stats.waiting_for_journal.store(true, Ordering::Relaxed);
+        h.stats.journal_wait_begins();
         let durable = point.wait().await;
-        h.stats.waiting_for_journal.store(false, Ordering::Relaxed);
+        h.stats.journal_wait_ends();
         let waited = u64::try_from(waiting.elapsed().as_micros()).unwrap_or(u64::MAX);
         h.stats
             .write_ahead_wait_us

@@ -50,7 +50,6 @@ mod stats;
 #[cfg(test)]
 mod worker_model_tests;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use kubesink_core::backoff::Backoff;
@@ -224,7 +223,7 @@ impl Pipeline {
                 out.undelivered += left;
                 let problem = match h.stats.problem() {
                     Some(p) => p,
-                    None if h.stats.waiting_for_journal.load(Ordering::Relaxed) => {
+                    None if h.stats.waiting_for_journal().is_some() => {
                         "its batch was waiting for the state journal, which could not be stored (see the state journal's log lines)".to_owned()
                     }
                     None => "none recorded".to_owned(),

@@ -1,6 +1,7 @@
 //! [`SinkStats`]: the counters and health of one sink's worker (`/metrics`, `/readyz`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use kubesink_core::{Problem, SinkError, Streak};
 use prometheus_client::metrics::histogram::Histogram;
@@ -20,8 +21,10 @@ pub struct SinkStats {
     pub retried: AtomicU64,
     /// Microseconds batches waited for their write-ahead positions (the state journal).
     pub write_ahead_wait_us: AtomicU64,
-    /// A batch waits for the state journal now.
-    pub waiting_for_journal: AtomicBool,
+    /// Since when a batch has been waiting for the state journal (`/readyz`).
+    journal_wait: Streak,
+    /// Batches waiting for the state journal now.
+    journal_waiters: AtomicUsize,
     /// Messages reduced by the oversize policy.
     pub truncated: AtomicU64,
     /// Messages whose send was abandoned because the leadership fence closed during it.
@@ -52,7 +55,8 @@ impl Default for SinkStats {
             errors_by_kind: Default::default(),
             retried: AtomicU64::new(0),
             write_ahead_wait_us: AtomicU64::new(0),
-            waiting_for_journal: AtomicBool::new(false),
+            journal_wait: Streak::default(),
+            journal_waiters: AtomicUsize::new(0),
             truncated: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
             // 1 .. 4096 messages.
@@ -91,6 +95,25 @@ impl SinkStats {
         if self.failing.end().is_some() && self.healthy.load(Ordering::Relaxed) {
             self.problem.set(None);
         }
+    }
+
+    /// A batch begins waiting for the state journal to hold its new objects.
+    pub fn journal_wait_begins(&self) {
+        if self.journal_waiters.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.journal_wait.fail();
+        }
+    }
+
+    /// A batch stops waiting for the state journal.
+    pub fn journal_wait_ends(&self) {
+        if self.journal_waiters.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.journal_wait.end();
+        }
+    }
+
+    /// How long batches have been waiting for the state journal, while one does.
+    pub fn waiting_for_journal(&self) -> Option<Duration> {
+        self.journal_wait.failing_for()
     }
 
     /// Records a healthcheck result.
