@@ -505,6 +505,9 @@ impl Elector {
             .and_then(|s| u64::try_from(s).ok())
             .map_or(self.lease_duration, Duration::from_secs);
         let mine = holder == self.identity;
+        if let Some(h) = &self.health {
+            h.holder_renewed_at(Some(seen_at).filter(|_| !holder.is_empty()));
+        }
         if !mine && !holder.is_empty() && seen_at.elapsed() < duration {
             return Ok(Attempt::Other(holder));
         }
@@ -530,6 +533,9 @@ impl Elector {
     }
 
     fn won(&mut self, started: Instant, transitions: u64) -> Attempt {
+        if let Some(h) = &self.health {
+            h.holder_renewed_at(Some(started));
+        }
         self.fence.set_epoch(transitions);
         self.fence.extend_to(started + self.renew_deadline);
         self.observed = None;
@@ -545,6 +551,8 @@ pub struct Leadership {
     changes: AtomicU64,
     /// Since when, and why, the last attempts on the Lease failed (`None` once one answers).
     lease_failing: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+    /// When the Lease's holder was last seen renewing it ([`Leadership::holder_renewed_ago`]).
+    renewed: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Leadership {
@@ -573,6 +581,29 @@ impl Leadership {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
             .map(|(since, why)| (since.elapsed(), why.clone()))
+    }
+
+    /// Records when the Lease's holder was last seen renewing it: this replica's own
+    /// renewal while it holds the Lease, else the moment it first saw the holder's current
+    /// record (`None`: no holder).
+    pub fn holder_renewed_at(&self, at: Option<Instant>) {
+        *self
+            .renewed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+    }
+
+    /// How long ago the Lease's holder last renewed it, on this replica's monotonic clock
+    /// (the measure the take-over uses: `lease_duration` of it frees the Lease); `None`
+    /// while no one holds it or before the first attempt. A holder renews every
+    /// `retry_period`, so it stays below that while the holder lives; past it, the holder
+    /// is dead, frozen or cut off, and a follower takes over when it reaches
+    /// `lease_duration`.
+    pub fn holder_renewed_ago(&self) -> Option<Duration> {
+        self.renewed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map(|at| at.elapsed())
     }
 
     /// Records a change of role; logged by the caller.

@@ -5,7 +5,7 @@
 //! stream of every leader, folded in order, equals the API server exactly (uid and
 //! resourceVersion).
 
-use kubesink_test_support::{self as support, kube_server, process};
+use kubesink_test_support::{self as support, kube_server, leases, process};
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,7 +85,14 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
     .await;
     assert_eq!(b.count(), 0, "the follower emitted:\n{}", b.stderr());
 
-    // SIGKILL the leader: b takes over.
+    // SIGKILL the leader: b takes over. Meanwhile b's failover gauge (seconds since the
+    // Lease's holder renewed) climbs past renew_deadline (2.5 s) while b still follows, and
+    // falls back once b holds the Lease.
+    let renewed = |metrics: &str| {
+        support::metric(metrics, "kubesink_leader_lease_renewed_seconds", &[]).unwrap_or(-1.0)
+    };
+    let before = renewed(&leases::observe(&b).await.0);
+    assert!((0.0..2.5).contains(&before), "a renews: {before}s");
     let a_pid = a.pid();
     let a_out = {
         let before = a.count();
@@ -93,7 +100,23 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
         eprintln!("a killed (pid {a_pid}) after {before} messages");
         out
     };
+    let climbed = wait_until(
+        "b's gauge past renew_deadline while it follows",
+        LONG,
+        || async {
+            let (metrics, _, _) = leases::observe(&b).await;
+            let leads = support::metric(&metrics, "kubesink_leader", &[]).unwrap_or(0.0);
+            let ago = renewed(&metrics);
+            (ago >= 2.5 && leads == 0.0)
+                .then_some(ago)
+                .ok_or_else(|| format!("{ago}s, leader {leads}"))
+        },
+    )
+    .await;
     hand_over_killed(&a_out, &b).await;
+    let after = renewed(&leases::observe(&b).await.0);
+    assert!((0.0..2.5).contains(&after), "b renews it now: {after}s");
+    eprintln!("b's leader_lease_renewed_seconds: {before:.1}s before the kill, {climbed:.1}s while a was dead, {after:.1}s once b led");
 
     // Freeze b (SIGSTOP) with c following: c takes over; b, woken, starts no send and
     // exits 3.

@@ -135,8 +135,41 @@ async fn six_clusters_over_three_replicas_on_real_leases_fold_exactly_through_a_
     )
     .await;
 
-    // SIGKILL b: a and c take its clusters.
+    // SIGKILL b: a and c take its clusters. Meanwhile a's failover gauge for b's clusters
+    // (seconds since their holder renewed) climbs past renew_deadline, a logs b as lost and
+    // its /readyz lists b apart; once taken over, the gauge is back under it.
+    let of_b: Vec<String> = holders(&client, NS, "ksr")
+        .await
+        .into_iter()
+        .filter(|(_, h)| h.as_deref() == Some("b"))
+        .map(|(c, _)| c)
+        .collect();
+    assert!(!of_b.is_empty(), "b holds its share");
+    let renewed = |metrics: &str| {
+        of_b.iter()
+            .filter_map(|c| {
+                support::metric(
+                    metrics,
+                    "kubesink_scale_out_cluster_lease_renewed_seconds",
+                    &[("cluster", c)],
+                )
+            })
+            .fold(0.0f64, f64::max)
+    };
     let b_out = b.kill().await;
+    let (climbed, lost_listed) = wait_until(
+        "a's gauge for b's clusters past renew_deadline",
+        LONG,
+        || async {
+            let (metrics, _, body) = observe(&a).await;
+            let ago = renewed(&metrics);
+            let lost = body["members_lost"].to_string();
+            (ago >= 2.5)
+                .then_some((ago, lost.clone()))
+                .ok_or_else(|| format!("{ago}s; lost {lost}"))
+        },
+    )
+    .await;
     held_as_assigned(
         &client,
         "b's clusters taken by a and c",
@@ -144,6 +177,23 @@ async fn six_clusters_over_three_replicas_on_real_leases_fold_exactly_through_a_
         &[&a, &c],
     )
     .await;
+    let after = wait_until(
+        "a's gauge back under renew_deadline: renewed by the new holders",
+        LONG,
+        || async {
+            let ago = renewed(&observe(&a).await.0);
+            (ago < 2.5).then_some(ago).ok_or_else(|| format!("{ago}s"))
+        },
+    )
+    .await;
+    assert!(
+        a.stderr()
+            .lines()
+            .any(|l| l.contains("scale-out member lost") && l.contains("member=b")),
+        "a logs b lost: {}",
+        a.stderr()
+    );
+    eprintln!("failover gauge for b's clusters on a: {climbed:.1}s before the take-over, {after:.1}s after; /readyz members_lost then: {lost_listed}");
 
     // A rolling update: c leaves (SIGTERM: drain, save, release), c2 joins.
     let c_out = c.terminate().await;
@@ -181,6 +231,25 @@ async fn six_clusters_over_three_replicas_on_real_leases_fold_exactly_through_a_
         },
     )
     .await;
+    // The failover as the messages show it: per cluster of b, the longest stretch without
+    // a message observed, from b's last to its next holder's first.
+    let a_out = a.messages();
+    let by = per_cluster(&[a_out.clone(), b_out.clone(), c_out.clone(), c2.messages()]);
+    let mut gaps = Vec::new();
+    for c in &of_b {
+        let mut times: Vec<i64> = by
+            .get(c)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["observedAt"].as_str())
+            .filter_map(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_millisecond())
+            .collect();
+        times.sort_unstable();
+        let gap = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        gaps.push(gap);
+    }
+    eprintln!("emission gap per cluster of b (ms, lease_duration 4 s): {gaps:?}");
     c2.terminate().await;
     a.terminate().await;
 }

@@ -324,8 +324,8 @@ async fn wait_folds(url: &str, want: &UidFold) -> usize {
     exact.unwrap_or_else(|_| panic!("folds not exact: {last}"))
 }
 
-/// Waits until the cluster Leases are held exactly as the assignment over `members` says
-/// (every replica computes it alike, so this is where the group settles).
+/// Waits until the cluster Leases are held as a group of `members` settles them
+/// (`support::settled`: evenly, and as every replica assigns them from these holders).
 async fn held_as_assigned(
     sim: &kubesink_sim::Simulator,
     what: &str,
@@ -333,7 +333,6 @@ async fn held_as_assigned(
     procs: &[&Proc],
 ) {
     let names: Vec<String> = (0..CLUSTERS).map(cluster_name).collect();
-    let want = assigned(&names, members);
     wait_for_seen(what, LONG, || {
         let mut h = holders(sim);
         h.retain(|c, _| c.starts_with("c-"));
@@ -345,13 +344,10 @@ async fn held_as_assigned(
                 format!("--- {}:\n{}\n", p.identity, tail.join("\n"))
             })
             .collect();
+        let settled = settled(&names, members, &h);
         (
-            h == want,
-            format!(
-                "holders {:?}, want {:?}\n{logs}",
-                count_by(&h),
-                count_by(&want)
-            ),
+            settled.is_ok(),
+            format!("{settled:?}: holders {:?}\n{logs}", count_by(&h)),
         )
     })
     .await;

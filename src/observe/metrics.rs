@@ -805,6 +805,15 @@ impl Collector for BridgeCollector {
                 None,
                 [(Labels::new(), ConstCounter::new(l.changes()))],
             )?;
+            if let Some(ago) = l.holder_renewed_ago() {
+                family(
+                    &mut encoder,
+                    "leader_lease_renewed",
+                    "Seconds since the leader-election Lease's holder last renewed it, on this replica's clock (below retry_period while the holder lives; at lease_duration a follower takes over)",
+                    Some(&Unit::Seconds),
+                    [(Labels::new(), ConstGauge::new(ago.as_secs_f64()))],
+                )?;
+            }
             family(
                 &mut encoder,
                 "lease_failing",

@@ -4,7 +4,13 @@
 //!
 //! A member is live while its Lease was renewed within its `leaseDurationSeconds`, judged as
 //! the leader election judges a holder (`src/leader.rs`): on the reader's monotonic clock
-//! since it last saw the record change, so clock skew between nodes does not matter. A member
+//! since it last saw the record change, so clock skew between nodes does not matter. A live
+//! member not seen renewing for `renew_deadline` is *lost*: by its own rule it has stopped
+//! every cluster and exited (a frozen one does so when it wakes), so it is given nothing more
+//! and its clusters go to the others, which take each cluster's Lease when that expires
+//! (logged once at WARN, and `/readyz` lists it apart). The time since its first sight of a
+//! record is never more than the time since the renewal that wrote it, so a member still
+//! renewing is never counted lost. A member
 //! is *settled* once its Lease's `acquireTime` (written when its process started) is
 //! `join_after` old on the reader's wall clock; only settled members are given clusters,
 //! unless none is (a group that just started). Clock skew only shifts when a new member is
@@ -74,6 +80,15 @@ pub struct View {
     /// Live members whose cluster list differs from this replica's (another configuration
     /// under the same `lease_name`): left out of the assignment, reported.
     pub others: Vec<String>,
+    /// Live members not seen renewing for `renew_deadline` (see the module), with how long:
+    /// not in `live` or `settled`.
+    pub lost: Vec<(String, Duration)>,
+    /// Per live member: how long since it was last seen renewing its Lease.
+    pub member_renewed: BTreeMap<String, Duration>,
+    /// Per cluster Lease with a holder (by the cluster's name): how long since its holder was
+    /// last seen renewing it (the failover clock: at `lease_duration` the next holder takes
+    /// it).
+    pub renewed: BTreeMap<String, Duration>,
     /// Per cluster Lease: its holder, its record ([`crate::leader::Elector::record_of`]) and
     /// when this replica first saw that record, for the cluster's Elector
     /// ([`crate::leader::Elector::seen`]).
@@ -100,7 +115,10 @@ pub struct Membership {
     name: String,
     identity: String,
     lease_duration: Duration,
+    renew_deadline: Duration,
     join_after: Duration,
+    /// The members counted lost, as last logged (a member that renews again is live again).
+    lost: std::collections::BTreeSet<String>,
     /// When this process joined (its Lease's `acquireTime`).
     joined: Timestamp,
     /// [`clusters_fingerprint`] of this replica's clusters.
@@ -111,14 +129,15 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// This replica (`identity`) in `group`, its Leases in `api`'s namespace.
-    /// `clusters` are this replica's cluster names (their fingerprint goes on its Lease).
+    /// This replica (`identity`) in `group`, its Leases in `api`'s namespace, with the
+    /// group's `(lease_duration, renew_deadline)`. `clusters` are this replica's cluster
+    /// names (their fingerprint goes on its Lease).
     pub fn new(
         api: Api<Lease>,
         group: &str,
         identity: &str,
         clusters: &[String],
-        lease_duration: Duration,
+        (lease_duration, renew_deadline): (Duration, Duration),
         join_after: Duration,
     ) -> Self {
         Membership {
@@ -127,7 +146,9 @@ impl Membership {
             name: lease_name(group, "member", identity),
             identity: identity.to_owned(),
             lease_duration,
+            renew_deadline,
             join_after,
+            lost: std::collections::BTreeSet::new(),
             joined: Timestamp::now(),
             fingerprint: clusters_fingerprint(clusters),
             observed: HashMap::new(),
@@ -237,7 +258,16 @@ impl Membership {
                 "member" if live && fingerprint != self.fingerprint => {
                     view.others.push(holder);
                 }
+                "member"
+                    if live
+                        && holder != self.identity
+                        && first_seen.elapsed() >= self.renew_deadline =>
+                {
+                    view.lost.push((holder, first_seen.elapsed()));
+                }
                 "member" if live => {
+                    view.member_renewed
+                        .insert(holder.clone(), first_seen.elapsed());
                     let settled = spec.acquire_time.as_ref().is_some_and(|t| {
                         wall_now.duration_since(t.0).as_secs_f64() >= self.join_after.as_secs_f64()
                     });
@@ -251,6 +281,9 @@ impl Membership {
                         meta_value(lease.metadata.annotations.as_ref(), CLUSTER_ANNOTATION);
                     view.seen
                         .insert(cluster.clone(), (holder.clone(), record, first_seen));
+                    if !holder.is_empty() {
+                        view.renewed.insert(cluster.clone(), first_seen.elapsed());
+                    }
                     view.holders.insert(cluster, Some(holder).filter(|_| live));
                 }
                 "member"
@@ -287,7 +320,33 @@ impl Membership {
         view.settled.dedup();
         view.others.sort_unstable();
         view.others.dedup();
+        view.lost.sort_unstable();
+        view.lost.dedup_by(|a, b| a.0 == b.0);
+        self.log_lost(&view);
         Ok(view)
+    }
+
+    /// Logs each member the first time it is counted lost, and again live if it renews.
+    fn log_lost(&mut self, view: &View) {
+        let lost: std::collections::BTreeSet<String> =
+            view.lost.iter().map(|(m, _)| m.clone()).collect();
+        for (member, ago) in &view.lost {
+            if !self.lost.contains(member) {
+                tracing::warn!(
+                    %member,
+                    "scale-out member lost: its membership Lease was not renewed for {:.1}s (renew_deadline {}: it has stopped); its clusters go to the other members, each taken when its cluster Lease expires (lease_duration {})",
+                    ago.as_secs_f64(),
+                    humantime::format_duration(self.renew_deadline),
+                    humantime::format_duration(self.lease_duration),
+                );
+            }
+        }
+        for member in self.lost.difference(&lost) {
+            if view.live.contains(member) {
+                tracing::info!(%member, "scale-out member renews its membership Lease again");
+            }
+        }
+        self.lost = lost;
     }
 }
 

@@ -6,8 +6,8 @@
 //!    `renew_deadline` stops everything and exits, as a leader does;
 //! 2. lists the group's Leases: the live members, the settled ones (`join_after`), and who
 //!    holds each cluster;
-//! 3. computes the **assignment** (`assign.rs`: rendezvous hashing with bounded loads), the
-//!    same on every replica;
+//! 3. computes the **assignment** (`assign.rs`: an even spread that moves the fewest
+//!    clusters from their current holders), the same on every replica;
 //! 4. **holds** each cluster assigned to it through a bridge of its own (`bridge::Bridge`:
 //!    one cluster, its own pipeline, fence, state keeper and Elector on the cluster's Lease
 //!    `{lease_name}-cluster-…`): the bridge waits for that Lease, then restores the cluster's
@@ -116,6 +116,8 @@ struct Metrics {
     members: Gauge,
     moves: Family<Vec<(String, String)>, Counter>,
     unheld: Family<Vec<(String, String)>, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    renewed: Family<Vec<(String, String)>, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    lost: Gauge,
     member_lease_failing: Gauge,
 }
 
@@ -146,6 +148,17 @@ impl Metrics {
             "unheld_seconds",
             "How long each cluster's Lease has had no valid holder, as this replica last listed the Leases (0 while held): alert on the maximum over replicas",
             self.unheld.clone(),
+        );
+        r.register_with_unit(
+            "cluster_lease_renewed",
+            "Seconds since each cluster Lease's holder was last seen renewing it, as this replica last listed the Leases (below about twice retry_period while the holder lives; at lease_duration the next holder takes it; absent while no one holds it)",
+            prometheus_client::registry::Unit::Seconds,
+            self.renewed.clone(),
+        );
+        r.register(
+            "members_lost",
+            "Members not seen renewing their membership Lease for renew_deadline (stopped, by their own rule): their clusters go to the others",
+            self.lost.clone(),
         );
         r.register(
             "member_lease_failing",
@@ -243,6 +256,7 @@ impl Fleet {
                 "held": held,
                 "waiting_for_lease": waiting,
                 "members": view.live,
+                "members_lost": view.lost.iter().map(|(m, ago)| json!({"identity": m, "renewed_seconds_ago": ago.as_secs()})).collect::<Vec<_>>(),
                 "other_members": view.others,
                 "assigned": assigned.iter().filter(|(_, m)| **m == self.identity).map(|(c, _)| c.clone()).collect::<Vec<_>>(),
                 "clusters": clusters,
@@ -511,7 +525,7 @@ async fn start(plan: &Plan, lease: &LeasePlan) -> anyhow::Result<Started> {
         &group,
         &identity,
         &names,
-        le.lease_duration.get(),
+        (le.lease_duration.get(), le.renew_deadline.get()),
         le.join_after(),
     );
     let sinks = crate::sinks::build_all(plan.sinks.iter().map(|s| &s.config)).await?;
@@ -636,7 +650,7 @@ impl Group {
             }
             self.others_seen = view.others.clone();
         }
-        let assigned = assign::assign(&self.names, view.assignees());
+        let assigned = assign::assign(&self.names, view.assignees(), &view.holders);
         self.release_unassigned(&assigned);
         self.hold_assigned(&assigned, &view).await;
         self.record(view, assigned);
@@ -751,6 +765,7 @@ impl Group {
         }
         metrics.held.set(held);
         metrics.members.set(view.live.len() as i64);
+        metrics.lost.set(view.lost.len() as i64);
         for name in &self.names {
             let label = vec![("cluster".to_owned(), name.clone())];
             let mine = self.holding.get(name).is_some_and(|h| h.held);
@@ -770,6 +785,14 @@ impl Group {
                     .as_secs_f64()
             };
             metrics.unheld.get_or_create(&label).set(unheld);
+            match view.renewed.get(name) {
+                Some(ago) => {
+                    metrics.renewed.get_or_create(&label).set(ago.as_secs_f64());
+                }
+                None => {
+                    metrics.renewed.remove(&label);
+                }
+            }
         }
         *self
             .fleet

@@ -46,8 +46,9 @@ pub async fn holders(
         .collect()
 }
 
-/// Waits until the unit Leases of `group` in `namespace` are held as the assignment of
-/// `units` over `members` says (`what`, for the failure); a failure shows the replicas' last log lines.
+/// Waits until the unit Leases of `group` in `namespace` are held as a group of `members`
+/// settles them ([`crate::settled`]: evenly, and as every replica assigns them from these
+/// holders), `what` naming the wait; a failure shows the replicas' last log lines.
 pub async fn held_as_assigned(
     client: &kube::Client,
     what: &str,
@@ -57,12 +58,11 @@ pub async fn held_as_assigned(
     logs: &[&Kubesink],
     timeout: std::time::Duration,
 ) {
-    let want = crate::assigned(units, members);
     crate::wait_until(what, timeout, || async {
         let got = holders(client, namespace, group).await;
-        if got == want {
+        let Err(why) = crate::settled(units, members, &got) else {
             return Ok(());
-        }
+        };
         let tails: String = logs
             .iter()
             .map(|k| {
@@ -71,7 +71,7 @@ pub async fn held_as_assigned(
                 format!("\n---\n{}", tail.join("\n"))
             })
             .collect();
-        Err(format!("holders {got:?}, want {want:?}{tails}"))
+        Err(format!("{why}: holders {got:?}{tails}"))
     })
     .await;
 }

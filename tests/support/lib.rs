@@ -490,15 +490,40 @@ pub fn clusters_toml(names: &[String], kubeconfig: &std::path::Path) -> String {
         .collect()
 }
 
-/// Who must hold each of `clusters` once a scale-out group of `members` settled: what every
-/// replica computes (`kubesink::scale_out::assign`), as the holders of the cluster Leases
-/// read back.
-pub fn assigned(clusters: &[String], members: &[&str]) -> BTreeMap<String, Option<String>> {
+/// Whether a scale-out group of `members` settled with the cluster Leases held as `holders`
+/// says (as read back): every one of `clusters` is held by one of `members`, evenly
+/// (`c / m` or `c / m + 1` each), and the assignment every replica computes from these
+/// holders (`kubesink::scale_out::assign`) is these holders, so nothing moves any more.
+/// `Err` says what is not so yet.
+pub fn settled(
+    clusters: &[String],
+    members: &[&str],
+    holders: &BTreeMap<String, Option<String>>,
+) -> Result<(), String> {
     let members: Vec<String> = members.iter().map(|m| (*m).to_owned()).collect();
-    kubesink::scale_out::assign::assign(clusters, &members)
-        .into_iter()
-        .map(|(c, m)| (c, Some(m)))
-        .collect()
+    let mut held = holders.clone();
+    held.retain(|c, _| clusters.contains(c));
+    let mut loads: BTreeMap<&str, usize> = members.iter().map(|m| (m.as_str(), 0)).collect();
+    for c in clusters {
+        let holder = held.get(c).cloned().flatten();
+        match holder.as_deref().and_then(|h| loads.get_mut(h)) {
+            Some(n) => *n += 1,
+            None => return Err(format!("{c} is held by {holder:?}, not one of {members:?}")),
+        }
+    }
+    let base = clusters.len() / members.len().max(1);
+    if loads.values().any(|n| *n != base && *n != base + 1) {
+        return Err(format!("uneven: {loads:?}"));
+    }
+    let again: BTreeMap<String, Option<String>> =
+        kubesink::scale_out::assign::assign(clusters, &members, &held)
+            .into_iter()
+            .map(|(c, m)| (c, Some(m)))
+            .collect();
+    if again != held {
+        return Err(format!("the replicas would still move clusters: {loads:?}"));
+    }
+    Ok(())
 }
 
 /// The distinct `leaderEpoch`s of `messages`; panics on a message without one.
