@@ -268,8 +268,11 @@ fn warn_except(c: &config::Config, watches: Option<u64>, reported: &[String]) ->
 /// `kubesink rbac`: prints the RBAC YAML on stdout, or the problem on stderr (exit 1).
 fn rbac(file: Option<&std::path::Path>, args: &RbacArgs) -> ExitCode {
     match kubesink::rbac::generate(file, &args.name, &args.service_account, &args.namespace) {
-        Ok(yaml) => {
-            print!("{yaml}");
+        Ok(generated) => {
+            for w in &generated.warnings {
+                eprintln!("warning: {w}");
+            }
+            print!("{}", generated.yaml);
             ExitCode::SUCCESS
         }
         Err(e) => {

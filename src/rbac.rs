@@ -147,7 +147,7 @@ pub fn generate(
     name: &str,
     service_account: &str,
     namespace: &str,
-) -> Result<String, RbacError> {
+) -> Result<Generated, RbacError> {
     let cli = |_: &str| "command line".to_owned();
     check_name("--name", name, 253, &cli)?;
     check_name("--service-account", service_account, 253, &cli)?;
@@ -190,7 +190,38 @@ pub fn generate(
         namespace: namespace.to_owned(),
         lease,
     };
-    render(&resources, &options)
+    Ok(Generated {
+        yaml: render(&resources, &options)?,
+        warnings: kind_warnings(&resources, ""),
+    })
+}
+
+/// What [`generate`] made: the YAML, and what the configuration's resources get wrong that
+/// is known offline ([`kind_warnings`]), for stderr.
+#[derive(Debug)]
+pub struct Generated {
+    /// The RBAC objects, as [`render`] writes them.
+    pub yaml: String,
+    /// One sentence each, naming the entry.
+    pub warnings: Vec<String>,
+}
+
+/// A warning for each of `resources` (the entries under the key `{prefix}resources`) whose
+/// kind a built-in group version does not have ([`unknown_builtin_kind`]): its watch would
+/// fail with 404 Not Found, and RBAC would grant a resource that does not exist.
+pub fn kind_warnings(resources: &[ResourceConfig], prefix: &str) -> Vec<String> {
+    resources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            unknown_builtin_kind(&r.api_version, &r.kind).map(|why| {
+                format!(
+                    "{prefix}resources.{i} ({} {}): {why}",
+                    r.api_version, r.kind
+                )
+            })
+        })
+        .collect()
 }
 
 /// The RBAC objects for `resources` and `options`, as a multi-document YAML stream with a
@@ -397,6 +428,7 @@ pub fn guess_plural(kind: &str) -> String {
 #[derive(Clone, Copy, Debug)]
 struct Builtin {
     group: &'static str,
+    api_version: &'static str,
     kind: &'static str,
     plural: &'static str,
     namespaced: bool,
@@ -419,6 +451,7 @@ where
 {
     Builtin {
         group: K::GROUP,
+        api_version: K::API_VERSION,
         kind: K::KIND,
         plural: K::URL_PATH_SEGMENT,
         namespaced: <K::Scope as Scope>::NAMESPACED,
@@ -490,6 +523,29 @@ static BUILTINS: &[Builtin] = {
         entry::<storage::v1::VolumeAttachment>(),
     ]
 };
+
+/// What is wrong with `kind` in `api_version` when that is a built-in group version of the
+/// table above (its generally available kinds, known offline): a kind it does not have,
+/// with its kinds and the nearest one (kinds are case-sensitive). `None` when the kind is
+/// one of them, or the group version is not in the table (a CRD, a beta API): only the
+/// server can tell those (`check --online`).
+pub fn unknown_builtin_kind(api_version: &str, kind: &str) -> Option<String> {
+    let kinds: Vec<&str> = BUILTINS
+        .iter()
+        .filter(|b| b.api_version == api_version)
+        .map(|b| b.kind)
+        .collect();
+    if kinds.is_empty() || kinds.contains(&kind) {
+        return None;
+    }
+    let near = crate::online::discovery::nearest(kind, kinds.iter().copied())
+        .map(|k| format!("; did you mean {k:?}?"))
+        .unwrap_or_default();
+    Some(format!(
+        "{api_version} has no kind {kind:?} (its kinds: {}){near}",
+        kinds.join(", ")
+    ))
+}
 
 /// The built-in kind `kind` of `group`, if k8s-openapi knows it.
 fn builtin(group: &str, kind: &str) -> Option<Builtin> {

@@ -1114,3 +1114,35 @@ async fn a_bad_value_in_one_sink_does_not_hide_the_other_sinks_missing_files() {
         "{stderr}"
     );
 }
+
+/// A misspelt built-in kind is known offline: `check` and `kubesink rbac` warn about it,
+/// naming the entry and the nearest kind (it would watch nothing and grant a resource that
+/// does not exist), and still do their job.
+#[tokio::test]
+async fn check_and_rbac_name_a_misspelt_builtin_kind_and_the_nearest() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typo.toml");
+    std::fs::write(
+        &file,
+        "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n[[resources]]\napi_version = \"apps/v1\"\nkind = \"Deploymnet\"\n",
+    )
+    .unwrap();
+    let want = "warning: resources.1 (apps/v1 Deploymnet): apps/v1 has no kind \"Deploymnet\" (its kinds: ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet); did you mean \"Deployment\"?";
+    let (code, stderr) = command(&["check"], &file).await;
+    assert_eq!(code, Some(0), "a warning, not an error: {stderr}");
+    assert!(stderr.contains(want), "{stderr}");
+    assert!(
+        stderr.contains("configuration OK, with 1 warning(s)"),
+        "{stderr}"
+    );
+    let out = kubesink()
+        .args(["rbac", "--config"])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(want), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kind: ClusterRole"));
+}

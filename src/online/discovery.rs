@@ -102,7 +102,10 @@ async fn served_elsewhere(client: &Client, kind: &str, timeout: Duration) -> Opt
 /// Damerau-Levenshtein distance (case ignored) when that is small for its length (about a
 /// third of it: `Pdo` → `Pod`, `Deploymnet` → `Deployment`, never `Foo` → `Pod`). Ties go to
 /// the first candidate.
-fn nearest<'a>(wanted: &str, candidates: impl Iterator<Item = &'a str> + Clone) -> Option<&'a str> {
+pub(crate) fn nearest<'a>(
+    wanted: &str,
+    candidates: impl Iterator<Item = &'a str> + Clone,
+) -> Option<&'a str> {
     let lower = wanted.to_lowercase();
     if let Some(same) = candidates.clone().find(|c| c.to_lowercase() == lower) {
         return Some(same);

@@ -46,10 +46,17 @@ pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figme
     config::load_resources(file, &Compiled)
 }
 
-/// Every warning of `c` ([`config::warnings`]), then what its filters say that they do not
-/// mean ([`expressions::filter_warnings`]).
+/// Every warning of `c` ([`config::warnings`]), the kinds a built-in group version does not
+/// have ([`crate::rbac::kind_warnings`]), then what its filters say that they do not mean
+/// ([`expressions::filter_warnings`]).
 pub fn warnings(c: &Config) -> Vec<String> {
     let mut out = config::warnings(c);
+    out.extend(crate::rbac::kind_warnings(&c.resources, ""));
+    for (ci, k) in c.clusters.iter().enumerate() {
+        if let Some(own) = &k.resources {
+            out.extend(crate::rbac::kind_warnings(own, &format!("clusters.{ci}.")));
+        }
+    }
     out.extend(expressions::filter_warnings(c));
     out
 }

@@ -245,6 +245,7 @@ fn scale_out_grants_the_groups_leases_without_names() {
             "kubesink",
             "kubesink",
         )
+        .map(|g| g.yaml)
         .map_err(|e| e.to_string())?;
         let docs = documents(&yaml);
         let role: Role = serde_saphyr::from_str(&docs[2].1).unwrap();
@@ -280,8 +281,9 @@ kind = "Octopus"
 plural = "octopi"
 "#,
         )?;
-        let yaml =
-            generate(Some(Path::new("k.toml")), "ks", "sa", "team").map_err(|e| e.to_string())?;
+        let yaml = generate(Some(Path::new("k.toml")), "ks", "sa", "team")
+            .map(|g| g.yaml)
+            .map_err(|e| e.to_string())?;
         assert!(yaml.contains("- octopi\n"), "{yaml}");
         assert!(yaml.contains("  namespace: ops\n"), "{yaml}");
         assert!(
@@ -290,8 +292,9 @@ plural = "octopi"
         );
         assert!(yaml.contains("  name: sa\n  namespace: team\n"), "{yaml}");
         jail.set_env("KUBESINK_LEADER_ELECTION__ENABLED", "false");
-        let yaml =
-            generate(Some(Path::new("k.toml")), "ks", "sa", "team").map_err(|e| e.to_string())?;
+        let yaml = generate(Some(Path::new("k.toml")), "ks", "sa", "team")
+            .map(|g| g.yaml)
+            .map_err(|e| e.to_string())?;
         assert!(!yaml.contains("leases"), "{yaml}");
         Ok(())
     });
@@ -388,6 +391,7 @@ fn the_default_lease_is_the_run_time_default_whatever_the_name() {
         jail.clear_env();
         jail.create_file("k.toml", "[leader_election]\nenabled = true\n")?;
         let yaml = generate(Some(Path::new("k.toml")), "topology", "sa", "ops")
+            .map(|g| g.yaml)
             .map_err(|e| e.to_string())?;
         let roles: Vec<Role> = documents(&yaml)
             .into_iter()
@@ -407,4 +411,27 @@ fn the_default_lease_is_the_run_time_default_whatever_the_name() {
         );
         Ok(())
     });
+}
+
+#[test]
+fn a_misspelt_builtin_kind_is_named_offline_with_the_nearest() {
+    assert_eq!(
+        unknown_builtin_kind("apps/v1", "Deploymnet").as_deref(),
+        Some("apps/v1 has no kind \"Deploymnet\" (its kinds: ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet); did you mean \"Deployment\"?")
+    );
+    assert!(unknown_builtin_kind("v1", "pod").is_some_and(|w| w.ends_with("did you mean \"Pod\"?")));
+    assert!(unknown_builtin_kind("v1", "Octopus").is_some_and(|w| !w.contains("did you mean")));
+    // Known kinds, CRDs and group versions the table does not cover: only the server knows.
+    assert_eq!(unknown_builtin_kind("apps/v1", "Deployment"), None);
+    assert_eq!(unknown_builtin_kind("example.com/v1", "Octopus"), None);
+    assert_eq!(unknown_builtin_kind("apps/v1beta9", "Deploymnet"), None);
+    let w = kind_warnings(
+        &[res("v1", "Pod", &[]), res("apps/v1", "Deploymnet", &[])],
+        "clusters.2.",
+    );
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("clusters.2.resources.1 (apps/v1 Deploymnet): apps/v1 has no kind"),
+        "{w:?}"
+    );
 }
