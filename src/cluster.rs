@@ -33,9 +33,10 @@ pub enum ClusterError {
     /// The in-cluster service account could not be used.
     #[error("in-cluster configuration: {0}")]
     InCluster(#[from] kube::config::InClusterError),
-    /// Building the HTTP client failed (TLS material...).
-    #[error("building the Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
+    /// Building the HTTP client failed (TLS material...). Its Display says why in full
+    /// ([`describe_client`]), so the error has no `source()` to print again.
+    #[error("building the Kubernetes client: {}", describe_client(.0))]
+    Client(kube::Error),
     /// API discovery failed: the kind is not served, or the API server did not answer.
     #[error("{resource}: API discovery failed: {}{}", describe_discovery(resource, source), if is_transient(source) { "" } else { "; is the CRD installed and the apiVersion right?" })]
     Discovery {
@@ -289,6 +290,19 @@ fn describe_kubeconfig(e: &kube::config::KubeconfigError) -> String {
         },
         other => error_chain(other),
     }
+}
+
+/// A client-building error in words. A client certificate of X.509 version 1 (what
+/// `openssl x509 -req` makes without an extension file) is refused by rustls, kube's TLS
+/// (webpki reads version 3 only: "invalid private key: invalid peer certificate:
+/// UnsupportedCertVersion"), while kubectl's Go TLS takes it: say so and how to re-issue
+/// it. The rest as [`error_chain`].
+fn describe_client(e: &kube::Error) -> String {
+    let chain = error_chain(e);
+    if chain.contains("UnsupportedCertVersion") {
+        return "the kubeconfig user's client certificate (client-certificate or client-certificate-data) is X.509 version 1, which kube's TLS (rustls) refuses although kubectl accepts it; re-issue it as version 3: sign the CSR with an extension file, e.g. `openssl x509 -req -in user.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -out user.crt -extfile <(printf 'basicConstraints=CA:FALSE\\nkeyUsage=digitalSignature\\nextendedKeyUsage=clientAuth')`, or have the cluster sign it (a CertificateSigningRequest for signer kubernetes.io/kube-apiserver-client issues version 3)".to_owned();
+    }
+    chain
 }
 
 /// A discovery error in words: kube says a kind is missing with Rust's debug output of the

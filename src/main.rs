@@ -50,7 +50,7 @@ extern "C" fn tune_allocator() {
 static TUNE_ALLOCATOR: extern "C" fn() = tune_allocator;
 
 use clap::Parser;
-use kubesink::cli::{init_logging, CheckArgs, Cli, Command, RbacArgs};
+use kubesink::cli::{init_logging, CheckArgs, Cli, Command, LogFormat, RbacArgs};
 use kubesink::config;
 
 fn main() -> ExitCode {
@@ -81,6 +81,7 @@ async fn async_main() -> ExitCode {
     let quiet = matches!(cli.command, Some(Command::Fold(_))) && cli.log_level == "info";
     init_logging(cli.log_format, if quiet { "warn" } else { &cli.log_level });
     let command = cli.command.unwrap_or(Command::Run);
+    let json_logs = matches!(cli.log_format, LogFormat::Json);
     let result = match command {
         Command::Check(args) => return check(cli.config.as_deref(), &args).await,
         Command::Rbac(args) => return rbac(cli.config.as_deref(), &args),
@@ -98,8 +99,12 @@ async fn async_main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
+            // Said once on stderr: as a JSON log line for a log collector, else as a line
+            // for a person (the human log format would repeat it with a timestamp).
+            match json_logs {
+                true => tracing::error!("{e:#}"),
+                false => eprintln!("error: {e:#}"),
+            }
             // A shutdown that was not clean says how (docs/operations.md, exit codes).
             match e.downcast_ref::<kubesink::bridge::Unclean>() {
                 Some(unclean) => ExitCode::from(u8::try_from(unclean.0.exit_code()).unwrap_or(1)),
