@@ -430,7 +430,7 @@ async fn each_failure_answer_behaves_as_documented() {
     // reached), one that drops the connection or stalls is out of reach.
     let log = std::fs::read_to_string(&k.log).unwrap_or_default();
     for words in [
-        "HTTP receiver answers with errors; retrying with the pipeline's backoff (up to pipeline.retry_max_backoff after it is back; set health_url to resume as soon as it answers)",
+        "HTTP receiver answers with errors; retrying with the pipeline's backoff; one out of reach is retried as soon as it accepts connections again, one answering with errors up to pipeline.retry_max_backoff after it is well (set health_url to resume as soon as it is)",
         "HTTP receiver accepts again",
         "HTTP receiver unreachable;",
         "HTTP receiver reachable again",
@@ -497,4 +497,57 @@ async fn settled_fails_for_cm1(client: &kube::Client, ns: &str, r: &Receiver) ->
     .await;
     let msgs = r.messages().unwrap_or_default();
     fold_equals(&live, &msgs, Expect::STRICT.redelivery(), |key| key.1 == ns).is_err()
+}
+
+/// A receiver out of reach (stopped: connections refused) that comes back is retried as
+/// soon as it accepts connections, not after the pipeline's backoff: with a backoff of ten
+/// minutes, the change made while it was down arrives within the wait's timeout (three
+/// minutes), found by the readiness probe's TCP connection (no `health_url`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_out_of_reach_is_retried_as_soon_as_it_listens_again() {
+    let cp = kube_server::shared_async().await;
+    let client = cp.admin().await;
+    let ns = "http-listens";
+    namespace(cp, ns, json!({"kubesink-test": "http"})).await;
+    create(&client, configmap(ns, "cm-0", 0)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut r = Receiver::start(dir.path(), "receiver", &[]);
+    let config = dir.path().join("kubesink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster]\nname = \"real\"\nkubeconfig = {:?}\n[pipeline]\nlinger = \"20ms\"\nretry_initial_backoff = \"10m\"\nretry_max_backoff = \"10m\"\n[[resources]]\napi_version = \"v1\"\nkind = \"ConfigMap\"\nnamespaces = [{ns:?}]\n[[sinks]]\ntype = \"http\"\nname = \"hook\"\nurl = \"http://{}/events\"\ntimeout = \"1s\"\n",
+            cp.admin_kubeconfig.display().to_string(),
+            r.addr,
+        ),
+    )
+    .expect("config");
+    let k = Kubesink::start(BIN, &config, dir.path(), "listens", &[]);
+    let arrived = |r: &Receiver, v: &str| {
+        r.messages()
+            .unwrap_or_default()
+            .iter()
+            .any(|m| m["name"] == "cm-0" && m["object"]["data"]["n"] == v)
+    };
+    wait_until("the initial list", LONG, || async {
+        arrived(&r, "0").then_some(()).ok_or_else(|| k.stderr())
+    })
+    .await;
+    r.stop();
+    patch_configmap(&client, ns, "cm-0", json!({"n": "while-down"})).await;
+    wait_until("the receiver logged unreachable", LONG, || async {
+        let log = std::fs::read_to_string(&k.log).unwrap_or_default();
+        log.contains("HTTP receiver unreachable")
+            .then_some(())
+            .ok_or(log)
+    })
+    .await;
+    r.spawn();
+    wait_until("the change made while it was down", LONG, || async {
+        arrived(&r, "while-down")
+            .then_some(())
+            .ok_or_else(|| k.stderr())
+    })
+    .await;
+    k.terminate().await;
 }

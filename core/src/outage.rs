@@ -233,6 +233,12 @@ impl Outage {
         self.tally().is_down()
     }
 
+    /// Whether an outage is running and its latest failure had no answer (the remote out of
+    /// reach, not refusing).
+    pub fn is_unanswered(&self) -> bool {
+        !self.answering.load(Ordering::Relaxed) && self.is_down()
+    }
+
     /// Failed attempts since the running outage started (0: none running).
     pub fn failures(&self) -> u64 {
         self.tally().failures()

@@ -11,6 +11,9 @@ use kubesink_core::{Outage, ReadySignal, SinkError};
 
 use crate::Failure;
 
+/// How long [`Health::listens_again`] waits for a TCP connection.
+pub const LISTENS_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The readiness of one sink, from its requests' answers.
 pub struct Health {
     outage: Outage,
@@ -85,6 +88,29 @@ impl Health {
             ));
         }
         Ok(())
+    }
+
+    /// While requests get no answer at all (an outage of a receiver out of reach, nothing
+    /// that needs an operator): whether the destination of `url` accepts a TCP connection
+    /// again (within [`LISTENS_WITHIN`]). Then the healthcheck passes and the readiness probe
+    /// (1 s doubling up to `server.sink_check_interval` while not ready) ends the pipeline's
+    /// retry backoff: delivery resumes within a probe of the receiver's return instead of
+    /// after up to `pipeline.retry_max_backoff`, and its first request says whether it
+    /// answers. A receiver that answers with errors listens all along: its `health_url`
+    /// tells when it is well again. A connection opened and closed, nothing sent.
+    pub async fn listens_again(&self, url: &reqwest::Url) -> bool {
+        if !self.outage.is_unanswered() || self.fatal().is_some() {
+            return false;
+        }
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+            return false;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        matches!(
+            tokio::time::timeout(LISTENS_WITHIN, tokio::net::TcpStream::connect((host, port)))
+                .await,
+            Ok(Ok(_))
+        )
     }
 
     /// The signal bumped whenever readiness changes.

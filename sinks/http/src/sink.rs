@@ -123,12 +123,13 @@ impl Failure {
 
 impl HttpSink {
     pub(crate) fn new(s: Settings) -> Self {
-        // Without `health_url`, a receiver back up waits out the pipeline's backoff (up to
-        // `pipeline.retry_max_backoff`) before the next request finds it: the log says how to
-        // resume as soon as it answers.
+        // Without `health_url`, a receiver out of reach is probed with a TCP connection
+        // (`Health::listens_again`), but one answering with errors waits out the pipeline's
+        // backoff (up to `pipeline.retry_max_backoff`) before the next request finds it well:
+        // the log says how to resume as soon as it is.
         let retrying = match s.health_url {
             Some(_) => "retrying with the pipeline's backoff, cut short when health_url answers",
-            None => "retrying with the pipeline's backoff (up to pipeline.retry_max_backoff after it is back; set health_url to resume as soon as it answers)",
+            None => "retrying with the pipeline's backoff; one out of reach is retried as soon as it accepts connections again, one answering with errors up to pipeline.retry_max_backoff after it is well (set health_url to resume as soon as it is)",
         };
         let health = Health::new(&s.name, "HTTP receiver", retrying);
         HttpSink {
@@ -577,6 +578,9 @@ impl Sink for HttpSink {
     async fn healthcheck(&self) -> Result<(), SinkError> {
         let name = &self.s.name;
         let Some(url) = &self.s.health_url else {
+            if self.health.listens_again(&self.s.url).await {
+                return Ok(());
+            }
             return self.health.check(name, &self.s.url);
         };
         match self.s.client.get(url.clone()).send().await {

@@ -60,7 +60,7 @@ impl OtlpSink {
         let health = Health::new(
             &name,
             "OTLP endpoint",
-            "retrying with the pipeline's backoff",
+            "retrying with the pipeline's backoff; one out of reach is retried as soon as it accepts connections again",
         );
         OtlpSink {
             name,
@@ -225,6 +225,9 @@ impl Sink for OtlpSink {
     }
 
     async fn healthcheck(&self) -> Result<(), SinkError> {
+        if self.health.listens_again(&self.url).await {
+            return Ok(());
+        }
         self.health.check(&self.name, &self.url)
     }
 
