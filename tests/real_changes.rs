@@ -372,11 +372,7 @@ async fn an_ignored_deployment_annotation_is_not_sent_through_the_generation_it_
     let client = cp.admin().await;
     create(
         &client,
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "quiet", "namespace": ns},
-            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "quiet"}},
-                "template": {"metadata": {"labels": {"app": "quiet"}},
-                    "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}),
+        kube_server::deployment(ns, "quiet", 0, "nginx:1.27"),
     )
     .await;
     let api = dynamic(&client, "apps/v1", "Deployment", Some(ns)).await;

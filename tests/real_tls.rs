@@ -10,12 +10,61 @@ use std::path::Path;
 use kube_server::{openssl, write_kubeconfig, ControlPlane, User};
 use process::{resource_toml, STDOUT_SINK};
 
-/// A client certificate and key for `CN=kubesink-v1, O=system:masters` signed by the
-/// control plane's CA, without extensions: X.509 version 1.
-fn v1_client_cert(cp: &ControlPlane, dir: &Path) {
+/// Signs `dir/v1.csr` with the control plane's CA into `dir/{out}`, with the extension
+/// file `ext` when given (without one, openssl makes X.509 version 1).
+fn sign(cp: &ControlPlane, dir: &Path, out: &str, ext: Option<&str>) {
     let ca = |f: &str| cp.pki.dir.join(f).display().to_string();
+    let (ca_crt, ca_key) = (ca("ca.crt"), ca("ca.key"));
+    let mut args = vec![
+        "x509",
+        "-req",
+        "-in",
+        "v1.csr",
+        "-CA",
+        &ca_crt,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-CAserial",
+        "v1.srl",
+        "-days",
+        "2",
+        "-out",
+        out,
+    ];
+    if let Some(ext) = ext {
+        args.extend(["-extfile", ext]);
+    }
+    openssl(dir, &args);
+}
+
+/// Writes `dir/v1.kubeconfig` for the control plane, authenticating with `dir/{cert}` and
+/// the key of the CSR.
+fn kubeconfig(cp: &ControlPlane, dir: &Path, cert: &str) -> std::path::PathBuf {
+    let pem = |p: &Path| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).expect("pem"))
+    };
+    let path = dir.join("v1.kubeconfig");
+    write_kubeconfig(
+        &path,
+        &format!("https://127.0.0.1:{}", cp.port),
+        &pem(&cp.pki.dir.join("ca.crt")),
+        User::Cert {
+            cert: pem(&dir.join(cert)),
+            key: pem(&dir.join("v1.key")),
+        },
+    );
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_client_certificate_is_named_with_how_to_reissue_it() {
+    let cp: &'static ControlPlane = kube_server::shared_async().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // `CN=kubesink-v1, O=system:masters`, signed without extensions: X.509 version 1.
     openssl(
-        dir,
+        dir.path(),
         &[
             "req",
             "-nodes",
@@ -31,52 +80,13 @@ fn v1_client_cert(cp: &ControlPlane, dir: &Path) {
             "/O=system:masters/CN=kubesink-v1",
         ],
     );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "v1.csr",
-            "-CA",
-            &ca("ca.crt"),
-            "-CAkey",
-            &ca("ca.key"),
-            "-CAcreateserial",
-            "-CAserial",
-            "v1.srl",
-            "-days",
-            "2",
-            "-out",
-            "v1.crt",
-        ],
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_client_certificate_is_named_with_how_to_reissue_it() {
-    let cp: &'static ControlPlane = kube_server::shared_async().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    v1_client_cert(cp, dir.path());
-    let pem = |p: &Path| {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).expect("pem"))
-    };
-    let kubeconfig = dir.path().join("v1.kubeconfig");
-    write_kubeconfig(
-        &kubeconfig,
-        &format!("https://127.0.0.1:{}", cp.port),
-        &pem(&cp.pki.dir.join("ca.crt")),
-        User::Cert {
-            cert: pem(&dir.path().join("v1.crt")),
-            key: pem(&dir.path().join("v1.key")),
-        },
-    );
+    sign(cp, dir.path(), "v1.crt", None);
+    let v1 = kubeconfig(cp, dir.path(), "v1.crt");
     let rest = format!(
         "{}{STDOUT_SINK}",
         resource_toml("v1", "ConfigMap", &["default"])
     );
-    let config = process::write_config(dir.path(), "v1-cert", &kubeconfig, &rest);
+    let config = process::write_config(dir.path(), "v1-cert", &v1, &rest);
     let config_arg = config.display().to_string();
     let said = "the kubeconfig user's client certificate (client-certificate or client-certificate-data) is X.509 version 1, which kube's TLS (rustls) refuses although kubectl accepts it; re-issue it as version 3";
     let check = support::run_kubesink(&["check", "--online", "--config", &config_arg], b"").await;
@@ -100,37 +110,8 @@ async fn a_version_1_client_certificate_is_named_with_how_to_reissue_it() {
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
     )
     .expect("ext");
-    let ca = |f: &str| cp.pki.dir.join(f).display().to_string();
-    openssl(
-        dir.path(),
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "v1.csr",
-            "-CA",
-            &ca("ca.crt"),
-            "-CAkey",
-            &ca("ca.key"),
-            "-CAserial",
-            "v1.srl",
-            "-days",
-            "2",
-            "-out",
-            "v3.crt",
-            "-extfile",
-            "v3.ext",
-        ],
-    );
-    write_kubeconfig(
-        &kubeconfig,
-        &format!("https://127.0.0.1:{}", cp.port),
-        &pem(&cp.pki.dir.join("ca.crt")),
-        User::Cert {
-            cert: pem(&dir.path().join("v3.crt")),
-            key: pem(&dir.path().join("v1.key")),
-        },
-    );
+    sign(cp, dir.path(), "v3.crt", Some("v3.ext"));
+    kubeconfig(cp, dir.path(), "v3.crt");
     let check = support::run_kubesink(&["check", "--online", "--config", &config_arg], b"").await;
     assert_eq!(check.code, Some(0), "{}{}", check.stdout, check.stderr);
 }
