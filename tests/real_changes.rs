@@ -407,32 +407,15 @@ ignore_changes = ["metadata.annotations", "status.observedGeneration"]
     let config = write_config(dir.path(), cp, ns, &resources);
     let k = Kubesink::start(BIN, &config, dir.path(), "annotations", &[]);
     synced(&k, &["quiet"]).await;
-    let annotated = merge(
-        &client,
-        "apps/v1",
-        "Deployment",
-        ns,
-        "quiet",
-        None,
-        json!({"metadata": {"annotations": {"team": "blue"}}}),
-    )
-    .await;
+    let edit = |patch: Value| merge(&client, "apps/v1", "Deployment", ns, "quiet", None, patch);
+    let annotated = edit(json!({"metadata": {"annotations": {"team": "blue"}}})).await;
     let (after, observed) = caught_up().await;
     assert_eq!(
         after,
         before + 1,
         "the API server moves a Deployment's generation with its annotations"
     );
-    let label = merge(
-        &client,
-        "apps/v1",
-        "Deployment",
-        ns,
-        "quiet",
-        None,
-        json!({"metadata": {"labels": {"tier": "back"}}}),
-    )
-    .await;
+    let label = edit(json!({"metadata": {"labels": {"tier": "back"}}})).await;
     let m = sent_at(&k, "quiet", &label).await;
     assert_eq!(
         changed(&m),
