@@ -42,7 +42,8 @@ RELEASE, NAMESPACE = "kubesink", "kubesink"
 # Every optional value set at once, so that each template branch is rendered and validated.
 EVERY_OPTION = {
     "replicaCount": 3, "fullnameOverride": "topology",
-    "image": {"repository": "registry.example.com/kubesink", "tag": "9.9.9", "pullPolicy": "Always"},
+    "image": {"repository": "registry.example.com/kubesink", "tag": "9.9.9", "pullPolicy": "Always",
+              "digest": "sha256:" + "ab" * 32},
     "imagePullSecrets": [{"name": "regcred"}],
     "serviceAccount": {"create": True, "name": "topology-sa", "annotations": {"iam.example.com/role": "r"}},
     "config": {"server": {"listen": "0.0.0.0:9464"},
@@ -274,6 +275,7 @@ BAD_VALUES = [
     ("the placeholder cluster name", {"config": {"cluster": {"name": "CHANGE-ME"}}},
      "values.config.cluster.name is still the placeholder CHANGE-ME: set it to this cluster's name"),
     ("a bad pull policy", {"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
+    ("an image digest that is not sha256:<64 hex>", {"image": {"digest": "latest"}}, "at '/image/digest'"),
     ("a secretEnv entry without its key", {"secretEnv": [{"name": "P", "secretName": "s"}]}, "missing property 'key'"),
     ("a relative secretMounts path", {"secretMounts": [{"name": "a", "secretName": "s", "mountPath": "etc"}]},
      "at '/secretMounts/0/mountPath'"),
