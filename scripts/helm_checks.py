@@ -32,6 +32,9 @@ Security, `kubesink check`, `kubesink rbac`) on what it writes.
                           registry, scripts/image.sh's) with Helm's registry client, resolved
                           and pulled back into OUTDIR/pulled; the pulled archive must be the
                           pushed one and render the pinned image; prints CHART_* lines
+  publish CHART_TGZ REMOTE  the release workflow's push: CHART_TGZ to REMOTE (oci://ghcr.io/OWNER/charts)
+                          with Helm's registry client, logged in as $HELM_REGISTRY_USERNAME
+                          with $HELM_REGISTRY_PASSWORD; prints the chart's manifest digest
   install-pulled CHART_TGZ IMAGE_REF KUBECONFIG
                           the pulled chart installed into a real API server (tests/real_image.rs)
                           with its own values but the cluster's name: the Deployment's image is
@@ -546,6 +549,19 @@ def cmd_oci(registry, repository, tag, digest, outdir):
     return 0
 
 
+def cmd_publish(archive, remote):
+    from helm_python import registry as oci
+
+    host = remote.removeprefix("oci://").split("/", 1)[0]
+    with helm.Chart.load(archive) as chart:
+        ref = f"{remote}/{chart.name}:{chart.version}"
+    with oci.RegistryClient() as client:
+        client.login(host, os.environ["HELM_REGISTRY_USERNAME"], os.environ["HELM_REGISTRY_PASSWORD"])
+        client.push(archive, remote)
+        print(client.resolve(ref)["digest"])
+    return 0
+
+
 def cmd_install_pulled(archive, image_ref, kubeconfig):
     ns = "release-chart"
     tag = image_ref.rsplit("@", 1)[0].rsplit(":", 1)[1]
@@ -684,6 +700,8 @@ def main(argv):
         return 0
     if argv[:1] == ["oci"] and len(argv) == 6:
         return cmd_oci(*argv[1:])
+    if argv[:1] == ["publish"] and len(argv) == 3:
+        return cmd_publish(*argv[1:])
     if argv[:1] == ["install-pulled"] and len(argv) == 4:
         return cmd_install_pulled(*argv[1:])
     if argv[:1] == ["compare-kustomize"] and len(argv) == 3:
