@@ -30,7 +30,7 @@ Security, `kubesink check`, `kubesink rbac`) on what it writes.
   oci REGISTRY REPOSITORY TAG DIGEST OUTDIR
                           `package`, then pushed to oci://REGISTRY/charts (plain HTTP: a local
                           registry, scripts/image.sh's) with Helm's registry client, resolved
-                          and pulled back into OUTDIR/pulled; the pulled archive must be the
+                          and pulled back by tag and digest into OUTDIR/pulled; the pulled archive must be the
                           pushed one and render the pinned image; prints CHART_* lines
   publish CHART_TGZ REMOTE  the release workflow's push: CHART_TGZ to REMOTE (oci://ghcr.io/OWNER/charts)
                           with Helm's registry client, logged in as $HELM_REGISTRY_USERNAME
@@ -519,11 +519,13 @@ def cmd_oci(registry, repository, tag, digest, outdir):
         tags = client.tags(f"{remote}/kubesink")
         pulled_dir = os.path.join(outdir, "pulled")
         os.makedirs(pulled_dir, exist_ok=True)
-        client.pull(f"{remote}/kubesink", version=version, destination=pulled_dir, plain_http=True)
-    pulled = os.path.join(pulled_dir, f"kubesink-{version}.tgz")
+        # Pinned as a user pins it: tag and digest; Helm refuses a chart of another digest.
+        client.pull(f"{ref}@{resolved['digest']}", destination=pulled_dir, plain_http=True)
+    written = [f for f in os.listdir(pulled_dir) if f.endswith(".tgz")]
+    pulled = os.path.join(pulled_dir, written[0]) if len(written) == 1 else ""
     problems = []
-    if not os.path.exists(pulled):
-        problems.append(f"helm pull wrote {os.listdir(pulled_dir)}, not kubesink-{version}.tgz")
+    if not pulled:
+        problems.append(f"helm pull of {ref}@{resolved['digest']} wrote {written}, not one chart")
     elif sha256_file(pulled) != sha256_file(archive):
         problems.append(f"the pulled archive {sha256_file(pulled)} is not the pushed one {sha256_file(archive)}")
     if tags != [version]:
@@ -540,7 +542,7 @@ def cmd_oci(registry, repository, tag, digest, outdir):
     if problems:
         return 1
     print(f"ok   chart kubesink {version} (appVersion {tag}, image pinned to {digest}) pushed to "
-          f"{remote} with Helm's registry client, pulled back: the same archive "
+          f"{remote} with Helm's registry client, pulled back by tag@digest: the same archive "
           f"({sha256_file(pulled)}), manifest {resolved['digest']}")
     print(f"CHART_REF={ref}@{resolved['digest']}")
     print(f"CHART_DIGEST={resolved['digest']}")
