@@ -23,6 +23,9 @@
 #      pushed digest, pushed to the same registry as an OCI artifact and pulled back with Helm's
 #      engine (scripts/helm_checks.py oci, PyPI helm-python-sdk from the deploy checks' venv);
 #      tests/real_image.rs installs the pulled chart into a real API server.
+# `--push REPOSITORY` (e.g. registry.example.com/kubesink): once every check passed, the image is
+# copied there as REPOSITORY:VERSION, the same digest (crane copy, with your registry login:
+# `crane auth login`); the chart is not pushed (the release workflow publishes it).
 # Writes everything under $RELEASE_IMAGE_DIR (default ${CARGO_TARGET_DIR:-target}/image): root/
 # (the unpacked image), chart/ (the pulled chart) and release.env (IMAGE_REF, IMAGE_DIGEST,
 # IMAGE_SIZE, CHART_TGZ, CHART_DIGEST, ...); prints a summary, and that directory last.
@@ -35,6 +38,12 @@ CRANE_VERSION=v0.22.1
 TARGET="${CARGO_TARGET_DIR:-target}"
 OUT="${RELEASE_IMAGE_DIR:-$TARGET/image}"
 started=$(date +%s)
+PUSH_TO=""
+case "${1:-}" in
+  --push) PUSH_TO="${2:?--push REPOSITORY}" ;;
+  "") ;;
+  *) echo "usage: scripts/image.sh [--push REPOSITORY]" >&2; exit 2 ;;
+esac
 
 # --- the facts (deploy/image.env: KEY=VALUE, the value the rest of the line) ------------------
 while IFS= read -r line; do
@@ -221,6 +230,13 @@ if got != want:
     sys.exit(f"error: the chart artifact has media types {got}, not Helm'"'"'s {want}")
 print(f"ok   the chart artifact has Helm'"'"'s media types: config {got[0]}, content {got[1][0]}")
 '
+
+if [ -n "$PUSH_TO" ]; then
+  "$CRANE" copy "$REPO@$DIGEST" "$PUSH_TO:$VERSION"
+  pushed_digest="$("$CRANE" digest "$PUSH_TO:$VERSION")"
+  [ "$pushed_digest" = "$DIGEST" ] || { echo "error: $PUSH_TO:$VERSION is $pushed_digest, not $DIGEST" >&2; exit 1; }
+  echo "ok   copied to $PUSH_TO:$VERSION@$DIGEST"
+fi
 
 {
   echo "IMAGE_REF=$REPO:$VERSION@$DIGEST"
