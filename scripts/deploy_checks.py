@@ -15,6 +15,11 @@ Subcommands:
                             depends_on services)
   dockerfile FILE           the Dockerfile parses (BuildKit's own parser, PyPI `dockerfile`), and
                             its runtime stages run as a numeric non-root user
+  image-facts FACTS DOCKERFILE
+                            the Dockerfile's runtime stages state the facts of deploy/image.env
+                            (user and its passwd entry, workdir, binary path, entrypoint, cmd,
+                            port, static OCI labels, features, Debian release), which
+                            scripts/image.sh builds the image from without Docker
   flowcontrol FILE...       the API Priority and Fairness objects of each rendered manifest that
                             has any (deploy/components/flowcontrol, the chart's flowControl), on
                             what the OpenAPI schemas cannot say (each rule below); exit 1 if one
@@ -355,6 +360,83 @@ def cmd_dockerfile(path):
         print(f"FAIL {path}: {p}")
     if not problems:
         print(f"ok   {path}: parses; stages {', '.join(names)}; runtime user {users[-1]}")
+    return 1 if problems else 0
+
+
+def read_image_facts(path):
+    """deploy/image.env as {KEY: VALUE}: KEY=VALUE lines, the value the rest of the line."""
+    facts = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                facts[key] = value
+    return facts
+
+
+def cmd_image_facts(facts_path, path):
+    """The Dockerfile's runtime stages state deploy/image.env's facts (scripts/image.sh builds
+    the image from that file without Docker): one runtime layout, two ways to build it."""
+    import dockerfile
+
+    facts = read_image_facts(facts_path)
+    stages = dockerfile_stages(path)
+    global_args = {}
+    for c in dockerfile.parse_file(path):
+        if c.cmd == "FROM":
+            break
+        if c.cmd == "ARG":
+            key, _, value = c.value[0].partition("=")
+            global_args[key] = value
+
+    def unquote(v):
+        return v[1:-1] if len(v) >= 2 and v[0] == v[-1] == '"' else v
+
+    def last(stage, cmd):
+        found = [c for c in stages.get(stage, []) if c.cmd == cmd]
+        return found[-1] if found else None
+
+    got = {}
+    got["IMAGE_DEBIAN_RELEASE"] = global_args.get("DEBIAN_RELEASE")
+    features = [c.value[0].partition("=")[2] for c in stages.get("builder", [])
+                if c.cmd == "ARG" and c.value[0].startswith("KUBESINK_FEATURES=")]
+    got["IMAGE_FEATURES"] = features[-1] if features else None
+    user, workdir = last("runtime", "USER"), last("runtime", "WORKDIR")
+    got["IMAGE_USER"] = user.value[0] if user else None
+    got["IMAGE_WORKDIR"] = workdir.value[0] if workdir else None
+    # The passwd/group entry: the name and the ids of IMAGE_USER.
+    uid, _, gid = facts.get("IMAGE_USER", "").partition(":")
+    runs = " ".join(c.value[0] for c in stages.get("runtime", []) if c.cmd == "RUN")
+    names = re.findall(rf"useradd --uid {uid} --gid {gid} .* (\S+)$", runs)
+    got["IMAGE_USER_NAME"] = names[0] if names and f"groupadd --gid {gid} {names[0]}" in runs else None
+    # Debian's ca-certificates package writes its bundle there (update-ca-certificates).
+    if re.search(r"apt-get install .*\bca-certificates\b", runs):
+        got["IMAGE_CA_BUNDLE"] = "/etc/ssl/certs/ca-certificates.crt"
+    copies = [c for c in stages.get("kubesink", []) if c.cmd == "COPY"]
+    got["IMAGE_BINARY"] = copies[-1].value[-1] if copies else None
+    expose, entrypoint, cmd = (last("kubesink", k) for k in ("EXPOSE", "ENTRYPOINT", "CMD"))
+    got["IMAGE_PORT"] = " ".join(expose.value) if expose else None
+    got["IMAGE_ENTRYPOINT"] = " ".join(entrypoint.value) if entrypoint and entrypoint.json else None
+    got["IMAGE_CMD"] = " ".join(cmd.value) if cmd and cmd.json else None
+    labels = {}
+    for c in stages.get("kubesink", []):
+        if c.cmd == "LABEL":
+            labels.update(zip(c.value[0::2], (unquote(v) for v in c.value[1::2])))
+    for key, label in (("IMAGE_TITLE", "title"), ("IMAGE_DESCRIPTION", "description"),
+                       ("IMAGE_SOURCE", "source"), ("IMAGE_LICENSES", "licenses")):
+        got[key] = labels.get(f"org.opencontainers.image.{label}")
+    per_build = {"version": "${VERSION}", "revision": "${REVISION}", "created": "${CREATED}"}
+    problems = [f"{key}: the Dockerfile says {got.get(key)!r}, {facts_path} says {facts.get(key)!r}"
+                for key in sorted(set(facts) | set(got)) if got.get(key) != facts.get(key)]
+    problems += [f"label org.opencontainers.image.{k}: {labels.get(f'org.opencontainers.image.{k}')!r}, not {v}"
+                 for k, v in per_build.items() if labels.get(f"org.opencontainers.image.{k}") != v]
+    for p in problems:
+        print(f"FAIL {path}: {p}")
+    if not problems:
+        print(f"ok   {path} and {facts_path} state one runtime layout: user {got['IMAGE_USER']}, "
+              f"{got['IMAGE_ENTRYPOINT']} {got['IMAGE_CMD']}, port {got['IMAGE_PORT']}, "
+              f"{len(labels)} OCI labels, features {got['IMAGE_FEATURES']}")
     return 1 if problems else 0
 
 
@@ -788,6 +870,8 @@ def main(argv):
         return cmd_compose(*args)
     if cmd == "dockerfile" and len(args) == 1:
         return cmd_dockerfile(*args)
+    if cmd == "image-facts" and len(args) == 2:
+        return cmd_image_facts(*args)
     if cmd == "flowcontrol" and args:
         return cmd_flowcontrol(args)
     if cmd == "kubelet-env" and len(args) >= 2:

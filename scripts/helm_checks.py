@@ -22,6 +22,24 @@ Security, `kubesink check`, `kubesink rbac`) on what it writes.
                           object must be accepted by the server's own validation (admission,
                           the flowcontrol API's rules) and exist after install and upgrade, and
                           none after uninstall
+  package REPOSITORY TAG DIGEST OUTDIR
+                          the chart as released: appVersion TAG, its default image
+                          REPOSITORY:TAG@DIGEST (values.yaml's image.repository and image.digest
+                          rewritten in a copy); writes OUTDIR/kubesink-VERSION.tgz, prints its
+                          path (the release workflow pushes it to ghcr.io)
+  oci REGISTRY REPOSITORY TAG DIGEST OUTDIR
+                          `package`, then pushed to oci://REGISTRY/charts (plain HTTP: a local
+                          registry, scripts/image.sh's) with Helm's registry client, resolved
+                          and pulled back by tag and digest into OUTDIR/pulled; the pulled archive must be the
+                          pushed one and render the pinned image; prints CHART_* lines
+  publish CHART_TGZ REMOTE  the release workflow's push: CHART_TGZ to REMOTE (oci://ghcr.io/OWNER/charts)
+                          with Helm's registry client, logged in as $HELM_REGISTRY_USERNAME
+                          with $HELM_REGISTRY_PASSWORD; prints the chart's manifest digest
+  install-pulled CHART_TGZ IMAGE_REF KUBECONFIG
+                          the pulled chart installed into a real API server (tests/real_image.rs)
+                          with its own values but the cluster's name: the Deployment's image is
+                          IMAGE_REF and its app.kubernetes.io/version the image's tag; then
+                          uninstalled
   compare-kustomize RENDERED KUSTOMIZED
                           the chart's default Deployment, Service, PDB and RBAC against
                           `kubectl kustomize deploy/base`: only the differences listed in
@@ -42,7 +60,8 @@ RELEASE, NAMESPACE = "kubesink", "kubesink"
 # Every optional value set at once, so that each template branch is rendered and validated.
 EVERY_OPTION = {
     "replicaCount": 3, "fullnameOverride": "topology",
-    "image": {"repository": "registry.example.com/kubesink", "tag": "9.9.9", "pullPolicy": "Always"},
+    "image": {"repository": "registry.example.com/kubesink", "tag": "9.9.9", "pullPolicy": "Always",
+              "digest": "sha256:" + "ab" * 32},
     "imagePullSecrets": [{"name": "regcred"}],
     "serviceAccount": {"create": True, "name": "topology-sa", "annotations": {"iam.example.com/role": "r"}},
     "config": {"server": {"listen": "0.0.0.0:9464"},
@@ -274,6 +293,7 @@ BAD_VALUES = [
     ("the placeholder cluster name", {"config": {"cluster": {"name": "CHANGE-ME"}}},
      "values.config.cluster.name is still the placeholder CHANGE-ME: set it to this cluster's name"),
     ("a bad pull policy", {"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
+    ("an image digest that is not sha256:<64 hex>", {"image": {"digest": "latest"}}, "at '/image/digest'"),
     ("a secretEnv entry without its key", {"secretEnv": [{"name": "P", "secretName": "s"}]}, "missing property 'key'"),
     ("a relative secretMounts path", {"secretMounts": [{"name": "a", "secretName": "s", "mountPath": "etc"}]},
      "at '/secretMounts/0/mountPath'"),
@@ -437,6 +457,151 @@ def cmd_real(kubeconfig):
     return 1 if failures else 0
 
 
+# --- package, oci, install-pulled: the chart as released ---------------------------------------
+def deployment_image(manifests):
+    """The kubesink container's image in a rendered release."""
+    for d in documents(manifests) if isinstance(manifests, dict) else parse_stream(manifests):
+        if d.get("kind") == "Deployment":
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                if c["name"] == "kubesink":
+                    return c["image"]
+    return None
+
+
+def cmd_package(repository, tag, digest, outdir):
+    """The chart with appVersion = the image's tag and its default image pinned to the digest,
+    packaged by Helm; returns the archive's path. Only values.yaml's two lines change, in a
+    copy: the published chart's defaults are the release's image."""
+    import shutil
+
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = os.path.join(tmp, "kubesink")
+        shutil.copytree(CHART, chart)
+        path = os.path.join(chart, "values.yaml")
+        with open(path) as f:
+            text = f.read()
+        for old, new in (("\n  repository: ghcr.io/kubesink/kubesink\n", f"\n  repository: {repository}\n"),
+                         ('\n  digest: ""\n', f'\n  digest: "{digest}"\n')):
+            if text.count(old) != 1:
+                raise SystemExit(f"FAIL values.yaml: expected one line {old.strip()!r} to pin")
+            text = text.replace(old, new)
+        with open(path, "w") as f:
+            f.write(text)
+        os.makedirs(outdir, exist_ok=True)
+        archive = helm.package(chart, destination=outdir, app_version=tag)
+    with helm.Chart.load(archive) as packaged:
+        if packaged.metadata.get("appVersion") != tag:
+            raise SystemExit(f"FAIL the packaged chart's appVersion is {packaged.metadata.get('appVersion')}, not {tag}")
+        image = deployment_image(packaged.render(named({}), name=RELEASE, namespace=NAMESPACE, is_install=True))
+    if image != f"{repository}:{tag}@{digest}":
+        raise SystemExit(f"FAIL the packaged chart renders image {image}, not {repository}:{tag}@{digest}")
+    return archive
+
+
+def sha256_file(path):
+    import hashlib
+
+    with open(path, "rb") as f:
+        return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+
+
+def cmd_oci(registry, repository, tag, digest, outdir):
+    from helm_python import registry as oci
+
+    archive = cmd_package(repository, tag, digest, os.path.join(outdir, "pushed"))
+    with helm.Chart.load(archive) as packaged:
+        version = packaged.version
+    remote = f"oci://{registry}/charts"
+    with oci.RegistryClient(plain_http=True) as client:
+        client.push(archive, remote, plain_http=True)
+        ref = f"{remote}/kubesink:{version}"
+        resolved = client.resolve(ref)
+        tags = client.tags(f"{remote}/kubesink")
+        pulled_dir = os.path.join(outdir, "pulled")
+        os.makedirs(pulled_dir, exist_ok=True)
+        # Pinned as a user pins it: tag and digest; Helm refuses a chart of another digest.
+        client.pull(f"{ref}@{resolved['digest']}", destination=pulled_dir, plain_http=True)
+    written = [f for f in os.listdir(pulled_dir) if f.endswith(".tgz")]
+    pulled = os.path.join(pulled_dir, written[0]) if len(written) == 1 else ""
+    problems = []
+    if not pulled:
+        problems.append(f"helm pull of {ref}@{resolved['digest']} wrote {written}, not one chart")
+    elif sha256_file(pulled) != sha256_file(archive):
+        problems.append(f"the pulled archive {sha256_file(pulled)} is not the pushed one {sha256_file(archive)}")
+    if tags != [version]:
+        problems.append(f"the registry's tags of the chart: {tags}, expected [{version!r}]")
+    if resolved.get("media_type") not in ("application/vnd.oci.image.manifest.v1+json", None):
+        problems.append(f"the chart's manifest media type: {resolved.get('media_type')}")
+    if not problems:
+        with helm.Chart.load(pulled) as chart:
+            image = deployment_image(chart.render(named({}), name=RELEASE, namespace=NAMESPACE, is_install=True))
+        if image != f"{repository}:{tag}@{digest}":
+            problems.append(f"the pulled chart renders image {image}")
+    for p in problems:
+        print(f"FAIL {p}")
+    if problems:
+        return 1
+    print(f"ok   chart kubesink {version} (appVersion {tag}, image pinned to {digest}) pushed to "
+          f"{remote} with Helm's registry client, pulled back by tag@digest: the same archive "
+          f"({sha256_file(pulled)}), manifest {resolved['digest']}")
+    print(f"CHART_REF={ref}@{resolved['digest']}")
+    print(f"CHART_DIGEST={resolved['digest']}")
+    print(f"CHART_VERSION={version}")
+    print(f"CHART_TGZ={os.path.abspath(pulled)}")
+    return 0
+
+
+def cmd_publish(archive, remote):
+    from helm_python import registry as oci
+
+    host = remote.removeprefix("oci://").split("/", 1)[0]
+    with helm.Chart.load(archive) as chart:
+        ref = f"{remote}/{chart.name}:{chart.version}"
+    with oci.RegistryClient() as client:
+        client.login(host, os.environ["HELM_REGISTRY_USERNAME"], os.environ["HELM_REGISTRY_PASSWORD"])
+        client.push(archive, remote)
+        print(client.resolve(ref)["digest"])
+    return 0
+
+
+def cmd_install_pulled(archive, image_ref, kubeconfig):
+    ns = "release-chart"
+    tag = image_ref.rsplit("@", 1)[0].rsplit(":", 1)[1]
+    values = {"config": {"cluster": {"name": "real-release"}}}
+    with helm.Config(kubeconfig_path=kubeconfig, namespace=ns) as cfg:
+        try:
+            release = cfg.install(archive, RELEASE, values, namespace=ns, create_namespace=True, timeout=120)
+        except helm.HelmError as e:
+            print(f"FAIL helm install of the pulled chart into the real API server: {e}")
+            return 1
+        docs = parse_stream(release.get("manifest", ""))
+        got = kubectl(kubeconfig, "-n", ns, "get", "deployment", "-l", "app.kubernetes.io/name=kubesink",
+                      "-o", "json")
+        live = json.loads(got.stdout)["items"] if got.returncode == 0 else []
+        problems = []
+        if len(live) != 1:
+            problems.append(f"Deployments on the server: {len(live)} ({got.stderr.strip()})")
+        else:
+            containers = live[0]["spec"]["template"]["spec"]["containers"]
+            image = next((c["image"] for c in containers if c["name"] == "kubesink"), None)
+            version = live[0]["metadata"]["labels"].get("app.kubernetes.io/version")
+            if image != image_ref:
+                problems.append(f"the Deployment's image on the server is {image}, not {image_ref}")
+            if version != tag:
+                problems.append(f"its app.kubernetes.io/version is {version}, not the image's tag {tag}")
+        try:
+            cfg.uninstall(RELEASE, timeout=120)
+        except helm.HelmError as e:
+            problems.append(f"helm uninstall: {e}")
+    for p in problems:
+        print(f"FAIL the pulled chart: {p}")
+    if problems:
+        return 1
+    print(f"ok   the pulled chart installed into the real API server ({len(docs)} objects): the "
+          f"Deployment runs {image_ref}, version {tag}; uninstalled")
+    return 0
+
+
 # --- compare-kustomize -------------------------------------------------------------------------
 # (kind, path) -> why the chart differs from deploy/base there. Labels that only Helm has
 # (helm.sh/chart, app.kubernetes.io/instance, version, managed-by) are dropped before comparing.
@@ -532,6 +697,15 @@ def main(argv):
         return cmd_bad_values()
     if argv[:1] == ["real"] and len(argv) == 2:
         return cmd_real(argv[1])
+    if argv[:1] == ["package"] and len(argv) == 5:
+        print(cmd_package(*argv[1:]))
+        return 0
+    if argv[:1] == ["oci"] and len(argv) == 6:
+        return cmd_oci(*argv[1:])
+    if argv[:1] == ["publish"] and len(argv) == 3:
+        return cmd_publish(*argv[1:])
+    if argv[:1] == ["install-pulled"] and len(argv) == 4:
+        return cmd_install_pulled(*argv[1:])
     if argv[:1] == ["compare-kustomize"] and len(argv) == 3:
         return cmd_compare_kustomize(argv[1], argv[2])
     print(__doc__, file=sys.stderr)

@@ -108,6 +108,17 @@ cargo clippy -p kubesink --lib -- -D warnings
 # installs the Helm chart into the real API server with it.
 DEPLOY_CHECKS_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
 export DEPLOY_CHECKS_PYTHON
+# The release image and chart (scripts/image.sh, docs/operations.md "Images and charts"): the
+# release binary (a build of its own: the Dockerfile's features, --release; ~10 minutes cold on
+# 2 shared cores, ~2 after a code change, docs/testing.md), a minimal Debian
+# root (the binary, the libraries ldd names, CA bundle, passwd entry) made an OCI image with
+# crane (built once into $TOOLS_CACHE_DIR), pushed to a registry on loopback and pulled back by
+# digest, run as its user (chroot); the chart pinned to that digest pushed and pulled with
+# Helm's engine. tests/real_image.rs (cargo test, below) runs the pulled image against the real
+# API server and installs the pulled chart; it finds them through RELEASE_IMAGE_DIR.
+echo "== release image and chart (scripts/image.sh)"
+RELEASE_IMAGE_DIR="$(scripts/image.sh | tee /dev/stderr | tail -1)"
+export RELEASE_IMAGE_DIR
 echo "== go vet (tests/kube, the control plane's mains; tests/receivers, the HTTP and OTLP sinks' receivers; benches/peers and benches/peers/otelcol, the Go peers)"
 (cd tests/kube && go vet ./...)
 (cd tests/receivers && go vet ./...)
