@@ -298,6 +298,37 @@ impl Pki {
     }
 }
 
+/// A temporary directory for a server that lives as long as the test binary (the binary's
+/// etcd, its shared control plane): kept in a `static`, its [`tempfile::TempDir`] is never
+/// dropped, so it is made under `$TMPDIR/kubesink-tests/` named after this process, and the
+/// directories of processes that have exited are removed first. Without the sweep every test
+/// binary run left its etcd data behind (100–400 MB each), enough to fill a CI disk.
+pub fn process_tempdir(what: &str) -> tempfile::TempDir {
+    let root = std::env::temp_dir().join("kubesink-tests");
+    std::fs::create_dir_all(&root).expect("create $TMPDIR/kubesink-tests");
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let pid = name
+                .to_string_lossy()
+                .split('.')
+                .next()
+                .unwrap_or("")
+                .to_owned();
+            let alive = pid
+                .parse::<u32>()
+                .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+            if !alive {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    tempfile::Builder::new()
+        .prefix(&format!("{}.{what}.", std::process::id()))
+        .tempdir_in(&root)
+        .expect("tempdir under $TMPDIR/kubesink-tests")
+}
+
 /// The etcd of this test binary.
 struct Etcd {
     proc: Proc,
@@ -308,7 +339,7 @@ struct Etcd {
 fn etcd() -> &'static Mutex<Etcd> {
     static ETCD: OnceLock<Mutex<Etcd>> = OnceLock::new();
     ETCD.get_or_init(|| {
-        let dir = crate::process_tempdir("etcd");
+        let dir = process_tempdir("etcd");
         let (client, peer) = (free_port(), free_port());
         let url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
@@ -421,7 +452,7 @@ pub fn shared() -> &'static ControlPlane {
     static SHARED: OnceLock<ControlPlane> = OnceLock::new();
     SHARED.get_or_init(|| {
         ControlPlane::start_in(
-            crate::process_tempdir("control-plane"),
+            process_tempdir("control-plane"),
             Options {
                 controller_manager: true,
                 ..Default::default()

@@ -680,34 +680,3 @@ pub async fn run_kubesink(args: &[&str], stdin: &[u8]) -> FoldRun {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
-
-/// A temporary directory for a server that lives as long as the test binary (the binary's
-/// etcd, its shared control plane): kept in a `static`, its [`tempfile::TempDir`] is never
-/// dropped, so it is made under `$TMPDIR/kubesink-tests/` named after this process, and the
-/// directories of processes that have exited are removed first. Without the sweep every test
-/// binary run left its etcd data behind (100–400 MB each), enough to fill a CI disk.
-pub fn process_tempdir(what: &str) -> tempfile::TempDir {
-    let root = std::env::temp_dir().join("kubesink-tests");
-    std::fs::create_dir_all(&root).expect("create $TMPDIR/kubesink-tests");
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let pid = name
-                .to_string_lossy()
-                .split('.')
-                .next()
-                .unwrap_or("")
-                .to_owned();
-            let alive = pid
-                .parse::<u32>()
-                .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
-            if !alive {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
-    tempfile::Builder::new()
-        .prefix(&format!("{}.{what}.", std::process::id()))
-        .tempdir_in(&root)
-        .expect("tempdir under $TMPDIR/kubesink-tests")
-}
