@@ -228,8 +228,9 @@ async fn unusable_kubeconfigs(c: &config::Config) -> Vec<String> {
     out
 }
 
-/// With `--strict`, prints each missing file of `c` as an error, then the other warnings;
-/// returns how many errors it printed (none, and nothing printed, without `--strict`).
+/// With `--strict`, prints each missing file of `c` and each kind a built-in group version
+/// does not have as an error, then the other warnings; returns how many errors it printed
+/// (none, and nothing printed, without `--strict`).
 fn strict_errors(c: &config::Config, watches: Option<u64>, strict: bool) -> usize {
     if !strict {
         return 0;
@@ -238,11 +239,18 @@ fn strict_errors(c: &config::Config, watches: Option<u64>, strict: bool) -> usiz
     for m in &missing {
         eprintln!("error (--strict): {}", m.error());
     }
-    if !missing.is_empty() {
-        let reported: Vec<String> = missing.iter().map(config::MissingFile::warning).collect();
+    let kinds = kubesink::plan::kind_warnings(c);
+    for k in &kinds {
+        eprintln!("error (--strict): {k}");
+    }
+    let errors = missing.len() + kinds.len();
+    if errors > 0 {
+        let mut reported: Vec<String> =
+            missing.iter().map(config::MissingFile::warning).collect();
+        reported.extend(kinds);
         warn_except(c, watches, &reported);
     }
-    missing.len()
+    errors
 }
 
 /// Prints what works but is risky in `c` on stderr (the open-files limit for its `watches`,

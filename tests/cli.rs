@@ -1135,6 +1135,12 @@ async fn check_and_rbac_name_a_misspelt_builtin_kind_and_the_nearest() {
         stderr.contains("configuration OK, with 1 warning(s)"),
         "{stderr}"
     );
+    // An error with --strict, said once.
+    let (code, stderr) = command(&["check", "--strict"], &file).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    let error = want.replacen("warning: ", "error (--strict): ", 1);
+    assert_eq!(stderr.matches(&error).count(), 1, "{stderr}");
+    assert!(!stderr.contains(want), "{stderr}");
     let out = kubesink()
         .args(["rbac", "--config"])
         .arg(&file)

@@ -809,7 +809,7 @@ impl Collector for BridgeCollector {
                 family(
                     &mut encoder,
                     "leader_lease_renewed",
-                    "Seconds since the leader-election Lease's holder last renewed it, on this replica's clock (below retry_period while the holder lives; at lease_duration a follower takes over)",
+                    "Seconds since the leader-election Lease's holder last renewed it, on this replica's clock (below about twice retry_period while the holder lives; at lease_duration a follower takes over)",
                     Some(&Unit::Seconds),
                     [(Labels::new(), ConstGauge::new(ago.as_secs_f64()))],
                 )?;

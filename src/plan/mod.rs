@@ -51,12 +51,19 @@ pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figme
 /// ([`expressions::filter_warnings`]).
 pub fn warnings(c: &Config) -> Vec<String> {
     let mut out = config::warnings(c);
-    out.extend(crate::rbac::kind_warnings(&c.resources, ""));
+    out.extend(kind_warnings(c));
+    out.extend(expressions::filter_warnings(c));
+    out
+}
+
+/// The resources of `c`, top-level and per cluster, whose kind a built-in group version does
+/// not have ([`crate::rbac::kind_warnings`]): warnings, errors with `check --strict`.
+pub fn kind_warnings(c: &Config) -> Vec<String> {
+    let mut out = crate::rbac::kind_warnings(&c.resources, "");
     for (ci, k) in c.clusters.iter().enumerate() {
         if let Some(own) = &k.resources {
             out.extend(crate::rbac::kind_warnings(own, &format!("clusters.{ci}.")));
         }
     }
-    out.extend(expressions::filter_warnings(c));
     out
 }
