@@ -245,8 +245,7 @@ fn strict_errors(c: &config::Config, watches: Option<u64>, strict: bool) -> usiz
     }
     let errors = missing.len() + kinds.len();
     if errors > 0 {
-        let mut reported: Vec<String> =
-            missing.iter().map(config::MissingFile::warning).collect();
+        let mut reported: Vec<String> = missing.iter().map(config::MissingFile::warning).collect();
         reported.extend(kinds);
         warn_except(c, watches, &reported);
     }
