@@ -4,6 +4,7 @@
 //! group. Only asked after discovery failed, so the extra requests cost nothing on the way
 //! that works.
 
+use crate::plan::kinds::nearest;
 use std::time::Duration;
 
 use kube::discovery::Discovery;
@@ -96,26 +97,6 @@ async fn served_elsewhere(client: &Client, kind: &str, timeout: Duration) -> Opt
     found.sort();
     found.dedup();
     (!found.is_empty()).then(|| found.join(", "))
-}
-
-/// The candidate nearest to `wanted`: one equal but for case, else the one at the smallest
-/// Damerau-Levenshtein distance (case ignored) when that is small for its length (about a
-/// third of it: `Pdo` → `Pod`, `Deploymnet` → `Deployment`, never `Foo` → `Pod`). Ties go to
-/// the first candidate.
-pub(crate) fn nearest<'a>(
-    wanted: &str,
-    candidates: impl Iterator<Item = &'a str> + Clone,
-) -> Option<&'a str> {
-    let lower = wanted.to_lowercase();
-    if let Some(same) = candidates.clone().find(|c| c.to_lowercase() == lower) {
-        return Some(same);
-    }
-    let limit = wanted.chars().count().div_ceil(3).max(1);
-    candidates
-        .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_lowercase()), c))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
 }
 
 #[cfg(test)]

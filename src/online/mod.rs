@@ -21,7 +21,7 @@
 //! store): it never writes an object.
 
 mod access;
-pub(crate) mod discovery;
+mod discovery;
 mod resource;
 mod shards;
 

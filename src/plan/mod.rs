@@ -7,6 +7,7 @@
 //! never touches the network.
 
 mod expressions;
+pub mod kinds;
 mod resolve;
 
 use std::path::Path;
@@ -47,7 +48,7 @@ pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figme
 }
 
 /// Every warning of `c` ([`config::warnings`]), the kinds a built-in group version does not
-/// have ([`crate::rbac::kind_warnings`]), then what its filters say that they do not mean
+/// have ([`kinds::kind_warnings`]), then what its filters say that they do not mean
 /// ([`expressions::filter_warnings`]).
 pub fn warnings(c: &Config) -> Vec<String> {
     let mut out = config::warnings(c);
@@ -57,12 +58,12 @@ pub fn warnings(c: &Config) -> Vec<String> {
 }
 
 /// The resources of `c`, top-level and per cluster, whose kind a built-in group version does
-/// not have ([`crate::rbac::kind_warnings`]): warnings, errors with `check --strict`.
+/// not have ([`kinds::kind_warnings`]): warnings, errors with `check --strict`.
 pub fn kind_warnings(c: &Config) -> Vec<String> {
-    let mut out = crate::rbac::kind_warnings(&c.resources, "");
+    let mut out = kinds::kind_warnings(&c.resources, "");
     for (ci, k) in c.clusters.iter().enumerate() {
         if let Some(own) = &k.resources {
-            out.extend(crate::rbac::kind_warnings(own, &format!("clusters.{ci}.")));
+            out.extend(kinds::kind_warnings(own, &format!("clusters.{ci}.")));
         }
     }
     out

@@ -9,6 +9,7 @@ use figment::Jail;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 
 use super::*;
+use crate::plan::kinds::{unknown_builtin_kind, BUILTINS};
 
 fn options(lease: Option<(&str, &str)>) -> RbacOptions {
     RbacOptions {
