@@ -154,21 +154,7 @@ fn every_kustomization_is_accepted_by_the_real_api_server() {
 
 #[test]
 fn the_helm_chart_installs_upgrades_and_uninstalls_on_the_real_api_server() {
-    let python = std::env::var_os("DEPLOY_CHECKS_PYTHON").map_or_else(
-        || {
-            let cache = std::env::var_os("TOOLS_CACHE_DIR").map_or_else(
-                || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/kubesink"),
-                PathBuf::from,
-            );
-            cache.join("deploy-venv/bin/python")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "{} is missing: `scripts/check-deploy.sh --tools` installs it (scripts/test.sh does)",
-        python.display()
-    );
+    let python = kubesink_test_support::deploy_python();
     let cp = kube_server::shared();
     let out = Command::new(&python)
         .arg(Path::new(ROOT).join("scripts/helm_checks.py"))

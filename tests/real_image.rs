@@ -66,26 +66,6 @@ fn facts() -> BTreeMap<String, String> {
     key_values(&Path::new(ROOT).join("deploy/image.env"))
 }
 
-/// The deploy checks' Python (helm-python-sdk), as tests/real_deploy.rs finds it.
-fn deploy_python() -> PathBuf {
-    let python = std::env::var_os("DEPLOY_CHECKS_PYTHON").map_or_else(
-        || {
-            let cache = std::env::var_os("TOOLS_CACHE_DIR").map_or_else(
-                || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/kubesink"),
-                PathBuf::from,
-            );
-            cache.join("deploy-venv/bin/python")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "{} is missing: `scripts/check-deploy.sh --tools` installs it (scripts/test.sh does)",
-        python.display()
-    );
-    python
-}
-
 /// Copies `from` to `to` readable by every user (the image's user reads it; the kubeconfig's
 /// key is the test control plane's).
 fn copy_readable(from: &Path, to: &Path) {
@@ -217,7 +197,7 @@ async fn the_image_runs_as_its_user_against_the_real_api_server() {
 
 #[test]
 fn the_pulled_chart_installs_with_the_image_pinned_by_digest() {
-    let (release, python) = (release(), deploy_python());
+    let (release, python) = (release(), kubesink_test_support::deploy_python());
     let cp = kube_server::shared();
     let out = Command::new(&python)
         .arg(Path::new(ROOT).join("scripts/helm_checks.py"))

@@ -680,3 +680,25 @@ pub async fn run_kubesink(args: &[&str], stdin: &[u8]) -> FoldRun {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// The deploy checks' Python (helm-python-sdk, kubernetes-validate): `DEPLOY_CHECKS_PYTHON`,
+/// else the venv `scripts/check-deploy.sh --tools` makes in the tools cache; panics, saying how
+/// to install it, when it is missing.
+pub fn deploy_python() -> PathBuf {
+    let python = std::env::var_os("DEPLOY_CHECKS_PYTHON").map_or_else(
+        || {
+            let cache = std::env::var_os("TOOLS_CACHE_DIR").map_or_else(
+                || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/kubesink"),
+                PathBuf::from,
+            );
+            cache.join("deploy-venv/bin/python")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "{} is missing: `scripts/check-deploy.sh --tools` installs it (scripts/test.sh does)",
+        python.display()
+    );
+    python
+}
