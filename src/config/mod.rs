@@ -44,7 +44,7 @@ pub use load::{load, load_resources, load_with_partial, ConfigError, ConfigError
 pub use resource::{PayloadMode, ResourceConfig};
 pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
-    DEFAULT_MAX_CONCURRENT_LISTS, MAX_CONCURRENT_LISTS, MIN_REQUESTS_PER_SECOND,
+    WireEncoding, DEFAULT_MAX_CONCURRENT_LISTS, MAX_CONCURRENT_LISTS, MIN_REQUESTS_PER_SECOND,
 };
 pub use state::{context as state_context, StateBackend, StateConfig};
 pub use warn::{missing_files, warnings, MissingFile, GROUP_ALIASES};

@@ -239,6 +239,12 @@ pub struct WatchConfig {
     /// How the initial state (and every relist) is read: a streaming list (KEP-3157), paged
     /// LISTs, or streaming where the server supports it. Default `auto`.
     pub initial_list: InitialList,
+    /// The encoding asked of the API server for metadata-only resources (`payload =
+    /// "metadata"`): `auto` asks for protobuf `PartialObjectMetadata` first (what client-go's
+    /// metadata informer reads; far cheaper for the server to encode than JSON) and takes
+    /// JSON where the server answers it instead; `json` asks for JSON only. Whole objects are
+    /// always read as JSON. What is emitted is the same either way. Default `auto`.
+    pub encoding: WireEncoding,
     /// Client-side limit on list and watch requests per cluster: a token bucket refilled at
     /// this rate (requests per second, fractions allowed), like client-go's `QPS`; `0` turns
     /// the limit off. Each cluster has its own bucket. Default 50.
@@ -279,6 +285,20 @@ pub enum InitialList {
     List,
 }
 
+/// `watch.encoding`: how metadata-only resources cross the wire. See `docs/architecture.md`
+/// ("Wire encoding").
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum WireEncoding {
+    /// Protobuf for metadata-only resources where the server offers it, JSON otherwise.
+    #[default]
+    Auto,
+    /// JSON always.
+    Json,
+}
+
 impl std::fmt::Display for InitialList {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -296,6 +316,7 @@ impl Default for WatchConfig {
             retry_initial_backoff: HumanDuration::from_millis(500),
             retry_max_backoff: HumanDuration::from_secs(15),
             initial_list: InitialList::Auto,
+            encoding: WireEncoding::Auto,
             requests_per_second: 50.0,
             request_burst: 100,
             max_concurrent_lists: DEFAULT_MAX_CONCURRENT_LISTS,

@@ -54,6 +54,9 @@ pub struct ClusterApi {
     pub delayed_requests: AtomicU64,
     /// Time requests waited for a token in all, in nanoseconds.
     pub delayed_nanos: AtomicU64,
+    /// Successful responses the server encoded in protobuf (metadata-only watches with
+    /// `watch.encoding = "auto"`, `protobuf.rs`); the others were JSON.
+    pub protobuf_responses: AtomicU64,
     /// Resources (by [`kubesink_core::Resource`]'s display) whose server does not stream
     /// lists, with the reason.
     no_streaming: Mutex<HashMap<String, String>>,
@@ -68,6 +71,7 @@ impl ClusterApi {
             watch_requests: AtomicU64::new(0),
             delayed_requests: AtomicU64::new(0),
             delayed_nanos: AtomicU64::new(0),
+            protobuf_responses: AtomicU64::new(0),
             no_streaming: Mutex::new(HashMap::new()),
         }
     }
@@ -100,6 +104,11 @@ impl ClusterApi {
             Verb::Watch => &self.watch_requests,
         }
         .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a successful response encoded in protobuf.
+    pub fn note_protobuf(&self) {
+        self.protobuf_responses.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records that `resource` is served without streaming lists, for `reason`; true for

@@ -136,7 +136,7 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 impl DecodeError {
-    fn new(what: &'static str, reason: impl fmt::Display, input: &[u8]) -> Self {
+    pub(crate) fn new(what: &'static str, reason: impl fmt::Display, input: &[u8]) -> Self {
         DecodeError {
             what,
             reason: reason.to_string(),

@@ -20,6 +20,7 @@ mod name;
 mod object;
 mod payload;
 mod plan;
+mod protobuf;
 mod recovery;
 mod stats;
 mod store;
@@ -251,7 +252,7 @@ impl Informer {
         let shard = plan.shard;
         Informer {
             resource: plan.resource.clone(),
-            requests: Requests::new(&plan, client, api.clone()),
+            requests: Requests::new(&plan, client, api.clone(), watch.encoding),
             scope,
             views,
             stats,

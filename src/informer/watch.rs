@@ -9,8 +9,9 @@
 //! <https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/3157-watch-list>):
 //! one watch with `sendInitialEvents=true&resourceVersionMatch=NotOlderThan` and
 //! `resourceVersion` unset (a consistent read). In metadata mode all ask for
-//! `PartialObjectMetadata`, so only metadata crosses the wire. Every request first takes a
-//! token from its cluster's budget ([`ClusterApi`]).
+//! `PartialObjectMetadata`, so only metadata crosses the wire, in protobuf where the server
+//! offers it (`protobuf.rs`; `watch.encoding`), read back as the JSON the server would have
+//! sent. Every request first takes a token from its cluster's budget ([`ClusterApi`]).
 //!
 //! This module decides nothing about objects and never retries: the informer does.
 
@@ -27,7 +28,8 @@ use kube::Client;
 use super::api::{ClusterApi, Verb};
 use super::decode::{DecodeError, Status};
 use super::plan::WatchPlan;
-use crate::config::PayloadMode;
+use super::protobuf;
+use crate::config::{PayloadMode, WireEncoding};
 
 /// The `timeoutSeconds` of every watch request: the API server ends the watch after it (and
 /// kubesink watches again from the last resourceVersion). kube-runtime and client-go use
@@ -132,6 +134,8 @@ pub struct Requests {
     api: Arc<ClusterApi>,
     request: Request,
     metadata: bool,
+    /// Metadata is asked for in protobuf first (`watch.encoding = "auto"`).
+    protobuf: bool,
     list: ListParams,
     watch: WatchParams,
     /// The resource has a label or field selector: a DELETED may be an object that stopped
@@ -144,8 +148,14 @@ pub struct Requests {
 }
 
 impl Requests {
-    /// Requests for `plan` through `client`, within the cluster's budget `api`.
-    pub fn new(plan: &WatchPlan, client: Client, api: Arc<ClusterApi>) -> Self {
+    /// Requests for `plan` through `client`, within the cluster's budget `api`, metadata in
+    /// the `encoding` asked for.
+    pub fn new(
+        plan: &WatchPlan,
+        client: Client,
+        api: Arc<ClusterApi>,
+        encoding: WireEncoding,
+    ) -> Self {
         let path = <DynamicObject as kube::Resource>::url_path(
             &plan.api_resource as &ApiResource,
             plan.namespace.as_deref(),
@@ -166,6 +176,7 @@ impl Requests {
             api,
             request: Request::new(path),
             metadata: plan.mode == PayloadMode::Metadata,
+            protobuf: plan.mode == PayloadMode::Metadata && encoding == WireEncoding::Auto,
             list,
             watch,
             selective: plan.label_selector.is_some() || plan.field_selector.is_some(),
@@ -281,17 +292,28 @@ impl Requests {
         lp: &ListParams,
         idle_timeout: Duration,
     ) -> Result<Bytes, WatchFailure> {
-        let req = if self.metadata {
+        let mut req = if self.metadata {
             self.request.list_metadata(lp)
         } else {
             self.request.list(lp)
         }
         .map_err(|e| WatchFailure::Request(e.to_string()))?;
-        let mut body = self.send(req, Verb::List).await?;
+        if self.protobuf {
+            req.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(protobuf::ACCEPT_LIST),
+            );
+        }
+        let (mut body, wire) = self.send(req, Verb::List).await?;
         let mut out = BytesMut::new();
         loop {
             match tokio::time::timeout(idle_timeout, body.frame()).await {
                 Err(_) => return Err(WatchFailure::Idle(idle_timeout)),
+                Ok(None) if wire == Wire::Protobuf => {
+                    return protobuf::list_to_json(&out)
+                        .map(Bytes::from)
+                        .map_err(WatchFailure::Decode)
+                }
                 Ok(None) => return Ok(out.freeze()),
                 Ok(Some(Err(e))) => return Err(WatchFailure::Transport(cause(&e))),
                 Ok(Some(Ok(frame))) => {
@@ -313,8 +335,8 @@ impl Requests {
         idle_timeout: Duration,
     ) -> Result<Lines, WatchFailure> {
         let req = self.watch_request(&self.watch, resource_version)?;
-        let body = self.send(req, Verb::Watch).await?;
-        Ok(Lines::new(body, idle_timeout))
+        let (body, wire) = self.send(req, Verb::Watch).await?;
+        Ok(Lines::new(body, wire, idle_timeout))
     }
 
     /// A watch request with `params` from `resource_version` ("" for none), for the whole
@@ -324,12 +346,19 @@ impl Requests {
         params: &WatchParams,
         resource_version: &str,
     ) -> Result<http::Request<Vec<u8>>, WatchFailure> {
-        if self.metadata {
+        let mut req = if self.metadata {
             self.request.watch_metadata(params, resource_version)
         } else {
             self.request.watch(params, resource_version)
         }
-        .map_err(|e| WatchFailure::Request(e.to_string()))
+        .map_err(|e| WatchFailure::Request(e.to_string()))?;
+        if self.protobuf {
+            req.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(protobuf::ACCEPT_WATCH),
+            );
+        }
+        Ok(req)
     }
 
     /// A streaming list: a watch that first sends the current state as ADDED events and
@@ -353,8 +382,8 @@ impl Requests {
         let req = self.watch_request(&self.watch.clone().initial_events(), "")?;
         self.api.wait_turn().await;
         still_wanted().map_err(WatchFailure::NoStreaming)?;
-        let body = self.send_now(req, Verb::Watch).await?;
-        Ok(Lines::new(body, idle_timeout))
+        let (body, wire) = self.send_now(req, Verb::Watch).await?;
+        Ok(Lines::new(body, wire, idle_timeout))
     }
 
     /// Sends `req` once the cluster's budget has a token for it.
@@ -362,17 +391,18 @@ impl Requests {
         &self,
         req: http::Request<Vec<u8>>,
         verb: Verb,
-    ) -> Result<kube::client::Body, WatchFailure> {
+    ) -> Result<(kube::client::Body, Wire), WatchFailure> {
         self.api.wait_turn().await;
         self.send_now(req, verb).await
     }
 
-    /// Sends `req`, whose turn in the budget came.
+    /// Sends `req`, whose turn in the budget came: the body of a success and the encoding
+    /// the server chose for it (its `Content-Type`).
     async fn send_now(
         &self,
         req: http::Request<Vec<u8>>,
         verb: Verb,
-    ) -> Result<kube::client::Body, WatchFailure> {
+    ) -> Result<(kube::client::Body, Wire), WatchFailure> {
         self.api.count(verb);
         let (mut parts, body) = req.into_parts();
         if let Some(shard) = &self.shard {
@@ -391,8 +421,16 @@ impl Requests {
             .await
             .map_err(|e| WatchFailure::Transport(cause(&e)))?;
         let code = res.status();
+        let wire = if protobuf::is_protobuf(res.headers().get(http::header::CONTENT_TYPE)) {
+            Wire::Protobuf
+        } else {
+            Wire::Json
+        };
         if code.is_success() {
-            return Ok(res.into_body());
+            if wire == Wire::Protobuf {
+                self.api.note_protobuf();
+            }
+            return Ok((res.into_body(), wire));
         }
         let retry_after = res
             .headers()
@@ -401,7 +439,11 @@ impl Requests {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let body = read_limited(res.into_body(), MAX_ERROR_BODY).await;
-        let status = Status::from_body(&body).unwrap_or_else(|| Status {
+        let decoded = match wire {
+            Wire::Protobuf => protobuf::status(&body),
+            Wire::Json => Status::from_body(&body),
+        };
+        let status = decoded.unwrap_or_else(|| Status {
             code: code.as_u16(),
             reason: code.canonical_reason().unwrap_or("").to_owned(),
             message: super::decode::excerpt(&body),
@@ -480,9 +522,20 @@ pub fn cause(e: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
-/// A watch response body split into event lines.
+/// How a response body is encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    /// JSON: a watch is newline-delimited event lines.
+    Json,
+    /// Protobuf (`protobuf.rs`): a watch is length-prefixed `WatchEvent` frames.
+    Protobuf,
+}
+
+/// A watch response body split into event lines (protobuf frames read back as the JSON
+/// lines the server would have sent).
 pub struct Lines {
     body: kube::client::Body,
+    wire: Wire,
     buf: BytesMut,
     /// How much of `buf` is known to hold no newline: a line that spans many frames (a
     /// multi-MiB object) is scanned once, not once per frame.
@@ -492,10 +545,12 @@ pub struct Lines {
 }
 
 impl Lines {
-    /// The lines of a watch response `body`, `idle_timeout` of silence allowed.
-    fn new(body: kube::client::Body, idle_timeout: Duration) -> Self {
+    /// The lines of a watch response `body` encoded as `wire`, `idle_timeout` of silence
+    /// allowed.
+    fn new(body: kube::client::Body, wire: Wire, idle_timeout: Duration) -> Self {
         Lines {
             body,
+            wire,
             buf: BytesMut::new(),
             searched: 0,
             idle_timeout,
@@ -516,6 +571,9 @@ impl Lines {
     /// [`WatchFailure::Idle`] when nothing arrived for the idle timeout, [`WatchFailure::Transport`]
     /// when the connection broke, [`WatchFailure::Decode`] for a line over [`MAX_LINE_BYTES`].
     pub async fn next_line(&mut self) -> Result<Option<Bytes>, WatchFailure> {
+        if self.wire == Wire::Protobuf {
+            return self.next_frame().await;
+        }
         loop {
             let unsearched = self.buf.get(self.searched..).unwrap_or_default();
             if let Some(i) = memchr::memchr(b'\n', unsearched) {
@@ -553,15 +611,71 @@ impl Lines {
                 self.buf = BytesMut::new();
                 self.searched = 0;
             }
-            match tokio::time::timeout(self.idle_timeout, self.body.frame()).await {
-                Err(_) => return Err(WatchFailure::Idle(self.idle_timeout)),
-                Ok(None) => self.ended = true,
-                Ok(Some(Err(e))) => return Err(WatchFailure::Transport(cause(&e))),
-                Ok(Some(Ok(frame))) => {
-                    if let Some(data) = frame.data_ref() {
-                        self.buf.extend_from_slice(data);
-                    }
+            self.read_more().await?;
+        }
+    }
+
+    /// The next protobuf frame, as the JSON line it stands for; `None` when the server
+    /// ended the watch between frames.
+    ///
+    /// # Errors
+    /// As [`Lines::next_line`]; [`WatchFailure::Decode`] for a frame that is not a watch
+    /// event, or a watch that ended inside a frame.
+    async fn next_frame(&mut self) -> Result<Option<Bytes>, WatchFailure> {
+        loop {
+            if let Some(len) = protobuf::frame_len(&self.buf) {
+                if len > MAX_LINE_BYTES {
+                    return Err(WatchFailure::Decode(DecodeError {
+                        what: "watch event",
+                        reason: format!(
+                            "a protobuf frame of {len} bytes, over the limit of {MAX_LINE_BYTES}"
+                        ),
+                        excerpt: super::decode::excerpt(&self.buf),
+                    }));
                 }
+                if self.buf.len() >= 4 + len {
+                    let frame = self.buf.split_to(4 + len);
+                    let line =
+                        protobuf::event_to_json(&frame[4..]).map_err(WatchFailure::Decode)?;
+                    return Ok(Some(Bytes::from(line)));
+                }
+            }
+            if self.ended {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(WatchFailure::Decode(DecodeError {
+                    what: "watch event",
+                    reason: format!(
+                        "the watch ended inside a protobuf frame ({} bytes of it)",
+                        self.buf.len()
+                    ),
+                    excerpt: String::new(),
+                }));
+            }
+            if self.buf.is_empty() {
+                // As in next_line: no buffer kept over a quiet watch.
+                self.buf = BytesMut::new();
+            }
+            self.read_more().await?;
+        }
+    }
+
+    /// Waits for the next piece of the body (at most the idle timeout) and appends it;
+    /// marks the end of the body.
+    async fn read_more(&mut self) -> Result<(), WatchFailure> {
+        match tokio::time::timeout(self.idle_timeout, self.body.frame()).await {
+            Err(_) => Err(WatchFailure::Idle(self.idle_timeout)),
+            Ok(None) => {
+                self.ended = true;
+                Ok(())
+            }
+            Ok(Some(Err(e))) => Err(WatchFailure::Transport(cause(&e))),
+            Ok(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.buf.extend_from_slice(data);
+                }
+                Ok(())
             }
         }
     }
@@ -590,6 +704,7 @@ mod tests {
     fn lines_of(body: &[u8]) -> Lines {
         Lines::new(
             kube::client::Body::from(body.to_vec()),
+            Wire::Json,
             Duration::from_secs(5),
         )
     }

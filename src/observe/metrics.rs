@@ -709,6 +709,15 @@ impl BridgeCollector {
         )?;
         family(
             e,
+            "api_protobuf_responses",
+            "List and watch responses the API server encoded in protobuf (metadata-only resources, watch.encoding = \"auto\"); the others in kubesink_api_requests_total were JSON",
+            None,
+            self.clusters
+                .iter()
+                .map(|c| (name(c), ConstCounter::new(load(&c.api.protobuf_responses)))),
+        )?;
+        family(
+            e,
             "api_rate_limited_requests",
             "Requests that waited for the client-side rate limit (watch.requests_per_second, watch.request_burst)",
             None,

@@ -70,6 +70,8 @@ pub fn clean_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
 pub struct Kubesink {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
+    /// The same lines as written, for byte-for-byte comparisons.
+    raw: Arc<Mutex<Vec<String>>>,
     /// Lines that were not JSON (only the last one, cut by a SIGKILL, is acceptable).
     broken: Arc<Mutex<Vec<String>>>,
     reader: Option<JoinHandle<()>>,
@@ -107,12 +109,16 @@ impl Kubesink {
         let stdout = child.stdout.take().expect("piped stdout");
         let lines: Arc<Mutex<Vec<Value>>> = Arc::default();
         let broken: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (sink, bad) = (lines.clone(), broken.clone());
+        let raw: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (sink, bad, text) = (lines.clone(), broken.clone(), raw.clone());
         let reader = tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(l)) = lines.next_line().await {
                 match serde_json::from_str::<Value>(&l) {
-                    Ok(v) => sink.lock().unwrap().push(v),
+                    Ok(v) => {
+                        sink.lock().unwrap().push(v);
+                        text.lock().unwrap().push(l);
+                    }
                     Err(e) => bad.lock().unwrap().push(format!("{e}: {l}")),
                 }
             }
@@ -120,6 +126,7 @@ impl Kubesink {
         Kubesink {
             child,
             lines,
+            raw,
             broken,
             reader: Some(reader),
             log,
@@ -129,6 +136,11 @@ impl Kubesink {
     /// The messages written so far.
     pub fn messages(&self) -> Vec<Value> {
         self.lines.lock().unwrap().clone()
+    }
+
+    /// The messages written so far, each the text of its line as written.
+    pub fn raw_messages(&self) -> Vec<String> {
+        self.raw.lock().unwrap().clone()
     }
 
     /// The process id (while it runs).

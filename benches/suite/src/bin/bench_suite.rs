@@ -33,8 +33,11 @@
 //!     full run: it needs the control plane): per replica of a scale-out group holding 4
 //!     shards against one replica holding the whole cluster, with the API server's
 //!     `ShardedListAndWatch` gate on and off: memory, CPU under churn, objects read.
+//! 11. the wire encoding and list shape (`wire.rs`, `--only wire`, not part of the full run:
+//!     it needs the control plane): metadata as JSON and as protobuf, whole Pods, each with a
+//!     streaming list and paged lists, on a real kube-apiserver.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters|shards [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters|shards|wire [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
 //! `--only http` the HTTP sink into a local receiver, each format (`bench_suite/http.rs`,
 //! `results-http-*`), `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
@@ -80,6 +83,8 @@ mod real;
 mod shards;
 #[path = "bench_suite/tail.rs"]
 mod tail;
+#[path = "bench_suite/wire.rs"]
+mod wire;
 
 /// Sizes and durations of one run.
 struct Plan {
@@ -817,11 +822,14 @@ struct Args {
     /// real kube-apiserver: sync, memory, CPU, and what each delivers after a gap).
     /// `http` (the HTTP sink into a local CloudEvents receiver: initial list, latency and CPU
     /// per change, each format).
-    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http", "filters", "shards"])]
+    /// `wire` (metadata as JSON and as protobuf, whole Pods, each with a streaming list and
+    /// paged lists, on a real kube-apiserver: its CPU and kubesink's, three rounds rotated).
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http", "filters", "shards", "wire"])]
     only: Option<String>,
     /// With `--only peers`: the number of Pods (default 100,000; 1,000 with `--quick`); the
     /// gap deletes and creates 1% of them (at least 10). The results file names the count
-    /// when it is not the default (`results-peers-10000.md`).
+    /// when it is not the default (`results-peers-10000.md`). With `--only wire`: the number
+    /// of Pods (default 20,000; 1,000 with `--quick`).
     #[arg(long, requires = "only")]
     pods: Option<usize>,
 }
@@ -950,6 +958,33 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(
             out.join(format!("results-peers-{name}.json")),
             serde_json::to_string_pretty(&peers::json(&report))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
+    if only.as_deref() == Some("wire") {
+        let pods = peer_pods.unwrap_or(if quick { 1_000 } else { 20_000 });
+        let (rounds, settle, steady) = if quick {
+            (1, Duration::from_secs(2), Duration::from_secs(2))
+        } else {
+            (3, Duration::from_secs(15), Duration::from_secs(10))
+        };
+        let report = wire::run(&ctx, pods, rounds, settle, steady)?;
+        let name = if quick {
+            "quick".to_owned()
+        } else {
+            pods.to_string()
+        };
+        let md = format!(
+            "<!-- written by bench-suite --only wire ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            wire::markdown(&report)
+        );
+        std::fs::write(out.join(format!("results-wire-{name}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-wire-{name}.json")),
+            serde_json::to_string_pretty(&wire::json(&report))?,
         )?;
         std::io::stdout().write_all(md.as_bytes())?;
         return Ok(());

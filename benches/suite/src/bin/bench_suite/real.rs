@@ -45,6 +45,15 @@ const ORDER: [&str; 4] = ["stream", "list", "list", "stream"];
 /// Pod creations in flight at once.
 const CREATES_IN_FLIGHT: usize = 48;
 
+/// More configuration of a sync's kubesink: keys of its `[[resources]]` entry and of
+/// `[watch]`, and what its files' names get.
+#[derive(Default)]
+pub(super) struct Extra {
+    pub resource: &'static str,
+    pub watch: &'static str,
+    pub name: &'static str,
+}
+
 /// One initial sync of one server with one strategy.
 pub struct Run {
     /// `kube-apiserver` or `simulator`.
@@ -246,11 +255,12 @@ pub(super) async fn pod_requests(cp: &ControlPlane) -> (f64, f64) {
 /// `server_pid` observed (and etcd's, when given); `requests` reads the server's (LIST,
 /// WATCH) counters.
 #[allow(clippy::too_many_arguments)]
-fn sync_once(
+pub(super) fn sync_once(
     ctx: &Ctx,
     server: &'static str,
     kubeconfig: &std::path::Path,
     strategy: &'static str,
+    extra: &Extra,
     pods: usize,
     steady: Duration,
     server_pid: u32,
@@ -266,10 +276,17 @@ fn sync_once(
     let (lists0, watches0) = requests()?;
     let server_sampler = Sampler::start(server_pid, Duration::from_millis(50));
     let text = format!(
-        "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n\n[[sinks]]\ntype = \"stdout\"\n\n[watch]\ninitial_list = \"{strategy}\"\n",
-        kubeconfig.display().to_string()
+        "[cluster]\nname = \"bench\"\nkubeconfig = {:?}\n\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\n{}\n[[sinks]]\ntype = \"stdout\"\n\n[watch]\ninitial_list = \"{strategy}\"\n{}",
+        kubeconfig.display().to_string(),
+        extra.resource,
+        extra.watch,
     );
-    let mut k = Kubesink::start_text(ctx, &text, false, &format!("real-{server}-{strategy}"))?;
+    let mut k = Kubesink::start_text(
+        ctx,
+        &text,
+        false,
+        &format!("real-{server}-{strategy}{}", extra.name),
+    )?;
     let sampler = Sampler::start(k.proc.pid(), Duration::from_millis(50));
     k.wait_delivered(Some(pods), Duration::from_secs(1800))?;
     k.wait_delivered(None, Duration::from_secs(600))?;
@@ -351,6 +368,7 @@ pub fn run(ctx: &Ctx, pods: usize, settle: Duration, steady: Duration) -> anyhow
             "kube-apiserver",
             &cp.admin_kubeconfig,
             strategy,
+            &Extra::default(),
             pods,
             steady,
             pid,
@@ -393,6 +411,7 @@ pub fn run(ctx: &Ctx, pods: usize, settle: Duration, steady: Duration) -> anyhow
             "simulator",
             &sim.kubeconfig,
             strategy,
+            &Extra::default(),
             pods,
             steady,
             sim.proc.pid(),
