@@ -24,9 +24,10 @@
 //!    simulator, and the API server's own memory and CPU for each;
 //! 8. side by side with the Go peers (`peers.rs`, `--only peers`, not part of the full run: it
 //!    needs the control plane and the peers `scripts/peers-build.sh` builds): kubesink, the
-//!    seed's lightweight informer, client-go's metadata-only and full informers and an
-//!    OpenTelemetry Collector with the k8sobjects receiver on the same real API server, their
-//!    sync, memory and CPU, churn latency, and what each delivers after a gap;
+//!    seed's lightweight informer as Lyft Clutch writes it and the same improved, client-go's
+//!    metadata-only and full informers and an OpenTelemetry Collector with the k8sobjects
+//!    receiver on the same real API server, their sync, memory and CPU, churn latency (each
+//!    repeated `--runs` times, the order rotated), and what each delivers after a gap;
 //! 9. the cost of a resource's CEL filter (`filters.rs`, `--only filters`): no filter, one
 //!    condition, five, on the simulator;
 //! 10. one huge cluster split over replicas (`shards.rs`, `--only shards`, not part of the
@@ -37,7 +38,7 @@
 //!     it needs the control plane): metadata as JSON and as protobuf, whole Pods, each with a
 //!     streaming list and paged lists, on a real kube-apiserver.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters|shards|wire [--pods N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters|shards|wire [--pods N] [--runs N] [--churn-settle SECS]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
 //! `--only http` the HTTP sink into a local receiver, each format (`bench_suite/http.rs`,
 //! `results-http-*`), `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
@@ -818,8 +819,9 @@ struct Args {
     /// process, with and without the list budget).
     /// `real-server` (Pods created on a real kube-apiserver, synced with streaming and
     /// paged lists, next to the simulator).
-    /// `peers` (kubesink beside client-go's informers, the seed's technique among them, on a
-    /// real kube-apiserver: sync, memory, CPU, and what each delivers after a gap).
+    /// `peers` (kubesink beside client-go's informers, the seed's technique as written and
+    /// improved among them, on a real kube-apiserver: sync, memory, CPU, churn latency, and
+    /// what each delivers after a gap).
     /// `http` (the HTTP sink into a local CloudEvents receiver: initial list, latency and CPU
     /// per change, each format).
     /// `wire` (metadata as JSON and as protobuf, whole Pods, each with a streaming list and
@@ -832,6 +834,17 @@ struct Args {
     /// of Pods (default 20,000; 1,000 with `--quick`).
     #[arg(long, requires = "only")]
     pods: Option<usize>,
+    /// With `--only peers`: how many times the sync and the churn are measured, the
+    /// programs' order rotated each run (run k starts at the k-th program); the tables show
+    /// each figure's median and min–max, the JSON every run (default 3; 1 with `--quick`).
+    /// The gap is measured once.
+    #[arg(long, requires = "only", value_parser = clap::value_parser!(u64).range(1..))]
+    runs: Option<u64>,
+    /// With `--only peers`: seconds of quiet between a program's sync and its churn, so that
+    /// the churn is not measured in the wake of the sync's CPU burst (default 20; 5 with
+    /// `--quick`).
+    #[arg(long, requires = "only")]
+    churn_settle: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -842,6 +855,8 @@ fn main() -> anyhow::Result<()> {
         state_size,
         only,
         pods: peer_pods,
+        runs: peer_runs,
+        churn_settle,
     } = <Args as clap::Parser>::parse();
     let bin = match bin {
         Some(b) => b,
@@ -946,7 +961,18 @@ fn main() -> anyhow::Result<()> {
             (Duration::from_secs(15), Duration::from_secs(30))
         };
         let churn_secs = if quick { 3.0 } else { 30.0 };
-        let report = peers::run(&ctx, pods, gap, settle, steady, churn_secs)?;
+        let churn_settle = Duration::from_secs(churn_settle.unwrap_or(if quick { 5 } else { 20 }));
+        let runs = peer_runs.unwrap_or(if quick { 1 } else { 3 });
+        let report = peers::run(
+            &ctx,
+            pods,
+            gap,
+            settle,
+            steady,
+            churn_secs,
+            churn_settle,
+            usize::try_from(runs).context("--runs")?,
+        )?;
         peers::plot(&out.join(format!("peers-rss-{name}.png")), &report)?;
         let md = format!(
             "<!-- written by bench-suite --only peers ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",

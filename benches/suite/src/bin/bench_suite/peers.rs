@@ -1,8 +1,10 @@
 //! Side by side with the Go peers on a real kube-apiserver (`bench-suite --only
-//! peers`): kubesink (its whole payload, and `payload = "metadata"`) and three client-go techniques (`benches/peers`, built by
-//! `scripts/peers-build.sh`: the seed's lightweight informer as Lyft Clutch builds it, the
-//! metadata-only informer, the shared informer over whole Pods), one program at a time against
-//! the same control plane (`tests/kube/`) and the same Pods, created through the API:
+//! peers`): kubesink (its whole payload, and `payload = "metadata"`), four client-go
+//! techniques (`benches/peers`, built by `scripts/peers-build.sh`: the seed's lightweight
+//! informer as Lyft Clutch writes it for Pods and the same improved, the metadata-only
+//! informer, the shared informer over whole Pods) and an OpenTelemetry Collector, one program
+//! at a time against the same control plane (`tests/kube/`) and the same Pods, created
+//! through the API:
 //!
 //! - **initial sync and steady state**: each program started after a fresh API server start
 //!   (its watch cache filled from etcd, settled); sync time (start to every Pod handed to the
@@ -10,6 +12,12 @@
 //!   once its handler registration synced), peak RSS (`VmHWM`), steady RSS (mean of the second
 //!   half of the quiet time after the sync), CPU seconds (start to the end of the quiet time),
 //!   the API server's CPU during the sync and its highest RSS, its LIST and WATCH requests;
+//! - **churn**: each program started and synced, its watch open, then a settle time of quiet
+//!   (so that the churn is not measured in the wake of the sync's CPU burst), then Pods
+//!   patched at each of [`CHURN_RATES`]: change → handled latency, CPU per change;
+//! - **runs**: the sync and the churn are measured `runs` times, the programs' order rotated
+//!   each run (run `k` starts at program `k mod len`); the tables show each figure's median
+//!   and its min–max, the JSON every run's values;
 //! - **a gap**: each program synced, stopped (SIGTERM), `gap` Pods deleted and `gap` created
 //!   while it is down, started again and synced: the deletes it delivered for the Pods deleted
 //!   while down, the adds for the Pods created, and what it sent again of the Pods that did not
@@ -36,10 +44,12 @@ use super::kube_server::{self, ControlPlane};
 use super::real::{self, NAMESPACES};
 use super::{watch_lines, Ctx, Kubesink};
 
-/// The programs, in the order they run (each after a fresh API server start).
-pub const PROGRAMS: [&str; 6] = [
+/// The programs, in the order they run (each after a fresh API server start; rotated in the
+/// later runs).
+pub const PROGRAMS: [&str; 7] = [
     "kubesink",
     "kubesink-metadata",
+    "clutch",
     "lightweight",
     "metadata",
     "full",
@@ -55,6 +65,11 @@ const LARGE_ANNOTATION: &str = "bench.kubesink.io/build-record";
 
 /// The churn rates (changes/s) asked for, one after the other on one start of each program.
 pub const CHURN_RATES: [f64; 2] = [200.0, 1_000.0];
+
+/// How long the churn waits, after its last write, for a program that does not receive
+/// updates ([`receives_updates`]) to hand on what it may: it cannot reach the count of the
+/// changes applied, so the wait ends on time alone.
+pub const NO_UPDATES_WAIT: Duration = Duration::from_secs(10);
 
 /// (stamp, handled, out), Unix microseconds: the churn's write time read from the object's
 /// annotation; the time the program handled the change (a client-go peer: its handler ran;
@@ -80,6 +95,13 @@ fn is_kubesink(program: &str) -> bool {
     program.starts_with("kubesink")
 }
 
+/// Whether `program` hands on a change to an object it already knows. Lyft Clutch's Pod
+/// informer (`clutch`) does not: `startInformers` passes `recieveUpdates = false` for Pods
+/// (`benches/peers/cmd/peer-informer/main.go`, `clutch`).
+pub fn receives_updates(program: &str) -> bool {
+    program != "clutch"
+}
+
 /// What each program is, for the tables.
 pub fn describe(program: &str) -> &'static str {
     match program {
@@ -87,7 +109,12 @@ pub fn describe(program: &str) -> &'static str {
         "kubesink-metadata" => {
             "kubesink, `payload = \"metadata\"` (asks for `PartialObjectMetadata`, as the metadata informer does)"
         }
-        "lightweight" => "the seed's technique (Clutch's LightweightInformer on client-go)",
+        "clutch" => {
+            "the seed's technique as written (Lyft Clutch's Pod `LightweightInformer`: RESTClient ListWatch, JSON, no updates)"
+        }
+        "lightweight" => {
+            "the seed's technique improved (same store; typed clientset, protobuf; updates forwarded)"
+        }
         "metadata" => "client-go metadata-only informer (metadatainformer)",
         "full" => "client-go shared informer, whole Pods",
         "k8sobjects" => {
@@ -112,6 +139,10 @@ fn peer_pod(namespace: &str, i: usize) -> Value {
 /// One program's initial sync and steady state.
 pub struct Sync {
     pub program: &'static str,
+    /// The run (0-based).
+    pub run: usize,
+    /// The program's place (0-based) in that run's order.
+    pub position: usize,
     pub pods: usize,
     pub sync_secs: f64,
     pub peak: u64,
@@ -145,12 +176,17 @@ pub struct Gap {
 /// One program under one churn rate.
 pub struct Churn {
     pub program: &'static str,
+    /// The run (0-based).
+    pub run: usize,
+    /// The program's place (0-based) in that run's order.
+    pub position: usize,
     /// The rate asked for (changes/s).
     pub target: f64,
     /// Changes the API server accepted, and the rate it took them at.
     pub applied: usize,
     pub rate: f64,
-    /// Changes the program handed on (its stamp seen), within the drain time.
+    /// Changes the program handed on (its stamp seen), within the drain time (for a program
+    /// that does not receive updates, within [`NO_UPDATES_WAIT`]).
     pub delivered: usize,
     /// Change → handled by the program (see [`Stamps`]), milliseconds.
     pub p50_ms: f64,
@@ -171,10 +207,16 @@ pub struct Churn {
 pub struct Report {
     pub pods: usize,
     pub create_secs: f64,
+    /// Every run's syncs, run after run.
     pub syncs: Vec<Sync>,
     pub gaps: Vec<Gap>,
+    /// Every run's churns, run after run.
     pub churns: Vec<Churn>,
     pub churn_secs: f64,
+    /// How many times the sync and the churn were measured.
+    pub runs: usize,
+    /// The quiet time between a program's sync and its churn.
+    pub churn_settle: Duration,
 }
 
 /// A running program and how to tell it synced.
@@ -584,7 +626,9 @@ fn start(
     })
 }
 
-/// One program's initial sync and quiet time, after a fresh API server start.
+/// One program's initial sync and quiet time, after a fresh API server start; `run` and
+/// `position` are written down with it.
+#[allow(clippy::too_many_arguments)]
 fn sync_once(
     ctx: &Ctx,
     cp: &ControlPlane,
@@ -593,6 +637,7 @@ fn sync_once(
     pods: usize,
     settle: Duration,
     steady: Duration,
+    (run, position): (usize, usize),
 ) -> anyhow::Result<Sync> {
     cp.restart_apiserver();
     std::thread::sleep(settle);
@@ -610,7 +655,7 @@ fn sync_once(
         None,
         None,
         None,
-        &format!("sync-{program}"),
+        &format!("sync-{program}-{run}"),
     )?;
     let sampler = Sampler::start(p.pid(), Duration::from_millis(50));
     p.wait_synced(Some(pods), Duration::from_secs(1800))?;
@@ -626,6 +671,8 @@ fn sync_once(
     let from = sync_secs + steady.as_secs_f64() / 2.0;
     let s = Sync {
         program,
+        run,
+        position,
         pods,
         sync_secs,
         peak: mem.hwm,
@@ -864,10 +911,11 @@ async fn stamp_pods(
     Ok((applied, started.elapsed().as_secs_f64()))
 }
 
-/// One program under churn: started and synced (its watch open), then each of
-/// [`CHURN_RATES`] for `secs` seconds; per rate the changes applied, those delivered within
-/// `drain`, the change → delivered latency and the CPU per 10,000 changes of the program and
-/// of the API server.
+/// One program under churn: started and synced (its watch open), `settle` of quiet, then
+/// each of [`CHURN_RATES`] for `secs` seconds; per rate the changes applied, those delivered
+/// within `drain` (a program that does not receive updates: within [`NO_UPDATES_WAIT`]), the
+/// change → delivered latency and the CPU per 10,000 changes of the program and of the API
+/// server; `run` and `position` are written down with each rate's row.
 #[allow(clippy::too_many_arguments)]
 fn churn_once(
     ctx: &Ctx,
@@ -879,6 +927,8 @@ fn churn_once(
     cursor: &mut usize,
     secs: f64,
     drain: Duration,
+    settle: Duration,
+    (run, position): (usize, usize),
 ) -> anyhow::Result<Vec<Churn>> {
     let stamps: Stamps = Arc::default();
     let open_watches = || {
@@ -888,7 +938,7 @@ fn churn_once(
         ))
     };
     let watches0 = open_watches();
-    let out = ctx.dir.path().join(format!("churn-{program}.out"));
+    let out = ctx.dir.path().join(format!("churn-{program}-{run}.out"));
     let mut p = start(
         ctx,
         peers,
@@ -898,7 +948,7 @@ fn churn_once(
         Some(&out),
         None,
         Some(&stamps),
-        &format!("churn-{program}"),
+        &format!("churn-{program}-{run}"),
     )?;
     p.wait_synced(Some(next - live), Duration::from_secs(1800))?;
     // Changes made before the program's watch is open would be missed by a program that lists
@@ -910,6 +960,9 @@ fn churn_once(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Quiet before the first change, so that the churn is not measured in the wake of the
+    // sync's CPU burst (the program's, the API server's, the collector's of either).
+    std::thread::sleep(settle);
     let client = ctx
         .rt
         .block_on(kube_server::client_of(&cp.admin_kubeconfig))
@@ -933,9 +986,14 @@ fn churn_once(
             .rt
             .block_on(stamp_pods(&client, live, next, cursor, target, secs))?;
         let to = now_micros();
-        let deadline = std::time::Instant::now() + drain;
-        while seen(from, to).len() < applied && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
+        if receives_updates(program) {
+            let deadline = std::time::Instant::now() + drain;
+            while seen(from, to).len() < applied && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        } else {
+            // It drops every change to a Pod it knows: no count to wait for, only time.
+            std::thread::sleep(NO_UPDATES_WAIT);
         }
         let cpu = procfs::cpu_seconds(p.pid()).unwrap_or(0.0) - cpu0;
         let server_cpu = procfs::cpu_seconds(server).unwrap_or(0.0) - server_cpu0;
@@ -952,6 +1010,8 @@ fn churn_once(
         let per_10k = |c: f64| c / applied.max(1) as f64 * 10_000.0;
         let row = Churn {
             program,
+            run,
+            position,
             target,
             applied,
             rate: applied as f64 / took.max(1e-9),
@@ -965,8 +1025,8 @@ fn churn_once(
             server_cpu_per_10k: per_10k(server_cpu),
         };
         eprintln!(
-            "   {program} at {target:.0}/s asked: {} changes at {:.0}/s, {} delivered, handled p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms; out p50 {:.1} ms, p99 {:.1} ms; CPU/10k changes {:.2} s (API server {:.2} s)",
-            row.applied, row.rate, row.delivered, row.p50_ms, row.p99_ms, row.max_ms, row.out_p50_ms, row.out_p99_ms, row.cpu_per_10k, row.server_cpu_per_10k
+            "   {program} (run {}) at {target:.0}/s asked: {} changes at {:.0}/s, {} delivered, handled p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms; out p50 {:.1} ms, p99 {:.1} ms; CPU/10k changes {:.2} s (API server {:.2} s)",
+            run + 1, row.applied, row.rate, row.delivered, row.p50_ms, row.p99_ms, row.max_ms, row.out_p50_ms, row.out_p99_ms, row.cpu_per_10k, row.server_cpu_per_10k
         );
         rows.push(row);
     }
@@ -974,8 +1034,15 @@ fn churn_once(
     Ok(rows)
 }
 
-/// Creates `pods` Pods on a real control plane, then runs every program's sync, churn (each
-/// rate for `churn_secs`) and gap.
+/// The programs in run `k`'s order: [`PROGRAMS`] rotated to start at program `k mod len`.
+fn order(k: usize) -> impl Iterator<Item = &'static str> {
+    (0..PROGRAMS.len()).map(move |i| PROGRAMS[(k + i) % PROGRAMS.len()])
+}
+
+/// Creates `pods` Pods on a real control plane, then measures every program's sync and churn
+/// (each rate for `churn_secs`, after `churn_settle` of quiet) `runs` times, the order rotated
+/// each run, and its gap once.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     ctx: &Ctx,
     pods: usize,
@@ -983,36 +1050,59 @@ pub fn run(
     settle: Duration,
     steady: Duration,
     churn_secs: f64,
+    churn_settle: Duration,
+    runs: usize,
 ) -> anyhow::Result<Report> {
+    let runs = runs.max(1);
     let peers = super::built_dir("PEERS_BIN_DIR", "scripts/peers-build.sh")?;
     eprintln!("== the Go peers: {}", peers.display());
     eprintln!("== a real kube-apiserver and etcd (tests/kube, built by scripts/kube-build.sh)");
     let cp = ControlPlane::start(kube_server::Options::default());
     eprintln!("== creating {pods} Pods through the API");
     let create_secs = ctx.rt.block_on(real::populate_with(&cp, pods, peer_pod))?;
-    eprintln!("== initial sync and steady state, one program at a time");
     let mut syncs = Vec::new();
-    for program in PROGRAMS {
-        syncs.push(sync_once(ctx, &cp, &peers, program, pods, settle, steady)?);
-    }
-    eprintln!(
-        "== churn: each program synced, then {:?} changes/s for {churn_secs} s each",
-        CHURN_RATES
-    );
     let mut churns = Vec::new();
     let mut cursor = 0;
-    for program in PROGRAMS {
-        churns.extend(churn_once(
-            ctx,
-            &cp,
-            &peers,
-            program,
-            0,
-            pods,
-            &mut cursor,
-            churn_secs,
-            Duration::from_secs(120),
-        )?);
+    for k in 0..runs {
+        let programs: Vec<&'static str> = order(k).collect();
+        eprintln!(
+            "== run {} of {runs}: initial sync and steady state, one program at a time ({})",
+            k + 1,
+            programs.join(", ")
+        );
+        for (position, program) in programs.iter().copied().enumerate() {
+            syncs.push(sync_once(
+                ctx,
+                &cp,
+                &peers,
+                program,
+                pods,
+                settle,
+                steady,
+                (k, position),
+            )?);
+        }
+        eprintln!(
+            "== run {} of {runs}: churn: each program synced, {} s of quiet, then {:?} changes/s for {churn_secs} s each",
+            k + 1,
+            churn_settle.as_secs_f64(),
+            CHURN_RATES
+        );
+        for (position, program) in programs.iter().copied().enumerate() {
+            churns.extend(churn_once(
+                ctx,
+                &cp,
+                &peers,
+                program,
+                0,
+                pods,
+                &mut cursor,
+                churn_secs,
+                Duration::from_secs(120),
+                churn_settle,
+                (k, position),
+            )?);
+        }
     }
     eprintln!("== a gap: each program stopped while {gap} Pods are deleted and {gap} created");
     let (mut live, mut next) = (0, pods);
@@ -1029,17 +1119,74 @@ pub fn run(
         gaps,
         churns,
         churn_secs,
+        runs,
+        churn_settle,
     })
 }
 
-/// The part's tables (Markdown).
+/// The median, min and max of the `values` that are numbers; `None` when none is.
+fn spread_of(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((median, v[0], v[n - 1]))
+}
+
+/// The median of the `values` that are numbers; NaN when none is.
+fn median(values: &[f64]) -> f64 {
+    spread_of(values).map_or(f64::NAN, |(m, _, _)| m)
+}
+
+/// A figure over the runs, for the tables: the median, then the min–max in parentheses when
+/// they differ as shown (`8.3 (7.9–9.1)`); `—` when no run has it.
+fn cell(values: &[f64], decimals: usize) -> String {
+    match spread_of(values) {
+        None => "—".to_owned(),
+        Some((m, lo, hi)) => {
+            let f = |v: f64| format!("{v:.decimals$}");
+            if f(lo) == f(hi) {
+                f(m)
+            } else {
+                format!("{} ({}–{})", f(m), f(lo), f(hi))
+            }
+        }
+    }
+}
+
+/// A figure over the runs, for the JSON: its median, min and max (null when no run has it).
+fn summary(values: &[f64]) -> Value {
+    spread_of(values).map_or(
+        Value::Null,
+        |(m, lo, hi)| json!({"median": m, "min": lo, "max": hi}),
+    )
+}
+
+/// The part's tables (Markdown): each figure the median of the runs, and their min–max.
 pub fn markdown(r: &Report) -> String {
+    let over_runs = if r.runs > 1 {
+        format!(
+            "The sync and the churn were measured {} times, the programs' order rotated each run \
+             (run k starts at the k-th program); each figure is the median of the runs, their \
+             min–max in parentheses when they differ; ratios are of the medians.",
+            r.runs
+        )
+    } else {
+        "One run.".to_owned()
+    };
     let mut s = format!(
         "\n## Side by side with the Go peers on a real kube-apiserver ({} Pods)\n\n\
          kube-apiserver and etcd of `tests/kube` (v1.37.2), the peers of `benches/peers` \
          (client-go v0.37.2; the Collector's contrib v0.148.0), one program at a time after a \
          fresh API server start; {} Pods created through the API in {:.0} s, one in {} with a \
-         {} KiB annotation. Ratios are to kubesink's figure in this run.\n\n\
+         {} KiB annotation. Ratios are to kubesink's figure in this run. {over_runs}\n\n\
          | program | sync (s) | peak RSS (MiB) | steady RSS (MiB) | steady ÷ kubesink | CPU (s) | CPU ÷ kubesink | API server CPU (s) | API server RSS peak (MiB) | LIST | WATCH |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         r.pods,
@@ -1048,75 +1195,113 @@ pub fn markdown(r: &Report) -> String {
         LARGE_EVERY,
         LARGE_BYTES / 1024
     );
-    let base = r.syncs.iter().find(|x| x.program == "kubesink");
-    for x in &r.syncs {
-        let (rss_ratio, cpu_ratio) = base.map_or((f64::NAN, f64::NAN), |b| {
-            (
-                x.steady as f64 / b.steady.max(1) as f64,
-                x.cpu_secs / b.cpu_secs.max(1e-9),
-            )
-        });
+    let syncs_of =
+        |program: &str| -> Vec<&Sync> { r.syncs.iter().filter(|x| x.program == program).collect() };
+    let base = syncs_of("kubesink");
+    let base_steady = median(&base.iter().map(|b| b.steady as f64).collect::<Vec<_>>());
+    let base_cpu = median(&base.iter().map(|b| b.cpu_secs).collect::<Vec<_>>());
+    for program in PROGRAMS {
+        let xs = syncs_of(program);
+        if xs.is_empty() {
+            continue;
+        }
+        let of = |f: &dyn Fn(&Sync) -> f64| xs.iter().map(|x| f(x)).collect::<Vec<f64>>();
+        let steady = of(&|x| mib(x.steady));
+        let cpu = of(&|x| x.cpu_secs);
+        let rss_ratio = median(&of(&|x| x.steady as f64)) / base_steady.max(1.0);
+        let cpu_ratio = median(&cpu) / base_cpu.max(1e-9);
         s += &format!(
-            "| {} | {:.1} | {:.1} | {:.1} | {rss_ratio:.2}× | {:.2} | {cpu_ratio:.2}× | {:.2} | {:.0} | {} | {} |\n",
-            describe(x.program),
-            x.sync_secs,
-            mib(x.peak),
-            mib(x.steady),
-            x.cpu_secs,
-            x.server_cpu_secs,
-            mib(x.server_rss_peak),
-            x.lists,
-            x.watches
+            "| {} | {} | {} | {} | {rss_ratio:.2}× | {} | {cpu_ratio:.2}× | {} | {} | {} | {} |\n",
+            describe(program),
+            cell(&of(&|x| x.sync_secs), 1),
+            cell(&of(&|x| mib(x.peak)), 1),
+            cell(&steady, 1),
+            cell(&cpu, 2),
+            cell(&of(&|x| x.server_cpu_secs), 2),
+            cell(&of(&|x| mib(x.server_rss_peak)), 0),
+            cell(&of(&|x| x.lists), 0),
+            cell(&of(&|x| x.watches), 0),
         );
     }
     if !r.churns.is_empty() {
         s += &format!(
-            "\n**Churn**: each program synced, then its watch open, then Pods patched (an \
-             annotation stamped with the write time) at each rate for {:.0} s. Handled: from the \
-             write to the program handling the change (a client-go peer: its handler ran; \
-             kubesink: the message's `observedAt`, in milliseconds; the Collector: the record's \
-             `observedTimeUnixNano`). Out: to the suite reading it from the program's output \
-             (kubesink's stdout, the Collector's file exporter on stdout; the peers write a file \
-             read afterwards).\n\n\
-             | program | rate asked (/s) | applied | rate (/s) | delivered | handled p50 ms | p99 ms | max ms | out p50 ms | out p99 ms | CPU s / 10k changes | ÷ kubesink | API server CPU s / 10k |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "\n**Churn**: each program synced, then its watch open, then {:.0} s of quiet, then \
+             Pods patched (an annotation stamped with the write time) at each rate for {:.0} s. \
+             Handled: from the write to the program handling the change (a client-go peer: its \
+             handler ran; kubesink: the message's `observedAt`, in milliseconds; the Collector: \
+             the record's `observedTimeUnixNano`). Out: to the suite reading it from the \
+             program's output (kubesink's stdout, the Collector's file exporter on stdout; the \
+             peers write a file read afterwards).\n\n\
+             | program | rate asked (/s) | rate (/s) | delivered of applied | handled p50 ms | p99 ms | max ms | out p50 ms | out p99 ms | CPU s / 10k changes | ÷ kubesink | API server CPU s / 10k |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            r.churn_settle.as_secs_f64(),
             r.churn_secs
         );
-        let shown = |v: f64| {
-            if v.is_nan() {
-                "—".to_owned()
-            } else {
-                format!("{v:.1}")
+        for target in CHURN_RATES {
+            let churns_of = |program: &str| -> Vec<&Churn> {
+                r.churns
+                    .iter()
+                    .filter(|c| c.program == program && c.target == target)
+                    .collect()
+            };
+            let base_cpu = median(
+                &churns_of("kubesink")
+                    .iter()
+                    .map(|b| b.cpu_per_10k)
+                    .collect::<Vec<_>>(),
+            );
+            for program in PROGRAMS {
+                let cs = churns_of(program);
+                if cs.is_empty() {
+                    continue;
+                }
+                let of = |f: &dyn Fn(&Churn) -> f64| cs.iter().map(|c| f(c)).collect::<Vec<f64>>();
+                let cpu = of(&|c| c.cpu_per_10k);
+                let ratio = median(&cpu) / base_cpu.max(1e-9);
+                s += &format!(
+                    "| {} | {target:.0} | {} | {} of {} | {} | {} | {} | {} | {} | {} | {ratio:.2}× | {} |\n",
+                    describe(program),
+                    cell(&of(&|c| c.rate), 0),
+                    cell(&of(&|c| c.delivered as f64), 0),
+                    cell(&of(&|c| c.applied as f64), 0),
+                    cell(&of(&|c| c.p50_ms), 1),
+                    cell(&of(&|c| c.p99_ms), 1),
+                    cell(&of(&|c| c.max_ms), 0),
+                    cell(&of(&|c| c.out_p50_ms), 1),
+                    cell(&of(&|c| c.out_p99_ms), 1),
+                    cell(&cpu, 2),
+                    cell(&of(&|c| c.server_cpu_per_10k), 2),
+                );
             }
-        };
-        for c in &r.churns {
-            let base = r
-                .churns
-                .iter()
-                .find(|b| b.program == "kubesink" && b.target == c.target)
-                .map_or(f64::NAN, |b| c.cpu_per_10k / b.cpu_per_10k.max(1e-9));
+        }
+        let deaf: Vec<&str> = PROGRAMS
+            .into_iter()
+            .filter(|p| !receives_updates(p) && r.churns.iter().any(|c| c.program == *p))
+            .map(describe)
+            .collect();
+        if !deaf.is_empty() {
+            let who = deaf.join("; ");
+            let mut chars = who.chars();
+            let who: String = chars
+                .next()
+                .map(|c| c.to_uppercase().chain(chars).collect())
+                .unwrap_or_default();
             s += &format!(
-                "| {} | {:.0} | {} | {:.0} | {} | {:.1} | {:.1} | {:.0} | {} | {} | {:.2} | {base:.2}× | {:.2} |\n",
-                describe(c.program),
-                c.target,
-                c.applied,
-                c.rate,
-                c.delivered,
-                c.p50_ms,
-                c.p99_ms,
-                c.max_ms,
-                shown(c.out_p50_ms),
-                shown(c.out_p99_ms),
-                c.cpu_per_10k,
-                c.server_cpu_per_10k
+                "\n{who} does not receive updates to a Pod it knows (Clutch's `startInformers` \
+                 passes `recieveUpdates = false` for Pods): the suite does not wait for it to \
+                 deliver every change, only {} s after the last write, and its delivered count \
+                 is what it handed on in that time. Its CPU, over the writes and those {} s, is \
+                 the cost of receiving and decoding the watch events it then drops.\n",
+                NO_UPDATES_WAIT.as_secs(),
+                NO_UPDATES_WAIT.as_secs()
             );
         }
     }
     if let Some(g) = r.gaps.first() {
         s += &format!(
-            "\n**A gap**: each program stopped (SIGTERM) while {n} Pods were deleted and {n} \
-             created, then started again (kubesink with `state.backend = \"file\"`; the peers \
-             have no saved state).\n\n\
+            "\n**A gap** (once per program, not repeated over the runs): each program stopped \
+             (SIGTERM) while {n} Pods were deleted and {n} created, then started again \
+             (kubesink with `state.backend = \"file\"`; the peers have no saved state).\n\n\
              | program | deletes delivered | adds delivered | unchanged Pods re-sent | events | sync after the restart (s) |\n\
              |---|---:|---:|---:|---:|---:|\n",
             n = g.changed
@@ -1138,25 +1323,89 @@ pub fn markdown(r: &Report) -> String {
     s
 }
 
-/// The part's figures (JSON).
+/// The part's figures (JSON): every run's values (`syncs`, `churns`, each with its run and
+/// its place in that run's order), and per program the median, min and max of each figure
+/// over the runs (`sync_summary`, `churn_summary`).
 pub fn json(r: &Report) -> Value {
+    let sync_summary: Vec<Value> = PROGRAMS
+        .into_iter()
+        .filter_map(|program| {
+            let xs: Vec<&Sync> = r.syncs.iter().filter(|x| x.program == program).collect();
+            if xs.is_empty() {
+                return None;
+            }
+            let of =
+                |f: &dyn Fn(&Sync) -> f64| summary(&xs.iter().map(|x| f(x)).collect::<Vec<_>>());
+            Some(json!({
+                "program": program, "runs": xs.len(),
+                "sync_secs": of(&|x| x.sync_secs),
+                "peak_bytes": of(&|x| x.peak as f64),
+                "steady_bytes": of(&|x| x.steady as f64),
+                "cpu_secs": of(&|x| x.cpu_secs),
+                "server_rss_peak_bytes": of(&|x| x.server_rss_peak as f64),
+                "server_cpu_secs": of(&|x| x.server_cpu_secs),
+                "lists": of(&|x| x.lists),
+                "watches": of(&|x| x.watches),
+            }))
+        })
+        .collect();
+    let churn_summary: Vec<Value> = CHURN_RATES
+        .into_iter()
+        .flat_map(|target| PROGRAMS.into_iter().map(move |program| (target, program)))
+        .filter_map(|(target, program)| {
+            let cs: Vec<&Churn> = r
+                .churns
+                .iter()
+                .filter(|c| c.program == program && c.target == target)
+                .collect();
+            if cs.is_empty() {
+                return None;
+            }
+            let of =
+                |f: &dyn Fn(&Churn) -> f64| summary(&cs.iter().map(|c| f(c)).collect::<Vec<_>>());
+            Some(json!({
+                "program": program, "target_per_sec": target, "runs": cs.len(),
+                "receives_updates": receives_updates(program),
+                "applied": of(&|c| c.applied as f64),
+                "rate_per_sec": of(&|c| c.rate),
+                "delivered": of(&|c| c.delivered as f64),
+                "p50_ms": of(&|c| c.p50_ms),
+                "p99_ms": of(&|c| c.p99_ms),
+                "max_ms": of(&|c| c.max_ms),
+                "out_p50_ms": of(&|c| c.out_p50_ms),
+                "out_p99_ms": of(&|c| c.out_p99_ms),
+                "cpu_secs_per_10k": of(&|c| c.cpu_per_10k),
+                "server_cpu_secs_per_10k": of(&|c| c.server_cpu_per_10k),
+            }))
+        })
+        .collect();
     json!({
         "pods": r.pods,
         "create_secs": r.create_secs,
+        "runs": r.runs,
+        "churn_settle_secs": r.churn_settle.as_secs_f64(),
+        "no_updates_wait_secs": NO_UPDATES_WAIT.as_secs_f64(),
+        "programs": PROGRAMS.iter().map(|p| json!({
+            "program": p, "description": describe(p), "receives_updates": receives_updates(p),
+        })).collect::<Vec<_>>(),
         "syncs": r.syncs.iter().map(|x| json!({
-            "program": x.program, "pods": x.pods, "sync_secs": x.sync_secs,
+            "program": x.program, "run": x.run, "position": x.position, "pods": x.pods,
+            "sync_secs": x.sync_secs,
             "peak_bytes": x.peak, "steady_bytes": x.steady, "cpu_secs": x.cpu_secs,
             "server_rss_before_bytes": x.server_rss_before, "server_rss_peak_bytes": x.server_rss_peak,
             "server_cpu_secs": x.server_cpu_secs, "lists": x.lists, "watches": x.watches,
         })).collect::<Vec<_>>(),
+        "sync_summary": sync_summary,
         "churn_secs": r.churn_secs,
         "churns": r.churns.iter().map(|c| json!({
-            "program": c.program, "target_per_sec": c.target, "applied": c.applied,
+            "program": c.program, "run": c.run, "position": c.position,
+            "target_per_sec": c.target, "applied": c.applied,
             "rate_per_sec": c.rate, "delivered": c.delivered, "p50_ms": c.p50_ms,
             "p99_ms": c.p99_ms, "max_ms": c.max_ms, "out_p50_ms": c.out_p50_ms,
             "out_p99_ms": c.out_p99_ms, "cpu_secs_per_10k": c.cpu_per_10k,
             "server_cpu_secs_per_10k": c.server_cpu_per_10k,
         })).collect::<Vec<_>>(),
+        "churn_summary": churn_summary,
         "gaps": r.gaps.iter().map(|g| json!({
             "program": g.program, "changed": g.changed, "deletes": g.deletes, "adds": g.adds,
             "resent": g.resent, "events": g.events, "sync_secs": g.sync_secs,
@@ -1164,21 +1413,23 @@ pub fn json(r: &Report) -> Value {
     })
 }
 
-/// The RSS-over-time plot of every program's initial sync and quiet time.
+/// The RSS-over-time plot of every program's initial sync and quiet time (the first run's).
 pub fn plot(path: &Path, r: &Report) -> anyhow::Result<()> {
     use kubesink_bench::plot::{rss_over_time, Series};
     use plotters::style::RGBColor;
-    const COLORS: [RGBColor; 6] = [
+    const COLORS: [RGBColor; 7] = [
         RGBColor(44, 160, 44),
         RGBColor(31, 119, 180),
         RGBColor(214, 39, 40),
         RGBColor(255, 127, 14),
         RGBColor(148, 103, 189),
         RGBColor(140, 86, 75),
+        RGBColor(127, 127, 127),
     ];
     let series: Vec<Series<'_>> = r
         .syncs
         .iter()
+        .filter(|x| x.run == 0)
         .zip(COLORS.iter().cycle())
         .map(|(x, c)| Series {
             label: x.program,
