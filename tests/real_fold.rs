@@ -32,51 +32,6 @@ const KINDS: &[(&str, &str)] = &[
     ("kubesink.test/v1", "Widget"),
 ];
 
-fn widget_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.kubesink.test"},
-        "spec": {
-            "group": "kubesink.test",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                }}}
-            }]
-        }
-    })
-}
-
-/// Waits until the CRD is established (its kind served).
-async fn established(client: &kube::Client) {
-    wait_until("the Widget CRD established", LONG, || async {
-        let api = kube_server::dynamic(
-            client,
-            "apiextensions.k8s.io/v1",
-            "CustomResourceDefinition",
-            None,
-        )
-        .await;
-        let crd = api
-            .get("widgets.kubesink.test")
-            .await
-            .map_err(|e| e.to_string())?;
-        let established = crd.data["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "Established" && c["status"] == "True")
-            });
-        established
-            .then_some(())
-            .ok_or_else(|| crd.data["status"].to_string())
-    })
-    .await;
-}
-
 /// Waits until the fold of `messages()` (a destination read back) equals the live objects
 /// of the test's namespaces.
 async fn destination_settles<F, Fut>(what: &str, client: &kube::Client, mut messages: F)
@@ -147,8 +102,8 @@ async fn the_fold_equals_the_real_api_server_under_real_controllers_churn() {
     for ns in [main, gone].iter().chain(&secret_modes) {
         namespace(cp, ns, json!({"kubesink-test": "fold"})).await;
     }
-    create(&client, widget_crd()).await;
-    established(&client).await;
+    create(&client, support::widget_crd()).await;
+    support::widget_crd_established(&client).await;
 
     // Objects before kubesink starts (its initial list), and more after.
     for i in 0..3 {

@@ -38,24 +38,6 @@ const KINDS: &[(&str, &str, bool)] = &[
     ("kubesink.test/v1", "Widget", true),
 ];
 
-fn widget_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.kubesink.test"},
-        "spec": {
-            "group": "kubesink.test",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                }}}
-            }]
-        }
-    })
-}
-
 /// Annotations whose values JSON escapes or that are not ASCII.
 fn awkward() -> Value {
     json!({
@@ -146,30 +128,8 @@ async fn protobuf_responses(server: std::net::SocketAddr) -> f64 {
 async fn metadata_read_as_protobuf_is_emitted_byte_for_byte_as_read_as_json() {
     let cp = kube_server::shared_async().await;
     let client = cp.admin().await;
-    create(&client, widget_crd()).await;
-    wait_until("the Widget CRD established", LONG, || async {
-        let api = kube_server::dynamic(
-            &client,
-            "apiextensions.k8s.io/v1",
-            "CustomResourceDefinition",
-            None,
-        )
-        .await;
-        let crd = api
-            .get("widgets.kubesink.test")
-            .await
-            .map_err(|e| e.to_string())?;
-        let established = crd.data["status"]["conditions"]
-            .as_array()
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Established" && c["status"] == "True")
-            });
-        established
-            .then_some(())
-            .ok_or_else(|| "not yet".to_owned())
-    })
-    .await;
+    create(&client, support::widget_crd()).await;
+    support::widget_crd_established(&client).await;
     kube_server::namespace(cp, NS, json!({"team": "a", "x.y/z": "v-1"})).await;
     // Objects made by hand, every ObjectMeta field the JSON writes set on one of them.
     let owner = create(&client, kube_server::configmap(NS, "owner", json!({}))).await;

@@ -15,7 +15,10 @@ use super::decide::Decider;
 use crate::pipeline::Publisher;
 
 /// Publishes `changes` (from one `Decider::on_event`) in order, then the sync marker the
-/// event produced, if any. Returns `false` when the pipeline is shutting down (the informer
+/// event produced, if any. For a watch event that `arrived` at a known time, each change is
+/// logged at DEBUG under the target `kubesink::arrival` with that time and its `observedAt`
+/// (`RUST_LOG=info,kubesink::arrival=debug`: the benchmarks split a change's latency into
+/// before kubesink and inside it). Returns `false` when the pipeline is shutting down (the informer
 /// stops); the changes not published stay unacknowledged. (Cancelling the informer drops
 /// this future: the same.)
 pub(super) async fn publish(
@@ -23,14 +26,21 @@ pub(super) async fn publish(
     resource: &Arc<Resource>,
     changes: Vec<Change>,
     publisher: &Publisher,
+    arrived: Option<std::time::SystemTime>,
 ) -> bool {
+    let stamp =
+        arrived.filter(|_| tracing::enabled!(target: "kubesink::arrival", tracing::Level::DEBUG));
     for change in changes {
-        let msg = match encode_with_epoch(
-            resource,
-            &change,
-            &now_rfc3339(),
-            publisher.leader_epoch(),
-        ) {
+        let observed_at = now_rfc3339();
+        if let Some(at) = stamp {
+            let key = resource.key(change.namespace.as_deref(), &change.name);
+            let arrived_us = at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros());
+            tracing::debug!(target: "kubesink::arrival", %key, resource_version = %change.resource_version, arrived_us, observed_at = %observed_at, "watch event arrived");
+        }
+        let msg = match encode_with_epoch(resource, &change, &observed_at, publisher.leader_epoch())
+        {
             Ok(m) => m,
             Err(e) => {
                 let key = resource.key(change.namespace.as_deref(), &change.name);

@@ -1066,6 +1066,7 @@ impl Informer {
                 }
                 Err(f) => return failed(f),
             };
+            let arrived = lines.arrived();
             let decoded = match decode::watch_line(&line) {
                 Ok(d) => d,
                 Err(e) => {
@@ -1133,7 +1134,7 @@ impl Informer {
             } else {
                 Event::Applied(obj)
             };
-            if let Err(step) = self.decide(event).await {
+            if let Err(step) = self.decide_arrived(event, Some(arrived)).await {
                 return step;
             }
             self.note_line(rv, count);
@@ -1157,13 +1158,22 @@ impl Informer {
     /// Applies one event in every view and publishes what each decides to its sinks;
     /// `Err(Step::Closed)` when the pipeline is shutting down.
     async fn decide(&mut self, event: Event<'_>) -> Result<(), Step> {
+        self.decide_arrived(event, None).await
+    }
+
+    /// [`Informer::decide`] for a watch event that `arrived` then (`Lines::arrived`).
+    async fn decide_arrived(
+        &mut self,
+        event: Event<'_>,
+        arrived: Option<std::time::SystemTime>,
+    ) -> Result<(), Step> {
         let Some((last, rest)) = self.views.split_last_mut() else {
             return Ok(());
         };
         for view in rest {
-            view.decide(event.clone(), &self.resource).await?;
+            view.decide(event.clone(), &self.resource, arrived).await?;
         }
-        last.decide(event, &self.resource).await
+        last.decide(event, &self.resource, arrived).await
     }
 }
 
@@ -1180,7 +1190,12 @@ impl View {
         View { decider, publisher }
     }
 
-    async fn decide(&mut self, event: Event<'_>, resource: &Arc<Resource>) -> Result<(), Step> {
+    async fn decide(
+        &mut self,
+        event: Event<'_>,
+        resource: &Arc<Resource>,
+        arrived: Option<std::time::SystemTime>,
+    ) -> Result<(), Step> {
         let changes = match self.decider.on_event(event) {
             Ok(changes) => changes,
             Err(e) => {
@@ -1188,7 +1203,15 @@ impl View {
                 return Ok(());
             }
         };
-        if emit::publish(&mut self.decider, resource, changes, &self.publisher).await {
+        if emit::publish(
+            &mut self.decider,
+            resource,
+            changes,
+            &self.publisher,
+            arrived,
+        )
+        .await
+        {
             Ok(())
         } else {
             Err(Step::Closed)

@@ -542,6 +542,10 @@ pub struct Lines {
     searched: usize,
     idle_timeout: Duration,
     ended: bool,
+    /// When the last piece of the body was read: the arrival of every line it completed
+    /// (more is read only once no complete line is left, so the line handed out next ends
+    /// in that piece).
+    arrived: std::time::SystemTime,
 }
 
 impl Lines {
@@ -555,7 +559,16 @@ impl Lines {
             searched: 0,
             idle_timeout,
             ended: false,
+            arrived: std::time::SystemTime::now(),
         }
+    }
+
+    /// When the line last handed out arrived: the time the piece of the body that completed
+    /// it was read (`emit.rs` logs it beside `observedAt` at DEBUG, target
+    /// `kubesink::arrival`, so the time an event spends in kubesink can be told from the time
+    /// it took to reach it).
+    pub fn arrived(&self) -> std::time::SystemTime {
+        self.arrived
     }
 
     /// From now on, `idle_timeout` of silence is [`WatchFailure::Idle`] (a streaming list
@@ -674,6 +687,7 @@ impl Lines {
             Ok(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     self.buf.extend_from_slice(data);
+                    self.arrived = std::time::SystemTime::now();
                 }
                 Ok(())
             }

@@ -702,3 +702,54 @@ pub fn deploy_python() -> PathBuf {
     );
     python
 }
+
+/// The `widgets.kubesink.test` CRD (kind `Widget`, namespaced, `spec` free-form): the
+/// custom resource of the real-server tests.
+pub fn widget_crd() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.kubesink.test"},
+        "spec": {
+            "group": "kubesink.test",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    })
+}
+
+/// Waits until the CRD is established (its kind served).
+pub async fn widget_crd_established(client: &kube::Client) {
+    wait_until(
+        "the Widget CRD established",
+        std::time::Duration::from_secs(240),
+        || async {
+            let api = kube_server::dynamic(
+                client,
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                None,
+            )
+            .await;
+            let crd = api
+                .get("widgets.kubesink.test")
+                .await
+                .map_err(|e| e.to_string())?;
+            let established = crd.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Established" && c["status"] == "True")
+                });
+            established
+                .then_some(())
+                .ok_or_else(|| crd.data["status"].to_string())
+        },
+    )
+    .await;
+}

@@ -212,6 +212,18 @@ impl Kubesink {
 
     /// Starts kubesink with the whole configuration `text`, its stdout to `stdout`.
     fn start_text_to(ctx: &Ctx, text: &str, stdout: Stdio, run: &str) -> anyhow::Result<Self> {
+        Kubesink::start_text_logged(ctx, text, stdout, run, "warn")
+    }
+
+    /// [`Kubesink::start_text_to`] with `RUST_LOG` = `filter` (its log: `kubesink-{run}.log`
+    /// in the suite's directory).
+    fn start_text_logged(
+        ctx: &Ctx,
+        text: &str,
+        stdout: Stdio,
+        run: &str,
+        filter: &str,
+    ) -> anyhow::Result<Self> {
         let config = ctx.dir.path().join(format!("kubesink-{run}.toml"));
         std::fs::write(&config, text)?;
         let port = free_port()?;
@@ -225,7 +237,7 @@ impl Kubesink {
         let proc = spawn(
             "kubesink",
             cmd.env("KUBESINK_SERVER__LISTEN", format!("127.0.0.1:{port}"))
-                .env("RUST_LOG", "warn")
+                .env("RUST_LOG", filter)
                 .args(["run", "--config"])
                 .arg(&config)
                 .stdout(stdout)

@@ -79,6 +79,42 @@ pub const NO_UPDATES_WAIT: Duration = Duration::from_secs(10);
 /// the peers, which write to a file the suite reads after).
 type Stamps = Arc<Mutex<Vec<(u64, u64, u64)>>>;
 
+/// kubesink's stamped messages by `key@resourceVersion`: (stamp, `observedAt`), Unix
+/// microseconds. Matched after a churn with the arrival of each watch event, which kubesink
+/// logs at DEBUG (target `kubesink::arrival`, `src/informer/emit.rs`), to split its latency
+/// into the way to kubesink (write → arrival: the API server and the network) and the time
+/// inside it (arrival → `observedAt`).
+type Arrivals = Arc<Mutex<std::collections::HashMap<String, (u64, u64)>>>;
+
+/// The value of `"name":"…"` in a JSON line (its first occurrence; no escapes in it).
+fn json_str<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!("\"{name}\":\"");
+    let at = line.find(&key)? + key.len();
+    let rest = line.get(at..)?;
+    rest.get(..rest.find('"')?)
+}
+
+/// The arrivals kubesink logged (`watch event arrived key=… resource_version=…
+/// arrived_us=…`), by `key@resourceVersion`, in Unix microseconds.
+fn logged_arrivals(log: &Path) -> std::collections::HashMap<String, u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let field = |line: &str, name: &str| -> Option<String> {
+        let key = format!(" {name}=");
+        let at = line.find(&key)? + key.len();
+        let rest = line.get(at..)?;
+        Some(rest.split_whitespace().next()?.trim_matches('"').to_owned())
+    };
+    text.lines()
+        .filter(|l| l.contains("watch event arrived"))
+        .filter_map(|l| {
+            let key = field(l, "key")?;
+            let rv = field(l, "resource_version")?;
+            let at = field(l, "arrived_us")?.parse().ok()?;
+            Some((format!("{key}@{rv}"), at))
+        })
+        .collect()
+}
+
 /// `observedAt` of a message line (RFC 3339), in Unix microseconds.
 fn observed_at(line: &str) -> Option<u64> {
     const KEY: &str = "\"observedAt\":\"";
@@ -196,6 +232,12 @@ pub struct Churn {
     /// for the peers), milliseconds.
     pub out_p50_ms: f64,
     pub out_p99_ms: f64,
+    /// kubesink only (NaN for the others): change → the watch event's arrival in kubesink
+    /// (the API server and the network), and arrival → `observedAt` (kubesink), ms.
+    pub arrival_p50_ms: f64,
+    pub arrival_p99_ms: f64,
+    pub inside_p50_ms: f64,
+    pub inside_p99_ms: f64,
     /// The program's CPU seconds per 10,000 applied changes (from the first change to the
     /// last delivered).
     pub cpu_per_10k: f64,
@@ -222,6 +264,9 @@ pub struct Report {
 /// A running program and how to tell it synced.
 struct Running {
     kind: Kind,
+    /// kubesink's messages under churn by `key@resourceVersion`: (the change's stamp, its
+    /// `observedAt`), Unix microseconds, to be matched with the arrival its log gives.
+    arrivals: Option<Arrivals>,
     /// Threads reading its output; stopped and joined by [`Running::stop`].
     readers: Vec<std::thread::JoinHandle<()>>,
     done: Arc<std::sync::atomic::AtomicBool>,
@@ -342,6 +387,7 @@ impl Running {
 fn kubesink_reader(
     out: impl std::io::Read + Send + 'static,
     stamps: Stamps,
+    arrivals: Arrivals,
 ) -> std::thread::JoinHandle<()> {
     use std::io::BufRead as _;
     std::thread::spawn(move || {
@@ -354,6 +400,14 @@ fn kubesink_reader(
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push((at, handled, now));
+                    if let Some((key, rv)) =
+                        json_str(&line, "key").zip(json_str(&line, "resourceVersion"))
+                    {
+                        arrivals
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(format!("{key}@{rv}"), (at, handled));
+                    }
                 }
             }
         }
@@ -556,12 +610,22 @@ fn start(
             (None, Some(p)) => Stdio::from(std::fs::File::create(p)?),
             (None, None) => Stdio::null(),
         };
-        let mut k = Kubesink::start_text_to(ctx, &text, stdout, &format!("peers-{run}"))?;
+        // Under churn, each watch event's arrival is logged beside its observedAt.
+        let log = if stamps.is_some() {
+            "warn,kubesink::arrival=debug"
+        } else {
+            "warn"
+        };
+        let mut k = Kubesink::start_text_logged(ctx, &text, stdout, &format!("peers-{run}"), log)?;
+        let mut arrivals = None;
         if let Some(stamps) = stamps {
             let out = k.proc.take_stdout().context("kubesink stdout")?;
-            readers.push(kubesink_reader(out, stamps.clone()));
+            let found = Arrivals::default();
+            readers.push(kubesink_reader(out, stamps.clone(), found.clone()));
+            arrivals = Some(found);
         }
         return Ok(Running {
+            arrivals,
             kind: Kind::Kubesink(k),
             readers,
             done,
@@ -596,6 +660,7 @@ fn start(
             stamps.cloned(),
         ));
         return Ok(Running {
+            arrivals: None,
             kind: Kind::Collector {
                 proc,
                 records,
@@ -620,6 +685,7 @@ fn start(
         readers.push(peer_tail(out.to_owned(), stamps.clone(), done.clone()));
     }
     Ok(Running {
+        arrivals: None,
         kind: Kind::Peer { proc, lines },
         readers,
         done,
@@ -1008,6 +1074,23 @@ fn churn_once(
             .map(|(at, _, out)| out.saturating_sub(*at) as f64 / 1000.0)
             .collect();
         let per_10k = |c: f64| c / applied.max(1) as f64 * 10_000.0;
+        // kubesink: its log's arrivals matched with its messages of this rate's changes.
+        let (mut before, mut inside) = (Vec::new(), Vec::new());
+        if let Some(arrivals) = &p.arrivals {
+            let logged = logged_arrivals(
+                &ctx.dir
+                    .path()
+                    .join(format!("kubesink-peers-churn-{program}-{run}.log")),
+            );
+            let ours = arrivals.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            for (id, (at, observed)) in ours.iter().filter(|(_, (at, _))| (from..to).contains(at)) {
+                if let Some(arrived) = logged.get(id) {
+                    before.push(arrived.saturating_sub(*at) as f64 / 1000.0);
+                    inside.push(observed.saturating_sub(*arrived) as f64 / 1000.0);
+                }
+            }
+        }
+        let nan = |v: &[f64], p| percentile(v, p).unwrap_or(f64::NAN);
         let row = Churn {
             program,
             run,
@@ -1021,6 +1104,10 @@ fn churn_once(
             max_ms: percentile(&ms, 100.0).unwrap_or(f64::NAN),
             out_p50_ms: percentile(&out_ms, 50.0).unwrap_or(f64::NAN),
             out_p99_ms: percentile(&out_ms, 99.0).unwrap_or(f64::NAN),
+            arrival_p50_ms: nan(&before, 50.0),
+            arrival_p99_ms: nan(&before, 99.0),
+            inside_p50_ms: nan(&inside, 50.0),
+            inside_p99_ms: nan(&inside, 99.0),
             cpu_per_10k: per_10k(cpu),
             server_cpu_per_10k: per_10k(server_cpu),
         };
@@ -1274,6 +1361,28 @@ pub fn markdown(r: &Report) -> String {
                 );
             }
         }
+        s += "\nkubesink's *handled* split where its watch event arrived (the time the piece of the watch body that completed the event was read, logged by kubesink at DEBUG, target `kubesink::arrival`): write → arrival is the API server and the network, arrival → `observedAt` is kubesink.\n\n| program | rate asked (/s) | write → arrival p50 ms | p99 ms | arrival → observedAt p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|\n";
+        for target in CHURN_RATES {
+            for program in PROGRAMS.into_iter().filter(|p| is_kubesink(p)) {
+                let cs: Vec<&Churn> = r
+                    .churns
+                    .iter()
+                    .filter(|c| c.program == program && c.target == target)
+                    .collect();
+                if cs.is_empty() {
+                    continue;
+                }
+                let of = |f: &dyn Fn(&Churn) -> f64| cs.iter().map(|c| f(c)).collect::<Vec<f64>>();
+                s += &format!(
+                    "| {} | {target:.0} | {} | {} | {} | {} |\n",
+                    describe(program),
+                    cell(&of(&|c| c.arrival_p50_ms), 1),
+                    cell(&of(&|c| c.arrival_p99_ms), 1),
+                    cell(&of(&|c| c.inside_p50_ms), 1),
+                    cell(&of(&|c| c.inside_p99_ms), 1),
+                );
+            }
+        }
         let deaf: Vec<&str> = PROGRAMS
             .into_iter()
             .filter(|p| !receives_updates(p) && r.churns.iter().any(|c| c.program == *p))
@@ -1374,6 +1483,10 @@ pub fn json(r: &Report) -> Value {
                 "max_ms": of(&|c| c.max_ms),
                 "out_p50_ms": of(&|c| c.out_p50_ms),
                 "out_p99_ms": of(&|c| c.out_p99_ms),
+                "arrival_p50_ms": of(&|c| c.arrival_p50_ms),
+                "arrival_p99_ms": of(&|c| c.arrival_p99_ms),
+                "inside_p50_ms": of(&|c| c.inside_p50_ms),
+                "inside_p99_ms": of(&|c| c.inside_p99_ms),
                 "cpu_secs_per_10k": of(&|c| c.cpu_per_10k),
                 "server_cpu_secs_per_10k": of(&|c| c.server_cpu_per_10k),
             }))
@@ -1403,6 +1516,8 @@ pub fn json(r: &Report) -> Value {
             "rate_per_sec": c.rate, "delivered": c.delivered, "p50_ms": c.p50_ms,
             "p99_ms": c.p99_ms, "max_ms": c.max_ms, "out_p50_ms": c.out_p50_ms,
             "out_p99_ms": c.out_p99_ms, "cpu_secs_per_10k": c.cpu_per_10k,
+            "arrival_p50_ms": c.arrival_p50_ms, "arrival_p99_ms": c.arrival_p99_ms,
+            "inside_p50_ms": c.inside_p50_ms, "inside_p99_ms": c.inside_p99_ms,
             "server_cpu_secs_per_10k": c.server_cpu_per_10k,
         })).collect::<Vec<_>>(),
         "churn_summary": churn_summary,
