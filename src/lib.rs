@@ -62,8 +62,8 @@ pub use pipeline::{Pipeline, SinkHandle, SinkStats};
 #[cfg(feature = "test-util")]
 pub mod testing {
     pub use crate::informer::{
-        watch_line, Acknowledged, Decider, DecodeError, Event, Facts, InformerError, LightStore,
-        MinimalMeta, Observed, Phase, RawObject, Rv, ShapeError, Shaped, Shaper, StoreEntry,
-        TrackedStore, Uid, Vanished, WatchPlan,
+        watch_line, Acknowledged, Decider, DecodeError, Event, Facts, Filter, FilterMatch,
+        FilterSubject, InformerError, LightStore, MinimalMeta, Observed, Phase, RawObject, Rv,
+        ShapeError, Shaped, Shaper, StoreEntry, TrackedStore, Uid, Vanished, WatchPlan,
     };
 }

@@ -40,18 +40,22 @@
 //!
 //! # Cost
 //!
-//! Only the top-level fields of the object the expression can reach are built as CEL values
-//! for it: an expression that reads `object.metadata` and `object.status` never parses
-//! `spec`. The fields are found in the compiled expression: `object.f`, `object["f"]`; any
-//! other use of `object` (passed whole to a function, iterated) builds every field.
+//! Only the parts of the object the expression can reach are built as CEL values for it,
+//! straight from the watch line's JSON (`cel_values.rs`): an expression that reads
+//! `object.status.phase` parses no `spec` and, of `status`, only `phase`. The paths are found
+//! in the compiled expression: `object.a.b`, `object["a"]["b"]`, `has(object.a.b)`; any other
+//! use of a value (passed whole to a function, iterated, indexed by a variable) builds all of
+//! it.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::types::{CelList, CelMap, CelMapKey, CelString};
 use serde_json::{Map, Value};
 
+use super::cel_values::{self, Reach};
 use super::object::RawObject;
 
 /// The most bytes of source an expression may have.
@@ -161,22 +165,14 @@ pub enum Match {
     Error,
 }
 
-/// Which top-level fields of the object the expression can reach.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Needs {
-    /// The object is used whole.
-    All,
-    /// Only these fields (`metadata` among them or not).
-    Fields(BTreeSet<String>),
-}
-
 /// A compiled resource filter; see the module docs. Shared by the resource's informers
 /// (one per namespace), which count into the same error counter.
 pub struct Filter {
     source: String,
     program: cel::Program,
     env: Arc<cel::Env>,
-    needs: Needs,
+    /// The parts of `object` it can reach.
+    reach: Reach,
     /// It names `op` or `changed` (a sink's change filter).
     on_changes: bool,
     /// The variables it names.
@@ -194,7 +190,7 @@ impl std::fmt::Debug for Filter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Filter")
             .field("source", &self.source)
-            .field("needs", &self.needs)
+            .field("reach", &self.reach)
             .finish_non_exhaustive()
     }
 }
@@ -300,11 +296,7 @@ impl Filter {
             source: source.to_owned(),
             program,
             env,
-            needs: if walk.whole_object {
-                Needs::All
-            } else {
-                Needs::Fields(walk.fields)
-            },
+            reach: walk.reach,
             on_changes: CHANGE_VARIABLES.iter().any(|v| walk.free.contains(*v)),
             variables: walk.free.clone(),
             compared: walk.compared.clone(),
@@ -319,10 +311,10 @@ impl Filter {
     /// `kind` and `metadata` (what a metadata-only watch has), in order; `["*"]` when it
     /// uses the object whole.
     pub fn reads_beyond_metadata(&self) -> Vec<String> {
-        match &self.needs {
-            Needs::All => vec!["*".to_owned()],
-            Needs::Fields(f) => f
-                .iter()
+        match &self.reach {
+            Reach::All => vec!["*".to_owned()],
+            Reach::Fields(f) => f
+                .keys()
                 .filter(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
                 .cloned()
                 .collect(),
@@ -405,48 +397,72 @@ impl Filter {
         }
     }
 
-    fn evaluate(&self, subject: &Subject<'_, '_>) -> Result<bool, String> {
+    /// `object` as the expression can reach it ([`Reach`]), borrowing from `subject`.
+    fn object<'s>(&self, subject: &Subject<'s, '_>) -> Result<cel_values::CelVal<'s>, String> {
         let obj = subject.obj;
-        let mut object = Map::new();
-        if let Some(a) = &obj.api_version {
-            object.insert("apiVersion".into(), Value::String(a.clone()));
-        }
-        if let Some(k) = &obj.kind {
-            object.insert("kind".into(), Value::String(k.clone()));
-        }
-        let wanted = |field: &str| match &self.needs {
-            Needs::All => true,
-            Needs::Fields(f) => f.contains(field),
+        let string = |s: &'s str| -> cel_values::CelVal<'s> { Box::new(CelString::from(s)) };
+        let mut object = std::collections::HashMap::new();
+        let mut put = |key: &'s str, value: cel_values::CelVal<'s>| {
+            object.insert(CelMapKey::from(key), value);
         };
-        if wanted("metadata") {
-            object.insert("metadata".into(), Value::Object(subject.metadata.clone()));
+        if let Some(a) = obj
+            .api_version
+            .as_deref()
+            .filter(|_| self.reach.field("apiVersion").is_some())
+        {
+            put("apiVersion", string(a));
+        }
+        if let Some(k) = obj
+            .kind
+            .as_deref()
+            .filter(|_| self.reach.field("kind").is_some())
+        {
+            put("kind", string(k));
+        }
+        if let Some(reach) = self.reach.field("metadata") {
+            put(
+                "metadata",
+                cel_values::from_json_map(subject.metadata, reach),
+            );
         }
         for (key, raw) in &obj.body {
-            if wanted(key) && !(subject.redacted)(key) {
-                let v: Value = serde_json::from_str(raw.get())
+            if let Some(reach) = self.reach.field(key).filter(|_| !(subject.redacted)(key)) {
+                let v = cel_values::from_raw(raw.get(), reach)
                     .map_err(|e| format!("field {key:?} does not parse: {e}"))?;
-                object.insert(key.to_string(), v);
+                put(key, v);
             }
         }
+        Ok(Box::new(CelMap::from(object)))
+    }
+
+    fn evaluate<'s>(&self, subject: &Subject<'s, '_>) -> Result<bool, String> {
+        let obj = subject.obj;
+        let string = |s: &'s str| -> cel_values::CelVal<'s> { Box::new(CelString::from(s)) };
+        // Only the variables the expression names (each is a map entry and a box).
         let mut ctx = cel::Context::with_env(self.env.clone());
-        ctx.add_variable("object", Value::Object(object))
-            .map_err(|e| e.to_string())?;
-        ctx.add_variable_from_value("cluster", subject.cluster.to_owned());
-        ctx.add_variable_from_value("kind", subject.kind.to_owned());
-        ctx.add_variable_from_value("ns", obj.namespace().unwrap_or_default().to_owned());
+        if self.uses("object") {
+            ctx.add_variable_as_val("object", self.object(subject)?);
+        }
+        if self.uses("cluster") {
+            ctx.add_variable_as_val("cluster", string(subject.cluster));
+        }
+        if self.uses("kind") {
+            ctx.add_variable_as_val("kind", string(subject.kind));
+        }
+        if self.uses("ns") {
+            ctx.add_variable_as_val("ns", string(obj.namespace().unwrap_or_default()));
+        }
         if self.on_changes {
             let change = subject.change.unwrap_or(ChangeVars {
                 op: "",
                 changed: &[],
             });
-            ctx.add_variable_from_value("op", change.op.to_owned());
-            ctx.add_variable_from_value(
+            ctx.add_variable_as_val("op", string(change.op));
+            ctx.add_variable_as_val(
                 "changed",
-                change
-                    .changed
-                    .iter()
-                    .map(|p| (*p).to_owned())
-                    .collect::<Vec<String>>(),
+                Box::new(CelList::from(
+                    change.changed.iter().map(|p| string(p)).collect::<Vec<_>>(),
+                )),
             );
         }
         match self.program.execute(&ctx) {
@@ -565,8 +581,8 @@ struct Walk {
     /// (identifier, function) of each member call whose first argument is a bare identifier:
     /// `list.any(c, …)` when `any` is not a macro leaves `c` free.
     first_args: Vec<(String, String)>,
-    fields: BTreeSet<String>,
-    whole_object: bool,
+    /// The parts of `object` it reaches.
+    reach: Reach,
     nesting: usize,
     /// (variable, string literal) of each comparison of a free variable with a literal.
     compared: Vec<(String, String)>,
@@ -606,34 +622,21 @@ impl Walk {
 
     /// `bound`: the comprehension variables in scope; `depth`: comprehensions around.
     fn expr(&mut self, e: &IdedExpr, bound: &mut Vec<String>, depth: usize) {
-        let is_object = |e: &IdedExpr, bound: &[String]| matches!(&e.expr, Expr::Ident(n) if n == "object" && !bound.iter().any(|b| b == "object"));
+        if let Some(path) = object_path(e, bound) {
+            self.free.insert("object".into());
+            self.reach.add(&path);
+            return;
+        }
         match &e.expr {
             Expr::Unspecified | Expr::Literal(_) => {}
             Expr::Ident(name) => {
                 if !name.starts_with('@') && !bound.iter().any(|b| b == name) {
                     self.free.insert(name.clone());
-                    if name == "object" {
-                        self.whole_object = true;
-                    }
                 }
-            }
-            Expr::Select(s) if is_object(&s.operand, bound) => {
-                self.free.insert("object".into());
-                self.fields.insert(s.field.clone());
             }
             Expr::Select(s) => self.expr(&s.operand, bound, depth),
             Expr::Call(c) => {
                 self.note_comparison(c, bound);
-                let literal_index = c.func_name == cel::common::ast::operators::INDEX
-                    && c.args.len() == 2
-                    && is_object(&c.args[0], bound);
-                if literal_index {
-                    if let Expr::Literal(LiteralValue::String(f)) = &c.args[1].expr {
-                        self.free.insert("object".into());
-                        self.fields.insert(f.inner().to_owned());
-                        return;
-                    }
-                }
                 if let (Some(_), Some(Expr::Ident(first))) =
                     (&c.target, c.args.first().map(|a| &a.expr))
                 {
@@ -679,6 +682,32 @@ impl Walk {
                 }
             }
         }
+    }
+}
+
+/// The path `e` reads when it is the free variable `object` followed by field selections
+/// (`.f`, `["f"]`, `has(….f)`): `object.status.phase` is `["status", "phase"]`.
+fn object_path(e: &IdedExpr, bound: &[String]) -> Option<Vec<String>> {
+    match &e.expr {
+        Expr::Ident(n) if n == "object" && !bound.iter().any(|b| b == "object") => Some(Vec::new()),
+        Expr::Select(s) => {
+            let mut path = object_path(&s.operand, bound)?;
+            path.push(s.field.clone());
+            Some(path)
+        }
+        Expr::Call(c)
+            if c.func_name == cel::common::ast::operators::INDEX
+                && c.target.is_none()
+                && c.args.len() == 2 =>
+        {
+            let Expr::Literal(LiteralValue::String(field)) = &c.args[1].expr else {
+                return None;
+            };
+            let mut path = object_path(&c.args[0], bound)?;
+            path.push(field.inner().to_owned());
+            Some(path)
+        }
+        _ => None,
     }
 }
 
@@ -892,24 +921,101 @@ mod tests {
         assert!(Filter::compile("object.spec.containers.all(c, c.name != '')").is_ok());
     }
 
+    /// The [`Reach`] of the paths given, each reached whole.
+    fn reach(paths: &[&str]) -> Reach {
+        let mut r = Reach::none();
+        for p in paths {
+            r.add(&p.split('.').map(str::to_owned).collect::<Vec<_>>());
+        }
+        r
+    }
+
     #[test]
-    fn only_the_fields_the_expression_reaches_are_built() {
+    fn only_the_paths_the_expression_reaches_are_built() {
         let f =
             Filter::compile("object.metadata.name == 'a' && has(object.status.phase)").expect("ok");
-        assert_eq!(
-            f.needs,
-            Needs::Fields(["metadata".to_owned(), "status".to_owned()].into())
-        );
+        assert_eq!(f.reach, reach(&["metadata.name", "status.phase"]));
         let f = Filter::compile("object['spec'].nodeName == 'n'").expect("ok");
-        assert_eq!(f.needs, Needs::Fields(["spec".to_owned()].into()));
-        let f = Filter::compile("size(object) > 2").expect("ok");
-        assert_eq!(f.needs, Needs::All);
-        let f = Filter::compile("[1].all(object, object > 0)").expect("ok");
+        assert_eq!(f.reach, reach(&["spec.nodeName"]));
+        let f = Filter::compile(
+            "object.metadata.labels[ns] == 'x' && object.spec.containers.all(c, c.image != '')",
+        )
+        .expect("ok");
         assert_eq!(
-            f.needs,
-            Needs::Fields(BTreeSet::new()),
-            "a bound name is not the object"
+            f.reach,
+            reach(&["metadata.labels", "spec.containers"]),
+            "indexed by a variable or iterated: reached whole"
         );
+        let f =
+            Filter::compile("object.status.phase == 'a' || object.status.size() > 1").expect("ok");
+        assert_eq!(
+            f.reach,
+            reach(&["status"]),
+            "a value passed to a function is reached whole"
+        );
+        let f = Filter::compile("size(object) > 2").expect("ok");
+        assert_eq!(f.reach, Reach::All);
+        let f = Filter::compile("[1].all(object, object > 0)").expect("ok");
+        assert_eq!(f.reach, Reach::none(), "a bound name is not the object");
+    }
+
+    /// Every filter decides alike on the pruned values and on the whole object as cel's
+    /// serde conversion makes it (the values before this module), on a real Pod: numbers of
+    /// each kind, nulls, escapes, lists, labels.
+    #[test]
+    fn the_pruned_values_decide_as_the_whole_object_does() {
+        let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"payments","labels":{"team":"pay","tier":"fr\u00f6nt"},"generation":3,"deletionGracePeriodSeconds":-1},"spec":{"priority":0,"overhead":null,"containers":[{"name":"app","image":"nginx:1.27","ports":[{"containerPort":8080}]}],"weight":1.5},"status":{"phase":"Running","podIPs":[{"ip":"10.0.0.1"}],"startTime":"2026-12-01T00:00:00Z"}}"#;
+        let exprs = [
+            "object.status.phase == 'Running'",
+            "has(object.status.phase) && object.status.phase in ['Succeeded', 'Failed']",
+            "object.metadata.labels.tier == 'fr\\u00f6nt'",
+            "object.metadata.labels['team'] == 'pay'",
+            "object.metadata.generation == 3u",
+            // Arithmetic has no mixed overloads: these tell uint, int and double apart.
+            "object.metadata.generation + 1u == 4u",
+            "object.metadata.deletionGracePeriodSeconds + 1 == 0",
+            "object.spec.weight + 0.5 == 2.0",
+            "object.spec.containers[0].ports[0].containerPort + 1u == 8081u",
+            "object.metadata.generation == 3",
+            "object.metadata.deletionGracePeriodSeconds == -1",
+            "object.spec.priority == 0u",
+            "object.spec.overhead == null",
+            "object.spec.weight > 1.0",
+            "object.spec.containers.all(c, c.image.startsWith('nginx'))",
+            "object.spec.containers[0].ports[0].containerPort == 8080u",
+            "object.status.podIPs.exists(p, p.ip == '10.0.0.1')",
+            "has(object.spec.nodeName)",
+            "object.spec.nodeName == 'n'",
+            "object.status.phase.size() == 7 && object.status.size() == 3",
+            "size(object) == 5",
+            "object.kind == 'Pod' && object.apiVersion == 'v1'",
+            "object.metadata.labels.size() == 2",
+            "object.metadata.missing.x == 1",
+        ];
+        let obj = RawObject::parse(pod).expect("object");
+        let whole: Value = serde_json::from_str(pod).expect("json");
+        for expr in exprs {
+            let f = Filter::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+            let pruned = f.evaluate(&subject(&obj, &|_| false, None));
+            let mut ctx = cel::Context::with_env(f.env.clone());
+            ctx.add_variable("object", &whole).expect("object");
+            ctx.add_variable_from_value("cluster", "prod");
+            ctx.add_variable_from_value("kind", "Pod");
+            ctx.add_variable_from_value("ns", "payments");
+            let before = match f.program.execute(&ctx) {
+                Ok(cel::Value::Bool(b)) => Ok(b),
+                Ok(other) => Err(format!("{other:?}")),
+                Err(e) => Err(e.to_string()),
+            };
+            assert_eq!(
+                pruned.is_ok(),
+                before.is_ok(),
+                "{expr}: {pruned:?} against {before:?}"
+            );
+            if let (Ok(a), Ok(b)) = (&pruned, &before) {
+                assert_eq!(a, b, "{expr}");
+            }
+        }
     }
 
     #[test]

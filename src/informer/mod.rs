@@ -9,6 +9,7 @@
 //! sink queue is full (backpressure: each emitted change is awaited into the pipeline).
 
 mod api;
+mod cel_values;
 mod changes;
 mod decide;
 mod decode;
