@@ -39,6 +39,10 @@ if [ -n "$quick" ] && [ -z "${BENCH_RELEASE:-}" ]; then
     # 2,000 Pods, under a minute.
     echo "== one cluster in shards over replicas, quick (bench-suite --quick --only shards)"
     "$TARGET/debug/bench-suite" --quick --only shards --out "${BENCH_OUT:-$TARGET/bench-quick}"
+    # Metadata as JSON and protobuf, whole Pods, streaming and paged lists: 1,000 Pods,
+    # one round, a minute or two.
+    echo "== the wire encodings and list shapes, quick (bench-suite --quick --only wire)"
+    "$TARGET/debug/bench-suite" --quick --only wire --out "${BENCH_OUT:-$TARGET/bench-quick}"
   fi
   # The HTTP and OTLP sinks into their receivers (scripts/test.sh exports RECEIVERS_BIN_DIR):
   # 1,000 Pods and 5 s of churn per row, under a minute.
