@@ -261,6 +261,16 @@ pub struct Report {
     pub churn_settle: Duration,
 }
 
+impl Report {
+    /// Every run's churn of `program` at `target` writes/s.
+    fn churns_of(&self, program: &str, target: f64) -> Vec<&Churn> {
+        self.churns
+            .iter()
+            .filter(|c| c.program == program && c.target == target)
+            .collect()
+    }
+}
+
 /// A running program and how to tell it synced.
 struct Running {
     kind: Kind,
@@ -1325,20 +1335,14 @@ pub fn markdown(r: &Report) -> String {
             r.churn_secs
         );
         for target in CHURN_RATES {
-            let churns_of = |program: &str| -> Vec<&Churn> {
-                r.churns
-                    .iter()
-                    .filter(|c| c.program == program && c.target == target)
-                    .collect()
-            };
             let base_cpu = median(
-                &churns_of("kubesink")
+                &r.churns_of("kubesink", target)
                     .iter()
                     .map(|b| b.cpu_per_10k)
                     .collect::<Vec<_>>(),
             );
             for program in PROGRAMS {
-                let cs = churns_of(program);
+                let cs = r.churns_of(program, target);
                 if cs.is_empty() {
                     continue;
                 }
@@ -1364,11 +1368,7 @@ pub fn markdown(r: &Report) -> String {
         s += "\nkubesink's *handled* split where its watch event arrived (the time the piece of the watch body that completed the event was read, logged by kubesink at DEBUG, target `kubesink::arrival`): write → arrival is the API server and the network, arrival → `observedAt` is kubesink.\n\n| program | rate asked (/s) | write → arrival p50 ms | p99 ms | arrival → observedAt p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|\n";
         for target in CHURN_RATES {
             for program in PROGRAMS.into_iter().filter(|p| is_kubesink(p)) {
-                let cs: Vec<&Churn> = r
-                    .churns
-                    .iter()
-                    .filter(|c| c.program == program && c.target == target)
-                    .collect();
+                let cs = r.churns_of(program, target);
                 if cs.is_empty() {
                     continue;
                 }
@@ -1462,11 +1462,7 @@ pub fn json(r: &Report) -> Value {
         .into_iter()
         .flat_map(|target| PROGRAMS.into_iter().map(move |program| (target, program)))
         .filter_map(|(target, program)| {
-            let cs: Vec<&Churn> = r
-                .churns
-                .iter()
-                .filter(|c| c.program == program && c.target == target)
-                .collect();
+            let cs = r.churns_of(program, target);
             if cs.is_empty() {
                 return None;
             }
