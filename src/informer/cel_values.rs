@@ -36,9 +36,10 @@ pub(super) enum Reach {
     Fields(BTreeMap<String, Reach>),
 }
 
+/// Nothing yet (the start of a walk).
 impl Default for Reach {
     fn default() -> Self {
-        Reach::none()
+        Reach::Fields(BTreeMap::new())
     }
 }
 
@@ -46,11 +47,6 @@ impl Default for Reach {
 static ALL: Reach = Reach::All;
 
 impl Reach {
-    /// Nothing yet (the start of a walk).
-    pub(super) fn none() -> Reach {
-        Reach::Fields(BTreeMap::new())
-    }
-
     /// What field `name` reaches, `None` when the expression cannot reach it.
     pub(super) fn field(&self, name: &str) -> Option<&Reach> {
         match self {
@@ -64,10 +60,7 @@ impl Reach {
         let Reach::Fields(fields) = self else { return };
         match path.split_first() {
             None => *self = Reach::All,
-            Some((first, rest)) => fields
-                .entry(first.clone())
-                .or_insert_with(Reach::none)
-                .add(rest),
+            Some((first, rest)) => fields.entry(first.clone()).or_default().add(rest),
         }
     }
 }
@@ -78,7 +71,7 @@ pub(super) fn from_json<'v>(value: &'v Value, reach: &Reach) -> CelVal<'v> {
         Value::Null => Box::new(CelNull),
         Value::Bool(b) => Box::new(CelBool::from(*b)),
         Value::Number(n) => number(n),
-        Value::String(s) => Box::new(CelString::from(s.as_str())),
+        Value::String(s) => string(s),
         Value::Array(items) => Box::new(CelList::from(
             items
                 .iter()
@@ -87,6 +80,11 @@ pub(super) fn from_json<'v>(value: &'v Value, reach: &Reach) -> CelVal<'v> {
         )),
         Value::Object(map) => from_json_map(map, reach),
     }
+}
+
+/// `s` as a CEL string, borrowed.
+pub(super) fn string(s: &str) -> CelVal<'_> {
+    Box::new(CelString::from(s))
 }
 
 /// `map` as a CEL map, pruned to `reach`.
@@ -160,7 +158,7 @@ impl<'de> Visitor<'de> for Pruned<'_> {
     }
 
     fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(Box::new(CelString::from(v)))
+        Ok(string(v))
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {

@@ -52,10 +52,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
-use cel::common::types::{CelList, CelMap, CelMapKey, CelString};
+use cel::common::types::{CelList, CelMap, CelMapKey};
 use serde_json::{Map, Value};
 
-use super::cel_values::{self, Reach};
+use super::cel_values::{self, string, Reach};
 use super::object::RawObject;
 
 /// The most bytes of source an expression may have.
@@ -400,7 +400,6 @@ impl Filter {
     /// `object` as the expression can reach it ([`Reach`]), borrowing from `subject`.
     fn object<'s>(&self, subject: &Subject<'s, '_>) -> Result<cel_values::CelVal<'s>, String> {
         let obj = subject.obj;
-        let string = |s: &'s str| -> cel_values::CelVal<'s> { Box::new(CelString::from(s)) };
         let mut object = std::collections::HashMap::new();
         let mut put = |key: &'s str, value: cel_values::CelVal<'s>| {
             object.insert(CelMapKey::from(key), value);
@@ -437,7 +436,6 @@ impl Filter {
 
     fn evaluate<'s>(&self, subject: &Subject<'s, '_>) -> Result<bool, String> {
         let obj = subject.obj;
-        let string = |s: &'s str| -> cel_values::CelVal<'s> { Box::new(CelString::from(s)) };
         // Only the variables the expression names (each is a map entry and a box).
         let mut ctx = cel::Context::with_env(self.env.clone());
         if self.uses("object") {
@@ -923,7 +921,7 @@ mod tests {
 
     /// The [`Reach`] of the paths given, each reached whole.
     fn reach(paths: &[&str]) -> Reach {
-        let mut r = Reach::none();
+        let mut r = Reach::default();
         for p in paths {
             r.add(&p.split('.').map(str::to_owned).collect::<Vec<_>>());
         }
@@ -956,7 +954,7 @@ mod tests {
         let f = Filter::compile("size(object) > 2").expect("ok");
         assert_eq!(f.reach, Reach::All);
         let f = Filter::compile("[1].all(object, object > 0)").expect("ok");
-        assert_eq!(f.reach, Reach::none(), "a bound name is not the object");
+        assert_eq!(f.reach, Reach::default(), "a bound name is not the object");
     }
 
     /// Every filter decides alike on the pruned values and on the whole object as cel's

@@ -298,12 +298,7 @@ impl Requests {
             self.request.list(lp)
         }
         .map_err(|e| WatchFailure::Request(e.to_string()))?;
-        if self.protobuf {
-            req.headers_mut().insert(
-                http::header::ACCEPT,
-                http::HeaderValue::from_static(protobuf::ACCEPT_LIST),
-            );
-        }
+        self.ask_protobuf(&mut req, protobuf::ACCEPT_LIST);
         let (mut body, wire) = self.send(req, Verb::List).await?;
         let mut out = BytesMut::new();
         loop {
@@ -352,13 +347,17 @@ impl Requests {
             self.request.watch(params, resource_version)
         }
         .map_err(|e| WatchFailure::Request(e.to_string()))?;
-        if self.protobuf {
-            req.headers_mut().insert(
-                http::header::ACCEPT,
-                http::HeaderValue::from_static(protobuf::ACCEPT_WATCH),
-            );
-        }
+        self.ask_protobuf(&mut req, protobuf::ACCEPT_WATCH);
         Ok(req)
+    }
+
+    /// Sets `req`'s `Accept` to `accept` (protobuf first, JSON after it) when metadata is
+    /// read in protobuf; else leaves kube's JSON `Accept`.
+    fn ask_protobuf(&self, req: &mut http::Request<Vec<u8>>, accept: &'static str) {
+        if self.protobuf {
+            req.headers_mut()
+                .insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
+        }
     }
 
     /// A streaming list: a watch that first sends the current state as ADDED events and
