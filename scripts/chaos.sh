@@ -84,9 +84,10 @@ cleanup() {
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# The API server: 200 pods in 4 namespaces, 40 pod changes/s.
+# The API server: 200 pods in 4 namespaces, 40 pod changes/s. It reports Kubernetes 1.32,
+# where `initial_list = "auto"` streams JSON lists: replica b's lists are streaming lists.
 "$SIM" --kubeconfig "$dir/kubeconfig" --pods 200 --namespaces 4 --seed "$seed" \
-  --retained-events 100000 >"$dir/sim.log" 2>&1 &
+  --retained-events 100000 --server-version 1.32 >"$dir/sim.log" 2>&1 &
 for _ in $(seq 200); do [ -s "$dir/kubeconfig" ] && break; sleep 0.1; done
 server=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["clusters"][0]["cluster"]["server"])' "$dir/kubeconfig")
 # Every admin or API call of the campaign must succeed: a fault that was never injected
@@ -270,7 +271,7 @@ text = open(p).read().replace("@STATE@", block)
 open(p, "w").write(text)
 PY
 # Replica a makes paged lists (50 a page: an expired continue token has pages to cut);
-# replica b streams its lists (sendInitialEvents) where the server serves them.
+# replica b streams its lists (sendInitialEvents) where the server serves them (`auto` on 1.32).
 sed -e 's/@INITIAL_LIST@/list/' -e 's/@PAGE_SIZE@/50/' "$dir/kubesink.toml" >"$dir/kubesink-a.toml"
 sed -e 's/@INITIAL_LIST@/auto/' -e 's/@PAGE_SIZE@/500/' "$dir/kubesink.toml" >"$dir/kubesink-b.toml"
 cp "$dir/kubesink-b.toml" "$dir/kubesink.toml"

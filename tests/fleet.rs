@@ -187,6 +187,8 @@ async fn paged_lists_of_six_clusters_stay_within_the_budget_and_all_sync() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_that_fails_gives_its_slot_back_so_a_budget_of_one_still_syncs_everyone() {
     let c = populated().await;
+    // 1.32: `auto` streams JSON lists there, and the faults below are in streaming lists.
+    c.sim.set_server_version(1, 32);
     // The first three streaming lists end with a 410 ERROR event after a few initial
     // events, the next ones are cut: each failed list must release its only slot.
     c.sim

@@ -1,7 +1,9 @@
 //! How kubesink reads a real kube-apiserver's state, counted by the API server itself
-//! (`apiserver_request_total`): a streaming list (KEP-3157 `WatchList`) where the server
-//! serves it, with no LIST request at all; paged LISTs where it does not (the `WatchList`
-//! feature gate off), found out by kubesink on its own; and a continue token that
+//! (`apiserver_request_total`): with `watch.initial_list = "auto"` on this v1.37 server, a
+//! streaming list (KEP-3157 `WatchList`) for metadata read in protobuf, with no LIST request
+//! at all, and paged LISTs for JSON (the shapes cheaper for the server); paged LISTs where
+//! the server does not stream (the `WatchList` feature gate off), found out by kubesink on
+//! its own; and a continue token that
 //! expires mid-list (etcd compacted between two pages: 410 Gone on the next page), after
 //! which the list starts over and the fold is still exact.
 //!
@@ -85,12 +87,30 @@ async fn synced(k: &Kubesink) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_initial_state_is_a_streaming_list_with_no_list_request() {
+async fn auto_streams_protobuf_metadata_with_no_list_request_and_pages_json() {
     let cp = start(Options::default()).await;
     config_maps(&cp, "stream", 120).await;
+    // JSON (whole objects) first: paged LISTs, no streaming list refused or tried.
     let before = cp.requests_by_verb("", "configmaps").await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), &cp, "stream", "", "");
+    let config = write_config(dir.path(), &cp, "stream", "", "page_size = 50");
+    let k = Kubesink::start(BIN, &config, dir.path(), "stream", &[]);
+    synced(&k).await;
+    let after = cp.requests_by_verb("", "configmaps").await;
+    let delta = |verb: &str| after.get(verb).unwrap_or(&0.0) - before.get(verb).unwrap_or(&0.0);
+    eprintln!("configmaps requests after the JSON sync: {after:?} (before {before:?})");
+    assert!(delta("LIST") >= 3.0, "three pages of 50: {after:?}");
+    assert!(
+        !k.stderr().contains("does not serve streaming lists"),
+        "no fallback: {}",
+        k.stderr()
+    );
+    assert_eq!(converged(&cp, &k, "stream").await, 120);
+    k.terminate().await;
+    // Metadata in protobuf: a streaming list.
+    let before = cp.requests_by_verb("", "configmaps").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &cp, "stream", "", "payload = \"metadata\"");
     let k = Kubesink::start(BIN, &config, dir.path(), "stream", &[]);
     synced(&k).await;
     // Counted before the test's own LISTs (below) and while the watch runs (a request is
@@ -128,7 +148,14 @@ async fn with_the_watch_list_gate_off_kubesink_falls_back_to_paged_lists() {
     config_maps(&cp, "paged", 130).await;
     let before = cp.requests_by_verb("", "configmaps").await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), &cp, "paged", "", "page_size = 50");
+    // Metadata: `auto` would stream it (JSON it would page without trying).
+    let config = write_config(
+        dir.path(),
+        &cp,
+        "paged",
+        "",
+        "page_size = 50\npayload = \"metadata\"",
+    );
     let k = Kubesink::start(BIN, &config, dir.path(), "paged", &[]);
     synced(&k).await;
     let after = cp.requests_by_verb("", "configmaps").await;

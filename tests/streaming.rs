@@ -28,8 +28,11 @@ fn with(initial_list: InitialList) -> impl FnOnce(&mut Config) {
     move |c: &mut Config| c.watch.initial_list = initial_list
 }
 
+/// A simulator reporting Kubernetes 1.32, where `auto` streams JSON lists (`auto_shape`):
+/// the release whose streaming lists and fallbacks these tests are about.
 async fn populated(pods: usize, sim: SimConfig) -> Cluster {
     let c = cluster(sim).await;
+    c.sim.set_server_version(1, 32);
     c.sim
         .populate(&Workload {
             namespaces: 3,
@@ -327,6 +330,51 @@ async fn a_410_in_the_middle_of_the_initial_events_streams_again_and_sends_each_
     assert_eq!(fold(&msgs), sim_state(&c.sim, &[("v1", "Pod")]));
     assert!(run.log("does not serve streaming lists").is_empty());
     run.bridge.shutdown().await;
+}
+
+/// `auto` asks the server's version first and takes the shape cheaper for it: on 1.36, paged
+/// lists for JSON and a streaming list for metadata asked in protobuf; on 1.33 (the
+/// `WatchList` gate off by default) paged lists without a streaming list refused first.
+/// None of them is a fallback; each ends in the same fold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_chooses_the_list_shape_cheaper_for_the_server_by_version_and_encoding() {
+    let c = populated(30, SimConfig::default()).await;
+    let cases = [
+        ((1, 36), PayloadMode::Full, "list"),
+        ((1, 36), PayloadMode::Metadata, "stream"),
+        ((1, 33), PayloadMode::Full, "list"),
+        ((1, 32), PayloadMode::Full, "stream"),
+    ];
+    for ((major, minor), mode, want) in cases {
+        c.sim.set_server_version(major, minor);
+        let before = requests(&c, PODS);
+        let resources = vec![ResourceConfig {
+            payload: mode,
+            ..ResourceConfig::new("v1", "Pod")
+        }];
+        let name = format!("v1-{minor}-{mode:?}").to_lowercase();
+        let run = Run::start(&c, &name, resources, with(InitialList::Auto)).await;
+        wait_for("30 pods", LONG, || run.sink.len() == 30 && run.synced()).await;
+        let after = requests(&c, PODS);
+        let case = format!("1.{minor} {mode:?}: {before:?} → {after:?}");
+        assert_eq!(strategy_metric(&run), want, "{case}");
+        let (streams, lists) = (after.0 - before.0, after.1 - before.1);
+        if want == "list" {
+            assert_eq!(streams, 0, "no streaming list asked for: {case}");
+            assert!(lists >= 1, "{case}");
+        } else {
+            assert_eq!((streams, lists), (1, 0), "{case}");
+        }
+        for (_, s) in run.bridge.informer_stats() {
+            assert_eq!(s.initial_list_fallbacks.load(Ordering::SeqCst), 0, "{case}");
+        }
+        assert_eq!(
+            fold(&run.sink.messages()),
+            sim_state(&c.sim, &[("v1", "Pod")]),
+            "{case}"
+        );
+        run.bridge.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

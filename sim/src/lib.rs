@@ -61,6 +61,9 @@ pub use workload::{Churn, ChurnHandle, ChurnStats, Workload};
 
 use store::Store;
 
+/// The release `/version` reports unless set otherwise ([`Simulator::set_server_version`]).
+pub const DEFAULT_SERVER_VERSION: (u32, u32) = (1, 36);
+
 /// How many requests the request log keeps (oldest dropped first).
 pub const REQUEST_LOG_CAPACITY: usize = 10_000;
 
@@ -120,11 +123,21 @@ pub(crate) struct Inner {
     pub(crate) shutdown: CancellationToken,
     /// Churn started over the admin endpoint `/_sim/churn` (replaced by the next call).
     pub(crate) admin_churn: Mutex<Option<ChurnHandle>>,
+    /// The release `/version` reports, `(major, minor)`.
+    server_version: Mutex<(u32, u32)>,
 }
 
 impl Inner {
     pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The release `/version` reports, `(major, minor)`.
+    pub(crate) fn server_version(&self) -> (u32, u32) {
+        *self
+            .server_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn addr_string(&self) -> String {
@@ -188,6 +201,7 @@ impl Simulator {
                 addr: Mutex::new(None),
                 shutdown: CancellationToken::new(),
                 admin_churn: Mutex::new(None),
+                server_version: Mutex::new(DEFAULT_SERVER_VERSION),
             }),
         }
     }
@@ -202,6 +216,18 @@ impl Simulator {
         tokio::spawn(server::serve(listener, app, self.inner.clone()));
         tracing::info!(%bound, "kubesink-sim listening");
         Ok(bound)
+    }
+
+    /// Sets the release `/version` reports from now on, `major.minor` (default
+    /// [`DEFAULT_SERVER_VERSION`]): clients that choose by version (kubesink's
+    /// `watch.initial_list = "auto"`) see another server. What the simulator serves does not
+    /// change (streaming lists follow [`Faults::set_watch_list`]).
+    pub fn set_server_version(&self, major: u32, minor: u32) {
+        *self
+            .inner
+            .server_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = (major, minor);
     }
 
     /// Stops the server: ends watch streams, stops accepting connections and closes the open

@@ -63,6 +63,10 @@ struct Args {
     /// /_sim/watch-list?mode=…` changes it.
     #[arg(long, default_value = "on", value_parser = watch_list)]
     watch_list: WatchListSupport,
+    /// The release `/version` reports, `MAJOR.MINOR` (what is served does not change:
+    /// `--watch-list` says whether lists stream).
+    #[arg(long, default_value = "1.36", value_parser = server_version)]
+    server_version: (u32, u32),
     /// Take a permission away, as a missing RBAC rule would (repeatable):
     /// `VERB:RESOURCE[.GROUP][:NAMESPACE]`, `*` for any verb or resource, e.g. `watch:pods`,
     /// `list:deployments.apps:team-a`. Covered requests get 403 Forbidden and
@@ -74,6 +78,12 @@ struct Args {
 
 fn denial(s: &str) -> Result<Denial, String> {
     Denial::parse(s).map_err(|e| e.to_string())
+}
+
+fn server_version(s: &str) -> Result<(u32, u32), String> {
+    s.split_once('.')
+        .and_then(|(ma, mi)| Some((ma.parse().ok()?, mi.parse().ok()?)))
+        .ok_or_else(|| format!("{s:?} is not MAJOR.MINOR, such as 1.36"))
 }
 
 fn watch_list(s: &str) -> Result<WatchListSupport, String> {
@@ -95,6 +105,7 @@ async fn main() -> anyhow::Result<()> {
         retained_events: args.retained_events,
     });
     sim.faults().set_watch_list(args.watch_list);
+    sim.set_server_version(args.server_version.0, args.server_version.1);
     for rule in args.deny {
         sim.faults().deny(rule);
     }

@@ -22,8 +22,20 @@
 //! without streaming lists records it here ([`ClusterApi::learn_no_streaming`]), with the
 //! reason, and logs it; the cluster's other informers of that resource (one per namespace)
 //! then list without trying, and without logging again.
+//!
+//! # The list shape `auto` starts with
+//!
+//! Before its first list, an informer with `auto` asks which shape is cheaper for the
+//! server ([`auto_shape`]), from the server's version (`/version`, asked once per cluster
+//! by [`ClusterApi::server_version`]) and the encoding the watch asks for. Measured on
+//! v1.37.2 with its watch cache (BENCHMARKS.md, "Wire encoding and list shape"): with JSON
+//! a streaming list cost the server 1.3× the CPU of paged lists, which it serves from its
+//! cache snapshot (`ListFromCacheSnapshot`, beta and on from 1.34); with protobuf metadata a
+//! streaming list cost it 0.55× paged lists. Before 1.34 the pages after the first come
+//! from etcd, so streaming is cheaper wherever the server streams.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -31,7 +43,90 @@ use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
+use super::stats::Strategy;
 use crate::config::WatchConfig;
+
+/// How long a failed `/version` is believed before it is asked again.
+const VERSION_RETRY: Duration = Duration::from_secs(60);
+
+/// How long kubesink waits for `/version`.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A Kubernetes API server's release, `major.minor` from `/version` (`version.Info`; a
+/// provider's `minor` such as `"31+"` reads as 31).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServerVersion {
+    /// `major`, 1 for every release so far.
+    pub major: u32,
+    /// `minor`.
+    pub minor: u32,
+}
+
+impl ServerVersion {
+    /// Reads `version.Info`'s `major` and `minor`: their leading digits.
+    pub fn parse(major: &str, minor: &str) -> Option<Self> {
+        let digits = |s: &str| {
+            let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            s[..end].parse::<u32>().ok()
+        };
+        Some(ServerVersion {
+            major: digits(major)?,
+            minor: digits(minor)?,
+        })
+    }
+}
+
+impl fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// The list shape `watch.initial_list = "auto"` starts with on a server of `version`
+/// (`None`: unknown) for a watch asking for `protobuf` metadata (else JSON), with why.
+///
+/// - unknown: a streaming list, with the fallback to paged lists when the server refuses it;
+/// - before 1.32, and 1.33: paged lists (the `WatchList` gate is alpha and off before 1.32,
+///   off again in 1.33: a streaming list would only be refused);
+/// - 1.32: a streaming list (pages after the first are read from etcd);
+/// - 1.34 and later: a streaming list for protobuf, paged lists for JSON (measured: see the
+///   module's documentation).
+///
+/// A streaming list the server refuses still falls back, whatever chose it.
+pub fn auto_shape(version: Option<ServerVersion>, protobuf: bool) -> (Strategy, &'static str) {
+    let Some(v) = version else {
+        return (Strategy::Stream, "the server's version is unknown");
+    };
+    if v.major != 1 || v.minor >= 34 {
+        if protobuf {
+            (
+                Strategy::Stream,
+                "protobuf metadata streams for less server CPU than pages",
+            )
+        } else {
+            (Strategy::List, "JSON pages from the watch cache's snapshot cost the server less CPU than a streaming list")
+        }
+    } else if v.minor == 32 {
+        (
+            Strategy::Stream,
+            "before 1.34 the pages after the first are read from etcd",
+        )
+    } else {
+        (
+            Strategy::List,
+            "the WatchList feature gate is off by default in this release",
+        )
+    }
+}
+
+/// What is known of the server's version.
+#[derive(Debug, Clone, Copy)]
+enum VersionFact {
+    Unasked,
+    Known(ServerVersion),
+    /// `/version` failed at this instant.
+    Failed(Instant),
+}
 
 /// The kind of API request counted per cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +155,9 @@ pub struct ClusterApi {
     /// Resources (by [`kubesink_core::Resource`]'s display) whose server does not stream
     /// lists, with the reason.
     no_streaming: Mutex<HashMap<String, String>>,
+    /// The server's version, asked once (by the first informer that needs it; the others
+    /// wait for its answer).
+    version: tokio::sync::Mutex<VersionFact>,
 }
 
 impl ClusterApi {
@@ -73,6 +171,42 @@ impl ClusterApi {
             delayed_nanos: AtomicU64::new(0),
             protobuf_responses: AtomicU64::new(0),
             no_streaming: Mutex::new(HashMap::new()),
+            version: tokio::sync::Mutex::new(VersionFact::Unasked),
+        }
+    }
+
+    /// The API server's version, from `/version` through `client`: asked once per cluster
+    /// and kept; a failure (logged at DEBUG) is kept [`VERSION_RETRY`], then asked again.
+    /// `None` while unknown.
+    pub async fn server_version(&self, client: &kube::Client) -> Option<ServerVersion> {
+        let mut fact = self.version.lock().await;
+        match *fact {
+            VersionFact::Known(v) => return Some(v),
+            VersionFact::Failed(at) if at.elapsed() < VERSION_RETRY => return None,
+            _ => {}
+        }
+        let asked = tokio::time::timeout(VERSION_TIMEOUT, client.apiserver_version()).await;
+        let read = match asked {
+            Ok(Ok(info)) => ServerVersion::parse(&info.major, &info.minor).ok_or_else(|| {
+                format!(
+                    "major {:?} and minor {:?} (gitVersion {:?}) are not numbers",
+                    info.major, info.minor, info.git_version
+                )
+            }),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer in {VERSION_TIMEOUT:?}")),
+        };
+        match read {
+            Ok(v) => {
+                *fact = VersionFact::Known(v);
+                tracing::debug!(version = %v, "the API server's version");
+                Some(v)
+            }
+            Err(why) => {
+                *fact = VersionFact::Failed(Instant::now());
+                tracing::debug!(error = %why, "the API server's /version failed; watch.initial_list = \"auto\" streams until it is known");
+                None
+            }
         }
     }
 
@@ -197,6 +331,52 @@ mod tests {
         assert!(quota(f64::NAN, 5).is_none());
         assert!(quota(crate::config::MIN_REQUESTS_PER_SECOND, 1).is_some());
         assert!(quota(1e12, 1).is_some());
+    }
+
+    #[test]
+    fn a_version_reads_the_leading_digits_of_major_and_minor() {
+        let v = |ma, mi| ServerVersion::parse(ma, mi);
+        assert_eq!(
+            v("1", "37"),
+            Some(ServerVersion {
+                major: 1,
+                minor: 37
+            })
+        );
+        assert_eq!(
+            v("1", "31+"),
+            Some(ServerVersion {
+                major: 1,
+                minor: 31
+            })
+        );
+        assert_eq!(v("1", ""), None);
+        assert_eq!(v("one", "37"), None);
+        assert_eq!(ServerVersion { major: 1, minor: 9 }.to_string(), "1.9");
+    }
+
+    #[test]
+    fn auto_pages_json_and_streams_protobuf_where_the_cache_serves_pages() {
+        let shape = |minor: Option<u32>, protobuf| {
+            auto_shape(
+                minor.map(|minor| ServerVersion { major: 1, minor }),
+                protobuf,
+            )
+            .0
+        };
+        for protobuf in [false, true] {
+            assert_eq!(shape(None, protobuf), Strategy::Stream);
+            assert_eq!(shape(Some(32), protobuf), Strategy::Stream);
+            for off in [26, 31, 33] {
+                assert_eq!(shape(Some(off), protobuf), Strategy::List, "1.{off}");
+            }
+        }
+        for minor in [34, 36, 37, 40] {
+            assert_eq!(shape(Some(minor), false), Strategy::List, "1.{minor}");
+            assert_eq!(shape(Some(minor), true), Strategy::Stream, "1.{minor}");
+        }
+        let two = ServerVersion { major: 2, minor: 0 };
+        assert_eq!(auto_shape(Some(two), true).0, Strategy::Stream);
     }
 
     #[test]

@@ -171,8 +171,11 @@ pub struct Informer {
     decode_position: u64,
     /// `watch.initial_list`.
     initial_list: InitialList,
-    /// Lists are streamed (`stream`, or `auto` until it fell back).
+    /// Lists are streamed (`stream`, or `auto` while [`api::auto_shape`] says so and until
+    /// it fell back).
     streaming: bool,
+    /// `auto` chose its shape from the server's version (until then it streams).
+    shape_chosen: bool,
     /// Streaming lists cut (or silent) before their end bookmark, in a row.
     stream_cuts: u32,
     /// The cluster's budget, counts and learned facts.
@@ -272,6 +275,7 @@ impl Informer {
             decode_position: 0,
             initial_list: watch.initial_list,
             streaming: watch.initial_list != InitialList::List,
+            shape_chosen: watch.initial_list != InitialList::Auto,
             stream_cuts: 0,
             api,
             relist_jitter: watch.retry_initial_backoff.get(),
@@ -362,6 +366,10 @@ impl Informer {
     async fn run_loop(&mut self) {
         let mut next = Next::List;
         loop {
+            if matches!(next, Next::List) && !self.shape_chosen {
+                let span = self.span.clone();
+                self.choose_shape().instrument(span).await;
+            }
             let stream =
                 matches!(next, Next::List) && self.span.clone().in_scope(|| self.stream_now());
             let span = self.span.clone();
@@ -409,6 +417,19 @@ impl Informer {
             if let Some(wait) = wait {
                 tokio::time::sleep(wait).await;
             }
+        }
+    }
+
+    /// With `auto`, the list shape cheaper for the server ([`api::auto_shape`]), once the
+    /// server's version is known (until then: streaming, with its fallback). Never streams
+    /// again after a fallback.
+    async fn choose_shape(&mut self) {
+        let version = self.api.server_version(self.requests.client()).await;
+        let (shape, why) = api::auto_shape(version, self.requests.protobuf());
+        self.shape_chosen = version.is_some();
+        if shape == Strategy::List && self.streaming {
+            self.streaming = false;
+            tracing::debug!(version = ?version.map(|v| v.to_string()), reason = why, "paged lists (watch.initial_list = \"auto\")");
         }
     }
 

@@ -11,14 +11,14 @@ use super::access_review;
 use crate::error::ApiError;
 use crate::resources::Registry;
 
-/// The `version.Info` document.
-pub fn version() -> Value {
+/// The `version.Info` document of release `major.minor`.
+pub fn version((major, minor): (u32, u32)) -> Value {
     json!({
-        "major": "1",
-        "minor": "36",
-        "emulationMajor": "1",
-        "emulationMinor": "36",
-        "gitVersion": "v1.36.0",
+        "major": major.to_string(),
+        "minor": minor.to_string(),
+        "emulationMajor": major.to_string(),
+        "emulationMinor": minor.to_string(),
+        "gitVersion": format!("v{major}.{minor}.0"),
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2026-05-01T00:00:00Z",

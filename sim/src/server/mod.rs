@@ -266,7 +266,7 @@ fn dispatch(ctx: &Ctx<'_>, path: &str) -> Result<Response, ApiError> {
     };
     let is_get = *ctx.method == Method::GET;
     match segs.as_slice() {
-        ["version"] if is_get => ok_json(&discovery::version()),
+        ["version"] if is_get => ok_json(&discovery::version(ctx.inner.server_version())),
         ["api"] if is_get => ok_json(&discovery::api_versions(&ctx.inner.addr_string())),
         ["apis"] if is_get => ok_json(&discovery::api_group_list(&ctx.inner.store().registry)),
         ["apis", group] if is_get => {
