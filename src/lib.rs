@@ -38,6 +38,7 @@
 pub mod bridge;
 pub mod cli;
 pub mod cluster;
+pub mod code_pages;
 pub mod config;
 #[cfg(feature = "sim")]
 pub mod demo;

@@ -494,6 +494,12 @@ pub async fn run(plan: Plan) -> anyhow::Result<()> {
     )
     .await?;
     tracing::info!(clusters = %names.join(","), sinks = sink_count, leader_election, "kubesink running");
+    let watches = bridge
+        .informer_stats()
+        .iter()
+        .map(|(_, s)| s.clone())
+        .collect();
+    tokio::spawn(crate::code_pages::release_after_sync(watches));
     let lost = bridge.take_lost_leadership();
     tokio::pin!(lost);
     tokio::select! {

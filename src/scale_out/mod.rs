@@ -347,6 +347,12 @@ impl Launcher {
             shared,
         )
         .await?;
+        let watches = bridge
+            .informer_stats()
+            .iter()
+            .map(|(_, s)| s.clone())
+            .collect();
+        tokio::spawn(crate::code_pages::release_after_sync(watches));
         let lost = Box::pin(bridge.take_lost_leadership());
         Ok(Holding {
             bridge,
