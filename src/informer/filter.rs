@@ -79,6 +79,22 @@ pub const OPS: [&str; 3] = ["added", "updated", "deleted"];
 /// The variables a sink's filter has besides [`VARIABLES`]: they describe the change.
 pub const CHANGE_VARIABLES: [&str; 2] = ["op", "changed"];
 
+/// The names of CEL's types, identifiers every expression may use (`type(x) == int`): the
+/// standard library's types (cel-spec `langdef.md`, "Values"; the `cel` crate's
+/// `Env::stdlib`).
+const TYPE_NAMES: [&str; 10] = [
+    "bool",
+    "bytes",
+    "double",
+    "int",
+    "list",
+    "map",
+    "null_type",
+    "string",
+    "type",
+    "uint",
+];
+
 /// Where an expression filters, which decides its variables and its meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
@@ -244,7 +260,9 @@ impl Filter {
             )));
         }
         let known = |v: &str| {
-            VARIABLES.contains(&v) || (place == Place::Sink && CHANGE_VARIABLES.contains(&v))
+            VARIABLES.contains(&v)
+                || TYPE_NAMES.contains(&v)
+                || (place == Place::Sink && CHANGE_VARIABLES.contains(&v))
         };
         if let Some(v) = walk.free.iter().find(|v| !known(v)) {
             let not_a_macro = walk.first_args.iter().find(|(arg, _)| arg == v);
@@ -717,6 +735,24 @@ mod tests {
         format!(
             r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"web-1","namespace":"payments","labels":{{"team":"pay"}}}},"spec":{{"containers":[{{"name":"app","image":"nginx:1.27"}}]}},"status":{{"phase":"{phase}"}}}}"#
         )
+    }
+
+    #[test]
+    fn cel_type_names_are_not_unknown_variables() {
+        let running = pod("Running");
+        for expr in [
+            "type(object.status.phase) == string",
+            "type(object.metadata.labels) == map",
+            "type(object.spec.containers) == list",
+            "type(1u) == uint && type(1) == int && type(1.0) == double",
+            "type(true) == bool && type(null) == null_type && type(int) == type",
+        ] {
+            assert_eq!(eval(expr, &running), (true, 0), "{expr}");
+        }
+        assert_eq!(
+            eval("type(object.status.phase) == int", &running),
+            (false, 0)
+        );
     }
 
     fn eval(expr: &str, json: &str) -> (bool, u64) {
