@@ -131,15 +131,7 @@ fn page_size() -> u64 {
 pub async fn release_after_sync(watches: Vec<Arc<InformerStats>>) {
     // The start-up's own code (configuration, clients, discovery) first: the lists to come
     // fault back only the pages they run, which lowers the peak of the initial sync.
-    let early = tokio::task::spawn_blocking(release)
-        .await
-        .unwrap_or_default();
-    tracing::debug!(
-        bytes = early.bytes,
-        refused = early.refused,
-        errno = ?early.errno,
-        "gave the code pages of start-up back to the kernel (MADV_PAGEOUT)"
-    );
+    release_logged("start-up").await;
     let started = tokio::time::Instant::now();
     let mut poll = tokio::time::interval(POLL);
     loop {
@@ -149,6 +141,11 @@ pub async fn release_after_sync(watches: Vec<Arc<InformerStats>>) {
             break;
         }
     }
+    release_logged("the initial sync").await;
+}
+
+/// [`release`] on a blocking thread, logged at DEBUG as the code pages of `what`.
+async fn release_logged(what: &str) {
     let released = tokio::task::spawn_blocking(release)
         .await
         .unwrap_or_default();
@@ -156,7 +153,7 @@ pub async fn release_after_sync(watches: Vec<Arc<InformerStats>>) {
         bytes = released.bytes,
         refused = released.refused,
         errno = ?released.errno,
-        "gave the code pages of the initial sync back to the kernel (MADV_PAGEOUT)"
+        "gave the code pages of {what} back to the kernel (MADV_PAGEOUT)"
     );
 }
 

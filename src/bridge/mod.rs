@@ -287,6 +287,14 @@ impl Bridge {
         &self.stats
     }
 
+    /// Gives the start-up's code pages back to the kernel now, and the initial sync's once
+    /// every watch of this bridge synced ([`crate::code_pages::release_after_sync`]), in a
+    /// task of its own.
+    pub fn release_code_pages(&self) {
+        let watches = self.stats.iter().map(|(_, s)| s.clone()).collect();
+        tokio::spawn(crate::code_pages::release_after_sync(watches));
+    }
+
     /// Metrics and health.
     pub fn observed(&self) -> &Arc<Observer> {
         &self.observed
@@ -494,12 +502,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<()> {
     )
     .await?;
     tracing::info!(clusters = %names.join(","), sinks = sink_count, leader_election, "kubesink running");
-    let watches = bridge
-        .informer_stats()
-        .iter()
-        .map(|(_, s)| s.clone())
-        .collect();
-    tokio::spawn(crate::code_pages::release_after_sync(watches));
+    bridge.release_code_pages();
     let lost = bridge.take_lost_leadership();
     tokio::pin!(lost);
     tokio::select! {

@@ -347,12 +347,7 @@ impl Launcher {
             shared,
         )
         .await?;
-        let watches = bridge
-            .informer_stats()
-            .iter()
-            .map(|(_, s)| s.clone())
-            .collect();
-        tokio::spawn(crate::code_pages::release_after_sync(watches));
+        bridge.release_code_pages();
         let lost = Box::pin(bridge.take_lost_leadership());
         Ok(Holding {
             bridge,
