@@ -19,9 +19,9 @@
 //! only what they run, which lowers the sync's peak: 37.6 → 28.8 MiB at 100,000 Pods), and
 //! when every watch of the process has synced (or 5 minutes after start, whichever comes
 //! first: a follower's watches do not sync until it leads); a scale-out member, for each
-//! cluster it takes up. Writable pages (the heap,
-//! relocated data) are never touched. Where the kernel refuses (`EINVAL` before 5.4, a
-//! sandbox without the call), nothing changes and the refusal is logged at DEBUG.
+//! cluster it takes up. Writable pages (the heap, relocated data) are never touched. Where
+//! the kernel refuses (`EINVAL` before 5.4, a sandbox without the call), nothing changes and
+//! the refusal is logged at DEBUG.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -86,20 +86,34 @@ async fn synced(k: &Kubesink) {
     .await;
 }
 
+/// Starts a kubesink on the ConfigMaps of `ns` with `resource`'s settings and waits for its
+/// initial sync; with it (and the directory it runs in, kept while it runs) the LIST requests
+/// of ConfigMaps the API server counted from before its start to its sync marker. Counted
+/// before the test's own LISTs and while the watch runs: a request is counted in
+/// `apiserver_request_total` when it ends, so a running watch is not among them.
+async fn synced_counting_lists(
+    cp: &ControlPlane,
+    ns: &str,
+    resource: &str,
+) -> (Kubesink, tempfile::TempDir, f64) {
+    let before = cp.requests_by_verb("", "configmaps").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), cp, ns, "", resource);
+    let k = Kubesink::start(BIN, &config, dir.path(), ns, &[]);
+    synced(&k).await;
+    let after = cp.requests_by_verb("", "configmaps").await;
+    eprintln!("configmaps requests at the sync of {resource:?}: {after:?} (before {before:?})");
+    let lists = after.get("LIST").unwrap_or(&0.0) - before.get("LIST").unwrap_or(&0.0);
+    (k, dir, lists)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_streams_protobuf_metadata_with_no_list_request_and_pages_json() {
     let cp = start(Options::default()).await;
     config_maps(&cp, "stream", 120).await;
     // JSON (whole objects) first: paged LISTs, no streaming list refused or tried.
-    let before = cp.requests_by_verb("", "configmaps").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), &cp, "stream", "", "page_size = 50");
-    let k = Kubesink::start(BIN, &config, dir.path(), "stream", &[]);
-    synced(&k).await;
-    let after = cp.requests_by_verb("", "configmaps").await;
-    let delta = |verb: &str| after.get(verb).unwrap_or(&0.0) - before.get(verb).unwrap_or(&0.0);
-    eprintln!("configmaps requests after the JSON sync: {after:?} (before {before:?})");
-    assert!(delta("LIST") >= 3.0, "three pages of 50: {after:?}");
+    let (k, _dir, lists) = synced_counting_lists(&cp, "stream", "page_size = 50").await;
+    assert!(lists >= 3.0, "three pages of 50: {lists} LISTs");
     assert!(
         !k.stderr().contains("does not serve streaming lists"),
         "no fallback: {}",
@@ -108,17 +122,8 @@ async fn auto_streams_protobuf_metadata_with_no_list_request_and_pages_json() {
     assert_eq!(converged(&cp, &k, "stream").await, 120);
     k.terminate().await;
     // Metadata in protobuf: a streaming list.
-    let before = cp.requests_by_verb("", "configmaps").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), &cp, "stream", "", "payload = \"metadata\"");
-    let k = Kubesink::start(BIN, &config, dir.path(), "stream", &[]);
-    synced(&k).await;
-    // Counted before the test's own LISTs (below) and while the watch runs (a request is
-    // counted in apiserver_request_total when it ends: a running watch is in the gauge).
-    let after = cp.requests_by_verb("", "configmaps").await;
-    let delta = |verb: &str| after.get(verb).unwrap_or(&0.0) - before.get(verb).unwrap_or(&0.0);
-    eprintln!("configmaps requests when the streaming list ended: {after:?} (before {before:?})");
-    assert_eq!(delta("LIST"), 0.0, "kubesink sent LIST requests: {after:?}");
+    let (k, _dir, lists) = synced_counting_lists(&cp, "stream", "payload = \"metadata\"").await;
+    assert_eq!(lists, 0.0, "kubesink sent {lists} LIST requests");
     let watches = cp
         .metric(
             "apiserver_longrunning_requests",
@@ -146,24 +151,12 @@ async fn with_the_watch_list_gate_off_kubesink_falls_back_to_paged_lists() {
     })
     .await;
     config_maps(&cp, "paged", 130).await;
-    let before = cp.requests_by_verb("", "configmaps").await;
-    let dir = tempfile::tempdir().expect("tempdir");
     // Metadata: `auto` would stream it (JSON it would page without trying).
-    let config = write_config(
-        dir.path(),
-        &cp,
-        "paged",
-        "",
-        "page_size = 50\npayload = \"metadata\"",
-    );
-    let k = Kubesink::start(BIN, &config, dir.path(), "paged", &[]);
-    synced(&k).await;
-    let after = cp.requests_by_verb("", "configmaps").await;
+    let (k, _dir, lists) =
+        synced_counting_lists(&cp, "paged", "page_size = 50\npayload = \"metadata\"").await;
     assert_eq!(converged(&cp, &k, "paged").await, 130);
-    let delta = |verb: &str| after.get(verb).unwrap_or(&0.0) - before.get(verb).unwrap_or(&0.0);
-    eprintln!("configmaps requests: {after:?} (before {before:?})");
     // Three pages of 50 (130 objects), after one refused streaming attempt.
-    assert!(delta("LIST") >= 3.0, "{after:?}");
+    assert!(lists >= 3.0, "{lists} LISTs");
     assert!(
         k.stderr().contains("paged"),
         "the fallback is logged: {}",
