@@ -7,7 +7,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kubesink::testing::LightStore;
+use kubesink::testing::{LightStore, Parts};
 
 struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -48,10 +48,29 @@ fn main() {
     let bytes = after - before;
     let avg_name = keys.iter().map(|k| k.1.len()).sum::<usize>() as f64 / N as f64;
     println!(
-        "lightweight store: {N} objects, {bytes} bytes allocated, {:.1} bytes/object (entry {} bytes, mean name {avg_name:.1} bytes)",
+        "lightweight store without change paths' fingerprints: {N} objects, {bytes} bytes allocated, {:.1} bytes/object (entry {} bytes, mean name {avg_name:.1} bytes)",
         bytes as f64 / N as f64,
         std::mem::size_of::<kubesink::testing::StoreEntry>(),
     );
+    // As kubesink runs: every object keeps its change paths' fingerprints (the default paths
+    // when none are configured; the first run's objects and the restored ones alike).
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut with_parts = LightStore::new();
+    with_parts.begin_list();
+    for (i, (ns, name, uid)) in keys.iter().enumerate() {
+        let parts = Parts([i as u16 | 1, 2, 3, 4, 5, 6, 7, 8]);
+        let rv = (1_000_000 + i).to_string();
+        with_parts.observe_parts(Some(ns), name, uid, &rv, i as u64, parts);
+    }
+    with_parts.end_list();
+    let parts_bytes = LIVE.load(Ordering::Relaxed) - before;
+    println!(
+        "as kubesink runs, with the change paths' fingerprints (`changed`): {:.1} bytes/object (+{:.1})",
+        parts_bytes as f64 / N as f64,
+        (parts_bytes as f64 - bytes as f64) / N as f64
+    );
+    assert_eq!(with_parts.len(), N);
+    drop(with_parts);
     // For comparison, the naive keys-only cache: HashMap<"ns/name", (uid, rv)> as Strings.
     let before = LIVE.load(Ordering::Relaxed);
     let mut naive = std::collections::HashMap::new();

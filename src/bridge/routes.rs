@@ -12,7 +12,7 @@
 //! what this sink has.
 //!
 //! Why a decider per filtered sink, rather than one store holding a per-sink bit per key:
-//! a view's store holds only the objects its filter matches (64 bytes each, `store.rs`), so a
+//! a view's store holds only the objects its filter matches (about 114 bytes each, `store.rs`), so a
 //! narrow route costs little; the decider, the store, the saved state and the journal stay
 //! exactly the code every other watch runs (restart, hand-over, 410 Gone, owed deletes), with
 //! no second format to keep; and a per-key bit would have to be saved and read back per sink

@@ -9,11 +9,14 @@
 //! Lyft Clutch "lightweight informer" idea, which cut informer memory by about 65%).
 //!
 //! Per object also the 16-bit fingerprints of its change paths ([`Parts`], 16 bytes: what
-//! lets an `updated` name what changed).
+//! lets an `updated` name what changed; the default paths when none are configured), in the
+//! name's allocation rather than the slot: there they cost 16 bytes, in the slot 16 × 1.31
+//! (the table's slots per object at its load), and an object without them none.
 //!
 //! Layout, measured by `cargo bench --bench state_size`: one `hashbrown::HashTable` slot of
-//! 64 bytes plus the name's heap allocation (the name behind a thin pointer, its length a
-//! one-byte prefix there: `name.rs`, which gave back 8 of the 16 bytes the parts took). The table is keyed by (namespace id, name).
+//! 48 bytes plus the name's heap allocation (the name behind a thin pointer, its length a
+//! one-byte prefix there, the parts after it when known: `name.rs`). The table is keyed by
+//! (namespace id, name).
 //! Beside it, only while acknowledgements are tracked, the *former* uids of keys whose
 //! `deleted` not every sink has confirmed ([`Former`]): empty in a steady state.
 
@@ -39,10 +42,11 @@ const TEXT_FLAGS: u32 = UID_TEXT | RV_TEXT;
 /// The list epoch occupies the low 29 bits and wraps.
 const EPOCH_MASK: u32 = UNCONFIRMED - 1;
 
-/// What the store keeps per object: 64 bytes plus the name's heap allocation.
+/// What the store keeps per object: 48 bytes plus the name's heap allocation.
 #[derive(Debug)]
 pub struct Entry {
-    /// Object name (a thin pointer: `name.rs`).
+    /// Object name (a thin pointer: `name.rs`), and after it the change paths' fingerprints
+    /// of the last emitted payload when they are known (see [`Entry::parts`]).
     pub name: Name,
     /// uid as UUID bytes (all zero when the uid is kept as text in the overflow map).
     uid: [u8; 16],
@@ -51,15 +55,46 @@ pub struct Entry {
     /// Fingerprint of the last emitted-or-suppressed payload (XXH3-64, without
     /// `metadata.resourceVersion`).
     pub fingerprint: u64,
-    /// The change paths' fingerprints of the last emitted payload (see [`Parts`]; an update
-    /// whose changes are all ignored keeps the ones before it, so the next `changed` is
-    /// relative to what was last sent).
-    pub parts: Parts,
     /// Interned namespace id (0 = cluster scope).
     pub ns: u32,
     /// List epoch in which the object was last seen (low 29 bits), the text flags and
     /// [`UNCONFIRMED`].
     epoch_flags: u32,
+}
+
+impl Entry {
+    /// A slot for `name` carrying `parts` when they are known.
+    fn new(
+        (ns, name): (u32, &str),
+        uid: [u8; 16],
+        rv: u64,
+        (fingerprint, parts): (u64, Parts),
+        epoch_flags: u32,
+    ) -> Entry {
+        Entry {
+            name: Name::with_tail(name, parts.is_known().then(|| parts.to_bytes())),
+            uid,
+            rv,
+            fingerprint,
+            ns,
+            epoch_flags,
+        }
+    }
+
+    /// The change paths' fingerprints of the last emitted payload (see [`Parts`]; an update
+    /// whose changes are all ignored keeps the ones before it, so the next `changed` is
+    /// relative to what was last sent); [`Parts::UNKNOWN`] when none are kept.
+    pub fn parts(&self) -> Parts {
+        self.name.tail().map_or(Parts::UNKNOWN, Parts::from_bytes)
+    }
+
+    /// Keeps `parts`: in place when the name has room for them, else in a new allocation of
+    /// the name with room; unknown parts on a name without room cost nothing.
+    fn set_parts(&mut self, parts: Parts) {
+        if !self.name.set_tail(parts.to_bytes()) && parts.is_known() {
+            self.name = Name::with_tail(&self.name, Some(parts.to_bytes()));
+        }
+    }
 }
 
 /// uid and resourceVersion texts that do not fit the compact form (rare: only non-UUID uids
@@ -394,14 +429,14 @@ impl LightStore {
                     // Sent as `added` by an earlier run, never confirmed: send it again.
                     Observed::Resend
                 } else if e.fingerprint == fingerprint {
-                    before = e.parts;
+                    before = e.parts();
                     Observed::Unchanged
                 } else {
-                    before = e.parts;
+                    before = e.parts();
                     Observed::Changed
                 };
                 if result != Observed::Unchanged {
-                    e.parts = parts;
+                    e.set_parts(parts);
                 }
                 e.uid = uid_bytes.unwrap_or_default();
                 e.rv = rv_num.unwrap_or_default();
@@ -410,15 +445,13 @@ impl LightStore {
                 (result, old_flags)
             }
             hashbrown::hash_table::Entry::Vacant(v) => {
-                v.insert(Entry {
-                    name: name.into(),
-                    uid: uid_bytes.unwrap_or_default(),
-                    rv: rv_num.unwrap_or_default(),
-                    fingerprint,
-                    parts,
-                    ns,
-                    epoch_flags: epoch | flags,
-                });
+                v.insert(Entry::new(
+                    (ns, name),
+                    uid_bytes.unwrap_or_default(),
+                    rv_num.unwrap_or_default(),
+                    (fingerprint, parts),
+                    epoch | flags,
+                ));
                 self.ns_ref(ns);
                 (Observed::New, 0)
             }
@@ -606,7 +639,7 @@ impl LightStore {
                 )
             },
             fingerprint: e.fingerprint,
-            parts: e.parts,
+            parts: e.parts(),
             unconfirmed: e.epoch_flags & UNCONFIRMED != 0,
         }
     }
@@ -649,15 +682,13 @@ impl LightStore {
         }
         self.drop_former(ns, name, &facts.uid);
         let hasher = &self.hasher;
-        let entry = Entry {
-            name: name.into(),
+        let entry = Entry::new(
+            (ns, name),
             uid,
             rv,
-            fingerprint: facts.fingerprint,
-            parts: facts.parts,
-            ns,
-            epoch_flags: epoch | flags,
-        };
+            (facts.fingerprint, facts.parts),
+            epoch | flags,
+        );
         match self.table.entry(
             hash,
             |e| e.ns == ns && &*e.name == name,
