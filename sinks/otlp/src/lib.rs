@@ -6,6 +6,8 @@
 //!
 //! - `config.rs`: the `[[sinks]]` entry; its connection options are the HTTP destination's.
 //! - `record.rs`: a topology message as a log record (the mapping table).
+//! - `wire.rs`: the same record's protobuf written straight from the payload's JSON (what
+//!   the sink sends).
 //! - `sink.rs`: export requests, what each answer means (partial success, retries), order.
 //! - `reader.rs`: the Collector's file exporter output read back as topology messages, for
 //!   `kubesink fold --file`.
@@ -16,6 +18,7 @@ mod config;
 pub mod reader;
 pub mod record;
 mod sink;
+pub mod wire;
 
 pub use config::{OtlpCompression, OtlpConfig, LOGS_PATH};
 pub use sink::{OtlpSink, PROTOBUF};

@@ -16,7 +16,9 @@
 //!
 //! The payload's JSON is read straight into `AnyValue`s (a serde visitor, no
 //! `serde_json::Value` between them: a record costs one parse), keeping the message's order of
-//! fields in every map.
+//! fields in every map. This typed form is the mapping's reference; the sink sends
+//! [`crate::wire`]'s bytes, written from the JSON without the tree and equal to this record's
+//! encoding (its tests compare them).
 
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList};

@@ -18,16 +18,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use kubesink_core::{Message, ReadySignal, Sink, SinkError};
 use kubesink_http::{classify, pack, send_in_order, transport, Failure, Health};
-use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsServiceRequest, ExportLogsServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 use reqwest::header::{HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
 
-use crate::record::log_record;
+use crate::wire::encoded_log_record;
 
 /// The content type of an OTLP/HTTP protobuf request.
 pub const PROTOBUF: &str = "application/x-protobuf";
@@ -43,10 +40,36 @@ pub struct OtlpSink {
     rejected: AtomicU64,
 }
 
-/// A record ready to send: its resource (cluster, namespace) and the record.
+/// A record ready to send: its resource (cluster, namespace) and the `LogRecord`,
+/// protobuf-encoded once (a retry, or a request split after a 413, sends these bytes again).
 struct Item {
-    resource: (String, Option<String>),
-    record: LogRecord,
+    resource: ResourceKey,
+    record: Vec<u8>,
+}
+
+/// A record's resource: its cluster and, for a namespaced object, its namespace.
+type ResourceKey = (String, Option<String>);
+
+/// Field numbers of the OTLP messages the request is framed from
+/// (opentelemetry-proto's `collector/logs/v1/logs_service.proto` and `logs/v1/logs.proto`):
+/// `ExportLogsServiceRequest.resource_logs`, `ResourceLogs.resource` and `.scope_logs`,
+/// `ScopeLogs.scope` and `.log_records`.
+const RESOURCE_LOGS: u32 = 1;
+const RESOURCE: u32 = 1;
+const SCOPE_LOGS: u32 = 2;
+const SCOPE: u32 = 1;
+const LOG_RECORDS: u32 = 2;
+
+/// The bytes a length-delimited field of `len` bytes takes (key of a field number below 16,
+/// length, bytes).
+fn framed_len(len: usize) -> usize {
+    1 + prost::encoding::encoded_len_varint(len as u64) + len
+}
+
+/// Writes the key and the length of a length-delimited field of `len` bytes.
+fn frame(out: &mut Vec<u8>, field: u32, len: usize) {
+    prost::encoding::encode_key(field, prost::encoding::WireType::LengthDelimited, out);
+    prost::encoding::encode_varint(len as u64, out);
 }
 
 impl OtlpSink {
@@ -73,49 +96,59 @@ impl OtlpSink {
         }
     }
 
-    /// The request of `items`: one `ResourceLogs` per (cluster, namespace) in the order they
-    /// first appear, each record in batch order within it (a key's records share a resource,
-    /// so their order holds).
-    fn request(items: &[Item]) -> ExportLogsServiceRequest {
-        let mut resource_logs: Vec<ResourceLogs> = Vec::new();
-        let mut index: Vec<&(String, Option<String>)> = Vec::new();
+    /// The encoded `ExportLogsServiceRequest` of `items`: one `ResourceLogs` per (cluster,
+    /// namespace) in the order they first appear, each record in batch order within it (a
+    /// key's records share a resource, so their order holds). Framed here around the records
+    /// encoded once: the bytes prost writes for the same request (a unit test compares them),
+    /// without copying each record's tree into a request and walking it again.
+    fn request(items: &[Item]) -> Vec<u8> {
+        let mut groups: Vec<(&ResourceKey, Vec<&[u8]>)> = Vec::new();
         for item in items {
-            let at = match index.iter().position(|r| **r == item.resource) {
-                Some(at) => at,
-                None => {
-                    index.push(&item.resource);
-                    let (cluster, namespace) = &item.resource;
-                    let mut attributes = vec![attr("k8s.cluster.name", cluster)];
-                    if let Some(ns) = namespace {
-                        attributes.push(attr("k8s.namespace.name", ns));
-                    }
-                    resource_logs.push(ResourceLogs {
-                        resource: Some(Resource {
-                            attributes,
-                            ..Default::default()
-                        }),
-                        scope_logs: vec![ScopeLogs {
-                            scope: Some(InstrumentationScope {
-                                name: "kubesink".into(),
-                                version: env!("CARGO_PKG_VERSION").into(),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    });
-                    resource_logs.len() - 1
-                }
-            };
-            resource_logs[at].scope_logs[0]
-                .log_records
-                .push(item.record.clone());
+            match groups.iter_mut().find(|(r, _)| **r == item.resource) {
+                Some((_, records)) => records.push(&item.record),
+                None => groups.push((&item.resource, vec![&item.record])),
+            }
         }
-        ExportLogsServiceRequest { resource_logs }
+        let scope = InstrumentationScope {
+            name: "kubesink".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let total: usize = items.iter().map(|i| framed_len(i.record.len())).sum();
+        let mut out = Vec::with_capacity(total + groups.len() * 128);
+        for ((cluster, namespace), records) in groups {
+            let mut attributes = vec![attr("k8s.cluster.name", cluster)];
+            if let Some(ns) = namespace {
+                attributes.push(attr("k8s.namespace.name", ns));
+            }
+            let resource = Resource {
+                attributes,
+                ..Default::default()
+            }
+            .encode_to_vec();
+            let scope_logs = framed_len(scope.len())
+                + records.iter().map(|r| framed_len(r.len())).sum::<usize>();
+            frame(
+                &mut out,
+                RESOURCE_LOGS,
+                framed_len(resource.len()) + framed_len(scope_logs),
+            );
+            frame(&mut out, RESOURCE, resource.len());
+            out.extend_from_slice(&resource);
+            frame(&mut out, SCOPE_LOGS, scope_logs);
+            frame(&mut out, SCOPE, scope.len());
+            out.extend_from_slice(&scope);
+            for r in records {
+                frame(&mut out, LOG_RECORDS, r.len());
+                out.extend_from_slice(r);
+            }
+        }
+        out
     }
 
     fn body(&self, items: &[Item]) -> Result<Bytes, Failure> {
-        let raw = Self::request(items).encode_to_vec();
+        let raw = Self::request(items);
         if !self.gzip {
             return Ok(Bytes::from(raw));
         }
@@ -204,7 +237,7 @@ impl Sink for OtlpSink {
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         let mut items = Vec::with_capacity(batch.len());
         for m in batch {
-            let record = log_record(m)
+            let record = encoded_log_record(m)
                 .map_err(|e| SinkError::fatal(&self.name, format!("message {}: {e}", m.meta.id)))?;
             let resource = (
                 m.meta.resource.cluster.clone(),
@@ -212,7 +245,7 @@ impl Sink for OtlpSink {
             );
             items.push(Item { resource, record });
         }
-        let sizes: Vec<usize> = items.iter().map(|i| i.record.encoded_len() + 8).collect();
+        let sizes: Vec<usize> = items.iter().map(|i| i.record.len() + 8).collect();
         let ranges = pack(&sizes, self.max_body_bytes.saturating_sub(1024));
         send_in_order(
             &self.name,

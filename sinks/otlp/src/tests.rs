@@ -220,3 +220,98 @@ fn the_logs_url_and_the_checks_speak_of_endpoint() {
         "{errors:?}"
     );
 }
+
+/// The request framed around records encoded once is the request prost encodes from the same
+/// records: resources grouped in the order they first appear, records in batch order.
+#[test]
+fn the_framed_request_is_the_bytes_prost_writes() {
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+
+    let mut messages = Vec::new();
+    for (i, op) in [Op::Added, Op::Updated, Op::Deleted, Op::Updated]
+        .into_iter()
+        .enumerate()
+    {
+        let mut m = deployment_message(op);
+        if i % 2 == 1 {
+            let meta = std::sync::Arc::make_mut(&mut m.meta);
+            meta.namespace = Some(format!("ns-{i}").into());
+        }
+        messages.push(m);
+    }
+    let records: Vec<LogRecord> = messages
+        .iter()
+        .map(|m| crate::record::log_record(m).unwrap())
+        .collect();
+    let resources: Vec<(String, Option<String>)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m.meta.resource.cluster.clone(),
+                m.meta.namespace.as_deref().map(str::to_owned),
+            )
+        })
+        .collect();
+    let items: Vec<super::Item> = records
+        .iter()
+        .zip(&resources)
+        .map(|(r, res)| super::Item {
+            resource: res.clone(),
+            record: r.encode_to_vec(),
+        })
+        .collect();
+
+    let string = |s: &str| AnyValue {
+        value: Some(
+            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s.into()),
+        ),
+    };
+    let mut expected = ExportLogsServiceRequest::default();
+    let mut seen: Vec<&(String, Option<String>)> = Vec::new();
+    for (record, resource) in records.iter().zip(&resources) {
+        let at = match seen.iter().position(|r| *r == resource) {
+            Some(at) => at,
+            None => {
+                seen.push(resource);
+                let mut attributes = vec![KeyValue {
+                    key: "k8s.cluster.name".into(),
+                    value: Some(string(&resource.0)),
+                    ..Default::default()
+                }];
+                if let Some(ns) = &resource.1 {
+                    attributes.push(KeyValue {
+                        key: "k8s.namespace.name".into(),
+                        value: Some(string(ns)),
+                        ..Default::default()
+                    });
+                }
+                expected.resource_logs.push(ResourceLogs {
+                    resource: Some(Resource {
+                        attributes,
+                        ..Default::default()
+                    }),
+                    scope_logs: vec![ScopeLogs {
+                        scope: Some(InstrumentationScope {
+                            name: "kubesink".into(),
+                            version: env!("CARGO_PKG_VERSION").into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                });
+                seen.len() - 1
+            }
+        };
+        expected.resource_logs[at].scope_logs[0]
+            .log_records
+            .push(record.clone());
+    }
+    assert!(
+        expected.resource_logs.len() >= 2,
+        "the batch spans several resources"
+    );
+    assert_eq!(super::OtlpSink::request(&items), expected.encode_to_vec());
+}
