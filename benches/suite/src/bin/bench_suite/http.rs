@@ -22,13 +22,14 @@ use super::{collect_latency, latency_of, stdout_sink, Ctx, Kubesink, Latency, Pl
 
 /// The formats measured, in the table's order; `stdout` is the control: the stdout sink,
 /// whose lines the bench reads itself, with no HTTP and no receiver.
-const FORMATS: [&str; 6] = [
+const FORMATS: [&str; 7] = [
     "stdout",
     "cloudevents",
     "cloudevents-structured",
     "cloudevents-batch",
     "jsonl",
     "otlp",
+    "otlp-none",
 ];
 
 /// One format's run.
@@ -64,7 +65,13 @@ fn wait_file(path: &Path, within: Duration) -> anyhow::Result<String> {
 pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
     let bin = super::built_dir("RECEIVERS_BIN_DIR", "scripts/receivers-build.sh")?;
     let mut out = Vec::new();
-    for format in FORMATS {
+    // BENCH_HTTP_FORMATS=stdout,otlp measures some of the formats only (a comparison of builds).
+    let only = std::env::var("BENCH_HTTP_FORMATS").ok();
+    let wanted = |f: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|w| w.trim() == f))
+    };
+    for format in FORMATS.into_iter().filter(|f| wanted(f)) {
         let sim = Sim::start(&ctx.bin, plan.churn_pods, ctx.dir.path())?;
         if format == "stdout" {
             let started = Instant::now();
@@ -75,8 +82,8 @@ pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
             out.push(churn(plan, &sim, &k, None, &ms, format, sync_secs)?);
             continue;
         }
-        if format == "otlp" {
-            out.push(otlp_run(ctx, plan, &sim, &bin)?);
+        if format.starts_with("otlp") {
+            out.push(otlp_run(ctx, plan, &sim, &bin, format)?);
             continue;
         }
         let addr_file = ctx.dir.path().join(format!("receiver-{format}.addr"));
@@ -119,7 +126,14 @@ pub fn runs(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Vec<HttpRun>> {
 /// The OTLP sink into an OpenTelemetry Collector (`tests/receivers`' `otelcol`: the OTLP
 /// receiver and the file exporter writing OTLP JSON to its stdout, flushed every 10 ms), whose
 /// lines the bench expands into messages with the OTLP destination's reader.
-fn otlp_run(ctx: &Ctx, plan: &Plan, sim: &Sim, bin: &Path) -> anyhow::Result<HttpRun> {
+/// `format` `otlp-none` sends without compression (`compression = "none"`): gzip's price.
+fn otlp_run(
+    ctx: &Ctx,
+    plan: &Plan,
+    sim: &Sim,
+    bin: &Path,
+    format: &'static str,
+) -> anyhow::Result<HttpRun> {
     let port = kubesink_bench::procs::free_port()?;
     let config = ctx.dir.path().join("otelcol-bench.yaml");
     std::fs::write(
@@ -142,12 +156,19 @@ fn otlp_run(ctx: &Ctx, plan: &Plan, sim: &Sim, bin: &Path) -> anyhow::Result<Htt
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let sink = format!("[[sinks]]\ntype = \"otlp\"\nendpoint = \"http://127.0.0.1:{port}\"\n");
+    let compression = if format == "otlp-none" {
+        "compression = \"none\"\n"
+    } else {
+        ""
+    };
+    let sink = format!(
+        "[[sinks]]\ntype = \"otlp\"\nendpoint = \"http://127.0.0.1:{port}\"\n{compression}"
+    );
     let started = Instant::now();
-    let mut k = Kubesink::start(ctx, sim, &sink, false, "http-otlp")?;
+    let mut k = Kubesink::start(ctx, sim, &sink, false, &format!("http-{format}"))?;
     k.wait_delivered(Some(plan.churn_pods), Duration::from_secs(1800))?;
     let sync_secs = started.elapsed().as_secs_f64();
-    churn(plan, sim, &k, Some(collector.pid()), &ms, "otlp", sync_secs)
+    churn(plan, sim, &k, Some(collector.pid()), &ms, format, sync_secs)
 }
 
 /// [`collect_latency`] for OTLP JSON lines (one export request a line, many records): a scan
@@ -251,6 +272,7 @@ pub fn markdown(runs: &[HttpRun]) -> String {
             match r.format {
                 "stdout" => "stdout (control: no HTTP)".to_owned(),
                 "otlp" => "OTLP sink (gzip) into an OpenTelemetry Collector".to_owned(),
+                "otlp-none" => "OTLP sink, `compression = \"none\"`".to_owned(),
                 f => format!("`{f}`"),
             },
             r.sync_secs,
