@@ -1,11 +1,12 @@
 //! How kubesink reads a real kube-apiserver's state, counted by the API server itself
-//! (`apiserver_request_total`): with `watch.initial_list = "auto"` on this v1.37 server, a
-//! streaming list (KEP-3157 `WatchList`) for metadata read in protobuf, with no LIST request
-//! at all, and paged LISTs for JSON (the shapes cheaper for the server); paged LISTs where
-//! the server does not stream (the `WatchList` feature gate off), found out by kubesink on
-//! its own; and a continue token that
-//! expires mid-list (etcd compacted between two pages: 410 Gone on the next page), after
-//! which the list starts over and the fold is still exact.
+//! (`apiserver_request_total`): with `watch.initial_list = "auto"` on this v1.37 server,
+//! paged LISTs from the watch cache, for JSON and for metadata read in protobuf alike (the
+//! shape cheaper for the server), with no streaming list tried; with `initial_list =
+//! "stream"`, a streaming list (KEP-3157 `WatchList`) with no LIST request at all; and a
+//! continue token that expires mid-list (etcd compacted between two pages: 410 Gone on the
+//! next page), after which the list starts over and the fold is still exact. (A server
+//! without streaming lists, found out by `auto` on its own, is the simulator's to show:
+//! `tests/streaming.rs`; on this version `auto` does not try.)
 //!
 //! Each test runs its own API server (no controller-manager: nothing else lists), on the test
 //! binary's etcd under a key prefix of its own.
@@ -94,11 +95,12 @@ async fn synced(k: &Kubesink) {
 async fn synced_counting_lists(
     cp: &ControlPlane,
     ns: &str,
+    watch: &str,
     resource: &str,
 ) -> (Kubesink, tempfile::TempDir, f64) {
     let before = cp.requests_by_verb("", "configmaps").await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), cp, ns, "", resource);
+    let config = write_config(dir.path(), cp, ns, watch, resource);
     let k = Kubesink::start(BIN, &config, dir.path(), ns, &[]);
     synced(&k).await;
     let after = cp.requests_by_verb("", "configmaps").await;
@@ -108,21 +110,33 @@ async fn synced_counting_lists(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auto_streams_protobuf_metadata_with_no_list_request_and_pages_json() {
+async fn auto_pages_json_and_protobuf_metadata_and_stream_sends_no_list_request() {
     let cp = start(Options::default()).await;
-    config_maps(&cp, "stream", 120).await;
-    // JSON (whole objects) first: paged LISTs, no streaming list refused or tried.
-    let (k, _dir, lists) = synced_counting_lists(&cp, "stream", "page_size = 50").await;
-    assert!(lists >= 3.0, "three pages of 50: {lists} LISTs");
-    assert!(
-        !k.stderr().contains("does not serve streaming lists"),
-        "no fallback: {}",
-        k.stderr()
-    );
-    assert_eq!(converged(&cp, &k, "stream").await, 120);
-    k.terminate().await;
-    // Metadata in protobuf: a streaming list.
-    let (k, _dir, lists) = synced_counting_lists(&cp, "stream", "payload = \"metadata\"").await;
+    config_maps(&cp, "shapes", 120).await;
+    // `auto` on 1.37: paged LISTs from the watch cache for both encodings, no streaming list
+    // refused or tried.
+    for resource in ["page_size = 50", "page_size = 50\npayload = \"metadata\""] {
+        let (k, _dir, lists) = synced_counting_lists(&cp, "shapes", "", resource).await;
+        assert!(
+            lists >= 3.0,
+            "three pages of 50 ({resource:?}): {lists} LISTs"
+        );
+        assert!(
+            !k.stderr().contains("does not serve streaming lists"),
+            "no fallback: {}",
+            k.stderr()
+        );
+        assert_eq!(converged(&cp, &k, "shapes").await, 120);
+        k.terminate().await;
+    }
+    // `stream`, metadata in protobuf: a streaming list, no LIST.
+    let (k, _dir, lists) = synced_counting_lists(
+        &cp,
+        "shapes",
+        "initial_list = \"stream\"",
+        "payload = \"metadata\"",
+    )
+    .await;
     assert_eq!(lists, 0.0, "kubesink sent {lists} LIST requests");
     let watches = cp
         .metric(
@@ -135,33 +149,11 @@ async fn auto_streams_protobuf_metadata_with_no_list_request_and_pages_json() {
     create(
         &cp.admin().await,
         json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "after", "namespace": "stream"}}),
+            "metadata": {"name": "after", "namespace": "shapes"}}),
     )
     .await;
     // 120 + the namespace's kube-root-ca.crt is made by the controller-manager, absent here.
-    assert_eq!(converged(&cp, &k, "stream").await, 121);
-    k.terminate().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_watch_list_gate_off_kubesink_falls_back_to_paged_lists() {
-    let cp = start(Options {
-        feature_gates: vec!["WatchList=false".into()],
-        ..Default::default()
-    })
-    .await;
-    config_maps(&cp, "paged", 130).await;
-    // Metadata: `auto` would stream it (JSON it would page without trying).
-    let (k, _dir, lists) =
-        synced_counting_lists(&cp, "paged", "page_size = 50\npayload = \"metadata\"").await;
-    assert_eq!(converged(&cp, &k, "paged").await, 130);
-    // Three pages of 50 (130 objects), after one refused streaming attempt.
-    assert!(lists >= 3.0, "{lists} LISTs");
-    assert!(
-        k.stderr().contains("paged"),
-        "the fallback is logged: {}",
-        k.stderr()
-    );
+    assert_eq!(converged(&cp, &k, "shapes").await, 121);
     k.terminate().await;
 }
 

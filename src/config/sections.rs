@@ -268,10 +268,10 @@ pub struct WatchConfig {
 )]
 #[serde(rename_all = "lowercase")]
 pub enum InitialList {
-    /// The shape cheaper for the server, from its version (`/version`) and the encoding: on
-    /// Kubernetes 1.34 and later a streaming list for metadata read as protobuf and paged
-    /// lists for JSON, on 1.32 a streaming list, on 1.33 and before 1.32 paged lists, a
-    /// streaming list while the version is unknown. A streaming list falls back, per
+    /// The shape cheaper for the server, from its version (`/version`): on Kubernetes 1.34
+    /// and later paged lists (served from the watch cache's snapshots), on 1.32 a streaming
+    /// list, on 1.33 and before 1.32 paged lists, a streaming list while the version is
+    /// unknown. A streaming list falls back, per
     /// cluster and resource, to paged lists when the server refuses it (an error status),
     /// ignores `sendInitialEvents`, or never ends the initial events with their bookmark.
     /// The fallback is logged once and kept until restart. See `docs/operations.md`

@@ -27,12 +27,14 @@
 //!
 //! Before its first list, an informer with `auto` asks which shape is cheaper for the
 //! server ([`auto_shape`]), from the server's version (`/version`, asked once per cluster
-//! by [`ClusterApi::server_version`]) and the encoding the watch asks for. Measured on
-//! v1.37.2 with its watch cache (BENCHMARKS.md, "Wire encoding and list shape"): with JSON
-//! a streaming list cost the server 1.3× the CPU of paged lists, which it serves from its
-//! cache snapshot (`ListFromCacheSnapshot`, beta and on from 1.34); with protobuf metadata a
-//! streaming list cost it 0.55× paged lists. Before 1.34 the pages after the first come
-//! from etcd, so streaming is cheaper wherever the server streams.
+//! by [`ClusterApi::server_version`]). Measured on v1.37.2 with its watch cache
+//! (BENCHMARKS.md, "Wire encoding and list shape", 20,000 Pods, three rounds): paged lists,
+//! which it serves from its cache snapshot (`ListFromCacheSnapshot`, beta and on from 1.34),
+//! cost the server less CPU than a streaming list, for whole Pods (1.10 s against 3.15 s)
+//! and for protobuf metadata (1.08 s against 1.45 s; one earlier run of three had it the
+//! other way), and about half with four clients syncing at once (1.74 s against 3.50 s for
+//! protobuf metadata, 5.08 s against 10.38 s for whole Pods). Before 1.34 the pages after
+//! the first come from etcd, so streaming is cheaper wherever the server streams.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -83,29 +85,25 @@ impl fmt::Display for ServerVersion {
 }
 
 /// The list shape `watch.initial_list = "auto"` starts with on a server of `version`
-/// (`None`: unknown) for a watch asking for `protobuf` metadata (else JSON), with why.
+/// (`None`: unknown), with why.
 ///
 /// - unknown: a streaming list, with the fallback to paged lists when the server refuses it;
 /// - before 1.32, and 1.33: paged lists (the `WatchList` gate is alpha and off before 1.32,
 ///   off again in 1.33: a streaming list would only be refused);
 /// - 1.32: a streaming list (pages after the first are read from etcd);
-/// - 1.34 and later: a streaming list for protobuf, paged lists for JSON (measured: see the
-///   module's documentation).
+/// - 1.34 and later: paged lists, whatever the encoding (measured: see the module's
+///   documentation).
 ///
 /// A streaming list the server refuses still falls back, whatever chose it.
-pub fn auto_shape(version: Option<ServerVersion>, protobuf: bool) -> (Strategy, &'static str) {
+pub fn auto_shape(version: Option<ServerVersion>) -> (Strategy, &'static str) {
     let Some(v) = version else {
         return (Strategy::Stream, "the server's version is unknown");
     };
     if v.major != 1 || v.minor >= 34 {
-        if protobuf {
-            (
-                Strategy::Stream,
-                "protobuf metadata streams for less server CPU than pages",
-            )
-        } else {
-            (Strategy::List, "JSON pages from the watch cache's snapshot cost the server less CPU than a streaming list")
-        }
+        (
+            Strategy::List,
+            "pages from the watch cache's snapshot cost the server less CPU than a streaming list",
+        )
     } else if v.minor == 32 {
         (
             Strategy::Stream,
@@ -356,27 +354,19 @@ mod tests {
     }
 
     #[test]
-    fn auto_pages_json_and_streams_protobuf_where_the_cache_serves_pages() {
-        let shape = |minor: Option<u32>, protobuf| {
-            auto_shape(
-                minor.map(|minor| ServerVersion { major: 1, minor }),
-                protobuf,
-            )
-            .0
-        };
-        for protobuf in [false, true] {
-            assert_eq!(shape(None, protobuf), Strategy::Stream);
-            assert_eq!(shape(Some(32), protobuf), Strategy::Stream);
-            for off in [26, 31, 33] {
-                assert_eq!(shape(Some(off), protobuf), Strategy::List, "1.{off}");
-            }
+    fn auto_pages_where_the_cache_serves_pages_and_streams_where_etcd_would() {
+        let shape =
+            |minor: Option<u32>| auto_shape(minor.map(|minor| ServerVersion { major: 1, minor })).0;
+        assert_eq!(shape(None), Strategy::Stream);
+        assert_eq!(shape(Some(32)), Strategy::Stream);
+        for off in [26, 31, 33] {
+            assert_eq!(shape(Some(off)), Strategy::List, "1.{off}");
         }
         for minor in [34, 36, 37, 40] {
-            assert_eq!(shape(Some(minor), false), Strategy::List, "1.{minor}");
-            assert_eq!(shape(Some(minor), true), Strategy::Stream, "1.{minor}");
+            assert_eq!(shape(Some(minor)), Strategy::List, "1.{minor}");
         }
         let two = ServerVersion { major: 2, minor: 0 };
-        assert_eq!(auto_shape(Some(two), true).0, Strategy::Stream);
+        assert_eq!(auto_shape(Some(two)).0, Strategy::List);
     }
 
     #[test]

@@ -425,7 +425,7 @@ impl Informer {
     /// again after a fallback.
     async fn choose_shape(&mut self) {
         let version = self.api.server_version(self.requests.client()).await;
-        let (shape, why) = api::auto_shape(version, self.requests.protobuf());
+        let (shape, why) = api::auto_shape(version);
         self.shape_chosen = version.is_some();
         if shape == Strategy::List && self.streaming {
             self.streaming = false;

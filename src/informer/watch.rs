@@ -201,11 +201,6 @@ impl Requests {
         &self.client
     }
 
-    /// Whether metadata is asked for in protobuf first.
-    pub fn protobuf(&self) -> bool {
-        self.protobuf
-    }
-
     /// When `status` is the API server rejecting this resource's label or field selector (a
     /// 400 that does not speak of the streaming list's parameters, to a request carrying a
     /// selector): that, in words, naming the selector. A 400 or 422 about

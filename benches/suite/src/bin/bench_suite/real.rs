@@ -46,12 +46,14 @@ const ORDER: [&str; 4] = ["stream", "list", "list", "stream"];
 const CREATES_IN_FLIGHT: usize = 48;
 
 /// More configuration of a sync's kubesink: keys of its `[[resources]]` entry and of
-/// `[watch]`, and what its files' names get.
+/// `[watch]`, what its files' names get, and how many kubesinks sync at once (0 or 1: one;
+/// more: the server's CPU is for all of them, kubesink's figures the first one's).
 #[derive(Default)]
 pub(super) struct Extra {
     pub resource: &'static str,
     pub watch: &'static str,
     pub name: &'static str,
+    pub clients: usize,
 }
 
 /// One initial sync of one server with one strategy.
@@ -281,6 +283,15 @@ pub(super) fn sync_once(
         extra.resource,
         extra.watch,
     );
+    let mut others = Vec::new();
+    for i in 1..extra.clients.max(1) {
+        others.push(Kubesink::start_text(
+            ctx,
+            &text,
+            false,
+            &format!("real-{server}-{strategy}{}-{i}", extra.name),
+        )?);
+    }
     let mut k = Kubesink::start_text(
         ctx,
         &text,
@@ -288,9 +299,12 @@ pub(super) fn sync_once(
         &format!("real-{server}-{strategy}{}", extra.name),
     )?;
     let sampler = Sampler::start(k.proc.pid(), Duration::from_millis(50));
-    k.wait_delivered(Some(pods), Duration::from_secs(1800))?;
-    k.wait_delivered(None, Duration::from_secs(600))?;
+    for o in others.iter_mut().chain(std::iter::once(&mut k)) {
+        o.wait_delivered(Some(pods), Duration::from_secs(1800))?;
+        o.wait_delivered(None, Duration::from_secs(600))?;
+    }
     let sync_secs = sampler.elapsed();
+    drop(others);
     let server_cpu = procfs::cpu_seconds(server_pid).unwrap_or(0.0) - server_cpu0;
     let etcd_cpu = etcd_pid
         .and_then(procfs::cpu_seconds)

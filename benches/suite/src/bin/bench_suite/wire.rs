@@ -6,7 +6,10 @@
 //!
 //! - whole Pods as JSON (the only encoding for them), streaming list and paged lists;
 //! - `payload = "metadata"` as JSON (`watch.encoding = "json"`) and as protobuf
-//!   `PartialObjectMetadata` (`"auto"`), each with a streaming list and paged lists.
+//!   `PartialObjectMetadata` (`"auto"`), each with a streaming list and paged lists;
+//! - [`CLIENTS`] kubesinks syncing at once, whole Pods and protobuf metadata, each shape: a
+//!   fleet of clients restarted together (a roll-out, a node drain) lists at the same time,
+//!   and the cheaper shape for one client need not be the cheaper for several.
 //!
 //! Each figure is the median of the rounds with its spread (min–max): the API server's CPU
 //! during the sync, kubesink's CPU, sync time, kubesink's peak and steady RSS, the server's
@@ -21,6 +24,9 @@ use serde_json::{json, Value};
 use super::kube_server::{self, ControlPlane};
 use super::real::{self, Extra, Run};
 use super::Ctx;
+
+/// Kubesinks syncing at once in the configurations that measure several clients.
+const CLIENTS: usize = 4;
 
 /// One configuration: its name in the tables, the list shape, more keys.
 struct Variant {
@@ -37,9 +43,20 @@ fn variants() -> Vec<Variant> {
             resource,
             watch,
             name: file,
+            clients: 1,
         },
     };
-    vec![
+    let at_once = |name, strategy, resource, watch, file| Variant {
+        name,
+        strategy,
+        extra: Extra {
+            resource,
+            watch,
+            name: file,
+            clients: CLIENTS,
+        },
+    };
+    let mut all = vec![
         v(
             "whole Pods, JSON, streaming list",
             "stream",
@@ -76,7 +93,38 @@ fn variants() -> Vec<Variant> {
             "encoding = \"auto\"\n",
             "-meta-pb",
         ),
-    ]
+    ];
+    all.extend([
+        at_once(
+            "4 clients at once: whole Pods, JSON, streaming list",
+            "stream",
+            "",
+            "",
+            "-full-x4",
+        ),
+        at_once(
+            "4 clients at once: whole Pods, JSON, paged lists",
+            "list",
+            "",
+            "",
+            "-full-x4",
+        ),
+        at_once(
+            "4 clients at once: metadata, protobuf, streaming list",
+            "stream",
+            "payload = \"metadata\"\n",
+            "encoding = \"auto\"\n",
+            "-meta-pb-x4",
+        ),
+        at_once(
+            "4 clients at once: metadata, protobuf, paged lists",
+            "list",
+            "payload = \"metadata\"\n",
+            "encoding = \"auto\"\n",
+            "-meta-pb-x4",
+        ),
+    ]);
+    all
 }
 
 /// The part's result: every run of every configuration.
@@ -159,7 +207,7 @@ fn median(values: &[f64]) -> f64 {
 /// The part's table (Markdown).
 pub fn markdown(r: &Report) -> String {
     let mut md = format!(
-        "\n### Wire encoding and list shape: {} Pods on a real kube-apiserver\n\nCreated through the API in {:.0} s. Each configuration synced once per round after a fresh API server start, {} rounds, the order rotated each round; each cell the median (min–max). The API server's CPU is during the sync, less its idle rate before it.\n\n| configuration | API server CPU (s) | kubesink CPU (s) | sync (s) | kubesink peak RSS (MiB) | steady RSS (MiB) | API server peak RSS (MiB) | LIST | WATCH |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "\n### Wire encoding and list shape: {} Pods on a real kube-apiserver\n\nCreated through the API in {:.0} s. Each configuration synced once per round after a fresh API server start, {} rounds, the order rotated each round; each cell the median (min–max). The API server's CPU is during the sync, less its idle rate before it; with 4 clients at once, it and the LIST and WATCH counts are for the four, kubesink's figures the first one's.\n\n| configuration | API server CPU (s) | kubesink CPU (s) | sync (s) | kubesink peak RSS (MiB) | steady RSS (MiB) | API server peak RSS (MiB) | LIST | WATCH |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         r.pods, r.create_secs, r.rounds
     );
     for (name, runs) in &r.runs {
