@@ -269,10 +269,21 @@ impl Reader {
         let records: Arc<Mutex<Vec<Rec>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (r, s) = (records.clone(), stop.clone());
+        let bootstrap_owned = bootstrap.to_owned();
         let thread = std::thread::spawn(move || {
+            let mut errors = 0;
             while !s.load(Ordering::SeqCst) {
-                let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
-                    continue;
+                let m = match consumer.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => {
+                        // Said (the first 20), so that a reader stuck on an error shows why.
+                        errors += 1;
+                        if errors <= 20 {
+                            eprintln!("test reader of {bootstrap_owned}: {e}");
+                        }
+                        continue;
+                    }
+                    None => continue,
                 };
                 let headers = m
                     .headers()
