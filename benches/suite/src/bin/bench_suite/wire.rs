@@ -36,26 +36,19 @@ struct Variant {
 }
 
 fn variants() -> Vec<Variant> {
-    let v = |name, strategy, resource, watch, file| Variant {
-        name,
-        strategy,
-        extra: Extra {
-            resource,
-            watch,
-            name: file,
-            clients: 1,
-        },
+    let variant = |clients| {
+        move |name, strategy, resource, watch, file| Variant {
+            name,
+            strategy,
+            extra: Extra {
+                resource,
+                watch,
+                name: file,
+                clients,
+            },
+        }
     };
-    let at_once = |name, strategy, resource, watch, file| Variant {
-        name,
-        strategy,
-        extra: Extra {
-            resource,
-            watch,
-            name: file,
-            clients: CLIENTS,
-        },
-    };
+    let (v, at_once) = (variant(1), variant(CLIENTS));
     let mut all = vec![
         v(
             "whole Pods, JSON, streaming list",
