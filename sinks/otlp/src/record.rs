@@ -153,6 +153,14 @@ fn text(s: impl Into<String>) -> AnyValue {
     }
 }
 
+/// The record's `observed_time_unix_nano`: the message's `observedAt` in nanoseconds since
+/// the Unix epoch (0, which the encoding leaves out, when it has none).
+pub(crate) fn observed_nanos(meta: &kubesink_core::message::MessageMeta) -> u64 {
+    meta.observed_at_ms()
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map_or(0, |ms| ms.saturating_mul(1_000_000))
+}
+
 /// The log record of `m`.
 ///
 /// # Errors
@@ -175,12 +183,8 @@ pub fn log_record(m: &Message) -> Result<LogRecord, serde_json::Error> {
             (_, true) => attributes.push(kv(format!("{FIELD_PREFIX}{key}"), value)),
         }
     }
-    let observed = meta
-        .observed_at_ms()
-        .and_then(|ms| u64::try_from(ms).ok())
-        .map_or(0, |ms| ms.saturating_mul(1_000_000));
     Ok(LogRecord {
-        observed_time_unix_nano: observed,
+        observed_time_unix_nano: observed_nanos(meta),
         body: Some(AnyValue {
             value: Some(Any::KvlistValue(KeyValueList { values: body })),
         }),

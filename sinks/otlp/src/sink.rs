@@ -24,7 +24,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 use reqwest::header::{HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
 
-use crate::wire::encoded_log_record;
+use crate::wire::{encoded_log_record, field, frame, framed};
 
 /// The content type of an OTLP/HTTP protobuf request.
 pub const PROTOBUF: &str = "application/x-protobuf";
@@ -49,28 +49,6 @@ struct Item {
 
 /// A record's resource: its cluster and, for a namespaced object, its namespace.
 type ResourceKey = (String, Option<String>);
-
-/// Field numbers of the OTLP messages the request is framed from
-/// (opentelemetry-proto's `collector/logs/v1/logs_service.proto` and `logs/v1/logs.proto`):
-/// `ExportLogsServiceRequest.resource_logs`, `ResourceLogs.resource` and `.scope_logs`,
-/// `ScopeLogs.scope` and `.log_records`.
-const RESOURCE_LOGS: u32 = 1;
-const RESOURCE: u32 = 1;
-const SCOPE_LOGS: u32 = 2;
-const SCOPE: u32 = 1;
-const LOG_RECORDS: u32 = 2;
-
-/// The bytes a length-delimited field of `len` bytes takes (key of a field number below 16,
-/// length, bytes).
-fn framed_len(len: usize) -> usize {
-    1 + prost::encoding::encoded_len_varint(len as u64) + len
-}
-
-/// Writes the key and the length of a length-delimited field of `len` bytes.
-fn frame(out: &mut Vec<u8>, field: u32, len: usize) {
-    prost::encoding::encode_key(field, prost::encoding::WireType::LengthDelimited, out);
-    prost::encoding::encode_varint(len as u64, out);
-}
 
 impl OtlpSink {
     pub(crate) fn new(
@@ -115,7 +93,7 @@ impl OtlpSink {
             ..Default::default()
         }
         .encode_to_vec();
-        let total: usize = items.iter().map(|i| framed_len(i.record.len())).sum();
+        let total: usize = items.iter().map(|i| framed(i.record.len())).sum();
         let mut out = Vec::with_capacity(total + groups.len() * 128);
         for ((cluster, namespace), records) in groups {
             let mut attributes = vec![attr("k8s.cluster.name", cluster)];
@@ -127,20 +105,20 @@ impl OtlpSink {
                 ..Default::default()
             }
             .encode_to_vec();
-            let scope_logs = framed_len(scope.len())
-                + records.iter().map(|r| framed_len(r.len())).sum::<usize>();
+            let scope_logs =
+                framed(scope.len()) + records.iter().map(|r| framed(r.len())).sum::<usize>();
             frame(
                 &mut out,
-                RESOURCE_LOGS,
-                framed_len(resource.len()) + framed_len(scope_logs),
+                field::RESOURCE_LOGS,
+                framed(resource.len()) + framed(scope_logs),
             );
-            frame(&mut out, RESOURCE, resource.len());
+            frame(&mut out, field::RESOURCE, resource.len());
             out.extend_from_slice(&resource);
-            frame(&mut out, SCOPE_LOGS, scope_logs);
-            frame(&mut out, SCOPE, scope.len());
+            frame(&mut out, field::SCOPE_LOGS, scope_logs);
+            frame(&mut out, field::SCOPE, scope.len());
             out.extend_from_slice(&scope);
             for r in records {
-                frame(&mut out, LOG_RECORDS, r.len());
+                frame(&mut out, field::LOG_RECORDS, r.len());
                 out.extend_from_slice(r);
             }
         }

@@ -18,10 +18,11 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use kubesink_core::Message;
 
-use crate::record::{body_type, FIELD_PREFIX};
+use crate::record::{body_type, observed_nanos, FIELD_PREFIX};
 
-/// Field numbers (opentelemetry-proto's `common/v1/common.proto` and `logs/v1/logs.proto`).
-mod field {
+/// Field numbers (opentelemetry-proto's `common/v1/common.proto`, `logs/v1/logs.proto` and
+/// `collector/logs/v1/logs_service.proto`).
+pub(crate) mod field {
     /// `AnyValue.string_value`, `.bool_value`, `.int_value`, `.double_value`,
     /// `.array_value`, `.kvlist_value`.
     pub const STRING: u32 = 1;
@@ -39,6 +40,13 @@ mod field {
     pub const BODY: u32 = 5;
     pub const ATTRIBUTES: u32 = 6;
     pub const OBSERVED_TIME: u32 = 11;
+    /// `ExportLogsServiceRequest.resource_logs`; `ResourceLogs.resource` and `.scope_logs`;
+    /// `ScopeLogs.scope` and `.log_records` (the sink frames its requests with them).
+    pub const RESOURCE_LOGS: u32 = 1;
+    pub const RESOURCE: u32 = 1;
+    pub const SCOPE_LOGS: u32 = 2;
+    pub const SCOPE: u32 = 1;
+    pub const LOG_RECORDS: u32 = 2;
 }
 
 /// One value of the payload on the tape, in document order.
@@ -64,12 +72,12 @@ enum Node<'a> {
 }
 
 /// The bytes a length-delimited field of `len` bytes takes (a field number below 16).
-fn framed(len: usize) -> usize {
+pub(crate) fn framed(len: usize) -> usize {
     1 + encoded_len_varint(len as u64) + len
 }
 
 /// Writes the key and length of a length-delimited field of `len` bytes.
-fn frame(out: &mut Vec<u8>, field: u32, len: usize) {
+pub(crate) fn frame(out: &mut Vec<u8>, field: u32, len: usize) {
     encode_key(field, WireType::LengthDelimited, out);
     encode_varint(len as u64, out);
 }
@@ -336,13 +344,15 @@ pub fn encoded_log_record(m: &Message) -> Result<Vec<u8>, serde_json::Error> {
     let meta = &*m.meta;
     let mut tape = Vec::with_capacity(m.payload.len() / 16);
     let mut de = serde_json::Deserializer::from_slice(&m.payload);
-    let fields = de.deserialize_map(Top(&mut tape))?;
+    let mut fields = de.deserialize_map(Top(&mut tape))?;
     de.end()?;
+    // A null field is left out, as the typed record leaves out an empty value.
+    fields.retain(|(_, at, _)| !matches!(tape.get(*at), Some(Node::Null) | None));
 
     let kind = body_type(meta.op.as_str());
     let object = fields
         .iter()
-        .find(|(k, at, _)| k == "object" && !matches!(tape.get(*at), Some(Node::Null) | None))
+        .find(|(k, _, _)| k == "object")
         .map(|&(_, at, len)| (at, len));
     let mut body = framed(kv_len("type", string_len(kind)));
     if let Some((_, len)) = object {
@@ -359,7 +369,7 @@ pub fn encoded_log_record(m: &Message) -> Result<Vec<u8>, serde_json::Error> {
         attributes.push((Cow::Borrowed("event.name"), Attr::Text(&meta.name)));
     }
     for (key, at, len) in &fields {
-        if key == "object" || matches!(tape.get(*at), Some(Node::Null) | None) {
+        if key == "object" {
             continue;
         }
         attributes.push((
@@ -372,10 +382,7 @@ pub fn encoded_log_record(m: &Message) -> Result<Vec<u8>, serde_json::Error> {
         Attr::Tape { len, .. } => *len,
     };
 
-    let observed = meta
-        .observed_at_ms()
-        .and_then(|ms| u64::try_from(ms).ok())
-        .map_or(0, |ms| ms.saturating_mul(1_000_000));
+    let observed = observed_nanos(meta);
     let total = framed(framed(body))
         + attributes
             .iter()
