@@ -62,11 +62,8 @@ fn three_kinds() -> Vec<ResourceConfig> {
 /// to the earliest offset reads a partition again). Returns (kind, namespace, name) →
 /// resourceVersion.
 fn compacted(recs: &[Rec]) -> Fold {
-    let mut sorted: Vec<&Rec> = recs.iter().collect();
-    sorted.sort_by_key(|r| (r.partition, r.offset));
-    sorted.dedup_by_key(|r| (r.partition, r.offset));
     let mut by_key: BTreeMap<&str, Option<&[u8]>> = BTreeMap::new();
-    for r in sorted {
+    for r in in_offset_order(recs) {
         by_key.insert(&r.key, r.value.as_deref());
     }
     let mut out = Fold::new();
@@ -134,27 +131,29 @@ fn assert_headers_and_key(recs: &[Rec]) {
     }
 }
 
-/// The records' messages in a consumer's order (per partition by offset: a key's records
-/// are on one partition), tombstones left out, for the shared oracle.
-fn messages(recs: &[Rec]) -> Vec<serde_json::Value> {
+/// The records as the topic holds them: per partition by offset (a key's records are on one
+/// partition), each offset once however often it was read.
+fn in_offset_order(recs: &[Rec]) -> Vec<&Rec> {
     let mut sorted: Vec<&Rec> = recs.iter().collect();
     sorted.sort_by_key(|r| (r.partition, r.offset));
+    sorted.dedup_by_key(|r| (r.partition, r.offset));
     sorted
+}
+
+/// The records' messages in a consumer's order ([`in_offset_order`]), tombstones left out,
+/// for the shared oracle.
+fn messages(recs: &[Rec]) -> Vec<serde_json::Value> {
+    in_offset_order(recs)
         .iter()
         .filter_map(|r| r.value.as_deref())
         .map(|v| serde_json::from_slice(v).expect("JSON value"))
         .collect()
 }
 
-/// Waits until the compacted fold of what `reader` read equals the simulator's objects and
-/// the records pass the shared oracle (`expect`); on timeout, panics with the differences.
-async fn wait_fold(
-    reader: &Reader,
-    sim: &kubesink_sim::Simulator,
-    bootstrap: &str,
-    expect: Expect,
-) {
-    let waited = try_wait_until(LONG, || {
+/// Waits (up to [`LONG`]) until the compacted fold of what `reader` read equals the
+/// simulator's objects: the records, or the differences at the deadline.
+async fn folded(reader: &Reader, sim: &kubesink_sim::Simulator) -> Result<Vec<Rec>, String> {
+    try_wait_until(LONG, || {
         // Recomputed each time: a stopped churn may still apply its last operation.
         let want = sim_state(sim, &KINDS);
         let recs = reader.records();
@@ -180,8 +179,18 @@ async fn wait_fold(
             ))
         })
     })
-    .await;
-    let recs = match waited {
+    .await
+}
+
+/// Waits until the compacted fold of what `reader` read equals the simulator's objects and
+/// the records pass the shared oracle (`expect`); on timeout, panics with the differences.
+async fn wait_fold(
+    reader: &Reader,
+    sim: &kubesink_sim::Simulator,
+    bootstrap: &str,
+    expect: Expect,
+) {
+    let recs = match folded(reader, sim).await {
         Ok(recs) => recs,
         Err(observed) => {
             // The topic is what is judged; the live reader is the test's own consumer. Under
@@ -190,16 +199,7 @@ async fn wait_fold(
             // topic again from the beginning, and judge that: it must fold exactly too.
             eprintln!("the live reader's fold differs after {LONG:?} ({observed}); reading the topic again from the beginning");
             let fresh = Reader::start(bootstrap, "kubesink.test", 6);
-            let again = try_wait_until(LONG, || {
-                let (want, recs) = (sim_state(sim, &KINDS), fresh.records());
-                std::future::ready(if compacted(&recs) == want {
-                    Ok(recs)
-                } else {
-                    Err(format!("{} records read", recs.len()))
-                })
-            })
-            .await;
-            match again {
+            match folded(&fresh, sim).await {
                 Ok(recs) => recs,
                 Err(e) => panic!(
                     "compacted fold != simulator after {LONG:?}: {observed}; a fresh reader too ({e})"
