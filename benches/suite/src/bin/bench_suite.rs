@@ -975,6 +975,15 @@ fn main() -> anyhow::Result<()> {
         let churn_secs = if quick { 3.0 } else { 30.0 };
         let churn_settle = Duration::from_secs(churn_settle.unwrap_or(if quick { 5 } else { 20 }));
         let runs = peer_runs.unwrap_or(if quick { 1 } else { 3 });
+        let partial = |ext: &str| out.join(format!("results-peers-{name}.partial.{ext}"));
+        let checkpoint = |r: &peers::Report| -> anyhow::Result<()> {
+            std::fs::write(partial("md"), peers::markdown(r))?;
+            std::fs::write(
+                partial("json"),
+                serde_json::to_string_pretty(&peers::json(r))?,
+            )?;
+            Ok(())
+        };
         let report = peers::run(
             &ctx,
             pods,
@@ -984,7 +993,11 @@ fn main() -> anyhow::Result<()> {
             churn_secs,
             churn_settle,
             usize::try_from(runs).context("--runs")?,
+            &checkpoint,
         )?;
+        for ext in ["md", "json"] {
+            std::fs::remove_file(partial(ext))?;
+        }
         peers::plot(&out.join(format!("peers-rss-{name}.png")), &report)?;
         let md = format!(
             "<!-- written by bench-suite --only peers ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",

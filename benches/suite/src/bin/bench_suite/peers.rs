@@ -1138,7 +1138,8 @@ fn order(k: usize) -> impl Iterator<Item = &'static str> {
 
 /// Creates `pods` Pods on a real control plane, then measures every program's sync and churn
 /// (each rate for `churn_secs`, after `churn_settle` of quiet) `runs` times, the order rotated
-/// each run, and its gap once.
+/// each run, and its gap once. `checkpoint` gets the report so far after each run (no gaps
+/// yet), so that a long run cut short still leaves its finished runs on disk.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     ctx: &Ctx,
@@ -1149,6 +1150,7 @@ pub fn run(
     churn_secs: f64,
     churn_settle: Duration,
     runs: usize,
+    checkpoint: &dyn Fn(&Report) -> anyhow::Result<()>,
 ) -> anyhow::Result<Report> {
     let runs = runs.max(1);
     let peers = super::built_dir("PEERS_BIN_DIR", "scripts/peers-build.sh")?;
@@ -1200,6 +1202,18 @@ pub fn run(
                 (k, position),
             )?);
         }
+        let so_far = Report {
+            pods,
+            create_secs,
+            syncs,
+            gaps: Vec::new(),
+            churns,
+            churn_secs,
+            runs: k + 1,
+            churn_settle,
+        };
+        checkpoint(&so_far)?;
+        (syncs, churns) = (so_far.syncs, so_far.churns);
     }
     eprintln!("== a gap: each program stopped while {gap} Pods are deleted and {gap} created");
     let (mut live, mut next) = (0, pods);
