@@ -3,7 +3,8 @@
 # round, each binary in turn (the order rotated by round), one Pod watch (payload $PAYLOAD,
 # default "metadata") into the stdout sink; after the sync marker, 5 s of quiet (or, with
 # CHURN=N, 20 s of N changes/s), then VmRSS, RssAnon, RssFile and VmHWM of
-# /proc/<pid>/status, in kB. Prints one TSV line per run.
+# /proc/<pid>/status, in kB. Prints one TSV line per run. WATCH='initial_list = "list"'
+# (any lines of the [watch] section) sets how the Pods are read.
 #
 #   benches/memory-floor.sh "0 10000 100000" 3 target/release/kubesink /tmp/kubesink-before
 #
@@ -23,7 +24,7 @@ for n in $sizes; do
       "$SIM" --kubeconfig "$d/kc" --pods "$n" --namespaces 20 --nodes 10 --seed 1 >"$d/sim.log" 2>&1 &
       sim=$!
       for _ in $(seq 1200); do [ -s "$d/kc" ] && break; sleep 0.1; done
-      printf '[cluster]\nname = "mem"\nkubeconfig = "%s"\n[server]\nlisten = "127.0.0.1:0"\n[pipeline]\nsync_markers = true\n[[resources]]\napi_version = "v1"\nkind = "Pod"\npayload = "%s"\n[[sinks]]\ntype = "stdout"\n' "$d/kc" "$PAYLOAD" >"$d/k.toml"
+      printf '[cluster]\nname = "mem"\nkubeconfig = "%s"\n[server]\nlisten = "127.0.0.1:0"\n[pipeline]\nsync_markers = true\n[watch]\n%s\n[[resources]]\napi_version = "v1"\nkind = "Pod"\npayload = "%s"\n[[sinks]]\ntype = "stdout"\n' "$d/kc" "${WATCH:-}" "$PAYLOAD" >"$d/k.toml"
       "$bin" --config "$d/k.toml" run >"$d/out.jsonl" 2>"$d/err.log" &
       k=$!
       for _ in $(seq 3000); do grep -q '"op":"synced"' "$d/out.jsonl" 2>/dev/null && break; sleep 0.1; done

@@ -240,14 +240,17 @@ pub async fn resolve(
         });
     }
     Ok(Resolved {
-        resource: Arc::new(Resource::new(
-            cluster,
-            &ar.group,
-            &ar.version,
-            &ar.kind,
-            &ar.plural,
-            namespaced,
-        )),
+        resource: Arc::new(
+            Resource::new(
+                cluster,
+                &ar.group,
+                &ar.version,
+                &ar.kind,
+                &ar.plural,
+                namespaced,
+            )
+            .with_events(res.mode == crate::config::ResourceMode::Events),
+        ),
         api_resource: ar,
     })
 }

@@ -14,10 +14,7 @@ use kubesink_test_support::{self as support, kube_server, process, proxy};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use kube_server::{
-    configmap, create, delete, live_state, patch_configmap, write_kubeconfig, ControlPlane,
-    Options, User,
-};
+use kube_server::{configmap, create, delete, live_state, patch_configmap, ControlPlane, Options};
 use process::{resource_toml, Kubesink, STDOUT_SINK};
 use proxy::Proxy;
 use serde_json::{json, Value};
@@ -60,20 +57,7 @@ async fn setup(options: Options) -> Setup {
     let proxy = Proxy::start(([127, 0, 0, 1], cp.port).into()).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("proxied.kubeconfig");
-    let pem = |name: &str| {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD
-            .encode(std::fs::read(cp.pki.dir.join(name)).expect("pem"))
-    };
-    write_kubeconfig(
-        &kubeconfig,
-        &format!("https://{}", proxy.addr),
-        &pem("ca.crt"),
-        User::Cert {
-            cert: pem("admin.crt"),
-            key: pem("admin.key"),
-        },
-    );
+    cp.write_admin_kubeconfig_via(&kubeconfig, proxy.addr);
     let configmaps = resource_toml("v1", "ConfigMap", &[NS]);
     let rest = format!(
         "[pipeline]\nlinger = \"20ms\"\nsync_markers = true\n[watch]\nretry_initial_backoff = \"100ms\"\nretry_max_backoff = \"1s\"\n{configmaps}{STDOUT_SINK}"

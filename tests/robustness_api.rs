@@ -64,6 +64,10 @@ async fn a_watch_that_ends_at_once_is_backed_off_counted_and_logged() {
     .await;
     let early = run.count("ConfigMap", |s| &s.early_ends);
     assert!(early >= 2, "early ends counted: {early}");
+    // The server still holds the resourceVersion (asked with a list at exactly it): an early
+    // end, not an expired one; no relist.
+    assert_eq!(run.count("ConfigMap", |s| &s.early_ends_gone), 0);
+    assert_eq!(run.count("ConfigMap", |s| &s.lists), 1);
     let warned: Vec<String> = run
         .log("watch ended early without any event")
         .into_iter()

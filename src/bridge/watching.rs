@@ -477,6 +477,9 @@ async fn watch_resource(
                     decider = decider.with_sync_markers(scope.namespace.clone());
                 }
                 decider = decider.with_filter(filter.clone());
+                if let Some(o) = plan.occurrences {
+                    decider = decider.with_occurrences(o);
+                }
                 if let Some(f) = &route.filter {
                     decider = decider.with_sink_filter(f.clone(), route.counts.clone());
                 }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::problems::Problems;
 use super::syntax::{check_api_version, check_dns_label};
-use super::{ByteSize, Expressions};
+use super::{ByteSize, Expressions, HumanDuration};
 
 /// How much of each object a message carries.
 #[derive(
@@ -22,6 +22,86 @@ pub enum PayloadMode {
     /// Only the JSON pointers in `fields` (plus `apiVersion`, `kind` and the identifying
     /// metadata: name, namespace, uid, resourceVersion, labels).
     Fields,
+}
+
+/// What each message of a resource says (`[[resources]] mode`).
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceMode {
+    /// The object's state (docs/message-contract.md): a fold of the messages is the cluster.
+    #[default]
+    Objects,
+    /// Kubernetes Events as occurrences (docs/events.md): each message says what happened and
+    /// how many times since the Event's previous message (`occurrences`), so a consumer can
+    /// sum them. Only for `Event` of `events.k8s.io/v1` or `v1`.
+    Events,
+}
+
+impl ResourceMode {
+    fn is_objects(&self) -> bool {
+        *self == ResourceMode::Objects
+    }
+}
+
+/// Which Events that exist at a first start (no saved state) are sent (`[[resources]]
+/// since`, with `mode = "events"`): those whose last occurrence is at most this old, or
+/// all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Since {
+    /// `"all"`: every Event the first list finds.
+    All,
+    /// A duration (`"5m"`; `"0"`: none of them).
+    Within(HumanDuration),
+}
+
+impl Since {
+    /// The default: Events that happened in the last five minutes.
+    pub const DEFAULT: Since = Since::Within(HumanDuration::from_secs(300));
+}
+
+impl Serialize for Since {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Since::All => s.serialize_str("all"),
+            Since::Within(d) => d.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Since {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(i64),
+        }
+        let duration = |v: serde_json::Value| {
+            serde_json::from_value::<HumanDuration>(v)
+                .map(Since::Within)
+                .map_err(|e| serde::de::Error::custom(format!("{e} (or \"all\" for every Event)")))
+        };
+        match Raw::deserialize(d)? {
+            Raw::Text(t) if t.trim() == "all" => Ok(Since::All),
+            Raw::Text(t) => duration(t.into()),
+            Raw::Number(n) => duration(n.into()),
+        }
+    }
+}
+
+impl schemars::JsonSchema for Since {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Since".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let duration = g.subschema_for::<HumanDuration>();
+        schemars::json_schema!({
+            "description": "\"all\", or a duration such as \"5m\" (\"0\": none).",
+            "anyOf": [ { "const": "all" }, duration ]
+        })
+    }
 }
 
 /// One `[[resources]]` entry: a kind to watch (built-in or custom), resolved through API
@@ -44,7 +124,8 @@ pub struct ResourceConfig {
     /// Field selector passed to the API server (`metadata.name=web`). Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field_selector: Option<String>,
-    /// A CEL expression over the object (`object`, `cluster`, `kind`, `ns`): only the
+    /// A CEL expression over the object (`object`, `cluster`, `kind`, `ns`; for Events also
+    /// `reason`, `type` and `regarding`, whichever API they are read through): only the
     /// objects it gives `true` for are followed; one that stops matching is sent as `deleted`
     /// with `reason: "leftFilter"`, one that starts matching as `added`. An evaluation error
     /// (a missing field, a type mismatch) is no match, counted in
@@ -53,6 +134,23 @@ pub struct ResourceConfig {
     /// "Filters". Default: none (every object the selectors return).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
+    /// What each message says: `objects` (default: the object's state) or `events`
+    /// (Kubernetes Events as occurrences, with the count since the Event's previous message:
+    /// docs/events.md; only for `Event` of `events.k8s.io/v1` or `v1`).
+    #[serde(default, skip_serializing_if = "ResourceMode::is_objects")]
+    pub mode: ResourceMode,
+    /// With `mode = "events"`: at a first start (no saved state), the Events that already
+    /// exist are sent when their last occurrence is at most this old (`"5m"`; `"0"`: none
+    /// of them; `"all"`: every one); the others are recorded, so their later occurrences
+    /// are sent. Never applies to an Event's update, nor to a start from saved state (which
+    /// sends what happened since). Default `"5m"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Since>,
+    /// With `mode = "events"`: send a `deleted` when an Event leaves the cluster (its TTL
+    /// expired: kube-apiserver's `--event-ttl`, 1 h by default). Default `false`: an
+    /// Event's deletion is not an occurrence.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub send_deleted: bool,
     /// Payload mode: `full` (default), `metadata` or `fields`.
     #[serde(default)]
     pub payload: PayloadMode,
@@ -141,6 +239,9 @@ impl ResourceConfig {
             label_selector: None,
             field_selector: None,
             filter: None,
+            mode: ResourceMode::Objects,
+            since: None,
+            send_deleted: false,
             payload: PayloadMode::Full,
             fields: Vec::new(),
             drop: Vec::new(),
@@ -164,6 +265,12 @@ impl ResourceConfig {
             Some((g, v)) => (g, v),
             None => ("", self.api_version.as_str()),
         }
+    }
+
+    /// With `mode = "events"`, which Events a first start sends ([`Since::DEFAULT`] unless
+    /// set).
+    pub fn since(&self) -> Since {
+        self.since.unwrap_or(Since::DEFAULT)
     }
 
     /// `apiVersion Kind`, used in logs and errors.
@@ -266,8 +373,53 @@ impl ResourceConfig {
         if self.allow_secret_data && !(self.api_version == "v1" && self.kind == "Secret") {
             problems.add(at("allow_secret_data"), "only applies to v1 Secret");
         }
+        self.mode_problems(&mut problems, &at);
         problems.extend(exprs.resource(self, at_key));
         problems.into_vec()
+    }
+}
+
+impl ResourceConfig {
+    /// What `mode` forbids or needs: events mode takes Events only, and none of the options
+    /// that shape an object's state; `since` and `send_deleted` belong to events mode.
+    fn mode_problems(&self, problems: &mut Problems, at: &dyn Fn(&str) -> String) {
+        if self.mode == ResourceMode::Objects {
+            for (key, set) in [
+                ("since", self.since.is_some()),
+                ("send_deleted", self.send_deleted),
+            ] {
+                if set {
+                    problems.add(at(key), "only applies with mode = \"events\"");
+                }
+            }
+            return;
+        }
+        if !(self.kind == "Event" && matches!(self.api_version.as_str(), "v1" | "events.k8s.io/v1"))
+        {
+            problems.add(
+                at("mode"),
+                format!(
+                    "mode = \"events\" follows Kubernetes Events, not {}: use api_version = \"events.k8s.io/v1\" (or \"v1\") and kind = \"Event\"",
+                    self.display_name()
+                ),
+            );
+        }
+        for (key, set) in [
+            ("payload", self.payload != PayloadMode::Full),
+            ("fields", !self.fields.is_empty()),
+            ("drop", !self.drop.is_empty()),
+            ("change_paths", !self.change_paths.is_empty()),
+            ("ignore_changes", !self.ignore_changes.is_empty()),
+            ("change_values", !self.change_values.is_empty()),
+            ("updates", !self.updates),
+        ] {
+            if set {
+                problems.add(
+                    at(key),
+                    "not used with mode = \"events\": each message carries the occurrence (docs/events.md), and every new occurrence is an update",
+                );
+            }
+        }
     }
 }
 

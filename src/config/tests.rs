@@ -321,6 +321,71 @@ ignore_changes = ["status"]
 }
 
 #[test]
+fn events_mode_takes_events_and_none_of_the_options_that_shape_an_objects_state() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "events.toml",
+            r#"
+[cluster]
+name = "p"
+[[resources]]
+api_version = "events.k8s.io/v1"
+kind = "Event"
+mode = "events"
+since = "all"
+[[resources]]
+api_version = "v1"
+kind = "Event"
+mode = "events"
+since = "10m"
+send_deleted = true
+filter = 'object.type == "Warning"'
+[[resources]]
+api_version = "v1"
+kind = "Pod"
+mode = "events"
+payload = "metadata"
+change_paths = ["spec"]
+updates = false
+[[resources]]
+api_version = "apps/v1"
+kind = "Deployment"
+since = "5m"
+send_deleted = true
+"#,
+        )?;
+        let errs = errors_of(Some(Path::new("events.toml")));
+        let all = errs.join("\n");
+        for want in [
+            "resources.2.mode: mode = \"events\" follows Kubernetes Events, not v1 Pod: use api_version = \"events.k8s.io/v1\" (or \"v1\") and kind = \"Event\"",
+            "resources.2.payload: not used with mode = \"events\"",
+            "resources.2.change_paths: not used with mode = \"events\"",
+            "resources.2.updates: not used with mode = \"events\"",
+            "resources.3.since: only applies with mode = \"events\"",
+            "resources.3.send_deleted: only applies with mode = \"events\"",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        assert!(all.contains("events.toml"), "{all}");
+        // And the objects' own rule: change_paths with updates = false.
+        assert_eq!(errs.len(), 7, "the two Event entries are fine:\n{all}");
+        jail.create_file(
+            "since.toml",
+            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Event\"\nmode = \"events\"\nsince = \"yesterday\"\n",
+        )?;
+        let all = errors_of(Some(Path::new("since.toml"))).join("\n");
+        assert!(
+            all.contains("resources")
+                && all.contains("since")
+                && all.contains("\"all\" for every Event"),
+            "{all}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
 fn unknown_sink_type_and_unknown_top_level_key_are_errors() {
     Jail::expect_with(|jail| {
         jail.clear_env();
@@ -677,6 +742,9 @@ fn all_keys() -> Vec<String> {
     res.fields = vec!["/spec".into()];
     res.drop = vec!["/status".into()];
     res.plural = Some("pods".into());
+    res.mode = super::ResourceMode::Events;
+    res.since = Some(super::Since::DEFAULT);
+    res.send_deleted = true;
     let mut c = Config {
         resources: vec![res],
         ..Default::default()

@@ -235,6 +235,7 @@ pub async fn repair(
             replaced_uid: None,
             changed: None,
             changes: None,
+            occurrences: None,
             reason: None,
         };
         messages.push(encode(resource, &change, &observed_at)?);

@@ -62,6 +62,7 @@ use kubesink_core::{Message, Op, Resource};
 use super::facts::Facts;
 use super::filter::{ChangeVars, Filter, Match as FilterMatch, Subject};
 use super::object::RawObject;
+use super::occurrence::Occurrences;
 use super::payload::{ShapeError, Shaper};
 use super::stats::{InformerStats, SinkFilterStats};
 #[cfg(any(test, feature = "test-util"))]
@@ -200,6 +201,10 @@ pub struct Decider {
     sink_from: usize,
     /// The sink's filter's counts (`None` without one: every count is the resource's).
     sink_counts: Option<Arc<SinkFilterStats>>,
+    /// Events mode (`occurrence.rs`): the store's fingerprint of an Event is its count, an
+    /// `added` or `updated` says how many occurrences it brings, an update that brings none
+    /// is not sent, and a `deleted` only with `send_deleted`.
+    occurrences: Option<Occurrences>,
 }
 
 /// Whose filter did not match an object ([`Decider::refused`]): what its `leftFilter` counts.
@@ -275,7 +280,15 @@ impl Decider {
             change_filter: None,
             sink_from: usize::MAX,
             sink_counts: None,
+            occurrences: None,
         }
+    }
+
+    /// Sends the resource's Events as occurrences (`mode = "events"`, see
+    /// [`Decider::occurrences`](Self) and docs/events.md).
+    pub fn with_occurrences(mut self, occurrences: Occurrences) -> Self {
+        self.occurrences = Some(occurrences);
+        self
     }
 
     /// Follows only the objects `filter` matches (see the semantics table): an object that
@@ -488,6 +501,27 @@ impl Decider {
     /// [`InformerError::Shape`] for one a pointer cannot shape: nothing is emitted for it
     /// and its last known state stays.
     pub fn on_event(&mut self, event: Event<'_>) -> Result<Vec<Change>, InformerError> {
+        let changes = self.filtered(event)?;
+        match self.occurrences {
+            Some(o) if !o.send_deleted && changes.iter().any(|c| c.op == Op::Deleted) => {
+                // An Event's deletion (its TTL) is not an occurrence: settled unsent, as a
+                // change filter's drop is.
+                let (deleted, kept): (Vec<Change>, Vec<Change>) =
+                    changes.into_iter().partition(|c| c.op == Op::Deleted);
+                for c in &deleted {
+                    self.abandon(c);
+                }
+                self.stats
+                    .events_deletes_unsent
+                    .fetch_add(deleted.len() as u64, Ordering::Relaxed);
+                Ok(kept)
+            }
+            _ => Ok(changes),
+        }
+    }
+
+    /// [`Decider::on_event`] before events mode: the decision and the change filter.
+    fn filtered(&mut self, event: Event<'_>) -> Result<Vec<Change>, InformerError> {
         if self.change_filter.is_none() {
             return self.decide(event);
         }
@@ -817,6 +851,15 @@ impl Decider {
         let rv = obj.resource_version().to_owned();
         let mut t = self.store.lock();
         let before = t.before(namespace.as_deref(), &name);
+        // Events mode: the count last sent for this Event (the store's fingerprint).
+        let count_before = match self.occurrences {
+            Some(_) => t
+                .store
+                .get(namespace.as_deref(), &name)
+                .filter(|held| held.uid == super::facts::Uid::parse(&uid))
+                .map(|held| held.fingerprint),
+            None => None,
+        };
         let (observed, parts_before) = t.store.observe_parts(
             namespace.as_deref(),
             &name,
@@ -892,6 +935,34 @@ impl Decider {
                 Op::Added
             }
         };
+        let occurrences = match (self.occurrences, op) {
+            (None, _) => None,
+            (Some(_), Op::Updated) => {
+                match shaped.fingerprint.checked_sub(count_before.unwrap_or(0)) {
+                    Some(n) if n > 0 => Some(n),
+                    // The count did not rise (an edit of the note, a count set back): no
+                    // occurrence to report; the store keeps the new count.
+                    _ => {
+                        self.stats.suppressed.fetch_add(1, Ordering::Relaxed);
+                        return Ok(changes);
+                    }
+                }
+            }
+            (Some(o), Op::Added)
+                if initial
+                    && changes.is_empty()
+                    && !o.sends_at_start(&obj, std::time::SystemTime::now()) =>
+            {
+                // An Event older than `since` at a first start: recorded (its later
+                // occurrences are sent), not sent.
+                self.stats
+                    .events_before_since
+                    .fetch_add(1, Ordering::Relaxed);
+                return Ok(changes);
+            }
+            (Some(_), Op::Added) => Some(shaped.fingerprint),
+            (Some(_), _) => None,
+        };
         // `change_values`: the update's value changes against those kept for the payload
         // last sent, then this payload's kept (an ignored or suppressed update returned
         // above, keeping the old ones).
@@ -937,6 +1008,7 @@ impl Decider {
             replaced_uid,
             changed,
             changes: value_changes,
+            occurrences,
             reason: None,
         });
         self.count_emitted(&changes);
@@ -1017,6 +1089,7 @@ impl Decider {
             replaced_uid: None,
             changed: None,
             changes: None,
+            occurrences: None,
             reason,
         });
         Ok(changes)
@@ -1056,12 +1129,15 @@ fn inferred_delete(v: Vanished, seen_gone: &str) -> Change {
         replaced_uid: None,
         changed: None,
         changes: None,
+        occurrences: None,
         reason: None,
     }
 }
 
 #[cfg(test)]
 mod changes_tests;
+#[cfg(test)]
+mod events_tests;
 #[cfg(test)]
 mod filter_tests;
 #[cfg(test)]

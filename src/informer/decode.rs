@@ -58,7 +58,9 @@ impl Status {
     }
 }
 
-/// A list page: its items as raw JSON, and where the list continues.
+/// A list page read whole: its items as raw JSON, and where the list continues. The
+/// reference the [`PageSplitter`]'s tests compare with (lists are read split).
+#[cfg(test)]
 #[derive(Debug, Deserialize)]
 pub struct ListPage<'a> {
     /// `metadata` of the list.
@@ -69,6 +71,7 @@ pub struct ListPage<'a> {
     pub items: Vec<&'a RawValue>,
 }
 
+#[cfg(test)]
 fn nullable_items<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<&'de RawValue>, D::Error> {
     Ok(Option::<Vec<&'de RawValue>>::deserialize(d)?.unwrap_or_default())
 }
@@ -89,6 +92,303 @@ impl ListMeta {
     pub fn next_page(&self) -> Option<&str> {
         self.continue_token.as_deref().filter(|c| !c.is_empty())
     }
+}
+
+/// A JSON list response split into its items as its bytes arrive, so that a page is never
+/// held whole: what it keeps is the item being read and the bytes of the last chunk after it
+/// (a page of 500 whole Pods is ~4.5 MB; read whole, with its buffer's doublings, it cost the
+/// paged initial list ~25 MB of peak the streaming list did not have: BENCHMARKS.md).
+///
+/// The list is a JSON object whose `items` is an array of values (or `null`); its other
+/// members are kept raw only for `metadata`, read at the end ([`PageSplitter::finish`]):
+/// Go's encoder writes `metadata` before `items` for built-in lists and, for a custom
+/// resource's `UnstructuredList` (a map, its keys sorted), after them, so either order is
+/// taken. Strings are scanned with their escapes; nothing is unescaped or parsed here
+/// except the member names and `metadata`.
+#[derive(Debug, Default)]
+pub struct PageSplitter {
+    /// Bytes received and not yet consumed.
+    buf: Vec<u8>,
+    /// Where scanning resumes in `buf`.
+    pos: usize,
+    /// Bytes of `buf` already handed out or skipped (dropped at the next call).
+    consumed: usize,
+    /// Bytes dropped from the front of `buf` so far (for error positions).
+    dropped: usize,
+    /// Where the list's structure is.
+    at: At,
+    /// The value being scanned.
+    value: Scan,
+    /// The member whose value is being read.
+    member: Option<String>,
+    /// `metadata`, raw.
+    metadata: Option<Vec<u8>>,
+}
+
+/// Where a [`PageSplitter`] is in the list's structure.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// Before the list's `{`.
+    #[default]
+    Start,
+    /// Before a member name or the list's `}` (`first`: no member yet).
+    Member { first: bool },
+    /// Before the `:` after a member name.
+    Colon,
+    /// In the value of a member other than `items`.
+    Value,
+    /// Before `items`' `[` (or `null`).
+    ItemsOpen,
+    /// In the `null` of `items`.
+    ItemsNull,
+    /// Before an item or the array's `]` (`first`: no item yet).
+    Item { first: bool },
+    /// In an item.
+    InItem,
+    /// After an item: `,` or `]`.
+    AfterItem,
+    /// After a member's value: `,` or `}`.
+    AfterValue,
+    /// After the list's `}`.
+    Done,
+}
+
+/// The scan of one JSON value: where it started, how deep, inside a string or a scalar.
+#[derive(Debug, Default, Clone, Copy)]
+struct Scan {
+    start: usize,
+    started: bool,
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    scalar: bool,
+}
+
+impl PageSplitter {
+    /// Appends the next bytes of the response.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete item, as a range of [`PageSplitter::item`]'s bytes; `None` when
+    /// more bytes are needed (or the list ended: [`PageSplitter::done`]).
+    ///
+    /// # Errors
+    /// What is wrong with the bytes, and at which offset of the body.
+    pub fn next(&mut self) -> Result<Option<std::ops::Range<usize>>, String> {
+        self.compact();
+        loop {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Ok(None);
+            };
+            let ws = matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+            match self.at {
+                At::Start
+                | At::Member { .. }
+                | At::Colon
+                | At::ItemsOpen
+                | At::Item { .. }
+                | At::AfterItem
+                | At::AfterValue
+                | At::Done
+                    if ws =>
+                {
+                    self.pos += 1;
+                }
+                At::Start if b == b'{' => self.step(At::Member { first: true }),
+                At::Member { first: true } if b == b'}' => self.step(At::Done),
+                At::Member { .. } if b == b'"' => {
+                    let start = self.pos;
+                    let Some(end) = string_end(&self.buf, start) else {
+                        return Ok(None);
+                    };
+                    let name: String = serde_json::from_slice(&self.buf[start..end])
+                        .map_err(|e| self.error(&format!("member name: {e}")))?;
+                    self.member = Some(name);
+                    self.pos = end;
+                    self.consumed = end;
+                    self.at = At::Colon;
+                }
+                At::Colon if b == b':' => {
+                    let items = self.member.as_deref() == Some("items");
+                    self.step(if items { At::ItemsOpen } else { At::Value });
+                    self.value = Scan::default();
+                }
+                At::ItemsOpen if b == b'[' => self.step(At::Item { first: true }),
+                At::ItemsOpen if b == b'n' => {
+                    self.value = Scan::default();
+                    self.at = At::ItemsNull;
+                }
+                At::Item { first: true } if b == b']' => self.step(At::AfterValue),
+                At::Item { .. } if !matches!(b, b']' | b',' | b'}' | b':') => {
+                    self.value = Scan::default();
+                    self.at = At::InItem;
+                }
+                At::AfterItem if b == b',' => self.step(At::Item { first: false }),
+                At::AfterItem if b == b']' => self.step(At::AfterValue),
+                At::AfterValue if b == b',' => self.step(At::Member { first: false }),
+                At::AfterValue if b == b'}' => self.step(At::Done),
+                At::Value | At::ItemsNull | At::InItem => {
+                    let Some(end) = self.scan() else {
+                        return Ok(None);
+                    };
+                    let range = self.value.start..end;
+                    self.consumed = end;
+                    match self.at {
+                        At::InItem => {
+                            self.at = At::AfterItem;
+                            return Ok(Some(range));
+                        }
+                        At::ItemsNull if &self.buf[range.clone()] != b"null" => {
+                            return Err(self.error("items is neither an array nor null"));
+                        }
+                        At::Value if self.member.as_deref() == Some("metadata") => {
+                            self.metadata = Some(self.buf[range].to_vec());
+                        }
+                        _ => {}
+                    }
+                    self.at = At::AfterValue;
+                }
+                _ => {
+                    return Err(self.error(&format!(
+                        "unexpected {:?} ({:?})",
+                        char::from(b),
+                        self.at
+                    )))
+                }
+            }
+        }
+    }
+
+    /// The bytes of an item [`PageSplitter::next`] returned (valid until the next call).
+    pub fn item(&self, range: std::ops::Range<usize>) -> &[u8] {
+        &self.buf[range]
+    }
+
+    /// Whether the list's closing `}` was read.
+    pub fn done(&self) -> bool {
+        self.at == At::Done
+    }
+
+    /// The list's `metadata` once the body ended.
+    ///
+    /// # Errors
+    /// The body ended before the list did, or `metadata` is not a list's.
+    pub fn finish(&self) -> Result<ListMeta, String> {
+        if !self.done()
+            || self.buf[self.pos..]
+                .iter()
+                .any(|b| !b.is_ascii_whitespace())
+        {
+            return Err(self.error("the body ended before the list did"));
+        }
+        match &self.metadata {
+            None => Ok(ListMeta::default()),
+            Some(raw) => serde_json::from_slice::<Option<ListMeta>>(raw)
+                .map(Option::unwrap_or_default)
+                .map_err(|e| format!("metadata: {e}")),
+        }
+    }
+
+    /// Moves past one structural byte to `next`.
+    fn step(&mut self, next: At) {
+        self.pos += 1;
+        self.consumed = self.pos;
+        self.at = next;
+    }
+
+    /// Drops what was handed out or skipped, so `buf` holds only the value being read and
+    /// what follows it.
+    fn compact(&mut self) {
+        if self.consumed > 0 {
+            self.buf.drain(..self.consumed);
+            self.pos -= self.consumed;
+            if self.value.started {
+                self.value.start = self.value.start.saturating_sub(self.consumed);
+            }
+            self.dropped += self.consumed;
+            self.consumed = 0;
+        }
+    }
+
+    /// Scans the value in `self.value` on from `self.pos`; its end (exclusive) once
+    /// complete, `None` when the bytes so far end inside it.
+    fn scan(&mut self) -> Option<usize> {
+        let v = &mut self.value;
+        while let Some(&b) = self.buf.get(self.pos) {
+            if !v.started && b.is_ascii_whitespace() {
+                self.pos += 1;
+                continue;
+            }
+            if !v.started {
+                v.start = self.pos;
+                v.started = true;
+                match b {
+                    b'{' | b'[' => v.depth = 1,
+                    b'"' => v.in_string = true,
+                    _ => v.scalar = true,
+                }
+                self.pos += 1;
+                continue;
+            }
+            if v.in_string {
+                if v.escaped {
+                    v.escaped = false;
+                } else if b == b'\\' {
+                    v.escaped = true;
+                } else if b == b'"' {
+                    v.in_string = false;
+                    if v.depth == 0 {
+                        self.pos += 1;
+                        return Some(self.pos);
+                    }
+                }
+            } else if v.scalar {
+                if matches!(b, b',' | b']' | b'}' | b' ' | b'\t' | b'\r' | b'\n') {
+                    return Some(self.pos);
+                }
+            } else {
+                match b {
+                    b'"' => v.in_string = true,
+                    b'{' | b'[' => v.depth += 1,
+                    b'}' | b']' => {
+                        v.depth -= 1;
+                        if v.depth == 0 {
+                            self.pos += 1;
+                            return Some(self.pos);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.pos += 1;
+        }
+        None
+    }
+
+    /// `what` at the current offset of the body, with an excerpt from there.
+    fn error(&self, what: &str) -> String {
+        format!(
+            "{what} at byte {} of the list page: {}",
+            self.dropped + self.pos,
+            excerpt(&self.buf[self.pos.min(self.buf.len())..])
+        )
+    }
+}
+
+/// The end (exclusive) of the JSON string starting at `start` (its `"`), `None` when `buf`
+/// ends inside it.
+fn string_end(buf: &[u8], start: usize) -> Option<usize> {
+    let mut escaped = false;
+    for (i, &b) in buf.iter().enumerate().skip(start + 1) {
+        match (escaped, b) {
+            (true, _) => escaped = false,
+            (false, b'\\') => escaped = true,
+            (false, b'"') => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// One watch event line, the object still raw.
@@ -156,10 +456,11 @@ pub fn excerpt(input: &[u8]) -> String {
     text
 }
 
-/// Decodes a list page.
+/// Decodes a list page whole (the [`PageSplitter`]'s reference).
 ///
 /// # Errors
 /// [`DecodeError`] when the body is not a list.
+#[cfg(test)]
 pub fn list_page(body: &[u8]) -> Result<ListPage<'_>, DecodeError> {
     serde_json::from_slice(body).map_err(|e| DecodeError::new("list page", e, body))
 }
@@ -234,6 +535,70 @@ fn bookmark(object: &str) -> Result<WatchLine<'static>, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The items and metadata of `body` through a [`PageSplitter`] fed `chunk` bytes at a
+    /// time.
+    fn split(body: &[u8], chunk: usize) -> Result<(Vec<String>, ListMeta), String> {
+        let mut s = PageSplitter::default();
+        let mut items = Vec::new();
+        for part in body.chunks(chunk.max(1)) {
+            s.push(part);
+            while let Some(r) = s.next()? {
+                items.push(String::from_utf8(s.item(r).to_vec()).map_err(|e| e.to_string())?);
+            }
+        }
+        Ok((items, s.finish()?))
+    }
+
+    #[test]
+    fn a_page_split_as_it_arrives_has_the_items_and_metadata_of_the_whole_page() {
+        let pages = [
+            // Built-in list order, and a custom resource's (keys sorted: metadata last).
+            r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":"c1"},"items":[{"metadata":{"name":"a"},"x":"}]\"{["},{"metadata":{"name":"b"},"n":[1,[2,{"y":null}]],"t":true}]}"#,
+            r#"{"apiVersion":"example.com/v1","items":[{"metadata":{"name":"a"}}],"kind":"WidgetList","metadata":{"continue":"","resourceVersion":"7"}}"#,
+            "{ \"kind\" : \"PodList\" ,\n \"metadata\" : { \"resourceVersion\" : \"9\" } ,\n \"items\" : [ { \"a\" : 1 } ,\n { \"b\" : \"\\u00e9\\\\\" } ] }\n",
+            r#"{"kind":"PodList","metadata":{"resourceVersion":"3"},"items":null}"#,
+            r#"{"kind":"PodList","metadata":{"resourceVersion":"3"},"items":[]}"#,
+            r#"{"kind":"PodList","metadata":{"resourceVersion":"3"}}"#,
+            r#"{}"#,
+        ];
+        for page in pages {
+            let whole = list_page(page.as_bytes()).unwrap();
+            let want: Vec<String> = whole.items.iter().map(|i| i.get().to_owned()).collect();
+            for chunk in [1, 2, 3, 7, 64, page.len()] {
+                let (items, meta) = split(page.as_bytes(), chunk)
+                    .unwrap_or_else(|e| panic!("{page} in chunks of {chunk}: {e}"));
+                assert_eq!(items, want, "{page} in chunks of {chunk}");
+                assert_eq!(meta.resource_version, whole.metadata.resource_version);
+                assert_eq!(meta.next_page(), whole.metadata.next_page());
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_that_is_cut_or_not_a_list_is_an_error_naming_where() {
+        for (page, want) in [
+            (
+                r#"{"kind":"PodList","items":[{"a":1},{"b":"#,
+                "the body ended before the list did",
+            ),
+            (
+                r#"{"kind":"PodList","items":[{"a":1}]"#,
+                "the body ended before the list did",
+            ),
+            (r#"[{"a":1}]"#, "unexpected '['"),
+            (r#"{"items":[{"a":1},]}"#, "unexpected ']'"),
+            (r#"{"items":"no"}"#, "unexpected '\"'"),
+            (r#"{"items":nothing}"#, "items is neither an array nor null"),
+            (
+                r#"{"metadata":{"resourceVersion":5},"items":[]}"#,
+                "metadata:",
+            ),
+        ] {
+            let got = split(page.as_bytes(), 3).map(|_| ()).unwrap_err();
+            assert!(got.contains(want), "{page}: {got}");
+        }
+    }
 
     #[test]
     fn watch_lines_of_every_type_decode() {

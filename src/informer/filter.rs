@@ -72,6 +72,13 @@ const COMPILE_STACK_BYTES: usize = 256 << 20;
 /// The variables a resource filter has.
 pub const VARIABLES: [&str; 4] = ["object", "cluster", "kind", "ns"];
 
+/// The variables of an Event (of `events.k8s.io/v1` or core `v1`, whatever the resource's
+/// `mode`), besides [`VARIABLES`], the same whichever API it is read through: `reason`,
+/// `type` (strings) and `regarding` (a map: the `regarding`, or core `involvedObject`,
+/// ObjectReference). For other kinds `reason` is `""`, `regarding` an empty map, and `type`
+/// CEL's own name of the type of types (which an Event's `type` shadows).
+pub const EVENT_VARIABLES: [&str; 3] = ["reason", "type", "regarding"];
+
 /// The values of `op` a sink's change filter sees (the message's `op`; sync markers are not
 /// changes and never reach a filter).
 pub const OPS: [&str; 3] = ["added", "updated", "deleted"];
@@ -261,6 +268,7 @@ impl Filter {
         }
         let known = |v: &str| {
             VARIABLES.contains(&v)
+                || EVENT_VARIABLES.contains(&v)
                 || TYPE_NAMES.contains(&v)
                 || (place == Place::Sink && CHANGE_VARIABLES.contains(&v))
         };
@@ -281,10 +289,22 @@ impl Filter {
                 },
             };
             let (whose, has) = match place {
-                Place::Resource => ("a resource filter", VARIABLES.join(", ")),
+                Place::Resource => (
+                    "a resource filter",
+                    format!(
+                        "{} (and for Events {})",
+                        VARIABLES.join(", "),
+                        EVENT_VARIABLES.join(", ")
+                    ),
+                ),
                 Place::Sink => (
                     "a sink's filter",
-                    format!("{}, {}", VARIABLES.join(", "), CHANGE_VARIABLES.join(", ")),
+                    format!(
+                        "{}, {} (and for Events {})",
+                        VARIABLES.join(", "),
+                        CHANGE_VARIABLES.join(", "),
+                        EVENT_VARIABLES.join(", ")
+                    ),
                 ),
             };
             return Err(whole(format!(
@@ -467,6 +487,32 @@ impl Filter {
         }
         if self.uses("ns") {
             ctx.add_variable_as_val("ns", string(obj.namespace().unwrap_or_default()));
+        }
+        for (var, fields) in [
+            ("reason", &["reason"][..]),
+            ("type", &["type"]),
+            ("regarding", &["regarding", "involvedObject"]),
+        ] {
+            // Off Events, `type` stays CEL's name of the type of types (`type(x) == type`).
+            if !self.uses(var) || (var == "type" && subject.kind != "Event") {
+                continue;
+            }
+            let raw = (subject.kind == "Event")
+                .then(|| obj.body.iter().find(|(k, _)| fields.contains(&k.as_ref())))
+                .flatten()
+                .map(|(_, raw)| raw.get())
+                .filter(|raw| *raw != "null");
+            let value = match (raw, var) {
+                (Some(raw), _) => {
+                    cel_values::from_raw(raw, &Reach::All).map_err(|e| format!("{var}: {e}"))?
+                }
+                (None, "regarding") => Box::new(CelMap::from(std::collections::HashMap::<
+                    CelMapKey,
+                    cel_values::CelVal<'_>,
+                >::new())),
+                (None, _) => string(""),
+            };
+            ctx.add_variable_as_val(var, value);
         }
         if self.on_changes {
             let change = subject.change.unwrap_or(ChangeVars {
@@ -753,6 +799,34 @@ mod tests {
             eval("type(object.status.phase) == int", &running),
             (false, 0)
         );
+    }
+
+    #[test]
+    fn events_have_reason_type_and_regarding_whichever_api_they_come_from() {
+        let api = r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"e","namespace":"kube-system"},
+            "reason":"BackOff","type":"Warning","regarding":{"kind":"Pod","name":"coredns-1","namespace":"kube-system"}}"#;
+        let core = r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"e","namespace":"kube-system"},
+            "reason":"BackOff","type":"Warning","involvedObject":{"kind":"Pod","name":"coredns-1","namespace":"kube-system"}}"#;
+        let normal = r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"e","namespace":"default"},
+            "reason":"Scheduled","type":"Normal","involvedObject":{"kind":"Pod","name":"web-1"}}"#;
+        let event = |expr: &str, json: &str| {
+            let f = Filter::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+            let obj = RawObject::parse(json).expect("object");
+            let mut s = subject(&obj, &|_| false, None);
+            s.kind = "Event";
+            (f.matches(&s) == Match::Yes, f.errors())
+        };
+        let warnings = r#"type == "Warning" && ns == "kube-system" && regarding.kind == "Pod" && reason.startsWith("Back")"#;
+        assert_eq!(event(warnings, api), (true, 0));
+        assert_eq!(event(warnings, core), (true, 0));
+        assert_eq!(event(warnings, normal), (false, 0));
+        assert_eq!(event(r#"regarding.name == "web-1""#, normal), (true, 0));
+        // Off Events: reason empty, regarding empty, type CEL's own.
+        assert_eq!(
+            eval(r#"reason == "" && size(regarding) == 0"#, &pod("Running")),
+            (true, 0)
+        );
+        assert_eq!(eval("type(int) == type", &pod("Running")), (true, 0));
     }
 
     fn eval(expr: &str, json: &str) -> (bool, u64) {

@@ -5,8 +5,9 @@
 //! # Why
 //!
 //! A list is the expensive part of an informer's life: while it is read, its HTTP buffers,
-//! the objects being decoded and (with paged lists) the whole page (500 objects: ~4.5 MB of
-//! pods) are in memory. A cold start of a fleet (`[[clusters]]` × 50) starts every cluster's
+//! the objects being decoded and (with paged lists) the item being read and the rest of the
+//! last chunk of its page (pages are split as they arrive: `decode.rs`, `PageSplitter`; a
+//! protobuf page, one message, is decoded whole) are in memory. A cold start of a fleet (`[[clusters]]` × 50) starts every cluster's
 //! lists at once, so its peak grows with the number of clusters although the objects, and
 //! the steady state, are the same as one large cluster's. With a budget the peak is that of
 //! `max_concurrent_lists` lists, whatever the number of clusters; on two cores the lists of

@@ -19,6 +19,7 @@ mod filter;
 mod lists;
 mod name;
 mod object;
+mod occurrence;
 mod payload;
 mod plan;
 mod protobuf;
@@ -102,6 +103,12 @@ enum Next {
     List,
     /// Watch from this resourceVersion.
     Watch(String),
+}
+
+/// Whether a watch that lasted `elapsed` ended long before its `timeoutSeconds` (a watch
+/// that ends at once without a line is not a watch that ran its course).
+fn ended_early(elapsed: Duration) -> bool {
+    elapsed < Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS / 2))
 }
 
 /// How a list or watch attempt ended.
@@ -400,9 +407,7 @@ impl Informer {
                     if let Some(rv) = &self.last_rv {
                         next = Next::Watch(rv.clone());
                     }
-                    if lines > 0 {
-                        None
-                    } else if elapsed < Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS / 2)) {
+                    if lines == 0 && ended_early(elapsed) {
                         Some(self.early_end(elapsed))
                     } else {
                         None
@@ -857,37 +862,43 @@ impl Informer {
         let mut sweep = true;
         loop {
             self.stats.list_requests.fetch_add(1, Ordering::Relaxed);
-            let body = match self
+            let failed = |failure| Step::Failed {
+                failure,
+                listing: true,
+            };
+            // Each item is decided as soon as it has arrived: the page is never held whole.
+            // A page that breaks off after some items fails like a page that failed to
+            // arrive: the list is tried again (the items decided so far are of the same
+            // consistent list, as the pages before a failed page are).
+            let mut page = match self
                 .requests
-                .list_page(continue_token.as_deref(), self.idle_timeout)
+                .list_page_items(continue_token.as_deref(), self.idle_timeout)
                 .await
             {
-                Ok(b) => b,
-                Err(failure) => {
-                    return Step::Failed {
-                        failure,
-                        listing: true,
-                    }
-                }
-            };
-            let page = match decode::list_page(&body) {
                 Ok(p) => p,
-                Err(e) => {
-                    return Step::Failed {
-                        failure: WatchFailure::Decode(e),
-                        listing: true,
-                    }
-                }
+                Err(failure) => return failed(failure),
             };
-            for (i, item) in page.items.iter().enumerate() {
-                if let Err(step) = self.decide_listed(i as u64, item.get(), &mut sweep).await {
-                    return step;
+            let mut i = 0u64;
+            loop {
+                match page.next_item().await {
+                    Ok(Some(item)) => {
+                        if let Err(step) = self.decide_listed(i, item, &mut sweep).await {
+                            return step;
+                        }
+                        i += 1;
+                    }
+                    Ok(None) => break,
+                    Err(failure) => return failed(failure),
                 }
             }
-            match page.metadata.next_page() {
+            let metadata = match page.metadata() {
+                Ok(m) => m,
+                Err(failure) => return failed(failure),
+            };
+            match metadata.next_page() {
                 Some(token) => continue_token = Some(token.to_owned()),
                 None => {
-                    let rv = page.metadata.resource_version.clone().unwrap_or_default();
+                    let rv = metadata.resource_version.clone().unwrap_or_default();
                     for v in &mut self.views {
                         v.decider.note_list_resource_version(&rv);
                     }
@@ -1061,12 +1072,46 @@ impl Informer {
     async fn watch(&mut self, rv: &str) -> Step {
         self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        match self.requests.watch(rv, self.idle_timeout).await {
+        let step = match self.requests.watch(rv, self.idle_timeout).await {
             Ok(lines) => self.read_watch(lines, started).await,
             Err(failure) => Step::Failed {
                 failure,
                 listing: false,
             },
+        };
+        match step {
+            Step::WatchEnded { lines: 0, elapsed } if ended_early(elapsed) => {
+                self.after_empty_end(rv, step).await
+            }
+            step => step,
+        }
+    }
+
+    /// A watch from `rv` that `ended` at once without a line. For a resource outside the
+    /// watch cache (Events: kube-apiserver's default `--watch-cache-sizes` gives them none) a
+    /// watch from a resourceVersion etcd compacted away is answered 200 and closed, with no
+    /// 410 (kubernetes/kubernetes#104171, #137089): resumed from it again it would end again,
+    /// for ever. So the server is asked, with a one-item list at exactly `rv`
+    /// (`resourceVersionMatch=Exact`, which it answers 410 Gone when it no longer holds
+    /// it): Gone is the watch's 410 (a relist); anything else leaves `ended` to the early
+    /// end's backoff.
+    async fn after_empty_end(&mut self, rv: &str, ended: Step) -> Step {
+        // Not one of the list's pages (`list_requests`): counted with the API requests
+        // (`kubesink_api_requests_total{verb="list"}`), as the lookups of `leftSelector` are.
+        match self.requests.holds(rv, self.idle_timeout).await {
+            Err(WatchFailure::Gone(status)) => {
+                self.stats.early_ends.fetch_add(1, Ordering::Relaxed);
+                self.stats.early_ends_gone.fetch_add(1, Ordering::Relaxed);
+                Step::Failed {
+                    failure: WatchFailure::Gone(status),
+                    listing: false,
+                }
+            }
+            Ok(()) => ended,
+            Err(failure) => {
+                self.span.in_scope(|| tracing::debug!(resource_version = rv, error = %failure, "could not ask whether the server still holds the resourceVersion of a watch that ended early"));
+                ended
+            }
         }
     }
 

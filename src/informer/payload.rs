@@ -35,7 +35,7 @@ use super::changes::{ChangePaths, DefaultParts};
 use super::facts::Parts;
 use super::object::RawObject;
 use super::store::Values;
-use crate::config::{PayloadMode, ResourceConfig};
+use crate::config::{PayloadMode, ResourceConfig, ResourceMode};
 
 /// The version of shaping and fingerprinting. Saved state carries fingerprints; when this
 /// changes (a shaping rule or the fingerprint's walk), saved fingerprints no longer compare
@@ -144,6 +144,9 @@ pub struct Shaper {
     api_version: String,
     kind: String,
     changes: Arc<ChangePaths>,
+    /// Events mode: the shaped object is the Event's occurrence (`occurrence.rs`), its
+    /// fingerprint the Event's count.
+    events: bool,
 }
 
 /// One top-level field of the shaped object: raw as received, or parsed because a pointer
@@ -181,6 +184,7 @@ impl Shaper {
             api_version: resource.api_version.clone(),
             kind: resource.kind.clone(),
             changes,
+            events: res.mode == ResourceMode::Events,
         }
     }
 
@@ -230,6 +234,18 @@ impl Shaper {
     /// [`ShapeError`] when a `fields` or `drop` pointer reaches into a field that cannot be
     /// parsed (nested deeper than serde_json's limit).
     pub fn shape(&self, obj: &RawObject<'_>) -> Result<Shaped, ShapeError> {
+        if self.events {
+            // An occurrence changes when the Event happens again: its count is what the
+            // store keeps in place of the payload's fingerprint (decide.rs takes the
+            // difference as the message's `occurrences`).
+            let o = super::occurrence::read(obj);
+            return Ok(Shaped {
+                object: o.object,
+                fingerprint: o.count,
+                parts: Parts::UNKNOWN,
+                values: None,
+            });
+        }
         let mut metadata = obj.metadata.clone();
         if self.strip_secret_data {
             if let Some(Value::Object(a)) = metadata.get_mut("annotations") {

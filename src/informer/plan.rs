@@ -10,8 +10,9 @@ use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::changes::ChangePaths;
+use super::occurrence::Occurrences;
 use super::payload::{Shaper, SHAPE_VERSION};
-use crate::config::{PayloadMode, ResourceConfig};
+use crate::config::{PayloadMode, ResourceConfig, ResourceMode};
 use kubesink_core::shard::Shard;
 
 /// Everything one informer needs: which objects to watch and how to shape them.
@@ -35,6 +36,9 @@ pub struct WatchPlan {
     pub shaper: Shaper,
     /// Emit `updated`.
     pub updates: bool,
+    /// Events mode (`mode = "events"`): how Events are sent as occurrences; `None` for
+    /// objects.
+    pub occurrences: Option<Occurrences>,
     /// The shard of the cluster this watch follows (its requests' `shardSelector`, and the
     /// client-side check when the server ignores it); `None`: the whole cluster.
     pub shard: Option<Shard>,
@@ -52,6 +56,9 @@ struct Selection<'a> {
     label_selector: Option<&'a str>,
     field_selector: Option<&'a str>,
     payload: PayloadMode,
+    /// Left out for objects, so states saved before events mode existed still compare.
+    #[serde(skip_serializing_if = "is_objects")]
+    mode: ResourceMode,
     fields: &'a [String],
     drop: &'a [String],
     updates: bool,
@@ -64,6 +71,10 @@ struct Selection<'a> {
     /// Left out without shards, for the same reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     shard: Option<String>,
+}
+
+fn is_objects(mode: &ResourceMode) -> bool {
+    *mode == ResourceMode::Objects
 }
 
 impl WatchPlan {
@@ -95,6 +106,7 @@ impl WatchPlan {
                 mode: res.payload,
                 shaper: shaper.clone(),
                 updates: res.updates,
+                occurrences: Occurrences::of(res),
                 shard: None,
             })
             .collect()
@@ -125,6 +137,7 @@ impl WatchPlan {
             label_selector: res.label_selector.as_deref(),
             field_selector: res.field_selector.as_deref(),
             payload: res.payload,
+            mode: res.mode,
             fields: &res.fields,
             drop: &res.drop,
             updates: res.updates,

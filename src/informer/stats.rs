@@ -32,6 +32,11 @@ pub struct InformerStats {
     /// Updates not emitted whose payload differs from the one last sent in `ignore_changes`
     /// paths only (counted apart from `suppressed`; see `changes.rs`).
     pub ignored: AtomicU64,
+    /// Events mode: Events a first start's list found whose last occurrence is older than
+    /// `since`: recorded (their later occurrences are sent), not sent.
+    pub events_before_since: AtomicU64,
+    /// Events mode: deletions of Events (their TTL) not sent (no `send_deleted`).
+    pub events_deletes_unsent: AtomicU64,
     /// Watch events dropped because their resourceVersion is older than the one already
     /// held for the key (a replay: see `decide.rs`).
     pub stale_events: AtomicU64,
@@ -75,6 +80,10 @@ pub struct InformerStats {
     pub idle_restarts: AtomicU64,
     /// Watches that ended empty long before their `timeoutSeconds`.
     pub early_ends: AtomicU64,
+    /// Of `early_ends`, those whose resourceVersion the server no longer holds (a list at
+    /// it answered 410 Gone): relisted. What a watch of Events from a compacted
+    /// resourceVersion gets instead of 410 (kubernetes/kubernetes#104171).
+    pub early_ends_gone: AtomicU64,
     /// Responses or events that did not decode.
     pub decode_errors: AtomicU64,
     /// 401 and 403 answers.

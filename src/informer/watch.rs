@@ -21,12 +21,12 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
-use kube::api::{ApiResource, DynamicObject, ListParams, WatchParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, VersionMatch, WatchParams};
 use kube::core::Request;
 use kube::Client;
 
 use super::api::{ClusterApi, Verb};
-use super::decode::{DecodeError, Status};
+use super::decode::{self, DecodeError, Status};
 use super::plan::WatchPlan;
 use super::protobuf;
 use crate::config::{PayloadMode, WireEncoding};
@@ -273,30 +273,81 @@ impl Requests {
         Some(list.items.iter().any(|i| i.metadata.uid == uid))
     }
 
-    /// One list page (`continue_token` for the pages after the first), read whole. A body
-    /// that stalls (no byte for `idle_timeout`) fails as [`WatchFailure::Idle`]: a slow server is
-    /// waited for, a dead one is not.
+    /// One list page (`continue_token` for the pages after the first), read item by item as
+    /// it arrives ([`PageItems`]): the page is never held whole. A body that stalls (no byte
+    /// for `idle_timeout`) fails as [`WatchFailure::Idle`].
     ///
     /// # Errors
     /// [`WatchFailure`] for any error status (410 as [`WatchFailure::Gone`]), transport failure or
-    /// stall.
-    pub async fn list_page(
+    /// stall before the body starts.
+    pub async fn list_page_items(
         &self,
         continue_token: Option<&str>,
         idle_timeout: Duration,
-    ) -> Result<Bytes, WatchFailure> {
+    ) -> Result<PageItems, WatchFailure> {
         let mut lp = self.list.clone();
         lp.continue_token = continue_token.map(str::to_owned);
-        self.list_whole(&lp, idle_timeout).await
+        let (body, wire) = self.list_request(&lp).await?;
+        let mut page = PageItems {
+            body: Some(body),
+            idle_timeout,
+            split: decode::PageSplitter::default(),
+        };
+        if wire == Wire::Protobuf {
+            // A protobuf list is one message: decoded whole, then split as JSON.
+            let raw = match page.body.take() {
+                Some(body) => read_all(body, idle_timeout).await?,
+                None => Vec::new(),
+            };
+            let json = protobuf::list_to_json(&raw).map_err(WatchFailure::Decode)?;
+            page.split.push(&json);
+        }
+        Ok(page)
     }
 
-    /// One LIST with `lp`, for the whole objects or their metadata as the payload mode asks,
-    /// read whole; a body that stalls for `idle_timeout` fails as [`WatchFailure::Idle`].
+    /// Whether the server still holds `resource_version`: a one-item list at exactly it
+    /// (`resourceVersionMatch=Exact`), read whole and dropped.
+    ///
+    /// # Errors
+    /// [`WatchFailure::Gone`] when it no longer does (410: etcd compacted it); any other
+    /// [`WatchFailure`] when the question could not be asked.
+    pub async fn holds(
+        &self,
+        resource_version: &str,
+        idle_timeout: Duration,
+    ) -> Result<(), WatchFailure> {
+        let lp = self
+            .list
+            .clone()
+            .limit(1)
+            .at(resource_version)
+            .matching(VersionMatch::Exact);
+        // Read to its end, so that the connection serves the next request.
+        self.list_whole(&lp, idle_timeout).await.map(drop)
+    }
+
+    /// One LIST with `lp`, read whole (a protobuf answer as the JSON list it stands for).
     async fn list_whole(
         &self,
         lp: &ListParams,
         idle_timeout: Duration,
     ) -> Result<Bytes, WatchFailure> {
+        let (body, wire) = self.list_request(lp).await?;
+        let raw = read_all(body, idle_timeout).await?;
+        match wire {
+            Wire::Protobuf => protobuf::list_to_json(&raw)
+                .map(Bytes::from)
+                .map_err(WatchFailure::Decode),
+            Wire::Json => Ok(Bytes::from(raw)),
+        }
+    }
+
+    /// Sends one LIST with `lp`, for the whole objects or their metadata as the payload mode
+    /// asks: the body of a success and the encoding the server chose.
+    async fn list_request(
+        &self,
+        lp: &ListParams,
+    ) -> Result<(kube::client::Body, Wire), WatchFailure> {
         let mut req = if self.metadata {
             self.request.list_metadata(lp)
         } else {
@@ -304,25 +355,7 @@ impl Requests {
         }
         .map_err(|e| WatchFailure::Request(e.to_string()))?;
         self.ask_protobuf(&mut req, protobuf::ACCEPT_LIST);
-        let (mut body, wire) = self.send(req, Verb::List).await?;
-        let mut out = BytesMut::new();
-        loop {
-            match tokio::time::timeout(idle_timeout, body.frame()).await {
-                Err(_) => return Err(WatchFailure::Idle(idle_timeout)),
-                Ok(None) if wire == Wire::Protobuf => {
-                    return protobuf::list_to_json(&out)
-                        .map(Bytes::from)
-                        .map_err(WatchFailure::Decode)
-                }
-                Ok(None) => return Ok(out.freeze()),
-                Ok(Some(Err(e))) => return Err(WatchFailure::Transport(cause(&e))),
-                Ok(Some(Ok(frame))) => {
-                    if let Some(data) = frame.data_ref() {
-                        out.extend_from_slice(data);
-                    }
-                }
-            }
-        }
+        self.send(req, Verb::List).await
     }
 
     /// A watch from `resource_version`, as a stream of event lines.
@@ -463,6 +496,100 @@ impl Requests {
             status,
             retry_after,
         })
+    }
+}
+
+/// A list page read item by item as its bytes arrive (see [`decode::PageSplitter`]).
+pub struct PageItems {
+    /// The response body; `None` once it ended.
+    body: Option<kube::client::Body>,
+    idle_timeout: Duration,
+    split: decode::PageSplitter,
+}
+
+impl PageItems {
+    /// The next item of the page (raw JSON), `None` after the last one.
+    ///
+    /// # Errors
+    /// [`WatchFailure::Idle`] when no byte came for the idle timeout,
+    /// [`WatchFailure::Transport`] when the body broke off, [`WatchFailure::Decode`] when the
+    /// page is not a list (or an item not UTF-8).
+    pub async fn next_item(&mut self) -> Result<Option<&str>, WatchFailure> {
+        let undecodable = |e: &dyn std::fmt::Display, at: &[u8]| {
+            WatchFailure::Decode(decode::DecodeError::new("list page", e, at))
+        };
+        let range = loop {
+            match self.split.next() {
+                Ok(Some(range)) => break range,
+                Ok(None) if self.body.is_none() => {
+                    return match self.split.done() {
+                        true => Ok(None),
+                        false => Err(undecodable(&"the body ended before the list did", b"")),
+                    }
+                }
+                Ok(None) => self.read_more().await?,
+                Err(e) => return Err(undecodable(&e, b"")),
+            }
+        };
+        let item = self.split.item(range);
+        std::str::from_utf8(item)
+            .map(Some)
+            .map_err(|e| undecodable(&e, item))
+    }
+
+    /// The list's metadata (its resourceVersion and continue token), after the last item.
+    ///
+    /// # Errors
+    /// [`WatchFailure::Decode`] when the page did not end as a list.
+    pub fn metadata(&self) -> Result<decode::ListMeta, WatchFailure> {
+        self.split
+            .finish()
+            .map_err(|e| WatchFailure::Decode(decode::DecodeError::new("list page", &e, b"")))
+    }
+
+    /// Reads the next chunk of the body into the splitter (or notes that it ended).
+    async fn read_more(&mut self) -> Result<(), WatchFailure> {
+        let Some(body) = &mut self.body else {
+            return Ok(());
+        };
+        match next_data(body, self.idle_timeout).await? {
+            Some(data) => self.split.push(&data),
+            None => self.body = None,
+        }
+        Ok(())
+    }
+}
+
+/// All of `body` (each piece waited for at most `idle_timeout`).
+///
+/// # Errors
+/// As [`next_data`].
+async fn read_all(
+    mut body: kube::client::Body,
+    idle_timeout: Duration,
+) -> Result<Vec<u8>, WatchFailure> {
+    let mut out = Vec::new();
+    while let Some(data) = next_data(&mut body, idle_timeout).await? {
+        out.extend_from_slice(&data);
+    }
+    Ok(out)
+}
+
+/// The next piece of `body`'s data, waited for at most `idle_timeout`: `None` once the body
+/// ended (a frame without data, trailers, is an empty piece).
+///
+/// # Errors
+/// [`WatchFailure::Idle`] when nothing came in time, [`WatchFailure::Transport`] when the
+/// body broke off.
+async fn next_data(
+    body: &mut kube::client::Body,
+    idle_timeout: Duration,
+) -> Result<Option<Bytes>, WatchFailure> {
+    match tokio::time::timeout(idle_timeout, body.frame()).await {
+        Err(_) => Err(WatchFailure::Idle(idle_timeout)),
+        Ok(None) => Ok(None),
+        Ok(Some(Err(e))) => Err(WatchFailure::Transport(cause(&e))),
+        Ok(Some(Ok(frame))) => Ok(Some(frame.into_data().unwrap_or_default())),
     }
 }
 
@@ -681,21 +808,15 @@ impl Lines {
     /// Waits for the next piece of the body (at most the idle timeout) and appends it;
     /// marks the end of the body.
     async fn read_more(&mut self) -> Result<(), WatchFailure> {
-        match tokio::time::timeout(self.idle_timeout, self.body.frame()).await {
-            Err(_) => Err(WatchFailure::Idle(self.idle_timeout)),
-            Ok(None) => {
-                self.ended = true;
-                Ok(())
-            }
-            Ok(Some(Err(e))) => Err(WatchFailure::Transport(cause(&e))),
-            Ok(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.buf.extend_from_slice(data);
-                    self.arrived = std::time::SystemTime::now();
-                }
-                Ok(())
+        match next_data(&mut self.body, self.idle_timeout).await? {
+            None => self.ended = true,
+            Some(data) if data.is_empty() => {}
+            Some(data) => {
+                self.buf.extend_from_slice(&data);
+                self.arrived = std::time::SystemTime::now();
             }
         }
+        Ok(())
     }
 }
 

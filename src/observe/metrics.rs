@@ -221,6 +221,18 @@ impl BridgeCollector {
         )?;
         self.watch_counter(
             e,
+            "events_before_since",
+            "Events mode: Events a first start found whose last occurrence is older than since (recorded, not sent)",
+            |s| load(&s.events_before_since),
+        )?;
+        self.watch_counter(
+            e,
+            "events_deletes_unsent",
+            "Events mode: deletions of Events (their TTL) not sent (send_deleted = false)",
+            |s| load(&s.events_deletes_unsent),
+        )?;
+        self.watch_counter(
+            e,
             "stale_events",
             "Watch events dropped because their resourceVersion is older than the one held for the key (a replayed event)",
             |s| load(&s.stale_events),
@@ -297,8 +309,14 @@ impl BridgeCollector {
         self.watch_counter(
             e,
             "watch_early_ends",
-            "Watches that ended empty long before their timeoutSeconds (backed off)",
+            "Watches that ended empty long before their timeoutSeconds (backed off, or relisted when the server no longer holds their resourceVersion)",
             |s| load(&s.early_ends),
+        )?;
+        self.watch_counter(
+            e,
+            "watch_early_ends_gone",
+            "Watches that ended empty from a resourceVersion the server no longer holds (a list at it answered 410 Gone): relisted, as after a 410",
+            |s| load(&s.early_ends_gone),
         )?;
         self.watch_counter(
             e,

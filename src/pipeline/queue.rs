@@ -293,8 +293,13 @@ impl SinkQueue {
                 let pos = usize::try_from(seq - st.head_seq).unwrap_or(usize::MAX);
                 let behind_barrier = st.barrier.is_some_and(|b| b > seq);
                 match st.pending.get_mut(pos) {
-                    // A re-created object (another uid) never merges: it queues behind.
-                    Some(slot) if !behind_barrier && slot.msg.meta.uid == msg.meta.uid => {
+                    // A re-created object (another uid) never merges: it queues behind. Nor does
+                    // an Event's deletion: the occurrences before it were facts, not state.
+                    Some(slot)
+                        if !behind_barrier
+                            && slot.msg.meta.uid == msg.meta.uid
+                            && !(msg.meta.resource.events && msg.meta.op == Op::Deleted) =>
+                    {
                         if msg.meta.op == Op::Deleted && slot.fresh {
                             // `added` (+ `updated`s) then `deleted`, none delivered: the sink
                             // never learns of the key, as if it had never existed.
@@ -312,7 +317,8 @@ impl SinkQueue {
                                 freed: true,
                             });
                         }
-                        let msg = coalesced_changed(&slot.msg, msg);
+                        let msg =
+                            coalesced_occurrences(&slot.msg, coalesced_changed(&slot.msg, msg));
                         let size = msg.size();
                         let old = std::mem::replace(&mut slot.msg, msg);
                         let old_ack = std::mem::replace(&mut slot.ack, ack);
@@ -584,6 +590,20 @@ impl SinkQueue {
     }
 }
 
+/// The survivor of two coalesced occurrences of an Event (`new` replacing `old`, never
+/// sent; [`Resource::events`](kubesink_core::Resource)): its `occurrences` count both, so a
+/// consumer's sum stays exact. Objects' messages pass unchanged.
+fn coalesced_occurrences(old: &Message, new: Message) -> Message {
+    use kubesink_core::message::{occurrences_of, with_occurrences};
+    if !new.meta.resource.events {
+        return new;
+    }
+    match (occurrences_of(old), occurrences_of(&new)) {
+        (Some(a), b) => with_occurrences(&new, a.saturating_add(b.unwrap_or(0))),
+        (None, _) => new,
+    }
+}
+
 /// The survivor of two coalesced changes of a key (`new` replacing `old`, never sent): its
 /// `changed` names what changed since the last message the sink received, so the
 /// union of both updates' paths; unknown (left out) when `old` was not an `updated` whose
@@ -678,6 +698,49 @@ mod tests {
         let names: Arc<[Arc<str>]> = ["metadata.labels", "spec", "status"].map(Arc::from).into();
         let changed = mask.map(|mask| kubesink_core::message::ChangedPaths { mask, names });
         kubesink_core::message::with_changed(&m, changed)
+    }
+
+    /// An occurrence of Event `a` (`op`) reporting `n` occurrences (`None`: none, a
+    /// `deleted`).
+    fn occurrence(op: Op, n: Option<u64>) -> Message {
+        let text = match n {
+            Some(n) => format!(
+                r#"{{"op":"{}","occurrences":{n},"observedAt":"t"}}"#,
+                op.as_str()
+            ),
+            None => format!(r#"{{"op":"{}","observedAt":"t"}}"#, op.as_str()),
+        };
+        let mut m = msg("a", &text);
+        let meta = Arc::make_mut(&mut m.meta);
+        meta.op = op;
+        meta.resource = Arc::new(
+            Resource::new("c", "events.k8s.io", "v1", "Event", "events", true).with_events(true),
+        );
+        m
+    }
+
+    #[tokio::test]
+    async fn coalesced_occurrences_add_up_and_a_deletion_never_cancels_them() {
+        let q = SinkQueue::new(limits(true, 10));
+        q.push(occurrence(Op::Added, Some(5)), None).await;
+        q.push(occurrence(Op::Updated, Some(3)), None).await;
+        q.push(occurrence(Op::Updated, Some(1)), None).await;
+        // An Event's deletion queues behind its occurrences: an `added` and a `deleted` of
+        // an object cancel out, occurrences do not.
+        q.push(occurrence(Op::Deleted, None), None).await;
+        let b = q.next_batch().await.unwrap();
+        assert_eq!(
+            payloads(&b),
+            [
+                r#"{"op":"updated","occurrences":9,"observedAt":"t"}"#,
+                r#"{"op":"deleted","observedAt":"t"}"#
+            ]
+        );
+        assert_eq!(
+            kubesink_core::message::occurrences_of(&b.messages[0]),
+            Some(9)
+        );
+        assert_eq!(q.coalesced(), 2);
     }
 
     #[tokio::test]

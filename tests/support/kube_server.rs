@@ -675,6 +675,25 @@ impl ControlPlane {
         path
     }
 
+    /// Writes a kubeconfig at `path` of the admin user, reaching the API server at `addr` (a
+    /// proxy in front of it: `proxy.rs`), the server's name checked against its CA as usual.
+    pub fn write_admin_kubeconfig_via(&self, path: &Path, addr: std::net::SocketAddr) {
+        let pem = |name: &str| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .encode(std::fs::read(self.pki.dir.join(name)).expect("pem"))
+        };
+        write_kubeconfig(
+            path,
+            &format!("https://{addr}"),
+            &pem("ca.crt"),
+            User::Cert {
+                cert: pem("admin.crt"),
+                key: pem("admin.key"),
+            },
+        );
+    }
+
     /// The API server's `/metrics` (admin), as text.
     pub async fn metrics(&self) -> String {
         let client = self.admin().await;

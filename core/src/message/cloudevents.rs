@@ -8,7 +8,7 @@
 //! | `specversion` | `1.0` |
 //! | `id` | the message id (sync markers: their id) |
 //! | `source` | `kubesink://{cluster}` ([`source`]) |
-//! | `type` | `io.kubesink.topology.{op}`: `added`, `updated`, `deleted`, `synced` |
+//! | `type` | `io.kubesink.topology.{op}`: `added`, `updated`, `deleted`, `synced`; for Event occurrences (`mode = "events"`) `io.kubesink.event.{op}` |
 //! | `subject` | the message key |
 //! | `time` | the payload's `observedAt` |
 //! | `datacontenttype` | `application/json` |
@@ -43,6 +43,10 @@ pub const DATASCHEMA: &str = "https://kubesink.io/schemas/topology-message-v1.sc
 
 /// The prefix of `type`: `io.kubesink.topology.added` and so on.
 pub const TYPE_PREFIX: &str = "io.kubesink.topology.";
+
+/// The prefix of an Event occurrence's `type` (`mode = "events"`):
+/// `io.kubesink.event.added` and so on.
+pub const EVENT_TYPE_PREFIX: &str = "io.kubesink.event.";
 
 /// The content type of a structured-mode message (the JSON event format).
 pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json";
@@ -172,7 +176,14 @@ pub fn attributes(m: &Message) -> [(&'static str, Cow<'_, str>); 8] {
         ("source", Cow::Owned(source(&meta.resource.cluster))),
         (
             "type",
-            Cow::Owned(format!("{TYPE_PREFIX}{}", meta.op.as_str())),
+            Cow::Owned(format!(
+                "{}{}",
+                match meta.resource.events {
+                    true => EVENT_TYPE_PREFIX,
+                    false => TYPE_PREFIX,
+                },
+                meta.op.as_str()
+            )),
         ),
         ("subject", Cow::Borrowed(&*m.key)),
         ("time", Cow::Borrowed(&*meta.observed_at)),

@@ -93,6 +93,10 @@ pub struct Change {
     /// the byte bound), one per such path that changed. `None` when none did, and for every
     /// other op.
     pub changes: Option<String>,
+    /// For an `added` or `updated` of an Event occurrence (a resource in events mode,
+    /// [`Resource::events`]): how many times the Event happened since its previous message
+    /// (its whole count on its first), the message's `occurrences`. `None` for objects.
+    pub occurrences: Option<u64>,
 }
 
 /// Why a `deleted` was sent when the object is still in the cluster: the message's `reason`.
@@ -137,6 +141,8 @@ struct Wire<'a> {
     changed: Option<&'a ChangedPaths>,
     #[serde(skip_serializing_if = "Option::is_none")]
     changes: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    occurrences: Option<u64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
@@ -340,15 +346,20 @@ pub fn encode_with_epoch(
             replaced_uid: replaced_uid(c),
             changed: changed(c),
             changes: changes.as_deref(),
+            occurrences: c.occurrences.filter(|_| c.op != Op::Deleted),
             truncated: false,
             observed_at,
             leader_epoch,
         },
     )?;
-    // `object` comes last: splice the shaped object's text in before the closing brace.
+    // `object` (an Event occurrence's `event`) comes last: splice the shaped object's text
+    // in before the closing brace.
     if let Some(object) = &c.object {
         payload.pop();
-        payload.extend_from_slice(b",\"object\":");
+        payload.extend_from_slice(match r.events {
+            true => b",\"event\":",
+            false => b",\"object\":",
+        });
         payload.extend_from_slice(object.as_str().as_bytes());
         payload.push(b'}');
     }
@@ -393,6 +404,25 @@ pub fn with_changed(msg: &Message, changed: Option<ChangedPaths>) -> Message {
         }
         None => msg.clone(),
     }
+}
+
+/// The `occurrences` of `msg` (an Event occurrence: [`Resource::events`]); `None` when it
+/// has none (objects, a `deleted`) or its payload does not parse.
+pub fn occurrences_of(msg: &Message) -> Option<u64> {
+    if !msg.meta.resource.events {
+        return None;
+    }
+    let text = std::str::from_utf8(&msg.payload).ok()?;
+    let RawMap(fields) = serde_json::from_str(text).ok()?;
+    let (_, raw) = fields.into_iter().find(|(k, _)| k == "occurrences")?;
+    raw.get().parse().ok()
+}
+
+/// `msg` (an Event occurrence) with its `occurrences` set to `n`: what a queue sends when it
+/// coalesces two occurrences of an Event, the survivor counting both (`pipeline/queue.rs`).
+/// Same key, id and headers. `msg` itself when its payload is not a JSON object.
+pub fn with_occurrences(msg: &Message, n: u64) -> Message {
+    with_field(msg, "occurrences", Some(n.to_string())).unwrap_or_else(|| msg.clone())
 }
 
 /// `msg` with its optional top-level field `name` set to the JSON text `value` (placed

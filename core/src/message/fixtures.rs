@@ -25,6 +25,7 @@ pub fn change(op: Op, namespace: Option<&str>, name: &str, object: Option<Object
         replaced_uid: None,
         changed: None,
         changes: None,
+        occurrences: None,
         reason: None,
         object,
     }

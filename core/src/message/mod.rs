@@ -24,8 +24,9 @@ mod resource;
 pub use cloudevents::Format;
 pub use encode::{
     coalesce_changes, encode, encode_synced, encode_synced_with_epoch, encode_with_epoch,
-    message_id, now_rfc3339, synced_id, tombstone_id, truncate, with_changed, with_changes, Change,
-    DeleteReason, ObjectJson, SyncScope, Synced, TruncateLevel,
+    message_id, now_rfc3339, occurrences_of, synced_id, tombstone_id, truncate, with_changed,
+    with_changes, with_occurrences, Change, DeleteReason, ObjectJson, SyncScope, Synced,
+    TruncateLevel,
 };
 pub use model::{
     ChangedPaths, Message, MessageMeta, Op, Placeholder, CONTENT_TYPE_JSON, SYNCED_NAME,

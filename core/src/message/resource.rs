@@ -22,6 +22,10 @@ pub struct Resource {
     pub plural: String,
     /// Whether objects of this kind live in namespaces.
     pub namespaced: bool,
+    /// Its messages are Event occurrences (`[[resources]] mode = "events"`,
+    /// docs/events.md): the payload carries `event` and `occurrences` instead of `object`,
+    /// and the CloudEvents type is `io.kubesink.event.{op}`.
+    pub events: bool,
 }
 
 impl Resource {
@@ -47,7 +51,14 @@ impl Resource {
             kind: kind.to_owned(),
             plural: plural.to_owned(),
             namespaced,
+            events: false,
         }
+    }
+
+    /// The same resource, its messages Event occurrences when `events` ([`Resource::events`]).
+    pub fn with_events(mut self, events: bool) -> Self {
+        self.events = events;
+        self
     }
 
     /// The group as keys and templates write it: `core` for the core (empty) group.

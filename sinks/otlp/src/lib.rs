@@ -8,6 +8,8 @@
 //! - `record.rs`: a topology message as a log record (the mapping table).
 //! - `wire.rs`: the same record's protobuf written straight from the payload's JSON (what
 //!   the sink sends).
+//! - `event.rs`: an Event occurrence (`mode = "events"`) as a log record shaped like the
+//!   Collector's `k8s_events` receiver.
 //! - `sink.rs`: export requests, what each answer means (partial success, retries), order.
 //! - `reader.rs`: the Collector's file exporter output read back as topology messages, for
 //!   `kubesink fold --file`.
@@ -15,6 +17,7 @@
 //! `docs/otlp.md` is the user's page.
 
 mod config;
+pub mod event;
 pub mod reader;
 pub mod record;
 mod sink;

@@ -117,7 +117,7 @@ impl<'de> Visitor<'de> for AnySeed {
 /// Reads a JSON object as its fields, in order. (A message has no repeated keys: kubesink's
 /// encoder writes each field once and copies the object as the API server wrote it, from Go
 /// structs and maps.)
-struct Fields;
+pub(crate) struct Fields;
 
 impl<'de> Visitor<'de> for Fields {
     type Value = Vec<(String, AnyValue)>;
@@ -139,7 +139,7 @@ fn some(v: Any) -> AnyValue {
     AnyValue { value: Some(v) }
 }
 
-fn kv(key: impl Into<String>, value: AnyValue) -> KeyValue {
+pub(crate) fn kv(key: impl Into<String>, value: AnyValue) -> KeyValue {
     KeyValue {
         key: key.into(),
         value: Some(value),
@@ -147,7 +147,7 @@ fn kv(key: impl Into<String>, value: AnyValue) -> KeyValue {
     }
 }
 
-fn text(s: impl Into<String>) -> AnyValue {
+pub(crate) fn text(s: impl Into<String>) -> AnyValue {
     AnyValue {
         value: Some(Any::StringValue(s.into())),
     }

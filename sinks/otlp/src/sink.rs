@@ -24,6 +24,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 use reqwest::header::{HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
 
+use crate::event::event_record;
 use crate::wire::{encoded_log_record, field, frame, framed};
 
 /// The content type of an OTLP/HTTP protobuf request.
@@ -40,14 +41,14 @@ pub struct OtlpSink {
     rejected: AtomicU64,
 }
 
-/// A record ready to send: its resource (cluster, namespace) and the `LogRecord`,
-/// protobuf-encoded once (a retry, or a request split after a 413, sends these bytes again).
+/// A record ready to send: its `Resource` and the `LogRecord`, each protobuf-encoded once (a
+/// retry, or a request split after a 413, sends these bytes again).
 struct Item {
-    resource: ResourceKey,
+    resource: std::sync::Arc<[u8]>,
     record: Vec<u8>,
 }
 
-/// A record's resource: its cluster and, for a namespaced object, its namespace.
+/// An object's record's resource: its cluster and, for a namespaced object, its namespace.
 type ResourceKey = (String, Option<String>);
 
 impl OtlpSink {
@@ -74,15 +75,16 @@ impl OtlpSink {
         }
     }
 
-    /// The encoded `ExportLogsServiceRequest` of `items`: one `ResourceLogs` per (cluster,
-    /// namespace) in the order they first appear, each record in batch order within it (a
-    /// key's records share a resource, so their order holds). Framed here around the records
+    /// The encoded `ExportLogsServiceRequest` of `items`: one `ResourceLogs` per resource
+    /// (an object's: its cluster and namespace; an Event occurrence's: the object it is
+    /// about) in the order they first appear, each record in batch order within it (a key's
+    /// records share a resource, so their order holds). Framed here around the records
     /// encoded once: the bytes prost writes for the same request (a unit test compares them),
     /// without copying each record's tree into a request and walking it again.
     fn request(items: &[Item]) -> Vec<u8> {
-        let mut groups: Vec<(&ResourceKey, Vec<&[u8]>)> = Vec::new();
+        let mut groups: Vec<(&[u8], Vec<&[u8]>)> = Vec::new();
         for item in items {
-            match groups.iter_mut().find(|(r, _)| **r == item.resource) {
+            match groups.iter_mut().find(|(r, _)| **r == *item.resource) {
                 Some((_, records)) => records.push(&item.record),
                 None => groups.push((&item.resource, vec![&item.record])),
             }
@@ -95,16 +97,7 @@ impl OtlpSink {
         .encode_to_vec();
         let total: usize = items.iter().map(|i| framed(i.record.len())).sum();
         let mut out = Vec::with_capacity(total + groups.len() * 128);
-        for ((cluster, namespace), records) in groups {
-            let mut attributes = vec![attr("k8s.cluster.name", cluster)];
-            if let Some(ns) = namespace {
-                attributes.push(attr("k8s.namespace.name", ns));
-            }
-            let resource = Resource {
-                attributes,
-                ..Default::default()
-            }
-            .encode_to_vec();
+        for (resource, records) in groups {
             let scope_logs =
                 framed(scope.len()) + records.iter().map(|r| framed(r.len())).sum::<usize>();
             frame(
@@ -113,7 +106,7 @@ impl OtlpSink {
                 framed(resource.len()) + framed(scope_logs),
             );
             frame(&mut out, field::RESOURCE, resource.len());
-            out.extend_from_slice(&resource);
+            out.extend_from_slice(resource);
             frame(&mut out, field::SCOPE_LOGS, scope_logs);
             frame(&mut out, field::SCOPE, scope.len());
             out.extend_from_slice(&scope);
@@ -192,6 +185,19 @@ impl OtlpSink {
     }
 }
 
+/// An object's record's resource: `k8s.cluster.name` and, for a namespaced object,
+/// `k8s.namespace.name`.
+fn object_resource((cluster, namespace): &ResourceKey) -> Resource {
+    let mut attributes = vec![attr("k8s.cluster.name", cluster)];
+    if let Some(ns) = namespace {
+        attributes.push(attr("k8s.namespace.name", ns));
+    }
+    Resource {
+        attributes,
+        ..Default::default()
+    }
+}
+
 fn attr(key: &str, value: &str) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
@@ -214,13 +220,33 @@ impl Sink for OtlpSink {
 
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         let mut items = Vec::with_capacity(batch.len());
+        // Objects' resources, encoded once per (cluster, namespace) of the batch.
+        let mut resources: Vec<(ResourceKey, std::sync::Arc<[u8]>)> = Vec::new();
         for m in batch {
-            let record = encoded_log_record(m)
-                .map_err(|e| SinkError::fatal(&self.name, format!("message {}: {e}", m.meta.id)))?;
-            let resource = (
+            let fatal = |e: serde_json::Error| {
+                SinkError::fatal(&self.name, format!("message {}: {e}", m.meta.id))
+            };
+            if m.meta.resource.events {
+                let (resource, record) = event_record(m).map_err(fatal)?;
+                items.push(Item {
+                    resource: resource.encode_to_vec().into(),
+                    record: record.encode_to_vec(),
+                });
+                continue;
+            }
+            let record = encoded_log_record(m).map_err(fatal)?;
+            let key = (
                 m.meta.resource.cluster.clone(),
                 m.meta.namespace.as_deref().map(str::to_owned),
             );
+            let resource = match resources.iter().find(|(k, _)| *k == key) {
+                Some((_, r)) => r.clone(),
+                None => {
+                    let r: std::sync::Arc<[u8]> = object_resource(&key).encode_to_vec().into();
+                    resources.push((key, r.clone()));
+                    r
+                }
+            };
             items.push(Item { resource, record });
         }
         let sizes: Vec<usize> = items.iter().map(|i| i.record.len() + 8).collect();

@@ -258,7 +258,7 @@ fn the_framed_request_is_the_bytes_prost_writes() {
         .iter()
         .zip(&resources)
         .map(|(r, res)| super::Item {
-            resource: res.clone(),
+            resource: super::object_resource(res).encode_to_vec().into(),
             record: r.encode_to_vec(),
         })
         .collect();

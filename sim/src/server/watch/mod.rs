@@ -1,7 +1,8 @@
 //! Watch streams (`?watch=true`), per the API concepts' "Efficient detection of changes"
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>):
 //! newline-delimited `{"type":…,"object":…}` events; `resourceVersion` unset/"0" starts with
-//! synthetic ADDED events for current objects; a compacted version answers one 410 ERROR event;
+//! synthetic ADDED events for current objects; a compacted version answers one 410 ERROR event
+//! (except for Events, answered 200 and closed at once, as kube-apiserver does);
 //! `allowWatchBookmarks` adds periodic BOOKMARKs; `sendInitialEvents=true` ends the initial
 //! ADDED events with a BOOKMARK annotated `k8s.io/initial-events-end: "true"`; selectors apply
 //! to events (an object that stops matching is sent as DELETED). Watches of a custom resource
@@ -83,6 +84,16 @@ pub fn watch(
     };
     if inner.faults.empties_watch(path) {
         return Ok(json_response(200, Bytes::new()));
+    }
+    // Events are not in kube-apiserver's watch cache (their volume and short TTL): a watch of
+    // them from a resourceVersion etcd compacted away is answered 200 and closed at once,
+    // with no 410 ERROR event (kubernetes/kubernetes#104171, #137089).
+    let event = rt.kind == "Event" && matches!(rt.group.as_str(), "" | "events.k8s.io");
+    if event && !send_initial {
+        let oldest = inner.store().oldest_readable_rv_for(&rt.key());
+        if requested.is_some_and(|r| r > 0 && r < oldest) {
+            return Ok(json_response(200, Bytes::new()));
+        }
     }
     let control = inner.faults.register_watch(path, &rt.group, &rt.plural);
     let mut st = WatchStream::new(inner, path, rt, control);
