@@ -9,6 +9,7 @@ use kubesink_core::message::{encode, Change};
 use kubesink_core::{Op, Resource};
 use serde_json::{json, Value};
 
+use super::filter_tests::list;
 use super::restart_tests::saved;
 use super::tests::{obj, U1, U2};
 use super::{Decider, Event};
@@ -66,15 +67,6 @@ fn said(changes: &[Change]) -> Vec<(Op, String, Option<u64>)> {
         .iter()
         .map(|c| (c.op, c.name.clone(), c.occurrences))
         .collect()
-}
-
-fn list(d: &mut Decider, events: &[String]) -> Vec<Change> {
-    let mut out = d.on_event(Event::ListStart).unwrap();
-    for e in events {
-        out.extend(d.on_event(Event::Listed(obj(e))).unwrap());
-    }
-    out.extend(d.on_event(Event::ListDone { sweep: true }).unwrap());
-    out
 }
 
 const MIN: Duration = Duration::from_secs(60);

@@ -64,7 +64,8 @@ fn summary(changes: &[Change]) -> Vec<(Op, String, Option<DeleteReason>, Value)>
         .collect()
 }
 
-fn list(d: &mut Decider, objects: &[String]) -> Vec<Change> {
+/// One whole list of `objects` (start, each listed, the sweeping end): its changes.
+pub(super) fn list(d: &mut Decider, objects: &[String]) -> Vec<Change> {
     let mut out = d.on_event(Event::ListStart).unwrap();
     for o in objects {
         out.extend(d.on_event(Event::Listed(obj(o))).unwrap());
