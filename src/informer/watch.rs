@@ -288,21 +288,20 @@ impl Requests {
         let mut lp = self.list.clone();
         lp.continue_token = continue_token.map(str::to_owned);
         let (body, wire) = self.list_request(&lp).await?;
-        let mut page = PageItems {
-            body: Some(body),
-            idle_timeout,
-            split: decode::PageSplitter::default(),
-        };
-        if wire == Wire::Protobuf {
+        let mut split = decode::PageSplitter::default();
+        let body = match wire {
+            Wire::Json => Some(body),
             // A protobuf list is one message: decoded whole, then split as JSON.
-            let raw = match page.body.take() {
-                Some(body) => read_all(body, idle_timeout).await?,
-                None => Vec::new(),
-            };
-            let json = protobuf::list_to_json(&raw).map_err(WatchFailure::Decode)?;
-            page.split.push(&json);
-        }
-        Ok(page)
+            Wire::Protobuf => {
+                split.push(&whole_json(body, wire, idle_timeout).await?);
+                None
+            }
+        };
+        Ok(PageItems {
+            body,
+            idle_timeout,
+            split,
+        })
     }
 
     /// Whether the server still holds `resource_version`: a one-item list at exactly it
@@ -333,13 +332,7 @@ impl Requests {
         idle_timeout: Duration,
     ) -> Result<Bytes, WatchFailure> {
         let (body, wire) = self.list_request(lp).await?;
-        let raw = read_all(body, idle_timeout).await?;
-        match wire {
-            Wire::Protobuf => protobuf::list_to_json(&raw)
-                .map(Bytes::from)
-                .map_err(WatchFailure::Decode),
-            Wire::Json => Ok(Bytes::from(raw)),
-        }
+        whole_json(body, wire, idle_timeout).await.map(Bytes::from)
     }
 
     /// Sends one LIST with `lp`, for the whole objects or their metadata as the payload mode
@@ -560,19 +553,24 @@ impl PageItems {
     }
 }
 
-/// All of `body` (each piece waited for at most `idle_timeout`).
+/// All of a list response's `body` in `wire` (each piece waited for at most
+/// `idle_timeout`), as JSON: a protobuf list as the JSON list it stands for.
 ///
 /// # Errors
-/// As [`next_data`].
-async fn read_all(
+/// As [`next_data`]; [`WatchFailure::Decode`] when a protobuf body is not a list.
+async fn whole_json(
     mut body: kube::client::Body,
+    wire: Wire,
     idle_timeout: Duration,
 ) -> Result<Vec<u8>, WatchFailure> {
     let mut out = Vec::new();
     while let Some(data) = next_data(&mut body, idle_timeout).await? {
         out.extend_from_slice(&data);
     }
-    Ok(out)
+    match wire {
+        Wire::Json => Ok(out),
+        Wire::Protobuf => protobuf::list_to_json(&out).map_err(WatchFailure::Decode),
+    }
 }
 
 /// The next piece of `body`'s data, waited for at most `idle_timeout`: `None` once the body
