@@ -40,7 +40,8 @@ pub enum ResourceMode {
 }
 
 impl ResourceMode {
-    fn is_objects(&self) -> bool {
+    /// The default, objects (what serialization and the selection fingerprint leave out).
+    pub fn is_objects(&self) -> bool {
         *self == ResourceMode::Objects
     }
 }

@@ -57,7 +57,7 @@ struct Selection<'a> {
     field_selector: Option<&'a str>,
     payload: PayloadMode,
     /// Left out for objects, so states saved before events mode existed still compare.
-    #[serde(skip_serializing_if = "is_objects")]
+    #[serde(skip_serializing_if = "ResourceMode::is_objects")]
     mode: ResourceMode,
     fields: &'a [String],
     drop: &'a [String],
@@ -71,10 +71,6 @@ struct Selection<'a> {
     /// Left out without shards, for the same reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     shard: Option<String>,
-}
-
-fn is_objects(mode: &ResourceMode) -> bool {
-    *mode == ResourceMode::Objects
 }
 
 impl WatchPlan {
