@@ -1153,6 +1153,26 @@ mod tests {
     pub(super) const U1: &str = "ef5a35d5-973f-4ec9-9925-a67e7648ea58";
     pub(super) const U2: &str = "1d0f26d0-5b32-4c1a-ba4f-4c897e871cf9";
 
+    /// A decider of `res` for `resource` over `store` (restored when there is one; else an
+    /// empty store), acknowledgements untracked.
+    pub(super) fn over_store(
+        resource: Resource,
+        res: &ResourceConfig,
+        store: Option<LightStore>,
+    ) -> Decider {
+        let shaper = Shaper::new(res, "kubesink.io/cluster", "test");
+        let restored = store.is_some();
+        Decider::with_store(
+            Arc::new(resource),
+            "all namespaces".into(),
+            shaper,
+            res.updates,
+            TrackedStore::new(store.unwrap_or_default(), false),
+            restored,
+            Arc::default(),
+        )
+    }
+
     pub(super) fn decider(res: ResourceConfig) -> Decider {
         let resource = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
         let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");

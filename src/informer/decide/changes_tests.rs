@@ -10,13 +10,12 @@ use kubesink_core::{Op, Resource};
 use serde_json::{json, Value};
 
 use super::restart_tests::saved;
-use super::tests::{obj, U1};
+use super::tests::{obj, over_store, U1};
 use super::{Decider, Event};
 use crate::config::ResourceConfig;
 use crate::informer::facts::Parts;
 use crate::informer::payload::Shaper;
 use crate::informer::store::LightStore;
-use crate::informer::tracked::TrackedStore;
 
 /// A Deployment as the API server writes it, before any edit.
 fn deployment() -> Value {
@@ -47,20 +46,7 @@ fn deployments() -> Arc<Resource> {
 }
 
 fn decider_of(res: ResourceConfig, store: Option<LightStore>) -> Decider {
-    let resource = deployments();
-    let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
-    match store {
-        None => Decider::new(resource, "all namespaces".into(), shaper, res.updates),
-        Some(s) => Decider::with_store(
-            resource,
-            "all namespaces".into(),
-            shaper,
-            res.updates,
-            TrackedStore::new(s, false),
-            true,
-            Arc::default(),
-        ),
-    }
+    over_store(Arc::unwrap_or_clone(deployments()), &res, store)
 }
 
 /// A decider of `res` that has listed [`deployment`] and is watching.

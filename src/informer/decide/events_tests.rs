@@ -11,13 +11,11 @@ use serde_json::{json, Value};
 
 use super::filter_tests::list;
 use super::restart_tests::saved;
-use super::tests::{obj, U1, U2};
+use super::tests::{obj, over_store, U1, U2};
 use super::{Decider, Event};
 use crate::config::{ResourceConfig, ResourceMode, Since};
 use crate::informer::occurrence::Occurrences;
-use crate::informer::payload::Shaper;
 use crate::informer::store::LightStore;
-use crate::informer::tracked::TrackedStore;
 
 fn events_config(since: Since, send_deleted: bool) -> ResourceConfig {
     let mut res = ResourceConfig::new("events.k8s.io/v1", "Event");
@@ -28,21 +26,9 @@ fn events_config(since: Since, send_deleted: bool) -> ResourceConfig {
 }
 
 fn decider_over(res: &ResourceConfig, store: Option<LightStore>) -> Decider {
-    let resource = Arc::new(
-        Resource::new("test", "events.k8s.io", "v1", "Event", "events", true).with_events(true),
-    );
-    let shaper = Shaper::new(res, "kubesink.io/cluster", "test");
-    let restored = store.is_some();
-    Decider::with_store(
-        resource,
-        "all namespaces".into(),
-        shaper,
-        true,
-        TrackedStore::new(store.unwrap_or_default(), false),
-        restored,
-        Arc::default(),
-    )
-    .with_occurrences(Occurrences::of(res).expect("events mode"))
+    let resource =
+        Resource::new("test", "events.k8s.io", "v1", "Event", "events", true).with_events(true);
+    over_store(resource, res, store).with_occurrences(Occurrences::of(res).expect("events mode"))
 }
 
 /// An `events.k8s.io/v1` Event that happened `count` times, the last `ago` before now.

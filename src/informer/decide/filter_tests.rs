@@ -11,7 +11,7 @@ use kubesink_core::{Op, Resource};
 use serde_json::{json, Value};
 
 use super::restart_tests::saved;
-use super::tests::{obj, U1, U2};
+use super::tests::{obj, over_store, U1, U2};
 use super::{Decider, Event};
 use crate::config::ResourceConfig;
 use crate::informer::filter::Filter;
@@ -34,20 +34,9 @@ fn pod(name: &str, uid: &str, rv: u64, phase: &str) -> String {
 
 fn decider(expr: &str, store: Option<LightStore>) -> Decider {
     let res = ResourceConfig::new("v1", "Pod");
-    let resource = Arc::new(Resource::new("test", "", "v1", "Pod", "pods", true));
-    let shaper = Shaper::new(&res, "kubesink.io/cluster", "test");
+    let resource = Resource::new("test", "", "v1", "Pod", "pods", true);
     let filter = Some(Arc::new(Filter::compile(expr).expect("compiles")));
-    let restored = store.is_some();
-    Decider::with_store(
-        resource,
-        "all namespaces".into(),
-        shaper,
-        true,
-        TrackedStore::new(store.unwrap_or_default(), false),
-        restored,
-        Arc::default(),
-    )
-    .with_filter(filter)
+    over_store(resource, &res, store).with_filter(filter)
 }
 
 /// (op, name, reason, the object's phase) of each change.
