@@ -277,7 +277,10 @@ impl Watching {
         let mut kept = Vec::with_capacity(keys.len());
         for (watch, (saved, key)) in restored.stores.into_iter().zip(keys).enumerate() {
             let is_restored = saved.is_some();
-            let light = saved.unwrap_or_else(LightStore::new);
+            let (light, list_rv) = match saved {
+                Some(s) => (s.store, s.list_resource_version),
+                None => (LightStore::new(), String::new()),
+            };
             let tracked = if self.state.write_ahead {
                 TrackedStore::with_journal(
                     light,
@@ -289,6 +292,9 @@ impl Watching {
             } else {
                 TrackedStore::new(light, true)
             };
+            // The saved list's resourceVersion stays until this run completes a list (the
+            // decider reads it: `since` after a crash before the first save).
+            tracked.lock().list_resource_version = list_rv;
             kept.push(Kept {
                 key: key.clone(),
                 store: tracked.clone(),

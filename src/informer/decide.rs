@@ -40,7 +40,9 @@
 //! vanished while kubesink was down. Unconfirmed keys in it (sent as `added` by the earlier
 //! run, or recorded in its journal, without every sink's confirmation) are re-sent as
 //! `added` when listed and swept like the others when not: a crash never leaves downstream
-//! with a key whose delete it cannot learn.
+//! with a key whose delete it cannot learn. In events mode, a restored state that never
+//! completed a list (the journal alone) keeps the first start's `since` for the keys it does
+//! not hold (`since_open`).
 //!
 //! # Acknowledged state and sync markers
 //!
@@ -205,6 +207,12 @@ pub struct Decider {
     /// `added` or `updated` says how many occurrences it brings, an update that brings none
     /// is not sent, and a `deleted` only with `send_deleted`.
     occurrences: Option<Occurrences>,
+    /// Whether the Events mode's `since` applies to the Events this list finds new: during a
+    /// first start's list, and during the first list over a restored state that never
+    /// completed one (the last run crashed before its first save, its journal alone
+    /// restored), so the Events a first start left out are left out again rather than sent
+    /// whole. Never for a key the store holds (an unconfirmed one is re-sent).
+    since_open: bool,
 }
 
 /// Whose filter did not match an object ([`Decider::refused`]): what its `leftFilter` counts.
@@ -281,6 +289,7 @@ impl Decider {
             sink_from: usize::MAX,
             sink_counts: None,
             occurrences: None,
+            since_open: false,
         }
     }
 
@@ -690,6 +699,9 @@ impl Decider {
             Phase::InitialList { started, .. } | Phase::Relist { started, .. } => started,
             Phase::Starting | Phase::Watching => Instant::now(),
         };
+        if matches!(self.phase, Phase::Starting) {
+            self.since_open = !self.restored || self.store.lock().list_resource_version.is_empty();
+        }
         // After a restore the first list is a relist: differences against the saved state.
         let first =
             !self.restored && matches!(self.phase, Phase::Starting | Phase::InitialList { .. });
@@ -779,6 +791,7 @@ impl Decider {
         }
         self.phase = Phase::Watching;
         self.listed_once = true;
+        self.since_open = false;
         // The list's own resourceVersion resets the floor (after an etcd restore a
         // consistent list can be lower); the highest listed object's, a stand-in, only
         // raises it (it can be below events the watch already delivered).
@@ -886,6 +899,7 @@ impl Decider {
             _ if owed.is_some() => Observed::Resend,
             _ => observed,
         };
+        let new_key = matches!(observed, Observed::New);
         let op = match observed {
             Observed::New => Op::Added,
             Observed::Resend => {
@@ -949,7 +963,9 @@ impl Decider {
                 }
             }
             (Some(o), Op::Added)
-                if initial
+                if self.since_open
+                    && self.listing()
+                    && new_key
                     && changes.is_empty()
                     && !o.sends_at_start(&obj, std::time::SystemTime::now()) =>
             {

@@ -849,6 +849,7 @@ impl World {
             .into_iter()
             .next()
             .flatten()
+            .map(|r| r.store)
             .unwrap_or_default()
     }
 

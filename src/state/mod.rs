@@ -42,7 +42,7 @@ use std::sync::Arc;
 pub use journal::Journal;
 pub use keeper::{Keeper, Kept, SaveReport};
 pub use kubesink_core::state::{JournalSegment, StateError, StateStore};
-pub use restore::{read, restore, Restored, Saved};
+pub use restore::{read, restore, Restored, RestoredWatch, Saved};
 pub use snapshot::{parse, Snapshot, SnapshotError, Writer, FORMAT_VERSION, MAGIC};
 pub use stats::StateStats;
 pub use watch_key::WatchKey;

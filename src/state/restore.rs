@@ -41,9 +41,9 @@ use crate::informer::{Facts, LightStore};
 
 /// What [`restore`] found.
 pub struct Restored {
-    /// For each watch, in order: its restored store, or `None` (it lists and emits everything
+    /// For each watch, in order: its restored state, or `None` (it lists and emits everything
     /// as without state; the reason was logged).
-    pub stores: Vec<Option<LightStore>>,
+    pub stores: Vec<Option<RestoredWatch>>,
     /// The first journal generation of this run: above every generation found, and at least
     /// the wall-clock milliseconds, so this run never appends to an earlier run's segment.
     pub next_generation: u64,
@@ -51,6 +51,24 @@ pub struct Restored {
     pub summary: String,
     /// Watches whose saved state could not be used (each lists and emits everything).
     pub ignored: u64,
+}
+
+/// One watch's restored state.
+pub struct RestoredWatch {
+    /// The keys a destination has or may have (unconfirmed ones included).
+    pub store: LightStore,
+    /// The resourceVersion of the last list the saved state completed; empty when it never
+    /// completed one (restored from the journal alone: the last run crashed before its first
+    /// save, or saved during its first list). The events mode's `since` applies again then.
+    pub list_resource_version: String,
+}
+
+impl std::ops::Deref for RestoredWatch {
+    type Target = LightStore;
+
+    fn deref(&self) -> &LightStore {
+        &self.store
+    }
 }
 
 impl Restored {
@@ -266,7 +284,7 @@ pub fn restore(
         .unwrap_or_default();
     let records = journal.by_watch();
     let mut ignored = Vec::new();
-    let stores: Vec<Option<LightStore>> = watches
+    let stores: Vec<Option<RestoredWatch>> = watches
         .iter()
         .map(|w| {
             // A view with no saved state of its own starts from its seed's (`WatchKey::seed`).
@@ -370,7 +388,7 @@ fn restore_watch(
     w: &WatchKey,
     age: Duration,
     records: Option<&Vec<(u64, &str, &str, Facts<'static>)>>,
-) -> Result<Option<LightStore>, String> {
+) -> Result<Option<RestoredWatch>, String> {
     let watch = w.identity.as_str();
     let ignored = |reason: String| {
         tracing::warn!(%watch, "saved state ignored for this watch: {reason}; it lists and emits everything (initial){SWEEP_HINT}");
@@ -430,7 +448,10 @@ fn restore_watch(
             tracing::info!(%watch, objects = store.len(), unconfirmed, "saved state restored from the journal alone (the last run stopped before its first save): the first list re-sends these objects and deletes those gone")
         }
     }
-    Ok(Some(store))
+    Ok(Some(RestoredWatch {
+        store,
+        list_resource_version: list_rv,
+    }))
 }
 
 #[cfg(test)]

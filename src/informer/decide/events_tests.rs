@@ -146,6 +146,8 @@ fn a_restart_sends_only_what_happened_while_kubesink_was_down() {
     );
     let state = saved(&before);
     let mut after = decider_over(&events_config(Since::DEFAULT, false), Some(state));
+    // The saved state completed a list (its resourceVersion is saved with it).
+    after.store.lock().list_resource_version = "11".into();
     let grew = event("grew", U2, 20, 7, Duration::ZERO);
     // Created while down, and hours old: a start from saved state is not a first start,
     // `since` does not apply.
@@ -167,6 +169,56 @@ fn a_restart_sends_only_what_happened_while_kubesink_was_down() {
         "no Event sent again; the count that rose sends its difference; none initial"
     );
     assert!(got.iter().all(|c| !c.initial));
+}
+
+#[test]
+fn a_crash_before_the_first_save_leaves_out_again_what_the_first_start_left_out() {
+    let config = events_config(Since::DEFAULT, false);
+    let mut first = decider_over(&config, None);
+    let old = event("old", U1, 10, 40, 60 * MIN);
+    let new = event("new", U2, 11, 3, MIN);
+    let sent = list(&mut first, &[old.clone(), new.clone()]);
+    assert_eq!(said(&sent), [(Op::Added, "new".into(), Some(3))]);
+    // Killed before its first save: what restarts is its journal alone, the `added` of
+    // "new" (unconfirmed), and no completed list.
+    let mut journal = LightStore::new();
+    let id = journal.intern(Some("ns"));
+    journal.restore(
+        id,
+        "new",
+        &crate::informer::Facts::unconfirmed(
+            crate::informer::Uid::parse(U2),
+            crate::informer::Rv::parse("11"),
+        ),
+    );
+    let mut after = decider_over(&config, Some(journal));
+    let again = list(&mut after, &[old, new]);
+    assert_eq!(
+        said(&again),
+        [(Op::Added, "new".into(), Some(3))],
+        "the unconfirmed Event re-sent (the same message), the old one still left out"
+    );
+    let resource =
+        Resource::new("test", "events.k8s.io", "v1", "Event", "events", true).with_events(true);
+    assert_eq!(
+        kubesink_core::message::message_id(&resource, &again[0]),
+        kubesink_core::message::message_id(&resource, &sent[0]),
+        "the same id: a consumer that has it counts it once"
+    );
+    assert_eq!(
+        first
+            .stats()
+            .events_before_since
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        after
+            .stats()
+            .events_before_since
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
 }
 
 #[test]
