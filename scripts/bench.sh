@@ -43,6 +43,10 @@ if [ -n "$quick" ] && [ -z "${BENCH_RELEASE:-}" ]; then
     # one round, a minute or two.
     echo "== the wire encodings and list shapes, quick (bench-suite --quick --only wire)"
     "$TARGET/debug/bench-suite" --quick --only wire --out "${BENCH_OUT:-$TARGET/bench-quick}"
+    # Events beside the Collector's k8s_events receiver: 100 Events/s for 5 s, one run,
+    # about 20 s.
+    echo "== Events beside the Collector's k8s_events, quick (bench-suite --quick --only events)"
+    "$TARGET/debug/bench-suite" --quick --only events --out "${BENCH_OUT:-$TARGET/bench-quick}"
   fi
   # The HTTP and OTLP sinks into their receivers (scripts/test.sh exports RECEIVERS_BIN_DIR):
   # 1,000 Pods and 5 s of churn per row, under a minute.

@@ -3,7 +3,7 @@
 # digest of both modules' files and the Go version, and prints that directory (the bench suite
 # takes it from PEERS_BIN_DIR, or runs this script itself): benches/peers (peer-informer:
 # client-go informers, pinned at the control plane's release) and benches/peers/otelcol
-# (otelcol-k8sobjects: an OpenTelemetry Collector with the k8sobjects receiver, its own module
+# (otelcol-k8sobjects: an OpenTelemetry Collector with the k8sobjects and k8s_events receivers, its own module
 # because it brings its own client-go). About three minutes on 2 cores the first time (most of
 # it the Collector); Go's build and module caches make a rebuild quicker.
 set -euo pipefail

@@ -37,8 +37,11 @@
 //! 11. the wire encoding and list shape (`wire.rs`, `--only wire`, not part of the full run:
 //!     it needs the control plane): metadata as JSON and as protobuf, whole Pods, each with a
 //!     streaming list and paged lists, on a real kube-apiserver.
+//! 12. Kubernetes Events beside the OpenTelemetry Collector's k8s_events receiver (`events.rs`,
+//!     `--only events`, not part of the full run: it needs the control plane and the Go
+//!     peers): CPU per 10,000 Events, memory, what each hands on.
 //!
-//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters|shards|wire [--pods N] [--runs N] [--churn-settle SECS]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
+//! `bench-suite [--quick] [--only initial-lists|jetstream-tail|fleet|real-server|peers|http|filters|shards|wire|events [--pods N] [--runs N] [--churn-settle SECS] [--rate N]] [--out DIR] [--bin-dir DIR] [--state-size FILE]`:
 //! `--only initial-lists` runs part 5 alone (`results-initial-lists-{quick,full}.*`),
 //! `--only http` the HTTP sink into a local receiver, each format (`bench_suite/http.rs`,
 //! `results-http-*`), `--only jetstream-tail` the JetStream runs of part 3 (`results-jetstream-tail-*`), `--only
@@ -63,6 +66,8 @@ use kubesink_bench::procs::{self, free_port, spawn, Nats, Proc, Sim, Tansu};
 use kubesink_bench::stats::{mean, mib, percentile};
 use serde_json::{json, Value};
 
+#[path = "bench_suite/events.rs"]
+mod events;
 #[path = "bench_suite/filters.rs"]
 mod filters;
 #[path = "bench_suite/fleet.rs"]
@@ -838,7 +843,9 @@ struct Args {
     /// per change, each format).
     /// `wire` (metadata as JSON and as protobuf, whole Pods, each with a streaming list and
     /// paged lists, on a real kube-apiserver: its CPU and kubesink's, three rounds rotated).
-    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http", "filters", "shards", "wire"])]
+    /// `events` (Kubernetes Events beside the OpenTelemetry Collector's k8s_events receiver on
+    /// a real kube-apiserver: CPU per 10,000 Events, memory, what each hands on).
+    #[arg(long, value_parser = ["initial-lists", "jetstream-tail", "fleet", "real-server", "peers", "http", "filters", "shards", "wire", "events"])]
     only: Option<String>,
     /// With `--only peers`: the number of Pods (default 100,000; 1,000 with `--quick`); the
     /// gap deletes and creates 1% of them (at least 10). The results file names the count
@@ -857,6 +864,10 @@ struct Args {
     /// `--quick`).
     #[arg(long, requires = "only")]
     churn_settle: Option<u64>,
+    /// With `--only events`: Events written per second (default 400; 100 with `--quick`),
+    /// for 30 s (5 s with `--quick`).
+    #[arg(long, requires = "only")]
+    rate: Option<f64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -869,6 +880,7 @@ fn main() -> anyhow::Result<()> {
         pods: peer_pods,
         runs: peer_runs,
         churn_settle,
+        rate,
     } = <Args as clap::Parser>::parse();
     let bin = match bin {
         Some(b) => b,
@@ -1009,6 +1021,25 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(
             out.join(format!("results-peers-{name}.json")),
             serde_json::to_string_pretty(&peers::json(&report))?,
+        )?;
+        std::io::stdout().write_all(md.as_bytes())?;
+        return Ok(());
+    }
+    if only.as_deref() == Some("events") {
+        let rate = rate.unwrap_or(if quick { 100.0 } else { 400.0 });
+        let secs = if quick { 5.0 } else { 30.0 };
+        let runs = peer_runs.unwrap_or(if quick { 1 } else { 3 });
+        let report = events::run(&ctx, rate, secs, usize::try_from(runs).context("--runs")?)?;
+        let md = format!(
+            "<!-- written by bench-suite --only events ({mode} mode); do not edit -->\nMachine: {}. ({:.0} s)\n{}",
+            machine(),
+            started.elapsed().as_secs_f64(),
+            events::markdown(&report)
+        );
+        std::fs::write(out.join(format!("results-events-{mode}.md")), &md)?;
+        std::fs::write(
+            out.join(format!("results-events-{mode}.json")),
+            serde_json::to_string_pretty(&events::json(&report))?,
         )?;
         std::io::stdout().write_all(md.as_bytes())?;
         return Ok(());
