@@ -179,3 +179,53 @@ async fn a_storm_of_count_bumps_behind_a_slow_sink_coalesces_and_the_sums_stay_e
         .all(|h| h.coalesced() > 0));
     run.bridge.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reasons_rate_limit_holds_its_storm_back_folds_it_and_lets_other_reasons_through() {
+    let c = cluster(SimConfig::default()).await;
+    let mut events = events();
+    events[0].reason_rate_limit = Some(20);
+    let run = Run::start(&c, "limited", events, |_| {}).await;
+    c.sim.create(event("first", 1)).expect("create");
+    sums_equal(&c, &run).await;
+    // A storm of one reason: 200 BackOff Events at once, then each happens again; meanwhile
+    // a few Events of another reason.
+    for i in 0..200 {
+        c.sim
+            .create(event(&format!("backoff-{i}"), 1))
+            .expect("create");
+    }
+    for i in 0..5 {
+        let mut other = event(&format!("pulled-{i}"), 1);
+        other["reason"] = json!("Pulled");
+        c.sim.create(other).expect("create");
+    }
+    for i in 0..200 {
+        bump(&c, &format!("backoff-{i}"), 2);
+    }
+    sums_equal(&c, &run).await;
+    let messages = run.sink.messages();
+    let last = |prefix: &str| {
+        messages
+            .iter()
+            .rposition(|m| m["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .unwrap_or(usize::MAX)
+    };
+    assert!(
+        last("pulled-") < last("backoff-"),
+        "the other reason is not queued behind the storm"
+    );
+    let sinks = run.bridge.pipeline().sinks();
+    let (held, folded) = (sinks[0].rate_held(), sinks[0].rate_folded());
+    eprintln!(
+        "{} messages for 401 changes; held back {held}, folded {folded}",
+        messages.len()
+    );
+    assert!(held > 0 && folded > 0, "held {held}, folded {folded}");
+    assert!(
+        messages.len() < 401,
+        "{} messages: the held ones folded their second occurrence",
+        messages.len()
+    );
+    run.bridge.shutdown().await;
+}

@@ -152,6 +152,14 @@ pub struct ResourceConfig {
     /// Event's deletion is not an occurrence.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub send_deleted: bool,
+    /// With `mode = "events"`: at most this many messages a second per Event `reason`, to
+    /// each destination (a burst of as many at once). An occurrence beyond it waits in the
+    /// destination's queue, where the later occurrences of the same Event fold into it (its
+    /// `occurrences` adds them up): nothing is lost, the sums stay exact, and a storm of one
+    /// reason neither floods the destination nor delays the other reasons. Default: none
+    /// (the bound is the destination's own pace, through coalescing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_rate_limit: Option<u32>,
     /// Payload mode: `full` (default), `metadata` or `fields`.
     #[serde(default)]
     pub payload: PayloadMode,
@@ -243,6 +251,7 @@ impl ResourceConfig {
             mode: ResourceMode::Objects,
             since: None,
             send_deleted: false,
+            reason_rate_limit: None,
             payload: PayloadMode::Full,
             fields: Vec::new(),
             drop: Vec::new(),
@@ -388,12 +397,19 @@ impl ResourceConfig {
             for (key, set) in [
                 ("since", self.since.is_some()),
                 ("send_deleted", self.send_deleted),
+                ("reason_rate_limit", self.reason_rate_limit.is_some()),
             ] {
                 if set {
                     problems.add(at(key), "only applies with mode = \"events\"");
                 }
             }
             return;
+        }
+        if self.reason_rate_limit == Some(0) {
+            problems.add(
+                at("reason_rate_limit"),
+                "must be at least 1 (messages a second per reason); leave it out for no limit",
+            );
         }
         if !(self.kind == "Event" && matches!(self.api_version.as_str(), "v1" | "events.k8s.io/v1"))
         {

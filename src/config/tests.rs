@@ -334,12 +334,14 @@ api_version = "events.k8s.io/v1"
 kind = "Event"
 mode = "events"
 since = "all"
+reason_rate_limit = 0
 [[resources]]
 api_version = "v1"
 kind = "Event"
 mode = "events"
 since = "10m"
 send_deleted = true
+reason_rate_limit = 20
 filter = 'object.type == "Warning"'
 [[resources]]
 api_version = "v1"
@@ -353,6 +355,7 @@ api_version = "apps/v1"
 kind = "Deployment"
 since = "5m"
 send_deleted = true
+reason_rate_limit = 10
 "#,
         )?;
         let errs = errors_of(Some(Path::new("events.toml")));
@@ -364,12 +367,14 @@ send_deleted = true
             "resources.2.updates: not used with mode = \"events\"",
             "resources.3.since: only applies with mode = \"events\"",
             "resources.3.send_deleted: only applies with mode = \"events\"",
+            "resources.3.reason_rate_limit: only applies with mode = \"events\"",
+            "resources.0.reason_rate_limit: must be at least 1",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
         }
         assert!(all.contains("events.toml"), "{all}");
         // And the objects' own rule: change_paths with updates = false.
-        assert_eq!(errs.len(), 7, "the two Event entries are fine:\n{all}");
+        assert_eq!(errs.len(), 9, "the second Event entry is fine:\n{all}");
         jail.create_file(
             "since.toml",
             "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Event\"\nmode = \"events\"\nsince = \"yesterday\"\n",

@@ -73,7 +73,7 @@ use super::store::{Observed, Vanished};
 #[cfg(any(test, feature = "test-util"))]
 use super::tracked::Tracked;
 use super::tracked::TrackedStore;
-use crate::pipeline::Ack;
+use crate::pipeline::{Ack, Throttle};
 
 /// What the list/watch loop saw, in the order it saw it.
 #[derive(Debug, Clone)]
@@ -213,6 +213,9 @@ pub struct Decider {
     /// restored), so the Events a first start left out are left out again rather than sent
     /// whole. Never for a key the store holds (an unconfirmed one is re-sent).
     since_open: bool,
+    /// Events mode's `reason_rate_limit`: the limiter's name (`{cluster}/{group}/{kind}/{rate}`)
+    /// and the rate, for [`Decider::throttle`].
+    reason_rate: Option<(Arc<str>, std::num::NonZeroU32)>,
 }
 
 /// Whose filter did not match an object ([`Decider::refused`]): what its `leftFilter` counts.
@@ -290,13 +293,39 @@ impl Decider {
             sink_counts: None,
             occurrences: None,
             since_open: false,
+            reason_rate: None,
         }
+    }
+
+    /// The rate the sinks' queues hold `change` to: an occurrence of a resource with
+    /// `reason_rate_limit`, classed by its Event's reason (`""` when it has none); `None`
+    /// otherwise.
+    pub fn throttle(&self, change: &Change) -> Option<Throttle> {
+        let (limiter, per_second) = self.reason_rate.as_ref()?;
+        if !matches!(change.op, Op::Added | Op::Updated) {
+            return None;
+        }
+        let reason = change
+            .object
+            .as_ref()
+            .and_then(super::occurrence::reason_of)
+            .unwrap_or_default();
+        Some(Throttle {
+            limiter: limiter.clone(),
+            class: Arc::from(reason),
+            per_second: *per_second,
+        })
     }
 
     /// Sends the resource's Events as occurrences (`mode = "events"`, see
     /// [`Decider::occurrences`](Self) and docs/events.md).
     pub fn with_occurrences(mut self, occurrences: Occurrences) -> Self {
         self.occurrences = Some(occurrences);
+        self.reason_rate = occurrences.reason_rate_limit.map(|rate| {
+            let r = &self.resource;
+            let name = format!("{}/{}/{}/{rate}", r.cluster, r.group, r.kind);
+            (Arc::from(name), rate)
+        });
         self
     }
 

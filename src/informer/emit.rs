@@ -52,7 +52,11 @@ pub(super) async fn publish(
         let ack = decider
             .ack(&msg, &change.resource_version, publisher.sinks())
             .await;
-        if !publisher.publish_acked(msg, ack, change.may_be_held).await {
+        let throttle = decider.throttle(&change);
+        if !publisher
+            .publish_throttled(msg, ack, change.may_be_held, throttle)
+            .await
+        {
             return false;
         }
     }

@@ -38,6 +38,9 @@ use crate::config::{ResourceConfig, ResourceMode, Since};
 /// the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Occurrences {
+    /// Messages a second per Event `reason` to each destination (`reason_rate_limit`);
+    /// `None`: no limit.
+    pub reason_rate_limit: Option<std::num::NonZeroU32>,
     /// At a first start (no saved state), an Event the first list finds is sent when its
     /// last occurrence is at most this old; `None`: every one (`since = "all"`).
     pub since: Option<Duration>,
@@ -54,6 +57,7 @@ impl Occurrences {
                 Since::Within(d) => Some(d.get()),
             },
             send_deleted: res.send_deleted,
+            reason_rate_limit: res.reason_rate_limit.and_then(std::num::NonZeroU32::new),
         })
     }
 
@@ -69,6 +73,20 @@ impl Occurrences {
             None => true,
         }
     }
+}
+
+/// The `reason` of a message's `event` (the object [`read`] made; its first field), `None`
+/// when it has none.
+pub fn reason_of(event: &ObjectJson) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Reason<'a> {
+        #[serde(default, borrow)]
+        reason: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<Reason<'_>>(event.as_str())
+        .ok()?
+        .reason
+        .map(Cow::into_owned)
 }
 
 /// One Event as an occurrence: the message's `event` and what the decider needs.

@@ -468,6 +468,18 @@ impl BridgeCollector {
         )?;
         self.sink_counter(
             e,
+            "sink_rate_held",
+            "Event occurrences held back by their resource's reason_rate_limit (each once): they wait in the queue, later occurrences of the same Event folding into them",
+            |_, s| s.handle.rate_held() as u64,
+        )?;
+        self.sink_counter(
+            e,
+            "sink_rate_folded",
+            "Event occurrences folded into one held back by reason_rate_limit (its occurrences add them up; also counted in sink_coalesced)",
+            |_, s| s.handle.rate_folded() as u64,
+        )?;
+        self.sink_counter(
+            e,
             "sink_delivered_messages",
             "Messages the sink confirmed",
             |st, _| load(&st.delivered),

@@ -63,4 +63,14 @@ impl SinkHandle {
     pub fn coalesced(&self) -> usize {
         self.queue.coalesced()
     }
+
+    /// Changes folded into one an Event reason's rate held back (`reason_rate_limit`).
+    pub fn rate_folded(&self) -> usize {
+        self.queue.rate_folded()
+    }
+
+    /// Changes an Event reason's rate held back, each once.
+    pub fn rate_held(&self) -> usize {
+        self.queue.rate_held()
+    }
 }

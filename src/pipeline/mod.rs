@@ -58,6 +58,7 @@ use queue::{QueueLimits, SinkQueue};
 
 pub use ack::{Ack, Durability, Settle, WriteAhead};
 pub use handle::SinkHandle;
+pub use queue::Throttle;
 pub use stats::{SinkStats, ERROR_KINDS};
 use tokio::task::JoinHandle;
 
@@ -84,9 +85,23 @@ impl Publisher {
     /// `may_be_held` ([`kubesink_core::message::Change::may_be_held`]): an `added` that a
     /// destination may already hold, which no later `deleted` may cancel in a queue.
     pub async fn publish_acked(&self, msg: Message, ack: Option<Ack>, may_be_held: bool) -> bool {
+        self.publish_throttled(msg, ack, may_be_held, None).await
+    }
+
+    /// [`Publisher::publish_acked`] of a change each sink's queue holds to `throttle`'s rate
+    /// ([`Throttle`]; each sink has its own budget).
+    pub async fn publish_throttled(
+        &self,
+        msg: Message,
+        ack: Option<Ack>,
+        may_be_held: bool,
+        throttle: Option<Throttle>,
+    ) -> bool {
         let mut all = true;
         for q in self.queues.iter() {
-            all &= q.push_change(msg.clone(), ack.clone(), may_be_held).await;
+            all &= q
+                .push_change(msg.clone(), ack.clone(), may_be_held, throttle.clone())
+                .await;
         }
         all
     }

@@ -10,7 +10,7 @@
 //!   every object, `ListDone { sweep: true }`), with sync markers on or off;
 //! - each change encoded with `kubesink_core::message::encode`, its [`Ack`](super::Ack)
 //!   from [`Decider::ack`], pushed into one real [`SinkQueue`] per sink with
-//!   `push_change(msg, ack, change.may_be_held)`, then the list's marker (as `emit.rs`);
+//!   `push_change(msg, ack, change.may_be_held, None)`, then the list's marker (as `emit.rs`);
 //! - batches taken with [`SinkQueue::next_batch`] and handed back with
 //!   [`SinkQueue::complete`] once delivered; in between, the worker's rule of `deliver.rs`:
 //!   one segment at a time (a segment begins at a sync marker), a partial failure re-sends
@@ -651,7 +651,7 @@ impl World {
                 s.pushed.insert(key_of(&c.name), (c.op, c.uid.clone(), rv));
                 let queued = s
                     .queue
-                    .push_change(msg.clone(), ack.clone(), c.may_be_held)
+                    .push_change(msg.clone(), ack.clone(), c.may_be_held, None)
                     .now_or_never()
                     .expect("the model's queues never fill");
                 assert!(queued);
@@ -664,7 +664,7 @@ impl World {
                 s.markers.push((msg.payload.clone(), s.pushed.clone()));
                 let queued = s
                     .queue
-                    .push_change(msg.clone(), None, true)
+                    .push_change(msg.clone(), None, true, None)
                     .now_or_never()
                     .expect("the model's queues never fill");
                 assert!(queued);

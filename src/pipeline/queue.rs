@@ -45,13 +45,23 @@
 //!   batch is in flight and nothing before it was skipped, and nothing is taken while a
 //!   batch with a marker is in flight. With a window of 1 this is the one-batch-at-a-time
 //!   rule above.
+//! - Rate per class ([`Throttle`]: events mode's `reason_rate_limit`, docs/events.md): a
+//!   change pushed with a throttle is taken only when its class's rate allows (GCRA,
+//!   `governor`, one limiter per class and queue: each destination has its own budget). One
+//!   the rate holds back stays pending, in place, like a change whose key is in flight: the
+//!   changes behind it of other keys and classes are taken, a later change of its key
+//!   coalesces into it (counted in [`SinkQueue::rate_folded`]: an Event's occurrences add
+//!   up), a change of its key that cannot coalesce waits behind it, and a sync marker waits
+//!   for it. A full queue, or a closed one, takes everything whatever the rate: the limit
+//!   never holds memory beyond the queue's bounds, nor a shutdown.
 //! - Acknowledgements: a change may carry an [`Ack`]. The queue settles it once this sink is
 //!   done with the change: when the worker completes the batch that carried it (the sink
 //!   confirmed it, see `deliver.rs`), when coalescing replaced it (the newer change carries
 //!   the key's state), or when it was cancelled with its `deleted`. A change still held when
 //!   the queue is dropped is never settled.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -85,8 +95,34 @@ pub struct QueueLimits {
     pub window: usize,
 }
 
+/// The rate a change's class is held to in a queue: at most `per_second` changes of `class`
+/// a second, in bursts of as many (events mode's `reason_rate_limit`: the class is the
+/// resource and the Event's reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Throttle {
+    /// The limiter: one per resource and rate (`{cluster}/{group}/{kind}/{per_second}`).
+    pub limiter: Arc<str>,
+    /// The class within it (the Event's reason).
+    pub class: Arc<str>,
+    /// Changes a second (and the burst).
+    pub per_second: NonZeroU32,
+}
+
+/// Classes a limiter keeps before it forgets the idle ones (an idle class is as if new).
+const LIMITER_CLASSES: usize = 4096;
+
+type Limiter = governor::RateLimiter<
+    Arc<str>,
+    governor::state::keyed::DefaultKeyedStateStore<Arc<str>>,
+    governor::clock::DefaultClock,
+>;
+
 struct Slot {
     msg: Message,
+    /// The rate this change is held to (see [`Throttle`]); `None`: none.
+    throttle: Option<Throttle>,
+    /// The rate held it back at least once: a change coalesced into it is counted as folded.
+    held_back: bool,
     enqueued_at: Instant,
     ack: Option<Ack>,
     /// The change began as an `added` (coalesced `updated`s keep it so): a `deleted` of the
@@ -117,6 +153,10 @@ struct State {
     /// With a window above 1: key → its messages in flight (a key here is not taken again
     /// until its batch is complete).
     inflight_keys: HashMap<Arc<str>, u32>,
+    /// The rate limiters of the throttled classes, by [`Throttle::limiter`].
+    limiters: HashMap<Arc<str>, Limiter>,
+    /// When the earliest change the rate held back in the last [`SinkQueue::take`] may go.
+    next_ready: Option<Instant>,
     closed: bool,
 }
 
@@ -214,6 +254,10 @@ pub struct SinkQueue {
     /// The most batches ever in flight at once.
     batches_high_water: AtomicUsize,
     coalesced: AtomicUsize,
+    /// Changes coalesced into a change its class's rate held back.
+    rate_folded: AtomicUsize,
+    /// Times a change was held back by its class's rate (once per change).
+    rate_held: AtomicUsize,
 }
 
 impl SinkQueue {
@@ -227,6 +271,8 @@ impl SinkQueue {
             high_water: AtomicUsize::new(0),
             batches_high_water: AtomicUsize::new(0),
             coalesced: AtomicUsize::new(0),
+            rate_folded: AtomicUsize::new(0),
+            rate_held: AtomicUsize::new(0),
         }
     }
 
@@ -241,8 +287,15 @@ impl SinkQueue {
     /// a later `deleted` never cancels it (see the module docs). Returns `false` if the queue
     /// is closed (shutdown), in which case the message was not queued and `ack` is never
     /// settled by this queue.
-    pub async fn push_change(&self, msg: Message, ack: Option<Ack>, may_be_held: bool) -> bool {
-        let mut item = Some((msg, ack));
+    /// `throttle`: the rate the change is held to (see [`Throttle`]).
+    pub async fn push_change(
+        &self,
+        msg: Message,
+        ack: Option<Ack>,
+        may_be_held: bool,
+        throttle: Option<Throttle>,
+    ) -> bool {
+        let mut item = Some((msg, ack, throttle));
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
@@ -252,10 +305,10 @@ impl SinkQueue {
                 if st.closed {
                     return false;
                 }
-                let Some((m, a)) = item.take() else {
+                let Some((m, a, t)) = item.take() else {
                     return false;
                 };
-                match self.try_push(&mut st, m, a, may_be_held) {
+                match self.try_push(&mut st, m, a, may_be_held, t) {
                     Ok(done) => {
                         drop(st);
                         for ack in done.acks.into_iter().flatten() {
@@ -278,14 +331,15 @@ impl SinkQueue {
     /// queued, or coalesced into a pending one, or cancelled with it; `acks` are the
     /// acknowledgements of what will never be sent (replaced or cancelled), which the caller
     /// settles outside the lock.
-    #[allow(clippy::type_complexity)] // (message, ack) handed back as it came
+    #[allow(clippy::type_complexity)] // (message, ack, throttle) handed back as it came
     fn try_push(
         &self,
         st: &mut State,
         msg: Message,
         ack: Option<Ack>,
         may_be_held: bool,
-    ) -> Result<Done, (Message, Option<Ack>)> {
+        throttle: Option<Throttle>,
+    ) -> Result<Done, (Message, Option<Ack>, Option<Throttle>)> {
         let size = msg.size();
         let marker = msg.meta.op.is_marker();
         if self.limits.coalesce && !marker {
@@ -317,6 +371,9 @@ impl SinkQueue {
                                 freed: true,
                             });
                         }
+                        if slot.held_back {
+                            self.rate_folded.fetch_add(1, Ordering::Relaxed);
+                        }
                         let msg =
                             coalesced_occurrences(&slot.msg, coalesced_changed(&slot.msg, msg));
                         let size = msg.size();
@@ -338,7 +395,7 @@ impl SinkQueue {
             && (st.held() >= self.limits.max_pending
                 || st.held_bytes() + size > self.limits.max_pending_bytes)
         {
-            return Err((msg, ack));
+            return Err((msg, ack, throttle));
         }
         let seq = st.head_seq + st.pending.len() as u64;
         if marker {
@@ -350,6 +407,8 @@ impl SinkQueue {
         let fresh = msg.meta.op == Op::Added && !may_be_held;
         st.pending.push_back(Slot {
             msg,
+            throttle,
+            held_back: false,
             enqueued_at: Instant::now(),
             ack,
             fresh,
@@ -391,8 +450,9 @@ impl SinkQueue {
                                 return Some(batch);
                             }
                             // Everything pending waits for a batch in flight (its key, or
-                            // a marker's barrier): `complete` wakes this.
-                            None
+                            // a marker's barrier): `complete` wakes this; or for its class's
+                            // rate: the earliest time it allows wakes it.
+                            st.next_ready
                         } else {
                             Some(due)
                         }
@@ -435,6 +495,13 @@ impl SinkQueue {
         let mut at = 0;
         let mut skipped = false;
         let mut taken_keys: Vec<Arc<str>> = Vec::new();
+        // The rate holds nothing back in a full or closed queue (module docs).
+        let rated = !st.closed
+            && st.held() < self.limits.max_pending
+            && st.held_bytes() < self.limits.max_pending_bytes;
+        // Keys of changes the rate held back: their later changes wait behind them.
+        let mut held_keys: HashSet<Arc<str>> = HashSet::new();
+        st.next_ready = None;
         while let Some(slot) = st.pending.get(at) {
             if slot.cancelled {
                 if at == 0 {
@@ -445,8 +512,11 @@ impl SinkQueue {
                 continue;
             }
             let is_marker = slot.msg.meta.op.is_marker();
+            if is_marker && skipped {
+                break;
+            }
             if pipelined {
-                if is_marker && (st.inflight_batches > 0 || skipped) {
+                if is_marker && st.inflight_batches > 0 {
                     break;
                 }
                 if !is_marker && st.inflight_keys.contains_key(&slot.msg.key) {
@@ -455,12 +525,34 @@ impl SinkQueue {
                     continue;
                 }
             }
+            if !held_keys.is_empty() && held_keys.contains(&slot.msg.key) {
+                skipped = true;
+                at += 1;
+                continue;
+            }
             let size = slot.msg.size();
             if !messages.is_empty()
                 && (messages.len() >= self.limits.max_batch_events
                     || bytes + size > self.limits.max_batch_bytes)
             {
                 break;
+            }
+            if let (true, Some(t)) = (rated, slot.throttle.clone()) {
+                if let Some(wait) = rate_wait(&mut st.limiters, &t) {
+                    let ready = Instant::now() + wait;
+                    st.next_ready = Some(st.next_ready.map_or(ready, |r| r.min(ready)));
+                    let Some(slot) = st.pending.get_mut(at) else {
+                        break;
+                    };
+                    if !slot.held_back {
+                        slot.held_back = true;
+                        self.rate_held.fetch_add(1, Ordering::Relaxed);
+                    }
+                    held_keys.insert(slot.msg.key.clone());
+                    skipped = true;
+                    at += 1;
+                    continue;
+                }
             }
             let seq = st.head_seq + at as u64;
             let (msg, ack) = if at == 0 {
@@ -588,6 +680,34 @@ impl SinkQueue {
     pub fn coalesced(&self) -> usize {
         self.coalesced.load(Ordering::Relaxed)
     }
+
+    /// Changes folded into one their class's rate held back (see [`Throttle`]): replaced by
+    /// a newer change of the same key while it waited (also counted in
+    /// [`SinkQueue::coalesced`]).
+    pub fn rate_folded(&self) -> usize {
+        self.rate_folded.load(Ordering::Relaxed)
+    }
+
+    /// Changes their class's rate held back, each counted once.
+    pub fn rate_held(&self) -> usize {
+        self.rate_held.load(Ordering::Relaxed)
+    }
+}
+
+/// Takes one change of `t`'s class from its limiter (made on first use): `None` when the
+/// rate allows it now, else how long until it will.
+fn rate_wait(limiters: &mut HashMap<Arc<str>, Limiter>, t: &Throttle) -> Option<Duration> {
+    use governor::clock::Clock as _;
+    let limiter = limiters.entry(t.limiter.clone()).or_insert_with(|| {
+        governor::RateLimiter::hashmap(governor::Quota::per_second(t.per_second))
+    });
+    if limiter.len() > LIMITER_CLASSES {
+        limiter.retain_recent();
+    }
+    match limiter.check_key(&t.class) {
+        Ok(()) => None,
+        Err(not_until) => Some(not_until.wait_time_from(limiter.clock().now())),
+    }
 }
 
 /// The survivor of two coalesced occurrences of an Event (`new` replacing `old`, never
@@ -638,7 +758,7 @@ mod tests {
     impl SinkQueue {
         /// A change no destination can hold yet (an `added` of it is cancellable).
         async fn push(&self, msg: Message, ack: Option<Ack>) -> bool {
-            self.push_change(msg, ack, false).await
+            self.push_change(msg, ack, false, None).await
         }
     }
 
@@ -717,6 +837,117 @@ mod tests {
             Resource::new("c", "events.k8s.io", "v1", "Event", "events", true).with_events(true),
         );
         m
+    }
+
+    /// An occurrence of Event `key` reporting `n` occurrences, held to 5 a second (a burst
+    /// of 5) for its `reason`, pushed as the informer does.
+    async fn push_occurrence(q: &SinkQueue, key: &str, reason: &str, op: Op, n: u64) {
+        let mut m = occurrence(op, Some(n));
+        m.key = key.into();
+        let throttle = Throttle {
+            limiter: "c/events.k8s.io/Event/5".into(),
+            class: reason.into(),
+            per_second: NonZeroU32::new(5).unwrap(),
+        };
+        assert!(q.push_change(m, None, false, Some(throttle)).await);
+    }
+
+    /// (key, occurrences) of each message of `b`.
+    fn occurrences(b: &Batch) -> Vec<(String, Option<u64>)> {
+        b.messages
+            .iter()
+            .map(|m| (m.key.to_string(), kubesink_core::message::occurrences_of(m)))
+            .collect()
+    }
+
+    async fn next(q: &SinkQueue) -> Batch {
+        tokio::time::timeout(Duration::from_secs(30), q.next_batch())
+            .await
+            .expect("a batch within 30 s")
+            .expect("not closed")
+    }
+
+    #[tokio::test]
+    async fn a_reasons_rate_holds_its_occurrences_back_folds_them_and_lets_other_reasons_pass() {
+        let q = SinkQueue::new(limits(true, 100));
+        // Five BackOffs use the burst; the sixth and seventh wait. A Pulled is another class.
+        for k in 0..7 {
+            push_occurrence(&q, &format!("backoff-{k}"), "BackOff", Op::Added, 1).await;
+        }
+        push_occurrence(&q, "pulled", "Pulled", Op::Added, 1).await;
+        let first = next(&q).await;
+        // A held BackOff happens twice more: folded into the one waiting.
+        push_occurrence(&q, "backoff-6", "BackOff", Op::Updated, 2).await;
+        let keys: Vec<String> = occurrences(&first).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "backoff-0",
+                "backoff-1",
+                "backoff-2",
+                "backoff-3",
+                "backoff-4",
+                "pulled"
+            ],
+            "the burst of one reason, and the other reason behind the held ones"
+        );
+        assert_eq!((q.rate_held(), q.rate_folded()), (2, 1));
+        q.complete(first);
+        // The rate lets the held ones go in turn, each whole: nothing lost.
+        let mut rest = Vec::new();
+        while rest.len() < 2 {
+            let b = next(&q).await;
+            rest.extend(occurrences(&b));
+            q.complete(b);
+        }
+        assert_eq!(
+            rest,
+            [("backoff-5".into(), Some(1)), ("backoff-6".into(), Some(3))]
+        );
+        assert_eq!(q.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_marker_waits_for_a_change_the_rate_holds_back() {
+        let q = SinkQueue::new(limits(true, 100));
+        for k in 0..6 {
+            push_occurrence(&q, &format!("e-{k}"), "BackOff", Op::Added, 1).await;
+        }
+        q.push_change(marker("m"), None, true, None).await;
+        push_occurrence(&q, "other", "Pulled", Op::Added, 1).await;
+        let first = next(&q).await;
+        assert_eq!(
+            first.messages.len(),
+            5,
+            "the burst; e-5 held, the marker behind it"
+        );
+        q.complete(first);
+        let second = next(&q).await;
+        let keys: Vec<&str> = second.messages.iter().map(|m| &*m.key).collect();
+        assert_eq!(
+            keys,
+            ["e-5", "m", "other"],
+            "the list's changes, then its marker"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_or_closed_queue_takes_what_the_rate_holds_back() {
+        let q = SinkQueue::new(limits(true, 6));
+        for k in 0..6 {
+            push_occurrence(&q, &format!("e-{k}"), "BackOff", Op::Added, 1).await;
+        }
+        assert_eq!(
+            next(&q).await.messages.len(),
+            6,
+            "full: the rate yields to the bound"
+        );
+        let q = SinkQueue::new(limits(true, 100));
+        for k in 0..8 {
+            push_occurrence(&q, &format!("e-{k}"), "BackOff", Op::Added, 1).await;
+        }
+        q.close();
+        assert_eq!(next(&q).await.messages.len(), 8, "closed: drained at once");
     }
 
     #[tokio::test]
@@ -1029,7 +1260,7 @@ mod tests {
         let q = SinkQueue::new(limits(true, 10));
         let (added, deleted) = (Arc::new(Counter::default()), Arc::new(Counter::default()));
         // Re-sent after a crash: the previous run may have delivered it.
-        q.push_change(change("a", Op::Added, "u"), Some(added.clone()), true)
+        q.push_change(change("a", Op::Added, "u"), Some(added.clone()), true, None)
             .await;
         q.push(change("a", Op::Updated, "u"), None).await; // coalesces, stays not fresh
         q.push(change("a", Op::Deleted, "u"), Some(deleted.clone()))
