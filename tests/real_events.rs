@@ -97,6 +97,18 @@ async fn server_events(client: &kube::Client, ns: &str) -> BTreeMap<String, (Str
         .collect()
 }
 
+/// (name, occurrences) of each of `msgs`.
+fn said(msgs: &[Value]) -> Vec<(String, u64)> {
+    msgs.iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or_default().to_owned(),
+                m["occurrences"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
 /// The sum of `occurrences` per Event uid over `msgs`, each `id` once (a consumer that
 /// deduplicates by id).
 fn summed<'a>(msgs: impl IntoIterator<Item = &'a Value>) -> BTreeMap<String, u64> {
@@ -364,16 +376,7 @@ async fn occurrences_sum_to_the_servers_counts_through_a_restart_and_none_is_los
         .map(|i| format!("old-{i}"))
         .chain((1..5).map(|i| format!("new-{i}")))
         .collect();
-    let sent: Vec<(String, u64)> = second
-        .messages()
-        .iter()
-        .map(|m| {
-            (
-                m["name"].as_str().unwrap_or_default().to_owned(),
-                m["occurrences"].as_u64().unwrap_or(0),
-            )
-        })
-        .collect();
+    let sent = said(&second.messages());
     assert!(
         second.messages().iter().all(|m| m["initial"] == false),
         "a start from saved state is not initial"
@@ -526,16 +529,7 @@ async fn a_crash_before_the_first_save_leaves_out_again_what_the_first_start_lef
             .collect::<Vec<_>>()
     };
     sums_equal(&client, ns, &unsent, both, || second.stderr()).await;
-    let names: Vec<(String, u64)> = second
-        .messages()
-        .iter()
-        .map(|m| {
-            (
-                m["name"].as_str().unwrap_or_default().to_owned(),
-                m["occurrences"].as_u64().unwrap_or(0),
-            )
-        })
-        .collect();
+    let names = said(&second.messages());
     assert!(
         names.contains(&("old-0".into(), 2))
             && names
@@ -586,13 +580,7 @@ async fn a_leader_hand_over_sends_each_occurrence_once_and_a_killed_leader_loses
     let a = Kubesink::start(BIN, &cfg, dir.path(), "a", &identity("a"));
     sums_equal(&client, ns, &none, || a.messages(), || a.stderr()).await;
     let b = Kubesink::start(BIN, &cfg, dir.path(), "b", &identity("b"));
-    wait_until("b follows", LONG, || async {
-        b.stderr()
-            .contains("following")
-            .then_some(())
-            .ok_or_else(|| b.stderr())
-    })
-    .await;
+    b.wait_following("b follows", LONG).await;
     for i in 0..5 {
         bump_series(&client, ns, &format!("e-{i}"), 4).await;
     }
@@ -616,13 +604,7 @@ async fn a_leader_hand_over_sends_each_occurrence_once_and_a_killed_leader_loses
 
     // b is killed while leading; c takes over once the Lease expires, from the last save.
     let c = Kubesink::start(BIN, &cfg, dir.path(), "c", &identity("c"));
-    wait_until("c follows", LONG, || async {
-        c.stderr()
-            .contains("following")
-            .then_some(())
-            .ok_or_else(|| c.stderr())
-    })
-    .await;
+    c.wait_following("c follows", LONG).await;
     for i in 0..5 {
         bump_series(&client, ns, &format!("e-{i}"), 8).await;
     }
@@ -695,16 +677,7 @@ async fn ten_thousand_events_are_not_sent_again_after_a_restart_or_a_crash() {
     second
         .wait_for_more("the one Event that happened again", LONG)
         .await;
-    let sent: Vec<(String, u64)> = second
-        .messages()
-        .iter()
-        .map(|m| {
-            (
-                m["name"].as_str().unwrap_or_default().to_owned(),
-                m["occurrences"].as_u64().unwrap_or(0),
-            )
-        })
-        .collect();
+    let sent = said(&second.messages());
     assert_eq!(
         sent,
         [("e-00007".to_owned(), 3)],

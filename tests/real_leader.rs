@@ -76,13 +76,7 @@ async fn a_killed_or_frozen_leader_on_real_leases_is_replaced_without_overlap_an
     })
     .await;
     let b = Kubesink::start(BIN, &config, dir.path(), "b", &identity("b"));
-    wait_until("b follows", LONG, || async {
-        b.stderr()
-            .contains("following")
-            .then_some(())
-            .ok_or_else(|| b.stderr())
-    })
-    .await;
+    b.wait_following("b follows", LONG).await;
     assert_eq!(b.count(), 0, "the follower emitted:\n{}", b.stderr());
 
     // SIGKILL the leader: b takes over. Meanwhile b's failover gauge (seconds since the

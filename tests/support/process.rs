@@ -203,6 +203,18 @@ impl Kubesink {
         .await;
     }
 
+    /// Waits (at most `timeout`) until it logged that it follows another replica's lead
+    /// (leader election); panics naming `what`, with its stderr, when it did not.
+    pub async fn wait_following(&self, what: &str, timeout: Duration) {
+        crate::wait_until(what, timeout, || async {
+            self.stderr()
+                .contains("following")
+                .then_some(())
+                .ok_or_else(|| self.stderr())
+        })
+        .await;
+    }
+
     /// How it exited, if it did (a crash shows here: a signal, no code).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
