@@ -119,8 +119,10 @@ type Limiter = governor::RateLimiter<
 
 struct Slot {
     msg: Message,
-    /// The rate this change is held to (see [`Throttle`]); `None`: none.
-    throttle: Option<Throttle>,
+    /// The rate this change is held to (see [`Throttle`]); `None`: none. Boxed: most
+    /// changes have none, and a slot's size is paid `max_pending` times while a queue that
+    /// filled keeps its capacity.
+    throttle: Option<Box<Throttle>>,
     /// The rate held it back at least once: a change coalesced into it is counted as folded.
     held_back: bool,
     enqueued_at: Instant,
@@ -206,7 +208,33 @@ impl State {
     fn held_bytes(&self) -> usize {
         self.pending_bytes + self.inflight_bytes
     }
+
+    /// Gives back the room a burst left once nothing is held: an initial list into a sink
+    /// slower than the list fills the queue to `max_pending` slots (and the coalescing index
+    /// to as many keys), and a `VecDeque` or a map keeps its capacity when emptied: at the
+    /// default 10,000, ~1 MB of slots (about 100 bytes each) and ~0.4 MB of index per sink,
+    /// for the life of the process (computed; a fast sink, as the simulator's memory
+    /// benchmark's stdout, never fills it: `benches/memory-floor.sh` at 100,000 Pods showed
+    /// no difference). Only above [`SHRINK_ABOVE`]: a queue that never grew that far (steady
+    /// traffic) is not reallocated.
+    fn shrink_if_drained(&mut self) {
+        if self.inflight > 0 || !self.pending.is_empty() {
+            return;
+        }
+        if self.pending.capacity() > SHRINK_ABOVE {
+            self.pending = VecDeque::new();
+        }
+        if self.index.is_empty() && self.index.capacity() > SHRINK_ABOVE {
+            self.index = HashMap::new();
+        }
+        if self.inflight_keys.is_empty() && self.inflight_keys.capacity() > SHRINK_ABOVE {
+            self.inflight_keys = HashMap::new();
+        }
+    }
 }
+
+/// Slots (and index entries) a drained queue may keep without giving them back.
+const SHRINK_ABOVE: usize = 1024;
 
 /// What a push made final: the acknowledgements of the change it replaced, or of both
 /// changes of a cancelled pair, and whether it freed room (a cancelled pair releases the
@@ -407,7 +435,7 @@ impl SinkQueue {
         let fresh = msg.meta.op == Op::Added && !may_be_held;
         st.pending.push_back(Slot {
             msg,
-            throttle,
+            throttle: throttle.map(Box::new),
             held_back: false,
             enqueued_at: Instant::now(),
             ack,
@@ -630,6 +658,7 @@ impl SinkQueue {
                     }
                 }
             }
+            st.shrink_if_drained();
         }
         self.space.notify_waiters();
         self.data.notify_one();
@@ -905,6 +934,31 @@ mod tests {
             [("backoff-5".into(), Some(1)), ("backoff-6".into(), Some(3))]
         );
         assert_eq!(q.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_drained_queue_gives_back_the_room_of_a_burst() {
+        let q = SinkQueue::new(limits(true, 10_000));
+        for k in 0..5_000 {
+            q.push(msg(&format!("k{k}"), "x"), None).await;
+        }
+        let room = |q: &SinkQueue| {
+            let st = q.lock();
+            (st.pending.capacity(), st.index.capacity())
+        };
+        assert!(room(&q).0 >= 5_000 && room(&q).1 >= 5_000);
+        while q.held() > 0 {
+            let b = next(&q).await;
+            q.complete(b);
+        }
+        let (slots, index) = room(&q);
+        assert!(
+            slots <= SHRINK_ABOVE && index <= SHRINK_ABOVE,
+            "kept {slots} slots and {index} index entries"
+        );
+        // And it works on from there.
+        q.push(msg("again", "y"), None).await;
+        assert_eq!(payloads(&next(&q).await), ["y"]);
     }
 
     #[tokio::test]
