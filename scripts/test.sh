@@ -109,8 +109,8 @@ cargo clippy -p kubesink --lib -- -D warnings
 DEPLOY_CHECKS_PYTHON="$(scripts/check-deploy.sh --tools | tail -1)"
 export DEPLOY_CHECKS_PYTHON
 # The release image and chart (scripts/image.sh, docs/operations.md "Images and charts"): the
-# release binary (a build of its own: the Dockerfile's features, --release; ~10 minutes cold on
-# 2 shared cores, ~2 after a code change, docs/testing.md), a minimal Debian
+# release binary (a build of its own: the Dockerfile's features, --release with fat LTO; ~12
+# minutes cold on 2 shared cores, ~4 after a code change, docs/testing.md), a minimal Debian
 # root (the binary, the libraries ldd names, CA bundle, passwd entry) made an OCI image with
 # crane (built once into $TOOLS_CACHE_DIR), pushed to a registry on loopback and pulled back by
 # digest, run as its user (chroot); the chart pinned to that digest pushed and pulled with

@@ -97,6 +97,15 @@ async fn server_events(client: &kube::Client, ns: &str) -> BTreeMap<String, (Str
         .collect()
 }
 
+/// The messages of the runs `done` (each one's whole output), in order, then those `live`
+/// wrote so far: what a consumer of the stream has read.
+fn in_order(done: &[&[Value]], live: &Kubesink) -> Vec<Value> {
+    done.iter()
+        .flat_map(|run| run.iter().cloned())
+        .chain(live.messages())
+        .collect()
+}
+
 /// (name, occurrences) of each of `msgs`.
 fn said(msgs: &[Value]) -> Vec<(String, u64)> {
     msgs.iter()
@@ -364,13 +373,7 @@ async fn occurrences_sum_to_the_servers_counts_through_a_restart_and_none_is_los
     bump_series(&client, ns, "new-0", 7).await;
     scale(&client, ns, 1).await;
     let second = Kubesink::start(BIN, &cfg, dir.path(), "second", &[]);
-    let both = || {
-        first
-            .iter()
-            .cloned()
-            .chain(second.messages())
-            .collect::<Vec<_>>()
-    };
+    let both = || in_order(&[&first], &second);
     sums_equal(&client, ns, &unsent, both, || second.stderr()).await;
     let unchanged: BTreeSet<String> = (3..5)
         .map(|i| format!("old-{i}"))
@@ -400,14 +403,7 @@ async fn occurrences_sum_to_the_servers_counts_through_a_restart_and_none_is_los
         bump_series(&client, ns, &format!("new-{i}"), 10).await;
     }
     let third = Kubesink::start(BIN, &cfg, dir.path(), "third", &[]);
-    let all = || {
-        first
-            .iter()
-            .chain(&second)
-            .cloned()
-            .chain(third.messages())
-            .collect::<Vec<_>>()
-    };
+    let all = || in_order(&[&first, &second], &third);
     crash_sums(&client, ns, &unsent, all, || third.stderr()).await;
     third.terminate().await;
 }
@@ -521,13 +517,7 @@ async fn a_crash_before_the_first_save_leaves_out_again_what_the_first_start_lef
     );
     // An old Event happens again: its new occurrences are sent, not its old ones.
     bump_core(&client, ns, "old-0", 5).await;
-    let both = || {
-        first
-            .iter()
-            .cloned()
-            .chain(second.messages())
-            .collect::<Vec<_>>()
-    };
+    let both = || in_order(&[&first], &second);
     sums_equal(&client, ns, &unsent, both, || second.stderr()).await;
     let names = said(&second.messages());
     assert!(
@@ -592,7 +582,7 @@ async fn a_leader_hand_over_sends_each_occurrence_once_and_a_killed_leader_loses
         bump_series(&client, ns, &format!("e-{i}"), 6).await;
     }
     create(&client, api_event(ns, "during", "p-9", 3)).await;
-    let both = || a.iter().cloned().chain(b.messages()).collect::<Vec<_>>();
+    let both = || in_order(&[&a], &b);
     sums_equal(&client, ns, &none, both, || b.stderr()).await;
     assert!(
         b.messages()
@@ -612,13 +602,7 @@ async fn a_leader_hand_over_sends_each_occurrence_once_and_a_killed_leader_loses
     for i in 0..5 {
         bump_series(&client, ns, &format!("e-{i}"), 9).await;
     }
-    let all = || {
-        a.iter()
-            .chain(&b)
-            .cloned()
-            .chain(c.messages())
-            .collect::<Vec<_>>()
-    };
+    let all = || in_order(&[&a, &b], &c);
     crash_sums(&client, ns, &none, all, || c.stderr()).await;
     c.terminate().await;
 }
@@ -692,14 +676,7 @@ async fn ten_thousand_events_are_not_sent_again_after_a_restart_or_a_crash() {
         listed(&third)
     })
     .await;
-    let all = || {
-        first
-            .iter()
-            .chain(&second)
-            .cloned()
-            .chain(third.messages())
-            .collect::<Vec<_>>()
-    };
+    let all = || in_order(&[&first, &second], &third);
     crash_sums(&client, ns, &none, all, || third.stderr()).await;
     eprintln!(
         "after the crash of a run with {EVENTS} Events: {} messages sent again",
