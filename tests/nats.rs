@@ -394,6 +394,30 @@ async fn a_missing_stream_is_a_clear_startup_error() {
     assert!(err.contains(&server.url()), "{err}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_share_the_stream_one_of_them_creates() {
+    // Each round, 32 sinks start at once on a server without the stream: every one must
+    // come up (one creates the stream, the others find it), as replicas restarted together.
+    let server = NatsServer::start("");
+    for round in 0..30 {
+        let mut cfg = nats_config(&server, NatsMode::Jetstream);
+        cfg.stream.name = format!("RACE{round}");
+        cfg.stream.subjects = vec![format!("race{round}.>")];
+        let starts = (0..32).map(|i| {
+            let cfg = cfg.clone();
+            async move {
+                cfg.build_sink(i)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        });
+        for r in futures::future::join_all(starts).await {
+            r.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+    }
+}
+
 async fn delivers_one(cfg: &NatsConfig) {
     let sink = cfg.build_sink(0).await.expect("connects");
     sink.healthcheck().await.expect("healthy");

@@ -587,10 +587,17 @@ async fn ensure_stream(
         },
         StreamSetup::Create(cfg) => {
             let name = cfg.name.clone();
-            js.get_or_create_stream((**cfg).clone())
-                .await
-                .map(|_| ())
-                .map_err(|e| err(&name, format!("cannot create it: {e}")))
+            match js.get_or_create_stream((**cfg).clone()).await {
+                Ok(_) => Ok(()),
+                // Another process created it between our look and our create (replicas
+                // starting together): the server refuses the second create ("subjects
+                // overlap with an existing stream", 10065, found by scripts/chaos.sh seed
+                // 73289); the stream it refused for is the one to use.
+                Err(create) => match js.get_stream(&name).await {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(err(&name, format!("cannot create it: {create}"))),
+                },
+            }
         }
     }
 }
