@@ -418,6 +418,31 @@ async fn replicas_starting_together_share_the_stream_one_of_them_creates() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_while_a_sink_still_connects_stops_the_process_cleanly() {
+    // A server that takes the connection and never answers: the NATS sink's start waits
+    // (`connect_timeout`), and a SIGTERM meanwhile ends the process with 0, not by the
+    // signal's default action (exit 143: the handlers were installed only once running).
+    let c = cluster(SimConfig::default()).await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rest = format!(
+        "[[sinks]]\ntype = \"nats\"\nservers = [\"nats://{addr}\"]\nconnect_timeout = \"60s\"\n"
+    );
+    let cfg = support::process::write_config(dir.path(), "starting", &c.kubeconfig, &rest);
+    let bin = env!("CARGO_BIN_EXE_kubesink");
+    let mut k = support::process::Kubesink::start(bin, &cfg, dir.path(), "starting", &[]);
+    let _held = tokio::time::timeout(Duration::from_secs(60), silent.accept())
+        .await
+        .expect("the sink connects within 60 s")
+        .expect("accept");
+    let code = k.signal_and_wait("TERM", Duration::from_secs(30)).await;
+    assert_eq!(code, Some(Some(0)), "stderr:\n{}", k.stderr());
+}
+
 async fn delivers_one(cfg: &NatsConfig) {
     let sink = cfg.build_sink(0).await.expect("connects");
     sink.healthcheck().await.expect("healthy");

@@ -415,26 +415,30 @@ impl Bridge {
     }
 }
 
-/// Resolves when SIGINT (Ctrl-C) or SIGTERM arrives.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves when SIGINT (Ctrl-C) or SIGTERM arrives. The handlers are installed when it is
+/// called, not when it is first awaited: a signal that comes while the process starts
+/// (clients, sinks connecting) is kept for it, where the default action killed the process
+/// (exit 143; found by scripts/chaos.sh, seed 73289's replay: a replica restarted after
+/// losing its Lease was sent SIGTERM while it started). Call it from the runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
+    let handlers = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        if let (Some(mut term), Some(mut int)) = handlers {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
             }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
+            return;
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -450,14 +454,10 @@ pub const WORKER_PANICKED_EXIT: i32 = 4;
 /// or the wait for the tasks (everything was delivered).
 pub const SHUTDOWN_ABANDONED_EXIT: i32 = 5;
 
-/// One bridge for every configured cluster until a signal, then a shutdown within
-/// `pipeline.shutdown_timeout`. Exits the process with [`LOST_LEADERSHIP_EXIT`] when
-/// leadership is lost.
-///
-/// # Errors
-/// Client construction, server start or sink construction failures; [`Unclean`] (with its
-/// exit code) when the shutdown was not clean.
-pub async fn run(plan: Plan) -> anyhow::Result<()> {
+/// Everything before the bridge runs: the clients, the leader election, the sinks, the
+/// launch (state restored, watches planned). Returns the bridge, the clusters' names, the
+/// number of sinks and whether leader election is on.
+async fn start(plan: &Plan) -> anyhow::Result<(Bridge, Vec<String>, usize, bool)> {
     let clusters: Vec<Cluster> = plan.units.iter().map(|u| u.cluster.clone()).collect();
     let clients = cluster::clients(&clusters).await;
     // The Lease's cluster first: without it nothing can start, so the other clusters'
@@ -492,8 +492,8 @@ pub async fn run(plan: Plan) -> anyhow::Result<()> {
     let sinks = crate::sinks::build_all(plan.sinks.iter().map(|s| &s.config)).await?;
     let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
     let (sink_count, leader_election) = (plan.sinks.len(), plan.lease.is_some());
-    let mut bridge = launch::launch(
-        &plan,
+    let bridge = launch::launch(
+        plan,
         plan.units.clone(),
         clients,
         sinks,
@@ -501,12 +501,33 @@ pub async fn run(plan: Plan) -> anyhow::Result<()> {
         Shared::default(),
     )
     .await?;
+    Ok((bridge, names, sink_count, leader_election))
+}
+
+/// One bridge for every configured cluster until a signal, then a shutdown within
+/// `pipeline.shutdown_timeout`. Exits the process with [`LOST_LEADERSHIP_EXIT`] when
+/// leadership is lost.
+///
+/// # Errors
+/// Client construction, server start or sink construction failures; [`Unclean`] (with its
+/// exit code) when the shutdown was not clean.
+pub async fn run(plan: Plan) -> anyhow::Result<()> {
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    let (mut bridge, names, sink_count, leader_election) = tokio::select! {
+        started = start(&plan) => started?,
+        _ = &mut stop => {
+            // Nothing was sent yet that a next start would not send again.
+            tracing::info!("stopped while starting");
+            return Ok(());
+        }
+    };
     tracing::info!(clusters = %names.join(","), sinks = sink_count, leader_election, "kubesink running");
     bridge.release_code_pages();
     let lost = bridge.take_lost_leadership();
     tokio::pin!(lost);
     tokio::select! {
-        _ = shutdown_signal() => {}
+        _ = &mut stop => {}
         lost = &mut lost => {
             tracing::error!(error = %lost, "lost leadership: stopping at once without emitting more (exit {LOST_LEADERSHIP_EXIT}); the replacement process starts as a follower");
             std::process::exit(LOST_LEADERSHIP_EXIT);
