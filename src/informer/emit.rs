@@ -54,7 +54,7 @@ pub(super) async fn publish(
             .await;
         let throttle = decider.throttle(&change);
         if !publisher
-            .publish_throttled(msg, ack, change.may_be_held, throttle)
+            .publish_acked(msg, ack, change.may_be_held, throttle)
             .await
         {
             return false;

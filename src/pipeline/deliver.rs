@@ -502,7 +502,7 @@ mod tests {
         let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(log.clone(), 2)));
         assert!(
             p.publisher()
-                .publish_acked(msg("a", 1, 0), Some(ack), false)
+                .publish_acked(msg("a", 1, 0), Some(ack), false, None)
                 .await
         );
         // (Paused time: these waits are the runtime going idle, not wall-clock sleeps.)
@@ -528,7 +528,7 @@ mod tests {
         let ack = Arc::new(Gated(crate::pipeline::WriteAhead::new(log.clone(), 3)));
         assert!(
             p.publisher()
-                .publish_acked(msg("b", 2, 0), Some(ack), false)
+                .publish_acked(msg("b", 2, 0), Some(ack), false, None)
                 .await
         );
         drop(durable);

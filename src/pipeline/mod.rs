@@ -77,20 +77,16 @@ impl Publisher {
     /// Queues `msg` for every sink, waiting while any queue is full (backpressure). Returns
     /// `false` when the pipeline is shutting down.
     pub async fn publish(&self, msg: Message) -> bool {
-        self.publish_acked(msg, None, true).await
+        self.publish_acked(msg, None, true, None).await
     }
 
     /// [`Publisher::publish`] with an acknowledgement: each sink settles `ack` once (see
     /// [`Settle`]), so it is settled [`Publisher::sinks`] times when every sink is done.
     /// `may_be_held` ([`kubesink_core::message::Change::may_be_held`]): an `added` that a
     /// destination may already hold, which no later `deleted` may cancel in a queue.
-    pub async fn publish_acked(&self, msg: Message, ack: Option<Ack>, may_be_held: bool) -> bool {
-        self.publish_throttled(msg, ack, may_be_held, None).await
-    }
-
-    /// [`Publisher::publish_acked`] of a change each sink's queue holds to `throttle`'s rate
-    /// ([`Throttle`]; each sink has its own budget).
-    pub async fn publish_throttled(
+    /// `throttle`: the rate each sink's queue holds the change to ([`Throttle`]; each sink
+    /// has its own budget).
+    pub async fn publish_acked(
         &self,
         msg: Message,
         ack: Option<Ack>,

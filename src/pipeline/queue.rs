@@ -314,8 +314,7 @@ impl SinkQueue {
     /// (backpressure). `may_be_held`: for an `added`, a destination may already hold it, so
     /// a later `deleted` never cancels it (see the module docs). Returns `false` if the queue
     /// is closed (shutdown), in which case the message was not queued and `ack` is never
-    /// settled by this queue.
-    /// `throttle`: the rate the change is held to (see [`Throttle`]).
+    /// settled by this queue. `throttle`: the rate the change is held to (see [`Throttle`]).
     pub async fn push_change(
         &self,
         msg: Message,
@@ -565,22 +564,24 @@ impl SinkQueue {
             {
                 break;
             }
-            if let (true, Some(t)) = (rated, slot.throttle.clone()) {
-                if let Some(wait) = rate_wait(&mut st.limiters, &t) {
-                    let ready = Instant::now() + wait;
-                    st.next_ready = Some(st.next_ready.map_or(ready, |r| r.min(ready)));
-                    let Some(slot) = st.pending.get_mut(at) else {
-                        break;
-                    };
-                    if !slot.held_back {
-                        slot.held_back = true;
-                        self.rate_held.fetch_add(1, Ordering::Relaxed);
-                    }
-                    held_keys.insert(slot.msg.key.clone());
-                    skipped = true;
-                    at += 1;
-                    continue;
+            let wait = match (rated, slot.throttle.as_deref()) {
+                (true, Some(t)) => rate_wait(&mut st.limiters, t),
+                _ => None,
+            };
+            if let Some(wait) = wait {
+                let ready = Instant::now() + wait;
+                st.next_ready = Some(st.next_ready.map_or(ready, |r| r.min(ready)));
+                let Some(slot) = st.pending.get_mut(at) else {
+                    break;
+                };
+                if !slot.held_back {
+                    slot.held_back = true;
+                    self.rate_held.fetch_add(1, Ordering::Relaxed);
                 }
+                held_keys.insert(slot.msg.key.clone());
+                skipped = true;
+                at += 1;
+                continue;
             }
             let seq = st.head_seq + at as u64;
             let (msg, ack) = if at == 0 {

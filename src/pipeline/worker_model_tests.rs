@@ -305,7 +305,7 @@ fn run_case(shape: &Shape, pushes: &[usize], replies: Vec<Reply>) -> Result<(), 
             // Backpressure: with a full queue this waits for the worker.
             let queued = tokio::time::timeout(
                 Duration::from_secs(3600),
-                publisher.publish_acked(message(key, rv), Some(ack), false),
+                publisher.publish_acked(message(key, rv), Some(ack), false, None),
             )
             .await
             .map_err(|_| format!("publish of {key} rv {rv} never returned (stalled)"))?;
