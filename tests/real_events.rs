@@ -97,6 +97,14 @@ async fn server_events(client: &kube::Client, ns: &str) -> BTreeMap<String, (Str
         .collect()
 }
 
+/// The shared control plane (API server and controller manager) with namespace `ns` made,
+/// and an admin client of it.
+async fn in_namespace(ns: &str) -> (&'static ControlPlane, kube::Client) {
+    let cp: &'static ControlPlane = kube_server::shared_async().await;
+    namespace(cp, ns, json!({})).await;
+    (cp, cp.admin().await)
+}
+
 /// The messages of the runs `done` (each one's whole output), in order, then those `live`
 /// wrote so far: what a consumer of the stream has read.
 fn in_order(done: &[&[Value]], live: &Kubesink) -> Vec<Value> {
@@ -311,10 +319,8 @@ async fn scale(client: &kube::Client, ns: &str, replicas: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn occurrences_sum_to_the_servers_counts_through_a_restart_and_none_is_lost_in_a_crash() {
-    let cp: &'static ControlPlane = kube_server::shared_async().await;
     let ns = "events-sum";
-    namespace(cp, ns, json!({})).await;
-    let client = cp.admin().await;
+    let (cp, client) = in_namespace(ns).await;
     // Before the first start: old core Events (last 2 h ago: older than `since`, not sent
     // then) and recent ones through the events API, and the controllers' own.
     for i in 0..5 {
@@ -474,10 +480,8 @@ async fn a_watch_of_events_resumed_from_a_compacted_resource_version_relists_wit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_the_first_save_leaves_out_again_what_the_first_start_left_out() {
-    let cp: &'static ControlPlane = kube_server::shared_async().await;
     let ns = "events-early";
-    namespace(cp, ns, json!({})).await;
-    let client = cp.admin().await;
+    let (cp, client) = in_namespace(ns).await;
     for i in 0..3 {
         let old = core_event(ns, &format!("old-{i}"), "p", 3, Duration::from_secs(7200));
         create(&client, old).await;
@@ -543,10 +547,8 @@ async fn a_crash_before_the_first_save_leaves_out_again_what_the_first_start_lef
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_hand_over_sends_each_occurrence_once_and_a_killed_leader_loses_none() {
-    let cp: &'static ControlPlane = kube_server::shared_async().await;
     let ns = "events-leader";
-    namespace(cp, ns, json!({})).await;
-    let client = cp.admin().await;
+    let (cp, client) = in_namespace(ns).await;
     for i in 0..5 {
         create(
             &client,
@@ -611,10 +613,8 @@ async fn a_leader_hand_over_sends_each_occurrence_once_and_a_killed_leader_loses
 async fn ten_thousand_events_are_not_sent_again_after_a_restart_or_a_crash() {
     use futures::StreamExt;
     const EVENTS: usize = 10_000;
-    let cp: &'static ControlPlane = kube_server::shared_async().await;
     let ns = "events-many";
-    namespace(cp, ns, json!({})).await;
-    let client = cp.admin().await;
+    let (cp, client) = in_namespace(ns).await;
     let api = kube_server::dynamic(&client, "v1", "Event", Some(ns)).await;
     let created = futures::stream::iter(0..EVENTS)
         .map(|i| {
