@@ -20,7 +20,7 @@
 
 use std::io::BufRead as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::StreamExt;
 use kubesink_bench::procfs;
-use kubesink_bench::procs::{spawn, Proc};
+use kubesink_bench::procs::Proc;
 use kubesink_bench::stats::mib;
 use serde_json::{json, Value};
 
@@ -112,24 +112,14 @@ fn start(
             occurrences,
         });
     }
-    let config = ctx.dir.path().join(format!("otelcol-events-{run}.yaml"));
-    std::fs::write(
-        &config,
-        format!(
-            "receivers:\n  k8s_events:\n    auth_type: kubeConfig\n    namespaces: [{ns}]\n\
-             exporters:\n  file:\n    path: /dev/stdout\n    flush_interval: 10ms\n\
-             service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    logs:\n      receivers: [k8s_events]\n      exporters: [file]\n"
-        ),
-    )?;
     let log = std::fs::File::create(ctx.dir.path().join(format!("otelcol-events-{run}.log")))?;
-    let mut proc = spawn(
-        "otelcol-k8sobjects (k8s_events)",
-        Command::new(peers.join("otelcol-k8sobjects"))
-            .env("KUBECONFIG", kubeconfig)
-            .arg("--config")
-            .arg(&config)
-            .stdout(Stdio::piped())
-            .stderr(log),
+    let mut proc = super::peers::start_collector(
+        peers,
+        kubeconfig,
+        &ctx.dir.path().join(format!("otelcol-events-{run}.yaml")),
+        "k8s_events",
+        &format!("    auth_type: kubeConfig\n    namespaces: [{ns}]\n"),
+        log,
     )?;
     let stdout = proc.take_stdout().context("otelcol stdout")?;
     let o = out.clone();

@@ -581,6 +581,37 @@ fn collector_reader(
     })
 }
 
+/// Starts the Collector peer (`otelcol-k8sobjects`, benches/peers/otelcol) with the receiver
+/// `receiver` and its `settings` (YAML lines indented under it), its logs handed to the file
+/// exporter on its stdout (piped), its own log to `log`; the configuration is written to
+/// `config`.
+pub(super) fn start_collector(
+    peers: &Path,
+    kubeconfig: &Path,
+    config: &Path,
+    receiver: &str,
+    settings: &str,
+    log: std::fs::File,
+) -> anyhow::Result<Proc> {
+    std::fs::write(
+        config,
+        format!(
+            "receivers:\n  {receiver}:\n{settings}\
+             exporters:\n  file:\n    path: /dev/stdout\n    flush_interval: 10ms\n\
+             service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    logs:\n      receivers: [{receiver}]\n      exporters: [file]\n"
+        ),
+    )?;
+    spawn(
+        &format!("otelcol-k8sobjects ({receiver})"),
+        Command::new(peers.join("otelcol-k8sobjects"))
+            .env("KUBECONFIG", kubeconfig)
+            .arg("--config")
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(log),
+    )
+}
+
 /// Starts `program` on the cluster of `kubeconfig` (`pods` Pods live), its events to `out`
 /// (kubesink: its stdout; `None`: /dev/null, or a scratch file for the peers), kubesink's
 /// state in `state` when given; with `stamps`, every stamped change it hands on is recorded
@@ -645,21 +676,13 @@ fn start(
     let out = out.unwrap_or(&scratch);
     let log = std::fs::File::create(ctx.dir.path().join(format!("peer-{run}.log")))?;
     if program == "k8sobjects" {
-        let config = ctx.dir.path().join(format!("otelcol-{run}.yaml"));
-        std::fs::write(
-            &config,
-            "receivers:\n  k8sobjects:\n    auth_type: kubeConfig\n    include_initial_state: true\n    objects:\n      - name: pods\n        mode: watch\n\
-             exporters:\n  file:\n    path: /dev/stdout\n    flush_interval: 10ms\n\
-             service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    logs:\n      receivers: [k8sobjects]\n      exporters: [file]\n",
-        )?;
-        let mut proc = spawn(
-            "otelcol-k8sobjects",
-            Command::new(peers.join("otelcol-k8sobjects"))
-                .env("KUBECONFIG", kubeconfig)
-                .arg("--config")
-                .arg(&config)
-                .stdout(Stdio::piped())
-                .stderr(log),
+        let mut proc = start_collector(
+            peers,
+            kubeconfig,
+            &ctx.dir.path().join(format!("otelcol-{run}.yaml")),
+            "k8sobjects",
+            "    auth_type: kubeConfig\n    include_initial_state: true\n    objects:\n      - name: pods\n        mode: watch\n",
+            log,
         )?;
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let stdout = proc.take_stdout().context("otelcol stdout")?;
