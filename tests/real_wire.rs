@@ -248,6 +248,21 @@ async fn metadata_read_as_protobuf_is_emitted_byte_for_byte_as_read_as_json() {
         json!({"metadata": {"labels": {"tier": "front"}}}),
     )
     .await;
+    // Each step on `rich` waits for its message in every run: a sink's queue coalesces a key's
+    // changes that arrive while it still holds one (`changed` is then the union), so a step
+    // taken before the last was written may fold into it in one run and not in another.
+    wait_until("rich's new label in every run", LONG, || async {
+        let labelled = |k: &Kubesink| {
+            k.messages().iter().any(|m| {
+                m["name"] == "rich" && m["object"]["metadata"]["labels"]["tier"] == "front"
+            })
+        };
+        all.iter()
+            .all(|k| labelled(k))
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
     patch(
         &client,
         "apps/v1",
