@@ -41,11 +41,26 @@ impl NatsServer {
             dir,
             conf,
         };
-        s.spawn();
+        // A port this process chose can still be taken by another process (a second test
+        // suite on the machine): nats-server then exits at once, and another server answers
+        // the port. Choose again.
+        for _ in 0..3 {
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => {
+                    eprintln!("nats-server on port {}: {e}; choosing other ports", s.port);
+                    (s.port, s.monitor_port) = (free_port(), free_port());
+                }
+            }
+        }
+        if let Err(e) = s.spawn() {
+            panic!("nats-server did not start: {e}");
+        }
         s
     }
 
-    fn spawn(&mut self) {
+    /// Starts nats-server and waits until it answers its port with NATS's `INFO` greeting.
+    fn spawn(&mut self) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -72,12 +87,25 @@ impl NatsServer {
         self.child = Some(child);
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Err(format!("exited ({status}): {}", self.log()));
+            }
+            if let Ok(mut conn) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                use std::io::Read;
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut greeting = [0u8; 5];
+                if conn.read_exact(&mut greeting).is_ok() && &greeting == b"INFO " {
+                    return Ok(());
+                }
+            }
             if Instant::now() > deadline {
-                panic!(
-                    "nats-server did not listen on {addr} within 20 s: {}",
+                self.stop();
+                return Err(format!(
+                    "did not greet on {addr} within 20 s: {}",
                     self.log()
-                );
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -118,7 +146,9 @@ impl NatsServer {
     /// Starts it again on the same port with the same store.
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn();
+        if let Err(e) = self.spawn() {
+            panic!("nats-server did not start again: {e}");
+        }
     }
 
     /// The client connections the server has now (`/connz`): (name, connection id).
