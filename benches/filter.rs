@@ -72,6 +72,7 @@ fn main() -> anyhow::Result<()> {
                 kind: "Pod",
                 resource: &"v1 Pod",
                 change: None,
+                context: None,
             });
             anyhow::ensure!(got != FilterMatch::Error, "{name} failed");
             std::hint::black_box(got);

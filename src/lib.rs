@@ -64,7 +64,8 @@ pub use pipeline::{Pipeline, SinkHandle, SinkStats};
 pub mod testing {
     pub use crate::informer::{
         watch_line, Acknowledged, Decider, DecodeError, Event, Facts, Filter, FilterMatch,
-        FilterSubject, InformerError, LightStore, MinimalMeta, Observed, Parts, Phase, RawObject,
-        Rv, ShapeError, Shaped, Shaper, StoreEntry, TrackedStore, Uid, Vanished, WatchPlan,
+        FilterSubject, InformerError, LightStore, MinimalMeta, Observed, OwnerIndex, Parts, Phase,
+        RawObject, Rv, ShapeError, Shaped, Shaper, StoreEntry, TrackedStore, Uid, Vanished,
+        WatchPlan,
     };
 }

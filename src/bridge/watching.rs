@@ -22,8 +22,8 @@ use super::routes::Route;
 use crate::cluster::{self, ClusterError};
 use crate::config::{Cluster, StateConfig, WatchConfig};
 use crate::informer::{
-    ClusterApi, Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore, ListBudget,
-    TrackedStore, View, WatchPlan,
+    owner_roles, ClusterApi, Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore,
+    ListBudget, OwnerContext, OwnerIndex, OwnerRole, TrackedStore, View, WatchPlan, OWNERS_WAIT,
 };
 use crate::leader::Leadership;
 use crate::leader::{Elector, Fence, Lost};
@@ -74,6 +74,8 @@ struct Target {
     scopes: Vec<Scope>,
     /// Which sinks each watch's views serve (`routes.rs`).
     routes: Arc<Vec<Route>>,
+    /// With `enrich` in the cluster: its owner index and this resource's role.
+    owners: Option<(Arc<OwnerIndex>, OwnerRole)>,
 }
 
 impl Watching {
@@ -150,7 +152,14 @@ impl Watching {
             }
         };
         stores.reverse(); // handed out in order by pop()
-        for r in &c.resources {
+        let (roles, feeders) = owner_roles(
+            &c.resources
+                .iter()
+                .map(|r| (&r.resource.config, r.scopes.len()))
+                .collect::<Vec<_>>(),
+        );
+        let index = feeders.map(|n| Arc::new(OwnerIndex::new(n)));
+        for (r, role) in c.resources.iter().zip(roles) {
             let scopes = r
                 .scopes
                 .iter()
@@ -184,6 +193,7 @@ impl Watching {
                 resource: r.resource.clone(),
                 scopes,
                 routes: self.routes.clone(),
+                owners: index.clone().map(|i| (i, role)),
             };
             self.tasks.spawn(watch_resource(
                 target,
@@ -465,6 +475,8 @@ async fn watch_resource(
     }
     for (plan, scope) in plans.into_iter().zip(t.scopes) {
         scope.stats.clear_failure();
+        let reported = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let is_pods = t.resource.config.is_pods();
         let views = t
             .routes
             .iter()
@@ -489,6 +501,14 @@ async fn watch_resource(
                 if let Some(f) = &route.filter {
                     decider = decider.with_sink_filter(f.clone(), route.counts.clone());
                 }
+                if let Some((index, role)) = &t.owners {
+                    decider = decider.with_context(OwnerContext {
+                        index: index.clone(),
+                        role: role.clone(),
+                        pods: is_pods,
+                        reported: reported.clone(),
+                    });
+                }
                 View::new(decider, publisher.only(&route.sinks))
             })
             .collect();
@@ -501,7 +521,26 @@ async fn watch_resource(
             t.api.clone(),
             lists.clone(),
         );
-        tasks.spawn(informer.run(cancel.clone()));
+        let waits = t.owners.clone().filter(|(_, role)| role.waits);
+        let cancel = cancel.clone();
+        tasks.spawn(async move {
+            if let Some((index, _)) = waits {
+                owners_ready(&index, &cancel).await;
+            }
+            informer.run(cancel).await
+        });
+    }
+}
+
+/// Waits (at most [`OWNERS_WAIT`]) for the first lists of the kinds that fill the owner
+/// index, so that the first messages of a resource with `enrich` carry whole chains.
+async fn owners_ready(index: &OwnerIndex, cancel: &CancellationToken) {
+    tracing::debug!("waiting for the first lists of the kinds that fill the owner index");
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        ready = index.ready(OWNERS_WAIT) => if !ready {
+            tracing::warn!(waited = ?OWNERS_WAIT, "the kinds that fill the owner index did not all complete their first list: listing anyway, messages carry the owners known so far (ownersComplete: false)");
+        },
     }
 }
 

@@ -41,7 +41,7 @@ pub use kubesink_core::shard::{Shard, MAX_SHARDS};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;
 pub use load::{load, load_resources, load_with_partial, ConfigError, ConfigErrors, PLACEHOLDER};
-pub use resource::{PayloadMode, ResourceConfig, ResourceMode, Since};
+pub use resource::{Enrich, PayloadMode, ResourceConfig, ResourceMode, Since};
 pub use sections::{
     InitialList, LeaderElectionConfig, LogConfig, PipelineConfig, ServerConfig, WatchConfig,
     WireEncoding, DEFAULT_MAX_CONCURRENT_LISTS, MAX_CONCURRENT_LISTS, MIN_REQUESTS_PER_SECOND,

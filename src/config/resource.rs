@@ -46,6 +46,20 @@ impl ResourceMode {
     }
 }
 
+/// Context a resource's messages carry (`[[resources]] enrich`, docs/message-contract.md
+/// "Context"), resolved from the cluster's owner index (`src/informer/owners.rs`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Enrich {
+    /// `owners` (the controller owners, nearest first: a Pod's ReplicaSet, then its
+    /// Deployment) and `ownersComplete`; for an Event, its regarding object's. An owner's
+    /// own owner is known when the cluster follows the owner's kind.
+    Owner,
+    /// `node`: a Pod's `spec.nodeName`; for an Event, its regarding Pod's (when the cluster
+    /// follows Pods with their spec).
+    Node,
+}
+
 /// Which Events that exist at a first start (no saved state) are sent (`[[resources]]
 /// since`, with `mode = "events"`): those whose last occurrence is at most this old, or
 /// all of them.
@@ -160,6 +174,14 @@ pub struct ResourceConfig {
     /// (the bound is the destination's own pace, through coalescing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason_rate_limit: Option<u32>,
+    /// Context each message carries: `"owner"` (`owners`, the chain of controller owners
+    /// up to the top, and `ownersComplete`) and `"node"` (a Pod's node), for an Event those
+    /// of the object it regards. Resolved from the kinds this cluster follows, never from an
+    /// object cache: follow ReplicaSets and Deployments (`payload = "metadata"` suffices) for
+    /// a Pod's chain, Pods for an Event's. See docs/message-contract.md, "Context". Default:
+    /// none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enrich: Vec<Enrich>,
     /// Payload mode: `full` (default), `metadata` or `fields`.
     #[serde(default)]
     pub payload: PayloadMode,
@@ -252,6 +274,7 @@ impl ResourceConfig {
             since: None,
             send_deleted: false,
             reason_rate_limit: None,
+            enrich: Vec::new(),
             payload: PayloadMode::Full,
             fields: Vec::new(),
             drop: Vec::new(),
@@ -384,12 +407,47 @@ impl ResourceConfig {
             problems.add(at("allow_secret_data"), "only applies to v1 Secret");
         }
         self.mode_problems(&mut problems, &at);
+        self.enrich_problems(&mut problems, &at);
         problems.extend(exprs.resource(self, at_key));
         problems.into_vec()
     }
 }
 
 impl ResourceConfig {
+    /// Whether its messages carry `enrich`'s `what`.
+    pub fn enriches(&self, what: Enrich) -> bool {
+        self.enrich.contains(&what)
+    }
+
+    /// Whether it is core v1 Pods.
+    pub fn is_pods(&self) -> bool {
+        self.api_version == "v1" && self.kind == "Pod"
+    }
+
+    /// What `enrich` cannot give: a node to other kinds than Pods and Events, a Pod's node
+    /// without its spec.
+    fn enrich_problems(&self, problems: &mut Problems, at: &dyn Fn(&str) -> String) {
+        if !self.enriches(Enrich::Node) {
+            return;
+        }
+        let events = self.mode == ResourceMode::Events;
+        if !self.is_pods() && !events {
+            problems.add(
+                at("enrich"),
+                format!(
+                    "\"node\" is a Pod's (spec.nodeName) or an Event's regarding Pod's, not {}'s",
+                    self.display_name()
+                ),
+            );
+        }
+        if self.is_pods() && self.payload == PayloadMode::Metadata {
+            problems.add(
+                at("enrich"),
+                "\"node\" is read from the Pod's spec.nodeName, which payload = \"metadata\" does not read: use payload = \"fields\" (e.g. fields = [\"/metadata\", \"/spec/nodeName\"]) or \"full\"",
+            );
+        }
+    }
+
     /// What `mode` forbids or needs: events mode takes Events only, and none of the options
     /// that shape an object's state; `since` and `send_deleted` belong to events mode.
     fn mode_problems(&self, problems: &mut Problems, at: &dyn Fn(&str) -> String) {

@@ -321,6 +321,70 @@ ignore_changes = ["status"]
 }
 
 #[test]
+fn enrich_gives_a_node_to_pods_with_their_spec_and_to_events_only() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "enrich.toml",
+            r#"
+[cluster]
+name = "p"
+[[resources]]
+api_version = "v1"
+kind = "Pod"
+payload = "metadata"
+enrich = ["owner", "node"]
+[[resources]]
+api_version = "apps/v1"
+kind = "ReplicaSet"
+enrich = ["node"]
+[[resources]]
+api_version = "events.k8s.io/v1"
+kind = "Event"
+mode = "events"
+enrich = ["owner", "node"]
+[[resources]]
+api_version = "apps/v1"
+kind = "Deployment"
+payload = "metadata"
+enrich = ["owner"]
+"#,
+        )?;
+        let errs = errors_of(Some(Path::new("enrich.toml")));
+        let all = errs.join(
+            "
+",
+        );
+        for want in [
+            "resources.0.enrich: \"node\" is read from the Pod's spec.nodeName, which payload = \"metadata\" does not read",
+            "resources.1.enrich: \"node\" is a Pod's (spec.nodeName) or an Event's regarding Pod's, not apps/v1 ReplicaSet's",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        assert!(all.contains("enrich.toml"), "{all}");
+        assert_eq!(
+            errs.len(),
+            2,
+            "the Events and the Deployments are fine:\n{all}"
+        );
+        // A value enrich does not know, named with its key and file.
+        jail.create_file(
+            "unknown.toml",
+            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nenrich = [\"namespace\"]\n",
+        )?;
+        let all = errors_of(Some(Path::new("unknown.toml"))).join("\n");
+        assert!(
+            all.contains("enrich")
+                && all.contains("namespace")
+                && all.contains("owner")
+                && all.contains("unknown.toml"),
+            "{all}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
 fn events_mode_takes_events_and_none_of_the_options_that_shape_an_objects_state() {
     Jail::expect_with(|jail| {
         jail.clear_env();
@@ -1885,6 +1949,32 @@ ssl_key_password = { env = "TESTS_UNSET_KEY_PASSWORD" }
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
         }
+        Ok(())
+    });
+}
+#[test]
+fn enrich_without_the_kinds_it_reads_is_a_warning_naming_them() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        let base = "[cluster]\nname = \"p\"\n[[sinks]]\ntype = \"stdout\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"metadata\"\nenrich = [\"owner\"]\n[[resources]]\napi_version = \"events.k8s.io/v1\"\nkind = \"Event\"\nmode = \"events\"\nenrich = [\"owner\", \"node\"]\n";
+        jail.create_file("gaps.toml", base)?;
+        let c = load(Some(Path::new("gaps.toml"))).map_err(|e| e.to_string())?;
+        let w = crate::plan::warnings(&c).join("\n");
+        for want in [
+            "resources.0.enrich (v1 Pod): apps/v1 ReplicaSet, apps/v1 Deployment not followed",
+            "resources.1.enrich (events.k8s.io/v1 Event): apps/v1 ReplicaSet, apps/v1 Deployment not followed",
+            "resources.1.enrich (events.k8s.io/v1 Event): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read",
+        ] {
+            assert!(w.contains(want), "missing {want:?} in:\n{w}");
+        }
+        jail.create_file(
+            "whole.toml",
+            &format!("{base}[[resources]]\napi_version = \"apps/v1\"\nkind = \"ReplicaSet\"\n[[resources]]\napi_version = \"apps/v1\"\nkind = \"Deployment\"\n")
+                .replace("payload = \"metadata\"\nenrich", "enrich"),
+        )?;
+        let c = load(Some(Path::new("whole.toml"))).map_err(|e| e.to_string())?;
+        let w = crate::plan::warnings(&c);
+        assert!(!w.iter().any(|w| w.contains("enrich")), "{w:?}");
         Ok(())
     });
 }

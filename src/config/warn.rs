@@ -175,6 +175,7 @@ pub fn warnings(c: &Config) -> Vec<String> {
     }
     out.extend(missing_files(c).iter().map(MissingFile::warning));
     out.extend(observed_generation(c));
+    out.extend(context_gaps(c));
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }
@@ -191,6 +192,57 @@ pub fn warnings(c: &Config) -> Vec<String> {
         && c.units().len() < 2
     {
         out.push("leader_election.scale_out with one cluster: one replica holds it and the others stand by, as with leader election alone; scale-out spreads [[clusters]] entries, several of them, or the shards of a cluster (cluster.shards)".to_owned());
+    }
+    out
+}
+
+/// `enrich` without the kinds it reads its context from (`informer/owners.rs`): Pods'
+/// owners without ReplicaSets or Deployments followed, Events' without Pods, an Event's node
+/// from Pods followed without their spec.
+fn context_gaps(c: &Config) -> Vec<String> {
+    use super::resource::{Enrich, PayloadMode, ResourceMode};
+    let followed = |api: &str, kind: &str| {
+        c.resources
+            .iter()
+            .find(|r| r.api_version == api && r.kind == kind)
+    };
+    let mut out = Vec::new();
+    for (i, r) in c.resources.iter().enumerate() {
+        let events = r.mode == ResourceMode::Events;
+        let needs: &[(&str, &str)] = match (r.enriches(Enrich::Owner), r.is_pods(), events) {
+            (true, true, _) => &[("apps/v1", "ReplicaSet"), ("apps/v1", "Deployment")],
+            (true, _, true) => &[
+                ("v1", "Pod"),
+                ("apps/v1", "ReplicaSet"),
+                ("apps/v1", "Deployment"),
+            ],
+            _ => &[],
+        };
+        let missing: Vec<String> = needs
+            .iter()
+            .filter(|(api, kind)| followed(api, kind).is_none())
+            .map(|(api, kind)| format!("{api} {kind}"))
+            .collect();
+        if !missing.is_empty() {
+            out.push(format!(
+                "resources.{i}.enrich ({}): {} not followed, so owner chains stop below them (ownersComplete: false); follow them too (payload = \"metadata\" suffices)",
+                r.display_name(),
+                missing.join(", ")
+            ));
+        }
+        if events && r.enriches(Enrich::Node) {
+            match followed("v1", "Pod") {
+                None => out.push(format!(
+                    "resources.{i}.enrich ({}): \"node\" is the regarding Pod's, and v1 Pod is not followed: no Event will carry a node",
+                    r.display_name()
+                )),
+                Some(p) if p.payload == PayloadMode::Metadata => out.push(format!(
+                    "resources.{i}.enrich ({}): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read: no Event will carry a node",
+                    r.display_name()
+                )),
+                Some(_) => {}
+            }
+        }
     }
     out
 }

@@ -236,6 +236,7 @@ pub async fn repair(
             changed: None,
             changes: None,
             occurrences: None,
+            context: None,
             reason: None,
         };
         messages.push(encode(resource, &change, &observed_at)?);

@@ -65,6 +65,7 @@ use super::facts::Facts;
 use super::filter::{ChangeVars, Filter, Match as FilterMatch, Subject};
 use super::object::RawObject;
 use super::occurrence::Occurrences;
+use super::owners::OwnerContext;
 use super::payload::{ShapeError, Shaper};
 use super::stats::{InformerStats, SinkFilterStats};
 #[cfg(any(test, feature = "test-util"))]
@@ -216,6 +217,9 @@ pub struct Decider {
     /// Events mode's `reason_rate_limit`: the limiter's name (`{cluster}/{group}/{kind}/{rate}`)
     /// and the rate, for [`Decider::throttle`].
     reason_rate: Option<(Arc<str>, std::num::NonZeroU32)>,
+    /// `enrich` (`owners.rs`): the cluster's owner index, which this decider fills when its
+    /// kind is one that owns others, and reads when its messages carry context.
+    context: Option<OwnerContext>,
 }
 
 /// Whose filter did not match an object ([`Decider::refused`]): what its `leftFilter` counts.
@@ -294,6 +298,7 @@ impl Decider {
             occurrences: None,
             since_open: false,
             reason_rate: None,
+            context: None,
         }
     }
 
@@ -396,13 +401,15 @@ impl Decider {
         let Some(filter) = filter else {
             return true;
         };
-        let got = filter.matches(&Subject::new(
-            obj,
-            metadata,
-            redacted,
-            &self.resource,
-            change,
-        ));
+        // The context only for an expression that names it (it is a lookup in the index).
+        let context = filter
+            .uses_context()
+            .then(|| self.context_of(obj))
+            .flatten();
+        let got = filter.matches(
+            &Subject::new(obj, metadata, redacted, &self.resource, change)
+                .with_context(context.as_deref()),
+        );
         let (out, errors) = self.out_counters(index);
         match got {
             FilterMatch::Yes => return true,
@@ -589,6 +596,7 @@ impl Decider {
                 Ok(self.owed_deletes())
             }
             Event::Listed(obj) => {
+                self.feed(&obj);
                 self.stats.listed.fetch_add(1, Ordering::Relaxed);
                 self.count_listed();
                 if let Ok(rv) = obj.resource_version().parse::<u64>() {
@@ -609,7 +617,7 @@ impl Decider {
             // Not match guards: `stale` raises the watch's floor for an event it admits.
             Event::Applied(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
-                false => match self.refused(&obj) {
+                false => match self.feed(&obj).refused(&obj) {
                     Some(by) => self.left_filter(obj, by),
                     None => self.apply(obj, false),
                 },
@@ -619,7 +627,7 @@ impl Decider {
             Event::Deleted(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
                 false
-                    if !self.filters.is_empty()
+                    if !self.unfeed(obj.uid()).filters.is_empty()
                         && !self.holds(&obj)
                         && self.refused(&obj).is_some() =>
                 {
@@ -713,6 +721,35 @@ impl Decider {
         changes
     }
 
+    /// With `enrich`: this decider's use of its cluster's owner index (`owners.rs`).
+    pub fn with_context(mut self, context: OwnerContext) -> Self {
+        self.context = Some(context);
+        self
+    }
+
+    /// Records `obj` in the owner index when this decider fills it; `self` for chaining.
+    fn feed(&mut self, obj: &RawObject<'_>) -> &mut Self {
+        if let Some(c) = &self.context {
+            c.feed(obj);
+        }
+        self
+    }
+
+    /// Forgets the object `uid` in the owner index when this decider fills it.
+    fn unfeed(&mut self, uid: &str) -> &mut Self {
+        if let Some(c) = &self.context {
+            c.unfeed(uid);
+        }
+        self
+    }
+
+    /// The context of a message about `obj` (`enrich`), `None` without it.
+    fn context_of(&self, obj: &RawObject<'_>) -> Option<Arc<kubesink_core::message::Context>> {
+        self.context
+            .as_ref()
+            .and_then(|c| c.of(obj, self.occurrences.is_some()))
+    }
+
     /// Whether a list is in progress.
     pub fn listing(&self) -> bool {
         matches!(self.phase, Phase::InitialList { .. } | Phase::Relist { .. })
@@ -801,6 +838,12 @@ impl Decider {
             t.list_resource_version = resource_version.clone();
             (vanished, t.store.len())
         };
+        if let Some(c) = &self.context {
+            for v in &vanished {
+                c.unfeed(&v.uid);
+            }
+            c.first_list_done();
+        }
         if let Some(namespace) = &self.markers {
             self.synced = Some(Synced {
                 namespace: namespace.clone(),
@@ -956,6 +999,9 @@ impl Decider {
                 old_rv,
                 old_fingerprint,
             } => {
+                if let Some(c) = &self.context {
+                    c.unfeed(&old_uid);
+                }
                 self.stats.inferred_deletes.fetch_add(1, Ordering::Relaxed);
                 changes.push(inferred_delete(
                     Vanished {
@@ -1054,6 +1100,7 @@ impl Decider {
             changed,
             changes: value_changes,
             occurrences,
+            context: self.context_of(&obj),
             reason: None,
         });
         self.count_emitted(&changes);
@@ -1135,6 +1182,7 @@ impl Decider {
             changed: None,
             changes: None,
             occurrences: None,
+            context: self.context_of(&obj),
             reason,
         });
         Ok(changes)
@@ -1175,6 +1223,7 @@ fn inferred_delete(v: Vanished, seen_gone: &str) -> Change {
         changed: None,
         changes: None,
         occurrences: None,
+        context: None,
         reason: None,
     }
 }

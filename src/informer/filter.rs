@@ -53,6 +53,7 @@ use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::{CelList, CelMap, CelMapKey};
+use kubesink_core::message::Context;
 use serde_json::{Map, Value};
 
 use super::cel_values::{self, string, Reach};
@@ -78,6 +79,12 @@ pub const VARIABLES: [&str; 4] = ["object", "cluster", "kind", "ns"];
 /// ObjectReference). For other kinds `reason` is `""`, `regarding` an empty map, and `type`
 /// CEL's own name of the type of types (which an Event's `type` shadows).
 pub const EVENT_VARIABLES: [&str; 3] = ["reason", "type", "regarding"];
+
+/// The variables of a message's context (`[[resources]] enrich`, `owners.rs`), besides
+/// [`VARIABLES`]: `owners` (a list of maps `{apiVersion, kind, name, uid}`, nearest owner
+/// first, as the message's `owners`) and `node` (a string, `""` when unknown). Without
+/// `enrich` `owners` is an empty list and `node` `""`.
+pub const CONTEXT_VARIABLES: [&str; 2] = ["owners", "node"];
 
 /// The values of `op` a sink's change filter sees (the message's `op`; sync markers are not
 /// changes and never reach a filter).
@@ -141,7 +148,14 @@ impl<'s, 'a> Subject<'s, 'a> {
             kind: &resource.kind,
             resource,
             change,
+            context: None,
         }
+    }
+
+    /// The same subject with its message's context (`enrich`).
+    pub fn with_context(mut self, context: Option<&'s Context>) -> Self {
+        self.context = context;
+        self
     }
 }
 
@@ -164,6 +178,8 @@ pub struct Subject<'s, 'a> {
     pub resource: &'s dyn std::fmt::Display,
     /// The change, for a filter that names `op` or `changed`.
     pub change: Option<ChangeVars<'s>>,
+    /// The message's context (`enrich`), for a filter that names `owners` or `node`.
+    pub context: Option<&'s Context>,
 }
 
 /// Why an expression does not compile: the message, and where (1-based line and column of
@@ -269,6 +285,7 @@ impl Filter {
         let known = |v: &str| {
             VARIABLES.contains(&v)
                 || EVENT_VARIABLES.contains(&v)
+                || CONTEXT_VARIABLES.contains(&v)
                 || TYPE_NAMES.contains(&v)
                 || (place == Place::Sink && CHANGE_VARIABLES.contains(&v))
         };
@@ -292,17 +309,19 @@ impl Filter {
                 Place::Resource => (
                     "a resource filter",
                     format!(
-                        "{} (and for Events {})",
+                        "{}, {} (and for Events {})",
                         VARIABLES.join(", "),
+                        CONTEXT_VARIABLES.join(", "),
                         EVENT_VARIABLES.join(", ")
                     ),
                 ),
                 Place::Sink => (
                     "a sink's filter",
                     format!(
-                        "{}, {} (and for Events {})",
+                        "{}, {}, {} (and for Events {})",
                         VARIABLES.join(", "),
                         CHANGE_VARIABLES.join(", "),
+                        CONTEXT_VARIABLES.join(", "),
                         EVENT_VARIABLES.join(", ")
                     ),
                 ),
@@ -394,6 +413,11 @@ impl Filter {
     /// Whether the expression names the variable `name` (`kind`, `ns`, …).
     pub fn uses(&self, name: &str) -> bool {
         self.variables.contains(name)
+    }
+
+    /// Whether the expression names a context variable ([`CONTEXT_VARIABLES`]).
+    pub fn uses_context(&self) -> bool {
+        CONTEXT_VARIABLES.iter().any(|v| self.uses(v))
     }
 
     /// Whether the expression names `op` or `changed`: a sink's *change filter*, which
@@ -513,6 +537,31 @@ impl Filter {
                 (None, _) => string(""),
             };
             ctx.add_variable_as_val(var, value);
+        }
+        if self.uses("owners") {
+            let owners = subject
+                .context
+                .and_then(|c| c.owners.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .map(|o| {
+                    let fields = [
+                        ("apiVersion", &o.api_version),
+                        ("kind", &o.kind),
+                        ("name", &o.name),
+                        ("uid", &o.uid),
+                    ]
+                    .into_iter()
+                    .map(|(k, v)| (CelMapKey::from(k), string(v)))
+                    .collect::<std::collections::HashMap<_, _>>();
+                    Box::new(CelMap::from(fields)) as cel_values::CelVal<'_>
+                })
+                .collect::<Vec<_>>();
+            ctx.add_variable_as_val("owners", Box::new(CelList::from(owners)));
+        }
+        if self.uses("node") {
+            let node = subject.context.and_then(|c| c.node.as_deref());
+            ctx.add_variable_as_val("node", string(node.unwrap_or_default()));
         }
         if self.on_changes {
             let change = subject.change.unwrap_or(ChangeVars {
@@ -849,7 +898,48 @@ mod tests {
             kind: "Pod",
             resource: &"v1 Pod",
             change,
+            context: None,
         }
+    }
+
+    #[test]
+    fn a_filter_reads_the_context_of_its_message() {
+        use kubesink_core::message::OwnerRef;
+        let running = pod("Running");
+        let obj = RawObject::parse(&running).expect("object");
+        let f = Filter::compile(
+            r#"owners.exists(o, o.kind == "Deployment" && o.name == "web") && node == "node-a""#,
+        )
+        .expect("compiles");
+        assert!(f.uses_context());
+        let owner = |kind: &str, name: &str| OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+        };
+        let context = Context {
+            owners: Some(vec![
+                owner("ReplicaSet", "web-7d9f"),
+                owner("Deployment", "web"),
+            ]),
+            owners_complete: true,
+            node: Some("node-a".into()),
+        };
+        let on = |c: Option<&Context>| f.matches(&subject(&obj, &|_| false, None).with_context(c));
+        assert_eq!(on(Some(&context)), Match::Yes);
+        let elsewhere = Context {
+            node: Some("node-b".into()),
+            ..context.clone()
+        };
+        assert_eq!(on(Some(&elsewhere)), Match::No);
+        // Without a context (no `enrich`): owners is empty, node "".
+        assert_eq!(on(None), Match::No);
+        let empty = Filter::compile(r#"size(owners) == 0 && node == """#).expect("compiles");
+        assert_eq!(empty.matches(&subject(&obj, &|_| false, None)), Match::Yes);
+        assert!(!Filter::compile(r#"ns == "a""#)
+            .expect("compiles")
+            .uses_context());
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod lists;
 mod name;
 mod object;
 mod occurrence;
+mod owners;
 mod payload;
 mod plan;
 mod protobuf;
@@ -54,6 +55,9 @@ pub use filter::{
 };
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
+pub use owners::{
+    roles as owner_roles, OwnerContext, OwnerIndex, Role as OwnerRole, WAIT as OWNERS_WAIT,
+};
 pub use plan::WatchPlan;
 pub use stats::{FailureKind, InformerStats, SinkFilterStats, Strategy};
 pub use store::LightStore;

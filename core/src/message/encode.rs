@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_128;
 
+use super::context::{Context, OwnerRef};
 use super::model::{ChangedPaths, Message, MessageMeta, Op, SYNCED_NAME};
 use super::resource::Resource;
 
@@ -97,6 +98,9 @@ pub struct Change {
     /// [`Resource::events`]): how many times the Event happened since its previous message
     /// (its whole count on its first), the message's `occurrences`. `None` for objects.
     pub occurrences: Option<u64>,
+    /// With `[[resources]] enrich`: the object's owners and node (the message's `owners`,
+    /// `ownersComplete` and `node`); `None` without it.
+    pub context: Option<Arc<Context>>,
 }
 
 /// Why a `deleted` was sent when the object is still in the cluster: the message's `reason`.
@@ -143,6 +147,12 @@ struct Wire<'a> {
     changes: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     occurrences: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owners: Option<&'a [OwnerRef]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owners_complete: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
@@ -347,6 +357,12 @@ pub fn encode_with_epoch(
             changed: changed(c),
             changes: changes.as_deref(),
             occurrences: c.occurrences.filter(|_| c.op != Op::Deleted),
+            owners: c.context.as_ref().and_then(|x| x.owners.as_deref()),
+            owners_complete: c
+                .context
+                .as_ref()
+                .and_then(|x| x.owners.as_ref().map(|_| x.owners_complete)),
+            node: c.context.as_ref().and_then(|x| x.node.as_deref()),
             truncated: false,
             observed_at,
             leader_epoch,
@@ -685,6 +701,39 @@ mod tests {
             resource_version: "17".into(),
             ..crate::message::fixtures::change(op, Some("default"), "web", object)
         }
+    }
+
+    #[test]
+    fn a_context_writes_owners_then_whether_complete_then_the_node() {
+        let r = Arc::new(Resource::new("prod", "", "v1", "Pod", "pods", true));
+        let obj = json!({"apiVersion": "v1", "kind": "Pod"});
+        let plain = encode(&r, &change(Op::Added, Some(obj.clone())), "t").unwrap();
+        let v: Value = serde_json::from_slice(&plain.payload).unwrap();
+        for field in ["owners", "ownersComplete", "node"] {
+            assert!(v.get(field).is_none(), "{field} without enrich");
+        }
+        let rs = OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-7d9f".into(),
+            uid: "u-rs".into(),
+        };
+        let c = Change {
+            context: Some(Arc::new(Context {
+                owners: Some(vec![rs]),
+                owners_complete: false,
+                node: Some("node-a".into()),
+            })),
+            ..change(Op::Added, Some(obj))
+        };
+        let m = encode(&r, &c, "t").unwrap();
+        let text = std::str::from_utf8(&m.payload).unwrap();
+        assert!(
+            text.contains(r#""owners":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d9f","uid":"u-rs"}],"ownersComplete":false,"node":"node-a","observedAt""#),
+            "{text}"
+        );
+        // Context is not part of the id: the same change with or without it.
+        assert_eq!(m.meta.id, plain.meta.id);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub fn change(op: Op, namespace: Option<&str>, name: &str, object: Option<Object
         changed: None,
         changes: None,
         occurrences: None,
+        context: None,
         reason: None,
         object,
     }

@@ -15,6 +15,7 @@
 //! what to emit: that is the informer's job.
 
 pub mod cloudevents;
+mod context;
 mod encode;
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod fixtures;
@@ -22,6 +23,7 @@ mod model;
 mod resource;
 
 pub use cloudevents::Format;
+pub use context::{Context, OwnerRef};
 pub use encode::{
     coalesce_changes, encode, encode_synced, encode_synced_with_epoch, encode_with_epoch,
     message_id, now_rfc3339, occurrences_of, synced_id, tombstone_id, truncate, with_changed,
