@@ -6,7 +6,9 @@
 //!   owner kinds' first lists), through a rollout (new ReplicaSet, Pods re-created), the
 //!   Deployment's deletion with its ReplicaSet orphaned (the chain shortens), a restart from
 //!   saved state and a scale-up after it;
-//! - a Pod's `node` is its `spec.nodeName`;
+//! - a Pod's `node` is its `spec.nodeName`, its `namespaceLabels` the chosen labels of its
+//!   namespace, and a namespace relabelled sends nothing for its Pods: their next change
+//!   carries the new labels;
 //! - an Event's `owners` and `node` are its regarding object's: a Pod's chain and node, a
 //!   ReplicaSet's Deployment, nothing above a Deployment;
 
@@ -35,7 +37,11 @@ fn write_config(dir: &std::path::Path, cp: &ControlPlane) -> std::path::PathBuf 
         "[pipeline]\nlinger = \"20ms\"\nsync_markers = true\n[state]\nbackend = \"file\"\npath = \"state/state\"\ninterval = \"1s\"\n",
     );
     rest.push_str(&resource_toml("v1", "Pod", &[NS]));
-    rest.push_str("enrich = [\"owner\", \"node\"]\n");
+    rest.push_str(
+        "enrich = [\"owner\", \"node\", \"namespace\"]\nnamespace_labels = [\"team\", \"cost-centre\"]\n",
+    );
+    rest.push_str(&resource_toml("v1", "Namespace", &[]));
+    rest.push_str("payload = \"metadata\"\n");
     for (api, kind) in [
         ("apps/v1", "ReplicaSet"),
         ("apps/v1", "Deployment"),
@@ -148,7 +154,7 @@ async fn pods_of(client: &kube::Client, prefix: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_name_the_owner_chain_and_node_the_server_has() {
     let cp: &'static ControlPlane = kube_server::shared_async().await;
-    namespace(cp, NS, json!({})).await;
+    namespace(cp, NS, json!({"team": "a", "other": "x"})).await;
     let client = cp.admin().await;
     create(
         &client,
@@ -190,7 +196,7 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
             .iter()
             .filter(|m| m["op"] == "synced" && m["initial"] == true)
             .count();
-        (synced == 5)
+        (synced == 6)
             .then_some(())
             .ok_or_else(|| format!("{synced} synced\n{}", k.stderr()))
     })
@@ -207,6 +213,12 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
             .unwrap_or_else(|| panic!("no message of {name}"))
     };
     assert_eq!(of("solo")["node"], "ctx-node");
+    for m in first
+        .iter()
+        .filter(|m| m["kind"] == "Pod" && m["op"] != "synced")
+    {
+        assert_eq!(m["namespaceLabels"], json!({"team": "a"}), "{m}");
+    }
     assert_eq!(owners(&of("solo")), Some(vec![]));
     let web_pod = pods_of(&client, "web-").await.remove(0);
     assert!(
@@ -306,6 +318,56 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
         },
     )
     .await;
+
+    // The namespace relabelled: nothing is sent for its Pods (a context is read when a
+    // message is made), and a Pod's next change carries the new label.
+    let pods_sent = |k: &Kubesink| {
+        k.messages()
+            .iter()
+            .filter(|m| m["kind"] == "Pod" && m["op"] != "synced")
+            .count()
+    };
+    patch(
+        &client,
+        "v1",
+        "Namespace",
+        None,
+        NS,
+        json!({"metadata": {"labels": {"team": "b", "cost-centre": "42"}}}),
+    )
+    .await;
+    wait_until("the Namespace's new labels", LONG, || async {
+        k.messages()
+            .iter()
+            .any(|m| m["kind"] == "Namespace" && m["object"]["metadata"]["labels"]["team"] == "b")
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    let before_relabel = pods_sent(&k);
+    patch(
+        &client,
+        "v1",
+        "Pod",
+        Some(NS),
+        "solo",
+        json!({"metadata": {"labels": {"seen": "relabelled"}}}),
+    )
+    .await;
+    let solo_now = wait_until("solo's change after the relabel", LONG, || async {
+        k.messages()
+            .into_iter()
+            .find(|m| {
+                m["name"] == "solo" && m["object"]["metadata"]["labels"]["seen"] == "relabelled"
+            })
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    assert_eq!(
+        solo_now["namespaceLabels"],
+        json!({"team": "b", "cost-centre": "42"})
+    );
+    assert_eq!(pods_sent(&k), before_relabel + 1, "only solo's own change");
 
     // A rollout: a new ReplicaSet, the Pods re-created under it.
     patch(

@@ -476,7 +476,10 @@ async fn watch_resource(
     for (plan, scope) in plans.into_iter().zip(t.scopes) {
         scope.stats.clear_failure();
         let reported = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let is_pods = t.resource.config.is_pods();
+        let (is_pods, is_namespaces) = (
+            t.resource.config.is_pods(),
+            t.resource.config.is_namespaces(),
+        );
         let views = t
             .routes
             .iter()
@@ -506,6 +509,7 @@ async fn watch_resource(
                         index: index.clone(),
                         role: role.clone(),
                         pods: is_pods,
+                        namespaces: is_namespaces,
                         reported: reported.clone(),
                     });
                 }

@@ -58,6 +58,9 @@ pub enum Enrich {
     /// `node`: a Pod's `spec.nodeName`; for an Event, its regarding Pod's (when the cluster
     /// follows Pods with their spec).
     Node,
+    /// `namespaceLabels`: the `namespace_labels` of the object's namespace (when the cluster
+    /// follows v1 Namespaces).
+    Namespace,
 }
 
 /// Which Events that exist at a first start (no saved state) are sent (`[[resources]]
@@ -182,6 +185,11 @@ pub struct ResourceConfig {
     /// none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub enrich: Vec<Enrich>,
+    /// With `enrich = ["namespace"]`: the labels of the object's namespace each message
+    /// carries in `namespaceLabels` (label keys, e.g. `["team", "cost-centre"]`; 1 to 16),
+    /// read from the cluster's v1 Namespace resource, which must be followed. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespace_labels: Vec<String>,
     /// Payload mode: `full` (default), `metadata` or `fields`.
     #[serde(default)]
     pub payload: PayloadMode,
@@ -275,6 +283,7 @@ impl ResourceConfig {
             send_deleted: false,
             reason_rate_limit: None,
             enrich: Vec::new(),
+            namespace_labels: Vec::new(),
             payload: PayloadMode::Full,
             fields: Vec::new(),
             drop: Vec::new(),
@@ -424,9 +433,31 @@ impl ResourceConfig {
         self.api_version == "v1" && self.kind == "Pod"
     }
 
+    /// Whether it is core v1 Namespaces.
+    pub fn is_namespaces(&self) -> bool {
+        self.api_version == "v1" && self.kind == "Namespace"
+    }
+
     /// What `enrich` cannot give: a node to other kinds than Pods and Events, a Pod's node
     /// without its spec.
     fn enrich_problems(&self, problems: &mut Problems, at: &dyn Fn(&str) -> String) {
+        match (
+            self.enriches(Enrich::Namespace),
+            self.namespace_labels.len(),
+        ) {
+            (true, 0) => problems.add(
+                at("namespace_labels"),
+                "enrich = [\"namespace\"] needs the labels to carry: namespace_labels = [\"team\"]",
+            ),
+            (true, n) if n > 16 => {
+                problems.add(at("namespace_labels"), format!("{n} labels; at most 16"))
+            }
+            (false, n) if n > 0 => problems.add(
+                at("namespace_labels"),
+                "only applies with enrich = [\"namespace\"]",
+            ),
+            _ => {}
+        }
         if !self.enriches(Enrich::Node) {
             return;
         }

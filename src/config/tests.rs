@@ -370,12 +370,12 @@ enrich = ["owner"]
         // A value enrich does not know, named with its key and file.
         jail.create_file(
             "unknown.toml",
-            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nenrich = [\"namespace\"]\n",
+            "[cluster]\nname = \"p\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nenrich = [\"zone\"]\n",
         )?;
         let all = errors_of(Some(Path::new("unknown.toml"))).join("\n");
         assert!(
             all.contains("enrich")
-                && all.contains("namespace")
+                && all.contains("zone")
                 && all.contains("owner")
                 && all.contains("unknown.toml"),
             "{all}"
@@ -1956,21 +1956,65 @@ ssl_key_password = { env = "TESTS_UNSET_KEY_PASSWORD" }
 fn enrich_without_the_kinds_it_reads_is_a_warning_naming_them() {
     Jail::expect_with(|jail| {
         jail.clear_env();
-        let base = "[cluster]\nname = \"p\"\n[[sinks]]\ntype = \"stdout\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Pod\"\npayload = \"metadata\"\nenrich = [\"owner\"]\n[[resources]]\napi_version = \"events.k8s.io/v1\"\nkind = \"Event\"\nmode = \"events\"\nenrich = [\"owner\", \"node\"]\n";
+        let base = r#"
+[cluster]
+name = "p"
+[[sinks]]
+type = "stdout"
+filter = 'namespaceLabels.team == "a"'
+[[resources]]
+api_version = "v1"
+kind = "Pod"
+payload = "metadata"
+enrich = ["owner"]
+[[resources]]
+api_version = "events.k8s.io/v1"
+kind = "Event"
+mode = "events"
+enrich = ["owner", "node"]
+[[resources]]
+api_version = "v1"
+kind = "Service"
+enrich = ["namespace"]
+namespace_labels = ["team"]
+[[resources]]
+api_version = "v1"
+kind = "ConfigMap"
+filter = 'owners.exists(o, o.kind == "Deployment")'
+"#;
         jail.create_file("gaps.toml", base)?;
         let c = load(Some(Path::new("gaps.toml"))).map_err(|e| e.to_string())?;
         let w = crate::plan::warnings(&c).join("\n");
         for want in [
             "resources.0.enrich (v1 Pod): apps/v1 ReplicaSet, apps/v1 Deployment not followed",
             "resources.1.enrich (events.k8s.io/v1 Event): apps/v1 ReplicaSet, apps/v1 Deployment not followed",
-            "resources.1.enrich (events.k8s.io/v1 Event): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read",
+            "resources.1.enrich (events.k8s.io/v1 Event): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read: no Event will carry a node; set resources.0.payload = \"fields\"",
+            "resources.2.enrich (v1 Service): \"namespace\" reads the labels of v1 Namespace, which is not followed",
+            "resources.3.filter reads owners, but its resource has no enrich = [\"owner\"]: owners is [] for every object",
         ] {
             assert!(w.contains(want), "missing {want:?} in:\n{w}");
         }
+        assert!(
+            !w.contains("sinks.0.filter"),
+            "a resource has enrich = [\"namespace\"]: {w}"
+        );
+        // Events alone: the Pods' hint says they need their spec for node.
+        jail.create_file(
+            "alone.toml",
+            "[cluster]\nname = \"p\"\n[[sinks]]\ntype = \"stdout\"\nfilter = 'node == \"n\"'\n[[resources]]\napi_version = \"v1\"\nkind = \"Event\"\nmode = \"events\"\nenrich = [\"owner\"]\n",
+        )?;
+        let c = load(Some(Path::new("alone.toml"))).map_err(|e| e.to_string())?;
+        let w = crate::plan::warnings(&c).join("\n");
+        assert!(
+            w.contains("v1 Pod, apps/v1 ReplicaSet, apps/v1 Deployment not followed")
+                && w.contains("sinks.0.filter (sink \"stdout\") reads node, but no resource has enrich = [\"node\"]"),
+            "{w}"
+        );
         jail.create_file(
             "whole.toml",
-            &format!("{base}[[resources]]\napi_version = \"apps/v1\"\nkind = \"ReplicaSet\"\n[[resources]]\napi_version = \"apps/v1\"\nkind = \"Deployment\"\n")
-                .replace("payload = \"metadata\"\nenrich", "enrich"),
+            &format!("{base}[[resources]]\napi_version = \"apps/v1\"\nkind = \"ReplicaSet\"\n[[resources]]\napi_version = \"apps/v1\"\nkind = \"Deployment\"\n[[resources]]\napi_version = \"v1\"\nkind = \"Namespace\"\n")
+                .replace("payload = \"metadata\"\nenrich", "enrich")
+                .replace("kind = \"ConfigMap\"\n", "kind = \"ConfigMap\"\nenrich = [\"owner\"]\n"),
         )?;
         let c = load(Some(Path::new("whole.toml"))).map_err(|e| e.to_string())?;
         let w = crate::plan::warnings(&c);

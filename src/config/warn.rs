@@ -218,27 +218,40 @@ fn context_gaps(c: &Config) -> Vec<String> {
             ],
             _ => &[],
         };
-        let missing: Vec<String> = needs
+        let missing: Vec<&(&str, &str)> = needs
             .iter()
             .filter(|(api, kind)| followed(api, kind).is_none())
-            .map(|(api, kind)| format!("{api} {kind}"))
             .collect();
         if !missing.is_empty() {
+            let names: Vec<String> = missing.iter().map(|(a, k)| format!("{a} {k}")).collect();
+            // An Event's node is read from the Pod's spec: metadata alone is not enough.
+            let how = match missing.iter().any(|(_, k)| *k == "Pod") && r.enriches(Enrich::Node) {
+                true => "payload = \"metadata\" suffices for ReplicaSets and Deployments; Pods need their spec for node: payload = \"fields\", fields = [\"/spec/nodeName\"]",
+                false => "payload = \"metadata\" suffices",
+            };
             out.push(format!(
-                "resources.{i}.enrich ({}): {} not followed, so owner chains stop below them (ownersComplete: false); follow them too (payload = \"metadata\" suffices)",
+                "resources.{i}.enrich ({}): {} not followed, so owner chains stop below them (ownersComplete: false); follow them too ({how})",
                 r.display_name(),
-                missing.join(", ")
+                names.join(", ")
+            ));
+        }
+        if r.enriches(Enrich::Namespace) && followed("v1", "Namespace").is_none() {
+            out.push(format!(
+                "resources.{i}.enrich ({}): \"namespace\" reads the labels of v1 Namespace, which is not followed: no message will carry namespaceLabels",
+                r.display_name()
             ));
         }
         if events && r.enriches(Enrich::Node) {
-            match followed("v1", "Pod") {
+            let pods = c.resources.iter().position(|p| p.is_pods());
+            match pods.map(|p| &c.resources[p]) {
                 None => out.push(format!(
                     "resources.{i}.enrich ({}): \"node\" is the regarding Pod's, and v1 Pod is not followed: no Event will carry a node",
                     r.display_name()
                 )),
                 Some(p) if p.payload == PayloadMode::Metadata => out.push(format!(
-                    "resources.{i}.enrich ({}): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read: no Event will carry a node",
-                    r.display_name()
+                    "resources.{i}.enrich ({}): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read: no Event will carry a node; set resources.{}.payload = \"fields\" with fields = [\"/spec/nodeName\"] (or \"full\")",
+                    r.display_name(),
+                    pods.unwrap_or_default(),
                 )),
                 Some(_) => {}
             }

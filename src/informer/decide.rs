@@ -627,7 +627,7 @@ impl Decider {
             Event::Deleted(obj) => match self.stale(&obj) {
                 true => Ok(Vec::new()),
                 false
-                    if !self.unfeed(obj.uid()).filters.is_empty()
+                    if !self.unfeed(&obj).filters.is_empty()
                         && !self.holds(&obj)
                         && self.refused(&obj).is_some() =>
                 {
@@ -736,9 +736,9 @@ impl Decider {
     }
 
     /// Forgets the object `uid` in the owner index when this decider fills it.
-    fn unfeed(&mut self, uid: &str) -> &mut Self {
+    fn unfeed(&mut self, obj: &RawObject<'_>) -> &mut Self {
         if let Some(c) = &self.context {
-            c.unfeed(uid);
+            c.unfeed(obj.uid(), obj.name().unwrap_or_default());
         }
         self
     }
@@ -840,7 +840,7 @@ impl Decider {
         };
         if let Some(c) = &self.context {
             for v in &vanished {
-                c.unfeed(&v.uid);
+                c.unfeed(&v.uid, &v.name);
             }
             c.first_list_done();
         }
@@ -1000,7 +1000,7 @@ impl Decider {
                 old_fingerprint,
             } => {
                 if let Some(c) = &self.context {
-                    c.unfeed(&old_uid);
+                    c.unfeed(&old_uid, &name);
                 }
                 self.stats.inferred_deletes.fetch_add(1, Ordering::Relaxed);
                 changes.push(inferred_delete(

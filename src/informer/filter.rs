@@ -82,9 +82,10 @@ pub const EVENT_VARIABLES: [&str; 3] = ["reason", "type", "regarding"];
 
 /// The variables of a message's context (`[[resources]] enrich`, `owners.rs`), besides
 /// [`VARIABLES`]: `owners` (a list of maps `{apiVersion, kind, name, uid}`, nearest owner
-/// first, as the message's `owners`) and `node` (a string, `""` when unknown). Without
-/// `enrich` `owners` is an empty list and `node` `""`.
-pub const CONTEXT_VARIABLES: [&str; 2] = ["owners", "node"];
+/// first, as the message's `owners`), `node` (a string, `""` when unknown) and
+/// `namespaceLabels` (a map, the message's). Without `enrich` `owners` is an empty list,
+/// `node` `""` and `namespaceLabels` an empty map.
+pub const CONTEXT_VARIABLES: [&str; 3] = ["owners", "node", "namespaceLabels"];
 
 /// The values of `op` a sink's change filter sees (the message's `op`; sync markers are not
 /// changes and never reach a filter).
@@ -559,6 +560,16 @@ impl Filter {
                 .collect::<Vec<_>>();
             ctx.add_variable_as_val("owners", Box::new(CelList::from(owners)));
         }
+        if self.uses("namespaceLabels") {
+            let labels = subject
+                .context
+                .and_then(|c| c.namespace_labels.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .map(|(k, v)| (CelMapKey::from(&**k), string(v)))
+                .collect::<std::collections::HashMap<_, _>>();
+            ctx.add_variable_as_val("namespaceLabels", Box::new(CelMap::from(labels)));
+        }
         if self.uses("node") {
             let node = subject.context.and_then(|c| c.node.as_deref());
             ctx.add_variable_as_val("node", string(node.unwrap_or_default()));
@@ -925,9 +936,16 @@ mod tests {
             ]),
             owners_complete: true,
             node: Some("node-a".into()),
+            namespace_labels: Some(vec![("team".into(), "pay".into())]),
         };
         let on = |c: Option<&Context>| f.matches(&subject(&obj, &|_| false, None).with_context(c));
         assert_eq!(on(Some(&context)), Match::Yes);
+        let team = Filter::compile(r#"namespaceLabels.team == "pay""#).expect("compiles");
+        let on_team =
+            |c: Option<&Context>| team.matches(&subject(&obj, &|_| false, None).with_context(c));
+        assert_eq!(on_team(Some(&context)), Match::Yes);
+        // Without the label (or without a context) the field is absent: an error, no match.
+        assert_eq!(on_team(None), Match::Error);
         let elsewhere = Context {
             node: Some("node-b".into()),
             ..context.clone()

@@ -120,6 +120,9 @@ impl Strings {
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// Each Namespace's labels, as numbers of interned keys and values (namespaces are few:
+    /// all their labels are kept, each resource picks its `namespace_labels`).
+    namespaces: HashMap<Box<str>, Vec<(u32, u32)>>,
     links: HashMap<u128, Link>,
     /// Interned (apiVersion, kind) pairs, by number.
     kinds: Vec<(Arc<str>, Arc<str>)>,
@@ -197,6 +200,8 @@ pub struct OwnerContext {
     pub role: Role,
     /// The resource is Pods that fill the index: their nodes go in too.
     pub pods: bool,
+    /// The resource is Namespaces that fill the index: their labels go in too.
+    pub namespaces: bool,
     /// Set once the watch's first list was reported to the index; shared by the watch's
     /// views (`bridge/routes.rs`), which all see the same list.
     pub reported: Arc<std::sync::atomic::AtomicBool>,
@@ -206,6 +211,10 @@ impl OwnerContext {
     /// Records `obj` (listed, added or modified) when the resource fills the index.
     pub fn feed(&self, obj: &RawObject<'_>) {
         if self.role.feeds {
+            if let (true, Some(name)) = (self.namespaces, obj.name()) {
+                let labels = obj.metadata.get("labels").and_then(Value::as_object);
+                self.index.note_namespace(name, labels);
+            }
             let node = if self.pods { node_of(obj) } else { None };
             self.index.note(
                 obj.uid(),
@@ -215,10 +224,14 @@ impl OwnerContext {
         }
     }
 
-    /// Forgets the object `uid` (deleted, or gone) when the resource fills the index.
-    pub fn unfeed(&self, uid: &str) {
+    /// Forgets the object `uid` named `name` (deleted, or gone) when the resource fills the
+    /// index.
+    pub fn unfeed(&self, uid: &str, name: &str) {
         if self.role.feeds {
             self.index.forget(uid);
+            if self.namespaces {
+                self.index.forget_namespace(name);
+            }
         }
     }
 
@@ -238,7 +251,11 @@ impl OwnerContext {
     /// the resource asks for none.
     pub fn of(&self, obj: &RawObject<'_>, event: bool) -> Option<Arc<Context>> {
         let Role { owners, node, .. } = self.role;
-        if !owners && !node {
+        let namespace_labels = match (&self.role.namespace_labels, obj.namespace()) {
+            (Some(keys), Some(ns)) => self.index.namespace_labels(ns, keys),
+            _ => None,
+        };
+        if !owners && !node && self.role.namespace_labels.is_none() {
             return None;
         }
         let context = if event {
@@ -247,12 +264,14 @@ impl OwnerContext {
                     owners: owners.then_some(chain),
                     owners_complete: complete,
                     node: at.filter(|_| node),
+                    namespace_labels,
                 },
                 // The regarding object is not indexed (not followed, or not seen yet).
                 None => Context {
                     owners: owners.then(Vec::new),
                     owners_complete: false,
                     node: None,
+                    namespace_labels,
                 },
             }
         } else {
@@ -264,6 +283,7 @@ impl OwnerContext {
                 owners: owners.then_some(chain),
                 owners_complete: complete,
                 node: node.then(|| node_of(obj)).flatten().map(Arc::from),
+                namespace_labels,
             }
         };
         Some(Arc::new(context))
@@ -279,6 +299,8 @@ pub struct Role {
     pub owners: bool,
     /// Its messages carry `node`.
     pub node: bool,
+    /// Its messages carry `namespaceLabels`: these labels of their namespace.
+    pub namespace_labels: Option<Arc<[String]>>,
     /// Its watches wait for the index's first fill ([`OwnerIndex::ready`]) before listing:
     /// it asks for context. The first fill is the first lists of the resources that fill
     /// the index and do not wait themselves; so a resource that both asks and fills (Pods
@@ -312,6 +334,9 @@ pub fn roles(resources: &[(&ResourceConfig, usize)]) -> (Vec<Role>, Option<usize
                 feeds,
                 owners: r.enriches(Enrich::Owner),
                 node: r.enriches(Enrich::Node),
+                namespace_labels: r
+                    .enriches(Enrich::Namespace)
+                    .then(|| r.namespace_labels.clone().into()),
                 waits,
             }
         })
@@ -341,6 +366,13 @@ impl Inner {
             name: self.strings.get(l.name).into(),
             uid: self.strings.get(l.uid).into(),
         })
+    }
+
+    fn forget_namespace(&mut self, name: &str) {
+        for (k, v) in self.namespaces.remove(name).unwrap_or_default() {
+            self.strings.release(k);
+            self.strings.release(v);
+        }
     }
 
     fn forget(&mut self, uid: &str) {
@@ -442,6 +474,40 @@ impl OwnerIndex {
     /// Forgets the object `uid` (deleted, or gone while the watch was down).
     pub fn forget(&self, uid: &str) {
         self.lock().forget(uid);
+    }
+
+    /// Records Namespace `name`'s labels (`metadata.labels`).
+    pub fn note_namespace(&self, name: &str, labels: Option<&Map<String, Value>>) {
+        let mut inner = self.lock();
+        let mut kept: Vec<(u32, u32)> = labels
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+            .map(|(k, v)| (inner.strings.intern(k), inner.strings.intern(v)))
+            .collect();
+        kept.sort_unstable();
+        inner.forget_namespace(name);
+        inner.namespaces.insert(name.into(), kept);
+    }
+
+    /// Forgets Namespace `name` (deleted).
+    pub fn forget_namespace(&self, name: &str) {
+        self.lock().forget_namespace(name);
+    }
+
+    /// The labels `keys` of Namespace `ns` has, in the order of `keys`; `None` when the
+    /// index does not hold `ns`.
+    pub fn namespace_labels(&self, ns: &str, keys: &[String]) -> Option<Vec<(Arc<str>, Arc<str>)>> {
+        let inner = self.lock();
+        let labels = inner.namespaces.get(ns)?;
+        Some(
+            keys.iter()
+                .filter_map(|k| {
+                    let (_, v) = labels.iter().find(|(lk, _)| inner.strings.get(*lk) == k)?;
+                    Some((Arc::from(k.as_str()), Arc::from(inner.strings.get(*v))))
+                })
+                .collect(),
+        )
     }
 
     /// The owners of an object whose controller owner is `first`, nearest first, and whether

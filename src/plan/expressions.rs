@@ -2,7 +2,7 @@
 //! will (CEL filters with [`Filter`], change paths with [`parse_path`] into at most
 //! [`PART_SLOTS`] fingerprint slots), and the warnings only a compiled filter can give.
 
-use crate::config::{Config, Expressions, PayloadMode, ResourceConfig, SinkConfig};
+use crate::config::{Config, Enrich, Expressions, PayloadMode, ResourceConfig, SinkConfig};
 use crate::informer::{parse_path, Filter, FilterPlace, PART_SLOTS};
 
 /// The [`Expressions`] of a configuration that will run.
@@ -83,6 +83,19 @@ impl Expressions for Compiled {
     }
 }
 
+/// One filter as [`filter_warnings`] checks it.
+struct Place<'a> {
+    /// Its key.
+    at: String,
+    /// Its expression.
+    expr: &'a str,
+    /// The kind it sees; `None`: every configured kind (a sink's).
+    kind: Option<&'a str>,
+    place: FilterPlace,
+    /// The `enrich` of the resources it sees.
+    enrich: Vec<Enrich>,
+}
+
 /// What the configuration's CEL filters say that they do not mean, each filter compiled
 /// once:
 /// - a filter comparing `kind` with a name no resource it sees has (`kind == "pod"`: kinds
@@ -91,12 +104,14 @@ impl Expressions for Compiled {
 /// - a sink's object filter reading a field beyond `metadata` while a resource is watched
 ///   metadata-only (`payload = "metadata"`): a sink's filter applies to every resource, and
 ///   on those objects it fails (no match, counted). Said unless the filter names `kind` (then
-///   it is likely guarded: `kind != "Secret" || …`).
+///   it is likely guarded: `kind != "Secret" || …`);
+/// - a filter reading a context variable (`owners`, `node`, `namespaceLabels`) that no
+///   resource it sees carries (`enrich`): it is empty for every object.
 pub(super) fn filter_warnings(c: &Config) -> Vec<String> {
     let mut kinds: Vec<String> = Vec::new();
     let mut metadata_only: Vec<String> = Vec::new();
-    // (key, expression, the kinds it sees (`None`: every configured kind), place)
-    let mut filters: Vec<(String, &str, Option<&str>, FilterPlace)> = Vec::new();
+    let mut filters: Vec<Place> = Vec::new();
+    let mut enriched: Vec<Enrich> = Vec::new();
     let clusters = c.clusters();
     for (ci, cluster) in clusters.iter().enumerate() {
         for (i, r) in cluster.resources.iter().enumerate() {
@@ -107,26 +122,62 @@ pub(super) fn filter_warnings(c: &Config) -> Vec<String> {
             if r.payload == PayloadMode::Metadata && !metadata_only.contains(&name) {
                 metadata_only.push(name);
             }
+            enriched.extend(r.enrich.iter().copied());
             if let Some(f) = &r.filter {
                 let at = match c.clusters.is_empty() {
                     true => format!("resources.{i}.filter"),
                     false => format!("clusters.{ci}.resources.{i}.filter"),
                 };
-                filters.push((at, f, Some(&r.kind), FilterPlace::Resource));
+                filters.push(Place {
+                    at,
+                    expr: f,
+                    kind: Some(&r.kind),
+                    place: FilterPlace::Resource,
+                    enrich: r.enrich.clone(),
+                });
             }
         }
     }
     for (i, s) in c.sinks.iter().enumerate() {
         if let Some(f) = s.filter() {
             let at = format!("sinks.{i}.filter (sink {:?})", s.name());
-            filters.push((at, f, None, FilterPlace::Sink));
+            filters.push(Place {
+                at,
+                expr: f,
+                kind: None,
+                place: FilterPlace::Sink,
+                enrich: enriched.clone(),
+            });
         }
     }
     let mut out = Vec::new();
-    for (at, expr, own_kind, place) in filters {
+    for Place {
+        at,
+        expr,
+        kind: own_kind,
+        place,
+        enrich,
+    } in filters
+    {
         let Ok(f) = Filter::compile_for(expr, place) else {
             continue;
         };
+        for (var, what, empty) in [
+            ("owners", Enrich::Owner, "[]"),
+            ("node", Enrich::Node, "\"\""),
+            ("namespaceLabels", Enrich::Namespace, "{}"),
+        ] {
+            if f.uses(var) && !enrich.contains(&what) {
+                let whose = match place {
+                    FilterPlace::Resource => "its resource has no",
+                    FilterPlace::Sink => "no resource has",
+                };
+                let value = serde_json::to_string(&what).unwrap_or_default();
+                out.push(format!(
+                    "{at} reads {var}, but {whose} enrich = [{value}]: {var} is {empty} for every object (add it to the resource's enrich)"
+                ));
+            }
+        }
         let seen: Vec<&str> = match own_kind {
             Some(k) => vec![k],
             None => kinds.iter().map(String::as_str).collect(),

@@ -1,5 +1,6 @@
 //! Where an object runs, as a message carries it (`[[resources]] enrich`,
-//! docs/message-contract.md "Context"): the chain of its controller owners and its node.
+//! docs/message-contract.md "Context"): the chain of its controller owners, its node and its
+//! namespace's chosen labels.
 //! Resolved by the informer from its owner index (`src/informer/owners.rs`); this module
 //! only holds and writes it.
 
@@ -34,11 +35,25 @@ pub struct Context {
     /// With `enrich = ["node"]`: the node the Pod runs on (`spec.nodeName`; for an Event,
     /// its regarding Pod's), when known.
     pub node: Option<Arc<str>>,
+    /// With `enrich = ["namespace"]`: the `namespace_labels` its namespace has, as
+    /// (key, value) in the configured order; `None` when the namespace is not known (not
+    /// followed, not seen yet, or a cluster-scoped object).
+    pub namespace_labels: Option<Vec<(Arc<str>, Arc<str>)>>,
+}
+
+/// [`Context::namespace_labels`] as the message writes it: a JSON object.
+#[derive(Debug)]
+pub struct Labels<'a>(pub &'a [(Arc<str>, Arc<str>)]);
+
+impl Serialize for Labels<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (&**k, &**v)))
+    }
 }
 
 impl Context {
     /// Nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.owners.is_none() && self.node.is_none()
+        self.owners.is_none() && self.node.is_none() && self.namespace_labels.is_none()
     }
 }

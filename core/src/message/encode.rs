@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::context::{Context, OwnerRef};
+use super::context::{Context, Labels, OwnerRef};
 use super::model::{ChangedPaths, Message, MessageMeta, Op, SYNCED_NAME};
 use super::resource::Resource;
 
@@ -153,6 +153,8 @@ struct Wire<'a> {
     owners_complete: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace_labels: Option<Labels<'a>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
     observed_at: &'a str,
@@ -363,6 +365,10 @@ pub fn encode_with_epoch(
                 .as_ref()
                 .and_then(|x| x.owners.as_ref().map(|_| x.owners_complete)),
             node: c.context.as_ref().and_then(|x| x.node.as_deref()),
+            namespace_labels: c
+                .context
+                .as_ref()
+                .and_then(|x| x.namespace_labels.as_deref().map(Labels)),
             truncated: false,
             observed_at,
             leader_epoch,
@@ -709,7 +715,7 @@ mod tests {
         let obj = json!({"apiVersion": "v1", "kind": "Pod"});
         let plain = encode(&r, &change(Op::Added, Some(obj.clone())), "t").unwrap();
         let v: Value = serde_json::from_slice(&plain.payload).unwrap();
-        for field in ["owners", "ownersComplete", "node"] {
+        for field in ["owners", "ownersComplete", "node", "namespaceLabels"] {
             assert!(v.get(field).is_none(), "{field} without enrich");
         }
         let rs = OwnerRef {
@@ -723,13 +729,14 @@ mod tests {
                 owners: Some(vec![rs]),
                 owners_complete: false,
                 node: Some("node-a".into()),
+                namespace_labels: Some(vec![("team".into(), "pay".into())]),
             })),
             ..change(Op::Added, Some(obj))
         };
         let m = encode(&r, &c, "t").unwrap();
         let text = std::str::from_utf8(&m.payload).unwrap();
         assert!(
-            text.contains(r#""owners":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d9f","uid":"u-rs"}],"ownersComplete":false,"node":"node-a","observedAt""#),
+            text.contains(r#""owners":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d9f","uid":"u-rs"}],"ownersComplete":false,"node":"node-a","namespaceLabels":{"team":"pay"},"observedAt""#),
             "{text}"
         );
         // Context is not part of the id: the same change with or without it.
