@@ -58,11 +58,11 @@ fn write_config(dir: &std::path::Path, cp: &ControlPlane) -> std::path::PathBuf 
 
 /// The chain of controller owners of `ns/name` of `api_version`/`kind`, read from the
 /// server owner by owner.
-async fn server_chain(client: &kube::Client, kind: &str, name: &str) -> Chain {
+async fn server_chain(client: &kube::Client, ns: &str, kind: &str, name: &str) -> Chain {
     let mut chain = Vec::new();
     let (mut api, mut kind, mut name) = (api_of(kind).to_owned(), kind.to_owned(), name.to_owned());
     loop {
-        let obj = kube_server::dynamic(client, &api, &kind, Some(NS))
+        let obj = kube_server::dynamic(client, &api, &kind, Some(ns))
             .await
             .get(&name)
             .await
@@ -102,9 +102,9 @@ fn owners(m: &Value) -> Option<Chain> {
     )
 }
 
-/// The Pods of [`NS`] on the server: name → uid.
-async fn server_pods(client: &kube::Client) -> BTreeMap<String, String> {
-    let pods: Api<DynamicObject> = kube_server::dynamic(client, "v1", "Pod", Some(NS)).await;
+/// The Pods of `ns` on the server: name → uid.
+async fn server_pods(client: &kube::Client, ns: &str) -> BTreeMap<String, String> {
+    let pods: Api<DynamicObject> = kube_server::dynamic(client, "v1", "Pod", Some(ns)).await;
     pods.list(&ListParams::default())
         .await
         .expect("list Pods")
@@ -121,16 +121,21 @@ async fn server_pods(client: &kube::Client) -> BTreeMap<String, String> {
 
 /// Every Pod on the server has a message (the last of its uid) whose `owners` equal its
 /// chain on the server now, complete.
-async fn pods_agree(client: &kube::Client, k: &Kubesink, done: &[Value]) -> Result<usize, String> {
+async fn pods_agree(
+    client: &kube::Client,
+    ns: &str,
+    k: &Kubesink,
+    done: &[Value],
+) -> Result<usize, String> {
     let msgs: Vec<Value> = done.iter().cloned().chain(k.messages()).collect();
-    let pods = server_pods(client).await;
+    let pods = server_pods(client, ns).await;
     for (name, uid) in &pods {
         let last = msgs
             .iter()
             .rev()
             .find(|m| m["kind"] == "Pod" && m["uid"] == uid.as_str())
             .ok_or_else(|| format!("no message of Pod {name} yet"))?;
-        let want = server_chain(client, "Pod", name).await;
+        let want = server_chain(client, ns, "Pod", name).await;
         if owners(last).as_ref() != Some(&want) || last["ownersComplete"] != true {
             return Err(format!(
                 "Pod {name}: message owners {:?} complete {}, server {want:?}",
@@ -143,8 +148,8 @@ async fn pods_agree(client: &kube::Client, k: &Kubesink, done: &[Value]) -> Resu
 }
 
 /// Pods of `owner` (by name prefix) on the server.
-async fn pods_of(client: &kube::Client, prefix: &str) -> Vec<String> {
-    server_pods(client)
+async fn pods_of(client: &kube::Client, ns: &str, prefix: &str) -> Vec<String> {
+    server_pods(client, ns)
         .await
         .into_keys()
         .filter(|n| n.starts_with(prefix))
@@ -177,8 +182,8 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
     .await;
     wait_until("the controllers' Pods", LONG, || async {
         let (web, batch) = (
-            pods_of(&client, "web-").await,
-            pods_of(&client, "batch-").await,
+            pods_of(&client, NS, "web-").await,
+            pods_of(&client, NS, "batch-").await,
         );
         (web.len() == 2 && batch.len() == 1)
             .then_some(())
@@ -202,7 +207,7 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
     })
     .await;
     // The first list: every Pod's chain whole, though the Pods may list before their owners.
-    let n = pods_agree(&client, &k, &[]).await.expect("first list");
+    let n = pods_agree(&client, NS, &k, &[]).await.expect("first list");
     assert_eq!(n, 4);
     let first = k.messages();
     let of = |name: &str| {
@@ -220,7 +225,7 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
         assert_eq!(m["namespaceLabels"], json!({"team": "a"}), "{m}");
     }
     assert_eq!(owners(&of("solo")), Some(vec![]));
-    let web_pod = pods_of(&client, "web-").await.remove(0);
+    let web_pod = pods_of(&client, NS, "web-").await.remove(0);
     assert!(
         of(&web_pod).get("node").is_none(),
         "an unscheduled Pod has no node"
@@ -229,7 +234,7 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
 
     // Events: the controllers' (about the Deployment and the ReplicaSet) and two of the
     // test's, about a Deployment's Pod and about the scheduled one.
-    let pod_uid = server_pods(&client).await[&web_pod].clone();
+    let pod_uid = server_pods(&client, NS).await[&web_pod].clone();
     for (name, pod, uid) in [
         ("about-web", web_pod.as_str(), pod_uid.as_str()),
         (
@@ -265,7 +270,7 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
     let about_web = event("about-web").await;
     assert_eq!(
         owners(&about_web),
-        Some(server_chain(&client, "Pod", &web_pod).await)
+        Some(server_chain(&client, NS, "Pod", &web_pod).await)
     );
     assert_eq!(about_web["ownersComplete"], true);
     let about_solo = event("about-solo").await;
@@ -383,11 +388,11 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
         "the rollout's Pods, their owners as on the server",
         LONG,
         || async {
-            let web = pods_of(&client, "web-").await;
+            let web = pods_of(&client, NS, "web-").await;
             if web.contains(&web_pod) || web.len() != 2 {
                 return Err(format!("web Pods {web:?}"));
             }
-            pods_agree(&client, &k, &[]).await.map(|_| ())
+            pods_agree(&client, NS, &k, &[]).await.map(|_| ())
         },
     )
     .await;
@@ -399,18 +404,18 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
         .delete("web", &DeleteParams::orphan())
         .await
         .expect("delete the Deployment, orphaning");
-    let rs = server_chain(&client, "Pod", &pods_of(&client, "web-").await[0]).await[0]
+    let rs = server_chain(&client, NS, "Pod", &pods_of(&client, NS, "web-").await[0]).await[0]
         .1
         .clone();
     wait_until("the ReplicaSet orphaned", LONG, || async {
-        let chain = server_chain(&client, "ReplicaSet", &rs).await;
+        let chain = server_chain(&client, NS, "ReplicaSet", &rs).await;
         chain
             .is_empty()
             .then_some(())
             .ok_or_else(|| format!("{chain:?}"))
     })
     .await;
-    for p in pods_of(&client, "web-").await {
+    for p in pods_of(&client, NS, "web-").await {
         patch(
             &client,
             "v1",
@@ -435,14 +440,14 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
             if labelled < 2 {
                 return Err(format!("{labelled} labelled"));
             }
-            pods_agree(&client, &k, &[]).await.map(|_| ())
+            pods_agree(&client, NS, &k, &[]).await.map(|_| ())
         },
     )
     .await;
 
     // A restart from saved state: a Pod labelled while kubesink was down, then a scale-up.
     let before = k.terminate().await;
-    let web = pods_of(&client, "web-").await;
+    let web = pods_of(&client, NS, "web-").await;
     patch(
         &client,
         "v1",
@@ -475,16 +480,16 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
                 != Some(vec![(
                     "ReplicaSet".into(),
                     rs.clone(),
-                    server_chain(&client, "Pod", &web[0]).await[0].2.clone(),
+                    server_chain(&client, NS, "Pod", &web[0]).await[0].2.clone(),
                 )])
             {
                 return Err(format!("down-time change: {down}"));
             }
-            let web_now = pods_of(&client, "web-").await;
+            let web_now = pods_of(&client, NS, "web-").await;
             if web_now.len() != 3 {
                 return Err(format!("{web_now:?}"));
             }
-            pods_agree(&client, &k, &before).await.map(|_| ())
+            pods_agree(&client, NS, &k, &before).await.map(|_| ())
         },
     )
     .await;
@@ -497,4 +502,109 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
         .collect();
     assert_eq!(again.len(), 2, "{again:?}");
     k.terminate().await;
+}
+
+/// Through a leader hand-over (SIGTERM) and a leader killed (SIGKILL, the next replica taking
+/// over once the Lease expired): each new leader's Pod messages carry whole chains, as the
+/// server has them, and the Pods a new leader lists again unchanged are not re-sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_sends_whole_chains() {
+    let ns = "ctx-lead";
+    let cp: &'static ControlPlane = kube_server::shared_async().await;
+    namespace(cp, ns, json!({})).await;
+    let client = cp.admin().await;
+    create(&client, kube_server::deployment(ns, "web", 2, "nginx:1")).await;
+    wait_until("the Deployment's Pods", LONG, || async {
+        let web = pods_of(&client, ns, "web-").await;
+        (web.len() == 2)
+            .then_some(())
+            .ok_or_else(|| format!("{web:?}"))
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("state")).expect("state directory");
+    let mut rest = format!(
+        "{}[pipeline]\nlinger = \"20ms\"\nsync_markers = true\n[state]\nbackend = \"file\"\npath = \"state/state\"\ninterval = \"1s\"\n",
+        process::leader_toml("ctx-lease", ns, false)
+    );
+    rest.push_str(&resource_toml("v1", "Pod", &[ns]));
+    rest.push_str("enrich = [\"owner\"]\n");
+    for kind in ["ReplicaSet", "Deployment"] {
+        rest.push_str(&resource_toml("apps/v1", kind, &[ns]));
+        rest.push_str("payload = \"metadata\"\n");
+    }
+    rest.push_str(STDOUT_SINK);
+    let config = process::write_config(dir.path(), "lead", &cp.admin_kubeconfig, &rest);
+    let identity = |name: &'static str| [("KUBESINK_LEADER_ELECTION__IDENTITY", name)];
+    let scale = |n: i32| {
+        let client = client.clone();
+        async move {
+            patch(
+                &client,
+                "apps/v1",
+                "Deployment",
+                Some(ns),
+                "web",
+                json!({"spec": {"replicas": n}}),
+            )
+            .await
+        }
+    };
+    let pods_messages = |msgs: &[Value]| {
+        msgs.iter()
+            .filter(|m| m["kind"] == "Pod" && m["op"] != "synced")
+            .count()
+    };
+
+    let a = Kubesink::start(BIN, &config, dir.path(), "a", &identity("a"));
+    wait_until("a's first lists, whole chains", LONG, || async {
+        pods_agree(&client, ns, &a, &[]).await.map(|_| ())
+    })
+    .await;
+    let b = Kubesink::start(BIN, &config, dir.path(), "b", &identity("b"));
+    b.wait_following("b follows", LONG).await;
+    let a = a.terminate().await;
+    scale(3).await;
+    wait_until("b leads: the new Pod, its chain whole", LONG, || async {
+        if pods_of(&client, ns, "web-").await.len() != 3 {
+            return Err("not scaled yet".to_owned());
+        }
+        pods_agree(&client, ns, &b, &a).await.map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        pods_messages(&b.messages()),
+        1,
+        "b sends the new Pod only: {:#?}",
+        b.messages()
+    );
+
+    let c = Kubesink::start(BIN, &config, dir.path(), "c", &identity("c"));
+    c.wait_following("c follows", LONG).await;
+    let b = b.kill().await;
+    scale(4).await;
+    let before: Vec<Value> = a.iter().chain(b.iter()).cloned().collect();
+    wait_until(
+        "c leads after the Lease expired: whole chains",
+        LONG,
+        || async {
+            if pods_of(&client, ns, "web-").await.len() != 4 {
+                return Err("not scaled yet".to_owned());
+            }
+            pods_agree(&client, ns, &c, &before).await.map(|_| ())
+        },
+    )
+    .await;
+    let from_c: Vec<Value> = c
+        .messages()
+        .into_iter()
+        .filter(|m| m["kind"] == "Pod" && m["op"] != "synced")
+        .collect();
+    assert!(
+        from_c
+            .iter()
+            .all(|m| m["ownersComplete"] == true && owners(m).is_some_and(|o| o.len() == 2)),
+        "{from_c:#?}"
+    );
+    c.terminate().await;
 }

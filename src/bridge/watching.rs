@@ -542,8 +542,10 @@ async fn owners_ready(index: &OwnerIndex, cancel: &CancellationToken) {
     tracing::debug!("waiting for the first lists of the kinds that fill the owner index");
     tokio::select! {
         _ = cancel.cancelled() => {}
-        ready = index.ready(OWNERS_WAIT) => if !ready {
-            tracing::warn!(waited = ?OWNERS_WAIT, "the kinds that fill the owner index did not all complete their first list: listing anyway, messages carry the owners known so far (ownersComplete: false)");
+        ready = index.ready(OWNERS_WAIT) => match ready {
+            true if index.is_empty() => tracing::debug!("owner index filled: nothing in it"),
+            true => tracing::debug!(objects = index.len(), "owner index filled"),
+            false => tracing::warn!(waited = ?OWNERS_WAIT, objects = index.len(), "the kinds that fill the owner index did not all complete their first list: listing anyway, messages carry the owners known so far (ownersComplete: false)"),
         },
     }
 }
