@@ -490,6 +490,33 @@ async fn against_cluster_finds_a_ghost_and_a_missing_object_and_agrees_otherwise
     )
     .await;
     assert_eq!(bad.code, Some(2));
+
+    // A filter on the context `enrich` adds: not resolvable from one listing, refused by
+    // name rather than reported as drift.
+    let text = std::fs::read_to_string(&config_path).unwrap().replace(
+        "kind = \"Pod\"\n",
+        "kind = \"Pod\"\nenrich = [\"owner\"]\nfilter = 'owners.exists(o, o.kind == \"ReplicaSet\")'\n",
+    );
+    let context = dir.path().join("context.toml");
+    std::fs::write(&context, text).unwrap();
+    let args = [
+        "--config",
+        context.to_str().unwrap(),
+        "fold",
+        "--file",
+        file_arg,
+        "--against-cluster",
+    ];
+    let refused = run_kubesink(&args, b"").await;
+    assert_ne!(refused.code, Some(0), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("v1 Pod: the filter \"owners.exists(")
+            && refused.stderr.contains("cannot resolve"),
+        "{}",
+        refused.stderr
+    );
 }
 
 /// A `kubesink fold --follow` child whose stdout and stderr lines are collected.

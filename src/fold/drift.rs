@@ -340,6 +340,16 @@ async fn list_into(
         params = params.fields(f);
     }
     let filters: Vec<&Filter> = compiled.filter.as_deref().into_iter().chain(sink).collect();
+    // The context (`enrich`) comes from the owner index a running kubesink fills from every
+    // followed kind; one listing of one kind cannot rebuild it, and evaluated without it such
+    // a filter would call every followed object drift.
+    if let Some(f) = filters.iter().find(|f| f.uses_context()) {
+        anyhow::bail!(
+            "{}: the filter {} reads owners, node or namespaceLabels, which --against-cluster cannot resolve (they come from the owner index of a running kubesink): fold without --against-cluster, or compare a configuration without that filter",
+            res.display_name(),
+            Filter::shown(f.source())
+        );
+    }
     if !filters.is_empty() {
         return list_filtered_into(api, params, compiled, &filters, resolved, cluster, out).await;
     }

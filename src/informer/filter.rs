@@ -386,6 +386,11 @@ impl Filter {
         self.errors.load(Ordering::Relaxed)
     }
 
+    /// The expression's source text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// `expr` as a message names it: quoted, a long one by its first 120 characters (the
     /// message must stay readable).
     pub fn shown(expr: &str) -> String {
