@@ -476,10 +476,6 @@ async fn watch_resource(
     for (plan, scope) in plans.into_iter().zip(t.scopes) {
         scope.stats.clear_failure();
         let reported = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (is_pods, is_namespaces) = (
-            t.resource.config.is_pods(),
-            t.resource.config.is_namespaces(),
-        );
         let views = t
             .routes
             .iter()
@@ -508,8 +504,6 @@ async fn watch_resource(
                     decider = decider.with_context(OwnerContext {
                         index: index.clone(),
                         role: role.clone(),
-                        pods: is_pods,
-                        namespaces: is_namespaces,
                         reported: reported.clone(),
                     });
                 }
@@ -543,9 +537,8 @@ async fn owners_ready(index: &OwnerIndex, cancel: &CancellationToken) {
     tokio::select! {
         _ = cancel.cancelled() => {}
         ready = index.ready(OWNERS_WAIT) => match ready {
-            true if index.is_empty() => tracing::debug!("owner index filled: nothing in it"),
-            true => tracing::debug!(objects = index.len(), "owner index filled"),
-            false => tracing::warn!(waited = ?OWNERS_WAIT, objects = index.len(), "the kinds that fill the owner index did not all complete their first list: listing anyway, messages carry the owners known so far (ownersComplete: false)"),
+            true => tracing::debug!(objects = index.objects(), "owner index filled"),
+            false => tracing::warn!(waited = ?OWNERS_WAIT, objects = index.objects(), "the kinds that fill the owner index did not all complete their first list: listing anyway, messages carry the owners known so far (ownersComplete: false)"),
         },
     }
 }

@@ -2019,6 +2019,17 @@ filter = 'owners.exists(o, o.kind == "Deployment")'
         let c = load(Some(Path::new("whole.toml"))).map_err(|e| e.to_string())?;
         let w = crate::plan::warnings(&c);
         assert!(!w.iter().any(|w| w.contains("enrich")), "{w:?}");
+        // A cluster's own resources are checked among themselves, named by their key.
+        jail.create_file(
+            "clusters.toml",
+            "[[sinks]]\ntype = \"stdout\"\n[[resources]]\napi_version = \"apps/v1\"\nkind = \"ReplicaSet\"\n[[clusters]]\nname = \"a\"\n[[clusters]]\nname = \"b\"\n[[clusters.resources]]\napi_version = \"v1\"\nkind = \"Pod\"\nenrich = [\"owner\"]\n",
+        )?;
+        let c = load(Some(Path::new("clusters.toml"))).map_err(|e| e.to_string())?;
+        let w = crate::plan::warnings(&c).join("\n");
+        assert!(
+            w.contains("clusters.1.resources.0.enrich (v1 Pod): apps/v1 ReplicaSet, apps/v1 Deployment not followed"),
+            "{w}"
+        );
         Ok(())
     });
 }

@@ -14,7 +14,7 @@
 //!   reaches: `StateBackendConfig::warnings` in its destination's crate).
 //! - A state store the replicas cannot share (a file with leader election on).
 
-use super::Config;
+use super::{Config, ResourceConfig};
 
 /// Kinds whose objects one API server serves under two groups: (group, kind) → the group
 /// it is the same object in (Kubernetes API deprecation guide, "Migrate" sections:
@@ -175,7 +175,12 @@ pub fn warnings(c: &Config) -> Vec<String> {
     }
     out.extend(missing_files(c).iter().map(MissingFile::warning));
     out.extend(observed_generation(c));
-    out.extend(context_gaps(c));
+    out.extend(context_gaps(&c.resources, ""));
+    for (ci, k) in c.clusters.iter().enumerate() {
+        if let Some(own) = &k.resources {
+            out.extend(context_gaps(own, &format!("clusters.{ci}.")));
+        }
+    }
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));
     }
@@ -196,18 +201,19 @@ pub fn warnings(c: &Config) -> Vec<String> {
     out
 }
 
-/// `enrich` without the kinds it reads its context from (`informer/owners.rs`): Pods'
-/// owners without ReplicaSets or Deployments followed, Events' without Pods, an Event's node
-/// from Pods followed without their spec.
-fn context_gaps(c: &Config) -> Vec<String> {
+/// `enrich` without the kinds it reads its context from (`informer/owners.rs`), among one
+/// cluster's `resources` (keys prefixed with `prefix`): Pods' owners without ReplicaSets or
+/// Deployments followed, Events' without Pods, an Event's node from Pods followed without
+/// their spec.
+fn context_gaps(resources: &[ResourceConfig], prefix: &str) -> Vec<String> {
     use super::resource::{Enrich, PayloadMode, ResourceMode};
     let followed = |api: &str, kind: &str| {
-        c.resources
+        resources
             .iter()
-            .find(|r| r.api_version == api && r.kind == kind)
+            .any(|r| r.api_version == api && r.kind == kind)
     };
     let mut out = Vec::new();
-    for (i, r) in c.resources.iter().enumerate() {
+    for (i, r) in resources.iter().enumerate() {
         let events = r.mode == ResourceMode::Events;
         let needs: &[(&str, &str)] = match (r.enriches(Enrich::Owner), r.is_pods(), events) {
             (true, true, _) => &[("apps/v1", "ReplicaSet"), ("apps/v1", "Deployment")],
@@ -220,7 +226,7 @@ fn context_gaps(c: &Config) -> Vec<String> {
         };
         let missing: Vec<&(&str, &str)> = needs
             .iter()
-            .filter(|(api, kind)| followed(api, kind).is_none())
+            .filter(|(api, kind)| !followed(api, kind))
             .collect();
         if !missing.is_empty() {
             let names: Vec<String> = missing.iter().map(|(a, k)| format!("{a} {k}")).collect();
@@ -230,26 +236,26 @@ fn context_gaps(c: &Config) -> Vec<String> {
                 false => "payload = \"metadata\" suffices",
             };
             out.push(format!(
-                "resources.{i}.enrich ({}): {} not followed, so owner chains stop below them (ownersComplete: false); follow them too ({how})",
+                "{prefix}resources.{i}.enrich ({}): {} not followed, so owner chains stop below them (ownersComplete: false); follow them too ({how})",
                 r.display_name(),
                 names.join(", ")
             ));
         }
-        if r.enriches(Enrich::Namespace) && followed("v1", "Namespace").is_none() {
+        if r.enriches(Enrich::Namespace) && !followed("v1", "Namespace") {
             out.push(format!(
-                "resources.{i}.enrich ({}): \"namespace\" reads the labels of v1 Namespace, which is not followed: no message will carry namespaceLabels",
+                "{prefix}resources.{i}.enrich ({}): \"namespace\" reads the labels of v1 Namespace, which is not followed: no message will carry namespaceLabels",
                 r.display_name()
             ));
         }
         if events && r.enriches(Enrich::Node) {
-            let pods = c.resources.iter().position(|p| p.is_pods());
-            match pods.map(|p| &c.resources[p]) {
+            let pods = resources.iter().position(|p| p.is_pods());
+            match pods.map(|p| &resources[p]) {
                 None => out.push(format!(
-                    "resources.{i}.enrich ({}): \"node\" is the regarding Pod's, and v1 Pod is not followed: no Event will carry a node",
+                    "{prefix}resources.{i}.enrich ({}): \"node\" is the regarding Pod's, and v1 Pod is not followed: no Event will carry a node",
                     r.display_name()
                 )),
                 Some(p) if p.payload == PayloadMode::Metadata => out.push(format!(
-                    "resources.{i}.enrich ({}): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read: no Event will carry a node; set resources.{}.payload = \"fields\" with fields = [\"/spec/nodeName\"] (or \"full\")",
+                    "{prefix}resources.{i}.enrich ({}): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read: no Event will carry a node; set {prefix}resources.{}.payload = \"fields\" with fields = [\"/spec/nodeName\"] (or \"full\")",
                     r.display_name(),
                     pods.unwrap_or_default(),
                 )),

@@ -735,7 +735,8 @@ impl Decider {
         self
     }
 
-    /// Forgets the object `uid` in the owner index when this decider fills it.
+    /// Forgets `obj` (deleted) in the owner index when this decider fills it; `self` for
+    /// chaining.
     fn unfeed(&mut self, obj: &RawObject<'_>) -> &mut Self {
         if let Some(c) = &self.context {
             c.unfeed(obj.uid(), obj.name().unwrap_or_default());

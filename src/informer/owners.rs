@@ -190,18 +190,13 @@ pub fn regarding_uid(obj: &RawObject<'_>) -> Option<String> {
         .filter(|u| !u.is_empty())
 }
 
-/// The owner index as one watch uses it: the index, the resource's [`Role`], and whether
-/// it reads Pods' nodes into it.
+/// The owner index as one watch uses it: the index and the resource's [`Role`].
 #[derive(Clone, Debug)]
 pub struct OwnerContext {
     /// The cluster's index.
     pub index: Arc<OwnerIndex>,
     /// What the resource does with it.
     pub role: Role,
-    /// The resource is Pods that fill the index: their nodes go in too.
-    pub pods: bool,
-    /// The resource is Namespaces that fill the index: their labels go in too.
-    pub namespaces: bool,
     /// Set once the watch's first list was reported to the index; shared by the watch's
     /// views (`bridge/routes.rs`), which all see the same list.
     pub reported: Arc<std::sync::atomic::AtomicBool>,
@@ -211,11 +206,15 @@ impl OwnerContext {
     /// Records `obj` (listed, added or modified) when the resource fills the index.
     pub fn feed(&self, obj: &RawObject<'_>) {
         if self.role.feeds {
-            if let (true, Some(name)) = (self.namespaces, obj.name()) {
+            if let (true, Some(name)) = (self.role.fills_labels, obj.name()) {
                 let labels = obj.metadata.get("labels").and_then(Value::as_object);
                 self.index.note_namespace(name, labels);
             }
-            let node = if self.pods { node_of(obj) } else { None };
+            let node = if self.role.fills_nodes {
+                node_of(obj)
+            } else {
+                None
+            };
             self.index.note(
                 obj.uid(),
                 controller_of(&obj.metadata).as_ref(),
@@ -229,7 +228,7 @@ impl OwnerContext {
     pub fn unfeed(&self, uid: &str, name: &str) {
         if self.role.feeds {
             self.index.forget(uid);
-            if self.namespaces {
+            if self.role.fills_labels {
                 self.index.forget_namespace(name);
             }
         }
@@ -251,13 +250,13 @@ impl OwnerContext {
     /// the resource asks for none.
     pub fn of(&self, obj: &RawObject<'_>, event: bool) -> Option<Arc<Context>> {
         let Role { owners, node, .. } = self.role;
+        if !owners && !node && self.role.namespace_labels.is_none() {
+            return None;
+        }
         let namespace_labels = match (&self.role.namespace_labels, obj.namespace()) {
             (Some(keys), Some(ns)) => self.index.namespace_labels(ns, keys),
             _ => None,
         };
-        if !owners && !node && self.role.namespace_labels.is_none() {
-            return None;
-        }
         let context = if event {
             match regarding_uid(obj).and_then(|u| self.index.of(&u)) {
                 Some((chain, complete, at)) => Context {
@@ -295,6 +294,10 @@ impl OwnerContext {
 pub struct Role {
     /// Its objects fill the index.
     pub feeds: bool,
+    /// It is Pods that fill the index: their nodes go in too.
+    pub fills_nodes: bool,
+    /// It is Namespaces that fill the index: their labels go in too.
+    pub fills_labels: bool,
     /// Its messages carry `owners`.
     pub owners: bool,
     /// Its messages carry `node`.
@@ -332,6 +335,8 @@ pub fn roles(resources: &[(&ResourceConfig, usize)]) -> (Vec<Role>, Option<usize
             }
             Role {
                 feeds,
+                fills_nodes: feeds && r.is_pods(),
+                fills_labels: feeds && r.is_namespaces(),
                 owners: r.enriches(Enrich::Owner),
                 node: r.enriches(Enrich::Node),
                 namespace_labels: r
@@ -528,13 +533,8 @@ impl OwnerIndex {
     }
 
     /// Objects indexed.
-    pub fn len(&self) -> usize {
+    pub fn objects(&self) -> usize {
         self.lock().links.len()
-    }
-
-    /// Whether nothing is indexed.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// One watch that fills the index completed its first list.
@@ -620,7 +620,7 @@ mod tests {
             i.forget(p);
         }
         assert_eq!(i.lock().strings.len(), 0);
-        assert!(i.is_empty());
+        assert_eq!(i.objects(), 0);
         // A moved owner reference replaces the old one.
         i.note("p", Some(&r("ReplicaSet", "a", RS)), None);
         i.note("p", Some(&r("ReplicaSet", "b", RS)), None);
@@ -669,6 +669,7 @@ mod tests {
         );
         assert!(!r[0].feeds && r[0].waits && r[0].owners && !r[0].node);
         assert!(r[1].feeds && !r[1].waits && !r[1].owners);
+        assert!(!r[0].fills_nodes && !r[1].fills_nodes && !r[1].fills_labels);
         // An Events resource that asks for context: Pods fill the index too (their owners
         // and nodes), and still wait, so they are not waited for.
         let events = ResourceConfig {
@@ -677,8 +678,12 @@ mod tests {
         };
         let (r, feeders) = roles(&[(&pods, 1), (&rs, 2), (&events, 1)]);
         assert_eq!(feeders, Some(2));
-        assert!(r[0].feeds && r[0].waits);
+        assert!(r[0].feeds && r[0].waits && r[0].fills_nodes);
         assert!(!r[2].feeds && r[2].waits && r[2].node);
+        // Namespaces fill the index with their labels.
+        let namespaces = with("v1", "Namespace", &[]);
+        let (r, _) = roles(&[(&pods, 1), (&namespaces, 1)]);
+        assert!(r[1].feeds && r[1].fills_labels && !r[1].fills_nodes);
         // Nobody asks: no index at all.
         assert_eq!(roles(&[(&rs, 1)]).1, None);
     }
