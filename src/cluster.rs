@@ -13,7 +13,7 @@ use kube::discovery::{pinned_kind, Scope};
 use kube::{Client, Config};
 use kubesink_core::Resource;
 
-use crate::config::{Cluster, ResourceConfig};
+use crate::config::{Cluster, GroupSelector, ResourceConfig, ServedKind};
 
 /// Why the cluster could not be reached or a resource resolved.
 #[derive(Debug, thiserror::Error)]
@@ -253,6 +253,93 @@ pub async fn resolve(
         ),
         api_resource: ar,
     })
+}
+
+/// The kinds a group-form resource (`selector`, of entry `res`) follows now: those API
+/// discovery serves in its group (or every group), each at the group's preferred version
+/// (else its newest: kube's `recommended_resources`), that can be listed and watched and
+/// that `selector` takes ([`GroupSelector::follows`]); of a kind one server serves under
+/// two groups (`GROUP_ALIASES`: core Events are events.k8s.io's), only the group it
+/// belongs to when both are taken. One request with aggregated discovery (Kubernetes 1.30
+/// and later), else one per group version. Sorted by group and kind.
+///
+/// # Errors
+/// [`ClusterError::Discovery`] when the server does not answer (the caller retries).
+pub async fn discover_kinds(
+    client: &Client,
+    res: &ResourceConfig,
+    selector: &GroupSelector,
+) -> Result<Vec<Discovered>, ClusterError> {
+    use kube::discovery::{verbs, Discovery};
+    let discovery = || match selector.discovery_group() {
+        Some(g) => Discovery::new(client.clone()).filter(&[g]),
+        None => Discovery::new(client.clone()),
+    };
+    let discovered = match discovery().run_aggregated().await {
+        Ok(d) => d,
+        Err(_) => discovery()
+            .run()
+            .await
+            .map_err(|source| ClusterError::Discovery {
+                resource: res.display_name(),
+                source,
+            })?,
+    };
+    let mut kinds: Vec<Discovered> = discovered
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .filter_map(|(ar, caps)| {
+            let namespaced = matches!(caps.scope, Scope::Namespaced);
+            let follows = !ar.plural.contains('/')
+                && caps.supports_operation(verbs::LIST)
+                && caps.supports_operation(verbs::WATCH)
+                && selector.follows(ServedKind {
+                    group: &ar.group,
+                    kind: &ar.kind,
+                    plural: &ar.plural,
+                    namespaced,
+                });
+            follows.then_some(Discovered {
+                api_resource: ar,
+                namespaced,
+            })
+        })
+        .collect();
+    let taken: Vec<(String, String)> = kinds
+        .iter()
+        .map(|k| (k.api_resource.group.clone(), k.api_resource.kind.clone()))
+        .collect();
+    kinds.retain(|k| {
+        let ar = &k.api_resource;
+        !crate::config::GROUP_ALIASES
+            .iter()
+            .any(|(alias, kind, canonical)| {
+                *alias == ar.group
+                    && *kind == ar.kind
+                    && taken.iter().any(|(g, kk)| g == canonical && kk == kind)
+            })
+    });
+    kinds.sort_by(|a, b| {
+        let (a, b) = (&a.api_resource, &b.api_resource);
+        (&a.group, &a.kind).cmp(&(&b.group, &b.kind))
+    });
+    Ok(kinds)
+}
+
+/// One kind [`discover_kinds`] found.
+#[derive(Clone, Debug)]
+pub struct Discovered {
+    /// kube's type information (group, version, kind, plural).
+    pub api_resource: kube::discovery::ApiResource,
+    /// Namespace-scoped (kube's `ApiResource` does not say).
+    pub namespaced: bool,
+}
+
+impl Discovered {
+    /// Its group and Kind, what identifies it across versions.
+    pub fn group_kind(&self) -> (&str, &str) {
+        (&self.api_resource.group, &self.api_resource.kind)
+    }
 }
 
 /// `e` and its sources, each written once (kube's errors often repeat their source, and

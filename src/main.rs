@@ -187,6 +187,10 @@ async fn check_valid(c: config::Config, args: &CheckArgs) -> ExitCode {
             for line in kubesink::bridge::explain_routes(&plan) {
                 println!("#   {line}");
             }
+            println!("# resources: what each entry follows (`check --online` asks the clusters what they serve now)");
+            for line in kubesink::plan::explain_resources(&c) {
+                println!("#   {line}");
+            }
             if plan.scale_out {
                 let units: Vec<String> = plan.units.iter().map(|u| u.unit()).collect();
                 println!(

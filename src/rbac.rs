@@ -6,6 +6,11 @@
 //!   it through the built-in `system:discovery` ClusterRole; nothing to grant.
 //! - `list` and `watch` of each configured resource (a metadata-only watch asks for the same
 //!   resource with another `Accept` header). Nothing else: no `get`, no other resource.
+//! - A group-form entry (`group`, `kinds`): `list` and `watch` of every resource of its
+//!   group (`resources: ["*"]`; `apiGroups: ["*"]` for every group), or of its kinds'
+//!   plurals; RBAC has no exclusions, so what `exclude` leaves out is granted too (name the
+//!   groups to keep Secrets out). And `list` and `watch` of CustomResourceDefinitions
+//!   (cluster-wide), whose changes tell kubesink when kinds come and go.
 //! - With scale-out (`leader_election.scale_out`): `create`, `delete`, `get`, `list` and
 //!   `update` of Leases in the Lease namespace (one per replica and one per cluster, named at
 //!   run time: no `resourceNames`).
@@ -219,6 +224,41 @@ pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<Str
     let mut cluster_wide = Rules::new();
     let mut per_namespace: BTreeMap<String, Rules> = BTreeMap::new();
     for (index, r) in resources.iter().enumerate() {
+        if let Some(s) = r.selector() {
+            // The group form: every resource of its group (`*` in both for every group),
+            // or its kinds' plurals; RBAC cannot leave the excluded ones out. Its kinds are
+            // found through a watch of CRDs, which are cluster-scoped.
+            let group = s.group.clone().unwrap_or_else(|| "*".to_owned());
+            let plurals: Vec<String> = match &s.kinds {
+                None => vec!["*".to_owned()],
+                Some(kinds) => kinds.iter().map(|k| plural(&group, k, None)).collect(),
+            };
+            for plural in plurals {
+                match r.namespaces.is_empty() {
+                    true => {
+                        cluster_wide
+                            .entry(group.clone())
+                            .or_default()
+                            .insert(plural);
+                    }
+                    false => {
+                        for ns in &r.namespaces {
+                            per_namespace
+                                .entry(ns.clone())
+                                .or_default()
+                                .entry(group.clone())
+                                .or_default()
+                                .insert(plural.clone());
+                        }
+                    }
+                }
+            }
+            cluster_wide
+                .entry("apiextensions.k8s.io".to_owned())
+                .or_default()
+                .insert("customresourcedefinitions".to_owned());
+            continue;
+        }
         let group = group_of(&r.api_version);
         let found = builtin(group, &r.kind);
         if found.is_some_and(|b| !b.namespaced) && !r.namespaces.is_empty() {

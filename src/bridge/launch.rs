@@ -18,7 +18,7 @@ use super::{Bridge, Shared, StartError};
 use crate::cluster::ClusterError;
 use crate::informer::ListBudget;
 use crate::leader::{Elector, Fence, Leadership};
-use crate::observe::{self, Observer, SinkEntry};
+use crate::observe::{self, Observer, SinkEntry, WatchList};
 use crate::pipeline::Pipeline;
 use crate::plan::{Plan, UnitPlan};
 
@@ -79,8 +79,9 @@ pub(crate) async fn launch(
             cluster: shared.sink_cluster.clone(),
         })
         .collect();
+    let watch_list = WatchList::new(watches);
     let observed = Arc::new(Observer::new(
-        watches,
+        watch_list.clone(),
         sink_entries,
         states,
         apis,
@@ -100,6 +101,9 @@ pub(crate) async fn launch(
     let keepers = Keepers::default();
     let watching = Watching {
         clusters: planned,
+        state_plan: plan.state.clone(),
+        watch_list,
+        multi,
         sync_markers: plan.pipeline.sync_markers,
         routes: routes.clone(),
         watch: plan.watch.clone(),

@@ -17,6 +17,7 @@
 //! the state its predecessor saved up to the hand-over, not from what was saved when it
 //! started waiting. A follower never saves.
 
+mod groups;
 mod launch;
 pub(crate) use launch::launch;
 mod planned;

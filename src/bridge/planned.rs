@@ -33,6 +33,9 @@ pub(super) struct PlannedScope {
 pub(super) struct PlannedResource {
     pub(super) resource: ResourcePlan,
     pub(super) scopes: Vec<PlannedScope>,
+    /// In the group form (no scopes of its own): the counters it shows as one watch, its
+    /// discovery's failures.
+    pub(super) group: Option<Arc<InformerStats>>,
 }
 
 /// One cluster: its client, its state store (with `[state]`) and its resources.
@@ -86,61 +89,34 @@ pub(super) fn plan_units(
         let mut resources = Vec::new();
         for compiled in compiled {
             let res = &compiled.config;
-            let namespaces: Vec<Option<String>> = if res.namespaces.is_empty() {
-                vec![None]
-            } else {
-                res.namespaces.iter().cloned().map(Some).collect()
-            };
-            let identity = configured_identity(&spec.name, res);
-            let mut scopes = Vec::new();
-            for ns in namespaces {
-                let base = WatchPlan::identity_of(&identity, ns.as_deref());
-                let selection =
-                    WatchPlan::selection_of(res, &identity, ns.as_deref(), &spec.label, spec.shard);
+            if res.selector().is_some() {
+                // The group form: its kinds' watches are planned as discovery finds them
+                // (`groups.rs`); until then it shows as one watch of its own.
                 let s = Arc::new(InformerStats::default());
-                let scope = ns.clone().unwrap_or_else(|| "all".to_owned());
-                let label = if multi {
-                    format!("{unit}: {} ({scope})", res.display_name())
-                } else {
-                    format!("{} ({scope})", res.display_name())
-                };
-                stats.push((label, s.clone()));
                 watches.push(WatchEntry {
                     cluster: unit.clone(),
-                    api_version: res.api_version.clone(),
-                    kind: res.kind.clone(),
-                    namespace: ns.clone(),
+                    api_version: res.display_name(),
+                    kind: "*".to_owned(),
+                    namespace: None,
                     stats: s.clone(),
                 });
-                let views = routes
-                    .iter()
-                    .enumerate()
-                    .map(|(k, r)| {
-                        let key = WatchKey {
-                            identity: r.identity(&base),
-                            selection,
-                            seed: r.seed(&base),
-                        };
-                        // The first view counts into the watch's counters (what
-                        // `/metrics` and `/readyz` show per watch); a sink's filter counts
-                        // into the sink's (`Route::counts`).
-                        let counts = match k {
-                            0 => s.clone(),
-                            _ => Arc::new(InformerStats::default()),
-                        };
-                        (key, counts)
-                    })
-                    .collect();
-                scopes.push(PlannedScope {
-                    namespace: ns,
-                    stats: s,
-                    views,
+                resources.push(PlannedResource {
+                    resource: compiled,
+                    scopes: Vec::new(),
+                    group: Some(s),
                 });
+                continue;
             }
-            resources.push(PlannedResource {
-                resource: compiled,
-                scopes,
-            });
+            let identity = configured_identity(&spec.name, res);
+            let (planned, entries) = plan_resource(&spec, &unit, compiled, identity, routes);
+            for e in &entries {
+                stats.push((
+                    watch_label(&unit, &e.api_version, &e.kind, &e.namespace, multi),
+                    e.stats.clone(),
+                ));
+            }
+            watches.extend(entries);
+            resources.push(planned);
         }
         let state = state::open(&p.state, &unit, multi).map(|store| {
             let s = Arc::new(StateStats::default());
@@ -173,8 +149,87 @@ pub(super) fn plan_units(
     }
 }
 
-/// the plural and scope are not part of saved state's keys).
-fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_core::Resource {
+/// The label of a watch in the shutdown's figures.
+fn watch_label(
+    unit: &str,
+    api_version: &str,
+    kind: &str,
+    namespace: &Option<String>,
+    multi: bool,
+) -> String {
+    let scope = namespace.as_deref().unwrap_or("all");
+    match multi {
+        true => format!("{unit}: {api_version} {kind} ({scope})"),
+        false => format!("{api_version} {kind} ({scope})"),
+    }
+}
+
+/// One resource of cluster `spec` (unit `unit`), known as `identity` in saved state: per
+/// listed namespace (or one for all) its watch's counters and, per route, its view's key
+/// in saved state; and what the observers show of each watch.
+pub(super) fn plan_resource(
+    spec: &Cluster,
+    unit: &str,
+    compiled: ResourcePlan,
+    identity: kubesink_core::Resource,
+    routes: &[Route],
+) -> (PlannedResource, Vec<WatchEntry>) {
+    let res = &compiled.config;
+    let namespaces: Vec<Option<String>> = if res.namespaces.is_empty() {
+        vec![None]
+    } else {
+        res.namespaces.iter().cloned().map(Some).collect()
+    };
+    let mut scopes = Vec::new();
+    let mut entries = Vec::new();
+    for ns in namespaces {
+        let base = WatchPlan::identity_of(&identity, ns.as_deref());
+        let selection =
+            WatchPlan::selection_of(res, &identity, ns.as_deref(), &spec.label, spec.shard);
+        let s = Arc::new(InformerStats::default());
+        entries.push(WatchEntry {
+            cluster: unit.to_owned(),
+            api_version: res.api_version.clone(),
+            kind: res.kind.clone(),
+            namespace: ns.clone(),
+            stats: s.clone(),
+        });
+        let views = routes
+            .iter()
+            .enumerate()
+            .map(|(k, r)| {
+                let key = WatchKey {
+                    identity: r.identity(&base),
+                    selection,
+                    seed: r.seed(&base),
+                };
+                // The first view counts into the watch's counters (what `/metrics` and
+                // `/readyz` show per watch); a sink's filter counts into the sink's
+                // (`Route::counts`).
+                let counts = match k {
+                    0 => s.clone(),
+                    _ => Arc::new(InformerStats::default()),
+                };
+                (key, counts)
+            })
+            .collect();
+        scopes.push(PlannedScope {
+            namespace: ns,
+            stats: s,
+            views,
+        });
+    }
+    let planned = PlannedResource {
+        resource: compiled,
+        scopes,
+        group: None,
+    };
+    (planned, entries)
+}
+
+/// The identity of `res` in `cluster` as configured, before discovery (the plural and scope
+/// are not part of saved state's keys).
+pub(super) fn configured_identity(cluster: &str, res: &ResourceConfig) -> kubesink_core::Resource {
     let (group, version) = res
         .api_version
         .split_once('/')

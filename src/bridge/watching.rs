@@ -17,9 +17,10 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::groups;
 use super::planned::{Keepers, PlannedCluster, PlannedScope};
 use super::routes::Route;
-use crate::cluster::{self, ClusterError};
+use crate::cluster::{self, ClusterError, Resolved};
 use crate::config::{Cluster, StateConfig, WatchConfig};
 use crate::informer::{
     owner_roles, ClusterApi, Decider, FailureKind, Informer, InformerStats, JournalRef, LightStore,
@@ -27,8 +28,10 @@ use crate::informer::{
 };
 use crate::leader::Leadership;
 use crate::leader::{Elector, Fence, Lost};
+use crate::observe::WatchList;
 use crate::pipeline::Publisher;
 use crate::plan::ResourcePlan;
+use crate::plan::StatePlan;
 use crate::state::{self, Journal, Keeper, Kept, StateStats, StateStore, WatchKey};
 
 /// The state store's retry policy, for the journal writer and for reading the saved state at
@@ -40,6 +43,13 @@ const STATE_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration:
 /// resolution task.
 pub(super) struct Watching {
     pub clusters: Vec<PlannedCluster>,
+    /// `[state]` with what a backend takes from the rest of the plan: a group-form
+    /// resource opens a store per kind (`groups.rs`).
+    pub state_plan: StatePlan,
+    /// The watches the observers see: a group-form resource adds its kinds' (`groups.rs`).
+    pub watch_list: Arc<WatchList>,
+    /// Names watches and saved state as a configuration of several clusters does.
+    pub multi: bool,
     pub sync_markers: bool,
     /// Which sinks each watch's views serve (`routes.rs`).
     pub routes: Arc<Vec<Route>>,
@@ -65,6 +75,27 @@ struct Scope {
     views: Vec<(Arc<TrackedStore>, bool, Arc<InformerStats>)>,
 }
 
+/// What one kind of a group-form resource runs under (`groups.rs`), so that it can be
+/// started, moved to another version and dropped while the others run: its discovery
+/// result, its own tokens and tasks, its keeper.
+#[derive(Clone)]
+pub(super) struct SlotRun {
+    /// The kind as discovery found it (its watches start without asking again).
+    pub resolved: Resolved,
+    /// Stops its watches (a child of the bridge's).
+    pub cancel: CancellationToken,
+    /// Its kind left the cluster: each watch sends the deletes of what it holds, then stops.
+    pub gone: CancellationToken,
+    /// Stops its keeper's interval saves (a child of the bridge's).
+    pub saving: CancellationToken,
+    /// Stops its journal writer (a child of the bridge's).
+    pub journals: CancellationToken,
+    /// Its keeper, once its state was restored (also in the bridge's list).
+    pub keepers: Keepers,
+    /// Its start and its informers.
+    pub tasks: TaskTracker,
+}
+
 /// One configured resource of one cluster and its watches.
 struct Target {
     cluster: Cluster,
@@ -76,6 +107,8 @@ struct Target {
     routes: Arc<Vec<Route>>,
     /// With `enrich` in the cluster: its owner index and this resource's role.
     owners: Option<(Arc<OwnerIndex>, OwnerRole)>,
+    /// For a kind of a group-form resource: what it runs under.
+    slot: Option<SlotRun>,
 }
 
 impl Watching {
@@ -132,6 +165,19 @@ impl Watching {
                 None => return,
             },
         };
+        self.start_planned(c, client, None).await;
+    }
+
+    /// Restores `c`'s state (with `[state]`), starts its keeper and journal writer, then its
+    /// resources' tasks: a cluster's, or (`slot`) one kind of a group-form resource's, which
+    /// runs under its own tokens.
+    pub(super) async fn start_planned(
+        self: &Arc<Self>,
+        c: &PlannedCluster,
+        client: Client,
+        slot: Option<&SlotRun>,
+    ) {
+        let cancel = slot.map_or(&self.cancel, |s| &s.cancel);
         let keys: Vec<WatchKey> = c
             .resources
             .iter()
@@ -145,8 +191,8 @@ impl Watching {
                 .collect(),
             Some((store, stats)) => {
                 let started = tokio::select! {
-                    _ = self.cancel.cancelled() => return,
-                    s = self.start_state(&c.spec.name, store, stats, &keys) => s,
+                    _ = cancel.cancelled() => return,
+                    s = self.start_state(&c.spec.name, store, stats, &keys, slot) => s,
                 };
                 started
             }
@@ -159,7 +205,12 @@ impl Watching {
                 .collect::<Vec<_>>(),
         );
         let index = feeders.map(|n| Arc::new(OwnerIndex::new(n)));
-        for (r, role) in c.resources.iter().zip(roles) {
+        for (at, (r, role)) in c.resources.iter().zip(roles).enumerate() {
+            if let Some(stats) = &r.group {
+                let target = groups::GroupTarget::new(c, at, client.clone(), stats.clone());
+                self.tasks.spawn(groups::follow(self.clone(), target));
+                continue;
+            }
             let scopes = r
                 .scopes
                 .iter()
@@ -193,7 +244,8 @@ impl Watching {
                 resource: r.resource.clone(),
                 scopes,
                 routes: self.routes.clone(),
-                owners: index.clone().map(|i| (i, role)),
+                owners: index.clone().filter(|_| slot.is_none()).map(|i| (i, role)),
+                slot: slot.cloned(),
             };
             self.tasks.spawn(watch_resource(
                 target,
@@ -201,7 +253,7 @@ impl Watching {
                 self.watch.clone(),
                 self.lists.clone(),
                 self.publisher.clone(),
-                self.cancel.clone(),
+                cancel.clone(),
                 self.tasks.clone(),
             ));
         }
@@ -260,14 +312,15 @@ impl Watching {
     }
 
     /// Restores one cluster's watches from `store`, starts its journal writer (with
-    /// `state.write_ahead`) and keeper, and returns each watch's store and whether it holds
-    /// saved state.
+    /// `state.write_ahead`) and keeper (under `slot`'s tokens for a kind of a group-form
+    /// resource), and returns each watch's store and whether it holds saved state.
     async fn start_state(
         &self,
         cluster: &str,
         store: &Arc<dyn StateStore>,
         stats: &Arc<StateStats>,
         keys: &[WatchKey],
+        slot: Option<&SlotRun>,
     ) -> Vec<(Arc<TrackedStore>, bool)> {
         let saved = if self.state.write_ahead {
             Ok(read_saved(cluster, store, stats).await)
@@ -313,11 +366,9 @@ impl Watching {
         }
         if self.state.write_ahead {
             let retry = Backoff::new(STATE_RETRY.0, STATE_RETRY.1);
-            self.tasks.spawn(
-                journal
-                    .clone()
-                    .run(store.clone(), retry, self.stop_journals.clone()),
-            );
+            let stop = slot.map_or(&self.stop_journals, |s| &s.journals);
+            self.tasks
+                .spawn(journal.clone().run(store.clone(), retry, stop.clone()));
         }
         let keeper = Keeper::new(
             store.clone(),
@@ -331,7 +382,14 @@ impl Watching {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(keeper.clone());
-        let task = keeper.spawn(self.state.interval.get(), self.stop_saving.clone());
+        if let Some(s) = slot {
+            s.keepers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(keeper.clone());
+        }
+        let stop = slot.map_or(&self.stop_saving, |s| &s.saving);
+        let task = keeper.spawn(self.state.interval.get(), stop.clone());
         self.tasks.spawn(async move {
             let _ = task.await;
         });
@@ -419,7 +477,11 @@ async fn watch_resource(
     );
     let mut delays = retry.delays();
     let mut log = RetryLog::default();
+    let known = t.slot.as_ref().map(|s| s.resolved.clone());
     let resolved = loop {
+        if let Some(known) = known {
+            break known;
+        }
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return,
             r = cluster::resolve(&t.client, &t.cluster.name, &t.resource.config) => r,
@@ -521,12 +583,17 @@ async fn watch_resource(
         );
         let waits = t.owners.clone().filter(|(_, role)| role.waits);
         let cancel = cancel.clone();
-        tasks.spawn(async move {
+        let gone = t.slot.as_ref().map(|s| s.gone.clone());
+        let run = async move {
             if let Some((index, _)) = waits {
                 owners_ready(&index, &cancel).await;
             }
-            informer.run(cancel).await
-        });
+            informer.run_or_retire(cancel, gone).await
+        };
+        match &t.slot {
+            Some(s) => tasks.spawn(s.tasks.track_future(run)),
+            None => tasks.spawn(run),
+        };
     }
 }
 

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::group::GroupSelector;
 use super::problems::Problems;
 use super::syntax::{check_api_version, check_dns_label};
 use super::{ByteSize, Expressions, HumanDuration};
@@ -123,15 +124,42 @@ impl schemars::JsonSchema for Since {
 }
 
 /// One `[[resources]]` entry: a kind to watch (built-in or custom), resolved through API
-/// discovery.
+/// discovery; or, in the group form (`group`, `kinds`), every kind an API group serves,
+/// followed as the cluster adds and removes them (docs/configuration.md, "Whole API
+/// groups").
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceConfig {
     /// `apiVersion` of the kind as Kubernetes writes it: `v1` (the core group), `apps/v1`,
     /// `example.com/v1alpha1`. Any other spelling (`/v1`, `v1/`, whitespace) is an error.
+    /// Required with `kind`; not with `group`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub api_version: String,
-    /// PascalCase kind: `Pod`, `Deployment`, a CRD's kind.
+    /// PascalCase kind: `Pod`, `Deployment`, a CRD's kind. Required with `api_version`;
+    /// not with `group`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
+    /// The group form: follow every kind this API group serves, each at the group's
+    /// preferred version (`"example.com"`; `"core"` or `""` for the core group; `"*"`:
+    /// every group). Kinds that cannot be listed and watched, and subresources, are left
+    /// out; with `namespaces`, so are cluster-scoped kinds. A CRD installed, given a new
+    /// version or deleted while kubesink runs is followed, moved or dropped within seconds
+    /// (a watch of CustomResourceDefinitions, and API discovery every 5 minutes). Instead
+    /// of `api_version` and `kind`. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// With the group form: only these kinds of the group (`["Widget", "Gadget"]`;
+    /// `["*"]`, the default: all of them). Without `group`, `kinds = ["*"]` means every
+    /// group (`group = "*"`): with `namespaces`, everything namespaced in them. Default:
+    /// all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
+    /// With the group form: what not to follow, each a resource as `kubectl` names it:
+    /// its plural or Kind (`"secrets"`, `"Lease"`: in any group), either with its group
+    /// (`"events.events.k8s.io"`, `"leases.coordination.k8s.io"`; `"events.core"` for the
+    /// core group's), or a whole group (`"*.coordination.k8s.io"`). Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
     /// Namespaces to watch (one watch each). Empty (default): all namespaces, or the
     /// cluster scope for cluster-scoped kinds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -274,6 +302,9 @@ impl ResourceConfig {
         ResourceConfig {
             api_version: api_version.to_owned(),
             kind: kind.to_owned(),
+            group: None,
+            kinds: Vec::new(),
+            exclude: Vec::new(),
             namespaces: Vec::new(),
             label_selector: None,
             field_selector: None,
@@ -315,9 +346,34 @@ impl ResourceConfig {
         self.since.unwrap_or(Since::DEFAULT)
     }
 
-    /// `apiVersion Kind`, used in logs and errors.
+    /// `apiVersion Kind`, used in logs and errors; for the group form `group example.com`
+    /// (`group * (kinds Widget, Gadget)`).
     pub fn display_name(&self) -> String {
-        format!("{} {}", self.api_version, self.kind)
+        match self.selector() {
+            None => format!("{} {}", self.api_version, self.kind),
+            Some(s) => s.to_string(),
+        }
+    }
+
+    /// In the group form (`group` or `kinds` set), which kinds it follows; `None` for one
+    /// kind (`api_version` and `kind`).
+    pub fn selector(&self) -> Option<GroupSelector> {
+        if self.group.is_none() && self.kinds.is_empty() {
+            return None;
+        }
+        let group = match self.group.as_deref().map(str::trim) {
+            None | Some("*") => None,
+            Some("core") => Some(String::new()),
+            Some(g) => Some(g.to_owned()),
+        };
+        let kinds = (!self.kinds.is_empty() && !self.kinds.iter().any(|k| k == "*"))
+            .then(|| self.kinds.clone());
+        Some(GroupSelector {
+            group,
+            kinds,
+            exclude: self.exclude.clone(),
+            namespaced_only: !self.namespaces.is_empty(),
+        })
     }
 
     /// Problems serde cannot see, as `(key, message)` with keys under `at_key`
@@ -326,7 +382,14 @@ impl ResourceConfig {
     pub fn problems(&self, at_key: &str, exprs: &dyn Expressions) -> Vec<(String, String)> {
         let at = |k: &str| format!("{at_key}.{k}");
         let mut problems = Problems::default();
-        if let Err(why) = check_api_version(&self.api_version) {
+        if self.selector().is_some() {
+            self.group_problems(&mut problems, &at);
+        } else if self.api_version.is_empty() && self.kind.is_empty() {
+            problems.add(
+                at_key.to_owned(),
+                "api_version and kind are required (e.g. api_version = \"apps/v1\", kind = \"Deployment\"), or group to follow a whole API group (group = \"example.com\")",
+            );
+        } else if let Err(why) = check_api_version(&self.api_version) {
             problems.add(at("api_version"),
                 format!(
                     "{:?} is not an apiVersion: {why} (expected \"v1\" for the core group, or \"group/version\" such as \"apps/v1\")",
@@ -334,7 +397,13 @@ impl ResourceConfig {
                 ),
             );
         }
-        if self.kind.is_empty() || !self.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+        let one_kind = self.selector().is_none() && !self.api_version.is_empty();
+        if one_kind && self.kind.is_empty() {
+            problems.add(
+                at("kind"),
+                "required, and not set (e.g. \"Deployment\"; or group instead of api_version, to follow a whole API group)",
+            );
+        } else if one_kind && !self.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
             problems.add(
                 at("kind"),
                 format!(
@@ -423,6 +492,51 @@ impl ResourceConfig {
 }
 
 impl ResourceConfig {
+    /// What the group form forbids or needs: not both forms at once, a group name, kinds
+    /// spelt as Kinds, and none of the options that belong to one kind (`mode = "events"`,
+    /// `enrich`, `plural`, `allow_secret_data`).
+    fn group_problems(&self, problems: &mut Problems, at: &dyn Fn(&str) -> String) {
+        for (key, set) in [
+            ("api_version", !self.api_version.is_empty()),
+            ("kind", !self.kind.is_empty()),
+        ] {
+            if set {
+                problems.add(
+                    at(key),
+                    "not with group or kinds: an entry follows one kind (api_version and kind) or a whole API group (group, kinds)",
+                );
+            }
+        }
+        if let Some(why) = self.group.as_deref().and_then(super::group::group_problem) {
+            problems.add(at("group"), why);
+        }
+        for (j, k) in self.kinds.iter().enumerate() {
+            if k != "*" && (k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric())) {
+                problems.add(
+                    at(&format!("kinds.{j}")),
+                    format!("{k:?} is not a Kind (expected e.g. \"Widget\", or \"*\" for all)"),
+                );
+            }
+        }
+        for (j, e) in self.exclude.iter().enumerate() {
+            if e.trim().is_empty() || e.contains('/') || e.contains(char::is_whitespace) {
+                problems.add(
+                    at(&format!("exclude.{j}")),
+                    format!("{e:?} is not a resource: a plural or Kind, \"plural.group\" or \"*.group\" (e.g. \"leases.coordination.k8s.io\")"),
+                );
+            }
+        }
+        for (key, set, why) in [
+            ("mode", self.mode != ResourceMode::Objects, "mode = \"events\" follows the Event kind: list it on its own (api_version = \"events.k8s.io/v1\", kind = \"Event\") and exclude it here"),
+            ("enrich", !self.enrich.is_empty(), "enrich is per kind: list the kind on its own entry (an entry of its own takes the kind out of the group's)"),
+            ("plural", self.plural.is_some(), "API discovery names each kind's plural in the group form"),
+        ] {
+            if set {
+                problems.add(at(key), why);
+            }
+        }
+    }
+
     /// Whether its messages carry `enrich`'s `what`.
     pub fn enriches(&self, what: Enrich) -> bool {
         self.enrich.contains(&what)
@@ -543,7 +657,7 @@ pub fn list_problems(
     let mut seen = std::collections::HashSet::new();
     for (i, r) in resources.iter().enumerate() {
         problems.extend(r.problems(&format!("{key}.{i}"), exprs));
-        if !seen.insert((r.api_version.clone(), r.kind.clone(), r.namespaces.clone())) {
+        if !seen.insert((r.display_name(), r.namespaces.clone())) {
             problems.add(
                 format!("{key}.{i}"),
                 format!("{} is listed twice", r.display_name()),

@@ -198,7 +198,6 @@ fn several_bad_keys_in_one_section_and_env_are_all_reported() {
             "(from env KUBESINK_PIPELINE__LINGER)",
             "pipeline.max_pending: ",
             "(from env KUBESINK_PIPELINE__MAX_PENDING)",
-            "resources.0.kind: required, and not set",
             "resources.1.payload: \"everything\" is not one of \"full\", \"metadata\" or \"fields\"",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
@@ -2030,6 +2029,47 @@ filter = 'owners.exists(o, o.kind == "Deployment")'
             w.contains("clusters.1.resources.0.enrich (v1 Pod): apps/v1 ReplicaSet, apps/v1 Deployment not followed"),
             "{w}"
         );
+        Ok(())
+    });
+}
+
+/// The group form (`group`, `kinds`, `exclude`): accepted alone, refused beside
+/// `api_version` and `kind` or with what belongs to one kind, each problem under its key;
+/// an entry with neither form says both.
+#[test]
+fn the_group_form_names_its_problems_by_key() {
+    Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.create_file(
+            "ok.toml",
+            "[cluster]\nname = \"p\"\n[[resources]]\ngroup = \"example.com\"\n[[resources]]\nkinds = [\"*\"]\nnamespaces = [\"a\"]\nexclude = [\"secrets\", \"*.coordination.k8s.io\"]\n[[resources]]\ngroup = \"core\"\nkinds = [\"ConfigMap\"]\n[[sinks]]\ntype = \"stdout\"\n",
+        )?;
+        let c = load(Some(Path::new("ok.toml"))).expect("the group form loads");
+        let s = c.resources[1]
+            .selector()
+            .expect("kinds = [\"*\"] is the group form");
+        assert_eq!((s.group, s.kinds, s.namespaced_only), (None, None, true));
+        assert_eq!(
+            c.resources[2].selector().and_then(|s| s.group),
+            Some(String::new())
+        );
+        jail.create_file(
+            "bad.toml",
+            "[cluster]\nname = \"p\"\n[[resources]]\ngroup = \"Example.com\"\nkind = \"Widget\"\nkinds = [\"wid-get\"]\nexclude = [\"a b\"]\nenrich = [\"owner\"]\nmode = \"events\"\n[[resources]]\nnamespaces = [\"a\"]\n[[resources]]\napi_version = \"v1\"\n[[sinks]]\ntype = \"stdout\"\n",
+        )?;
+        let all = errors_of(Some(Path::new("bad.toml"))).join("\n");
+        for want in [
+            "resources.0.group: \"Example.com\" is not an API group",
+            "resources.0.kind: not with group or kinds",
+            "resources.0.kinds.0: \"wid-get\" is not a Kind",
+            "resources.0.exclude.0: \"a b\" is not a resource",
+            "resources.0.enrich: enrich is per kind",
+            "resources.0.mode: mode = \"events\" follows the Event kind",
+            "resources.1: api_version and kind are required",
+            "resources.2.kind: required, and not set",
+        ] {
+            assert!(all.contains(want), "{want}\n{all}");
+        }
         Ok(())
     });
 }

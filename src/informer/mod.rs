@@ -355,6 +355,11 @@ impl Informer {
     /// Runs until `cancel` fires or the pipeline shuts down. Every log line inside carries
     /// the span `informer{cluster, shard (with shards), resource, scope}`.
     pub async fn run(mut self, cancel: CancellationToken) {
+        self.run_inner(cancel).await
+    }
+
+    /// [`Informer::run`] borrowing the informer.
+    async fn run_inner(&mut self, cancel: CancellationToken) {
         self.span = self.make_span(None);
         /// Clears `running` however the loop ends (a panic included).
         struct Running(Arc<InformerStats>);
@@ -371,6 +376,44 @@ impl Informer {
             _ = self.run_loop() => {}
         }
         self.span.in_scope(|| tracing::debug!("informer stopped"));
+    }
+
+    /// [`Informer::run`], or, when `gone` fires first (its kind left the cluster: a
+    /// group-form resource's CRD was deleted), ends as a list that found nothing would: every
+    /// key its views hold is sent as `deleted` (an inferred delete), then it stops.
+    pub async fn run_or_retire(
+        mut self,
+        cancel: CancellationToken,
+        gone: Option<CancellationToken>,
+    ) {
+        let Some(gone) = gone else {
+            return self.run(cancel).await;
+        };
+        let retire = {
+            let stop = cancel.clone();
+            let run = self.run_inner(stop);
+            tokio::select! {
+                _ = run => false,
+                _ = gone.cancelled() => true,
+            }
+        };
+        if !retire || cancel.is_cancelled() {
+            return;
+        }
+        self.span = self.make_span(None);
+        let span = self.span.clone();
+        let swept = async {
+            self.decide(Event::ListStart).await?;
+            self.decide(Event::ListDone { sweep: true }).await
+        };
+        let closed = tokio::select! {
+            _ = cancel.cancelled() => true,
+            r = swept.instrument(span.clone()) => r.is_err(),
+        };
+        span.in_scope(|| match closed {
+            false => tracing::info!("its kind is no longer served: sent the deletes of the objects it held; informer stopped"),
+            true => tracing::warn!("its kind is no longer served, but the deletes of the objects it held could not all be sent (shutting down): the next start does not send them either"),
+        });
     }
 
     /// Lists and watches, each step in the span of the strategy of its time.

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::entries::{ClusterEntry, SinkEntry, StateEntry, WatchEntry};
+use super::entries::{ClusterEntry, SinkEntry, StateEntry, WatchEntry, WatchList};
 use crate::informer::{InformerStats, ListBudget, SinkFilterStats, Strategy};
 use crate::leader::Leadership;
 use crate::pipeline::{SinkStats, ERROR_KINDS};
@@ -27,7 +27,7 @@ type Labels = Vec<(&'static str, String)>;
 
 /// The registry of one bridge: build info and the collector.
 pub fn registry(
-    watches: Arc<[WatchEntry]>,
+    watches: Arc<WatchList>,
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
     clusters: Arc<[ClusterEntry]>,
@@ -52,7 +52,7 @@ pub fn registry(
 }
 
 struct BridgeCollector {
-    watches: Arc<[WatchEntry]>,
+    watches: Arc<WatchList>,
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
     clusters: Arc<[ClusterEntry]>,
@@ -60,10 +60,17 @@ struct BridgeCollector {
     leadership: Option<Arc<Leadership>>,
 }
 
+impl BridgeCollector {
+    /// The watches now (a group-form resource adds and removes them as kinds come and go).
+    fn watches(&self) -> Arc<[WatchEntry]> {
+        self.watches.get()
+    }
+}
+
 impl std::fmt::Debug for BridgeCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BridgeCollector")
-            .field("watches", &self.watches.len())
+            .field("watches", &self.watches().len())
             .field("sinks", &self.sinks.len())
             .finish()
     }
@@ -146,7 +153,7 @@ impl BridgeCollector {
             name,
             help,
             None,
-            self.watches
+            self.watches()
                 .iter()
                 .map(|w| (w.labels(), ConstCounter::new(get(&w.stats)))),
         )
@@ -183,7 +190,7 @@ impl BridgeCollector {
             "watch_events",
             "Objects read from lists and watch events received, by type",
             None,
-            self.watches.iter().flat_map(|w| {
+            self.watches().iter().flat_map(|w| {
                 events.iter().map(|(t, get)| {
                     (
                         with(w.labels(), "type", t),
@@ -202,7 +209,7 @@ impl BridgeCollector {
             "messages",
             "Messages emitted into the pipeline, by op",
             None,
-            self.watches.iter().flat_map(|w| {
+            self.watches().iter().flat_map(|w| {
                 ops.iter()
                     .map(|(op, get)| (with(w.labels(), "op", op), ConstCounter::new(get(&w.stats))))
             }),
@@ -343,7 +350,7 @@ impl BridgeCollector {
             "api_errors",
             "Failed list and watch requests, by class (forbidden: 401/403, not_found: 404, throttled: 429, server: 5xx, transport: no connection, other: 400 and other refusals)",
             None,
-            self.watches.iter().flat_map(|w| {
+            self.watches().iter().flat_map(|w| {
                 classes
                     .iter()
                     .map(|(c, get)| (with(w.labels(), "class", c), ConstCounter::new(get(&w.stats))))
@@ -354,7 +361,7 @@ impl BridgeCollector {
             "watch_last_event_age",
             "Seconds since the last event or bookmark of the watch (-1 before the first)",
             Some(&Unit::Seconds),
-            self.watches.iter().map(|w| {
+            self.watches().iter().map(|w| {
                 let age = w.stats.since_last_event().map_or(-1.0, |d| d.as_secs_f64());
                 (w.labels(), ConstGauge::new(age))
             }),
@@ -364,7 +371,7 @@ impl BridgeCollector {
             "objects",
             "Objects known to the watch (its lightweight store)",
             None,
-            self.watches
+            self.watches()
                 .iter()
                 .map(|w| (w.labels(), ConstGauge::new(load(&w.stats.objects) as i64))),
         )?;
@@ -373,7 +380,7 @@ impl BridgeCollector {
             "synced",
             "1 once the watch's initial sync completed",
             None,
-            self.watches.iter().map(|w| {
+            self.watches().iter().map(|w| {
                 (
                     w.labels(),
                     ConstGauge::new(i64::from(w.stats.synced.load(Ordering::Relaxed))),
@@ -385,7 +392,7 @@ impl BridgeCollector {
             "initial_sync_duration",
             "How long the initial list took (0 until it completed)",
             Some(&Unit::Seconds),
-            self.watches.iter().map(|w| {
+            self.watches().iter().map(|w| {
                 let secs = load(&w.stats.initial_sync_ms) as f64 / 1000.0;
                 (w.labels(), ConstGauge::new(secs))
             }),
@@ -395,7 +402,7 @@ impl BridgeCollector {
             "watch_initial_list",
             "How the watch reads its state (watch.initial_list): 1 for the strategy in use, stream (a streaming list, KEP-3157) or list (paged LISTs); none before its first list",
             None,
-            self.watches.iter().flat_map(|w| {
+            self.watches().iter().flat_map(|w| {
                 let now = w.stats.strategy();
                 now.into_iter().flat_map(move |now| {
                     [Strategy::Stream, Strategy::List].map(|s| {
@@ -424,7 +431,7 @@ impl BridgeCollector {
             "watch_failing",
             "Seconds the watch has been failing without a successful list or watch (0 when healthy)",
             Some(&Unit::Seconds),
-            self.watches.iter().map(|w| {
+            self.watches().iter().map(|w| {
                 let secs = w.stats.failing_for().map_or(0.0, |(d, _)| d.as_secs_f64());
                 (w.labels(), ConstGauge::new(secs))
             }),

@@ -35,7 +35,7 @@ use crate::informer::{FailureKind, ListBudget};
 use crate::pipeline::SinkHandle;
 
 pub use crate::leader::Leadership;
-pub use entries::{ClusterEntry, SinkEntry, StateEntry, WatchEntry};
+pub use entries::{ClusterEntry, SinkEntry, StateEntry, WatchEntry, WatchList};
 
 /// How long a sink's batch may wait for the state journal before `/readyz` fails: a healthy
 /// journal answers in milliseconds (one PubAck or produce round trip, written while the
@@ -76,7 +76,7 @@ pub struct Report {
 
 /// The observable state of one bridge.
 pub struct Observer {
-    watches: Arc<[WatchEntry]>,
+    watches: Arc<WatchList>,
     sinks: Arc<[SinkEntry]>,
     states: Arc<[StateEntry]>,
     clusters: Arc<[ClusterEntry]>,
@@ -92,7 +92,7 @@ impl Observer {
     /// `multi_cluster` when several clusters are watched; `leadership` with leader election.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        watches: Vec<WatchEntry>,
+        watches: Arc<WatchList>,
         sinks: Vec<SinkEntry>,
         states: Vec<StateEntry>,
         clusters: Vec<ClusterEntry>,
@@ -101,7 +101,6 @@ impl Observer {
         multi_cluster: bool,
         leadership: Option<Arc<Leadership>>,
     ) -> Self {
-        let watches: Arc<[WatchEntry]> = watches.into();
         let sinks: Arc<[SinkEntry]> = sinks.into();
         let states: Arc<[StateEntry]> = states.into();
         let clusters: Arc<[ClusterEntry]> = clusters.into();
@@ -134,7 +133,7 @@ impl Observer {
         watch_failure_timeout: Duration,
         extra: impl FnOnce(&mut Registry),
     ) -> Self {
-        let watches: Vec<WatchEntry> = parts.iter().flat_map(|o| o.watches.to_vec()).collect();
+        let watches = WatchList::merged(parts.iter().map(|o| o.watches.clone()).collect());
         let sinks: Vec<SinkEntry> = parts.iter().flat_map(|o| o.sinks.to_vec()).collect();
         let states: Vec<StateEntry> = parts.iter().flat_map(|o| o.states.to_vec()).collect();
         let clusters: Vec<ClusterEntry> = parts.iter().flat_map(|o| o.clusters.to_vec()).collect();
@@ -150,6 +149,12 @@ impl Observer {
         );
         extra(&mut o.registry);
         o
+    }
+
+    /// The watches now: those planned at start, and those a group-form resource added for
+    /// the kinds discovery found.
+    fn watches(&self) -> Arc<[WatchEntry]> {
+        self.watches.get()
     }
 
     /// Whether this bridge watches: always without leader election, else while it holds its
@@ -220,7 +225,7 @@ impl Observer {
         let ok = problems.is_empty();
         // Watches that synced once and are failing now: their data is stale, not lost.
         let degraded: Vec<String> = self
-            .watches
+            .watches()
             .iter()
             .filter(|w| w.stats.synced.load(Ordering::Relaxed))
             .filter_map(|w| w.stats.failure().map(|f| format!("{}: {f}", Self::name(w))))
@@ -232,7 +237,7 @@ impl Observer {
                 "role": self.role(),
                 "problems": problems,
                 "degraded": degraded,
-                "watches": self.watches.iter().map(Self::watch_json).collect::<Vec<_>>(),
+                "watches": self.watches().iter().map(Self::watch_json).collect::<Vec<_>>(),
                 "sinks": self.sinks.iter().map(Self::sink_json).collect::<Vec<_>>(),
                 "state": self.states.iter().map(Self::state_json).collect::<Vec<_>>(),
             }),
@@ -252,7 +257,7 @@ impl Observer {
     /// `/healthz`: see the module's health rules.
     pub fn liveness(&self) -> Report {
         let mut problems = Vec::new();
-        for w in self.watches.iter() {
+        for w in self.watches().iter() {
             let stopped =
                 w.stats.started.load(Ordering::Relaxed) && !w.stats.running.load(Ordering::Relaxed);
             if stopped && self.watching() {
@@ -302,7 +307,7 @@ impl Observer {
             ));
         }
         // A follower is ready when its sinks are: it stands by.
-        for w in self.watches.iter().filter(|_| self.watching()) {
+        for w in self.watches().iter().filter(|_| self.watching()) {
             if !w.stats.synced.load(Ordering::Relaxed) {
                 let why = w.stats.failure().map_or_else(
                     || "initial sync in progress".to_owned(),
@@ -406,12 +411,12 @@ impl Observer {
     fn totals(&self) -> Totals {
         Totals {
             objects: self
-                .watches
+                .watches()
                 .iter()
                 .map(|w| w.stats.objects.load(Ordering::Relaxed))
                 .sum(),
-            events: self.watches.iter().map(|w| w.stats.received()).sum(),
-            messages: self.watches.iter().map(|w| w.stats.emitted()).sum(),
+            events: self.watches().iter().map(|w| w.stats.received()).sum(),
+            messages: self.watches().iter().map(|w| w.stats.emitted()).sum(),
             delivered: self
                 .sinks
                 .iter()

@@ -12,6 +12,10 @@
 //!   scope, so the API server validates the selectors (a bad one is 400 with its message) and
 //!   the list `run` starts with is known to work.
 //!
+//! A group-form entry (`group`, `kinds`) gets one line saying which kinds it resolves to
+//! now (the discovery `run` makes, `crate::cluster::discover_kinds`), then the three checks
+//! above for each of them.
+//!
 //! With `shards > 1`, one line saying whether the API server filters by shard and how
 //! today's namespaces spread over the shards (`shards.rs`). With leader election, one more
 //! line for the Lease (`get`, `create`, `update`) on the cluster that holds it. A cluster that does not answer `/version` gets one line naming it
@@ -176,8 +180,9 @@ async fn check_cluster(
         Err(e) => return unreachable(format!("cluster unreachable, nothing checked: {e}")),
     }
     let mut lines: Vec<Line> = futures::stream::iter(&cluster.resources)
-        .map(|res| resource::check(&client, &cluster.name, res, options.timeout))
+        .map(|res| resource::check_entry(&client, &cluster.name, res, options.timeout))
         .buffered(CONCURRENCY)
+        .flat_map(futures::stream::iter)
         .collect()
         .await;
     lines.extend(shards::check(&client, cluster, options.timeout).await);

@@ -21,6 +21,67 @@ struct Scoped {
     problems: Vec<String>,
 }
 
+/// The lines of entry `res` of cluster `cluster_name`: one ([`check`]) for a kind; for the
+/// group form, which kinds it resolves to now, then one per kind.
+pub(super) async fn check_entry(
+    client: &Client,
+    cluster_name: &str,
+    res: &ResourceConfig,
+    timeout: Duration,
+) -> Vec<Line> {
+    let Some(selector) = res.selector() else {
+        return vec![check(client, cluster_name, res, timeout).await];
+    };
+    let line = |verdict, detail| Line {
+        verdict,
+        cluster: cluster_name.to_owned(),
+        subject: Some(res.display_name()),
+        detail,
+        unreachable: false,
+    };
+    let found =
+        tokio::time::timeout(timeout, cluster::discover_kinds(client, res, &selector)).await;
+    let kinds = match found {
+        Err(_) => {
+            return vec![line(
+                Verdict::Fail,
+                format!(
+                    "API discovery got no answer within {}",
+                    humantime::format_duration(timeout)
+                ),
+            )]
+        }
+        Ok(Err(e)) => return vec![line(Verdict::Fail, e.to_string())],
+        Ok(Ok(kinds)) => kinds,
+    };
+    let names: Vec<String> = kinds
+        .iter()
+        .map(|d| format!("{} {}", d.api_resource.api_version, d.api_resource.kind))
+        .collect();
+    let detail = match names.is_empty() {
+        true => "resolves to no kind now (followed when one is served: a CRD installed)".to_owned(),
+        false => format!(
+            "resolves to {} kind(s) now: {}",
+            names.len(),
+            names.join(", ")
+        ),
+    };
+    let mut lines = vec![line(Verdict::Ok, detail)];
+    for d in &kinds {
+        let mut one = res.clone();
+        one.api_version = d.api_resource.api_version.clone();
+        one.kind = d.api_resource.kind.clone();
+        one.group = None;
+        one.kinds.clear();
+        one.exclude.clear();
+        if !d.namespaced {
+            one.namespaces.clear();
+        }
+        lines.push(check(client, cluster_name, &one, timeout).await);
+    }
+    lines
+}
+
 /// Checks `res` of cluster `cluster_name` through `client`.
 pub(super) async fn check(
     client: &Client,

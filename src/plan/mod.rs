@@ -57,6 +57,35 @@ pub fn warnings(c: &Config) -> Vec<String> {
     out
 }
 
+/// What each `[[resources]]` entry of `c` follows, one line each (`kubesink check`):
+/// its kind and scope, or, in the group form, which kinds and how they are found.
+pub fn explain_resources(c: &Config) -> Vec<String> {
+    let mut lists = vec![(String::new(), &c.resources)];
+    for (ci, k) in c.clusters.iter().enumerate() {
+        if let Some(own) = &k.resources {
+            lists.push((format!("clusters.{ci}."), own));
+        }
+    }
+    let mut out = Vec::new();
+    for (prefix, list) in lists {
+        for (i, r) in list.iter().enumerate() {
+            let scope = match r.namespaces.is_empty() {
+                true => "all namespaces".to_owned(),
+                false => format!("namespaces {}", r.namespaces.join(", ")),
+            };
+            let what = match r.selector() {
+                None => format!("{} ({scope}), resolved by API discovery at start", r.display_name()),
+                Some(s) => format!(
+                    "{s} ({scope}{}): every kind it serves that can be listed and watched, at the group's preferred version, found by API discovery at start and followed as CRDs are installed, changed and deleted; a kind another entry lists with the same namespaces is left to it",
+                    if s.namespaced_only { "; namespaced kinds only" } else { "" }
+                ),
+            };
+            out.push(format!("{prefix}resources.{i}: {what}"));
+        }
+    }
+    out
+}
+
 /// The resources of `c`, top-level and per cluster, whose kind a built-in group version does
 /// not have ([`kinds::kind_warnings`]): warnings, errors with `check --strict`.
 pub fn kind_warnings(c: &Config) -> Vec<String> {
