@@ -340,6 +340,22 @@ impl Discovered {
     pub fn group_kind(&self) -> (&str, &str) {
         (&self.api_resource.group, &self.api_resource.kind)
     }
+
+    /// It as [`resolve`] would have resolved it in cluster `cluster`.
+    pub fn resolved(&self, cluster: &str) -> Resolved {
+        let ar = &self.api_resource;
+        Resolved {
+            resource: Arc::new(Resource::new(
+                cluster,
+                &ar.group,
+                &ar.version,
+                &ar.kind,
+                &ar.plural,
+                self.namespaced,
+            )),
+            api_resource: ar.clone(),
+        }
+    }
 }
 
 /// `e` and its sources, each written once (kube's errors often repeat their source, and

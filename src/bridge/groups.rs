@@ -11,7 +11,11 @@
 //! - a kind no longer served (a CRD deleted: the API server deletes its objects first, and
 //!   the watch sends those deletes), once a list of it answers 404 (discovery alone can
 //!   leave a kind out for a moment while a CRD changes), retires: what its stores still hold is sent as deleted
-//!   (an inferred delete, as after a list that no longer finds it), then its watches stop.
+//!   (an inferred delete, as after a list that no longer finds it), then its watches stop;
+//!   once those deletes are saved as acknowledged, the slot is done;
+//! - a kind followed before this start (the entry's [`Manifest`], with `[state]`) that is no
+//!   longer served starts retired: its watches send the deletes of what its saved state
+//!   holds, then stop.
 //!
 //! What changes the set is learnt from a watch of CustomResourceDefinitions (metadata only;
 //! a change of a CRD of the entry's group asks discovery again after [`DEBOUNCE`], then
@@ -43,11 +47,11 @@ use tracing::Instrument;
 
 use super::planned::{plan_resource, PlannedCluster};
 use super::watching::{SlotRun, Watching};
-use crate::cluster::{self, Discovered, Resolved};
+use crate::cluster::{self, Discovered};
 use crate::config::{Cluster, GroupSelector, ServedKind};
 use crate::informer::{ClusterApi, FailureKind, InformerStats};
 use crate::plan::ResourcePlan;
-use crate::state::{self, StateStats};
+use crate::state::{self, StateStats, StateStore};
 
 /// How long after a CRD's change discovery is asked again (more changes meanwhile are
 /// taken together).
@@ -163,6 +167,7 @@ pub(super) async fn follow(w: Arc<Watching>, g: GroupTarget) {
     );
     let mut delays = retry.delays();
     let mut slots: BTreeMap<(String, String), Slot> = BTreeMap::new();
+    let manifest = Manifest::open(&w, &g);
     // Discoveries still to come at [`SETTLE`] intervals after a CRD's change.
     let mut settle = 0u32;
     let mut failed = false;
@@ -178,9 +183,14 @@ pub(super) async fn follow(w: Arc<Watching>, g: GroupTarget) {
                     failed = false;
                 }
                 g.stats.clear_failure();
-                let unsure = reconcile(&w, &g, &mut slots, &kinds)
-                    .instrument(span.clone())
-                    .await;
+                let unsure = async {
+                    let unsure = reconcile(&w, &g, &mut slots, &kinds, &manifest).await;
+                    let pending = finish_retired(&w, &mut slots).await;
+                    manifest.write(&slots).await;
+                    unsure || pending
+                }
+                .instrument(span.clone())
+                .await;
                 g.stats.synced.store(true, Ordering::Relaxed);
                 delays = retry.delays();
                 settle = settle.saturating_sub(1);
@@ -225,6 +235,7 @@ async fn reconcile(
     g: &GroupTarget,
     slots: &mut BTreeMap<(String, String), Slot>,
     kinds: &[Discovered],
+    manifest: &Manifest,
 ) -> bool {
     let want: BTreeMap<(String, String), &Discovered> = kinds
         .iter()
@@ -235,6 +246,26 @@ async fn reconcile(
         })
         .collect();
     let mut unsure = false;
+    // The kinds followed before this start (saved) that are gone now: their saved state
+    // holds what their deletes need. Each starts retired, so its watches send those deletes
+    // from the restored state and stop.
+    for d in manifest.take_saved().await {
+        let (group, kind) = d.group_kind();
+        let key = (group.to_owned(), kind.to_owned());
+        if slots.contains_key(&key) || want.contains_key(&key) {
+            continue;
+        }
+        if !gone(g, &d.api_resource).await {
+            // Left by the configuration (or out of discovery for a moment): nothing is
+            // sent, as for a [[resources]] entry removed.
+            continue;
+        }
+        tracing::info!(group = %key.0, kind = %key.1, "a kind followed before this start is no longer served: sending the deletes of its objects from its saved state");
+        let mut slot = start(w, g, &d, true);
+        w.watch_list.remove(&slot.stats);
+        slot.retired = true;
+        slots.insert(key, slot);
+    }
     for ((group, kind), slot) in slots.iter_mut() {
         if slot.retired || want.contains_key(&(group.clone(), kind.clone())) {
             continue;
@@ -267,9 +298,178 @@ async fn reconcile(
         if let Some(old) = slots.remove(&key) {
             stop(w, old).await;
         }
-        slots.insert(key, start(w, g, d));
+        slots.insert(key, start(w, g, d, false));
     }
     unsure
+}
+
+/// Stops the retired slots whose watches ended and whose saved state no longer holds an
+/// object (their deletes acknowledged and saved). `true` while some are still pending.
+async fn finish_retired(w: &Watching, slots: &mut BTreeMap<(String, String), Slot>) -> bool {
+    let mut pending = false;
+    let mut done = Vec::new();
+    for (key, slot) in slots.iter() {
+        if !slot.retired {
+            continue;
+        }
+        if !slot.run.tasks.is_empty() {
+            pending = true;
+            continue;
+        }
+        let keepers = slot
+            .run
+            .keepers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut empty = true;
+        for k in &keepers {
+            match k.save(true).await {
+                Ok(Some(r)) => empty &= r.objects == 0,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "saving a retired kind's state failed; tried again");
+                    empty = false;
+                }
+            }
+        }
+        match empty {
+            true => done.push(key.clone()),
+            false => pending = true,
+        }
+    }
+    for key in done {
+        if let Some(slot) = slots.remove(&key) {
+            tracing::info!(group = %key.0, kind = %key.1, "a retired kind's deletes are acknowledged: its watches and state are done");
+            stop(w, slot).await;
+        }
+    }
+    pending
+}
+
+/// The kinds a group-form entry follows, saved beside their states (with `[state]`), so that
+/// a start finds the kinds that left the cluster while kubesink was not running and sends
+/// their objects' deletes: JSON, `[{group, version, kind, plural, namespaced}]`, rewritten
+/// when the set changes. A kind stays in it until its deletes are saved as acknowledged.
+struct Manifest {
+    store: Option<Arc<dyn StateStore>>,
+    /// Read once, at the first discovery that answers; `None` before (or without a store).
+    saved: tokio::sync::Mutex<Option<Vec<SavedKind>>>,
+    /// What was written last.
+    written: tokio::sync::Mutex<Vec<SavedKind>>,
+}
+
+/// One kind of a [`Manifest`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct SavedKind {
+    group: String,
+    version: String,
+    kind: String,
+    plural: String,
+    namespaced: bool,
+}
+
+impl SavedKind {
+    fn discovered(&self) -> Discovered {
+        let api_version = match self.group.as_str() {
+            "" => self.version.clone(),
+            g => format!("{g}/{}", self.version),
+        };
+        Discovered {
+            api_resource: kube::discovery::ApiResource {
+                group: self.group.clone(),
+                version: self.version.clone(),
+                api_version,
+                kind: self.kind.clone(),
+                plural: self.plural.clone(),
+            },
+            namespaced: self.namespaced,
+        }
+    }
+}
+
+impl Manifest {
+    /// `g`'s manifest in the configured state store: `kinds-{XXH3 of the entry's name and
+    /// namespaces}` beside the kinds' states.
+    fn open(w: &Watching, g: &GroupTarget) -> Manifest {
+        let id = xxhash_rust::xxh3::xxh3_64(
+            format!(
+                "{}\n{}",
+                g.resource.config.display_name(),
+                g.resource.config.namespaces.join(",")
+            )
+            .as_bytes(),
+        );
+        let name = match w.multi {
+            true => format!("{}.kinds-{id:016x}", g.unit),
+            false => format!("kinds-{id:016x}"),
+        };
+        Manifest {
+            store: state::open(&w.state_plan, &name, true),
+            saved: tokio::sync::Mutex::new(None),
+            written: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The kinds saved by the last run, once (later calls: none). An unreadable or foreign
+    /// manifest is logged and taken as empty.
+    async fn take_saved(&self) -> Vec<Discovered> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let mut saved = self.saved.lock().await;
+        if saved.is_some() {
+            return Vec::new();
+        }
+        let kinds: Vec<SavedKind> = match store.load().await {
+            Ok(None) => Vec::new(),
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!(store = store.describe(), error = %e, "the saved list of a group's kinds does not parse; kinds removed while kubesink was not running are not found");
+                Vec::new()
+            }),
+            Err(e) => {
+                tracing::warn!(store = store.describe(), error = %e, "the saved list of a group's kinds cannot be read; kinds removed while kubesink was not running are not found");
+                Vec::new()
+            }
+        };
+        *self.written.lock().await = kinds.clone();
+        *saved = Some(kinds.clone());
+        kinds.iter().map(SavedKind::discovered).collect()
+    }
+
+    /// Saves the kinds of `slots` when they changed since the last write.
+    async fn write(&self, slots: &BTreeMap<(String, String), Slot>) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        if self.saved.lock().await.is_none() {
+            return;
+        }
+        let now: Vec<SavedKind> = slots
+            .values()
+            .map(|s| {
+                let ar = &s.run.resolved.api_resource;
+                SavedKind {
+                    group: ar.group.clone(),
+                    version: ar.version.clone(),
+                    kind: ar.kind.clone(),
+                    plural: ar.plural.clone(),
+                    namespaced: s.run.resolved.resource.namespaced,
+                }
+            })
+            .collect();
+        let mut written = self.written.lock().await;
+        if *written == now {
+            return;
+        }
+        let bytes = serde_json::to_vec(&now).unwrap_or_default();
+        match store.save(bytes, 0).await {
+            Ok(()) => *written = now,
+            Err(e) => {
+                tracing::warn!(store = store.describe(), error = %e, "saving the list of a group's kinds failed; tried again at the next discovery")
+            }
+        }
+    }
 }
 
 /// Whether kind `ar` of `g` is gone: a list of it (one item, metadata only, in the entry's
@@ -286,21 +486,11 @@ async fn gone(g: &GroupTarget, ar: &kube::discovery::ApiResource) -> bool {
 }
 
 /// Starts a slot for kind `d` of `g`: plans its watches, opens its state store and starts
-/// it (state restored, then its informers) in a task of its own.
-fn start(w: &Arc<Watching>, g: &GroupTarget, d: &Discovered) -> Slot {
+/// it (state restored, then its informers) in a task of its own; `retired`: a kind gone
+/// before this start, whose watches send the deletes of what its state holds and stop.
+fn start(w: &Arc<Watching>, g: &GroupTarget, d: &Discovered, retired: bool) -> Slot {
     let ar = &d.api_resource;
-    let mut config = g.resource.config.clone();
-    config.api_version = ar.api_version.clone();
-    config.kind = ar.kind.clone();
-    config.group = None;
-    config.kinds.clear();
-    config.exclude.clear();
-    config.plural = Some(ar.plural.clone());
-    let compiled = ResourcePlan {
-        config,
-        filter: g.resource.filter.clone(),
-        changes: g.resource.changes.clone(),
-    };
+    let compiled = g.resource.for_kind(ar, d.namespaced);
     // Version-less in saved state: a kind keeps its state when its preferred version
     // changes (its objects' uids and resourceVersions do not).
     let identity = Resource::new(&g.spec.name, &ar.group, "*", &ar.kind, "", true);
@@ -309,21 +499,17 @@ fn start(w: &Arc<Watching>, g: &GroupTarget, d: &Discovered) -> Slot {
     w.watch_list.add(entries);
     let state = state::open(&w.state_plan, &state_name(&g.unit, ar, w.multi), true)
         .map(|store| (store, Arc::new(StateStats::default())));
-    let resolved = Resolved {
-        resource: Arc::new(Resource::new(
-            &g.spec.name,
-            &ar.group,
-            &ar.version,
-            &ar.kind,
-            &ar.plural,
-            d.namespaced,
-        )),
-        api_resource: ar.clone(),
-    };
+    let resolved = d.resolved(&g.spec.name);
     let run = SlotRun {
         resolved,
         cancel: w.cancel.child_token(),
-        gone: CancellationToken::new(),
+        gone: {
+            let gone = CancellationToken::new();
+            if retired {
+                gone.cancel();
+            }
+            gone
+        },
         saving: w.stop_saving.child_token(),
         journals: w.stop_journals.child_token(),
         keepers: Default::default(),

@@ -94,9 +94,26 @@ pub async fn compare(
     for unit in &plan.clusters {
         let spec = &unit.cluster;
         let client = cluster::client(spec).await?;
+        // A group-form entry is compared kind by kind, as discovery resolves it now.
+        let mut kinds = Vec::new();
         for compiled in &unit.resources {
+            match compiled.config.selector() {
+                None => {
+                    let resolved = cluster::resolve(&client, &spec.name, &compiled.config).await?;
+                    kinds.push((compiled.clone(), resolved));
+                }
+                Some(s) => {
+                    for d in cluster::discover_kinds(&client, &compiled.config, &s).await? {
+                        kinds.push((
+                            compiled.for_kind(&d.api_resource, d.namespaced),
+                            d.resolved(&spec.name),
+                        ));
+                    }
+                }
+            }
+        }
+        for (compiled, resolved) in &kinds {
             let res = &compiled.config;
-            let resolved = cluster::resolve(&client, &spec.name, res).await?;
             resources.push(resolved.resource.clone());
             covered.push((
                 spec.name.clone(),
@@ -117,7 +134,7 @@ pub async fn compare(
                     &api,
                     compiled,
                     sink_filter.as_deref(),
-                    &resolved,
+                    resolved,
                     &spec.name,
                     &mut live,
                 )

@@ -393,8 +393,9 @@ impl Informer {
             let stop = cancel.clone();
             let run = self.run_inner(stop);
             tokio::select! {
-                _ = run => false,
+                biased;
                 _ = gone.cancelled() => true,
+                _ = run => false,
             }
         };
         if !retire || cancel.is_cancelled() {

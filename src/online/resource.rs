@@ -74,6 +74,7 @@ pub(super) async fn check_entry(
         one.group = None;
         one.kinds.clear();
         one.exclude.clear();
+        one.plural = Some(d.api_resource.plural.clone());
         if !d.namespaced {
             one.namespaces.clear();
         }

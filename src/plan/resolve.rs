@@ -70,6 +70,29 @@ pub struct ResourcePlan {
     pub changes: Arc<ChangePaths>,
 }
 
+impl ResourcePlan {
+    /// For a group-form entry, the entry of one kind discovery found (`ar`): its
+    /// `api_version`, `kind` and `plural`, every other option and the compiled filter and
+    /// change paths shared; without namespaces for a cluster-scoped kind.
+    pub fn for_kind(&self, ar: &kube::discovery::ApiResource, namespaced: bool) -> ResourcePlan {
+        let mut config = self.config.clone();
+        config.api_version = ar.api_version.clone();
+        config.kind = ar.kind.clone();
+        config.group = None;
+        config.kinds.clear();
+        config.exclude.clear();
+        config.plural = Some(ar.plural.clone());
+        if !namespaced {
+            config.namespaces.clear();
+        }
+        ResourcePlan {
+            config,
+            filter: self.filter.clone(),
+            changes: self.changes.clone(),
+        }
+    }
+}
+
 /// One `[[sinks]]` entry with its filter compiled.
 #[derive(Clone, Debug)]
 pub struct SinkPlan {

@@ -436,3 +436,42 @@ fn a_misspelt_builtin_kind_is_named_offline_with_the_nearest() {
         "{w:?}"
     );
 }
+
+/// The group form grants every resource of its group (or its kinds' plurals), in its
+/// namespaces' Roles when it lists some, and CRDs cluster-wide.
+#[test]
+fn the_group_form_grants_its_groups_resources_and_crds() {
+    let mut group = ResourceConfig::new("", "");
+    group.group = Some("example.com".into());
+    let mut some = ResourceConfig::new("", "");
+    some.group = Some("core".into());
+    some.kinds = vec!["ConfigMap".into()];
+    some.namespaces = vec!["shop".into()];
+    let yaml = render(&[group, some], &options(None)).unwrap();
+    let docs = documents(&yaml);
+    let role_of = |kind: &str| {
+        docs.iter()
+            .find(|(k, _)| k == kind)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_else(|| panic!("no {kind} in {yaml}"))
+    };
+    let cluster: ClusterRole = serde_saphyr::from_str(&role_of("ClusterRole")).unwrap();
+    let watch = ["list", "watch"];
+    assert_eq!(
+        cluster.rules.unwrap(),
+        vec![
+            rule(
+                &["apiextensions.k8s.io"],
+                &["customresourcedefinitions"],
+                &watch
+            ),
+            rule(&["example.com"], &["*"], &watch),
+        ]
+    );
+    let role: Role = serde_saphyr::from_str(&role_of("Role")).unwrap();
+    assert_eq!(role.metadata.namespace.as_deref(), Some("shop"));
+    assert_eq!(
+        role.rules.unwrap(),
+        vec![rule(&[""], &["configmaps"], &watch)]
+    );
+}

@@ -5,6 +5,8 @@ scripts/check-deploy.sh proves it for every example values file):
   <fullname>, one rule per API group, list and watch;
 - resources with `namespaces`: per namespace a Role and RoleBinding <fullname> for what the
   ClusterRole does not already grant;
+- a group-form entry (`group`, `kinds`): every resource of its group (`*`), or its kinds'
+  plurals, and CustomResourceDefinitions cluster-wide;
 - leader election: Role and RoleBinding <fullname>-leader-election in the Lease's namespace
   (get, update of the one Lease; create of Leases).
 Plurals: a built-in kind's own (the table below, which a test in src/rbac/tests.rs keeps equal
@@ -51,12 +53,28 @@ Fails, as `kubesink rbac` does, on namespaces for a cluster-scoped built-in kind
 {{- $namespaced := dict -}}
 {{- range $i, $r := $config.resources -}}
 {{- $group := "" -}}
+{{- $plurals := list -}}
+{{- if or (hasKey $r "group") $r.kinds -}}
+{{- /* The group form: every resource of its group ("*" for every group), or its kinds'
+     plurals; and CRDs, whose changes tell kubesink when kinds come and go. */ -}}
+{{- $group = $r.group | default "*" -}}
+{{- if eq $group "core" -}}{{- $group = "" -}}{{- end -}}
+{{- if or (not $r.kinds) (has "*" $r.kinds) -}}
+{{- $plurals = list "*" -}}
+{{- else -}}
+{{- range $k := $r.kinds -}}{{- $plurals = append $plurals (include "kubesink.plural" (dict "group" $group "kind" $k "plural" "" "builtins" $builtins)) -}}{{- end -}}
+{{- end -}}
+{{- $crds := "apiextensions.k8s.io" -}}
+{{- $_ := set $cluster $crds (append (get $cluster $crds | default list) "customresourcedefinitions" | uniq | sortAlpha) -}}
+{{- else -}}
 {{- if contains "/" $r.api_version -}}{{- $group = first (splitList "/" $r.api_version) -}}{{- end -}}
-{{- $plural := include "kubesink.plural" (dict "group" $group "kind" $r.kind "plural" ($r.plural | default "") "builtins" $builtins) -}}
+{{- $plurals = list (include "kubesink.plural" (dict "group" $group "kind" $r.kind "plural" ($r.plural | default "") "builtins" $builtins)) -}}
 {{- $builtin := get $builtins (printf "%s/%s" $group $r.kind) -}}
 {{- if and $builtin (eq $builtin.scope "cluster") $r.namespaces -}}
 {{- fail (printf "values.config.resources[%d].namespaces: %s %s is cluster-scoped; remove the namespaces list" $i $r.api_version $r.kind) -}}
 {{- end -}}
+{{- end -}}
+{{- range $plural := $plurals -}}
 {{- if not $r.namespaces -}}
 {{- $_ := set $cluster $group (append (get $cluster $group | default list) $plural | uniq | sortAlpha) -}}
 {{- else -}}
@@ -64,6 +82,7 @@ Fails, as `kubesink rbac` does, on namespaces for a cluster-scoped built-in kind
 {{- $rules := get $namespaced $ns | default dict -}}
 {{- $_ := set $rules $group (append (get $rules $group | default list) $plural | uniq | sortAlpha) -}}
 {{- $_ := set $namespaced $ns $rules -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
