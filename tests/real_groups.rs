@@ -336,5 +336,32 @@ async fn crds_installed_changed_and_deleted_while_running_are_followed() {
     })
     .await;
     let _ = k.exited();
-    k.terminate().await;
+    let all: Vec<Value> = prior.into_iter().chain(k.terminate().await).collect();
+
+    // `kubesink fold --against-cluster` compares the group-form entries kind by kind, as
+    // discovery resolves them now: every kind namespaced in the view's namespace included.
+    let file = dir.path().join("all.jsonl");
+    let jsonl: String = all.iter().map(|m| format!("{m}\n")).collect();
+    std::fs::write(&file, jsonl).expect("write the messages");
+    let fold = process::clean_command(BIN)
+        .args([
+            "--config",
+            config.to_str().unwrap_or_default(),
+            "fold",
+            "--file",
+        ])
+        .arg(&file)
+        .arg("--against-cluster")
+        .current_dir(dir.path())
+        .output()
+        .await
+        .expect("kubesink fold");
+    let stderr = String::from_utf8_lossy(&fold.stderr);
+    assert_eq!(
+        fold.status.code(),
+        Some(0),
+        "{stderr}\n{}",
+        String::from_utf8_lossy(&fold.stdout)
+    );
+    assert!(stderr.contains("in agreement with the cluster"), "{stderr}");
 }
