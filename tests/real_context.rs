@@ -6,7 +6,8 @@
 //!   owner kinds' first lists), through a rollout (new ReplicaSet, Pods re-created), the
 //!   Deployment's deletion with its ReplicaSet orphaned (the chain shortens), a restart from
 //!   saved state and a scale-up after it;
-//! - a Pod's `node` is its `spec.nodeName`, its `namespaceLabels` the chosen labels of its
+//! - a Pod's `node` is its `spec.nodeName`, its `nodeLabels` its node's chosen labels (a
+//!   metadata watch of Nodes), its `namespaceLabels` the chosen labels of its
 //!   namespace, and a namespace relabelled sends nothing for its Pods: their next change
 //!   carries the new labels;
 //! - an Event's `owners` and `node` are its regarding object's: a Pod's chain and node, a
@@ -38,9 +39,11 @@ fn write_config(dir: &std::path::Path, cp: &ControlPlane) -> std::path::PathBuf 
     );
     rest.push_str(&resource_toml("v1", "Pod", &[NS]));
     rest.push_str(
-        "enrich = [\"owner\", \"node\", \"namespace\"]\nnamespace_labels = [\"team\", \"cost-centre\"]\n",
+        "enrich = [\"owner\", \"node\", \"namespace\"]\nnamespace_labels = [\"team\", \"cost-centre\"]\nnode_labels = [\"topology.kubernetes.io/zone\"]\n",
     );
     rest.push_str(&resource_toml("v1", "Namespace", &[]));
+    rest.push_str("payload = \"metadata\"\n");
+    rest.push_str(&resource_toml("v1", "Node", &[]));
     rest.push_str("payload = \"metadata\"\n");
     for (api, kind) in [
         ("apps/v1", "ReplicaSet"),
@@ -51,7 +54,7 @@ fn write_config(dir: &std::path::Path, cp: &ControlPlane) -> std::path::PathBuf 
         rest.push_str("payload = \"metadata\"\n");
     }
     rest.push_str(&resource_toml("events.k8s.io/v1", "Event", &[NS]));
-    rest.push_str("mode = \"events\"\nsince = \"all\"\nenrich = [\"owner\", \"node\"]\n");
+    rest.push_str("mode = \"events\"\nsince = \"all\"\nenrich = [\"owner\", \"node\"]\nnode_labels = [\"topology.kubernetes.io/zone\"]\n");
     rest.push_str(STDOUT_SINK);
     process::write_config(dir, "ctx", &cp.admin_kubeconfig, &rest)
 }
@@ -163,7 +166,8 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
     let client = cp.admin().await;
     create(
         &client,
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ctx-node"}}),
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ctx-node",
+            "labels": {"topology.kubernetes.io/zone": "zone-a", "other": "x"}}}),
     )
     .await;
     create(&client, kube_server::deployment(NS, "web", 2, "nginx:1")).await;
@@ -201,7 +205,7 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
             .iter()
             .filter(|m| m["op"] == "synced" && m["initial"] == true)
             .count();
-        (synced == 6)
+        (synced == 7)
             .then_some(())
             .ok_or_else(|| format!("{synced} synced\n{}", k.stderr()))
     })
@@ -218,6 +222,8 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
             .unwrap_or_else(|| panic!("no message of {name}"))
     };
     assert_eq!(of("solo")["node"], "ctx-node");
+    let zone_a = json!({"topology.kubernetes.io/zone": "zone-a"});
+    assert_eq!(of("solo")["nodeLabels"], zone_a, "the node's chosen labels");
     for m in first
         .iter()
         .filter(|m| m["kind"] == "Pod" && m["op"] != "synced")
@@ -227,7 +233,7 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
     assert_eq!(owners(&of("solo")), Some(vec![]));
     let web_pod = pods_of(&client, NS, "web-").await.remove(0);
     assert!(
-        of(&web_pod).get("node").is_none(),
+        of(&web_pod).get("node").is_none() && of(&web_pod).get("nodeLabels").is_none(),
         "an unscheduled Pod has no node"
     );
     assert_eq!(owners(&of(&web_pod)).map(|c| c.len()), Some(2));
@@ -275,6 +281,7 @@ async fn messages_name_the_owner_chain_and_node_the_server_has() {
     assert_eq!(about_web["ownersComplete"], true);
     let about_solo = event("about-solo").await;
     assert_eq!(about_solo["node"], "ctx-node");
+    assert_eq!(about_solo["nodeLabels"], zone_a);
     assert_eq!(owners(&about_solo), Some(vec![]));
     // The controllers' own Events, by what they regard.
     let deployment_uid = kube_server::dynamic(&client, "apps/v1", "Deployment", Some(NS))

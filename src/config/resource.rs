@@ -57,7 +57,8 @@ pub enum Enrich {
     /// own owner is known when the cluster follows the owner's kind.
     Owner,
     /// `node`: a Pod's `spec.nodeName`; for an Event, its regarding Pod's (when the cluster
-    /// follows Pods with their spec).
+    /// follows Pods with their spec); with `node_labels`, `nodeLabels` too (when the cluster
+    /// follows v1 Nodes).
     Node,
     /// `namespaceLabels`: the `namespace_labels` of the object's namespace (when the cluster
     /// follows v1 Namespaces).
@@ -218,6 +219,12 @@ pub struct ResourceConfig {
     /// read from the cluster's v1 Namespace resource, which must be followed. Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespace_labels: Vec<String>,
+    /// With `enrich = ["node"]`: the labels of the object's node each message carries in
+    /// `nodeLabels` (label keys, e.g. `["topology.kubernetes.io/zone",
+    /// "node.kubernetes.io/instance-type"]`; 1 to 16), read from the cluster's v1 Node
+    /// resource, which must be followed (`payload = "metadata"` suffices). Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_labels: Vec<String>,
     /// Payload mode: `full` (default), `metadata` or `fields`.
     #[serde(default)]
     pub payload: PayloadMode,
@@ -315,6 +322,7 @@ impl ResourceConfig {
             reason_rate_limit: None,
             enrich: Vec::new(),
             namespace_labels: Vec::new(),
+            node_labels: Vec::new(),
             payload: PayloadMode::Full,
             fields: Vec::new(),
             drop: Vec::new(),
@@ -552,6 +560,11 @@ impl ResourceConfig {
         self.api_version == "v1" && self.kind == "Namespace"
     }
 
+    /// Whether it is core v1 Nodes.
+    pub fn is_nodes(&self) -> bool {
+        self.api_version == "v1" && self.kind == "Node"
+    }
+
     /// What `enrich` cannot give: a node to other kinds than Pods and Events, a Pod's node
     /// without its spec.
     fn enrich_problems(&self, problems: &mut Problems, at: &dyn Fn(&str) -> String) {
@@ -570,6 +583,15 @@ impl ResourceConfig {
                 at("namespace_labels"),
                 "only applies with enrich = [\"namespace\"]",
             ),
+            _ => {}
+        }
+        match (self.enriches(Enrich::Node), self.node_labels.len()) {
+            (true, n) if n > 16 => {
+                problems.add(at("node_labels"), format!("{n} labels; at most 16"))
+            }
+            (false, n) if n > 0 => {
+                problems.add(at("node_labels"), "only applies with enrich = [\"node\"]")
+            }
             _ => {}
         }
         if !self.enriches(Enrich::Node) {

@@ -284,6 +284,12 @@ fn context_gaps(resources: &[ResourceConfig], prefix: &str) -> Vec<String> {
                 names.join(", ")
             ));
         }
+        if r.enriches(Enrich::Node) && !r.node_labels.is_empty() && !followed("v1", "Node") {
+            out.push(format!(
+                "{prefix}resources.{i}.node_labels ({}): read from v1 Node, which is not followed: no message will carry nodeLabels; follow Nodes too (payload = \"metadata\" suffices)",
+                r.display_name()
+            ));
+        }
         if r.enriches(Enrich::Namespace) && !followed("v1", "Namespace") {
             out.push(format!(
                 "{prefix}resources.{i}.enrich ({}): \"namespace\" reads the labels of v1 Namespace, which is not followed: no message will carry namespaceLabels",

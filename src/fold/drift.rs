@@ -362,7 +362,7 @@ async fn list_into(
     // a filter would call every followed object drift.
     if let Some(f) = filters.iter().find(|f| f.uses_context()) {
         anyhow::bail!(
-            "{}: the filter {} reads owners, node or namespaceLabels, which --against-cluster cannot resolve (they come from the owner index of a running kubesink): fold without --against-cluster, or compare a configuration without that filter",
+            "{}: the filter {} reads owners, node, nodeLabels or namespaceLabels, which --against-cluster cannot resolve (they come from the owner index of a running kubesink): fold without --against-cluster, or compare a configuration without that filter",
             res.display_name(),
             Filter::shown(f.source())
         );

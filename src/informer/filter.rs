@@ -82,10 +82,10 @@ pub const EVENT_VARIABLES: [&str; 3] = ["reason", "type", "regarding"];
 
 /// The variables of a message's context (`[[resources]] enrich`, `owners.rs`), besides
 /// [`VARIABLES`]: `owners` (a list of maps `{apiVersion, kind, name, uid}`, nearest owner
-/// first, as the message's `owners`), `node` (a string, `""` when unknown) and
-/// `namespaceLabels` (a map, the message's). Without `enrich` `owners` is an empty list,
-/// `node` `""` and `namespaceLabels` an empty map.
-pub const CONTEXT_VARIABLES: [&str; 3] = ["owners", "node", "namespaceLabels"];
+/// first, as the message's `owners`), `node` (a string, `""` when unknown), `nodeLabels`
+/// and `namespaceLabels` (maps, the message's). Without `enrich` `owners` is an empty list,
+/// `node` `""` and the label maps empty.
+pub const CONTEXT_VARIABLES: [&str; 4] = ["owners", "node", "nodeLabels", "namespaceLabels"];
 
 /// The values of `op` a sink's change filter sees (the message's `op`; sync markers are not
 /// changes and never reach a filter).
@@ -565,15 +565,25 @@ impl Filter {
                 .collect::<Vec<_>>();
             ctx.add_variable_as_val("owners", Box::new(CelList::from(owners)));
         }
-        if self.uses("namespaceLabels") {
-            let labels = subject
-                .context
-                .and_then(|c| c.namespace_labels.as_deref())
+        for (var, labels) in [
+            (
+                "namespaceLabels",
+                subject.context.and_then(|c| c.namespace_labels.as_deref()),
+            ),
+            (
+                "nodeLabels",
+                subject.context.and_then(|c| c.node_labels.as_deref()),
+            ),
+        ] {
+            if !self.uses(var) {
+                continue;
+            }
+            let labels = labels
                 .unwrap_or_default()
                 .iter()
                 .map(|(k, v)| (CelMapKey::from(&**k), string(v)))
                 .collect::<std::collections::HashMap<_, _>>();
-            ctx.add_variable_as_val("namespaceLabels", Box::new(CelMap::from(labels)));
+            ctx.add_variable_as_val(var, Box::new(CelMap::from(labels)));
         }
         if self.uses("node") {
             let node = subject.context.and_then(|c| c.node.as_deref());
@@ -942,7 +952,14 @@ mod tests {
             owners_complete: true,
             node: Some("node-a".into()),
             namespace_labels: Some(vec![("team".into(), "pay".into())]),
+            node_labels: Some(vec![("topology.kubernetes.io/zone".into(), "eu-1a".into())]),
         };
+        let zone = Filter::compile(r#"nodeLabels["topology.kubernetes.io/zone"] == "eu-1a""#)
+            .expect("compiles");
+        assert_eq!(
+            zone.matches(&subject(&obj, &|_| false, None).with_context(Some(&context))),
+            Match::Yes
+        );
         let on = |c: Option<&Context>| f.matches(&subject(&obj, &|_| false, None).with_context(c));
         assert_eq!(on(Some(&context)), Match::Yes);
         let team = Filter::compile(r#"namespaceLabels.team == "pay""#).expect("compiles");

@@ -118,11 +118,15 @@ impl Strings {
     }
 }
 
+/// Labels by Namespace (or Node) name: numbers of interned (key, value), sorted.
+type LabelsByName = HashMap<Box<str>, Vec<(u32, u32)>>;
+
 #[derive(Debug, Default)]
 struct Inner {
-    /// Each Namespace's labels, as numbers of interned keys and values (namespaces are few:
-    /// all their labels are kept, each resource picks its `namespace_labels`).
-    namespaces: HashMap<Box<str>, Vec<(u32, u32)>>,
+    /// Each Namespace's and each Node's labels, as numbers of interned keys and values
+    /// (both are few: all their labels are kept, each resource picks its
+    /// `namespace_labels` and `node_labels`); by [`Labelled`].
+    labelled: [LabelsByName; 2],
     links: HashMap<u128, Link>,
     /// Interned (apiVersion, kind) pairs, by number.
     kinds: Vec<(Arc<str>, Arc<str>)>,
@@ -206,9 +210,9 @@ impl OwnerContext {
     /// Records `obj` (listed, added or modified) when the resource fills the index.
     pub fn feed(&self, obj: &RawObject<'_>) {
         if self.role.feeds {
-            if let (true, Some(name)) = (self.role.fills_labels, obj.name()) {
+            if let (Some(place), Some(name)) = (self.role.fills_labels, obj.name()) {
                 let labels = obj.metadata.get("labels").and_then(Value::as_object);
-                self.index.note_namespace(name, labels);
+                self.index.note_labels(place, name, labels);
             }
             let node = if self.role.fills_nodes {
                 node_of(obj)
@@ -228,8 +232,8 @@ impl OwnerContext {
     pub fn unfeed(&self, uid: &str, name: &str) {
         if self.role.feeds {
             self.index.forget(uid);
-            if self.role.fills_labels {
-                self.index.forget_namespace(name);
+            if let Some(place) = self.role.fills_labels {
+                self.index.forget_labels(place, name);
             }
         }
     }
@@ -254,7 +258,11 @@ impl OwnerContext {
             return None;
         }
         let namespace_labels = match (&self.role.namespace_labels, obj.namespace()) {
-            (Some(keys), Some(ns)) => self.index.namespace_labels(ns, keys),
+            (Some(keys), Some(ns)) => self.index.labels(Labelled::Namespace, ns, keys),
+            _ => None,
+        };
+        let node_labels = |at: Option<&str>| match (&self.role.node_labels, at) {
+            (Some(keys), Some(n)) => self.index.labels(Labelled::Node, n, keys),
             _ => None,
         };
         let context = if event {
@@ -262,6 +270,7 @@ impl OwnerContext {
                 Some((chain, complete, at)) => Context {
                     owners: owners.then_some(chain),
                     owners_complete: complete,
+                    node_labels: node_labels(at.as_deref().filter(|_| node)),
                     node: at.filter(|_| node),
                     namespace_labels,
                 },
@@ -270,6 +279,7 @@ impl OwnerContext {
                     owners: owners.then(Vec::new),
                     owners_complete: false,
                     node: None,
+                    node_labels: None,
                     namespace_labels,
                 },
             }
@@ -278,15 +288,26 @@ impl OwnerContext {
                 true => self.index.chain(controller_of(&obj.metadata)),
                 false => (Vec::new(), false),
             };
+            let at: Option<Arc<str>> = node.then(|| node_of(obj)).flatten().map(Arc::from);
             Context {
                 owners: owners.then_some(chain),
                 owners_complete: complete,
-                node: node.then(|| node_of(obj)).flatten().map(Arc::from),
+                node_labels: node_labels(at.as_deref()),
+                node: at,
                 namespace_labels,
             }
         };
         Some(Arc::new(context))
     }
+}
+
+/// Whose labels the index keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Labelled {
+    /// v1 Namespaces' (`namespace_labels`).
+    Namespace = 0,
+    /// v1 Nodes' (`node_labels`).
+    Node = 1,
 }
 
 /// What one resource does with its cluster's owner index ([`roles`]).
@@ -296,14 +317,16 @@ pub struct Role {
     pub feeds: bool,
     /// It is Pods that fill the index: their nodes go in too.
     pub fills_nodes: bool,
-    /// It is Namespaces that fill the index: their labels go in too.
-    pub fills_labels: bool,
+    /// It is Namespaces (or Nodes) that fill the index: their labels go in too.
+    pub fills_labels: Option<Labelled>,
     /// Its messages carry `owners`.
     pub owners: bool,
     /// Its messages carry `node`.
     pub node: bool,
     /// Its messages carry `namespaceLabels`: these labels of their namespace.
     pub namespace_labels: Option<Arc<[String]>>,
+    /// Its messages carry `nodeLabels`: these labels of their node.
+    pub node_labels: Option<Arc<[String]>>,
     /// Its watches wait for the index's first fill ([`OwnerIndex::ready`]) before listing:
     /// it asks for context. The first fill is the first lists of the resources that fill
     /// the index and do not wait themselves; so a resource that both asks and fills (Pods
@@ -336,12 +359,18 @@ pub fn roles(resources: &[(&ResourceConfig, usize)]) -> (Vec<Role>, Option<usize
             Role {
                 feeds,
                 fills_nodes: feeds && r.is_pods(),
-                fills_labels: feeds && r.is_namespaces(),
+                fills_labels: match (feeds, r.is_namespaces(), r.is_nodes()) {
+                    (true, true, _) => Some(Labelled::Namespace),
+                    (true, _, true) => Some(Labelled::Node),
+                    _ => None,
+                },
                 owners: r.enriches(Enrich::Owner),
                 node: r.enriches(Enrich::Node),
                 namespace_labels: r
                     .enriches(Enrich::Namespace)
                     .then(|| r.namespace_labels.clone().into()),
+                node_labels: (r.enriches(Enrich::Node) && !r.node_labels.is_empty())
+                    .then(|| r.node_labels.clone().into()),
                 waits,
             }
         })
@@ -373,8 +402,11 @@ impl Inner {
         })
     }
 
-    fn forget_namespace(&mut self, name: &str) {
-        for (k, v) in self.namespaces.remove(name).unwrap_or_default() {
+    fn forget_labels(&mut self, place: Labelled, name: &str) {
+        for (k, v) in self.labelled[place as usize]
+            .remove(name)
+            .unwrap_or_default()
+        {
             self.strings.release(k);
             self.strings.release(v);
         }
@@ -481,8 +513,8 @@ impl OwnerIndex {
         self.lock().forget(uid);
     }
 
-    /// Records Namespace `name`'s labels (`metadata.labels`).
-    pub fn note_namespace(&self, name: &str, labels: Option<&Map<String, Value>>) {
+    /// Records Namespace (or Node) `name`'s labels (`metadata.labels`).
+    pub fn note_labels(&self, place: Labelled, name: &str, labels: Option<&Map<String, Value>>) {
         let mut inner = self.lock();
         let mut kept: Vec<(u32, u32)> = labels
             .into_iter()
@@ -491,20 +523,25 @@ impl OwnerIndex {
             .map(|(k, v)| (inner.strings.intern(k), inner.strings.intern(v)))
             .collect();
         kept.sort_unstable();
-        inner.forget_namespace(name);
-        inner.namespaces.insert(name.into(), kept);
+        inner.forget_labels(place, name);
+        inner.labelled[place as usize].insert(name.into(), kept);
     }
 
-    /// Forgets Namespace `name` (deleted).
-    pub fn forget_namespace(&self, name: &str) {
-        self.lock().forget_namespace(name);
+    /// Forgets Namespace (or Node) `name` (deleted).
+    pub fn forget_labels(&self, place: Labelled, name: &str) {
+        self.lock().forget_labels(place, name);
     }
 
-    /// The labels `keys` of Namespace `ns` has, in the order of `keys`; `None` when the
-    /// index does not hold `ns`.
-    pub fn namespace_labels(&self, ns: &str, keys: &[String]) -> Option<Vec<(Arc<str>, Arc<str>)>> {
+    /// The labels `keys` Namespace (or Node) `name` has, in the order of `keys`; `None`
+    /// when the index does not hold it.
+    pub fn labels(
+        &self,
+        place: Labelled,
+        name: &str,
+        keys: &[String],
+    ) -> Option<Vec<(Arc<str>, Arc<str>)>> {
         let inner = self.lock();
-        let labels = inner.namespaces.get(ns)?;
+        let labels = inner.labelled[place as usize].get(name)?;
         Some(
             keys.iter()
                 .filter_map(|k| {
@@ -669,7 +706,7 @@ mod tests {
         );
         assert!(!r[0].feeds && r[0].waits && r[0].owners && !r[0].node);
         assert!(r[1].feeds && !r[1].waits && !r[1].owners);
-        assert!(!r[0].fills_nodes && !r[1].fills_nodes && !r[1].fills_labels);
+        assert!(!r[0].fills_nodes && !r[1].fills_nodes && r[1].fills_labels.is_none());
         // An Events resource that asks for context: Pods fill the index too (their owners
         // and nodes), and still wait, so they are not waited for.
         let events = ResourceConfig {
@@ -683,7 +720,16 @@ mod tests {
         // Namespaces fill the index with their labels.
         let namespaces = with("v1", "Namespace", &[]);
         let (r, _) = roles(&[(&pods, 1), (&namespaces, 1)]);
-        assert!(r[1].feeds && r[1].fills_labels && !r[1].fills_nodes);
+        assert!(r[1].feeds && r[1].fills_labels == Some(Labelled::Namespace) && !r[1].fills_nodes);
+        // Nodes with theirs, and a resource with node_labels reads them.
+        let nodes = with("v1", "Node", &[]);
+        let zoned = ResourceConfig {
+            node_labels: vec!["topology.kubernetes.io/zone".into()],
+            ..with("v1", "Pod", &[Enrich::Node])
+        };
+        let (r, _) = roles(&[(&zoned, 1), (&nodes, 1)]);
+        assert_eq!(r[1].fills_labels, Some(Labelled::Node));
+        assert_eq!(r[0].node_labels.as_deref(), Some(&zoned.node_labels[..]));
         // Nobody asks: no index at all.
         assert_eq!(roles(&[(&rs, 1)]).1, None);
     }

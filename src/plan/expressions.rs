@@ -165,6 +165,7 @@ pub(super) fn filter_warnings(c: &Config) -> Vec<String> {
         for (var, what, empty) in [
             ("owners", Enrich::Owner, "[]"),
             ("node", Enrich::Node, "\"\""),
+            ("nodeLabels", Enrich::Node, "{}"),
             ("namespaceLabels", Enrich::Namespace, "{}"),
         ] {
             if f.uses(var) && !enrich.contains(&what) {

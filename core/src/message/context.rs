@@ -1,6 +1,6 @@
 //! Where an object runs, as a message carries it (`[[resources]] enrich`,
 //! docs/message-contract.md "Context"): the chain of its controller owners, its node and its
-//! namespace's chosen labels.
+//! chosen labels, and its namespace's chosen labels.
 //! Resolved by the informer from its owner index (`src/informer/owners.rs`); this module
 //! only holds and writes it.
 
@@ -39,9 +39,14 @@ pub struct Context {
     /// (key, value) in the configured order; `None` when the namespace is not known (not
     /// followed, not seen yet, or a cluster-scoped object).
     pub namespace_labels: Option<Vec<(Arc<str>, Arc<str>)>>,
+    /// With `enrich = ["node"]` and `node_labels`: those labels its node has (a Pod's; for
+    /// an Event, its regarding Pod's node's), as (key, value) in the configured order;
+    /// `None` when the node is not known (no node yet, Nodes not followed, not seen yet).
+    pub node_labels: Option<Vec<(Arc<str>, Arc<str>)>>,
 }
 
-/// [`Context::namespace_labels`] as the message writes it: a JSON object.
+/// [`Context::namespace_labels`] and [`Context::node_labels`] as the message writes them: a
+/// JSON object.
 #[derive(Debug)]
 pub struct Labels<'a>(pub &'a [(Arc<str>, Arc<str>)]);
 
@@ -54,6 +59,9 @@ impl Serialize for Labels<'_> {
 impl Context {
     /// Nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.owners.is_none() && self.node.is_none() && self.namespace_labels.is_none()
+        self.owners.is_none()
+            && self.node.is_none()
+            && self.namespace_labels.is_none()
+            && self.node_labels.is_none()
     }
 }

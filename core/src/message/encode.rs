@@ -154,6 +154,8 @@ struct Wire<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    node_labels: Option<Labels<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     namespace_labels: Option<Labels<'a>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
@@ -365,6 +367,10 @@ pub fn encode_with_epoch(
                 .as_ref()
                 .and_then(|x| x.owners.as_ref().map(|_| x.owners_complete)),
             node: c.context.as_ref().and_then(|x| x.node.as_deref()),
+            node_labels: c
+                .context
+                .as_ref()
+                .and_then(|x| x.node_labels.as_deref().map(Labels)),
             namespace_labels: c
                 .context
                 .as_ref()
@@ -715,7 +721,13 @@ mod tests {
         let obj = json!({"apiVersion": "v1", "kind": "Pod"});
         let plain = encode(&r, &change(Op::Added, Some(obj.clone())), "t").unwrap();
         let v: Value = serde_json::from_slice(&plain.payload).unwrap();
-        for field in ["owners", "ownersComplete", "node", "namespaceLabels"] {
+        for field in [
+            "owners",
+            "ownersComplete",
+            "node",
+            "nodeLabels",
+            "namespaceLabels",
+        ] {
             assert!(v.get(field).is_none(), "{field} without enrich");
         }
         let rs = OwnerRef {
@@ -730,13 +742,14 @@ mod tests {
                 owners_complete: false,
                 node: Some("node-a".into()),
                 namespace_labels: Some(vec![("team".into(), "pay".into())]),
+                node_labels: Some(vec![("topology.kubernetes.io/zone".into(), "eu-1a".into())]),
             })),
             ..change(Op::Added, Some(obj))
         };
         let m = encode(&r, &c, "t").unwrap();
         let text = std::str::from_utf8(&m.payload).unwrap();
         assert!(
-            text.contains(r#""owners":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d9f","uid":"u-rs"}],"ownersComplete":false,"node":"node-a","namespaceLabels":{"team":"pay"},"observedAt""#),
+            text.contains(r#""owners":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d9f","uid":"u-rs"}],"ownersComplete":false,"node":"node-a","nodeLabels":{"topology.kubernetes.io/zone":"eu-1a"},"namespaceLabels":{"team":"pay"},"observedAt""#),
             "{text}"
         );
         // Context is not part of the id: the same change with or without it.
