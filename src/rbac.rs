@@ -6,6 +6,10 @@
 //!   it through the built-in `system:discovery` ClusterRole; nothing to grant.
 //! - `list` and `watch` of each configured resource (a metadata-only watch asks for the same
 //!   resource with another `Accept` header). Nothing else: no `get`, no other resource.
+//! - With `enrich = ["owner"]`: `list` and `watch` of the workload controllers the owner
+//!   index watches by itself (ReplicaSets, Deployments, StatefulSets, DaemonSets, Jobs,
+//!   CronJobs; `informer::owners::index_resources`), where the entries asking for owners
+//!   watch.
 //! - A group-form entry (`group`, `kinds`): `list` and `watch` of every resource of its
 //!   group (`resources: ["*"]`; `apiGroups: ["*"]` for every group), or of its kinds'
 //!   plurals; RBAC has no exclusions, so what `exclude` leaves out is granted too (name the
@@ -223,7 +227,13 @@ pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<Str
     type Rules = BTreeMap<String, BTreeSet<String>>;
     let mut cluster_wide = Rules::new();
     let mut per_namespace: BTreeMap<String, Rules> = BTreeMap::new();
-    for (index, r) in resources.iter().enumerate() {
+    // The owner index's own watches (`informer::owners::index_resources`) need theirs too.
+    let all: Vec<ResourceConfig> = resources
+        .iter()
+        .cloned()
+        .chain(crate::informer::index_resources(resources))
+        .collect();
+    for (index, r) in all.iter().enumerate() {
         if let Some(s) = r.selector() {
             // The group form: every resource of its group (`*` in both for every group),
             // or its kinds' plurals; RBAC cannot leave the excluded ones out. Its kinds are

@@ -615,3 +615,86 @@ async fn a_new_leader_sends_whole_chains() {
     );
     c.terminate().await;
 }
+
+/// Only Pods configured, with `enrich = ["owner"]`: the owner index watches the workload
+/// controllers' metadata itself, so every Pod's chain is whole (a Deployment's through its
+/// ReplicaSet, a CronJob's through its Job, a StatefulSet's) while the sink receives Pods
+/// only; and `kubesink rbac` for that configuration grants those watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_chains_need_no_followed_controllers() {
+    const OWN: &str = "ctx-index";
+    let cp: &'static ControlPlane = kube_server::shared_async().await;
+    namespace(cp, OWN, json!({})).await;
+    let client = cp.admin().await;
+    create(&client, kube_server::deployment(OWN, "api", 2, "nginx:1")).await;
+    create(
+        &client,
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": OWN},
+            "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut rest = String::from("[pipeline]\nlinger = \"20ms\"\n");
+    rest.push_str(&resource_toml("v1", "Pod", &[OWN]));
+    rest.push_str("enrich = [\"owner\"]\n");
+    rest.push_str(STDOUT_SINK);
+    let config = process::write_config(dir.path(), "idx", &cp.admin_kubeconfig, &rest);
+    let k = Kubesink::start(BIN, &config, dir.path(), "idx", &[]);
+    wait_until("the controllers' Pods, whole chains", LONG, || async {
+        let n = pods_agree(&client, OWN, &k, &[]).await?;
+        (n == 3)
+            .then_some(())
+            .ok_or_else(|| format!("{n} Pods\n{}", k.stderr()))
+    })
+    .await;
+    // A rollout while running: the new ReplicaSet reaches the index through its own watch.
+    patch(
+        &client,
+        "apps/v1",
+        "Deployment",
+        Some(OWN),
+        "api",
+        json!({"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}}),
+    )
+    .await;
+    wait_until("the rollout's Pods, whole chains", LONG, || async {
+        let rs = kube_server::dynamic(&client, "apps/v1", "ReplicaSet", Some(OWN))
+            .await
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        (rs.items.len() == 2)
+            .then_some(())
+            .ok_or_else(|| "not yet two ReplicaSets".to_owned())?;
+        pods_agree(&client, OWN, &k, &[]).await.map(|_| ())
+    })
+    .await;
+    let kinds: std::collections::BTreeSet<String> = k
+        .messages()
+        .iter()
+        .filter_map(|m| m["kind"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        vec!["Pod".to_owned()],
+        "the index's watches send nothing"
+    );
+    let rbac = process::clean_command(BIN)
+        .args(["--config", config.to_str().unwrap_or_default(), "rbac"])
+        .output()
+        .await
+        .expect("kubesink rbac");
+    let rbac = String::from_utf8_lossy(&rbac.stdout);
+    for plural in [
+        "replicasets",
+        "deployments",
+        "statefulsets",
+        "jobs",
+        "cronjobs",
+    ] {
+        assert!(rbac.contains(plural), "{plural} not granted:\n{rbac}");
+    }
+    k.terminate().await;
+}

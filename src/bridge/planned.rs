@@ -194,6 +194,11 @@ pub(super) fn plan_resource(
             namespace: ns.clone(),
             stats: s.clone(),
         });
+        // An owner-index watch has one view, sending nothing and saving nothing.
+        let routes = match compiled.index_only {
+            true => &routes[..routes.len().min(1)],
+            false => routes,
+        };
         let views = routes
             .iter()
             .enumerate()

@@ -181,6 +181,7 @@ impl Watching {
         let keys: Vec<WatchKey> = c
             .resources
             .iter()
+            .filter(|r| !r.resource.index_only)
             .flat_map(|r| r.scopes.iter())
             .flat_map(|s| s.views.iter().map(|(key, _)| key.clone()))
             .collect();
@@ -223,9 +224,11 @@ impl Watching {
                         let views = views
                             .iter()
                             .map(|(_, counts)| {
-                                let (store, restored) = stores.pop().unwrap_or_else(|| {
-                                    (TrackedStore::new(LightStore::new(), false), false)
-                                });
+                                let fresh = || (TrackedStore::new(LightStore::new(), false), false);
+                                let (store, restored) = match r.resource.index_only {
+                                    true => fresh(),
+                                    false => stores.pop().unwrap_or_else(fresh),
+                                };
                                 (store, restored, counts.clone())
                             })
                             .collect();
@@ -538,6 +541,7 @@ async fn watch_resource(
     for (plan, scope) in plans.into_iter().zip(t.scopes) {
         scope.stats.clear_failure();
         let reported = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let index_only = t.resource.index_only;
         let views = t
             .routes
             .iter()
@@ -552,14 +556,14 @@ async fn watch_resource(
                     restored,
                     counts,
                 );
-                if sync_markers {
+                if sync_markers && !index_only {
                     decider = decider.with_sync_markers(scope.namespace.clone());
                 }
                 decider = decider.with_filter(filter.clone());
                 if let Some(o) = plan.occurrences {
                     decider = decider.with_occurrences(o);
                 }
-                if let Some(f) = &route.filter {
+                if let Some(f) = route.filter.as_ref().filter(|_| !index_only) {
                     decider = decider.with_sink_filter(f.clone(), route.counts.clone());
                 }
                 if let Some((index, role)) = &t.owners {
@@ -569,7 +573,11 @@ async fn watch_resource(
                         reported: reported.clone(),
                     });
                 }
-                View::new(decider, publisher.only(&route.sinks))
+                let sinks: &[usize] = match index_only {
+                    true => &[],
+                    false => &route.sinks,
+                };
+                View::new(decider, publisher.only(sinks))
             })
             .collect();
         let informer = Informer::new(

@@ -209,9 +209,10 @@ pub struct ResourceConfig {
     /// Context each message carries: `"owner"` (`owners`, the chain of controller owners
     /// up to the top, and `ownersComplete`) and `"node"` (a Pod's node), for an Event those
     /// of the object it regards. Resolved from the kinds this cluster follows, never from an
-    /// object cache: follow ReplicaSets and Deployments (`payload = "metadata"` suffices) for
-    /// a Pod's chain, Pods for an Event's. See docs/message-contract.md, "Context". Default:
-    /// none.
+    /// object cache: with `"owner"` the cluster's owner index watches the workload
+    /// controllers (ReplicaSets, Deployments, StatefulSets, DaemonSets, Jobs, CronJobs)
+    /// itself, metadata only, sending nothing; follow Pods for an Event's chain. See
+    /// docs/message-contract.md, "Context". Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub enrich: Vec<Enrich>,
     /// With `enrich = ["namespace"]`: the labels of the object's namespace each message

@@ -245,9 +245,9 @@ pub fn warnings(c: &Config) -> Vec<String> {
 }
 
 /// `enrich` without the kinds it reads its context from (`informer/owners.rs`), among one
-/// cluster's `resources` (keys prefixed with `prefix`): Pods' owners without ReplicaSets or
-/// Deployments followed, Events' without Pods, an Event's node from Pods followed without
-/// their spec.
+/// cluster's `resources` (keys prefixed with `prefix`): Events' owners without Pods (the
+/// owner index watches the workload controllers by itself, not the Pods an Event regards),
+/// an Event's node from Pods followed without their spec.
 fn context_gaps(resources: &[ResourceConfig], prefix: &str) -> Vec<String> {
     use super::resource::{Enrich, PayloadMode, ResourceMode};
     let followed = |api: &str, kind: &str| {
@@ -258,13 +258,8 @@ fn context_gaps(resources: &[ResourceConfig], prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (i, r) in resources.iter().enumerate() {
         let events = r.mode == ResourceMode::Events;
-        let needs: &[(&str, &str)] = match (r.enriches(Enrich::Owner), r.is_pods(), events) {
-            (true, true, _) => &[("apps/v1", "ReplicaSet"), ("apps/v1", "Deployment")],
-            (true, _, true) => &[
-                ("v1", "Pod"),
-                ("apps/v1", "ReplicaSet"),
-                ("apps/v1", "Deployment"),
-            ],
+        let needs: &[(&str, &str)] = match (r.enriches(Enrich::Owner), events) {
+            (true, true) => &[("v1", "Pod")],
             _ => &[],
         };
         let missing: Vec<&(&str, &str)> = needs
@@ -274,12 +269,12 @@ fn context_gaps(resources: &[ResourceConfig], prefix: &str) -> Vec<String> {
         if !missing.is_empty() {
             let names: Vec<String> = missing.iter().map(|(a, k)| format!("{a} {k}")).collect();
             // An Event's node is read from the Pod's spec: metadata alone is not enough.
-            let how = match missing.iter().any(|(_, k)| *k == "Pod") && r.enriches(Enrich::Node) {
-                true => "payload = \"metadata\" suffices for ReplicaSets and Deployments; Pods need their spec for node: payload = \"fields\", fields = [\"/spec/nodeName\"]",
+            let how = match r.enriches(Enrich::Node) {
+                true => "Pods need their spec for node: payload = \"fields\", fields = [\"/metadata\", \"/spec/nodeName\"]",
                 false => "payload = \"metadata\" suffices",
             };
             out.push(format!(
-                "{prefix}resources.{i}.enrich ({}): {} not followed, so owner chains stop below them (ownersComplete: false); follow them too ({how})",
+                "{prefix}resources.{i}.enrich ({}): {} not followed, so an Event's chain stops at the object it regards (owners: [], ownersComplete: false); follow them too ({how})",
                 r.display_name(),
                 names.join(", ")
             ));

@@ -96,7 +96,8 @@ pub async fn compare(
         let client = cluster::client(spec).await?;
         // A group-form entry is compared kind by kind, as discovery resolves it now.
         let mut kinds = Vec::new();
-        for compiled in &unit.resources {
+        // The owner index's own watches send nothing: nothing of theirs to compare.
+        for compiled in unit.resources.iter().filter(|r| !r.index_only) {
             match compiled.config.selector() {
                 None => {
                     let resolved = cluster::resolve(&client, &spec.name, &compiled.config).await?;

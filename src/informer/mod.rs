@@ -56,7 +56,8 @@ pub use filter::{
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use owners::{
-    roles as owner_roles, OwnerContext, OwnerIndex, Role as OwnerRole, WAIT as OWNERS_WAIT,
+    index_resources, roles as owner_roles, OwnerContext, OwnerIndex, Role as OwnerRole,
+    WAIT as OWNERS_WAIT,
 };
 pub use plan::WatchPlan;
 pub use stats::{FailureKind, InformerStats, SinkFilterStats, Strategy};
@@ -1318,6 +1319,10 @@ impl View {
                 return Ok(());
             }
         };
+        // A view without sinks (an owner-index watch) only keeps its store and the index.
+        if self.publisher.sinks() == 0 {
+            return Ok(());
+        }
         if emit::publish(
             &mut self.decider,
             resource,

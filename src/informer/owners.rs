@@ -301,6 +301,61 @@ impl OwnerContext {
     }
 }
 
+/// The workload controllers an owner chain passes through (`apiVersion`, `kind`): what a
+/// Pod's (or an Event's regarding object's) chain needs indexed up to its top.
+pub const OWNER_KINDS: [(&str, &str); 6] = [
+    ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "DaemonSet"),
+    ("batch/v1", "Job"),
+    ("batch/v1", "CronJob"),
+];
+
+/// The watches the owner index of a cluster with `resources` adds (each metadata-only; none
+/// of their changes is sent): of every kind of [`OWNER_KINDS`] that no entry follows in
+/// every namespace the resources asking for `owner` watch (all of them when one watches
+/// all). None when no resource asks for `owner`. Group-form entries never fill the index,
+/// so they do not count as following a kind.
+pub fn index_resources(resources: &[ResourceConfig]) -> Vec<ResourceConfig> {
+    let asking: Vec<&ResourceConfig> = resources
+        .iter()
+        .filter(|r| r.enriches(Enrich::Owner) && r.selector().is_none())
+        .collect();
+    if asking.is_empty() {
+        return Vec::new();
+    }
+    let mut namespaces: Vec<String> = match asking.iter().any(|r| r.namespaces.is_empty()) {
+        true => Vec::new(),
+        false => asking.iter().flat_map(|r| r.namespaces.clone()).collect(),
+    };
+    namespaces.sort();
+    namespaces.dedup();
+    let covers = |r: &ResourceConfig| {
+        r.namespaces.is_empty()
+            || (!namespaces.is_empty() && namespaces.iter().all(|n| r.namespaces.contains(n)))
+    };
+    OWNER_KINDS
+        .iter()
+        .filter(|(api, kind)| {
+            !resources.iter().any(|r| {
+                r.selector().is_none()
+                    && r.mode == ResourceMode::Objects
+                    && r.api_version == *api
+                    && r.kind == *kind
+                    && covers(r)
+            })
+        })
+        .map(|(api, kind)| {
+            let mut r = ResourceConfig::new(api, kind);
+            r.payload = crate::config::PayloadMode::Metadata;
+            r.namespaces = namespaces.clone();
+            r.updates = true;
+            r
+        })
+        .collect()
+}
+
 /// Whose labels the index keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Labelled {

@@ -179,7 +179,14 @@ async fn check_cluster(
         }
         Err(e) => return unreachable(format!("cluster unreachable, nothing checked: {e}")),
     }
-    let mut lines: Vec<Line> = futures::stream::iter(&cluster.resources)
+    // The owner index's own watches need their access too.
+    let all: Vec<crate::config::ResourceConfig> = cluster
+        .resources
+        .iter()
+        .cloned()
+        .chain(crate::informer::index_resources(&cluster.resources))
+        .collect();
+    let mut lines: Vec<Line> = futures::stream::iter(&all)
         .map(|res| resource::check_entry(&client, &cluster.name, res, options.timeout))
         .buffered(CONCURRENCY)
         .flat_map(futures::stream::iter)

@@ -82,6 +82,18 @@ pub fn explain_resources(c: &Config) -> Vec<String> {
             };
             out.push(format!("{prefix}resources.{i}: {what}"));
         }
+        let index = crate::informer::index_resources(list);
+        if let Some(first) = index.first() {
+            let names: Vec<String> = index.iter().map(|r| r.display_name()).collect();
+            let scope = match first.namespaces.is_empty() {
+                true => "all namespaces".to_owned(),
+                false => format!("namespaces {}", first.namespaces.join(", ")),
+            };
+            out.push(format!(
+                "{prefix}owner index (enrich = [\"owner\"]): {} ({scope}), metadata only, sending nothing",
+                names.join(", ")
+            ));
+        }
     }
     out
 }

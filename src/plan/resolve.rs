@@ -68,6 +68,9 @@ pub struct ResourcePlan {
     pub filter: Option<Arc<Filter>>,
     /// Its compiled `change_paths`, `ignore_changes` and `change_values`.
     pub changes: Arc<ChangePaths>,
+    /// A watch the owner index adds (`informer::owners::index_resources`): it fills the
+    /// index and sends nothing, keeps no saved state.
+    pub index_only: bool,
 }
 
 impl ResourcePlan {
@@ -89,6 +92,7 @@ impl ResourcePlan {
             config,
             filter: self.filter.clone(),
             changes: self.changes.clone(),
+            index_only: false,
         }
     }
 }
@@ -170,12 +174,21 @@ pub fn resolve(config: &Config) -> Result<Plan, PlanError> {
                 true => format!("{}.resources", cluster.key),
                 false => "resources".to_owned(),
             };
-            let resources = cluster
+            let mut resources: Vec<ResourcePlan> = cluster
                 .resources
                 .iter()
                 .enumerate()
                 .map(|(j, r)| resource(r, &format!("{at}.{j}")))
                 .collect::<Result<_, _>>()?;
+            // The owner index's own watches, after the configured ones.
+            for r in crate::informer::index_resources(&cluster.resources) {
+                resources.push(ResourcePlan {
+                    changes: Arc::new(ChangePaths::of_resource(&r)),
+                    config: r,
+                    filter: None,
+                    index_only: true,
+                });
+            }
             Ok(UnitPlan { cluster, resources })
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
@@ -248,6 +261,7 @@ fn resource(r: &ResourceConfig, key: &str) -> Result<ResourcePlan, PlanError> {
         config: r.clone(),
         filter,
         changes: Arc::new(ChangePaths::of_resource(r)),
+        index_only: false,
     })
 }
 

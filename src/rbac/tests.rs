@@ -475,3 +475,28 @@ fn the_group_form_grants_its_groups_resources_and_crds() {
         vec![rule(&[""], &["configmaps"], &watch)]
     );
 }
+
+/// With `enrich = ["owner"]`, the workload controllers the owner index watches by itself,
+/// where the entries asking for owners watch, but for those an entry already follows there.
+#[test]
+fn owners_need_the_workload_controllers_the_index_watches() {
+    let mut pods = res("v1", "Pod", &["shop"]);
+    pods.enrich = vec![crate::config::Enrich::Owner];
+    let yaml = render(&[pods, res("apps/v1", "ReplicaSet", &[])], &options(None)).unwrap();
+    let docs = documents(&yaml);
+    let role: Role =
+        serde_saphyr::from_str(&docs.iter().find(|(k, _)| k == "Role").expect("a Role").1).unwrap();
+    let watch = ["list", "watch"];
+    assert_eq!(
+        role.rules.unwrap(),
+        vec![
+            rule(&[""], &["pods"], &watch),
+            rule(
+                &["apps"],
+                &["daemonsets", "deployments", "statefulsets"],
+                &watch
+            ),
+            rule(&["batch"], &["cronjobs", "jobs"], &watch),
+        ]
+    );
+}

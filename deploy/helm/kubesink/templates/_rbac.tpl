@@ -86,6 +86,47 @@ Fails, as `kubesink rbac` does, on namespaces for a cluster-scoped built-in kind
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* The owner index's own watches (src/informer/owners.rs index_resources): with
+     enrich = ["owner"], the workload controllers no entry follows where the entries asking
+     for owners watch. */ -}}
+{{- $asking := list -}}
+{{- range $r := $config.resources -}}
+{{- if and (has "owner" ($r.enrich | default list)) (not (or (hasKey $r "group") $r.kinds)) -}}{{- $asking = append $asking $r -}}{{- end -}}
+{{- end -}}
+{{- if $asking -}}
+{{- $all := false -}}
+{{- $union := list -}}
+{{- range $r := $asking -}}
+{{- if not $r.namespaces -}}{{- $all = true -}}{{- else -}}{{- $union = concat $union $r.namespaces -}}{{- end -}}
+{{- end -}}
+{{- if $all -}}{{- $union = list -}}{{- end -}}
+{{- $union = $union | uniq | sortAlpha -}}
+{{- range $k := list (list "apps" "ReplicaSet" "replicasets") (list "apps" "Deployment" "deployments") (list "apps" "StatefulSet" "statefulsets") (list "apps" "DaemonSet" "daemonsets") (list "batch" "Job" "jobs") (list "batch" "CronJob" "cronjobs") -}}
+{{- $group := index $k 0 -}}
+{{- $covered := false -}}
+{{- range $r := $config.resources -}}
+{{- if and (eq ($r.api_version | default "") (printf "%s/v1" $group)) (eq ($r.kind | default "") (index $k 1)) (ne ($r.mode | default "objects") "events") -}}
+{{- if not $r.namespaces -}}{{- $covered = true -}}
+{{- else if not $all -}}
+{{- $every := true -}}
+{{- range $ns := $union -}}{{- if not (has $ns $r.namespaces) -}}{{- $every = false -}}{{- end -}}{{- end -}}
+{{- if $every -}}{{- $covered = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $covered -}}
+{{- if $all -}}
+{{- $_ := set $cluster $group (append (get $cluster $group | default list) (index $k 2) | uniq | sortAlpha) -}}
+{{- else -}}
+{{- range $ns := $union -}}
+{{- $rules := get $namespaced $ns | default dict -}}
+{{- $_ := set $rules $group (append (get $rules $group | default list) (index $k 2) | uniq | sortAlpha) -}}
+{{- $_ := set $namespaced $ns $rules -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* What the ClusterRole grants everywhere needs no Role. */ -}}
 {{- $kept := dict -}}
 {{- range $ns, $rules := $namespaced -}}
