@@ -233,6 +233,23 @@ pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<Str
         .cloned()
         .chain(crate::informer::index_resources(resources))
         .collect();
+    // Grants list and watch of `plurals` of `group` in `namespaces` (empty: cluster-wide).
+    let mut grant = |group: &str, plurals: Vec<String>, namespaces: &[String]| {
+        let add = |rules: &mut Rules| {
+            rules
+                .entry(group.to_owned())
+                .or_default()
+                .extend(plurals.iter().cloned())
+        };
+        match namespaces.is_empty() {
+            true => add(&mut cluster_wide),
+            false => {
+                for ns in namespaces {
+                    add(per_namespace.entry(ns.clone()).or_default());
+                }
+            }
+        }
+    };
     for (index, r) in all.iter().enumerate() {
         if let Some(s) = r.selector() {
             // The group form: every resource of its group (`*` in both for every group),
@@ -243,30 +260,12 @@ pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<Str
                 None => vec!["*".to_owned()],
                 Some(kinds) => kinds.iter().map(|k| plural(&group, k, None)).collect(),
             };
-            for plural in plurals {
-                match r.namespaces.is_empty() {
-                    true => {
-                        cluster_wide
-                            .entry(group.clone())
-                            .or_default()
-                            .insert(plural);
-                    }
-                    false => {
-                        for ns in &r.namespaces {
-                            per_namespace
-                                .entry(ns.clone())
-                                .or_default()
-                                .entry(group.clone())
-                                .or_default()
-                                .insert(plural.clone());
-                        }
-                    }
-                }
-            }
-            cluster_wide
-                .entry("apiextensions.k8s.io".to_owned())
-                .or_default()
-                .insert("customresourcedefinitions".to_owned());
+            grant(&group, plurals, &r.namespaces);
+            grant(
+                "apiextensions.k8s.io",
+                vec!["customresourcedefinitions".to_owned()],
+                &[],
+            );
             continue;
         }
         let group = group_of(&r.api_version);
@@ -277,22 +276,11 @@ pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<Str
                 resource: r.display_name(),
             });
         }
-        let plural = plural(group, &r.kind, r.plural.as_deref());
-        if r.namespaces.is_empty() {
-            cluster_wide
-                .entry(group.to_owned())
-                .or_default()
-                .insert(plural);
-        } else {
-            for ns in &r.namespaces {
-                per_namespace
-                    .entry(ns.clone())
-                    .or_default()
-                    .entry(group.to_owned())
-                    .or_default()
-                    .insert(plural.clone());
-            }
-        }
+        grant(
+            group,
+            vec![plural(group, &r.kind, r.plural.as_deref())],
+            &r.namespaces,
+        );
     }
     // What the ClusterRole grants everywhere needs no Role.
     for rules in per_namespace.values_mut() {

@@ -151,13 +151,8 @@ async fn crds_installed_changed_and_deleted_while_running_are_followed() {
     std::fs::create_dir_all(dir.path().join("state")).expect("state dir");
     let config = write_config(dir.path(), cp);
     let k = Kubesink::start(BIN, &config, dir.path(), "grp", &[]);
-    wait_until("the group discovered", LONG, || async {
-        k.stderr()
-            .contains("kubesink running")
-            .then_some(())
-            .ok_or_else(|| k.stderr())
-    })
-    .await;
+    k.wait_logged("the group discovered", "kubesink running", LONG)
+        .await;
 
     // A CRD installed while kubesink runs.
     create(&client, crd("Gizmo", &["v1alpha1"])).await;
@@ -189,12 +184,11 @@ async fn crds_installed_changed_and_deleted_while_running_are_followed() {
     .await
     .expect("add v1 to the Gizmo CRD");
     served(&client, "Gizmo", "v1").await;
-    wait_until("Gizmo followed at v1", LONG, || async {
-        k.stderr()
-            .contains("a kind's preferred version changed")
-            .then_some(())
-            .ok_or_else(|| k.stderr())
-    })
+    k.wait_logged(
+        "Gizmo followed at v1",
+        "a kind's preferred version changed",
+        LONG,
+    )
     .await;
     patch(
         &client,
@@ -328,12 +322,11 @@ async fn crds_installed_changed_and_deleted_while_running_are_followed() {
     );
     // Once those deletes are saved as acknowledged the kind is forgotten: a third start
     // sends nothing of it.
-    wait_until("the retired kind done", LONG, || async {
-        k.stderr()
-            .contains("a retired kind's deletes are acknowledged")
-            .then_some(())
-            .ok_or_else(|| k.stderr())
-    })
+    k.wait_logged(
+        "the retired kind done",
+        "a retired kind's deletes are acknowledged",
+        LONG,
+    )
     .await;
     let _ = k.exited();
     let all: Vec<Value> = prior.into_iter().chain(k.terminate().await).collect();

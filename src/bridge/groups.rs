@@ -87,7 +87,7 @@ pub(super) struct GroupTarget {
 impl GroupTarget {
     /// The group-form entry `at` of cluster `c`, followed through `client`, counting into
     /// `stats`.
-    pub(super) fn new(
+    fn new(
         c: &PlannedCluster,
         at: usize,
         client: Client,
@@ -150,8 +150,21 @@ struct Slot {
     retired: bool,
 }
 
+/// Starts following the group-form entry `at` of cluster `c` in a task of `w`'s
+/// ([`super::watching::FollowGroup`]).
+pub(super) fn spawn_follow(
+    w: &Arc<Watching>,
+    c: &PlannedCluster,
+    at: usize,
+    client: Client,
+    stats: Arc<InformerStats>,
+) {
+    let target = GroupTarget::new(c, at, client, stats);
+    w.tasks.spawn(follow(w.clone(), target));
+}
+
 /// Follows `g`'s kinds until the bridge stops (see the module docs).
-pub(super) async fn follow(w: Arc<Watching>, g: GroupTarget) {
+async fn follow(w: Arc<Watching>, g: GroupTarget) {
     let Some(selector) = g.selector.clone() else {
         return;
     };

@@ -104,6 +104,7 @@ pub(crate) async fn launch(
         state_plan: plan.state.clone(),
         watch_list,
         multi,
+        follow_group: super::groups::spawn_follow,
         sync_markers: plan.pipeline.sync_markers,
         routes: routes.clone(),
         watch: plan.watch.clone(),

@@ -17,7 +17,6 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::groups;
 use super::planned::{Keepers, PlannedCluster, PlannedScope};
 use super::routes::Route;
 use crate::cluster::{self, ClusterError, Resolved};
@@ -50,6 +49,9 @@ pub(super) struct Watching {
     pub watch_list: Arc<WatchList>,
     /// Names watches and saved state as a configuration of several clusters does.
     pub multi: bool,
+    /// Starts following a group-form resource (`groups::spawn_follow`): the entry at the
+    /// index of a planned cluster, through its client, counting into the entry's counters.
+    pub follow_group: FollowGroup,
     pub sync_markers: bool,
     /// Which sinks each watch's views serve (`routes.rs`).
     pub routes: Arc<Vec<Route>>,
@@ -74,6 +76,10 @@ struct Scope {
     stats: Arc<InformerStats>,
     views: Vec<(Arc<TrackedStore>, bool, Arc<InformerStats>)>,
 }
+
+/// How a group-form resource is followed (`groups.rs`, which builds on this file).
+pub(super) type FollowGroup =
+    fn(&Arc<Watching>, &PlannedCluster, usize, Client, Arc<InformerStats>);
 
 /// What one kind of a group-form resource runs under (`groups.rs`), so that it can be
 /// started, moved to another version and dropped while the others run: its discovery
@@ -208,8 +214,7 @@ impl Watching {
         let index = feeders.map(|n| Arc::new(OwnerIndex::new(n)));
         for (at, (r, role)) in c.resources.iter().zip(roles).enumerate() {
             if let Some(stats) = &r.group {
-                let target = groups::GroupTarget::new(c, at, client.clone(), stats.clone());
-                self.tasks.spawn(groups::follow(self.clone(), target));
+                (self.follow_group)(self, c, at, client.clone(), stats.clone());
                 continue;
             }
             let scopes = r

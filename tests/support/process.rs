@@ -206,9 +206,15 @@ impl Kubesink {
     /// Waits (at most `timeout`) until it logged that it follows another replica's lead
     /// (leader election); panics naming `what`, with its stderr, when it did not.
     pub async fn wait_following(&self, what: &str, timeout: Duration) {
+        self.wait_logged(what, "following", timeout).await;
+    }
+
+    /// Waits (at most `timeout`) until its stderr contains `text`; panics naming `what`,
+    /// with its stderr, when it did not.
+    pub async fn wait_logged(&self, what: &str, text: &str, timeout: Duration) {
         crate::wait_until(what, timeout, || async {
             self.stderr()
-                .contains("following")
+                .contains(text)
                 .then_some(())
                 .ok_or_else(|| self.stderr())
         })
