@@ -616,16 +616,29 @@ async fn a_new_leader_sends_whole_chains() {
     c.terminate().await;
 }
 
-/// Only Pods configured, with `enrich = ["owner"]`: the owner index watches the workload
-/// controllers' metadata itself, so every Pod's chain is whole (a Deployment's through its
-/// ReplicaSet, a CronJob's through its Job, a StatefulSet's) while the sink receives Pods
-/// only; and `kubesink rbac` for that configuration grants those watches.
+/// Only Pods configured, with `enrich = ["owner", "node", "namespace"]`: the owner index
+/// watches the workload controllers', Nodes' and Namespaces' metadata itself, so every Pod's
+/// chain is whole (a Deployment's through its ReplicaSet, a StatefulSet's), a bound Pod has
+/// its node's and namespace's labels, while the sink receives Pods only; and `kubesink
+/// rbac` for that configuration grants those watches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner_chains_need_no_followed_controllers() {
     const OWN: &str = "ctx-index";
     let cp: &'static ControlPlane = kube_server::shared_async().await;
-    namespace(cp, OWN, json!({})).await;
+    namespace(cp, OWN, json!({"team": "idx"})).await;
     let client = cp.admin().await;
+    create(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "idx-node",
+            "labels": {"topology.kubernetes.io/zone": "zone-b"}}}),
+    )
+    .await;
+    create(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bound", "namespace": OWN},
+            "spec": {"nodeName": "idx-node", "containers": [{"name": "c", "image": "busybox"}]}}),
+    )
+    .await;
     create(&client, kube_server::deployment(OWN, "api", 2, "nginx:1")).await;
     create(
         &client,
@@ -638,13 +651,13 @@ async fn owner_chains_need_no_followed_controllers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut rest = String::from("[pipeline]\nlinger = \"20ms\"\n");
     rest.push_str(&resource_toml("v1", "Pod", &[OWN]));
-    rest.push_str("enrich = [\"owner\"]\n");
+    rest.push_str("enrich = [\"owner\", \"node\", \"namespace\"]\nnode_labels = [\"topology.kubernetes.io/zone\"]\nnamespace_labels = [\"team\"]\n");
     rest.push_str(STDOUT_SINK);
     let config = process::write_config(dir.path(), "idx", &cp.admin_kubeconfig, &rest);
     let k = Kubesink::start(BIN, &config, dir.path(), "idx", &[]);
     wait_until("the controllers' Pods, whole chains", LONG, || async {
         let n = pods_agree(&client, OWN, &k, &[]).await?;
-        (n == 3)
+        (n == 4)
             .then_some(())
             .ok_or_else(|| format!("{n} Pods\n{}", k.stderr()))
     })
@@ -671,6 +684,18 @@ async fn owner_chains_need_no_followed_controllers() {
         pods_agree(&client, OWN, &k, &[]).await.map(|_| ())
     })
     .await;
+    // Nodes' and Namespaces' labels too, from the index's own metadata watches.
+    let bound = k
+        .messages()
+        .into_iter()
+        .find(|m| m["kind"] == "Pod" && m["name"] == "bound")
+        .expect("the bound Pod's message");
+    assert_eq!(
+        bound["nodeLabels"],
+        json!({"topology.kubernetes.io/zone": "zone-b"}),
+        "{bound}"
+    );
+    assert_eq!(bound["namespaceLabels"], json!({"team": "idx"}), "{bound}");
     let kinds: std::collections::BTreeSet<String> = k
         .messages()
         .iter()
@@ -693,6 +718,8 @@ async fn owner_chains_need_no_followed_controllers() {
         "statefulsets",
         "jobs",
         "cronjobs",
+        "nodes",
+        "namespaces",
     ] {
         assert!(rbac.contains(plural), "{plural} not granted:\n{rbac}");
     }

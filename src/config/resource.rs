@@ -57,11 +57,9 @@ pub enum Enrich {
     /// own owner is known when the cluster follows the owner's kind.
     Owner,
     /// `node`: a Pod's `spec.nodeName`; for an Event, its regarding Pod's (when the cluster
-    /// follows Pods with their spec); with `node_labels`, `nodeLabels` too (when the cluster
-    /// follows v1 Nodes).
+    /// follows Pods with their spec); with `node_labels`, `nodeLabels` too.
     Node,
-    /// `namespaceLabels`: the `namespace_labels` of the object's namespace (when the cluster
-    /// follows v1 Namespaces).
+    /// `namespaceLabels`: the `namespace_labels` of the object's namespace.
     Namespace,
 }
 
@@ -217,13 +215,14 @@ pub struct ResourceConfig {
     pub enrich: Vec<Enrich>,
     /// With `enrich = ["namespace"]`: the labels of the object's namespace each message
     /// carries in `namespaceLabels` (label keys, e.g. `["team", "cost-centre"]`; 1 to 16),
-    /// read from the cluster's v1 Namespace resource, which must be followed. Default: none.
+    /// read from v1 Namespaces (watched for the owner index, metadata only, unless an entry
+    /// follows them). Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespace_labels: Vec<String>,
     /// With `enrich = ["node"]`: the labels of the object's node each message carries in
     /// `nodeLabels` (label keys, e.g. `["topology.kubernetes.io/zone",
-    /// "node.kubernetes.io/instance-type"]`; 1 to 16), read from the cluster's v1 Node
-    /// resource, which must be followed (`payload = "metadata"` suffices). Default: none.
+    /// "node.kubernetes.io/instance-type"]`; 1 to 16), read from v1 Nodes (watched for the
+    /// owner index, metadata only, unless an entry follows them). Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_labels: Vec<String>,
     /// Payload mode: `full` (default), `metadata` or `fields`.

@@ -1988,7 +1988,6 @@ filter = 'owners.exists(o, o.kind == "Deployment")'
         assert!(!w.contains("ReplicaSet"), "{w}");
         for want in [
             "resources.1.enrich (events.k8s.io/v1 Event): \"node\" is the regarding Pod's spec.nodeName, which v1 Pod with payload = \"metadata\" does not read: no Event will carry a node; set resources.0.payload = \"fields\"",
-            "resources.2.enrich (v1 Service): \"namespace\" reads the labels of v1 Namespace, which is not followed",
             "resources.3.filter reads owners, but its resource has no enrich = [\"owner\"]: owners is [] for every object",
         ] {
             assert!(w.contains(want), "missing {want:?} in:\n{w}");

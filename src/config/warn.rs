@@ -145,52 +145,13 @@ pub fn missing_files(c: &Config) -> Vec<MissingFile> {
         .collect()
 }
 
-/// Whether entries `a` (`resources.i`) and `b` (`resources.j`), one of them in the group
-/// form, report the same objects twice: a kind both follow in overlapping but different
-/// namespaces (with the same namespaces, the later group-form entry leaves the kind to the
-/// other: `bridge/groups.rs`). Offline, kinds are compared by group and Kind; a kind
-/// excluded by its plural is not seen as excluded.
-fn group_overlap(i: usize, a: &ResourceConfig, j: usize, b: &ResourceConfig) -> Option<String> {
-    if a.namespaces == b.namespaces || !overlap(&a.namespaces, &b.namespaces) {
-        return None;
-    }
-    let shared = match (a.selector(), b.selector()) {
-        (Some(x), Some(y)) => {
-            let groups = x.group.is_none() || y.group.is_none() || x.group == y.group;
-            let kinds = match (&x.kinds, &y.kinds) {
-                (Some(p), Some(q)) => p.iter().any(|k| q.contains(k)),
-                _ => true,
-            };
-            groups && kinds
-        }
-        (Some(s), None) | (None, Some(s)) => {
-            let one = if a.selector().is_none() { a } else { b };
-            let (group, _) = one.group_version();
-            s.follows(super::ServedKind {
-                group,
-                kind: &one.kind,
-                plural: "",
-                namespaced: true,
-            })
-        }
-        (None, None) => false,
-    };
-    shared.then(|| {
-        format!(
-            "resources.{i} ({}) and resources.{j} ({}) can follow the same kinds in overlapping namespaces: every change of those is reported twice; give them the same namespaces (the later entry then leaves a kind to the earlier) or exclude the kinds from one",
-            a.display_name(),
-            b.display_name()
-        )
-    })
-}
-
 /// Every warning of `c`, one sentence each naming the keys.
 pub fn warnings(c: &Config) -> Vec<String> {
     let mut out = Vec::new();
     for (i, a) in c.resources.iter().enumerate() {
         for (j, b) in c.resources.iter().enumerate().skip(i + 1) {
+            // The group form's overlaps: `plan::groups` (it needs the built-in kinds).
             if a.selector().is_some() || b.selector().is_some() {
-                out.extend(group_overlap(i, a, j, b));
                 continue;
             }
             let same_entry = a.api_version == b.api_version && a.kind == b.kind;
@@ -279,18 +240,7 @@ fn context_gaps(resources: &[ResourceConfig], prefix: &str) -> Vec<String> {
                 names.join(", ")
             ));
         }
-        if r.enriches(Enrich::Node) && !r.node_labels.is_empty() && !followed("v1", "Node") {
-            out.push(format!(
-                "{prefix}resources.{i}.node_labels ({}): read from v1 Node, which is not followed: no message will carry nodeLabels; follow Nodes too (payload = \"metadata\" suffices)",
-                r.display_name()
-            ));
-        }
-        if r.enriches(Enrich::Namespace) && !followed("v1", "Namespace") {
-            out.push(format!(
-                "{prefix}resources.{i}.enrich ({}): \"namespace\" reads the labels of v1 Namespace, which is not followed: no message will carry namespaceLabels",
-                r.display_name()
-            ));
-        }
+
         if events && r.enriches(Enrich::Node) {
             let pods = resources.iter().position(|p| p.is_pods());
             match pods.map(|p| &resources[p]) {

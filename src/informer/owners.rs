@@ -315,15 +315,43 @@ pub const OWNER_KINDS: [(&str, &str); 6] = [
 /// The watches the owner index of a cluster with `resources` adds (each metadata-only; none
 /// of their changes is sent): of every kind of [`OWNER_KINDS`] that no entry follows in
 /// every namespace the resources asking for `owner` watch (all of them when one watches
-/// all). None when no resource asks for `owner`. Group-form entries never fill the index,
-/// so they do not count as following a kind.
+/// all); of v1 Nodes when a resource asks for `node_labels`, and of v1 Namespaces when one
+/// asks for `namespace_labels`, unless an entry follows them. Group-form entries never fill
+/// the index, so they do not count as following a kind.
 pub fn index_resources(resources: &[ResourceConfig]) -> Vec<ResourceConfig> {
+    let mut out = Vec::new();
+    let followed = |kind: &str| {
+        resources.iter().any(|r| {
+            r.selector().is_none()
+                && r.mode == ResourceMode::Objects
+                && r.api_version == "v1"
+                && r.kind == kind
+        })
+    };
+    for (kind, wanted) in [
+        (
+            "Node",
+            resources
+                .iter()
+                .any(|r| r.enriches(Enrich::Node) && !r.node_labels.is_empty()),
+        ),
+        (
+            "Namespace",
+            resources.iter().any(|r| r.enriches(Enrich::Namespace)),
+        ),
+    ] {
+        if wanted && !followed(kind) {
+            let mut r = ResourceConfig::new("v1", kind);
+            r.payload = crate::config::PayloadMode::Metadata;
+            out.push(r);
+        }
+    }
     let asking: Vec<&ResourceConfig> = resources
         .iter()
         .filter(|r| r.enriches(Enrich::Owner) && r.selector().is_none())
         .collect();
     if asking.is_empty() {
-        return Vec::new();
+        return out;
     }
     let mut namespaces: Vec<String> = match asking.iter().any(|r| r.namespaces.is_empty()) {
         true => Vec::new(),
@@ -335,7 +363,7 @@ pub fn index_resources(resources: &[ResourceConfig]) -> Vec<ResourceConfig> {
         r.namespaces.is_empty()
             || (!namespaces.is_empty() && namespaces.iter().all(|n| r.namespaces.contains(n)))
     };
-    OWNER_KINDS
+    let controllers = OWNER_KINDS
         .iter()
         .filter(|(api, kind)| {
             !resources.iter().any(|r| {
@@ -350,10 +378,10 @@ pub fn index_resources(resources: &[ResourceConfig]) -> Vec<ResourceConfig> {
             let mut r = ResourceConfig::new(api, kind);
             r.payload = crate::config::PayloadMode::Metadata;
             r.namespaces = namespaces.clone();
-            r.updates = true;
             r
-        })
-        .collect()
+        });
+    out.extend(controllers);
+    out
 }
 
 /// Whose labels the index keeps.
@@ -787,6 +815,47 @@ mod tests {
         assert_eq!(r[0].node_labels.as_deref(), Some(&zoned.node_labels[..]));
         // Nobody asks: no index at all.
         assert_eq!(roles(&[(&rs, 1)]).1, None);
+    }
+
+    #[test]
+    fn the_index_watches_what_no_entry_follows_where_its_askers_watch() {
+        let with = |api: &str, kind: &str, enrich: &[Enrich]| ResourceConfig {
+            enrich: enrich.to_vec(),
+            ..ResourceConfig::new(api, kind)
+        };
+        let names = |rs: &[ResourceConfig]| -> Vec<String> {
+            index_resources(rs)
+                .iter()
+                .map(|r| format!("{} {:?}", r.kind, r.namespaces))
+                .collect()
+        };
+        let mut pods = with(
+            "v1",
+            "Pod",
+            &[Enrich::Owner, Enrich::Node, Enrich::Namespace],
+        );
+        pods.namespaces = vec!["b".into(), "a".into()];
+        pods.node_labels = vec!["topology.kubernetes.io/zone".into()];
+        let mut rs = with("apps/v1", "ReplicaSet", &[]);
+        rs.namespaces = vec!["a".into()];
+        let deploys = with("apps/v1", "Deployment", &[]);
+        assert_eq!(
+            names(&[pods.clone(), rs, deploys]),
+            [
+                "Node []",
+                "Namespace []",
+                "ReplicaSet [\"a\", \"b\"]",
+                "StatefulSet [\"a\", \"b\"]",
+                "DaemonSet [\"a\", \"b\"]",
+                "Job [\"a\", \"b\"]",
+                "CronJob [\"a\", \"b\"]",
+            ],
+            "ReplicaSets followed in a only; Deployments everywhere"
+        );
+        assert!(index_resources(&[with("v1", "Pod", &[])]).is_empty());
+        assert!(index_resources(&[pods])
+            .iter()
+            .all(|r| r.payload == crate::config::PayloadMode::Metadata));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! never touches the network.
 
 mod expressions;
+mod groups;
 pub mod kinds;
 mod resolve;
 
@@ -53,6 +54,12 @@ pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figme
 pub fn warnings(c: &Config) -> Vec<String> {
     let mut out = config::warnings(c);
     out.extend(kind_warnings(c));
+    out.extend(groups::group_warnings(&c.resources, ""));
+    for (ci, k) in c.clusters.iter().enumerate() {
+        if let Some(own) = &k.resources {
+            out.extend(groups::group_warnings(own, &format!("clusters.{ci}.")));
+        }
+    }
     out.extend(expressions::filter_warnings(c));
     out
 }
@@ -76,8 +83,12 @@ pub fn explain_resources(c: &Config) -> Vec<String> {
             let what = match r.selector() {
                 None => format!("{} ({scope}), resolved by API discovery at start", r.display_name()),
                 Some(s) => format!(
-                    "{s} ({scope}{}): every kind it serves that can be listed and watched, at the group's preferred version, found by API discovery at start and followed as CRDs are installed, changed and deleted; a kind another entry lists with the same namespaces is left to it",
-                    if s.namespaced_only { "; namespaced kinds only" } else { "" }
+                    "{s} ({scope}{}): {} that can be listed and watched, at the group's preferred version, found by API discovery at start and followed as CRDs are installed, changed and deleted; a kind another entry lists with the same namespaces is left to it",
+                    if s.namespaced_only { "; namespaced kinds only" } else { "" },
+                    match s.kinds.is_some() {
+                        true => "the kinds named, as the group serves them,",
+                        false => "every kind it serves",
+                    }
                 ),
             };
             out.push(format!("{prefix}resources.{i}: {what}"));
@@ -102,9 +113,12 @@ pub fn explain_resources(c: &Config) -> Vec<String> {
 /// not have ([`kinds::kind_warnings`]): warnings, errors with `check --strict`.
 pub fn kind_warnings(c: &Config) -> Vec<String> {
     let mut out = kinds::kind_warnings(&c.resources, "");
+    out.extend(groups::spelling_warnings(&c.resources, ""));
     for (ci, k) in c.clusters.iter().enumerate() {
         if let Some(own) = &k.resources {
-            out.extend(kinds::kind_warnings(own, &format!("clusters.{ci}.")));
+            let prefix = format!("clusters.{ci}.");
+            out.extend(kinds::kind_warnings(own, &prefix));
+            out.extend(groups::spelling_warnings(own, &prefix));
         }
     }
     out

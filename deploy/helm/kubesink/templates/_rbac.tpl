@@ -89,6 +89,21 @@ Fails, as `kubesink rbac` does, on namespaces for a cluster-scoped built-in kind
 {{- /* The owner index's own watches (src/informer/owners.rs index_resources): with
      enrich = ["owner"], the workload controllers no entry follows where the entries asking
      for owners watch. */ -}}
+{{- /* Nodes and Namespaces for their labels (node_labels, enrich = ["namespace"]), unless
+     an entry follows them. */ -}}
+{{- range $k := list (list "node" "Node" "nodes") (list "namespace" "Namespace" "namespaces") -}}
+{{- $wanted := false -}}
+{{- $followed := false -}}
+{{- range $r := $config.resources -}}
+{{- if has (index $k 0) ($r.enrich | default list) -}}
+{{- if or (eq (index $k 0) "namespace") $r.node_labels -}}{{- $wanted = true -}}{{- end -}}
+{{- end -}}
+{{- if and (eq ($r.api_version | default "") "v1") (eq ($r.kind | default "") (index $k 1)) (ne ($r.mode | default "objects") "events") -}}{{- $followed = true -}}{{- end -}}
+{{- end -}}
+{{- if and $wanted (not $followed) -}}
+{{- $_ := set $cluster "" (append (get $cluster "" | default list) (index $k 2) | uniq | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
 {{- $asking := list -}}
 {{- range $r := $config.resources -}}
 {{- if and (has "owner" ($r.enrich | default list)) (not (or (hasKey $r "group") $r.kinds)) -}}{{- $asking = append $asking $r -}}{{- end -}}
