@@ -10,9 +10,10 @@
 //!   object is sent once as `updated` in its new `apiVersion`, and nothing as `added`;
 //! - a kind no longer served (a CRD deleted: the API server deletes its objects first, and
 //!   the watch sends those deletes), once a list of it answers 404 (discovery alone can
-//!   leave a kind out for a moment while a CRD changes), retires: what its stores still hold is sent as deleted
-//!   (an inferred delete, as after a list that no longer finds it), then its watches stop;
-//!   once those deletes are saved as acknowledged, the slot is done;
+//!   leave a kind out for a moment while a CRD changes), retires: what its stores still
+//!   hold is sent as deleted (an inferred delete, as after a list that no longer finds
+//!   it), then its watches stop; once those deletes are saved as acknowledged, the slot is
+//!   done;
 //! - a kind followed before this start (the entry's [`Manifest`], with `[state]`) that is no
 //!   longer served starts retired: its watches send the deletes of what its saved state
 //!   holds, then stop.
@@ -23,6 +24,12 @@
 //! established, and rebuilds its discovery document a moment after a change) and
 //! from discovery every [`REDISCOVER`] (aggregated APIs, and clusters where kubesink may not
 //! watch CRDs).
+//!
+//! Why a slot keeps a state store of its own rather than a section of its cluster's: a
+//! cluster's watches, and so its saved state's sections and journal, are fixed when it
+//! starts (`planned.rs`, `watching.rs`); a slot is started the same way, as a cluster of one
+//! resource, so a kind added or removed never rewrites another kind's state, and the
+//! restore, journal, keeper and hand-over code stays the one every watch uses.
 //!
 //! A kind another entry of the cluster follows with the same namespaces (one listing it by
 //! `api_version` and `kind`, or an earlier group-form entry) is left to that entry.
