@@ -344,13 +344,14 @@ async fn finish_retired(w: &Watching, slots: &mut BTreeMap<(String, String), Slo
             .clone();
         let mut empty = true;
         for k in &keepers {
-            match k.save(true).await {
-                Ok(Some(r)) => empty &= r.objects == 0,
-                Ok(None) => {}
-                Err(e) => {
+            match tokio::time::timeout(STOP_WAIT, k.save(true)).await {
+                Ok(Ok(Some(r))) => empty &= r.objects == 0,
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => {
                     tracing::debug!(error = %e, "saving a retired kind's state failed; tried again");
                     empty = false;
                 }
+                Err(_) => empty = false,
             }
         }
         match empty {
@@ -482,7 +483,9 @@ impl Manifest {
         if *written == now {
             return;
         }
-        let bytes = serde_json::to_vec(&now).unwrap_or_default();
+        let Ok(bytes) = serde_json::to_vec(&now) else {
+            return;
+        };
         match store.save(bytes, 0).await {
             Ok(()) => *written = now,
             Err(e) => {
@@ -574,9 +577,17 @@ async fn stop(w: &Watching, slot: Slot) {
     }
     let keepers: Vec<_> =
         std::mem::take(&mut *slot.run.keepers.lock().unwrap_or_else(|p| p.into_inner()));
+    // Bounded: a state store that does not answer must not hold the other kinds' discovery
+    // (the save goes on in its own task; a slot started after it restores what landed).
     for k in &keepers {
-        if let Err(e) = k.final_save().await {
-            tracing::warn!(store = k.describe(), error = %e, "saving a kind's informer state before following it again failed; what changed since its last save is sent again");
+        match tokio::time::timeout(STOP_WAIT, k.final_save()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(store = k.describe(), error = %e, "saving a kind's informer state before following it again failed; what changed since its last save is sent again")
+            }
+            Err(_) => {
+                tracing::warn!(store = k.describe(), waited = ?STOP_WAIT, "saving a kind's informer state did not finish in time; what changed since its last save that landed is sent again")
+            }
         }
     }
     w.keepers
