@@ -228,11 +228,7 @@ pub fn render(resources: &[ResourceConfig], options: &RbacOptions) -> Result<Str
     let mut cluster_wide = Rules::new();
     let mut per_namespace: BTreeMap<String, Rules> = BTreeMap::new();
     // The owner index's own watches (`informer::owners::index_resources`) need theirs too.
-    let all: Vec<ResourceConfig> = resources
-        .iter()
-        .cloned()
-        .chain(crate::informer::index_resources(resources))
-        .collect();
+    let all = crate::informer::with_index_resources(resources);
     // Grants list and watch of `plurals` of `group` in `namespaces` (empty: cluster-wide).
     let mut grant = |group: &str, plurals: Vec<String>, namespaces: &[String]| {
         let add = |rules: &mut Rules| {

@@ -55,22 +55,22 @@ use tracing::Instrument;
 use super::planned::{plan_resource, PlannedCluster};
 use super::watching::{SlotRun, Watching};
 use crate::cluster::{self, Discovered};
-use crate::config::{Cluster, GroupSelector, ServedKind};
+use crate::config::{group_name, Cluster, GroupSelector, ServedKind};
 use crate::informer::{ClusterApi, FailureKind, InformerStats};
 use crate::plan::ResourcePlan;
 use crate::state::{self, StateStats, StateStore};
 
 /// How long after a CRD's change discovery is asked again (more changes meanwhile are
 /// taken together).
-pub(super) const DEBOUNCE: Duration = Duration::from_millis(300);
+const DEBOUNCE: Duration = Duration::from_millis(300);
 /// After the discovery that followed a CRD's change, how long until it is asked once more:
 /// the API server serves a CRD's kind once the CRD is established, and stops shortly after
 /// the CRD is gone.
-pub(super) const SETTLE: Duration = Duration::from_secs(3);
+const SETTLE: Duration = Duration::from_secs(3);
 /// How many discoveries follow a CRD's change, [`SETTLE`] apart.
 const SETTLES: u32 = 4;
 /// How often discovery is asked without a CRD's change.
-pub(super) const REDISCOVER: Duration = Duration::from_secs(300);
+const REDISCOVER: Duration = Duration::from_secs(300);
 /// How long a slot that stops waits for its watches to end before its final save.
 const STOP_WAIT: Duration = Duration::from_secs(10);
 
@@ -81,7 +81,7 @@ pub(super) struct GroupTarget {
     client: Client,
     api: Arc<ClusterApi>,
     resource: ResourcePlan,
-    selector: Option<GroupSelector>,
+    selector: GroupSelector,
     /// Its counters as one watch: discovery's failures; synced once discovery answered.
     stats: Arc<InformerStats>,
     /// `(group, Kind)` of the entries that list a kind by `api_version` and `kind` with the
@@ -93,14 +93,15 @@ pub(super) struct GroupTarget {
 
 impl GroupTarget {
     /// The group-form entry `at` of cluster `c`, followed through `client`, counting into
-    /// `stats`.
+    /// `stats`; `None` when the entry is not in the group form.
     fn new(
         c: &PlannedCluster,
         at: usize,
         client: Client,
         stats: Arc<InformerStats>,
-    ) -> GroupTarget {
-        let resource = c.resources[at].resource.clone();
+    ) -> Option<GroupTarget> {
+        let resource = c.resources.get(at)?.resource.clone();
+        let selector = resource.config.selector()?;
         let namespaces = &resource.config.namespaces;
         let same =
             |r: &&super::planned::PlannedResource| &r.resource.config.namespaces == namespaces;
@@ -119,17 +120,17 @@ impl GroupTarget {
             .filter(same)
             .filter_map(|r| r.resource.config.selector())
             .collect();
-        GroupTarget {
+        Some(GroupTarget {
             spec: c.spec.clone(),
             unit: c.spec.unit(),
             client,
             api: c.api.clone(),
-            selector: resource.config.selector(),
+            selector,
             resource,
             stats,
             listed,
             earlier,
-        }
+        })
     }
 
     /// Whether kind `d` is another entry's.
@@ -166,15 +167,14 @@ pub(super) fn spawn_follow(
     client: Client,
     stats: Arc<InformerStats>,
 ) {
-    let target = GroupTarget::new(c, at, client, stats);
-    w.tasks.spawn(follow(w.clone(), target));
+    if let Some(target) = GroupTarget::new(c, at, client, stats) {
+        w.tasks.spawn(follow(w.clone(), target));
+    }
 }
 
 /// Follows `g`'s kinds until the bridge stops (see the module docs).
 async fn follow(w: Arc<Watching>, g: GroupTarget) {
-    let Some(selector) = g.selector.clone() else {
-        return;
-    };
+    let selector = &g.selector;
     let span = tracing::info_span!("group", cluster = %g.spec.name, resource = %g.resource.config.display_name());
     let (tx, mut rx) = mpsc::channel(1);
     w.tasks.spawn(
@@ -187,14 +187,14 @@ async fn follow(w: Arc<Watching>, g: GroupTarget) {
     );
     let mut delays = retry.delays();
     let mut slots: BTreeMap<(String, String), Slot> = BTreeMap::new();
-    let manifest = Manifest::open(&w, &g);
+    let mut manifest = Manifest::open(&w, &g);
     // Discoveries still to come at [`SETTLE`] intervals after a CRD's change.
     let mut settle = 0u32;
     let mut failed = false;
     loop {
         let found = tokio::select! {
             _ = w.cancel.cancelled() => return,
-            r = cluster::discover_kinds(&g.client, &g.resource.config, &selector) => r,
+            r = cluster::discover_kinds(&g.client, &g.resource.config, selector) => r,
         };
         let next = match found {
             Ok(kinds) => {
@@ -204,7 +204,7 @@ async fn follow(w: Arc<Watching>, g: GroupTarget) {
                 }
                 g.stats.clear_failure();
                 let unsure = async {
-                    let unsure = reconcile(&w, &g, &mut slots, &kinds, &manifest).await;
+                    let unsure = reconcile(&w, &g, &mut slots, &kinds, &mut manifest).await;
                     let pending = finish_retired(&w, &mut slots).await;
                     manifest.write(&slots).await;
                     unsure || pending
@@ -255,7 +255,7 @@ async fn reconcile(
     g: &GroupTarget,
     slots: &mut BTreeMap<(String, String), Slot>,
     kinds: &[Discovered],
-    manifest: &Manifest,
+    manifest: &mut Manifest,
 ) -> bool {
     let want: BTreeMap<(String, String), &Discovered> = kinds
         .iter()
@@ -281,10 +281,7 @@ async fn reconcile(
             continue;
         }
         tracing::info!(group = %key.0, kind = %key.1, "a kind followed before this start is no longer served: sending the deletes of its objects from its saved state");
-        let mut slot = start(w, g, &d, true);
-        w.watch_list.remove(&slot.stats);
-        slot.retired = true;
-        slots.insert(key, slot);
+        slots.insert(key, start(w, g, &d, true));
     }
     for ((group, kind), slot) in slots.iter_mut() {
         if slot.retired || want.contains_key(&(group.clone(), kind.clone())) {
@@ -374,10 +371,10 @@ async fn finish_retired(w: &Watching, slots: &mut BTreeMap<(String, String), Slo
 /// when the set changes. A kind stays in it until its deletes are saved as acknowledged.
 struct Manifest {
     store: Option<Arc<dyn StateStore>>,
-    /// Read once, at the first discovery that answers; `None` before (or without a store).
-    saved: tokio::sync::Mutex<Option<Vec<SavedKind>>>,
-    /// What was written last.
-    written: tokio::sync::Mutex<Vec<SavedKind>>,
+    /// Read yet (once, at the first discovery that answers; nothing is written before).
+    read: bool,
+    /// What was read, or written last.
+    written: Vec<SavedKind>,
 }
 
 /// One kind of a [`Manifest`].
@@ -427,21 +424,17 @@ impl Manifest {
         };
         Manifest {
             store: state::open(&w.state_plan, &name, true),
-            saved: tokio::sync::Mutex::new(None),
-            written: tokio::sync::Mutex::new(Vec::new()),
+            read: false,
+            written: Vec::new(),
         }
     }
 
     /// The kinds saved by the last run, once (later calls: none). An unreadable or foreign
     /// manifest is logged and taken as empty.
-    async fn take_saved(&self) -> Vec<Discovered> {
-        let Some(store) = &self.store else {
+    async fn take_saved(&mut self) -> Vec<Discovered> {
+        let Some(store) = self.store.as_ref().filter(|_| !self.read) else {
             return Vec::new();
         };
-        let mut saved = self.saved.lock().await;
-        if saved.is_some() {
-            return Vec::new();
-        }
         let kinds: Vec<SavedKind> = match store.load().await {
             Ok(None) => Vec::new(),
             Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
@@ -453,19 +446,17 @@ impl Manifest {
                 Vec::new()
             }
         };
-        *self.written.lock().await = kinds.clone();
-        *saved = Some(kinds.clone());
-        kinds.iter().map(SavedKind::discovered).collect()
+        self.read = true;
+        let saved = kinds.iter().map(SavedKind::discovered).collect();
+        self.written = kinds;
+        saved
     }
 
     /// Saves the kinds of `slots` when they changed since the last write.
-    async fn write(&self, slots: &BTreeMap<(String, String), Slot>) {
-        let Some(store) = &self.store else {
+    async fn write(&mut self, slots: &BTreeMap<(String, String), Slot>) {
+        let Some(store) = self.store.as_ref().filter(|_| self.read) else {
             return;
         };
-        if self.saved.lock().await.is_none() {
-            return;
-        }
         let now: Vec<SavedKind> = slots
             .values()
             .map(|s| {
@@ -479,15 +470,14 @@ impl Manifest {
                 }
             })
             .collect();
-        let mut written = self.written.lock().await;
-        if *written == now {
+        if self.written == now {
             return;
         }
         let Ok(bytes) = serde_json::to_vec(&now) else {
             return;
         };
         match store.save(bytes, 0).await {
-            Ok(()) => *written = now,
+            Ok(()) => self.written = now,
             Err(e) => {
                 tracing::warn!(store = store.describe(), error = %e, "saving the list of a group's kinds failed; tried again at the next discovery")
             }
@@ -519,7 +509,10 @@ fn start(w: &Arc<Watching>, g: &GroupTarget, d: &Discovered, retired: bool) -> S
     let identity = Resource::new(&g.spec.name, &ar.group, "*", &ar.kind, "", true);
     let (planned, entries) = plan_resource(&g.spec, &g.unit, compiled, identity, &w.routes);
     let stats = entries.iter().map(|e| e.stats.clone()).collect();
-    w.watch_list.add(entries);
+    // A retired slot only sends its deletes: the observers do not wait for it to sync.
+    if !retired {
+        w.watch_list.add(entries);
+    }
     let state = state::open(&w.state_plan, &state_name(&g.unit, ar, w.multi), true)
         .map(|store| (store, Arc::new(StateStats::default())));
     let resolved = d.resolved(&g.spec.name);
@@ -555,7 +548,7 @@ fn start(w: &Arc<Watching>, g: &GroupTarget, d: &Discovered, retired: bool) -> S
         version: ar.version.clone(),
         run,
         stats,
-        retired: false,
+        retired,
     }
 }
 
@@ -601,10 +594,7 @@ async fn stop(w: &Watching, slot: Slot) {
 /// The name of a kind's own state (`state::open`): `{plural}.{group}` (`core` for the core
 /// group), after the unit's name with several clusters.
 fn state_name(unit: &str, ar: &kube::discovery::ApiResource, multi: bool) -> String {
-    let group = match ar.group.as_str() {
-        "" => "core",
-        g => g,
-    };
+    let group = group_name(&ar.group);
     match multi {
         true => format!("{unit}.{}.{group}", ar.plural),
         false => format!("{}.{group}", ar.plural),

@@ -141,6 +141,18 @@ impl Config {
             .collect()
     }
 
+    /// Every `[[resources]]` list with the prefix of its keys: the top-level one (`""`), then
+    /// each `[[clusters]]` entry's own (`clusters.N.`).
+    pub fn resource_lists(&self) -> Vec<(String, &[ResourceConfig])> {
+        let mut lists = vec![(String::new(), &self.resources[..])];
+        for (ci, k) in self.clusters.iter().enumerate() {
+            if let Some(own) = &k.resources {
+                lists.push((format!("clusters.{ci}."), &own[..]));
+            }
+        }
+        lists
+    }
+
     /// The units a scale-out group spreads over its replicas: each cluster, or each shard of
     /// a cluster with `shards > 1` (a [`Cluster`] with its [`Cluster::shard`] set), in
     /// configuration order.

@@ -64,10 +64,10 @@ impl GroupSelector {
 /// `Kind.group` (`core` for the core group).
 fn excludes(e: &str, k: ServedKind<'_>) -> bool {
     let e = e.trim();
-    let group_name = if k.group.is_empty() { "core" } else { k.group };
-    if e == group_name || e.strip_prefix("*.") == Some(group_name) {
+    if excludes_group(e, k.group) {
         return true;
     }
+    let group_name = group_name(k.group);
     let names = |r: &str| r.eq_ignore_ascii_case(k.plural) || r.eq_ignore_ascii_case(k.kind);
     match e.split_once('.') {
         None => names(e),
@@ -75,12 +75,27 @@ fn excludes(e: &str, k: ServedKind<'_>) -> bool {
     }
 }
 
+/// Whether `exclude` entry `e` names the whole API group `group` (`""`: core): the group's
+/// name alone, or `*.group`.
+pub fn excludes_group(e: &str, group: &str) -> bool {
+    let name = group_name(group);
+    e == name || e.strip_prefix("*.") == Some(name)
+}
+
+/// How the configuration names API group `group`: itself, or `core` for the core group
+/// (`""`).
+pub fn group_name(group: &str) -> &str {
+    match group {
+        "" => "core",
+        g => g,
+    }
+}
+
 impl fmt::Display for GroupSelector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.group.as_deref() {
             None => f.write_str("group *")?,
-            Some("") => f.write_str("group core")?,
-            Some(g) => write!(f, "group {g}")?,
+            Some(g) => write!(f, "group {}", group_name(g))?,
         }
         if let Some(kinds) = &self.kinds {
             write!(f, " (kinds {})", kinds.join(", "))?;

@@ -38,7 +38,7 @@ pub use crate::sinks::SinkConfig;
 pub use cluster::{Cluster, ClusterConfig, ClusterEntry};
 pub use env::{is_service_link, service_link_variables};
 pub use expressions::Expressions;
-pub use group::{GroupSelector, ServedKind};
+pub use group::{excludes_group, group_name, GroupSelector, ServedKind};
 pub use kubesink_core::shard::{Shard, MAX_SHARDS};
 pub use kubesink_core::units::{ByteSize, HumanDuration};
 pub(crate) use load::describe_source;

@@ -363,6 +363,29 @@ impl ResourceConfig {
         }
     }
 
+    /// For a group-form entry, the entry of one kind discovery found: its `api_version`,
+    /// `kind` and `plural`, every other option kept; without namespaces for a
+    /// cluster-scoped kind.
+    pub fn for_kind(
+        &self,
+        api_version: &str,
+        kind: &str,
+        plural: &str,
+        namespaced: bool,
+    ) -> ResourceConfig {
+        let mut one = self.clone();
+        one.api_version = api_version.to_owned();
+        one.kind = kind.to_owned();
+        one.group = None;
+        one.kinds.clear();
+        one.exclude.clear();
+        one.plural = Some(plural.to_owned());
+        if !namespaced {
+            one.namespaces.clear();
+        }
+        one
+    }
+
     /// In the group form (`group` or `kinds` set), which kinds it follows; `None` for one
     /// kind (`api_version` and `kind`).
     pub fn selector(&self) -> Option<GroupSelector> {

@@ -179,11 +179,8 @@ pub fn warnings(c: &Config) -> Vec<String> {
     }
     out.extend(missing_files(c).iter().map(MissingFile::warning));
     out.extend(observed_generation(c));
-    out.extend(context_gaps(&c.resources, ""));
-    for (ci, k) in c.clusters.iter().enumerate() {
-        if let Some(own) = &k.resources {
-            out.extend(context_gaps(own, &format!("clusters.{ci}.")));
-        }
+    for (prefix, list) in c.resource_lists() {
+        out.extend(context_gaps(list, &prefix));
     }
     for (i, s) in c.sinks.iter().enumerate() {
         out.extend(s.warnings(i));

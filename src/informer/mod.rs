@@ -56,8 +56,8 @@ pub use filter::{
 pub use lists::ListBudget;
 pub use object::{MinimalMeta, RawObject};
 pub use owners::{
-    index_resources, roles as owner_roles, OwnerContext, OwnerIndex, Role as OwnerRole,
-    WAIT as OWNERS_WAIT,
+    index_resources, roles as owner_roles, with_index_resources, OwnerContext, OwnerIndex,
+    Role as OwnerRole, WAIT as OWNERS_WAIT,
 };
 pub use plan::WatchPlan;
 pub use stats::{FailureKind, InformerStats, SinkFilterStats, Strategy};
@@ -414,7 +414,7 @@ impl Informer {
         };
         span.in_scope(|| match closed {
             false => tracing::info!("its kind is no longer served: sent the deletes of the objects it held; informer stopped"),
-            true => tracing::warn!("its kind is no longer served, but the deletes of the objects it held could not all be sent (shutting down): the next start does not send them either"),
+            true => tracing::warn!("its kind is no longer served, but the deletes of the objects it held could not all be sent (shutting down): with [state], the next start sends them from its saved state (the kind stays in its entry's list of kinds until they are acknowledged); without, they are lost"),
         });
     }
 

@@ -319,69 +319,64 @@ pub const OWNER_KINDS: [(&str, &str); 6] = [
 /// asks for `namespace_labels`, unless an entry follows them. Group-form entries never fill
 /// the index, so they do not count as following a kind.
 pub fn index_resources(resources: &[ResourceConfig]) -> Vec<ResourceConfig> {
-    let mut out = Vec::new();
-    let followed = |kind: &str| {
-        resources.iter().any(|r| {
-            r.selector().is_none()
-                && r.mode == ResourceMode::Objects
-                && r.api_version == "v1"
-                && r.kind == kind
-        })
-    };
-    for (kind, wanted) in [
-        (
-            "Node",
-            resources
-                .iter()
-                .any(|r| r.enriches(Enrich::Node) && !r.node_labels.is_empty()),
-        ),
-        (
-            "Namespace",
-            resources.iter().any(|r| r.enriches(Enrich::Namespace)),
-        ),
-    ] {
-        if wanted && !followed(kind) {
-            let mut r = ResourceConfig::new("v1", kind);
-            r.payload = crate::config::PayloadMode::Metadata;
-            out.push(r);
-        }
-    }
     let asking: Vec<&ResourceConfig> = resources
         .iter()
         .filter(|r| r.enriches(Enrich::Owner) && r.selector().is_none())
         .collect();
-    if asking.is_empty() {
-        return out;
-    }
+    // Where the controllers are needed: every namespace when one asker watches them all.
     let mut namespaces: Vec<String> = match asking.iter().any(|r| r.namespaces.is_empty()) {
         true => Vec::new(),
         false => asking.iter().flat_map(|r| r.namespaces.clone()).collect(),
     };
     namespaces.sort();
     namespaces.dedup();
-    let covers = |r: &ResourceConfig| {
-        r.namespaces.is_empty()
-            || (!namespaces.is_empty() && namespaces.iter().all(|n| r.namespaces.contains(n)))
-    };
-    let controllers = OWNER_KINDS
-        .iter()
-        .filter(|(api, kind)| {
-            !resources.iter().any(|r| {
-                r.selector().is_none()
-                    && r.mode == ResourceMode::Objects
-                    && r.api_version == *api
-                    && r.kind == *kind
-                    && covers(r)
-            })
+    // An entry fills the index with its kind where it watches: everywhere, or in every
+    // namespace needed (Nodes and Namespaces are cluster-scoped: their entries list none).
+    let followed = |api: &str, kind: &str| {
+        resources.iter().any(|r| {
+            r.selector().is_none()
+                && r.mode == ResourceMode::Objects
+                && r.api_version == api
+                && r.kind == kind
+                && (r.namespaces.is_empty()
+                    || (!namespaces.is_empty()
+                        && namespaces.iter().all(|n| r.namespaces.contains(n))))
         })
-        .map(|(api, kind)| {
+    };
+    let labels = [
+        (
+            ("v1", "Node"),
+            resources
+                .iter()
+                .any(|r| r.enriches(Enrich::Node) && !r.node_labels.is_empty()),
+        ),
+        (
+            ("v1", "Namespace"),
+            resources.iter().any(|r| r.enriches(Enrich::Namespace)),
+        ),
+    ];
+    let controllers = OWNER_KINDS.iter().map(|k| (*k, !asking.is_empty()));
+    labels
+        .into_iter()
+        .chain(controllers)
+        .filter(|((api, kind), wanted)| *wanted && !followed(api, kind))
+        .map(|((api, kind), _)| {
             let mut r = ResourceConfig::new(api, kind);
             r.payload = crate::config::PayloadMode::Metadata;
-            r.namespaces = namespaces.clone();
+            if OWNER_KINDS.contains(&(api, kind)) {
+                r.namespaces = namespaces.clone();
+            }
             r
-        });
-    out.extend(controllers);
-    out
+        })
+        .collect()
+}
+
+/// `resources` and, after them, the watches the owner index adds ([`index_resources`]):
+/// everything a cluster with `resources` lists and watches.
+pub fn with_index_resources(resources: &[ResourceConfig]) -> Vec<ResourceConfig> {
+    let mut all = resources.to_vec();
+    all.extend(index_resources(resources));
+    all
 }
 
 /// Whose labels the index keeps.

@@ -180,12 +180,7 @@ async fn check_cluster(
         Err(e) => return unreachable(format!("cluster unreachable, nothing checked: {e}")),
     }
     // The owner index's own watches need their access too.
-    let all: Vec<crate::config::ResourceConfig> = cluster
-        .resources
-        .iter()
-        .cloned()
-        .chain(crate::informer::index_resources(&cluster.resources))
-        .collect();
+    let all = crate::informer::with_index_resources(&cluster.resources);
     let mut lines: Vec<Line> = futures::stream::iter(&all)
         .map(|res| resource::check_entry(&client, &cluster.name, res, options.timeout))
         .buffered(CONCURRENCY)

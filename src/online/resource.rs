@@ -68,16 +68,8 @@ pub(super) async fn check_entry(
     };
     let mut lines = vec![line(Verdict::Ok, detail)];
     for d in &kinds {
-        let mut one = res.clone();
-        one.api_version = d.api_resource.api_version.clone();
-        one.kind = d.api_resource.kind.clone();
-        one.group = None;
-        one.kinds.clear();
-        one.exclude.clear();
-        one.plural = Some(d.api_resource.plural.clone());
-        if !d.namespaced {
-            one.namespaces.clear();
-        }
+        let ar = &d.api_resource;
+        let one = res.for_kind(&ar.api_version, &ar.kind, &ar.plural, d.namespaced);
         lines.push(check(client, cluster_name, &one, timeout).await);
     }
     lines

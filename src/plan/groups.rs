@@ -11,7 +11,7 @@
 //! Custom resources are not known offline: a name in a group that is not built in is taken
 //! as written (`check --online` lists what each entry resolves to).
 
-use crate::config::{GroupSelector, ResourceConfig, ServedKind};
+use crate::config::{excludes_group, group_name, GroupSelector, ResourceConfig, ServedKind};
 
 use super::kinds::{builtin, nearest, BUILTINS};
 
@@ -160,13 +160,6 @@ fn spelling(s: &GroupSelector, key: &str) -> Vec<String> {
     out
 }
 
-fn group_name(g: &str) -> &str {
-    match g {
-        "" => "core",
-        g => g,
-    }
-}
-
 /// Whether entries `a` and `b`, one of them in the group form, can follow a kind in
 /// overlapping but different namespaces. Offline, a kind listed by `api_version` and
 /// `kind` is judged with its built-in plural and scope when known (namespaced otherwise).
@@ -181,15 +174,11 @@ fn overlap(a: &ResourceConfig, b: &ResourceConfig) -> bool {
     }
     match (a.selector(), b.selector()) {
         (Some(x), Some(y)) => {
-            let excludes_group = |s: &GroupSelector, g: &str| {
-                s.exclude
-                    .iter()
-                    .any(|e| e == group_name(g) || e.strip_prefix("*.") == Some(group_name(g)))
-            };
+            let drops = |s: &GroupSelector, g: &str| s.exclude.iter().any(|e| excludes_group(e, g));
             let groups = match (&x.group, &y.group) {
                 (Some(p), Some(q)) => p == q,
-                (Some(g), None) => !excludes_group(&y, g),
-                (None, Some(g)) => !excludes_group(&x, g),
+                (Some(g), None) => !drops(&y, g),
+                (None, Some(g)) => !drops(&x, g),
                 (None, None) => true,
             };
             let kinds = match (&x.kinds, &y.kinds) {

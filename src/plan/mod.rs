@@ -54,11 +54,8 @@ pub fn load_resources(file: Option<&Path>) -> Result<(Vec<ResourceConfig>, Figme
 pub fn warnings(c: &Config) -> Vec<String> {
     let mut out = config::warnings(c);
     out.extend(kind_warnings(c));
-    out.extend(groups::group_warnings(&c.resources, ""));
-    for (ci, k) in c.clusters.iter().enumerate() {
-        if let Some(own) = &k.resources {
-            out.extend(groups::group_warnings(own, &format!("clusters.{ci}.")));
-        }
+    for (prefix, list) in c.resource_lists() {
+        out.extend(groups::group_warnings(list, &prefix));
     }
     out.extend(expressions::filter_warnings(c));
     out
@@ -67,19 +64,14 @@ pub fn warnings(c: &Config) -> Vec<String> {
 /// What each `[[resources]]` entry of `c` follows, one line each (`kubesink check`):
 /// its kind and scope, or, in the group form, which kinds and how they are found.
 pub fn explain_resources(c: &Config) -> Vec<String> {
-    let mut lists = vec![(String::new(), &c.resources)];
-    for (ci, k) in c.clusters.iter().enumerate() {
-        if let Some(own) = &k.resources {
-            lists.push((format!("clusters.{ci}."), own));
-        }
-    }
+    let scope_of = |namespaces: &[String]| match namespaces.is_empty() {
+        true => "all namespaces".to_owned(),
+        false => format!("namespaces {}", namespaces.join(", ")),
+    };
     let mut out = Vec::new();
-    for (prefix, list) in lists {
+    for (prefix, list) in c.resource_lists() {
         for (i, r) in list.iter().enumerate() {
-            let scope = match r.namespaces.is_empty() {
-                true => "all namespaces".to_owned(),
-                false => format!("namespaces {}", r.namespaces.join(", ")),
-            };
+            let scope = scope_of(&r.namespaces);
             let what = match r.selector() {
                 None => format!("{} ({scope}), resolved by API discovery at start", r.display_name()),
                 Some(s) => format!(
@@ -94,14 +86,15 @@ pub fn explain_resources(c: &Config) -> Vec<String> {
             out.push(format!("{prefix}resources.{i}: {what}"));
         }
         let index = crate::informer::index_resources(list);
-        if let Some(first) = index.first() {
-            let names: Vec<String> = index.iter().map(|r| r.display_name()).collect();
-            let scope = match first.namespaces.is_empty() {
-                true => "all namespaces".to_owned(),
-                false => format!("namespaces {}", first.namespaces.join(", ")),
-            };
+        if !index.is_empty() {
+            // Each in its own scope: Nodes and Namespaces are cluster-scoped, the
+            // controllers watched where the entries asking for owners watch.
+            let names: Vec<String> = index
+                .iter()
+                .map(|r| format!("{} ({})", r.display_name(), scope_of(&r.namespaces)))
+                .collect();
             out.push(format!(
-                "{prefix}owner index (enrich = [\"owner\"]): {} ({scope}), metadata only, sending nothing",
+                "{prefix}owner index (enrich): {}, metadata only, sending nothing",
                 names.join(", ")
             ));
         }
@@ -112,14 +105,10 @@ pub fn explain_resources(c: &Config) -> Vec<String> {
 /// The resources of `c`, top-level and per cluster, whose kind a built-in group version does
 /// not have ([`kinds::kind_warnings`]): warnings, errors with `check --strict`.
 pub fn kind_warnings(c: &Config) -> Vec<String> {
-    let mut out = kinds::kind_warnings(&c.resources, "");
-    out.extend(groups::spelling_warnings(&c.resources, ""));
-    for (ci, k) in c.clusters.iter().enumerate() {
-        if let Some(own) = &k.resources {
-            let prefix = format!("clusters.{ci}.");
-            out.extend(kinds::kind_warnings(own, &prefix));
-            out.extend(groups::spelling_warnings(own, &prefix));
-        }
+    let mut out = Vec::new();
+    for (prefix, list) in c.resource_lists() {
+        out.extend(kinds::kind_warnings(list, &prefix));
+        out.extend(groups::spelling_warnings(list, &prefix));
     }
     out
 }

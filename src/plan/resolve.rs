@@ -74,22 +74,13 @@ pub struct ResourcePlan {
 }
 
 impl ResourcePlan {
-    /// For a group-form entry, the entry of one kind discovery found (`ar`): its
-    /// `api_version`, `kind` and `plural`, every other option and the compiled filter and
-    /// change paths shared; without namespaces for a cluster-scoped kind.
+    /// For a group-form entry, the entry of one kind discovery found (`ar`,
+    /// [`ResourceConfig::for_kind`]), the compiled filter and change paths shared.
     pub fn for_kind(&self, ar: &kube::discovery::ApiResource, namespaced: bool) -> ResourcePlan {
-        let mut config = self.config.clone();
-        config.api_version = ar.api_version.clone();
-        config.kind = ar.kind.clone();
-        config.group = None;
-        config.kinds.clear();
-        config.exclude.clear();
-        config.plural = Some(ar.plural.clone());
-        if !namespaced {
-            config.namespaces.clear();
-        }
         ResourcePlan {
-            config,
+            config: self
+                .config
+                .for_kind(&ar.api_version, &ar.kind, &ar.plural, namespaced),
             filter: self.filter.clone(),
             changes: self.changes.clone(),
             index_only: false,
